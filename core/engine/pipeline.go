@@ -1,0 +1,149 @@
+package engine
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/sandtrap/sandtrap/core/policy"
+	"golang.org/x/sys/unix"
+)
+
+// Registry maps sandbox ids (handed to bindings) to sandboxes, so a pipeline request
+// names each stage's sandbox instead of re-sending its policy.
+var (
+	regMu  sync.RWMutex
+	reg    = map[uint64]*Sandbox{}
+	nextID atomic.Uint64
+)
+
+// Register gives s an id for use in pipeline requests.
+func Register(s *Sandbox) uint64 {
+	id := nextID.Add(1)
+	regMu.Lock()
+	reg[id] = s
+	regMu.Unlock()
+	s.id = id
+	return id
+}
+
+// Unregister forgets s.
+func Unregister(s *Sandbox) {
+	regMu.Lock()
+	delete(reg, s.id)
+	regMu.Unlock()
+}
+
+func lookup(id uint64) *Sandbox {
+	regMu.RLock()
+	defer regMu.RUnlock()
+	return reg[id]
+}
+
+// PipelineResult is the last stage's result plus every stage's.
+type PipelineResult struct {
+	Result
+	Stages []*Result `msgpack:"stages"`
+}
+
+// Stage is one command of a pipeline and the sandbox it runs in.
+type Stage struct {
+	Sandbox *Sandbox
+	Req     *RunRequest
+}
+
+// Pipeline runs stages joined by kernel pipes: stage i's stdout is stage i+1's stdin.
+// Each stage has its own policy; only the bytes cross. stdin feeds the first stage.
+func Pipeline(stages []Stage, stdin []byte) *PipelineResult {
+	n := len(stages)
+	results := make([]*Result, n)
+	// pipes between stages; Run takes ownership of the fds it is given
+	type pp struct{ r, w int }
+	pipes := make([]pp, n-1)
+	for i := range pipes {
+		r, w, err := pipe()
+		if err != nil {
+			for _, p := range pipes[:i] {
+				unix.Close(p.r)
+				unix.Close(p.w)
+			}
+			res := failed(KindSpawn, "pipe: "+err.Error(), nil)
+			return &PipelineResult{Result: *res, Stages: []*Result{}}
+		}
+		pipes[i] = pp{r, w}
+	}
+	var wg sync.WaitGroup
+	for i := range stages {
+		req := *stages[i].Req
+		if i == 0 {
+			req.Stdin = stdin
+		} else {
+			req.StdinFD = pipes[i-1].r
+		}
+		if i < n-1 {
+			req.StdoutFD = pipes[i].w
+		}
+		wg.Add(1)
+		go func(i int, req RunRequest) {
+			defer wg.Done()
+			results[i] = stages[i].Sandbox.Run(&req)
+		}(i, req)
+	}
+	wg.Wait()
+	out := &PipelineResult{Result: *results[n-1], Stages: results}
+	return out
+}
+
+func (s *Sandbox) pipelineRequest(m map[string]any) (*PipelineResult, error) {
+	var probs policy.Problems
+	probs = append(probs, fields(m, "pipeline", "op", "stages", "stdin", "timeout", "tag")...)
+	list, ok := m["stages"].([]any)
+	if !ok || len(list) == 0 {
+		probs.Addf("pipeline: stages must be a non-empty list")
+	}
+	var stdin []byte
+	switch v := m["stdin"].(type) {
+	case nil:
+	case []byte:
+		stdin = v
+	case string:
+		stdin = []byte(v)
+	default:
+		probs.Addf("pipeline: stdin must be bytes or a string")
+	}
+	common := parseRun(map[string]any{"argv": []any{"x"}, "timeout": m["timeout"], "tag": m["tag"]}, "pipeline", &probs)
+	var stages []Stage
+	for i, st := range list {
+		sm, ok := st.(map[string]any)
+		if !ok {
+			probs.Addf("pipeline: stage %d is not a map", i)
+			continue
+		}
+		what := fmt.Sprintf("stage %d", i)
+		sb := s
+		if id, has := sm["sandbox"]; has {
+			n, isInt := id.(uint64)
+			if v, ok := id.(int64); ok && v > 0 {
+				n, isInt = uint64(v), true
+			}
+			if !isInt || lookup(n) == nil {
+				probs.Addf("%s: sandbox %v is not a live sandbox id", what, id)
+				continue
+			}
+			sb = lookup(n)
+		}
+		req := parseRun(sm, what, &probs, "sandbox")
+		if _, has := sm["stdin"]; has {
+			probs.Addf("%s: only the pipeline itself takes stdin", what)
+		}
+		if req.Timeout == 0 {
+			req.Timeout = common.Timeout
+		}
+		req.Tag = common.Tag
+		stages = append(stages, Stage{Sandbox: sb, Req: req})
+	}
+	if err := probs.Err(); err != nil {
+		return nil, requestError(err)
+	}
+	return Pipeline(stages, stdin), nil
+}

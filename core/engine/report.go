@@ -1,0 +1,40 @@
+package engine
+
+import "github.com/sandtrap/sandtrap/core/landlock"
+
+// Isolation is what took effect for a run, protection by protection.
+type Isolation struct {
+	Landlock      *landlock.Report `msgpack:"landlock"` // nil: not applied
+	Seccomp       *SeccompReport   `msgpack:"seccomp"`  // nil: not applied
+	NoNewPrivs    bool             `msgpack:"no_new_privs"`
+	Capabilities  string           `msgpack:"capabilities"` // "dropped" | "none held"
+	PidNamespace  bool             `msgpack:"pid_namespace"`
+	UserNamespace bool             `msgpack:"user_namespace"`
+	TreeKill      string           `msgpack:"tree_kill"` // pid_namespace | cgroup | process_group
+	Cgroup        string           `msgpack:"cgroup"`    // "" | cgroup_v1 | cgroup_v2
+	UID           *uint32          `msgpack:"uid,omitempty"`
+	GID           *uint32          `msgpack:"gid,omitempty"`
+	Limits        map[string]Limit `msgpack:"limits"`
+	Degraded      []string         `msgpack:"degraded"`              // asked for, weaker than asked
+	NotApplied    []string         `msgpack:"not_applied,omitempty"` // hardening this kernel lacks
+	Disabled      []string         `msgpack:"test_disabled,omitempty"`
+}
+
+// SeccompReport describes the loaded filter.
+type SeccompReport struct {
+	Enforced    bool     `msgpack:"enforced"`
+	Action      string   `msgpack:"action"`
+	Denied      []string `msgpack:"denied"`
+	ForeignArch string   `msgpack:"foreign_arch"`
+	InetSockets bool     `msgpack:"inet_sockets"`
+	UDP         bool     `msgpack:"udp"`
+	UnixSockets bool     `msgpack:"unix_sockets"`
+}
+
+// Limit is one resource limit and the mechanism enforcing it.
+type Limit struct {
+	Value   int64   `msgpack:"value,omitempty"`
+	Seconds float64 `msgpack:"seconds,omitempty"`
+	Via     string  `msgpack:"via"`
+	Note    string  `msgpack:"note,omitempty"`
+}

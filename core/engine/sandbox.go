@@ -1,0 +1,345 @@
+// Package engine compiles a policy into a confinement plan and runs commands under
+// it: one Sandbox per policy, many concurrent runs, every protection either applied
+// before the target's first instruction or reported (and, unless allow_degraded,
+// refused).
+package engine
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/sandtrap/sandtrap/core/cgroup"
+	"github.com/sandtrap/sandtrap/core/kernel"
+	"github.com/sandtrap/sandtrap/core/landlock"
+	"github.com/sandtrap/sandtrap/core/policy"
+	"github.com/sandtrap/sandtrap/core/seccomp"
+)
+
+// Error kinds, stable across the C ABI and the bindings.
+const (
+	KindInvalidRequest = "invalid_request"
+	KindInvalidPolicy  = "invalid_policy"
+	KindIsolation      = "isolation_unavailable"
+	KindNotFound       = "not_found"
+	KindSpawn          = "spawn_failed"
+	KindTimeout        = "timeout"
+	KindCancelled      = "cancelled"
+	KindCPUTime        = "cpu_time_limit"
+	KindMemory         = "memory_limit"
+	KindForked         = "forked_child"
+	KindInternal       = "internal"
+)
+
+// Error is an engine error with a stable kind.
+type Error struct {
+	Kind    string
+	Message string
+}
+
+func (e *Error) Error() string { return e.Message }
+
+func errorf(kind, format string, a ...any) *Error {
+	return &Error{Kind: kind, Message: fmt.Sprintf(format, a...)}
+}
+
+// DevicePaths are granted read/write to every sandbox: harmless character devices
+// that nearly every program opens.
+var DevicePaths = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"}
+
+// DefaultPath is the PATH a program sees under clean_env.
+const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// Sandbox is a compiled policy. It is safe for concurrent use.
+type Sandbox struct {
+	Policy   *policy.Policy
+	features kernel.Features
+	ruleset  *landlock.Ruleset
+	bpf      *seccomp.Program
+	pidNS    bool
+	userNS   bool
+	useCg    bool
+	limits   cgroup.Limits
+	report   Isolation // what every run of this sandbox enforces
+	env      []string  // base environment (policy applied)
+
+	id      uint64
+	mu      sync.Mutex
+	closed  bool
+	running map[string]map[uint64]func() // cancel tag -> run id -> cancel
+}
+
+// New validates p against this machine and compiles its plan.
+func New(p *policy.Policy) (*Sandbox, error) {
+	f := kernel.Probe()
+	var probs policy.Problems
+	for _, list := range [][]string{p.FSReadable, p.FSWritable} {
+		for _, path := range list {
+			if _, err := os.Stat(path); err != nil {
+				probs.Addf("%s: %v", path, unwrapPathErr(err))
+			}
+		}
+	}
+	if p.Cwd != "" {
+		if st, err := os.Stat(p.Cwd); err != nil {
+			probs.Addf("cwd %s: %v", p.Cwd, unwrapPathErr(err))
+		} else if !st.IsDir() {
+			probs.Addf("cwd %s: not a directory", p.Cwd)
+		}
+	}
+	for _, m := range seccomp.Validate("extra_allow_syscalls", p.ExtraAllowSyscalls) {
+		probs.Addf("%s", m)
+	}
+	for _, m := range seccomp.Validate("extra_deny_syscalls", p.ExtraDenySyscalls) {
+		probs.Addf("%s", m)
+	}
+	if p.UID != nil && !f.Root {
+		probs.Addf("uid/gid: switching users needs a host running as root")
+	}
+	if err := probs.Err(); err != nil {
+		return nil, &Error{Kind: KindInvalidPolicy, Message: err.Error()}
+	}
+
+	sb := &Sandbox{Policy: p, features: f, running: map[string]map[uint64]func(){}}
+	rep := &sb.report
+	rep.Degraded = []string{}
+	var missing []string
+	need := func(ok bool, what string) bool {
+		if !ok {
+			missing = append(missing, what)
+		}
+		return ok
+	}
+
+	// Landlock: files always; TCP ports when any are allowed (otherwise seccomp
+	// refuses inet sockets outright, which holds without Landlock's network rules).
+	anyConnect := false
+	var connect []uint16
+	for _, t := range p.NetAllow {
+		if t.Any {
+			anyConnect = true
+			continue
+		}
+		if t.Host != "" {
+			missing = append(missing, fmt.Sprintf("net_allow %q: the kernel enforces the port only; give %d alone to allow every host on it", t.Host+":"+fmt.Sprint(t.Port), t.Port))
+		}
+		connect = append(connect, t.Port)
+	}
+	connect = uniq(connect)
+	netWanted := anyConnect || len(connect) > 0 || len(p.NetAllowBind) > 0
+	if need(f.LandlockABI > 0, "landlock (filesystem rules)") {
+		if netWanted {
+			need(f.LandlockABI >= 4, fmt.Sprintf("landlock network rules (kernel ABI %d < 4)", f.LandlockABI))
+		}
+		rs, err := landlock.Build(f.LandlockABI, landlock.Spec{
+			Readable: p.FSReadable, Writable: p.FSWritable, Denied: p.FSDenied,
+			Devices: DevicePaths, ConnectPorts: connect, BindPorts: p.NetAllowBind,
+			AnyConnect: anyConnect, Scope: true,
+		})
+		if err != nil {
+			return nil, errorf(KindIsolation, "landlock: %v", err)
+		}
+		sb.ruleset = rs
+		r := rs.Report
+		rep.Landlock = &r
+		if f.LandlockABI < 6 {
+			rep.NotApplied = append(rep.NotApplied, "landlock scoping of abstract unix sockets and signals (kernel ABI < 6)")
+		}
+	}
+	// seccomp: the base denylist always.
+	if need(f.Seccomp, "seccomp") {
+		prog, err := seccomp.Compile(seccomp.Config{
+			NoInet: !netWanted, AllowUDP: p.NetAllowUDP, AllowUnix: p.NetAllowUnix,
+			ExtraAllow: p.ExtraAllowSyscalls, ExtraDeny: p.ExtraDenySyscalls,
+		})
+		if err != nil {
+			return nil, errorf(KindIsolation, "seccomp: %v", err)
+		}
+		sb.bpf = prog
+		rep.Seccomp = &SeccompReport{Enforced: true, Action: "EPERM", Denied: prog.Denied,
+			ForeignArch: "kill", InetSockets: netWanted, UDP: p.NetAllowUDP, UnixSockets: p.NetAllowUnix}
+	}
+	// Process tree: a pid namespace kills every descendant with the main process and
+	// when the host dies; a cgroup is the fallback for killing the tree.
+	sb.pidNS = f.PidNS
+	sb.userNS = f.PidNS && !f.Root
+	sb.limits = cgroup.Limits{Memory: p.MaxMemory, Processes: p.MaxProcesses, CPUPct: p.MaxCPU}
+	sb.useCg = f.Cgroup != nil
+	rep.PidNamespace = sb.pidNS
+	rep.UserNamespace = sb.userNS
+	switch {
+	case sb.pidNS:
+		rep.TreeKill = "pid_namespace"
+	case sb.useCg:
+		rep.TreeKill = "cgroup"
+	default:
+		need(false, "process-tree containment (no pid namespace and no cgroup)")
+		rep.TreeKill = "process_group"
+	}
+	rep.NoNewPrivs = true
+	if f.Root || sb.userNS {
+		rep.Capabilities = "dropped"
+	} else {
+		rep.Capabilities = "none held"
+	}
+	if p.UID != nil {
+		rep.UID, rep.GID = p.UID, p.GID
+	}
+	rep.Limits = map[string]Limit{}
+	var cgVia string
+	if f.Cgroup != nil {
+		cgVia = fmt.Sprintf("cgroup_v%d", f.Cgroup.Version)
+	}
+	has := func(c string) bool {
+		if f.Cgroup == nil {
+			return false
+		}
+		_, ok := f.Cgroup.Dirs[c]
+		return ok
+	}
+	if p.MaxMemory > 0 {
+		if has("memory") {
+			rep.Limits["max_memory"] = Limit{Value: p.MaxMemory, Via: cgVia}
+		} else {
+			rep.Limits["max_memory"] = Limit{Value: p.MaxMemory, Via: "rlimit_as", Note: "per process address space, not the tree's memory"}
+			rep.Degraded = append(rep.Degraded, "max_memory enforced per process by RLIMIT_AS (no memory cgroup)")
+		}
+	}
+	if p.MaxProcesses > 0 {
+		switch {
+		case has("pids"):
+			rep.Limits["max_processes"] = Limit{Value: p.MaxProcesses, Via: cgVia}
+		case !f.Root:
+			rep.Limits["max_processes"] = Limit{Value: p.MaxProcesses, Via: "rlimit_nproc", Note: "counts the user's processes in the sandbox's user namespace"}
+		default:
+			need(false, "max_processes (root ignores RLIMIT_NPROC and no pids cgroup is available)")
+		}
+	}
+	if p.MaxCPU > 0 {
+		if need(has("cpu"), "max_cpu (no cpu cgroup controller)") {
+			rep.Limits["max_cpu"] = Limit{Value: p.MaxCPU, Via: cgVia, Note: "percent of one CPU, throttled"}
+		}
+	}
+	if p.MaxCPUTime > 0 {
+		via := "rlimit_cpu"
+		if has("cpuacct") || (f.Cgroup != nil && f.Cgroup.Version == 2) {
+			via = "rlimit_cpu+" + cgVia
+		}
+		rep.Limits["max_cpu_time"] = Limit{Seconds: p.MaxCPUTime, Via: via}
+	}
+	if p.MaxOpenFiles > 0 {
+		rep.Limits["max_open_files"] = Limit{Value: p.MaxOpenFiles, Via: "rlimit_nofile", Note: "per process"}
+	}
+	if p.MaxDisk > 0 {
+		rep.Limits["max_disk"] = Limit{Value: p.MaxDisk, Via: "rlimit_fsize", Note: "largest file the run may write"}
+	}
+	if len(missing) > 0 {
+		if !p.AllowDegraded {
+			sb.Close()
+			return nil, errorf(KindIsolation, "isolation unavailable: %s (pass allow_degraded to run without it)", strings.Join(missing, "; "))
+		}
+		for _, m := range missing {
+			rep.Degraded = append(rep.Degraded, "not applied: "+m)
+		}
+	}
+	rep.Disabled = f.Disabled
+	sb.env = baseEnv(p)
+	return sb, nil
+}
+
+func unwrapPathErr(err error) error {
+	if pe, ok := err.(*os.PathError); ok {
+		return pe.Err
+	}
+	return err
+}
+
+func uniq(ps []uint16) []uint16 {
+	sort.Slice(ps, func(i, j int) bool { return ps[i] < ps[j] })
+	out := ps[:0]
+	for i, p := range ps {
+		if i == 0 || p != ps[i-1] {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func baseEnv(p *policy.Policy) []string {
+	env := map[string]string{}
+	if p.CleanEnv {
+		env["PATH"] = DefaultPath
+	} else {
+		for _, kv := range os.Environ() {
+			if k, v, ok := strings.Cut(kv, "="); ok {
+				env[k] = v
+			}
+		}
+	}
+	for k, v := range p.Env {
+		env[k] = v
+	}
+	return flatten(env)
+}
+
+func flatten(env map[string]string) []string {
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Close releases the ruleset. Runs in flight keep working (the kernel holds the
+// domain); new runs fail.
+func (s *Sandbox) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	s.closed = true
+	s.ruleset.Close()
+}
+
+// Cancel kills every run started with tag (every run when tag is empty).
+func (s *Sandbox) Cancel(tag string) int {
+	s.mu.Lock()
+	var fns []func()
+	for t, list := range s.running {
+		if tag == "" || t == tag {
+			for _, f := range list {
+				fns = append(fns, f)
+			}
+		}
+	}
+	s.mu.Unlock()
+	for _, f := range fns {
+		f()
+	}
+	return len(fns)
+}
+
+func (s *Sandbox) track(tag string, cancel func()) (untrack func()) {
+	id := runSeq.Add(1)
+	s.mu.Lock()
+	if s.running[tag] == nil {
+		s.running[tag] = map[uint64]func(){}
+	}
+	s.running[tag][id] = cancel
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		delete(s.running[tag], id)
+		if len(s.running[tag]) == 0 {
+			delete(s.running, tag)
+		}
+		s.mu.Unlock()
+	}
+}
+
+var runSeq atomic.Uint64

@@ -1,0 +1,95 @@
+// Package kernel detects what confinement this kernel and process can apply: the
+// Landlock ABI, seccomp, cgroups and namespaces. Results are computed once.
+package kernel
+
+import (
+	"os"
+	"strings"
+	"sync"
+
+	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
+	"golang.org/x/sys/unix"
+)
+
+// Features is what the running kernel and process offer.
+type Features struct {
+	LandlockABI int  // 0: no Landlock
+	Seccomp     bool // seccomp filters can be installed
+	Root        bool // effective uid 0
+	PidNS       bool // a new pid namespace can be created for children
+	UserNS      bool // unprivileged user namespaces (needed for the pid ns when not root)
+	Cgroup      *CgroupInfo
+	Disabled    []string // features turned off by SANDTRAP_TEST_DISABLE
+}
+
+// CgroupInfo describes where this process may create sandbox cgroups.
+type CgroupInfo struct {
+	Version int               // 1 or 2
+	Dirs    map[string]string // controller -> directory of this process's own cgroup
+}
+
+var (
+	once     sync.Once
+	features Features
+)
+
+// Probe returns the detected features (cached after the first call).
+func Probe() Features {
+	once.Do(func() { features = probe() })
+	return features
+}
+
+// testDisabled reads SANDTRAP_TEST_DISABLE, a test hook that makes features look
+// absent ("landlock,seccomp,cgroup,pidns"). It can only take protections away, so a
+// request that needs them fails closed unless allow_degraded.
+func testDisabled() map[string]bool {
+	out := map[string]bool{}
+	for _, f := range strings.Split(os.Getenv("SANDTRAP_TEST_DISABLE"), ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out[f] = true
+		}
+	}
+	return out
+}
+
+func probe() Features {
+	off := testDisabled()
+	f := Features{Root: unix.Geteuid() == 0}
+	for k := range off {
+		f.Disabled = append(f.Disabled, k)
+	}
+	if !off["landlock"] {
+		if v, err := ll.LandlockGetABIVersion(); err == nil && v > 0 {
+			f.LandlockABI = v
+		}
+	}
+	if !off["seccomp"] {
+		if _, err := unix.PrctlRetInt(unix.PR_GET_SECCOMP, 0, 0, 0, 0); err == nil {
+			f.Seccomp = true
+		}
+	}
+	if !off["pidns"] {
+		f.UserNS = userNSWorks()
+		f.PidNS = f.Root || f.UserNS
+	}
+	if !off["cgroup"] {
+		f.Cgroup = detectCgroup(f.Root)
+	}
+	return f
+}
+
+// userNSWorks reports whether an unprivileged user namespace can be created, which the
+// kernel allows unless a sysctl forbids it.
+func userNSWorks() bool {
+	for _, p := range []string{"/proc/sys/kernel/unprivileged_userns_clone", "/proc/sys/user/max_user_namespaces"} {
+		b, err := os.ReadFile(p)
+		if err == nil && strings.TrimSpace(string(b)) == "0" {
+			return false
+		}
+	}
+	b, err := os.ReadFile("/proc/sys/kernel/apparmor_restrict_unprivileged_userns")
+	if err == nil && strings.TrimSpace(string(b)) == "1" {
+		return false
+	}
+	return true
+}

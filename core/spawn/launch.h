@@ -1,0 +1,74 @@
+/* launch.h — the confined-spawn primitive (internal to core/spawn).
+ *
+ * st_launch() starts one child with clone(CLONE_VM|CLONE_VFORK): the child shares
+ * the host's memory until it calls execve, so it runs only async-signal-safe raw
+ * syscalls on data the parent prepared, and it applies every confinement step
+ * before the execve. The parent thread is suspended until the child has either
+ * exec'd (success) or _exit'ed (then err_stage/err_errno say why). */
+#ifndef SANDTRAP_LAUNCH_H
+#define SANDTRAP_LAUNCH_H
+
+#include <stdint.h>
+#include <sys/resource.h>
+
+#define ST_MAX_RLIMITS 8
+#define ST_MAX_CGROUP_FDS 8
+
+enum st_stage {
+	ST_STAGE_NONE = 0,
+	ST_STAGE_CLONE,
+	ST_STAGE_SIGNALS,
+	ST_STAGE_SETSID,
+	ST_STAGE_PDEATHSIG,
+	ST_STAGE_CGROUP,
+	ST_STAGE_RLIMIT,
+	ST_STAGE_IDS,
+	ST_STAGE_CHDIR,
+	ST_STAGE_STDIO,
+	ST_STAGE_CAPS,
+	ST_STAGE_NO_NEW_PRIVS,
+	ST_STAGE_LANDLOCK,
+	ST_STAGE_CLOSE_FDS,
+	ST_STAGE_RLIMIT_AS,
+	ST_STAGE_SECCOMP,
+	ST_STAGE_EXEC,
+};
+
+struct st_launch {
+	/* what to run */
+	const char *path;
+	char *const *argv;
+	char *const *envp;
+	const char *cwd; /* NULL: inherit */
+	int stdio[3];    /* fds to place on 0, 1, 2 (each >= 3) */
+
+	/* confinement */
+	int new_pid_ns;  /* CLONE_NEWPID */
+	int new_user_ns; /* CLONE_NEWUSER (non-root: needed for the pid ns) */
+	int cgroup_fds[ST_MAX_CGROUP_FDS]; /* open cgroup.procs files: child writes "0" */
+	int n_cgroup_fds;
+	int rl_resource[ST_MAX_RLIMITS];
+	struct rlimit rl_value[ST_MAX_RLIMITS];
+	int n_rlimits;
+	int has_rlimit_as; /* applied last, right before seccomp */
+	struct rlimit rlimit_as;
+	int set_ids; uint32_t uid, gid;
+	int drop_caps;
+	int no_new_privs;
+	int landlock_fd; /* -1: none */
+	uint32_t landlock_flags;
+	const void *bpf; /* struct sock_filter[]; NULL: none */
+	uint16_t bpf_len;
+
+	/* results */
+	int pid;
+	int pidfd;
+	int err_stage;
+	int err_errno;
+};
+
+/* Returns 0 when the child exec'd; -1 otherwise (err_stage/err_errno set; a child
+ * that failed after clone has already been reaped). */
+int st_launch(struct st_launch *l);
+
+#endif
