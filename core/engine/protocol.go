@@ -95,11 +95,7 @@ func NewFromMsgpack(b []byte) (*Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	p, err := policy.FromMap(m)
-	if err != nil {
-		return nil, &Error{Kind: KindInvalidPolicy, Message: err.Error()}
-	}
-	return New(p)
+	return NewFromMap(m)
 }
 
 // Encode marshals a response.

@@ -189,12 +189,10 @@ func (s *Sandbox) Run(req *RunRequest) *Result {
 			unix.Close(fd)
 		}
 	}()
-	s.mu.Lock()
-	closed := s.closed
-	s.mu.Unlock()
-	if closed {
+	if !s.enter() {
 		return failed(KindInvalidRequest, "sandbox is closed", iso)
 	}
+	defer s.inflight.Done()
 	p := s.Policy
 	env := s.env
 	if len(req.Env) > 0 {
@@ -532,5 +530,3 @@ func (s *Sandbox) isolation() *Isolation {
 	c.Degraded = append([]string{}, s.report.Degraded...)
 	return &c
 }
-
-

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 
 	"github.com/sandtrap/sandtrap/core/cgroup"
+	"github.com/sandtrap/sandtrap/core/confine"
 	"github.com/sandtrap/sandtrap/core/kernel"
 	"github.com/sandtrap/sandtrap/core/landlock"
 	"github.com/sandtrap/sandtrap/core/policy"
@@ -66,16 +67,25 @@ type Sandbox struct {
 	report   Isolation // what every run of this sandbox enforces
 	env      []string  // base environment (policy applied)
 
-	id      uint64
-	mu      sync.Mutex
-	closed  bool
-	running map[string]map[uint64]func() // cancel tag -> run id -> cancel
+	id       uint64
+	inflight sync.WaitGroup
+	mu       sync.Mutex
+	closed   bool
+	running  map[string]map[uint64]func() // cancel tag -> run id -> cancel
+}
+
+// NewFromMap decodes a policy map, validates it (as data and against this machine,
+// every problem reported at once) and compiles it.
+func NewFromMap(m map[string]any) (*Sandbox, error) {
+	p, probs := policy.Decode(m)
+	return build(p, probs)
 }
 
 // New validates p against this machine and compiles its plan.
-func New(p *policy.Policy) (*Sandbox, error) {
+func New(p *policy.Policy) (*Sandbox, error) { return build(p, nil) }
+
+func build(p *policy.Policy, probs policy.Problems) (*Sandbox, error) {
 	f := kernel.Probe()
-	var probs policy.Problems
 	for _, list := range [][]string{p.FSReadable, p.FSWritable} {
 		for _, path := range list {
 			if _, err := os.Stat(path); err != nil {
@@ -103,6 +113,7 @@ func New(p *policy.Policy) (*Sandbox, error) {
 		return nil, &Error{Kind: KindInvalidPolicy, Message: err.Error()}
 	}
 
+	nullFD()
 	sb := &Sandbox{Policy: p, features: f, running: map[string]map[uint64]func(){}}
 	rep := &sb.report
 	rep.Degraded = []string{}
@@ -294,24 +305,39 @@ func flatten(env map[string]string) []string {
 	return out
 }
 
-// Close releases the ruleset. Runs in flight keep working (the kernel holds the
-// domain); new runs fail.
+// Close waits for runs in flight, then releases the ruleset; later runs fail.
 func (s *Sandbox) Close() {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.closed {
+		s.mu.Unlock()
 		return
 	}
 	s.closed = true
+	s.mu.Unlock()
+	s.inflight.Wait() // runs in flight still need the ruleset fd
 	s.ruleset.Close()
 }
 
-// Cancel kills every run started with tag (every run when tag is empty).
-func (s *Sandbox) Cancel(tag string) int {
+// enter registers a run in flight; false once the sandbox is closed.
+func (s *Sandbox) enter() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.inflight.Add(1)
+	return true
+}
+
+// ID is the sandbox's registry id (0 when unregistered).
+func (s *Sandbox) ID() uint64 { return s.id }
+
+// Cancel kills every run started with tag (every run when all is set).
+func (s *Sandbox) Cancel(tag string, all bool) int {
 	s.mu.Lock()
 	var fns []func()
 	for t, list := range s.running {
-		if tag == "" || t == tag {
+		if all || t == tag {
 			for _, f := range list {
 				fns = append(fns, f)
 			}
@@ -343,3 +369,25 @@ func (s *Sandbox) track(tag string, cancel func()) (untrack func()) {
 }
 
 var runSeq atomic.Uint64
+
+// Confine applies this sandbox's Landlock ruleset (and, when withSeccomp, its
+// seccomp filter) to every thread of the calling process, irreversibly.
+func (s *Sandbox) Confine(withSeccomp bool) error {
+	plan := confine.Plan{LandlockFD: -1}
+	if s.ruleset != nil {
+		plan.LandlockFD = s.ruleset.FD
+	} else if !s.Policy.AllowDegraded {
+		return errorf(KindIsolation, "isolation unavailable: landlock")
+	}
+	if withSeccomp {
+		if s.bpf == nil {
+			return errorf(KindIsolation, "isolation unavailable: seccomp")
+		}
+		plan.BPF = s.bpf.BPF
+	}
+	nullFD() // keep /dev/null reachable for later runs
+	if err := confine.Apply(plan); err != nil {
+		return errorf(KindIsolation, "%v", err)
+	}
+	return nil
+}

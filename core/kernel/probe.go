@@ -36,6 +36,8 @@ var (
 // Probe returns the detected features (cached after the first call).
 func Probe() Features {
 	once.Do(func() { features = probe() })
+	mu.Lock()
+	defer mu.Unlock()
 	return features
 }
 
@@ -93,3 +95,15 @@ func userNSWorks() bool {
 	}
 	return true
 }
+
+// MarkSeccompConfined records that the host itself now runs under the sandbox's
+// seccomp filter, which refuses new namespaces: later runs use cgroups to contain
+// their tree, or fail closed.
+func MarkSeccompConfined() {
+	Probe()
+	mu.Lock()
+	features.PidNS, features.UserNS = false, false
+	mu.Unlock()
+}
+
+var mu sync.Mutex

@@ -82,6 +82,16 @@ var Fields = []string{"fs_readable", "fs_writable", "fs_denied", "net_allow", "n
 // FromMap decodes and validates a policy map (as decoded from msgpack). Unknown keys,
 // wrong types and invalid values are all reported together.
 func FromMap(m map[string]any) (*Policy, error) {
+	p, probs := Decode(m)
+	if err := probs.Err(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// Decode is FromMap that returns the policy read so far with every problem, so that
+// callers can add their own checks to the same list.
+func Decode(m map[string]any) (*Policy, Problems) {
 	var p Policy
 	var probs Problems
 	known := map[string]bool{}
@@ -146,10 +156,7 @@ func FromMap(m map[string]any) (*Policy, error) {
 			}
 		}
 	}
-	if err := probs.Err(); err != nil {
-		return nil, err
-	}
-	return &p, nil
+	return &p, probs
 }
 
 // Within reports whether path p is dir or lies beneath it (both clean and absolute).

@@ -1,0 +1,44 @@
+# sandtrap — build, test and benchmark everything.
+GO      ?= go
+PYTHON  ?= python3
+BUILD   := build
+LIB     := $(BUILD)/libsandtrap.so
+GOFILES := $(shell find core capi -name '*.go' -o -name '*.c' -o -name '*.h' -o -name '*.py' -o -name '*.map') go.mod go.sum
+LDFLAGS := -s -w -extldflags '-Wl,--version-script=$(CURDIR)/capi/sandtrap.map'
+CFLAGS_HDR := -std=c99 -pedantic -Wall -Wextra -Werror
+
+.PHONY: all lib test test-go test-c test-python test-node fuzz bench deps demo clean
+
+all: lib
+
+lib: $(LIB)
+
+$(LIB): $(GOFILES) include/sandtrap.h
+	@mkdir -p $(BUILD)
+	CGO_ENABLED=1 $(GO) build -trimpath -buildmode=c-shared -ldflags "$(LDFLAGS)" -o $(LIB) ./capi
+	@rm -f $(BUILD)/libsandtrap.h   # the hand-written include/sandtrap.h is the contract
+
+# Everything a fresh machine needs (Debian packages, Go modules).
+deps:
+	bash scripts/deps.sh
+
+test: lib test-go test-c fuzz
+
+test-go:
+	$(GO) test -count=1 ./core/...
+
+test-c: lib
+	bash tests/c/run.sh
+
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzDecodeRequest -fuzztime 20s ./core/engine
+	$(GO) test -run '^$$' -fuzz FuzzPolicy -fuzztime 10s ./core/policy
+
+bench: lib
+	$(GO) run ./bench/spawn
+
+demo: lib
+	$(GO) run ./cmd/demo
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,249 @@
+/* abi.c — the public sandtrap_* symbols. Each one refuses to enter Go in a child
+ * forked from the host (the Go runtime does not survive fork), then converts and
+ * forwards to the Go export of the same name with a "stgo_" prefix. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "../include/sandtrap.h"
+#include "_cgo_export.h"
+
+#define SANDTRAP_VERSION_STRING "0.1.0"
+
+struct sandtrap_sandbox_builder { uintptr_t h; };
+struct sandtrap_sandbox { uintptr_t h; uint64_t id; };
+
+static volatile int forked_child;
+static struct rlimit host_nofile;
+static int have_host_nofile;
+
+static void on_fork_child(void) { forked_child = 1; }
+
+/* Runs when the library is loaded, before Go's package initialisers raise
+ * RLIMIT_NOFILE: remember the host's limit so it can be put back. */
+__attribute__((constructor(101))) static void sandtrap_load(void)
+{
+	struct sigaction sa;
+	pthread_atfork(NULL, NULL, on_fork_child);
+	if (getrlimit(RLIMIT_NOFILE, &host_nofile) == 0)
+		have_host_nofile = 1;
+	/* A broken pipe must be an EPIPE, never the death of the host. */
+	if (sigaction(SIGPIPE, NULL, &sa) == 0 && sa.sa_handler == SIG_DFL) {
+		memset(&sa, 0, sizeof sa);
+		sa.sa_handler = SIG_IGN;
+		sigaction(SIGPIPE, &sa, NULL);
+	}
+}
+
+int st_host_nofile(uint64_t *cur, uint64_t *max)
+{
+	if (!have_host_nofile)
+		return 0;
+	*cur = host_nofile.rlim_cur;
+	*max = host_nofile.rlim_max;
+	return 1;
+}
+
+#define GUARD(ret) do { if (forked_child) return (ret); } while (0)
+
+int sandtrap_abi_version(void) { return SANDTRAP_ABI_VERSION; }
+
+const char *sandtrap_version(void) { return SANDTRAP_VERSION_STRING; }
+
+const char *sandtrap_status_name(int s)
+{
+	switch (s) {
+	case SANDTRAP_OK: return "ok";
+	case SANDTRAP_E_INVALID_ARGUMENT: return "invalid_argument";
+	case SANDTRAP_E_INVALID_REQUEST: return "invalid_request";
+	case SANDTRAP_E_INVALID_POLICY: return "invalid_policy";
+	case SANDTRAP_E_ISOLATION_UNAVAILABLE: return "isolation_unavailable";
+	case SANDTRAP_E_NOT_FOUND: return "not_found";
+	case SANDTRAP_E_SPAWN_FAILED: return "spawn_failed";
+	case SANDTRAP_E_FORKED_CHILD: return "forked_child";
+	case SANDTRAP_E_CLOSED: return "closed";
+	case SANDTRAP_E_INTERNAL: return "internal";
+	}
+	return "unknown";
+}
+
+void sandtrap_string_free(char *s) { free(s); }
+void sandtrap_buffer_free(uint8_t *b) { free(b); }
+
+int sandtrap_probe(uint8_t **out, size_t *out_len)
+{
+	GUARD(SANDTRAP_E_FORKED_CHILD);
+	if (!out || !out_len)
+		return SANDTRAP_E_INVALID_ARGUMENT;
+	return stgo_probe(out, out_len);
+}
+
+sandtrap_sandbox_builder *sandtrap_sandbox_builder_new(void)
+{
+	sandtrap_sandbox_builder *b;
+	GUARD(NULL);
+	b = malloc(sizeof *b);
+	if (b)
+		b->h = stgo_builder_new();
+	return b;
+}
+
+void sandtrap_sandbox_builder_free(sandtrap_sandbox_builder *b)
+{
+	if (!b)
+		return;
+	if (!forked_child)
+		stgo_handle_delete(b->h);
+	free(b);
+}
+
+#define BSTR(name)                                                              \
+	int sandtrap_sandbox_builder_##name(sandtrap_sandbox_builder *b, const char *s) \
+	{                                                                       \
+		GUARD(SANDTRAP_E_FORKED_CHILD);                                 \
+		if (!b || !s)                                                   \
+			return SANDTRAP_E_INVALID_ARGUMENT;                     \
+		return stgo_builder_str(b->h, (char *)#name, (char *)s);        \
+	}
+#define BNUM(name, type)                                                        \
+	int sandtrap_sandbox_builder_##name(sandtrap_sandbox_builder *b, type v)  \
+	{                                                                       \
+		GUARD(SANDTRAP_E_FORKED_CHILD);                                 \
+		if (!b)                                                         \
+			return SANDTRAP_E_INVALID_ARGUMENT;                     \
+		return stgo_builder_num(b->h, (char *)#name, (double)v);        \
+	}
+#define BBOOL(name)                                                             \
+	int sandtrap_sandbox_builder_##name(sandtrap_sandbox_builder *b, int v)   \
+	{                                                                       \
+		GUARD(SANDTRAP_E_FORKED_CHILD);                                 \
+		if (!b)                                                         \
+			return SANDTRAP_E_INVALID_ARGUMENT;                     \
+		return stgo_builder_bool(b->h, (char *)#name, v != 0);          \
+	}
+
+BSTR(fs_readable)
+BSTR(fs_writable)
+BSTR(fs_denied)
+BSTR(net_allow)
+BSTR(net_allow_bind_str)
+BSTR(cwd)
+BSTR(extra_allow_syscall)
+BSTR(extra_deny_syscall)
+BNUM(net_allow_bind, uint16_t)
+BNUM(max_memory, uint64_t)
+BNUM(max_processes, uint32_t)
+BNUM(max_open_files, uint32_t)
+BNUM(max_disk, uint64_t)
+BNUM(max_cpu, uint32_t)
+BNUM(max_cpu_time, double)
+BNUM(timeout, double)
+BNUM(max_output, uint64_t)
+BBOOL(net_allow_udp)
+BBOOL(net_allow_unix)
+BBOOL(clean_env)
+BBOOL(allow_degraded)
+
+int sandtrap_sandbox_builder_env(sandtrap_sandbox_builder *b, const char *name, const char *value)
+{
+	GUARD(SANDTRAP_E_FORKED_CHILD);
+	if (!b || !name || !value)
+		return SANDTRAP_E_INVALID_ARGUMENT;
+	return stgo_builder_env(b->h, (char *)name, (char *)value);
+}
+
+int sandtrap_sandbox_builder_ids(sandtrap_sandbox_builder *b, uint32_t uid, uint32_t gid)
+{
+	GUARD(SANDTRAP_E_FORKED_CHILD);
+	if (!b)
+		return SANDTRAP_E_INVALID_ARGUMENT;
+	stgo_builder_num(b->h, (char *)"uid", (double)uid);
+	return stgo_builder_num(b->h, (char *)"gid", (double)gid);
+}
+
+static int wrap_sandbox(int rc, uintptr_t h, sandtrap_sandbox **out)
+{
+	sandtrap_sandbox *sb;
+	if (rc != SANDTRAP_OK)
+		return rc;
+	sb = malloc(sizeof *sb);
+	if (!sb) {
+		stgo_sandbox_free(h);
+		return SANDTRAP_E_INTERNAL;
+	}
+	sb->h = h;
+	sb->id = stgo_sandbox_id(h);
+	*out = sb;
+	return SANDTRAP_OK;
+}
+
+int sandtrap_sandbox_builder_build(const sandtrap_sandbox_builder *b, sandtrap_sandbox **out, char **errmsg)
+{
+	uintptr_t h = 0;
+	int rc;
+	GUARD(SANDTRAP_E_FORKED_CHILD);
+	if (errmsg)
+		*errmsg = NULL;
+	if (!b || !out)
+		return SANDTRAP_E_INVALID_ARGUMENT;
+	*out = NULL;
+	rc = stgo_builder_build(b->h, &h, errmsg);
+	return wrap_sandbox(rc, h, out);
+}
+
+int sandtrap_sandbox_new(const uint8_t *policy, size_t len, sandtrap_sandbox **out, char **errmsg)
+{
+	uintptr_t h = 0;
+	int rc;
+	GUARD(SANDTRAP_E_FORKED_CHILD);
+	if (errmsg)
+		*errmsg = NULL;
+	if (!out || (!policy && len))
+		return SANDTRAP_E_INVALID_ARGUMENT;
+	*out = NULL;
+	rc = stgo_sandbox_new((uint8_t *)policy, len, &h, errmsg);
+	return wrap_sandbox(rc, h, out);
+}
+
+void sandtrap_sandbox_free(sandtrap_sandbox *sb)
+{
+	if (!sb)
+		return;
+	if (!forked_child)
+		stgo_sandbox_free(sb->h);
+	free(sb);
+}
+
+uint64_t sandtrap_sandbox_id(const sandtrap_sandbox *sb) { return sb ? sb->id : 0; }
+
+int sandtrap_sandbox_exec(sandtrap_sandbox *sb, const uint8_t *req, size_t req_len,
+			  uint8_t **resp, size_t *resp_len)
+{
+	GUARD(SANDTRAP_E_FORKED_CHILD);
+	if (!sb || !resp || !resp_len || (!req && req_len))
+		return SANDTRAP_E_INVALID_ARGUMENT;
+	*resp = NULL;
+	*resp_len = 0;
+	return stgo_sandbox_exec(sb->h, (uint8_t *)req, req_len, resp, resp_len);
+}
+
+int sandtrap_sandbox_cancel(sandtrap_sandbox *sb, const char *tag)
+{
+	GUARD(SANDTRAP_E_FORKED_CHILD);
+	if (!sb)
+		return SANDTRAP_E_INVALID_ARGUMENT;
+	return stgo_sandbox_cancel(sb->h, (char *)tag);
+}
+
+int sandtrap_confine(const sandtrap_sandbox *sb, int with_seccomp, char **errmsg)
+{
+	GUARD(SANDTRAP_E_FORKED_CHILD);
+	if (errmsg)
+		*errmsg = NULL;
+	if (!sb)
+		return SANDTRAP_E_INVALID_ARGUMENT;
+	return stgo_confine(sb->h, with_seccomp != 0, errmsg);
+}

@@ -1,0 +1,53 @@
+// Package confine restricts the calling process itself, for good: no_new_privs and a
+// Landlock domain on every thread (through psx, which reaches threads the host
+// created too), and optionally the seccomp filter synchronised to every thread.
+package confine
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"unsafe"
+
+	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
+	"github.com/sandtrap/sandtrap/core/kernel"
+	"golang.org/x/sys/unix"
+)
+
+// Plan is what to apply: a built ruleset fd (-1: none) and a BPF program (nil: none).
+type Plan struct {
+	LandlockFD int
+	BPF        []byte
+}
+
+// Apply confines every thread of the process. It refuses, touching nothing, when
+// /proc/self/task is unreadable: psx would otherwise kill the whole host.
+func Apply(p Plan) error {
+	if _, err := os.ReadDir("/proc/self/task"); err != nil {
+		return fmt.Errorf("refusing to confine: /proc/self/task is unreadable (%v); psx cannot reach every thread", err)
+	}
+	if p.LandlockFD < 0 && p.BPF == nil {
+		return fmt.Errorf("nothing to confine with")
+	}
+	if err := ll.AllThreadsPrctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("no_new_privs: %w", err)
+	}
+	if p.LandlockFD >= 0 {
+		if err := ll.AllThreadsLandlockRestrictSelf(p.LandlockFD, 0); err != nil {
+			return fmt.Errorf("landlock_restrict_self: %w", err)
+		}
+	}
+	if p.BPF != nil {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		prog := unix.SockFprog{Len: uint16(len(p.BPF) / 8), Filter: (*unix.SockFilter)(unsafe.Pointer(&p.BPF[0]))}
+		_, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&prog)))
+		runtime.KeepAlive(p.BPF)
+		if errno != 0 {
+			return fmt.Errorf("seccomp (tsync): %w", errno)
+		}
+		// The filter refuses new namespaces: later runs must not ask for a pid namespace.
+		kernel.MarkSeccompConfined()
+	}
+	return nil
+}

@@ -1,0 +1,148 @@
+/*
+ * sandtrap.h — the C interface of libsandtrap.so.
+ *
+ * sandtrap runs commands (and Python code) confined by Landlock, seccomp, a pid
+ * namespace and resource limits. This header is the specification of the C ABI;
+ * docs/protocol.md documents every msgpack key of requests and responses.
+ *
+ * Conventions (libgit2 / SQLite style):
+ *  - Objects are opaque handles; each has a _free function that accepts NULL.
+ *  - Functions return int status codes: SANDTRAP_OK (0) or a stable negative
+ *    SANDTRAP_E_* code. Where a function takes `char **errmsg`, a failure stores a
+ *    message there (free it with sandtrap_string_free); pass NULL to ignore it.
+ *  - Buffers and strings returned by the library are freed only by
+ *    sandtrap_buffer_free / sandtrap_string_free.
+ *  - Every function may be called from many threads at once. A sandbox handle may
+ *    serve many concurrent sandtrap_sandbox_exec calls.
+ *  - After fork(2) in a process that loaded the library, the child must not call
+ *    into it: every function then returns SANDTRAP_E_FORKED_CHILD without running.
+ *  - The library never writes to stdio and ignores SIGPIPE (a host that had SIGPIPE
+ *    at its default disposition sees EPIPE instead of dying on a broken pipe).
+ */
+#ifndef SANDTRAP_H
+#define SANDTRAP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Version of this header's ABI; compare with sandtrap_abi_version(). */
+#define SANDTRAP_ABI_VERSION 1
+
+/* Status codes. Stable: new codes may be added, values never change. */
+#define SANDTRAP_OK 0
+#define SANDTRAP_E_INVALID_ARGUMENT (-1)      /* NULL handle, bad pointer/length */
+#define SANDTRAP_E_INVALID_REQUEST (-2)       /* malformed msgpack, unknown keys, bad values */
+#define SANDTRAP_E_INVALID_POLICY (-3)        /* policy fails validation (every problem listed) */
+#define SANDTRAP_E_ISOLATION_UNAVAILABLE (-4) /* a requested protection cannot be applied */
+#define SANDTRAP_E_NOT_FOUND (-5)             /* program not found */
+#define SANDTRAP_E_SPAWN_FAILED (-6)          /* the child could not be started */
+#define SANDTRAP_E_FORKED_CHILD (-7)          /* called in a child forked from the host */
+#define SANDTRAP_E_CLOSED (-8)                /* handle already closed */
+#define SANDTRAP_E_INTERNAL (-99)             /* a bug: please report */
+
+typedef struct sandtrap_sandbox_builder sandtrap_sandbox_builder;
+typedef struct sandtrap_sandbox sandtrap_sandbox;
+
+/* The ABI version of the loaded library (SANDTRAP_ABI_VERSION it was built with). */
+int sandtrap_abi_version(void);
+
+/* The library version, e.g. "0.1.0". Static storage: do not free. */
+const char *sandtrap_version(void);
+
+/* A short static name for a status code ("ok", "invalid_policy", …). */
+const char *sandtrap_status_name(int status);
+
+/* Free strings and buffers returned by the library. NULL is a no-op. */
+void sandtrap_string_free(char *s);
+void sandtrap_buffer_free(uint8_t *buf);
+
+/* What this kernel and process can enforce, as a msgpack map (docs/protocol.md,
+ * "probe"): Landlock ABI, seccomp, namespaces, cgroups, root. */
+int sandtrap_probe(uint8_t **out, size_t *out_len);
+
+/* ---- Building a policy ------------------------------------------------------
+ * A builder collects fields; sandtrap_sandbox_builder_build validates them all at
+ * once and returns a sandbox. Setters only record (they fail only on NULL or, for
+ * strings, on a NUL-free C string being required); list setters append. Sizes are
+ * bytes; 0 means "no limit" for the limits. */
+sandtrap_sandbox_builder *sandtrap_sandbox_builder_new(void);
+void sandtrap_sandbox_builder_free(sandtrap_sandbox_builder *b);
+
+/* Paths: absolute, must exist at build time. Readable = read + execute. */
+int sandtrap_sandbox_builder_fs_readable(sandtrap_sandbox_builder *b, const char *path);
+int sandtrap_sandbox_builder_fs_writable(sandtrap_sandbox_builder *b, const char *path);
+/* Denied paths inside allowed trees (see docs/security.md for exact semantics). */
+int sandtrap_sandbox_builder_fs_denied(sandtrap_sandbox_builder *b, const char *path);
+/* TCP connect: "443", "host:443" (host needs allow_degraded: the kernel enforces
+ * the port only) or "*" (any). */
+int sandtrap_sandbox_builder_net_allow(sandtrap_sandbox_builder *b, const char *target);
+/* TCP bind: one port, or a range "8000-8005" through the _str variant. */
+int sandtrap_sandbox_builder_net_allow_bind(sandtrap_sandbox_builder *b, uint16_t port);
+int sandtrap_sandbox_builder_net_allow_bind_str(sandtrap_sandbox_builder *b, const char *ports);
+int sandtrap_sandbox_builder_net_allow_udp(sandtrap_sandbox_builder *b, int allow);
+int sandtrap_sandbox_builder_net_allow_unix(sandtrap_sandbox_builder *b, int allow);
+int sandtrap_sandbox_builder_max_memory(sandtrap_sandbox_builder *b, uint64_t bytes);
+int sandtrap_sandbox_builder_max_processes(sandtrap_sandbox_builder *b, uint32_t n);
+int sandtrap_sandbox_builder_max_open_files(sandtrap_sandbox_builder *b, uint32_t n);
+int sandtrap_sandbox_builder_max_disk(sandtrap_sandbox_builder *b, uint64_t bytes);
+/* Percent of one CPU (throttled, e.g. 50 or 200). */
+int sandtrap_sandbox_builder_max_cpu(sandtrap_sandbox_builder *b, uint32_t percent);
+/* CPU seconds for the whole run, then killed. */
+int sandtrap_sandbox_builder_max_cpu_time(sandtrap_sandbox_builder *b, double seconds);
+/* Default wall-clock timeout of a run, in seconds. */
+int sandtrap_sandbox_builder_timeout(sandtrap_sandbox_builder *b, double seconds);
+/* Bytes kept of each of stdout and stderr (default 16 MiB; the rest is drained). */
+int sandtrap_sandbox_builder_max_output(sandtrap_sandbox_builder *b, uint64_t bytes);
+int sandtrap_sandbox_builder_env(sandtrap_sandbox_builder *b, const char *name, const char *value);
+int sandtrap_sandbox_builder_clean_env(sandtrap_sandbox_builder *b, int clean);
+int sandtrap_sandbox_builder_cwd(sandtrap_sandbox_builder *b, const char *path);
+/* Run the target as uid/gid (host must be root). */
+int sandtrap_sandbox_builder_ids(sandtrap_sandbox_builder *b, uint32_t uid, uint32_t gid);
+int sandtrap_sandbox_builder_extra_allow_syscall(sandtrap_sandbox_builder *b, const char *name);
+int sandtrap_sandbox_builder_extra_deny_syscall(sandtrap_sandbox_builder *b, const char *name);
+/* Run even when a requested protection is unavailable (reported in results). */
+int sandtrap_sandbox_builder_allow_degraded(sandtrap_sandbox_builder *b, int allow);
+
+/* Validate and compile. On failure *out is NULL and *errmsg (if non-NULL) lists
+ * every problem. The builder stays usable and must still be freed. */
+int sandtrap_sandbox_builder_build(const sandtrap_sandbox_builder *b, sandtrap_sandbox **out, char **errmsg);
+
+/* The same from one msgpack policy map (keys as in docs/protocol.md). */
+int sandtrap_sandbox_new(const uint8_t *policy, size_t len, sandtrap_sandbox **out, char **errmsg);
+
+/* Free a sandbox. Runs in flight on other threads finish first. NULL is a no-op. */
+void sandtrap_sandbox_free(sandtrap_sandbox *sb);
+
+/* The sandbox's id, used to name it as a pipeline stage in another request. */
+uint64_t sandtrap_sandbox_id(const sandtrap_sandbox *sb);
+
+/* ---- Operations --------------------------------------------------------------
+ * One msgpack request map in, one msgpack response map out (docs/protocol.md):
+ * {"op": "run", "argv": [...], ...}, {"op": "pipeline", ...}, {"op": "isolation"}.
+ * *resp is set whenever the return value is not SANDTRAP_E_INVALID_ARGUMENT or
+ * SANDTRAP_E_FORKED_CHILD, even on failure: the response's "error" says why.
+ * A run whose program fails, times out, is cancelled or hits a limit returns
+ * SANDTRAP_OK: its fate is in the response. Blocks until the operation ends. */
+int sandtrap_sandbox_exec(sandtrap_sandbox *sb, const uint8_t *req, size_t req_len,
+                          uint8_t **resp, size_t *resp_len);
+
+/* Kill every operation of sb started with request key "tag" == tag (every one when
+ * tag is NULL). Their exec calls return with "cancelled". Returns how many were
+ * cancelled (>= 0) or a negative status. */
+int sandtrap_sandbox_cancel(sandtrap_sandbox *sb, const char *tag);
+
+/* Confine the calling process for good with sb's policy: Landlock on every thread
+ * (files, network, scoping) and, when with_seccomp is non-zero, the seccomp filter.
+ * Refuses (SANDTRAP_E_ISOLATION_UNAVAILABLE) rather than risking the host, e.g. when
+ * /proc/self/task is unreadable. Calling it again stacks a further restriction. */
+int sandtrap_confine(const sandtrap_sandbox *sb, int with_seccomp, char **errmsg);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SANDTRAP_H */
