@@ -7,13 +7,22 @@ GOFILES := $(shell find core capi -name '*.go' -o -name '*.c' -o -name '*.h' -o 
 LDFLAGS := -s -w -extldflags '-Wl,--version-script=$(CURDIR)/capi/sandtrap.map'
 CFLAGS_HDR := -std=c99 -pedantic -Wall -Wextra -Werror
 
-.PHONY: all lib test test-go test-c test-python test-node fuzz bench deps demo clean
+INIT    := core/spawn/sandtrap-init
+INIT_CFLAGS := -Os -static -nostdlib -fno-stack-protector -fno-asynchronous-unwind-tables \
+	-fno-pie -no-pie -Wall -Wextra -Werror -s
+
+.PHONY: all lib init test test-go test-c test-python test-node fuzz bench deps demo clean
 
 all: lib
 
 lib: $(LIB)
 
-$(LIB): $(GOFILES) include/sandtrap.h
+# pid 1 of every sandbox: freestanding, embedded into the library (go:embed)
+init: $(INIT)
+$(INIT): core/spawn/init/init.c
+	$(CC) $(INIT_CFLAGS) -o $@ $<
+
+$(LIB): $(GOFILES) include/sandtrap.h $(INIT)
 	@mkdir -p $(BUILD)
 	CGO_ENABLED=1 $(GO) build -trimpath -buildmode=c-shared -ldflags "$(LDFLAGS)" -o $(LIB) ./capi
 	@rm -f $(BUILD)/libsandtrap.h   # the hand-written include/sandtrap.h is the contract
@@ -24,13 +33,13 @@ deps:
 
 test: lib test-go test-c fuzz
 
-test-go:
+test-go: $(INIT)
 	$(GO) test -count=1 ./core/...
 
 test-c: lib
 	bash tests/c/run.sh
 
-fuzz:
+fuzz: $(INIT)
 	$(GO) test -run '^$$' -fuzz FuzzDecodeRequest -fuzztime 20s ./core/engine
 	$(GO) test -run '^$$' -fuzz FuzzPolicy -fuzztime 10s ./core/policy
 
@@ -41,4 +50,4 @@ demo: lib
 	$(GO) run ./cmd/demo
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(INIT)

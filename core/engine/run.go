@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 
 	"math"
 	"os"
@@ -82,13 +83,8 @@ func nullFD() int {
 	return devNull
 }
 
-// highFD moves fd to >= 3 so the child's dup2 onto 0..2 never clobbers a source.
 func highFD(fd int) int {
-	if fd >= 3 {
-		return fd
-	}
-	n, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 3)
-	unix.Close(fd)
+	n, err := spawn.HighFD(fd)
 	if err != nil {
 		return -1
 	}
@@ -137,9 +133,8 @@ type capture struct {
 }
 
 func newCapture(fd int, max int64) *capture {
+	unix.SetNonblock(fd, true) // before NewFile, so Go's poller waits for it
 	c := &capture{max: max, done: make(chan struct{}), f: os.NewFile(uintptr(fd), "sandbox-output")}
-	unix.SetNonblock(fd, true) // let Go's poller wait for it
-	c.f = os.NewFile(uintptr(fd), "sandbox-output")
 	go func() {
 		defer close(c.done)
 		chunk := make([]byte, 64<<10)
@@ -231,9 +226,7 @@ func (s *Sandbox) Run(req *RunRequest) *Result {
 	if s.ruleset != nil {
 		spec.LandlockFD = s.ruleset.FD
 	}
-	if s.bpf != nil {
-		spec.BPF = s.bpf.BPF
-	}
+	spec.Config = s.config
 	if p.UID != nil {
 		spec.SetIDs, spec.UID, spec.GID = true, *p.UID, *p.GID
 	}
@@ -254,9 +247,6 @@ func (s *Sandbox) Run(req *RunRequest) *Result {
 		rl(unix.RLIMIT_NPROC, uint64(p.MaxProcesses), uint64(p.MaxProcesses))
 	}
 	rl(unix.RLIMIT_CORE, 0, 0) // no core dumps of sandbox memory
-	if p.MaxMemory > 0 && iso.Limits["max_memory"].Via == "rlimit_as" {
-		spec.RlimitAS = &spawn.Rlimit{Cur: uint64(p.MaxMemory), Max: uint64(p.MaxMemory)}
-	}
 
 	// cgroup for limits and accounting
 	var cg *cgroup.Group
@@ -309,6 +299,14 @@ func (s *Sandbox) Run(req *RunRequest) *Result {
 	if stdinR < 0 {
 		return failed(KindSpawn, "cannot open /dev/null", iso)
 	}
+	statusR, statusW, err := pipe()
+	if err != nil {
+		return failed(KindSpawn, "pipe: "+err.Error(), iso)
+	}
+	statusFile := os.NewFile(uintptr(statusR), "sandtrap-status")
+	defer statusFile.Close()
+	closeAfter = append(closeAfter, statusW)
+	spec.StatusFD = statusW
 
 	start := time.Now()
 	proc, err := spawn.Start(spec)
@@ -328,8 +326,8 @@ func (s *Sandbox) Run(req *RunRequest) *Result {
 	defer unix.Close(proc.PidFD)
 	if stdinW >= 0 {
 		go func(data []byte, fd int) {
-			f := os.NewFile(uintptr(fd), "sandbox-stdin")
 			unix.SetNonblock(fd, true)
+			f := os.NewFile(uintptr(fd), "sandbox-stdin")
 			f.Write(data) // EPIPE when the target does not read: fine
 			f.Close()
 		}(req.Stdin, stdinW)
@@ -401,6 +399,23 @@ wait:
 	// The main process is gone: nothing of the run may outlive it.
 	killTree()
 	res := &Result{Isolation: iso}
+	statusBytes, _ := io.ReadAll(statusFile)
+	st := spawn.ReadStatus(statusBytes)
+	if st.InitFailed != "" {
+		drain(outC, errC)
+		return failed(KindIsolation, fmt.Sprintf("isolation unavailable: applying %s failed: %v", st.InitFailed, st.InitErrno), iso)
+	}
+	if st.ExecErrno != 0 {
+		drain(outC, errC)
+		kind := KindSpawn
+		if st.ExecErrno == unix.ENOENT || st.ExecErrno == unix.ENOTDIR {
+			kind = KindNotFound
+		}
+		return failed(kind, spawnErrMessage(path, &spawn.Error{Stage: "exec", Errno: st.ExecErrno}), iso)
+	}
+	if st.Ended {
+		ws = st.Wait // the target's own status, not init's
+	}
 	var tree time.Duration
 	if cg != nil {
 		tree = cg.CPUTime()

@@ -18,6 +18,7 @@ import (
 	"github.com/sandtrap/sandtrap/core/landlock"
 	"github.com/sandtrap/sandtrap/core/policy"
 	"github.com/sandtrap/sandtrap/core/seccomp"
+	"github.com/sandtrap/sandtrap/core/spawn"
 )
 
 // Error kinds, stable across the C ABI and the bindings.
@@ -60,6 +61,7 @@ type Sandbox struct {
 	features kernel.Features
 	ruleset  *landlock.Ruleset
 	bpf      *seccomp.Program
+	config   *spawn.Config // what sandtrap-init applies last
 	pidNS    bool
 	userNS   bool
 	useCg    bool
@@ -258,6 +260,24 @@ func build(p *policy.Policy, probs policy.Problems) (*Sandbox, error) {
 	}
 	rep.Disabled = f.Disabled
 	sb.env = baseEnv(p)
+	var asLimit uint64
+	if rep.Limits["max_memory"].Via == "rlimit_as" {
+		asLimit = uint64(p.MaxMemory)
+	}
+	var bpf []byte
+	if sb.bpf != nil {
+		bpf = sb.bpf.BPF
+	}
+	if err := spawn.Ready(); err != nil {
+		sb.Close()
+		return nil, errorf(KindIsolation, "isolation unavailable: preparing sandtrap-init: %v", err)
+	}
+	cfg, err := spawn.NewConfig(asLimit, bpf)
+	if err != nil {
+		sb.Close()
+		return nil, errorf(KindIsolation, "isolation unavailable: %v", err)
+	}
+	sb.config = cfg
 	return sb, nil
 }
 
@@ -314,8 +334,9 @@ func (s *Sandbox) Close() {
 	}
 	s.closed = true
 	s.mu.Unlock()
-	s.inflight.Wait() // runs in flight still need the ruleset fd
+	s.inflight.Wait() // runs in flight still need the ruleset and config fds
 	s.ruleset.Close()
+	s.config.Close()
 }
 
 // enter registers a run in flight; false once the sandbox is closed.

@@ -4,6 +4,7 @@
 #include "launch.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/capability.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
@@ -91,12 +92,7 @@ static int child(void *arg)
 	/* 7. Working directory (resolved before Landlock so the rules decide what it may do). */
 	if (l->cwd && syscall(SYS_chdir, l->cwd) < 0)
 		return fail(l, ST_STAGE_CHDIR);
-	/* 8. stdio. Source fds are >= 3, so dup2 never clobbers a later source. */
-	for (i = 0; i < 3; i++) {
-		if (syscall(SYS_dup2, l->stdio[i], i) < 0)
-			return fail(l, ST_STAGE_STDIO);
-	}
-	/* 9. Capabilities: lock securebits, empty bounding and ambient sets, then
+	/* 8. Capabilities: lock securebits, empty bounding and ambient sets, then
 	 * clear effective/permitted/inheritable. */
 	if (l->drop_caps) {
 		struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
@@ -119,34 +115,31 @@ static int child(void *arg)
 		if (syscall(SYS_capset, &hdr, data) < 0)
 			return fail(l, ST_STAGE_CAPS);
 	}
-	/* 10. no_new_privs: required by Landlock and seccomp without CAP_SYS_ADMIN. */
+	/* 9. no_new_privs: required by Landlock and seccomp without CAP_SYS_ADMIN. */
 	if (l->no_new_privs && syscall(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
 		return fail(l, ST_STAGE_NO_NEW_PRIVS);
-	/* 11. Landlock domain for this process only (no TSYNC: the host keeps its rights). */
+	/* 10. Landlock domain for this process only (no TSYNC: the host keeps its rights). */
 	if (l->landlock_fd >= 0) {
 		if (syscall(SYS_landlock_restrict_self, l->landlock_fd, l->landlock_flags) < 0)
 			return fail(l, ST_STAGE_LANDLOCK);
 	}
-	/* 12. Every fd but stdio closed (the ruleset and cgroup fds included). */
-	if (syscall(SYS_close_range, 3, ~0U, 0) < 0)
-		return fail(l, ST_STAGE_CLOSE_FDS);
-	/* 13. Address space last: nothing after this allocates. */
-	if (l->has_rlimit_as && syscall(SYS_setrlimit, RLIMIT_AS, &l->rlimit_as) < 0)
-		return fail(l, ST_STAGE_RLIMIT_AS);
-	/* 14. seccomp, single thread, no TSYNC. */
-	if (l->bpf) {
-		struct sock_fprog prog;
-		prog.len = l->bpf_len;
-		prog.filter = (struct sock_filter *)l->bpf;
-		if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) < 0)
-			return fail(l, ST_STAGE_SECCOMP);
+	/* 11. Descriptors: stdio, then init's config (3), status (4) and its own image
+	 * (5, close-on-exec). Every source is >= 10. Everything else is closed. */
+	for (i = 0; i < 3; i++) {
+		if (syscall(SYS_dup2, l->stdio[i], i) < 0)
+			return fail(l, ST_STAGE_STDIO);
 	}
-	/* 15. Unblock signals and become the target. */
+	if (syscall(SYS_dup2, l->config_fd, 3) < 0 || syscall(SYS_dup2, l->status_fd, 4) < 0 ||
+	    syscall(SYS_dup3, l->init_fd, 5, O_CLOEXEC) < 0)
+		return fail(l, ST_STAGE_STDIO);
+	if (syscall(SYS_close_range, 6, ~0U, 0) < 0)
+		return fail(l, ST_STAGE_CLOSE_FDS);
+	/* 12. Unblock signals and become sandtrap-init. */
 	{
 		unsigned long empty = 0;
 		syscall(SYS_rt_sigprocmask, SIG_SETMASK, &empty, NULL, 8);
 	}
-	syscall(SYS_execve, l->path, l->argv, l->envp);
+	syscall(SYS_execveat, 5, "", l->init_argv, l->envp, AT_EMPTY_PATH);
 	return fail(l, ST_STAGE_EXEC);
 }
 

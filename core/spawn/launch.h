@@ -3,7 +3,8 @@
  * st_launch() starts one child with clone(CLONE_VM|CLONE_VFORK): the child shares
  * the host's memory until it calls execve, so it runs only async-signal-safe raw
  * syscalls on data the parent prepared, and it applies every confinement step
- * before the execve. The parent thread is suspended until the child has either
+ * that survives execve before exec'ing sandtrap-init (init/init.c), which applies
+ * the last two and runs the target. The parent thread is suspended until the child has either
  * exec'd (success) or _exit'ed (then err_stage/err_errno say why). */
 #ifndef SANDTRAP_LAUNCH_H
 #define SANDTRAP_LAUNCH_H
@@ -29,15 +30,11 @@ enum st_stage {
 	ST_STAGE_NO_NEW_PRIVS,
 	ST_STAGE_LANDLOCK,
 	ST_STAGE_CLOSE_FDS,
-	ST_STAGE_RLIMIT_AS,
-	ST_STAGE_SECCOMP,
 	ST_STAGE_EXEC,
 };
 
 struct st_launch {
-	/* what to run */
-	const char *path;
-	char *const *argv;
+	/* what to run: the target's path and argv travel in init_argv */
 	char *const *envp;
 	const char *cwd; /* NULL: inherit */
 	int stdio[3];    /* fds to place on 0, 1, 2 (each >= 3) */
@@ -50,15 +47,18 @@ struct st_launch {
 	int rl_resource[ST_MAX_RLIMITS];
 	struct rlimit rl_value[ST_MAX_RLIMITS];
 	int n_rlimits;
-	int has_rlimit_as; /* applied last, right before seccomp */
-	struct rlimit rlimit_as;
 	int set_ids; uint32_t uid, gid;
 	int drop_caps;
 	int no_new_privs;
 	int landlock_fd; /* -1: none */
 	uint32_t landlock_flags;
-	const void *bpf; /* struct sock_filter[]; NULL: none */
-	uint16_t bpf_len;
+	/* sandtrap-init, exec'd from a sealed memfd; it applies RLIMIT_AS and seccomp
+	 * (read from config_fd) and starts the target as its child. All three fds are
+	 * >= 10 so that placing them on 3, 4, 5 clobbers nothing. */
+	int init_fd;
+	int config_fd;
+	int status_fd;
+	char *const *init_argv; /* sandtrap-init TARGET ARGV... */
 
 	/* results */
 	int pid;
