@@ -111,7 +111,13 @@ func (s *Sandbox) pipelineRequest(m map[string]any) (*PipelineResult, error) {
 	default:
 		probs.Addf("pipeline: stdin must be bytes or a string")
 	}
-	common := parseRun(map[string]any{"argv": []any{"x"}, "timeout": m["timeout"], "tag": m["tag"]}, "pipeline", &probs)
+	commonFields := map[string]any{"argv": []any{"x"}}
+	for _, k := range []string{"timeout", "tag"} {
+		if v, ok := m[k]; ok {
+			commonFields[k] = v
+		}
+	}
+	common := parseRun(commonFields, "pipeline", &probs)
 	var stages []Stage
 	for i, st := range list {
 		sm, ok := st.(map[string]any)

@@ -77,26 +77,17 @@ static int child(void *arg)
 		if (syscall(SYS_write, l->cgroup_fds[i], "0", 1) != 1)
 			return fail(l, ST_STAGE_CGROUP);
 	}
-	/* 5. Resource limits (address space comes last). */
+	/* 5. Resource limits (RLIMIT_AS is left to sandtrap-init). */
 	for (i = 0; i < l->n_rlimits; i++) {
 		if (syscall(SYS_setrlimit, l->rl_resource[i], &l->rl_value[i]) < 0)
 			return fail(l, ST_STAGE_RLIMIT);
 	}
-	/* 6. Identity. */
-	if (l->set_ids) {
-		if (syscall(SYS_setgroups, 0, NULL) < 0 ||
-		    syscall(SYS_setresgid, l->gid, l->gid, l->gid) < 0 ||
-		    syscall(SYS_setresuid, l->uid, l->uid, l->uid) < 0)
-			return fail(l, ST_STAGE_IDS);
-	}
-	/* 7. Working directory (resolved before Landlock so the rules decide what it may do). */
+	/* 6. Working directory (resolved before Landlock so the rules decide what it may do). */
 	if (l->cwd && syscall(SYS_chdir, l->cwd) < 0)
 		return fail(l, ST_STAGE_CHDIR);
-	/* 8. Capabilities: lock securebits, empty bounding and ambient sets, then
-	 * clear effective/permitted/inheritable. */
+	/* 7. Capabilities: lock securebits, empty the bounding and ambient sets; the
+	 * effective/permitted/inheritable sets are cleared after the identity change. */
 	if (l->drop_caps) {
-		struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
-		struct __user_cap_data_struct data[2];
 		int cap;
 		syscall(SYS_prctl, PR_SET_SECUREBITS,
 			SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
@@ -111,6 +102,17 @@ static int child(void *arg)
 		}
 		if (syscall(SYS_prctl, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
 			return fail(l, ST_STAGE_CAPS);
+	}
+	/* 8. Identity, while CAP_SETUID/CAP_SETGID are still effective. */
+	if (l->set_ids) {
+		if (syscall(SYS_setgroups, 0, NULL) < 0 ||
+		    syscall(SYS_setresgid, l->gid, l->gid, l->gid) < 0 ||
+		    syscall(SYS_setresuid, l->uid, l->uid, l->uid) < 0)
+			return fail(l, ST_STAGE_IDS);
+	}
+	if (l->drop_caps) {
+		struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
+		struct __user_cap_data_struct data[2];
 		memset(data, 0, sizeof data);
 		if (syscall(SYS_capset, &hdr, data) < 0)
 			return fail(l, ST_STAGE_CAPS);

@@ -1,0 +1,396 @@
+package engine
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandtrap/sandtrap/core/kernel"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+var basePolicy = map[string]any{"fs_readable": []any{"/usr", "/lib", "/bin"}, "timeout": 30.0}
+
+func newSB(t *testing.T, extra map[string]any) *Sandbox {
+	t.Helper()
+	m := map[string]any{}
+	for k, v := range basePolicy {
+		m[k] = v
+	}
+	for k, v := range extra {
+		m[k] = v
+	}
+	sb, err := NewFromMap(m)
+	if err != nil {
+		t.Fatalf("policy: %v", err)
+	}
+	t.Cleanup(sb.Close)
+	return sb
+}
+
+func run(sb *Sandbox, argv ...string) *Result {
+	return sb.Run(&RunRequest{Argv: argv, StdinFD: -1, StdoutFD: -1})
+}
+
+func request(t *testing.T, sb *Sandbox, req map[string]any) (map[string]any, string) {
+	t.Helper()
+	b, err := msgpack.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, kind := sb.Exec(b)
+	var m map[string]any
+	if err := msgpack.Unmarshal(resp, &m); err != nil {
+		t.Fatalf("response is not msgpack: %v", err)
+	}
+	return m, kind
+}
+
+func TestInvalidPolicyListsEveryProblem(t *testing.T) {
+	_, err := NewFromMap(map[string]any{
+		"fs_readable":         []any{"relative/dir", "/no/such/path", "/tmp/a\x00b"},
+		"max_memory":          int64(-5),
+		"max_processes":       "ten",
+		"bogus_field":         true,
+		"net_allow_bind":      []any{int64(70000)},
+		"extra_deny_syscalls": []any{"not_a_syscall"},
+		"timeout":             -1.0,
+	})
+	if err == nil {
+		t.Fatal("invalid policy accepted")
+	}
+	e := err.(*Error)
+	if e.Kind != KindInvalidPolicy {
+		t.Fatalf("kind %q", e.Kind)
+	}
+	for _, want := range []string{"relative/dir", "/no/such/path", "NUL", "max_memory", "max_processes", "bogus_field", "70000", "not_a_syscall", "timeout"} {
+		if !strings.Contains(e.Message, want) {
+			t.Errorf("message lacks %q: %s", want, e.Message)
+		}
+	}
+}
+
+func TestDeniedInsideAllowedMustNotContainAllowed(t *testing.T) {
+	_, err := NewFromMap(map[string]any{"fs_readable": []any{"/usr/lib"}, "fs_denied": []any{"/usr"}})
+	if err == nil || !strings.Contains(err.Error(), "inside fs_denied") {
+		t.Fatalf("want a conflict error, got %v", err)
+	}
+}
+
+func TestBadRequests(t *testing.T) {
+	sb := newSB(t, nil)
+	cases := []struct {
+		name string
+		raw  []byte
+		want string
+	}{
+		{"malformed", []byte{0xc1, 0xff, 0x00}, "malformed msgpack"},
+		{"empty", nil, "empty input"},
+		{"not a map", mustPack([]any{1, 2}), "want a msgpack map"},
+		{"trailing", append(mustPack(map[string]any{"op": "run", "argv": []any{"true"}}), 0x01), "trailing bytes"},
+		{"no op", mustPack(map[string]any{"argv": []any{"true"}}), "missing \"op\""},
+		{"unknown op", mustPack(map[string]any{"op": "explode"}), "unknown op"},
+		{"unknown key", mustPack(map[string]any{"op": "run", "argv": []any{"true"}, "argz": 1}), "unknown field \"argz\""},
+		{"nul in argv", mustPack(map[string]any{"op": "run", "argv": []any{"echo", "a\x00b"}}), "NUL"},
+		{"empty argv", mustPack(map[string]any{"op": "run", "argv": []any{}}), "non-empty"},
+		{"argv not strings", mustPack(map[string]any{"op": "run", "argv": []any{"echo", 5}}), "argv[1]"},
+		{"negative output cap", mustPack(map[string]any{"op": "run", "argv": []any{"true"}, "max_output": -1}), "negative"},
+		{"relative cwd", mustPack(map[string]any{"op": "run", "argv": []any{"true"}, "cwd": "rel"}), "relative"},
+		{"bad timeout", mustPack(map[string]any{"op": "run", "argv": []any{"true"}, "timeout": "soon"}), "timeout"},
+		{"non-string key", []byte{0x81, 0x01, 0x02}, "not a string"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			resp, kind := sb.Exec(c.raw)
+			if kind != KindInvalidRequest {
+				t.Fatalf("kind %q", kind)
+			}
+			var m map[string]any
+			if err := msgpack.Unmarshal(resp, &m); err != nil {
+				t.Fatal(err)
+			}
+			e := m["error"].(map[string]any)
+			if e["kind"] != KindInvalidRequest || !strings.Contains(e["message"].(string), c.want) {
+				t.Fatalf("error %v, want message containing %q", e, c.want)
+			}
+		})
+	}
+}
+
+func mustPack(v any) []byte {
+	b, err := msgpack.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+func TestRunThroughProtocol(t *testing.T) {
+	sb := newSB(t, nil)
+	m, kind := request(t, sb, map[string]any{"op": "run", "argv": []any{"sh", "-c", "echo out; echo err >&2; exit 3"}})
+	if kind != "" {
+		t.Fatalf("kind %q", kind)
+	}
+	if !bytes.Equal(m["stdout"].([]byte), []byte("out\n")) || !bytes.Equal(m["stderr"].([]byte), []byte("err\n")) {
+		t.Fatalf("output %q %q", m["stdout"], m["stderr"])
+	}
+	if fmt.Sprint(m["exit_code"]) != "3" || m["success"] != false {
+		t.Fatalf("exit %v success %v", m["exit_code"], m["success"])
+	}
+	iso := m["isolation"].(map[string]any)
+	if iso["landlock"] == nil || iso["seccomp"] == nil || iso["no_new_privs"] != true {
+		t.Fatalf("isolation report incomplete: %v", iso)
+	}
+	usage := m["usage"].(map[string]any)
+	if usage["wall_s"].(float64) <= 0 {
+		t.Fatalf("usage %v", usage)
+	}
+}
+
+func TestTimeoutKillsWholeTree(t *testing.T) {
+	sb := newSB(t, nil)
+	marker := fmt.Sprintf("sleep %d", 3000+os.Getpid()%1000)
+	start := time.Now()
+	res := sb.Run(&RunRequest{Argv: []string{"sh", "-c", "(setsid sh -c '" + marker + " & " + marker + "' &); " + marker}, StdinFD: -1, StdoutFD: -1, Timeout: 0.5})
+	if !res.TimedOut || res.Error == nil || res.Error.Kind != KindTimeout {
+		t.Fatalf("not timed out: %+v", res)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("took %v", d)
+	}
+	if pids := survivors(marker); len(pids) > 0 {
+		t.Fatalf("%v survived the timeout", pids)
+	}
+}
+
+func TestChildrenOfExitedMainAreKilled(t *testing.T) {
+	sb := newSB(t, nil)
+	marker := fmt.Sprintf("sleep %d", 4000+os.Getpid()%1000)
+	res := run(sb, "sh", "-c", marker+" >/dev/null 2>&1 & echo bye")
+	if !res.Success || strings.TrimSpace(string(res.Stdout)) != "bye" {
+		t.Fatalf("%+v", res)
+	}
+	if pids := survivors(marker); len(pids) > 0 {
+		t.Fatalf("%v outlived the main process", pids)
+	}
+}
+
+func TestCancelFromAnotherGoroutine(t *testing.T) {
+	sb := newSB(t, nil)
+	marker := fmt.Sprintf("sleep %d", 5000+os.Getpid()%1000)
+	done := make(chan *Result)
+	go func() {
+		done <- sb.Run(&RunRequest{Argv: []string{"sh", "-c", marker + " & " + marker}, StdinFD: -1, StdoutFD: -1, Tag: "job-1"})
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for len(survivors(marker)) < 2 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := sb.Cancel("other-tag", false); n != 0 {
+		t.Fatalf("cancelled %d runs of another tag", n)
+	}
+	if n := sb.Cancel("job-1", false); n != 1 {
+		t.Fatalf("cancelled %d runs, want 1", n)
+	}
+	res := <-done
+	if !res.Cancelled || res.Error.Kind != KindCancelled {
+		t.Fatalf("%+v", res)
+	}
+	if pids := survivors(marker); len(pids) > 0 {
+		t.Fatalf("%v survived cancel", pids)
+	}
+}
+
+func TestManyConcurrentRuns(t *testing.T) {
+	sb := newSB(t, nil)
+	fdsBefore := countFDs(t)
+	var wg sync.WaitGroup
+	errs := make(chan string, 400)
+	for g := 0; g < 32; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; i < 10; i++ {
+				want := fmt.Sprintf("%d-%d", g, i)
+				res := run(sb, "echo", want)
+				if !res.Success || strings.TrimSpace(string(res.Stdout)) != want {
+					errs <- fmt.Sprintf("%s: %+v", want, res.Error)
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+	if after := countFDs(t); after > fdsBefore+2 {
+		t.Fatalf("fds leaked: %d before, %d after", fdsBefore, after)
+	}
+}
+
+func countFDs(t *testing.T) int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
+func TestOutputFloodIsCappedAndDrained(t *testing.T) {
+	sb := newSB(t, map[string]any{"max_output": "1M"})
+	start := time.Now()
+	res := run(sb, "sh", "-c", "head -c 104857600 /dev/zero; echo done >&2")
+	if !res.Success || !res.StdoutTruncated || len(res.Stdout) != 1<<20 || string(res.Stderr) != "done\n" {
+		t.Fatalf("success=%v truncated=%v len=%d stderr=%q", res.Success, res.StdoutTruncated, len(res.Stdout), res.Stderr)
+	}
+	t.Logf("100 MB drained in %v", time.Since(start))
+}
+
+func TestPipelineStagesKeepTheirOwnPolicy(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "secret.csv"), []byte("secret,data\n"), 0o644)
+	trusted := newSB(t, map[string]any{"fs_readable": []any{"/usr", "/lib", "/bin", dir}})
+	restricted := newSB(t, nil)
+	Register(trusted)
+	Register(restricted)
+	defer Unregister(trusted)
+	defer Unregister(restricted)
+	m, kind := request(t, trusted, map[string]any{"op": "pipeline", "stages": []any{
+		map[string]any{"argv": []any{"cat", filepath.Join(dir, "secret.csv")}},
+		map[string]any{"argv": []any{"tr", "a-z", "A-Z"}, "sandbox": restricted.ID()},
+	}})
+	if kind != "" || string(m["stdout"].([]byte)) != "SECRET,DATA\n" {
+		t.Fatalf("kind %q stdout %q err %v", kind, m["stdout"], m["error"])
+	}
+	if n := len(m["stages"].([]any)); n != 2 {
+		t.Fatalf("%d stages", n)
+	}
+	// the second stage itself cannot read the file
+	m, _ = request(t, trusted, map[string]any{"op": "pipeline", "stages": []any{
+		map[string]any{"argv": []any{"echo", "x"}},
+		map[string]any{"argv": []any{"cat", filepath.Join(dir, "secret.csv")}, "sandbox": restricted.ID()},
+	}})
+	if !strings.Contains(string(m["stderr"].([]byte)), "Permission denied") {
+		t.Fatalf("restricted stage read the file: %v", m)
+	}
+}
+
+func TestMaxCPUThrottles(t *testing.T) {
+	f := kernel.Probe()
+	if f.Cgroup == nil {
+		t.Skip("no cgroup: max_cpu is unavailable here (tested as isolation_unavailable elsewhere)")
+	}
+	if _, ok := f.Cgroup.Dirs["cpu"]; !ok {
+		t.Skip("no cpu controller")
+	}
+	sb := newSB(t, map[string]any{"max_cpu": int64(20)})
+	res := sb.Run(&RunRequest{Argv: []string{"sh", "-c", "while :; do :; done"}, StdinFD: -1, StdoutFD: -1, Timeout: 1.5})
+	if !res.TimedOut {
+		t.Fatalf("%+v", res.Error)
+	}
+	share := res.Usage.CPUTreeS / res.Usage.WallS
+	t.Logf("cpu %.2fs over %.2fs wall = %.0f%%", res.Usage.CPUTreeS, res.Usage.WallS, share*100)
+	if share > 0.35 {
+		t.Fatalf("max_cpu=20%% but the loop got %.0f%% of a CPU", share*100)
+	}
+}
+
+func TestMemoryLimitReported(t *testing.T) {
+	sb := newSB(t, map[string]any{"max_memory": "64M"})
+	res := run(sb, "/usr/bin/python3", "-c", "x = bytearray(512 << 20); print('allocated')")
+	if res.Success || strings.Contains(string(res.Stdout), "allocated") {
+		t.Fatalf("512 MiB allocated under a 64 MiB limit: %+v", res)
+	}
+	via := res.Isolation.Limits["max_memory"].Via
+	t.Logf("via %s, signal %v, error %+v, stderr %q", via, res.Signal, res.Error, res.Stderr)
+	if strings.HasPrefix(via, "cgroup") && (res.Error == nil || res.Error.Kind != KindMemory) && !strings.Contains(string(res.Stderr), "MemoryError") {
+		t.Fatalf("want memory_limit or MemoryError, got %+v", res.Error)
+	}
+}
+
+func TestUIDSwitchAsRoot(t *testing.T) {
+	if !kernel.Probe().Root {
+		_, err := NewFromMap(map[string]any{"fs_readable": []any{"/usr"}, "uid": int64(65534), "gid": int64(65534)})
+		if err == nil || !strings.Contains(err.Error(), "root") {
+			t.Fatalf("non-root uid switch: %v", err)
+		}
+		return
+	}
+	sb := newSB(t, map[string]any{"uid": int64(65534), "gid": int64(65534)})
+	res := run(sb, "id", "-u")
+	if strings.TrimSpace(string(res.Stdout)) != "65534" {
+		t.Fatalf("%+v %q", res.Error, res.Stderr)
+	}
+}
+
+// TestFailClosed runs the test binary again with SANDTRAP_TEST_DISABLE (read once
+// per process) and checks that a missing protection refuses, or with
+// allow_degraded runs and says so.
+func TestFailClosed(t *testing.T) {
+	if os.Getenv("SANDTRAP_FAILCLOSED_CHILD") != "" {
+		failClosedChild(t)
+		return
+	}
+	for _, feature := range []string{"landlock", "seccomp", "pidns,cgroup"} {
+		cmd := exec.Command(os.Args[0], "-test.run", "^TestFailClosed$", "-test.v")
+		cmd.Env = append(os.Environ(), "SANDTRAP_TEST_DISABLE="+feature, "SANDTRAP_FAILCLOSED_CHILD=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", feature, err, out)
+		}
+	}
+}
+
+func failClosedChild(t *testing.T) {
+	disabled := os.Getenv("SANDTRAP_TEST_DISABLE")
+	_, err := NewFromMap(map[string]any{"fs_readable": []any{"/usr", "/lib", "/bin"}})
+	if err == nil || err.(*Error).Kind != KindIsolation {
+		t.Fatalf("%s disabled: want isolation_unavailable, got %v", disabled, err)
+	}
+	sb, err := NewFromMap(map[string]any{"fs_readable": []any{"/usr", "/lib", "/bin"}, "allow_degraded": true})
+	if err != nil {
+		t.Fatalf("allow_degraded: %v", err)
+	}
+	defer sb.Close()
+	res := run(sb, "echo", "ran")
+	if !res.Success || len(res.Isolation.Degraded) == 0 || len(res.Isolation.Disabled) == 0 {
+		t.Fatalf("degraded run: %+v %+v", res.Error, res.Isolation)
+	}
+	switch disabled {
+	case "landlock":
+		if res.Isolation.Landlock != nil {
+			t.Fatal("landlock reported as applied")
+		}
+	case "seccomp":
+		if res.Isolation.Seccomp != nil {
+			t.Fatal("seccomp reported as applied")
+		}
+	default:
+		if res.Isolation.TreeKill != "process_group" {
+			t.Fatalf("tree kill %q", res.Isolation.TreeKill)
+		}
+	}
+	t.Logf("%s disabled: degraded=%v", disabled, res.Isolation.Degraded)
+}
+
+func TestNetHostPartNeedsDegraded(t *testing.T) {
+	_, err := NewFromMap(map[string]any{"fs_readable": []any{"/usr"}, "net_allow": []any{"example.com:443"}})
+	if err == nil || err.(*Error).Kind != KindIsolation || !strings.Contains(err.Error(), "port only") {
+		t.Fatalf("host:port without allow_degraded: %v", err)
+	}
+	sb, err := NewFromMap(map[string]any{"fs_readable": []any{"/usr"}, "net_allow": []any{"example.com:443"}, "allow_degraded": true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	if len(sb.isolation().Degraded) == 0 {
+		t.Fatal("degradation not reported")
+	}
+}

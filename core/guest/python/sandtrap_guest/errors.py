@@ -1,0 +1,92 @@
+"""Exceptions raised by the sandtrap guest runtime.
+
+Hierarchy::
+
+    StError(BaseException)
+    ├── StValidationError(StError, Exception)     code rejected before it ran
+    ├── StAttributeDenied(StError, AttributeError) the attribute gate said no
+    ├── StImportDenied(StError, ModuleNotFoundError) import of an ungranted module
+    ├── StCallDenied(StError, TypeError)           a call the sandbox refuses
+    │                                              (three-argument type(), metaclasses,
+    │                                              constructing a constructable=False class)
+    ├── StPolicyNotPortable(StError, ValueError)   policy cannot cross to a worker
+    ├── StTimeout(StError)                         wall-clock timeout
+    ├── StTickLimit(StError)                       tick budget exhausted
+    └── StCancelled(StError)                       cancel() was called
+
+The three limit errors derive from ``BaseException`` only, so sandboxed
+``except Exception:`` cannot swallow them; the policy errors also derive from
+the matching builtin so ordinary code (``hasattr``, ``except ImportError``)
+behaves as it would in plain Python.
+"""
+
+from __future__ import annotations
+
+
+class StError(BaseException):
+    """Base of every sandtrap error."""
+
+
+class StValidationError(StError, Exception):
+    """The source was rejected by the validator; nothing ran.
+
+    ``lineno`` is 1-based, ``col`` is the 0-based column (as in :mod:`ast`).
+    """
+
+    def __init__(self, message: str, lineno: int | None = None, col: int | None = None,
+                 text: str | None = None):
+        self.message = message
+        self.lineno = lineno
+        self.col = col
+        self.text = text
+        if lineno is not None:
+            super().__init__(f"line {lineno}, col {col}: {message}")
+        else:
+            super().__init__(message)
+
+    def __reduce__(self):
+        return (type(self), (self.message, self.lineno, self.col, self.text))
+
+
+class StAttributeDenied(StError, AttributeError):
+    """Attribute read, write or delete refused by the attribute gate."""
+
+
+class StImportDenied(StError, ModuleNotFoundError):
+    """Import of a module the policy does not grant."""
+
+
+class StCallDenied(StError, TypeError):
+    """A call the sandbox refuses to make."""
+
+
+class StPolicyNotPortable(StError, ValueError):
+    """The policy cannot be sent to a worker process by reference.
+
+    ``problems`` lists every problem found, not only the first.
+    """
+
+    def __init__(self, problems):
+        self.problems = list(problems)
+        super().__init__("policy is not portable:\n  - " + "\n  - ".join(self.problems))
+
+    def __reduce__(self):
+        return (type(self), (self.problems,))
+
+
+class StTimeout(StError):
+    """The wall-clock timeout expired (checked at checkpoints)."""
+
+
+class StTickLimit(StError):
+    """The tick budget was exhausted."""
+
+
+class StCancelled(StError):
+    """``cancel()`` was called on the running session."""
+
+
+__all__ = [
+    "StError", "StValidationError", "StAttributeDenied", "StImportDenied",
+    "StCallDenied", "StPolicyNotPortable", "StTimeout", "StTickLimit", "StCancelled",
+]

@@ -1,0 +1,819 @@
+"""The attribute gate and the objects it hands out instead of dangerous ones.
+
+Every attribute read, write and delete written in sandboxed code (``obj.attr``,
+``getattr``/``setattr``/``delattr``/``hasattr``, ``str.format`` fields, ``match``
+class patterns, ``operator.attrgetter`` when granted) is decided here.
+
+Read rules, first match wins:
+
+1. names starting with ``__st_`` (the runtime's own) -> denied
+2. frame, traceback, code and cell objects -> every attribute denied
+3. generator/coroutine/frame/traceback/code internals by name (``gi_frame``,
+   ``cr_frame``, ``ag_frame``, ``tb_frame``, ``f_back``, ``f_globals``, ``co_*``
+   via code objects, ``mro`` ...) -> denied on every object (``ALWAYS_DENIED``)
+4. modules: only granted modules (policy grants, their submodules under
+   ``recursive=True``, per-exec ``modules=``); names filtered by the grant's
+   include/exclude; an attribute whose value is a module must itself be granted
+5. dunders: ``SAFE_DUNDER_ATTRS`` and ``SAFE_DUNDER_METHODS`` everywhere;
+   ``__init__`` on classes, super objects and sandbox-defined instances;
+   ``__new__`` only through a guard that constructs sandbox-defined classes;
+   any other dunder only when the sandbox itself defined it (first definer in the
+   MRO is a sandbox class) and it is not structural (``NEVER_DUNDERS``)
+6. ``_private`` names: allowed on sandbox-defined objects unless a host class in
+   the MRO defines the name; on host objects only when a class grant's
+   include/exclude allows it (default exclude ``_*``)
+7. public names: allowed, except where a class grant's include/exclude says no
+8. the value read is checked too: frames/tracebacks/code objects are refused;
+   ``eval``/``exec``/``compile``/``open``/... are refused; ``getattr`` & co.,
+   ``type``, ``operator.attrgetter``/``methodcaller``, ``string.Formatter``,
+   ``str.format``/``format_map`` are replaced by gated versions.
+
+Writes/deletes: modules are read-only; host classes and host functions are
+read-only; dunders may not be written except ``__doc__``/``__name__``/
+``__qualname__``/``__module__`` on sandbox-defined functions and classes;
+``_private`` only on sandbox-defined objects (and not over a host-defined name);
+public names on host instances are subject to class grant filters.
+"""
+
+from __future__ import annotations
+
+import builtins
+import string
+import sys
+import types
+from typing import Any
+
+from .errors import StAttributeDenied, StCallDenied
+
+SANDBOX_FILENAME = "<sandbox>"
+_PREFIX = "__st_"
+
+SAFE_DUNDER_ATTRS = frozenset({
+    "__name__", "__qualname__", "__doc__", "__module__", "__version__", "__all__",
+    "__members__",
+})
+SAFE_DUNDER_METHODS = frozenset({
+    "__len__", "__iter__", "__next__", "__reversed__", "__contains__", "__getitem__",
+    "__setitem__", "__delitem__", "__missing__", "__enter__", "__exit__", "__aenter__",
+    "__aexit__", "__aiter__", "__anext__", "__repr__", "__str__", "__bytes__", "__format__",
+    "__hash__", "__bool__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__",
+    "__add__", "__radd__", "__iadd__", "__sub__", "__rsub__", "__isub__", "__mul__",
+    "__rmul__", "__imul__", "__matmul__", "__rmatmul__", "__imatmul__", "__truediv__",
+    "__rtruediv__", "__itruediv__", "__floordiv__", "__rfloordiv__", "__ifloordiv__",
+    "__mod__", "__rmod__", "__imod__", "__divmod__", "__rdivmod__", "__pow__", "__rpow__",
+    "__ipow__", "__lshift__", "__rlshift__", "__ilshift__", "__rshift__", "__rrshift__",
+    "__irshift__", "__and__", "__rand__", "__iand__", "__xor__", "__rxor__", "__ixor__",
+    "__or__", "__ror__", "__ior__", "__neg__", "__pos__", "__abs__", "__invert__",
+    "__complex__", "__int__", "__float__", "__index__", "__round__", "__trunc__",
+    "__floor__", "__ceil__", "__call__", "__length_hint__", "__fspath__", "__sizeof__",
+    "__copy__", "__deepcopy__", "__class_getitem__",
+})
+# Structural dunders: never readable, even when found in a sandbox class's __dict__
+# (``__dict__`` and ``__weakref__`` are descriptors Python puts there itself).
+NEVER_DUNDERS = frozenset({
+    "__dict__", "__weakref__", "__class__", "__bases__", "__base__", "__mro__",
+    "__subclasses__", "__globals__", "__code__", "__closure__", "__builtins__", "__self__",
+    "__func__", "__wrapped__", "__traceback__", "__defaults__", "__kwdefaults__",
+    "__objclass__", "__loader__", "__spec__", "__path__", "__file__", "__cached__",
+})
+ALWAYS_DENIED = frozenset({
+    "gi_frame", "gi_code", "gi_yieldfrom", "gi_running", "gi_suspended",
+    "cr_frame", "cr_code", "cr_await", "cr_origin", "cr_running", "cr_suspended",
+    "ag_frame", "ag_code", "ag_await", "ag_running",
+    "tb_frame", "tb_next", "tb_lasti", "tb_lineno",
+    "f_back", "f_globals", "f_locals", "f_builtins", "f_code", "f_trace", "f_lasti",
+    "func_globals", "func_code", "func_closure", "func_defaults", "func_dict",
+    "im_func", "im_self", "im_class", "cell_contents", "mro",
+})
+WRITABLE_DUNDERS = frozenset({"__doc__", "__name__", "__qualname__", "__module__"})
+
+OPAQUE_TYPES = (types.FrameType, types.TracebackType, types.CodeType, types.CellType)
+_OPAQUE = frozenset(OPAQUE_TYPES)
+_MATCH_SELF = 1 << 22  # _Py_TPFLAGS_MATCH_SELF
+
+_type_dict = type.__dict__["__dict__"].__get__          # C-level, cannot be overridden
+_super_thisclass = super.__dict__["__thisclass__"].__get__
+_super_selfclass = super.__dict__["__self_class__"].__get__
+_super_self = super.__dict__["__self__"].__get__
+_func_code = types.FunctionType.__dict__["__code__"].__get__
+
+
+class _Marker:
+    """The sentinel sandbox class bodies assign to ``__st_user__``."""
+    __slots__ = ()
+
+    def __repr__(self):
+        return "<sandbox class marker>"
+
+
+USER_MARK = _Marker()
+
+
+def is_user_class(c: type) -> bool:
+    try:
+        return _type_dict(c).get("__st_user__") is USER_MARK
+    except TypeError:
+        return False
+
+
+def is_user_type(t: type) -> bool:
+    """``t`` or one of its bases was defined by sandboxed code."""
+    try:
+        mro = t.__mro__
+    except AttributeError:
+        return False
+    return any(is_user_class(c) for c in mro)
+
+
+def is_user_function(f: Any) -> bool:
+    return type(f) is types.FunctionType and _func_code(f).co_filename == SANDBOX_FILENAME
+
+
+def _is_dunder(name: str) -> bool:
+    return len(name) > 4 and name[:2] == "__" and name[-2:] == "__"
+
+
+def _definer(mro, name: str):
+    for c in mro:
+        try:
+            if name in _type_dict(c):
+                return c
+        except TypeError:
+            continue
+    return None
+
+
+def _deny(obj: Any, name: str, why: str = "") -> StAttributeDenied:
+    try:
+        owner = obj.__name__ if isinstance(obj, (type, types.ModuleType)) else type(obj).__name__
+    except Exception:  # noqa: BLE001
+        owner = type(obj).__name__
+    kind = "module" if isinstance(obj, types.ModuleType) else ("class" if isinstance(obj, type) else "object")
+    msg = f"access to attribute {name!r} of {kind} {owner!r} is not allowed in the sandbox"
+    if why:
+        msg += f" ({why})"
+    return StAttributeDenied(msg, name=name)
+
+
+# ----------------------------------------------------------------- SafeType
+class _SafeTypeMeta(type):
+    """Metaclass of the sandbox's ``type``: one-argument calls only.
+
+    Each session has its own ``type`` (``make_safe_type``) so that ``type(obj)`` of an
+    instance of a ``constructable=False`` grant returns the non-constructable stand-in
+    rather than the real class."""
+
+    def __call__(cls, *args, **kwargs):
+        base = cls.__dict__.get("_st_base")
+        if base is cls:
+            if len(args) == 1 and not kwargs:
+                r = type(args[0])
+                if r is type or isinstance(r, _SafeTypeMeta) or r is _SafeTypeMeta:
+                    return cls
+                return cls._st_proxies.get(r, r)
+            raise StCallDenied("type() with three arguments (dynamic class creation) is not "
+                               "allowed in the sandbox; use a class statement")
+        raise StCallDenied("custom metaclasses are not supported in the sandbox")
+
+    def __instancecheck__(cls, inst):
+        if cls.__dict__.get("_st_base") is cls:
+            return isinstance(inst, type)
+        return False
+
+    def __subclasscheck__(cls, sub):
+        if cls.__dict__.get("_st_base") is cls:
+            return isinstance(sub, type) and issubclass(sub, type)
+        return type.__subclasscheck__(cls, sub)
+
+    def __repr__(cls):
+        return "<class 'type'>" if cls.__dict__.get("_st_base") is cls else type.__repr__(cls)
+
+
+def make_safe_type(real_to_proxy: dict | None = None) -> type:
+    """A sandbox ``type``: ``type(x)`` works, ``type(name, bases, ns)`` and metaclasses
+    derived from it raise StCallDenied."""
+    st = _SafeTypeMeta("type", (), {
+        "__doc__": "type(object) -> the object's type (dynamic class creation is not available)",
+        "__module__": "builtins", "__qualname__": "type",
+        "_st_proxies": dict(real_to_proxy or {}),
+    })
+    type.__setattr__(st, "_st_base", st)
+    return st
+
+
+def _no_construct_proxy(C: type):
+    """Stand-in for a ``constructable=False`` class: isinstance/issubclass and member
+    access work (the gate reads members from the real class); calling it does not."""
+
+    class _NoConstructMeta(type):
+        def __call__(cls, *a, **k):
+            raise StCallDenied(f"{C.__name__} cannot be constructed in the sandbox (constructable=False)")
+
+        def __instancecheck__(cls, inst):
+            return isinstance(inst, C)
+
+        def __subclasscheck__(cls, sub):
+            return isinstance(sub, type) and issubclass(sub, C)
+
+        def __repr__(cls):
+            return repr(C)
+
+    return _NoConstructMeta(C.__name__, (), {"__doc__": C.__doc__, "__module__": C.__module__,
+                                             "__qualname__": C.__qualname__})
+
+
+class _MatchVals:
+    """Holder of a match statement's hoisted values (read by plain attribute loads)."""
+
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+
+# ----------------------------------------------------------------------- gate
+class Gate:
+    """Attribute policy for one session.
+
+    ``module_rule`` resolves modules to grants; the session supplies per-exec modules
+    through ``exec_modules`` (module object -> None, meaning "every non-dunder name").
+    """
+
+    def __init__(self, policy, tick):
+        self.policy = policy
+        self._tick = tick
+        self.cls_grants: dict[type, Any] = {}
+        self.proxies: dict[type, type] = {}
+        self.exposed_classes: dict[str, type] = {}
+        for g in policy.classes.values():
+            self.cls_grants[g.cls] = g
+            if g.constructable:
+                self.exposed_classes[g.name] = g.cls
+            else:
+                p = _no_construct_proxy(g.cls)
+                self.proxies[p] = g.cls
+                self.exposed_classes[g.name] = p
+        self.module_grants: dict[int, tuple[types.ModuleType, Any]] = {}
+        for g in policy.modules.values():
+            self.module_grants[id(g.module)] = (g.module, g)
+        self.recursive_grants = [g for g in policy.modules.values() if g.recursive]
+        self.SafeType = make_safe_type({real: p for p, real in self.proxies.items()})
+        self.session_modules: dict[int, types.ModuleType] = {}   # synthetic parents (session-long)
+        self.exec_modules: dict[int, types.ModuleType] = {}      # per-exec modules
+        self._fast_read: dict[type, set] = {}
+        self._fast_write: dict[type, set] = {}
+        self._class_read: dict[type, dict] = {}
+        self._module_read: dict[int, dict] = {}
+        self._match_guards: dict[tuple, type] = {}
+        self._subst: dict[int, tuple[Any, Any]] = {}
+        self._build_substitutions()
+        self.ga = self._make_ga()
+
+    # ----------------------------------------------------------- substitutions
+    def _build_substitutions(self):
+        deny = _DENY
+        for n in ("eval", "exec", "compile", "__import__", "globals", "locals", "vars",
+                  "breakpoint", "input", "open", "help", "exit", "quit", "memoryview", "dir"):
+            obj = getattr(builtins, n, None)
+            if obj is not None:
+                self._subst[id(obj)] = (obj, deny)
+        self._subst[id(builtins.getattr)] = (builtins.getattr, self.getattr)
+        self._subst[id(builtins.hasattr)] = (builtins.hasattr, self.hasattr)
+        self._subst[id(builtins.setattr)] = (builtins.setattr, self.setattr)
+        self._subst[id(builtins.delattr)] = (builtins.delattr, self.delattr)
+        self._subst[id(type)] = (type, self.SafeType)
+        self._subst[id(_SafeTypeMeta)] = (_SafeTypeMeta, self.SafeType)
+        self._subst[id(string.Formatter)] = (string.Formatter, self.SafeFormatter)
+        op = sys.modules.get("operator")
+        if op is not None:
+            self._subst[id(op.attrgetter)] = (op.attrgetter, self.attrgetter)
+            self._subst[id(op.methodcaller)] = (op.methodcaller, self.methodcaller)
+        for mod_name, attrs in (("sys", ("_getframe", "settrace", "setprofile", "exit")),
+                                ("inspect", ("currentframe", "stack", "trace")),
+                                ("gc", ("get_objects", "get_referrers", "get_referents")),
+                                ("os", ("system", "popen", "execv", "execve", "fork", "kill"))):
+            m = sys.modules.get(mod_name)
+            for a in attrs:
+                obj = getattr(m, a, None) if m is not None else None
+                if obj is not None:
+                    self._subst[id(obj)] = (obj, deny)
+        self._post_types = frozenset({type, _SafeTypeMeta, types.BuiltinFunctionType, types.FunctionType,
+                                      types.MethodType, types.ModuleType, *OPAQUE_TYPES,
+                                      type(builtins.help) if hasattr(builtins, "help") else type(None),
+                                      type(getattr(builtins, "exit", None))})
+
+    def _post(self, v, obj, name):
+        t = type(v)
+        if t in _OPAQUE:
+            raise _deny(obj, name, "it would expose interpreter internals")
+        entry = self._subst.get(id(v))
+        if entry is not None and entry[0] is v:
+            if entry[1] is _DENY:
+                raise _deny(obj, name, f"{getattr(v, '__name__', type(v).__name__)} is not available in the sandbox")
+            return entry[1]
+        if t is types.ModuleType or isinstance(v, types.ModuleType):
+            if isinstance(obj, types.ModuleType) and self.module_rule(v) is None:
+                raise _deny(obj, name, f"module {v.__name__!r} is not granted")
+        return v
+
+    # ------------------------------------------------------------- modules
+    def module_rule(self, m: types.ModuleType):
+        """(kind, grant) for an accessible module, else None.  kind: grant|all."""
+        mid = id(m)
+        if mid in self.exec_modules and self.exec_modules[mid] is m:
+            return ("all", None)
+        if mid in self.session_modules and self.session_modules[mid] is m:
+            return ("all", None)
+        entry = self.module_grants.get(mid)
+        if entry is not None and entry[0] is m:
+            return ("grant", entry[1])
+        name = getattr(m, "__name__", None)
+        if isinstance(name, str):
+            for g in self.recursive_grants:
+                root = g.module.__name__
+                if name.startswith(root + ".") and sys.modules.get(name) is m:
+                    if self.submodule_allowed(g, name[len(root) + 1:].split(".")):
+                        return ("grant", g)
+        return None
+
+    @staticmethod
+    def submodule_allowed(g, segments) -> bool:
+        path = g.name
+        real = g.module.__name__
+        for seg in segments:
+            quals = (f"{path}.{seg}", f"{real}.{seg}")
+            if not g.filter.allows(seg, quals):
+                return False
+            path, real = f"{path}.{seg}", f"{real}.{seg}"
+        return True
+
+    def _module_name_ok(self, m, name: str) -> bool:
+        rule = self.module_rule(m)
+        if rule is None:
+            return False
+        if _is_dunder(name):
+            return name in ("__name__", "__doc__", "__version__", "__all__")
+        kind, g = rule
+        if kind == "all":
+            return True
+        quals = (f"{g.name}.{name}", f"{m.__name__}.{name}")
+        if m is not g.module:
+            rel = m.__name__[len(g.module.__name__):]
+            quals += (f"{g.name}{rel}.{name}",)
+        return g.filter.allows(name, quals)
+
+    def _read_module(self, m, name):
+        ok = self._module_name_ok(m, name)
+        if not ok:
+            if self.module_rule(m) is None:
+                raise _deny(m, name, f"module {getattr(m, '__name__', '?')!r} is not granted")
+            raise _deny(m, name, "excluded by the module grant")
+        try:
+            v = getattr(m, name)
+        except AttributeError:
+            rule = self.module_rule(m)
+            if rule and rule[0] == "grant" and rule[1].recursive and not _is_dunder(name):
+                import importlib
+                try:
+                    v = importlib.import_module(f"{m.__name__}.{name}")
+                except ImportError:
+                    raise AttributeError(f"module {m.__name__!r} has no attribute {name!r}") from None
+            else:
+                raise
+        if isinstance(v, types.ModuleType) and self.module_rule(v) is None:
+            raise _deny(m, name, f"module {v.__name__!r} is not granted")
+        if type(v) in self._post_types:
+            v = self._post(v, m, name)
+        return v
+
+    # ------------------------------------------------------------- decisions
+    def _grant_for(self, mro):
+        for c in mro:
+            g = self.cls_grants.get(c)
+            if g is not None:
+                return g, c
+        return None, None
+
+    @staticmethod
+    def _quals(mro, name):
+        out = []
+        for c in mro:
+            out.append(f"{c.__name__}.{name}")
+            out.append(f"{c.__module__}.{c.__qualname__}.{name}")
+        return out
+
+    def _filter_ok(self, mro, name, definer) -> bool:
+        """Class-grant filter for host-defined members (True when no grant applies)."""
+        g, gc = self._grant_for(mro)
+        if g is None:
+            return not name.startswith("_")
+        return g.filter.allows(name, self._quals(mro, name))
+
+    def _member_ok(self, mro, name, user: bool, *, allow_init: bool) -> bool:
+        """Shared rule for instances, classes and super objects (``mro`` is where lookup
+        starts).  ``user``: the object belongs to a sandbox-defined class."""
+        if name in ALWAYS_DENIED or name.startswith(_PREFIX):
+            return False
+        if _is_dunder(name):
+            if name in NEVER_DUNDERS:
+                return False
+            if name in SAFE_DUNDER_ATTRS or name in SAFE_DUNDER_METHODS:
+                return True
+            if name == "__init__" and allow_init:
+                return True
+            if user:
+                d = _definer(mro, name)
+                return d is not None and is_user_class(d)
+            return False
+        if user:
+            d = _definer(mro, name)
+            if d is None or is_user_class(d):
+                return True
+            return self._filter_ok(mro, name, d)
+        return self._filter_ok(mro, name, None)
+
+    def _instance_ok(self, t: type, name: str) -> bool:
+        if t in _OPAQUE:
+            return False
+        return self._member_ok(t.__mro__, name, is_user_type(t), allow_init=is_user_type(t))
+
+    def check_read(self, obj, name) -> None:
+        """Raise StAttributeDenied unless sandboxed code may read ``obj.name``."""
+        if type(name) is not str:
+            raise TypeError(f"attribute name must be string, not '{type(name).__name__}'")
+        if isinstance(obj, types.ModuleType):
+            if not self._module_name_ok(obj, name):
+                raise _deny(obj, name)
+            return
+        special = self._special_read(obj, name)
+        if special is not None:
+            return
+        if not self._decide_read(obj, name):
+            raise _deny(obj, name)
+
+    def allows_read(self, obj, name) -> bool:
+        try:
+            self.check_read(obj, name)
+            return True
+        except (AttributeError, TypeError):
+            return False
+
+    def _decide_read(self, obj, name) -> bool:
+        t = type(obj)
+        if t is super:
+            this = _super_thisclass(obj)
+            selfcls = _super_selfclass(obj)
+            if selfcls is None:
+                return name in SAFE_DUNDER_ATTRS
+            mro = selfcls.__mro__
+            try:
+                mro = mro[mro.index(this) + 1:]
+            except ValueError:
+                pass
+            return self._member_ok(mro, name, is_user_class(this), allow_init=True)
+        if isinstance(obj, type):
+            real = self.proxies.get(obj, obj)
+            return self._member_ok(real.__mro__, name, is_user_type(real), allow_init=True)
+        if t is types.FunctionType:
+            if name in ALWAYS_DENIED or name.startswith(_PREFIX):
+                return False
+            if _is_dunder(name):
+                return name in SAFE_DUNDER_ATTRS or name in SAFE_DUNDER_METHODS
+            return is_user_function(obj) or not name.startswith("_")
+        return self._instance_ok(t, name)
+
+    def _special_read(self, obj, name):
+        """Members replaced by gated versions (returns a callable or None)."""
+        if name == "format" or name == "format_map":
+            if isinstance(obj, str):
+                return self._bound_format(obj, name)
+            if obj is str or (isinstance(obj, type) and issubclass(obj, str)):
+                return self._unbound_format(name)
+        if name == "__new__" and (type(obj) is super or isinstance(obj, type)):
+            return self._guarded_new(obj)
+        if type(obj) is super and name in ("__setattr__", "__delattr__"):
+            this = _super_thisclass(obj)
+            if is_user_class(this) and _super_self(obj) is not None:
+                return self._guarded_super_setattr(obj, name)
+        return None
+
+    def _slow_read(self, obj, name):
+        if type(name) is not str:
+            raise TypeError(f"attribute name must be string, not '{type(name).__name__}'")
+        if name.startswith(_PREFIX):
+            raise _deny(obj, name, "reserved name")
+        if isinstance(obj, types.ModuleType):
+            return self._read_module(obj, name)
+        special = self._special_read(obj, name)
+        if special is not None:
+            return special
+        t = type(obj)
+        if isinstance(obj, type):
+            cache = self._class_read.get(obj)
+            if cache is None:
+                if len(self._class_read) > 4096:
+                    self._class_read.clear()
+                cache = self._class_read[obj] = {}
+            ok = cache.get(name)
+            if ok is None:
+                ok = cache[name] = self._decide_read(obj, name)
+            if not ok:
+                raise _deny(obj, name)
+            real = self.proxies.get(obj, obj)
+            v = getattr(real, name)
+        else:
+            ok = self._decide_read(obj, name)
+            if not ok:
+                raise _deny(obj, name)
+            if t is not super and t is not types.FunctionType and t not in _OPAQUE:
+                fast = self._fast_read.get(t)
+                if fast is None:
+                    if len(self._fast_read) > 4096:
+                        self._fast_read.clear()
+                    fast = self._fast_read[t] = set()
+                fast.add(name)
+            elif t is types.FunctionType and not name.startswith("_"):
+                self._fast_read.setdefault(t, set()).add(name)
+            v = getattr(obj, name)
+        if type(v) in self._post_types:
+            return self._post(v, obj, name)
+        return v
+
+    def _make_ga(self):
+        fast_get = self._fast_read.get
+        post_types = self._post_types
+        post = self._post
+        slow = self._slow_read
+        _type = type
+        _getattr = getattr
+
+        def __st_ga__(obj, name):
+            names = fast_get(_type(obj))
+            if names is not None and name in names:
+                v = _getattr(obj, name)
+                if _type(v) in post_types:
+                    return post(v, obj, name)
+                return v
+            return slow(obj, name)
+
+        return __st_ga__
+
+    # -------------------------------------------------------------- writes
+    def _decide_write(self, obj, name) -> str | None:
+        """None if allowed, else the reason."""
+        if type(name) is not str:
+            raise TypeError(f"attribute name must be string, not '{type(name).__name__}'")
+        if name.startswith(_PREFIX):
+            return "reserved name"
+        if isinstance(obj, types.ModuleType):
+            return "modules are read-only in the sandbox"
+        t = type(obj)
+        if t in _OPAQUE:
+            return "interpreter internals"
+        if name in ALWAYS_DENIED:
+            return "interpreter internals"
+        if isinstance(obj, type):
+            if obj in self.proxies or not is_user_class(obj):
+                return "host classes are read-only in the sandbox"
+            if _is_dunder(name):
+                if name in WRITABLE_DUNDERS:
+                    return None
+                if name in NEVER_DUNDERS or name in ("__new__", "__getattribute__", "__setattr__",
+                                                     "__delattr__", "__init_subclass__", "__set_name__",
+                                                     "__get__", "__set__", "__delete__", "__class_getitem__"):
+                    return "structural attribute"
+                return None
+            if name.startswith("_"):
+                d = _definer(obj.__mro__, name)
+                if d is not None and not is_user_class(d):
+                    return "defined by a host class"
+            return None
+        if t is types.FunctionType:
+            if not is_user_function(obj):
+                return "host functions are read-only in the sandbox"
+            if _is_dunder(name):
+                return None if name in WRITABLE_DUNDERS else "structural attribute"
+            return None
+        if t is super or t in (types.MethodType, types.BuiltinFunctionType):
+            return "read-only object"
+        if _is_dunder(name):
+            return "dunder attributes cannot be written in the sandbox"
+        mro = t.__mro__
+        if is_user_type(t):
+            d = _definer(mro, name)
+            if d is None or is_user_class(d):
+                return None
+            return None if self._filter_ok(mro, name, d) else "not allowed by the class grant"
+        return None if self._filter_ok(mro, name, None) else (
+            "private attribute of a host object" if name.startswith("_") else "not allowed by the class grant")
+
+    def _make_sa(self, delete: bool):
+        fast = self._fast_write
+        decide = self._decide_write
+        _type = type
+        op = delattr if delete else setattr
+
+        def write(obj, name, *value):
+            t = _type(obj)
+            names = fast.get(t)
+            if names is None or name not in names:
+                why = decide(obj, name)
+                if why is not None:
+                    raise _deny(obj, name, why)
+                if not isinstance(obj, (type, types.ModuleType)) and t is not types.FunctionType:
+                    if names is None:
+                        if len(fast) > 4096:
+                            fast.clear()
+                        names = fast[t] = set()
+                    names.add(name)
+            op(obj, name, *value)
+
+        return write
+
+    # --------------------------------------------------- gated builtins & co
+    def getattr(self, obj, name, *default):
+        if len(default) > 1:
+            raise TypeError(f"getattr expected at most 3 arguments, got {2 + len(default)}")
+        if type(name) is not str:
+            raise TypeError(f"attribute name must be string, not '{type(name).__name__}'")
+        if default:
+            try:
+                return self.ga(obj, name)
+            except AttributeError:
+                return default[0]
+        return self.ga(obj, name)
+
+    def hasattr(self, obj, name):
+        if type(name) is not str:
+            raise TypeError(f"attribute name must be string, not '{type(name).__name__}'")
+        try:
+            self.ga(obj, name)
+            return True
+        except AttributeError:
+            return False
+
+    def setattr(self, obj, name, value):
+        self.sa(obj, name, value)
+
+    def delattr(self, obj, name):
+        self.da(obj, name)
+
+    def _bound_format(self, s: str, which: str):
+        fmt = self.SafeFormatter()
+        if which == "format":
+            def format(*args, **kwargs):  # noqa: A001 - mirrors str.format
+                return fmt.vformat(s, args, kwargs)
+        else:
+            def format(mapping):  # noqa: A001
+                return fmt.vformat(s, (), mapping)
+            format.__name__ = "format_map"
+        format.__doc__ = getattr(str, which).__doc__
+        return format
+
+    def _unbound_format(self, which: str):
+        gate = self
+        if which == "format":
+            def format(self, *args, **kwargs):  # noqa: A001
+                if not isinstance(self, str):
+                    raise TypeError("descriptor 'format' requires a 'str' object")
+                return gate.SafeFormatter().vformat(self, args, kwargs)
+        else:
+            def format(self, mapping):  # noqa: A001
+                if not isinstance(self, str):
+                    raise TypeError("descriptor 'format_map' requires a 'str' object")
+                return gate.SafeFormatter().vformat(self, (), mapping)
+            format.__name__ = "format_map"
+        return format
+
+    def _guarded_new(self, obj):
+        if type(obj) is super:
+            target = getattr(obj, "__new__")
+        else:
+            target = getattr(self.proxies.get(obj, obj), "__new__")
+
+        def __new__(cls, *args, **kwargs):
+            if not (isinstance(cls, type) and is_user_type(cls)):
+                raise StCallDenied("__new__ may only construct classes defined in the sandbox")
+            return target(cls, *args, **kwargs)
+
+        return __new__
+
+    def _guarded_super_setattr(self, sup, which):
+        method = getattr(sup, which)
+
+        def guarded(name, *value):
+            if type(name) is not str:
+                raise TypeError("attribute name must be string")
+            if _is_dunder(name) or name.startswith(_PREFIX):
+                raise _deny(_super_self(sup), name, "dunder attributes cannot be written in the sandbox")
+            return method(name, *value)
+
+        guarded.__name__ = which
+        return guarded
+
+    def attrgetter(self, *attrs):
+        """Gated operator.attrgetter."""
+        for a in attrs:
+            if type(a) is not str:
+                raise TypeError("attribute name must be a string")
+        paths = [a.split(".") for a in attrs]
+        ga = self.ga
+
+        def resolve(obj, path):
+            for p in path:
+                obj = ga(obj, p)
+            return obj
+
+        if len(paths) == 1:
+            return lambda obj: resolve(obj, paths[0])
+        return lambda obj: tuple(resolve(obj, p) for p in paths)
+
+    def methodcaller(self, name, /, *args, **kwargs):
+        """Gated operator.methodcaller."""
+        if type(name) is not str:
+            raise TypeError("method name must be a string")
+        ga = self.ga
+        return lambda obj: ga(obj, name)(*args, **kwargs)
+
+    @property
+    def SafeFormatter(self):
+        gate = self
+        cls = getattr(self, "_safe_formatter_cls", None)
+        if cls is None:
+            import _string
+
+            class SafeFormatter(string.Formatter):
+                """string.Formatter whose field lookups go through the attribute gate."""
+
+                def get_field(self, field_name, args, kwargs):
+                    first, rest = _string.formatter_field_name_split(field_name)
+                    obj = self.get_value(first, args, kwargs)
+                    for is_attr, i in rest:
+                        obj = gate.ga(obj, i) if is_attr else obj[i]
+                    return obj, first
+
+            cls = self._safe_formatter_cls = SafeFormatter
+        return cls
+
+    # ---------------------------------------------------------------- match
+    def match_class(self, cls, npos: int, kwd: tuple):
+        """Class used in a ``case cls(...)`` pattern: the class itself when the pattern
+        reads no attribute, else a guard whose isinstance check gates every attribute
+        the pattern will read from the subject."""
+        real = self.proxies.get(cls, cls) if isinstance(cls, type) else cls
+        if not isinstance(real, type):
+            raise TypeError("called match pattern must be a class")
+        if npos == 0 and not kwd:
+            return cls
+        ma = getattr(real, "__match_args__", None)
+        if ma is None and npos == 1 and not kwd and real.__flags__ & _MATCH_SELF:
+            return real
+        key = (real, npos, kwd)
+        guard = self._match_guards.get(key)
+        if guard is not None:
+            return guard
+        names = []
+        if isinstance(ma, tuple):
+            names.extend(ma[:npos])
+        names.extend(kwd)
+        gate = self
+
+        class _MatchGuardMeta(type):
+            def __instancecheck__(g, inst):
+                if not isinstance(inst, real):
+                    return False
+                for n in names:
+                    if type(n) is not str:
+                        continue  # CPython reports the bad __match_args__ itself
+                    try:
+                        gate.ga(inst, n)
+                    except StAttributeDenied:
+                        raise
+                    except AttributeError:
+                        return False
+                return True
+
+        ns = {"__module__": real.__module__, "__qualname__": real.__qualname__}
+        if ma is not None:
+            ns["__match_args__"] = ma
+        guard = _MatchGuardMeta(real.__name__, (), ns)
+        if len(self._match_guards) > 1024:
+            self._match_guards.clear()
+        self._match_guards[key] = guard
+        return guard
+
+    # --------------------------------------------------------------- setup
+    def finish(self):
+        self.sa = self._make_sa(delete=False)
+        self.da = self._make_sa(delete=True)
+        return self
+
+
+_DENY = object()
+
+
+def make_gate(policy, tick) -> Gate:
+    return Gate(policy, tick).finish()
+
+
+__all__ = ["Gate", "make_gate", "make_safe_type", "USER_MARK", "is_user_class", "is_user_type",
+           "is_user_function", "SAFE_DUNDER_ATTRS", "SAFE_DUNDER_METHODS", "NEVER_DUNDERS",
+           "ALWAYS_DENIED", "SANDBOX_FILENAME", "_MatchVals"]

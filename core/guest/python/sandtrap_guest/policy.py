@@ -1,0 +1,388 @@
+"""Policy: limits plus the host functions, classes and modules granted to sandboxed code.
+
+A policy is plain data plus references to host objects.  ``to_portable()`` turns it
+into a msgpack-able dict in which every grant is named by ``"module:qualname"`` so a
+worker process that inherited nothing can re-import it with ``Policy.from_portable``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import importlib
+import inspect
+import keyword
+import sys
+import types
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Union
+
+from .errors import StPolicyNotPortable
+
+PatternSpec = Union[str, Iterable[str], Callable[[str], bool], None]
+
+PORTABLE_VERSION = 1
+
+
+class Patterns:
+    """A name filter: a glob, an iterable of globs, or a predicate.
+
+    Globs without a dot match the bare member name; globs with a dot match the
+    owner-qualified names (``"Class.member"``, ``"package.module.member"``).
+    Predicates receive the bare name only.
+    """
+
+    __slots__ = ("spec", "_globs", "_pred")
+
+    def __init__(self, spec: PatternSpec):
+        self.spec = spec
+        self._pred = None
+        if spec is None:
+            self._globs: tuple[str, ...] = ()
+        elif isinstance(spec, str):
+            self._globs = (spec,)
+        elif callable(spec):
+            self._globs = ()
+            self._pred = spec
+        else:
+            globs = tuple(spec)
+            for g in globs:
+                if not isinstance(g, str):
+                    raise TypeError(f"pattern must be a str, got {type(g).__name__}")
+            self._globs = globs
+
+    @property
+    def portable(self) -> bool:
+        return self._pred is None
+
+    def to_list(self) -> list[str]:
+        return list(self._globs)
+
+    def matches(self, name: str, qualified: Iterable[str] = ()) -> bool:
+        if self._pred is not None:
+            return bool(self._pred(name))
+        quals = None
+        for g in self._globs:
+            if "." in g:
+                if quals is None:
+                    quals = tuple(qualified)
+                for q in quals:
+                    if fnmatch.fnmatchcase(q, g):
+                        return True
+            elif fnmatch.fnmatchcase(name, g):
+                return True
+        return False
+
+    def __repr__(self):
+        return f"Patterns({self.spec!r})"
+
+
+class Filter:
+    """include/exclude pair; a name passes when it matches include and not exclude."""
+
+    __slots__ = ("include", "exclude")
+
+    def __init__(self, include: PatternSpec = "*", exclude: PatternSpec = "_*"):
+        self.include = include if isinstance(include, Patterns) else Patterns(include)
+        self.exclude = exclude if isinstance(exclude, Patterns) else Patterns(exclude)
+
+    def allows(self, name: str, qualified: Iterable[str] = ()) -> bool:
+        qualified = tuple(qualified)
+        return self.include.matches(name, qualified) and not self.exclude.matches(name, qualified)
+
+
+@dataclass
+class FnGrant:
+    name: str
+    fn: Callable
+    kind: str = "fn"
+
+
+@dataclass
+class ClsGrant:
+    name: str
+    cls: type
+    constructable: bool = True
+    filter: Filter = field(default_factory=Filter)
+    kind: str = "cls"
+
+
+@dataclass
+class ModuleGrant:
+    name: str
+    module: types.ModuleType
+    filter: Filter = field(default_factory=Filter)
+    recursive: bool = False
+    kind: str = "module"
+
+
+def _check_grant_name(name: str) -> str:
+    if not isinstance(name, str):
+        raise TypeError("grant name must be a str")
+    parts = name.split(".")
+    for p in parts:
+        if not p.isidentifier() or keyword.iskeyword(p):
+            raise ValueError(f"invalid grant name {name!r}")
+        if p.startswith("__st_") or (p.startswith("__") and p.endswith("__")):
+            raise ValueError(f"reserved grant name {name!r}")
+    return name
+
+
+def _ref(obj: Any) -> str:
+    return f"{getattr(obj, '__module__', None)}:{getattr(obj, '__qualname__', None)}"
+
+
+def _resolve(ref: str) -> Any:
+    modname, _, qual = ref.partition(":")
+    if not modname or not qual:
+        raise ValueError(f"malformed reference {ref!r}")
+    obj: Any = importlib.import_module(modname)
+    for part in qual.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _callable_problem(label: str, f: Any) -> str | None:
+    """Why a granted callable cannot cross to a worker by reference (None if it can)."""
+    if isinstance(f, functools.partial):
+        return f"{label}: functools.partial objects are not portable by reference; grant a module-level function"
+    if inspect.ismethod(f):
+        return f"{label}: bound method of {type(f.__self__).__name__!s}; grant the class and pass the instance in the namespace"
+    if isinstance(f, types.BuiltinMethodType) and not isinstance(getattr(f, "__self__", None), (types.ModuleType, type(None))):
+        return f"{label}: builtin method bound to a {type(f.__self__).__name__} instance is not portable"
+    if not isinstance(f, (types.FunctionType, types.BuiltinFunctionType)):
+        return f"{label}: callable instance of {type(f).__name__} is not portable; grant a module-level function"
+    return _ref_problem(label, f)
+
+
+def _ref_problem(label: str, obj: Any) -> str | None:
+    mod = getattr(obj, "__module__", None)
+    qual = getattr(obj, "__qualname__", None)
+    if not mod or not qual:
+        return f"{label}: has no importable module:qualname"
+    if "<lambda>" in qual:
+        return f"{label}: lambda is not importable by name"
+    if "<locals>" in qual:
+        what = "class" if isinstance(obj, type) else "closure / nested function"
+        return f"{label}: {what} defined inside a function ({mod}:{qual}) is not importable"
+    if mod == "__main__":
+        return f"{label}: defined in __main__ ({qual}); a worker cannot import the host's __main__"
+    try:
+        resolved = _resolve(f"{mod}:{qual}")
+    except Exception as e:  # noqa: BLE001 - report, never raise
+        return f"{label}: {mod}:{qual} does not resolve ({type(e).__name__}: {e})"
+    if resolved is not obj:
+        return f"{label}: {mod}:{qual} resolves to a different object"
+    return None
+
+
+class Policy:
+    """Limits and grants for sandboxed code.
+
+    ``timeout`` wall-clock seconds (None: no limit); ``tick_limit`` maximum ticks
+    (None: no limit); ``memory_limit`` bytes of RSS growth allowed during one exec
+    (None: no limit); ``max_stdout`` characters of stdout kept (the tail is kept;
+    None: unlimited); ``allow_network`` is carried to worker/kernel levels (the
+    in-process level has no network of its own: only grants can reach it).
+    """
+
+    def __init__(self, timeout: float | None = 30.0, tick_limit: int | None = None,
+                 memory_limit: int | None = None, max_stdout: int | None = None,
+                 allow_network: bool = False):
+        if timeout is not None:
+            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+                raise ValueError("timeout must be a positive number or None")
+            timeout = float(timeout)
+        for nm, v in (("tick_limit", tick_limit), ("memory_limit", memory_limit), ("max_stdout", max_stdout)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+                raise ValueError(f"{nm} must be a non-negative int or None")
+        if memory_limit is not None and memory_limit == 0:
+            raise ValueError("memory_limit must be positive or None")
+        self.timeout = timeout
+        self.tick_limit = tick_limit
+        self.memory_limit = memory_limit
+        self.max_stdout = max_stdout
+        self.allow_network = bool(allow_network)
+        self.fns: dict[str, FnGrant] = {}
+        self.classes: dict[str, ClsGrant] = {}
+        self.modules: dict[str, ModuleGrant] = {}
+
+    # ------------------------------------------------------------------ grants
+    def fn(self, f: Callable | None = None, *, name: str | None = None):
+        """Grant a host function under ``name`` (default ``f.__name__``). Decorator-friendly."""
+        def register(func):
+            if not callable(func):
+                raise TypeError("policy.fn expects a callable")
+            n = _check_grant_name(name or getattr(func, "__name__", None) or "")
+            if "." in n:
+                raise ValueError("function grant names cannot be dotted")
+            self.fns[n] = FnGrant(n, func)
+            return func
+        return register(f) if f is not None else register
+
+    def cls(self, C: type | None = None, *, name: str | None = None, constructable: bool = True,
+            include: PatternSpec = "*", exclude: PatternSpec = "_*"):
+        """Grant a host class. ``include``/``exclude`` filter member access on the class and
+        its instances; ``constructable=False`` refuses ``C(...)`` from sandboxed code."""
+        def register(klass):
+            if not isinstance(klass, type):
+                raise TypeError("policy.cls expects a class")
+            n = _check_grant_name(name or klass.__name__)
+            if "." in n:
+                raise ValueError("class grant names cannot be dotted")
+            self.classes[n] = ClsGrant(n, klass, bool(constructable), Filter(include, exclude))
+            return klass
+        return register(C) if C is not None else register
+
+    def module(self, m: types.ModuleType | None = None, *, name: str | None = None,
+               include: PatternSpec = "*", exclude: PatternSpec = "_*", recursive: bool = False):
+        """Grant a module for ``import``. ``recursive=True`` also grants its submodules
+        (filters apply to them too)."""
+        def register(mod):
+            if not isinstance(mod, types.ModuleType):
+                raise TypeError("policy.module expects a module")
+            n = _check_grant_name(name or mod.__name__)
+            self.modules[n] = ModuleGrant(n, mod, Filter(include, exclude), bool(recursive))
+            return mod
+        return register(m) if m is not None else register
+
+    @property
+    def grants(self) -> list:
+        return [*self.fns.values(), *self.classes.values(), *self.modules.values()]
+
+    # ------------------------------------------------------------- portability
+    def portability_problems(self) -> list[str]:
+        """Every reason this policy cannot be sent to a worker by reference (empty: portable)."""
+        problems: list[str] = []
+        for g in self.fns.values():
+            p = _callable_problem(f"fn {g.name!r}", g.fn)
+            if p:
+                problems.append(p)
+        for g in self.classes.values():
+            p = _ref_problem(f"cls {g.name!r}", g.cls)
+            if p:
+                problems.append(p)
+            problems.extend(self._filter_problems(f"cls {g.name!r}", g.filter))
+        for g in self.modules.values():
+            label = f"module {g.name!r}"
+            mname = getattr(g.module, "__name__", None)
+            if mname == "__main__":
+                problems.append(f"{label}: __main__ cannot be imported by a worker")
+            elif not isinstance(mname, str) or sys.modules.get(mname) is not g.module:
+                problems.append(f"{label}: module {mname!r} is not the one in sys.modules (built at runtime?)")
+            elif getattr(g.module, "__spec__", None) is None:
+                problems.append(f"{label}: module {mname!r} has no import spec (built at runtime?)")
+            problems.extend(self._filter_problems(label, g.filter))
+        return problems
+
+    @staticmethod
+    def _filter_problems(label: str, flt: Filter) -> list[str]:
+        out = []
+        for which, pat in (("include", flt.include), ("exclude", flt.exclude)):
+            if not pat.portable:
+                out.append(f"{label}: callable {which} predicate is not portable; use glob strings")
+        return out
+
+    def to_portable(self) -> dict:
+        """A msgpack-able dict (str keys; str/int/float/bool/None/list values).
+
+        Raises StPolicyNotPortable listing every problem."""
+        problems = self.portability_problems()
+        if problems:
+            raise StPolicyNotPortable(problems)
+        grants: list[dict] = []
+        for g in self.fns.values():
+            grants.append({"kind": "fn", "name": g.name, "ref": _ref(g.fn)})
+        for g in self.classes.values():
+            grants.append({"kind": "cls", "name": g.name, "ref": _ref(g.cls),
+                           "constructable": g.constructable,
+                           "include": g.filter.include.to_list(),
+                           "exclude": g.filter.exclude.to_list()})
+        for g in self.modules.values():
+            grants.append({"kind": "module", "name": g.name, "ref": g.module.__name__,
+                           "recursive": g.recursive,
+                           "include": g.filter.include.to_list(),
+                           "exclude": g.filter.exclude.to_list()})
+        return {
+            "version": PORTABLE_VERSION,
+            "timeout": self.timeout,
+            "tick_limit": self.tick_limit,
+            "memory_limit": self.memory_limit,
+            "max_stdout": self.max_stdout,
+            "allow_network": self.allow_network,
+            "grants": grants,
+        }
+
+    @classmethod
+    def from_portable(cls, d: dict) -> "Policy":
+        """Rebuild a policy from ``to_portable()`` output, re-importing every reference.
+
+        Raises StPolicyNotPortable listing every reference that failed to resolve."""
+        if not isinstance(d, dict):
+            raise StPolicyNotPortable(["portable policy must be a dict"])
+        problems: list[str] = []
+        if d.get("version") != PORTABLE_VERSION:
+            problems.append(f"unsupported portable policy version {d.get('version')!r}")
+        unknown = set(d) - {"version", "timeout", "tick_limit", "memory_limit", "max_stdout",
+                            "allow_network", "grants"}
+        if unknown:
+            problems.append(f"unknown keys: {sorted(unknown)}")
+        try:
+            pol = cls(timeout=d.get("timeout"), tick_limit=d.get("tick_limit"),
+                      memory_limit=d.get("memory_limit"), max_stdout=d.get("max_stdout"),
+                      allow_network=bool(d.get("allow_network", False)))
+        except (TypeError, ValueError) as e:
+            problems.append(f"invalid limits: {e}")
+            pol = cls()
+        grants = d.get("grants", [])
+        if not isinstance(grants, list):
+            problems.append("grants must be a list")
+            grants = []
+        for i, g in enumerate(grants):
+            if not isinstance(g, dict):
+                problems.append(f"grant #{i}: must be a dict")
+                continue
+            kind, name, ref = g.get("kind"), g.get("name"), g.get("ref")
+            label = f"grant #{i} ({kind} {name!r})"
+            if not isinstance(name, str) or not isinstance(ref, str):
+                problems.append(f"{label}: name and ref must be strings")
+                continue
+            try:
+                if kind == "fn":
+                    obj = _resolve(ref)
+                    if not callable(obj):
+                        raise TypeError(f"{ref} is not callable")
+                    pol.fn(obj, name=name)
+                elif kind == "cls":
+                    obj = _resolve(ref)
+                    if not isinstance(obj, type):
+                        raise TypeError(f"{ref} is not a class")
+                    pol.cls(obj, name=name, constructable=bool(g.get("constructable", True)),
+                            include=_pat(g.get("include", "*")), exclude=_pat(g.get("exclude", "_*")))
+                elif kind == "module":
+                    mod = importlib.import_module(ref)
+                    pol.module(mod, name=name, recursive=bool(g.get("recursive", False)),
+                               include=_pat(g.get("include", "*")), exclude=_pat(g.get("exclude", "_*")))
+                else:
+                    problems.append(f"{label}: unknown kind")
+            except Exception as e:  # noqa: BLE001 - collect every problem
+                problems.append(f"{label}: {type(e).__name__}: {e}")
+        if problems:
+            raise StPolicyNotPortable(problems)
+        return pol
+
+    def __repr__(self):
+        return (f"Policy(timeout={self.timeout!r}, tick_limit={self.tick_limit!r}, "
+                f"memory_limit={self.memory_limit!r}, max_stdout={self.max_stdout!r}, "
+                f"allow_network={self.allow_network!r}, grants={len(self.grants)})")
+
+
+def _pat(v):
+    if isinstance(v, str):
+        return v
+    if isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v):
+        return tuple(v)
+    raise TypeError(f"pattern must be a str or list of str, got {v!r}")
+
+
+__all__ = ["Policy", "Patterns", "Filter", "FnGrant", "ClsGrant", "ModuleGrant"]

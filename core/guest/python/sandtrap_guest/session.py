@@ -1,0 +1,825 @@
+"""GuestSession: runs rewritten code against a policy, in-process.
+
+Ticks
+-----
+A tick is one checkpoint.  Checkpoints are, exactly:
+
+* the start of every iteration of a ``for``/``async for``/``while`` body;
+* the entry of every sandbox-defined function, method, generator, coroutine and
+  lambda (a generator's entry tick happens when it is first resumed);
+* every step of every ``for`` clause of a comprehension or generator expression;
+* every call of a builtin function that is not a type (``print``, ``len``, ``sum``,
+  ``sorted``, ``isinstance``, ``getattr``, ``open`` ...) and of every ``policy.fn``
+  grant;
+* every REPL echo of a final expression.
+
+Calls of types (``int``, ``list``, ``range``, ``str`` ...), of granted classes and of
+functions reached through granted modules (``math.sqrt``) do not tick, nor do
+methods of objects (``lst.append``).  The count is deterministic: it depends only on
+the program's control flow, never on timing.
+
+The counter is a global countdown ``__st_n__`` decremented inline; when it drops
+below zero ``__st_chk__`` accounts the ticks, checks cancel -> tick limit ->
+timeout -> memory, and re-arms it with at most ``_MAX_STRIDE`` (< 257, so the
+counter stays a cached small int).  The stride adapts so the check runs about every
+``_TARGET_INTERVAL`` seconds however slow each tick is; the tick limit is exact
+(a ``StTickLimit`` result reports ``tick_limit + 1`` ticks: the tick that tripped).
+"""
+
+from __future__ import annotations
+
+import builtins as _bi
+import errno
+import io
+import os
+import sys
+import threading
+import time
+import traceback as _tb
+import types
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import rewriter as rw
+from .errors import (StCancelled, StError, StImportDenied, StTickLimit, StTimeout,
+                     StValidationError)
+from .gates import SANDBOX_FILENAME, USER_MARK, Gate, _MatchVals
+from .policy import Policy
+
+_MAX_STRIDE = 200
+_TARGET_INTERVAL = 0.002
+_MEM_INTERVAL = 0.005
+_PKG_DIR = os.path.dirname(os.path.abspath(__file__))
+
+# Builtins offered to sandboxed code.
+_TYPE_NAMES = (
+    "bool", "bytearray", "bytes", "classmethod", "complex", "dict", "enumerate", "filter",
+    "float", "frozenset", "int", "list", "map", "object", "property", "range", "reversed",
+    "set", "slice", "staticmethod", "str", "super", "tuple", "zip",
+)
+_EXCEPTION_NAMES = (
+    "ArithmeticError", "AssertionError", "AttributeError", "BufferError", "EOFError",
+    "Exception", "FloatingPointError", "ImportError", "IndexError", "KeyError", "LookupError",
+    "MemoryError", "ModuleNotFoundError", "NameError", "NotImplementedError", "OSError",
+    "IOError", "EnvironmentError", "OverflowError", "RecursionError", "ReferenceError",
+    "RuntimeError", "StopIteration", "StopAsyncIteration", "SyntaxError", "IndentationError",
+    "TabError", "TypeError", "UnboundLocalError", "UnicodeError", "UnicodeDecodeError",
+    "UnicodeEncodeError", "UnicodeTranslateError", "ValueError", "ZeroDivisionError",
+    "BlockingIOError", "BrokenPipeError", "ChildProcessError", "ConnectionError",
+    "ConnectionAbortedError", "ConnectionRefusedError", "ConnectionResetError",
+    "FileExistsError", "FileNotFoundError", "InterruptedError", "IsADirectoryError",
+    "NotADirectoryError", "PermissionError", "ProcessLookupError", "TimeoutError",
+    "Warning", "UserWarning", "DeprecationWarning", "PendingDeprecationWarning",
+    "SyntaxWarning", "RuntimeWarning", "FutureWarning", "ImportWarning", "UnicodeWarning",
+    "BytesWarning", "ResourceWarning", "EncodingWarning", "ExceptionGroup",
+)
+_CONST_NAMES = ("Ellipsis", "NotImplemented")
+# Non-type builtins passed through unchanged except for the tick.
+_PLAIN_FUNCS = (
+    "abs", "all", "any", "ascii", "bin", "callable", "chr", "divmod", "format", "hash", "hex",
+    "id", "isinstance", "issubclass", "iter", "len", "max", "min", "next", "oct", "ord", "pow",
+    "repr", "round", "sorted", "sum", "aiter", "anext",
+)
+# Documented absences: exec eval compile globals vars breakpoint __import__ help exit quit
+# memoryview (and open unless filesystem_root is given).
+BUILTIN_NAMES = tuple(sorted({*_TYPE_NAMES, "type", *_EXCEPTION_NAMES, *_CONST_NAMES, *_PLAIN_FUNCS,
+                              "print", "getattr", "hasattr", "setattr", "delattr", "dir", "locals",
+                              "input"}))
+
+
+@dataclass
+class ExecResult:
+    stdout: str
+    namespace: dict
+    error: BaseException | None
+    ticks: int
+    isolation: str = "none"
+    stderr: str = ""
+    traceback: str | None = None
+    stdout_truncated: int = 0
+    duration: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class _Capture:
+    """stdout buffer that keeps the last ``limit`` characters."""
+
+    def __init__(self, limit: int | None):
+        self.limit = limit
+        self.parts: list[str] = []
+        self.size = 0
+        self.dropped = 0
+
+    def write(self, s: str) -> int:
+        if not isinstance(s, str):
+            raise TypeError(f"write() argument must be str, not {type(s).__name__}")
+        self.parts.append(s)
+        self.size += len(s)
+        if self.limit is not None and self.size > 2 * self.limit + 8192:
+            self._trim()
+        return len(s)
+
+    def flush(self) -> None:
+        pass
+
+    def _trim(self):
+        text = "".join(self.parts)
+        cut = max(0, len(text) - (self.limit or 0))
+        self.dropped += cut
+        text = text[cut:]
+        self.parts = [text]
+        self.size = len(text)
+
+    def getvalue(self) -> str:
+        if self.limit is not None and self.size > self.limit:
+            self._trim()
+        text = "".join(self.parts)
+        if self.dropped:
+            text = f"[sandtrap: {self.dropped} earlier characters of output truncated]\n" + text
+        return text
+
+
+class _Writer:
+    """File-like object for the synthetic ``sys.stdout``/``sys.stderr``."""
+
+    def __init__(self, cap: _Capture):
+        self._cap = cap
+
+    def write(self, s):
+        return self._cap.write(s)
+
+    def writelines(self, lines):
+        for s in lines:
+            self._cap.write(s)
+
+    def flush(self):
+        pass
+
+    def isatty(self):
+        return False
+
+
+def _read_rss() -> int:
+    try:
+        fd = os.open("/proc/self/statm", os.O_RDONLY)
+        try:
+            data = os.read(fd, 128)
+        finally:
+            os.close(fd)
+        return int(data.split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        try:
+            import resource
+            r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+            return r if sys.platform == "darwin" else r * 1024
+        except Exception:  # noqa: BLE001
+            return 0
+
+
+try:
+    _PAGE = os.sysconf("SC_PAGE_SIZE")
+except (ValueError, OSError, AttributeError):
+    _PAGE = 4096
+
+
+class _Meter:
+    __slots__ = ("base", "armed", "stride", "running", "tripped", "cancelled", "deadline",
+                 "tick_limit", "memory_limit", "rss_base", "last_chk", "last_mem", "timeout")
+
+    def __init__(self):
+        self.base = 0
+        self.armed = _MAX_STRIDE
+        self.stride = _MAX_STRIDE
+        self.running = False
+        self.tripped: BaseException | None = None
+        self.cancelled = False
+        self.deadline: float | None = None
+        self.tick_limit: int | None = None
+        self.memory_limit: int | None = None
+        self.rss_base = 0
+        self.last_chk = 0.0
+        self.last_mem = 0.0
+        self.timeout: float | None = None
+
+
+class GuestSession:
+    """A persistent sandboxed namespace plus the machinery to run code in it.
+
+    ``exec`` never raises for the code's faults: they land on ``result.error``.
+    It raises only for host mistakes (bad arguments, concurrent use of one session).
+    """
+
+    isolation = "none"
+
+    def __init__(self, policy: Policy | None = None, filesystem_root: str | os.PathLike | None = None,
+                 echo: bool | str = False):
+        self.policy = policy if policy is not None else Policy()
+        if not isinstance(self.policy, Policy):
+            raise TypeError("policy must be a Policy")
+        self.echo = _echo_mode(echo)
+        self.filesystem_root = None
+        if filesystem_root is not None:
+            root = os.path.realpath(os.fspath(filesystem_root))
+            if not os.path.isdir(root):
+                raise ValueError(f"filesystem_root {root!r} is not a directory")
+            self.filesystem_root = root
+        self._lock = threading.Lock()
+        self._meter = _Meter()
+        self._cap = _Capture(None)
+        self._err = _Capture(None)
+        self._stdin: io.StringIO | None = None
+        self._code_lines: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._ns: dict[str, Any] = {}
+        self._exec_module_names: dict[str, types.ModuleType] = {}
+        self._chk, self._tick = self._make_meter_fns()
+        self.gate = Gate(self.policy, self._tick).finish()
+        self._synthetic_parents = self._make_parents()
+        self._builtins = self._make_builtins()
+        self._ns.update({"__builtins__": self._builtins, "__name__": "__main__", rw.N: _MAX_STRIDE})
+
+    # ------------------------------------------------------------ namespace
+    @property
+    def namespace(self) -> dict:
+        """The user-visible names of the persistent namespace (a copy)."""
+        return _user_namespace(self._ns)
+
+    # ---------------------------------------------------------------- meter
+    def _make_meter_fns(self):
+        ns = self._ns
+        m = self._meter
+        N = rw.N
+        mono = time.monotonic
+        session = self
+
+        def __st_chk__():
+            n = ns.get(N, 0)
+            if type(n) is not int:
+                n = 0
+            m.base += m.armed - n
+            if not m.running:
+                m.armed = _MAX_STRIDE
+                ns[N] = _MAX_STRIDE
+                return True
+            if m.tripped is not None:
+                m.armed = 0
+                ns[N] = 0
+                err = m.tripped
+                raise type(err)(*err.args)
+            try:
+                if m.cancelled:
+                    raise session._trip(StCancelled("execution was cancelled"))
+                if m.tick_limit is not None and m.base > m.tick_limit:
+                    raise session._trip(StTickLimit(f"tick limit of {m.tick_limit} exceeded"))
+                now = mono()
+                if m.deadline is not None and now > m.deadline:
+                    raise session._trip(StTimeout(f"execution exceeded the timeout of {m.timeout:g}s"))
+                if m.memory_limit is not None and now - m.last_mem >= _MEM_INTERVAL:
+                    m.last_mem = now
+                    grown = _read_rss() - m.rss_base
+                    if grown > m.memory_limit:
+                        raise session._trip(MemoryError(
+                            f"memory limit of {m.memory_limit} bytes exceeded (RSS grew by {grown} bytes)"))
+            except BaseException:
+                m.armed = 0
+                ns[N] = 0
+                raise
+            dt = now - m.last_chk
+            m.last_chk = now
+            stride = m.stride
+            if dt > _TARGET_INTERVAL:
+                stride = max(1, stride // 2)
+            elif dt < _TARGET_INTERVAL / 4 and stride < _MAX_STRIDE:
+                stride = min(_MAX_STRIDE, stride * 2)
+            m.stride = stride
+            if m.tick_limit is not None:
+                stride = min(stride, m.tick_limit - m.base)
+            m.armed = stride
+            ns[N] = stride
+            return True
+
+        def __st_tick__():
+            n = ns[N] - 1
+            ns[N] = n
+            if n < 0:
+                __st_chk__()
+            return True
+
+        return __st_chk__, __st_tick__
+
+    def _trip(self, err: BaseException) -> BaseException:
+        if self._meter.tripped is None:
+            self._meter.tripped = err
+        return err
+
+    def _ticks_now(self) -> int:
+        n = self._ns.get(rw.N, 0)
+        if type(n) is not int:
+            n = 0
+        return self._meter.base + self._meter.armed - n
+
+    def cancel(self) -> None:
+        """Cancel the running ``exec`` (thread-safe); it stops at its next checkpoint."""
+        self._meter.cancelled = True
+
+    # -------------------------------------------------------------- builtins
+    def _make_builtins(self) -> dict:
+        tick = self._tick
+        gate = self.gate
+        b: dict[str, Any] = {}
+        for n in _TYPE_NAMES:
+            b[n] = getattr(_bi, n)
+        for n in (*_EXCEPTION_NAMES, *_CONST_NAMES):
+            if hasattr(_bi, n):
+                b[n] = getattr(_bi, n)
+        b["type"] = gate.SafeType
+        for n in _PLAIN_FUNCS:
+            if hasattr(_bi, n):
+                b[n] = _ticking(getattr(_bi, n), tick)
+        b["getattr"] = _ticking(gate.getattr, tick, "getattr")
+        b["hasattr"] = _ticking(gate.hasattr, tick, "hasattr")
+        b["setattr"] = _ticking(gate.setattr, tick, "setattr")
+        b["delattr"] = _ticking(gate.delattr, tick, "delattr")
+        b["print"] = self._make_print()
+        b["dir"] = self._make_dir()
+        b["locals"] = self._make_locals()
+        b["input"] = self._make_input()
+        if self.filesystem_root is not None:
+            b["open"] = _make_open(self.filesystem_root, tick)
+        for name, C in gate.exposed_classes.items():
+            b[name] = C
+        for name, g in self.policy.fns.items():
+            b[name] = _ticking(g.fn, tick, name)
+        # runtime helpers (unnameable by sandboxed code)
+        b["__build_class__"] = _bi.__build_class__
+        b[rw.CHK] = self._chk
+        b[rw.TICK] = self._tick
+        b[rw.GA] = gate.ga
+        b[rw.SA] = gate.sa
+        b[rw.DA] = gate.da
+        b[rw.IMPORT] = self._import
+        b[rw.IMPORTFROM] = self._importfrom
+        b[rw.ECHO] = self._echo
+        b[rw.EXC] = Exception
+        b[rw.MARK] = USER_MARK
+        b[rw.MATCH] = _MatchVals
+        b[rw.MATCHCLS] = gate.match_class
+        return b
+
+    def _make_print(self):
+        tick = self._tick
+        session = self
+        ga = self.gate.ga
+
+        def print(*args, sep=" ", end="\n", file=None, flush=False):  # noqa: A001
+            tick()
+            if sep is None:
+                sep = " "
+            if end is None:
+                end = "\n"
+            if not isinstance(sep, str):
+                raise TypeError(f"sep must be None or a string, not {type(sep).__name__}")
+            if not isinstance(end, str):
+                raise TypeError(f"end must be None or a string, not {type(end).__name__}")
+            text = sep.join([str(a) for a in args]) + end
+            if file is None:
+                session._cap.write(text)
+            else:
+                ga(file, "write")(text)
+
+        print.__doc__ = _bi.print.__doc__
+        return print
+
+    def _make_dir(self):
+        tick = self._tick
+        gate = self.gate
+
+        def dir(*args):  # noqa: A001
+            tick()
+            if len(args) > 1:
+                raise TypeError(f"dir expected at most 1 argument, got {len(args)}")
+            if not args:
+                frame = sys._getframe(1)
+                return sorted(k for k in frame.f_locals if _visible_name(k))
+            obj = args[0]
+            return [n for n in _bi.dir(obj) if gate.allows_read(obj, n)]
+
+        return dir
+
+    def _make_locals(self):
+        tick = self._tick
+
+        def locals():  # noqa: A001
+            """A snapshot of the caller's local names (runtime internals removed)."""
+            tick()
+            frame = sys._getframe(1)
+            return {k: v for k, v in frame.f_locals.items() if _visible_name(k)}
+
+        return locals
+
+    def _make_input(self):
+        tick = self._tick
+        session = self
+
+        def input(prompt=""):  # noqa: A001
+            tick()
+            if prompt:
+                session._cap.write(str(prompt))
+            src = session._stdin
+            line = src.readline() if src is not None else ""
+            if not line:
+                raise EOFError("EOF when reading a line")
+            return line[:-1] if line.endswith("\n") else line
+
+        return input
+
+    def _echo(self, value):
+        self._tick()
+        if value is not None:
+            self._cap.write(repr(value) + "\n")
+
+    # --------------------------------------------------------------- imports
+    def _make_parents(self) -> dict[str, types.ModuleType]:
+        """Synthetic parent packages for dotted grant names whose parent is not granted
+        (granting ``os.path`` alone makes ``import os.path`` bind an ``os`` that holds
+        only ``path``)."""
+        parents: dict[str, types.ModuleType] = {}
+        for name in sorted(self.policy.modules):
+            parts = name.split(".")
+            for i in range(1, len(parts)):
+                pname = ".".join(parts[:i])
+                if pname in self.policy.modules:
+                    continue
+                if pname not in parents:
+                    parents[pname] = types.ModuleType(pname, None)
+        for name in sorted(self.policy.modules):
+            parts = name.split(".")
+            if len(parts) > 1:
+                pname = ".".join(parts[:-1])
+                if pname in parents:
+                    setattr(parents[pname], parts[-1], self.policy.modules[name].module)
+        for pname, mod in parents.items():
+            parts = pname.split(".")
+            if len(parts) > 1 and ".".join(parts[:-1]) in parents:
+                setattr(parents[".".join(parts[:-1])], parts[-1], mod)
+            self.gate.session_modules[id(mod)] = mod
+        return parents
+
+    def _resolve_module(self, dotted: str) -> types.ModuleType:
+        if not isinstance(dotted, str) or not dotted or any(not p.isidentifier() for p in dotted.split(".")):
+            raise StImportDenied(f"invalid module name {dotted!r}", name=str(dotted))
+        m = self._exec_module_names.get(dotted)
+        if m is not None:
+            return m
+        g = self.policy.modules.get(dotted)
+        if g is not None:
+            return g.module
+        p = self._synthetic_parents.get(dotted)
+        if p is not None:
+            return p
+        for g in self.policy.modules.values():
+            if g.recursive and dotted.startswith(g.name + "."):
+                segs = dotted[len(g.name) + 1:].split(".")
+                if not self.gate.submodule_allowed(g, segs):
+                    break
+                import importlib
+                real = g.module.__name__ + "." + ".".join(segs)
+                try:
+                    mod = importlib.import_module(real)
+                except ImportError as e:
+                    raise ModuleNotFoundError(f"No module named {dotted!r}", name=dotted) from e
+                if self.gate.module_rule(mod) is None:
+                    break
+                return mod
+        raise StImportDenied(f"import of module {dotted!r} is not allowed by the sandbox policy",
+                             name=dotted)
+
+    def _import(self, dotted: str, leaf: bool):
+        mod = self._resolve_module(dotted)
+        if leaf or "." not in dotted:
+            return mod
+        top = dotted.split(".")[0]
+        # every prefix must be importable too, as in Python
+        parts = dotted.split(".")
+        for i in range(1, len(parts)):
+            self._resolve_module(".".join(parts[:i]))
+        return self._resolve_module(top)
+
+    def _importfrom(self, modname: str, names: tuple):
+        mod = self._resolve_module(modname)
+        out = []
+        for n in names:
+            sub = f"{modname}.{n}"
+            try:
+                out.append(self.gate.ga(mod, n))
+                continue
+            except AttributeError as e:
+                denied = e
+            try:
+                out.append(self._resolve_module(sub))
+                continue
+            except ImportError:
+                pass
+            if isinstance(denied, StError):
+                raise StImportDenied(f"cannot import name {n!r} from {modname!r}: {denied}",
+                                     name=modname) from None
+            raise ImportError(f"cannot import name {n!r} from {modname!r}", name=modname)
+        return tuple(out)
+
+    def _make_exec_modules(self, modules, stdin, argv) -> dict[str, types.ModuleType]:
+        out: dict[str, types.ModuleType] = {}
+        for name, spec in (modules or {}).items():
+            if not isinstance(name, str) or not all(p.isidentifier() for p in name.split(".")) \
+                    or name.startswith(rw.RESERVED_PREFIX):
+                raise ValueError(f"invalid module name {name!r}")
+            mod = types.ModuleType(name, None)
+            if isinstance(spec, types.ModuleType):
+                items = {k: getattr(spec, k) for k in _bi.dir(spec) if not k.startswith("_")}
+            elif isinstance(spec, dict):
+                items = spec
+            else:
+                raise TypeError(f"modules[{name!r}] must be a dict or a module")
+            for k, v in items.items():
+                if not isinstance(k, str) or not k.isidentifier() or (k.startswith("__") and k.endswith("__")):
+                    raise ValueError(f"invalid attribute name {k!r} in modules[{name!r}]")
+                setattr(mod, k, v)
+            out[name] = mod
+        if stdin is not None or argv is not None:
+            if "sys" not in out:
+                sysmod = types.ModuleType("sys", "Synthetic sys module of the sandbox.")
+                sysmod.argv = list(argv) if argv is not None else [""]
+                sysmod.stdin = self._stdin
+                sysmod.stdout = _Writer(self._cap)
+                sysmod.stderr = _Writer(self._err)
+                sysmod.version = sys.version
+                sysmod.version_info = tuple(sys.version_info)
+                sysmod.platform = sys.platform
+                sysmod.maxsize = sys.maxsize
+                sysmod.byteorder = sys.byteorder
+                out["sys"] = sysmod
+        # parents of dotted per-exec names
+        for name in list(out):
+            parts = name.split(".")
+            for i in range(1, len(parts)):
+                pname = ".".join(parts[:i])
+                if pname not in out:
+                    out[pname] = types.ModuleType(pname, None)
+            if len(parts) > 1:
+                setattr(out[".".join(parts[:-1])], parts[-1], out[name])
+        return out
+
+    # ------------------------------------------------------------------ exec
+    def exec(self, code: str, namespace: dict | None = None, modules: dict | None = None,
+             stdin: str | None = None, argv: list | None = None, echo: bool | str | None = None) -> ExecResult:
+        """Run ``code``; never raises for the code's faults (see ``result.error``)."""
+        if not isinstance(code, str):
+            raise TypeError("code must be a str")
+        if namespace is not None:
+            if not isinstance(namespace, dict):
+                raise TypeError("namespace must be a dict")
+            for k in namespace:
+                if not isinstance(k, str) or not k.isidentifier() or k.startswith(rw.RESERVED_PREFIX) \
+                        or k in rw.DENIED_NAMES or k == "__builtins__":
+                    raise ValueError(f"invalid namespace name {k!r}")
+        if stdin is not None and not isinstance(stdin, str):
+            raise TypeError("stdin must be a str")
+        if argv is not None and (not isinstance(argv, (list, tuple)) or not all(isinstance(a, str) for a in argv)):
+            raise TypeError("argv must be a list of str")
+        echo_mode = self.echo if echo is None else _echo_mode(echo)
+        if not self._lock.acquire(blocking=False):
+            raise RuntimeError("this GuestSession is already executing (sessions are not re-entrant)")
+        try:
+            return self._exec_locked(code, namespace, modules, stdin, argv, echo_mode)
+        finally:
+            self._lock.release()
+
+    def _exec_locked(self, code, namespace, modules, stdin, argv, echo_mode) -> ExecResult:
+        pol = self.policy
+        t0 = time.monotonic()
+        self._cap = _Capture(pol.max_stdout)
+        self._err = _Capture(pol.max_stdout)
+        self._stdin = io.StringIO(stdin) if stdin is not None else None
+        m = self._meter
+        m.cancelled = False
+        m.tripped = None
+        error: BaseException | None = None
+        ticks = 0
+        try:
+            tree = rw.rewrite(code, echo=echo_mode, filename=SANDBOX_FILENAME)
+            codeobj = compile(tree, SANDBOX_FILENAME, "exec", dont_inherit=True)
+        except (SyntaxError, StValidationError) as e:
+            e.__traceback__ = None
+            return ExecResult(stdout="", namespace=self.namespace, error=e, ticks=0,
+                              isolation=self.isolation, traceback=_format_exception_only(e),
+                              duration=time.monotonic() - t0)
+        except (ValueError, OverflowError, RecursionError, MemoryError) as e:
+            err = StValidationError(f"code could not be compiled: {type(e).__name__}: {e}")
+            return ExecResult(stdout="", namespace=self.namespace, error=err, ticks=0,
+                              isolation=self.isolation, traceback=_format_exception_only(err),
+                              duration=time.monotonic() - t0)
+        self._register_code(codeobj, code)
+        exec_mods = self._make_exec_modules(modules, stdin, argv)
+        self._exec_module_names = exec_mods
+        self.gate.exec_modules = {id(mod): mod for mod in exec_mods.values()}
+        if namespace:
+            self._ns.update(namespace)
+        ns = self._ns
+        # arm the meter
+        m.base = 0
+        m.stride = _MAX_STRIDE
+        m.tick_limit = pol.tick_limit
+        m.memory_limit = pol.memory_limit
+        m.timeout = pol.timeout
+        first = _MAX_STRIDE if pol.tick_limit is None else min(_MAX_STRIDE, pol.tick_limit)
+        m.armed = first
+        ns[rw.N] = first
+        now = time.monotonic()
+        m.last_chk = m.last_mem = now
+        m.deadline = None if pol.timeout is None else now + pol.timeout
+        m.rss_base = _read_rss() if pol.memory_limit is not None else 0
+        m.running = True
+        tb_text = None
+        try:
+            exec(codeobj, ns)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:  # noqa: BLE001 - every fault of the code is a result
+            error = e
+        finally:
+            ticks = self._ticks_now()
+            if error is None and m.memory_limit is not None and m.tripped is None:
+                grown = _read_rss() - m.rss_base
+                if grown > m.memory_limit:
+                    self._trip(MemoryError(
+                        f"memory limit of {m.memory_limit} bytes exceeded (RSS grew by {grown} bytes)"))
+            if m.tripped is not None and error is not m.tripped:
+                # a limit was hit and then swallowed or superseded: the limit wins
+                if m.tripped.__traceback__ is None and error is not None:
+                    m.tripped.__context__ = error
+                error = m.tripped
+            if error is not None:
+                # Formatting may call a sandbox-defined __str__: do it while the meter
+                # still enforces the limits (a tripped limit makes it fail fast).
+                try:
+                    tb_text = self._format_traceback(error)
+                except BaseException:  # noqa: BLE001
+                    tb_text = self._format_traceback(error, safe=True)
+            m.running = False
+            m.armed = _MAX_STRIDE
+            ns[rw.N] = _MAX_STRIDE
+            m.base = 0
+            # per-exec modules vanish: drop names still bound to them
+            ids = self.gate.exec_modules
+            for k in [k for k, v in ns.items() if isinstance(v, types.ModuleType) and id(v) in ids]:
+                del ns[k]
+            self.gate.exec_modules = {}
+            self._exec_module_names = {}
+        if error is not None:
+            error.__traceback__ = _strip_internal(error.__traceback__)
+        return ExecResult(stdout=self._cap.getvalue(), namespace=self.namespace, error=error,
+                          ticks=ticks, isolation=self.isolation, stderr=self._err.getvalue(),
+                          traceback=tb_text, stdout_truncated=self._cap.dropped,
+                          duration=time.monotonic() - t0)
+
+    # ------------------------------------------------------------ tracebacks
+    def _register_code(self, codeobj, source: str):
+        lines = source.splitlines()
+        stack = [codeobj]
+        while stack:
+            c = stack.pop()
+            try:
+                self._code_lines[c] = lines
+            except TypeError:
+                pass
+            stack.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
+
+    def _format_traceback(self, error: BaseException, safe: bool = False) -> str:
+        out = ["Traceback (most recent call last):\n"]
+        tb = error.__traceback__
+        last, repeats = None, 0
+        while tb is not None:
+            code = tb.tb_frame.f_code
+            if code.co_filename == SANDBOX_FILENAME:
+                lineno = tb.tb_lineno
+                key = (code, lineno)
+                repeats = repeats + 1 if key == last else 1
+                if repeats <= 3:
+                    out.append(f'  File "{SANDBOX_FILENAME}", line {lineno}, in {code.co_name}\n')
+                    lines = self._code_lines.get(code)
+                    if lines and 0 < lineno <= len(lines):
+                        out.append(f"    {lines[lineno - 1].strip()}\n")
+                elif tb.tb_next is None or (tb.tb_next.tb_frame.f_code, tb.tb_next.tb_lineno) != key:
+                    out.append(f"  [Previous line repeated {repeats - 3} more times]\n")
+                last = key
+            tb = tb.tb_next
+        if len(out) == 1:
+            out = []
+        if safe:
+            from .wire import safe_repr
+            args = getattr(error, "args", ())
+            msg = ", ".join(safe_repr(a) for a in args) if isinstance(args, tuple) else ""
+            out.append(f"{type(error).__qualname__}: {msg}\n" if msg else f"{type(error).__qualname__}\n")
+        else:
+            out.extend(_tb.format_exception_only(type(error), error))
+        return "".join(out)
+
+
+def _ticking(fn, tick, name: str | None = None):
+    def wrapper(*args, **kwargs):
+        tick()
+        return fn(*args, **kwargs)
+
+    wrapper.__name__ = name or getattr(fn, "__name__", "function")
+    wrapper.__qualname__ = wrapper.__name__
+    wrapper.__doc__ = getattr(fn, "__doc__", None)
+    return wrapper
+
+
+def _make_open(root: str, tick):
+    root_real = os.path.realpath(root)
+
+    def open(file, mode="r", buffering=-1, encoding=None, errors=None, newline=None,  # noqa: A001
+             closefd=True, opener=None):
+        """open() restricted to the sandbox filesystem root ("/" is the root)."""
+        tick()
+        if opener is not None or closefd is not True:
+            raise PermissionError(errno.EACCES, "opener/closefd are not available in the sandbox")
+        if isinstance(file, (int, bool)):
+            raise PermissionError(errno.EACCES, "file descriptors cannot be opened in the sandbox")
+        path = os.fspath(file)
+        if isinstance(path, bytes):
+            path = os.fsdecode(path)
+        if not isinstance(path, str):
+            raise TypeError("expected str, bytes or os.PathLike object")
+        if "\0" in path:
+            raise ValueError("embedded null byte")
+        rel = path.lstrip("/\\") if os.path.isabs(path) else path
+        real = os.path.realpath(os.path.join(root_real, rel))
+        if real != root_real and not real.startswith(root_real + os.sep):
+            raise PermissionError(errno.EACCES, "path escapes the sandbox filesystem root", path)
+        return io.open(real, mode, buffering, encoding, errors, newline)
+
+    return open
+
+
+def _echo_mode(echo) -> bool:
+    if echo in (True, "last", "all"):
+        return True
+    if echo in (False, None, "none"):
+        return False
+    raise ValueError(f"echo must be a bool or 'none'/'last', got {echo!r}")
+
+
+def _visible_name(k) -> bool:
+    return isinstance(k, str) and not k.startswith(rw.RESERVED_PREFIX) and k not in (
+        "__builtins__", "__annotations__")
+
+
+_HIDDEN_KEYS = frozenset({"__builtins__", "__name__", "__doc__", "__annotations__"})
+
+
+def _user_namespace(ns: dict) -> dict:
+    return {k: v for k, v in ns.items()
+            if k not in _HIDDEN_KEYS and not k.startswith(rw.RESERVED_PREFIX)
+            and not isinstance(v, types.ModuleType)}
+
+
+def _is_internal(code) -> bool:
+    fn = code.co_filename
+    return os.path.dirname(fn) == _PKG_DIR
+
+
+def _strip_internal(tb):
+    """Drop the runtime's own frames (exec machinery, gates) from a traceback."""
+    kept = []
+    while tb is not None:
+        if not _is_internal(tb.tb_frame.f_code):
+            kept.append(tb)
+        tb = tb.tb_next
+    for a, b in zip(kept, kept[1:]):
+        a.tb_next = b
+    if kept:
+        kept[-1].tb_next = None
+        return kept[0]
+    return None
+
+
+def _format_exception_only(e: BaseException) -> str:
+    if isinstance(e, StValidationError):
+        out = []
+        if e.lineno is not None:
+            out.append(f'  File "{SANDBOX_FILENAME}", line {e.lineno}\n')
+            if e.text is not None:
+                out.append(f"    {e.text.strip()}\n")
+                indent = len(e.text) - len(e.text.lstrip())
+                if e.col is not None and e.col >= indent:
+                    out.append("    " + " " * (e.col - indent) + "^\n")
+        out.append(f"{type(e).__name__}: {e.message}\n")
+        return "".join(out)
+    return "".join(_tb.format_exception_only(type(e), e))
+
+
+__all__ = ["GuestSession", "ExecResult", "BUILTIN_NAMES"]
