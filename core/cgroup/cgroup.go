@@ -22,27 +22,42 @@ type Limits struct {
 	Memory    int64 // bytes
 	Processes int64
 	CPUPct    int64 // percent of one CPU
+	CPUTime   bool  // account the tree's CPU time (max_cpu_time)
+	Track     bool  // membership only: the tree must be killable without a pid namespace
+}
+
+// Needed reports whether l needs a cgroup at all.
+func (l Limits) Needed() bool {
+	return l.Memory > 0 || l.Processes > 0 || l.CPUPct > 0 || l.CPUTime || l.Track
 }
 
 // Group is one run's cgroup set.
 type Group struct {
-	info    *kernel.CgroupInfo
-	dirs    map[string]string // controller -> dir (v2: "unified")
-	procFDs []int
-	pool    *pool
-	key     string
+	*entry
+	info *kernel.CgroupInfo
+	pool *pool
+	key  string
 }
 
 var seq atomic.Uint64
 
-// Needs reports which controllers limits need beyond tree tracking.
+// controllers lists the v1 controllers l needs ("unified" for v2).
 func controllers(l Limits, v int) []string {
 	if v == 2 {
 		return []string{"unified"}
 	}
-	cs := []string{"pids", "memory", "cpuacct"}
+	var cs []string
+	if l.Processes > 0 || l.Track {
+		cs = append(cs, "pids")
+	}
+	if l.Memory > 0 {
+		cs = append(cs, "memory")
+	}
 	if l.CPUPct > 0 {
 		cs = append(cs, "cpu")
+	}
+	if l.CPUTime {
+		cs = append(cs, "cpuacct")
 	}
 	return cs
 }
@@ -71,41 +86,53 @@ func Missing(info *kernel.CgroupInfo, l Limits) []string {
 	return miss
 }
 
-type pool struct {
-	mu   sync.Mutex
-	free map[string][]map[string]string
+// entry is a configured cgroup set, reusable by any run with the same limits.
+type entry struct {
+	dirs    map[string]string // controller -> dir (v2: "unified")
+	procFDs []int
+	cpuBase time.Duration
 }
 
-var groups = &pool{free: map[string][]map[string]string{}}
+type pool struct {
+	mu   sync.Mutex
+	free map[string][]*entry
+}
 
-// New creates (or reuses) a cgroup set and applies l. Call Close when the run ends.
+var groups = &pool{free: map[string][]*entry{}}
+
+// New takes a cgroup set with limits l from the pool, or creates one. Call Close
+// when the run ends.
 func New(info *kernel.CgroupInfo, l Limits) (*Group, error) {
-	cs := controllers(l, info.Version)
 	var use []string
-	for _, c := range cs {
+	for _, c := range controllers(l, info.Version) {
 		if _, ok := info.Dirs[c]; ok {
 			use = append(use, c)
 		}
 	}
-	key := strings.Join(use, ",")
+	key := fmt.Sprintf("%s|%d|%d|%d", strings.Join(use, ","), l.Memory, l.Processes, l.CPUPct)
 	g := &Group{info: info, pool: groups, key: key}
 	groups.mu.Lock()
 	if free := groups.free[key]; len(free) > 0 {
-		g.dirs = free[len(free)-1]
+		g.entry = free[len(free)-1]
 		groups.free[key] = free[:len(free)-1]
 	}
 	groups.mu.Unlock()
-	if g.dirs == nil {
-		name := fmt.Sprintf("sandtrap-%d-%d", os.Getpid(), seq.Add(1))
-		g.dirs = map[string]string{}
-		for _, c := range use {
-			d := filepath.Join(info.Dirs[c], name)
-			if err := os.Mkdir(d, 0o755); err != nil {
-				g.remove()
-				return nil, fmt.Errorf("cgroup %s: %w", c, err)
-			}
-			g.dirs[c] = d
+	if g.entry != nil {
+		if l.CPUTime {
+			g.resetCPU()
 		}
+		return g, nil
+	}
+	janitor(info)
+	name := fmt.Sprintf("sandtrap-%d-%d", os.Getpid(), seq.Add(1))
+	g.entry = &entry{dirs: map[string]string{}}
+	for _, c := range use {
+		d := filepath.Join(info.Dirs[c], name)
+		if err := os.Mkdir(d, 0o755); err != nil {
+			g.remove()
+			return nil, fmt.Errorf("cgroup %s: %w", c, err)
+		}
+		g.dirs[c] = d
 	}
 	if err := g.apply(l); err != nil {
 		g.remove()
@@ -114,13 +141,32 @@ func New(info *kernel.CgroupInfo, l Limits) (*Group, error) {
 	for _, d := range g.dirs {
 		fd, err := unix.Open(filepath.Join(d, "cgroup.procs"), unix.O_WRONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
-			g.closeFDs()
 			g.remove()
 			return nil, fmt.Errorf("cgroup.procs: %w", err)
 		}
 		g.procFDs = append(g.procFDs, fd)
 	}
 	return g, nil
+}
+
+var janitorOnce sync.Once
+
+// janitor removes empty sandtrap cgroups left by host processes that are gone.
+func janitor(info *kernel.CgroupInfo) {
+	janitorOnce.Do(func() {
+		for _, dir := range info.Dirs {
+			ents, _ := os.ReadDir(dir)
+			for _, e := range ents {
+				var pid, n int
+				if _, err := fmt.Sscanf(e.Name(), "sandtrap-%d-%d", &pid, &n); err != nil || pid == os.Getpid() {
+					continue
+				}
+				if unix.Kill(pid, 0) == unix.ESRCH {
+					os.Remove(filepath.Join(dir, e.Name())) // fails, harmlessly, if not empty
+				}
+			}
+		}
+	})
 }
 
 func write(dir, file, val string) error {
@@ -145,7 +191,6 @@ func (g *Group) apply(l Limits) error {
 				return err
 			}
 			write(d, "memory.swap.max", "0")
-			write(d, "memory.peak", "0") // reset (kernel >= 6.12); ignored where unsupported
 		}
 		if _, ok := g.info.Dirs["pids"]; ok {
 			if err := write(d, "pids.max", max(l.Processes)); err != nil {
@@ -164,8 +209,6 @@ func (g *Group) apply(l Limits) error {
 		return nil
 	}
 	if d, ok := g.dirs["memory"]; ok {
-		// a reused group may still hold page cache of its last run: reclaim it first
-		write(d, "memory.force_empty", "0")
 		lim := "-1"
 		if l.Memory > 0 {
 			lim = strconv.FormatInt(l.Memory, 10)
@@ -174,7 +217,6 @@ func (g *Group) apply(l Limits) error {
 			return err
 		}
 		write(d, "memory.memsw.limit_in_bytes", lim) // absent without swap accounting
-		write(d, "memory.max_usage_in_bytes", "0")
 	}
 	if d, ok := g.dirs["pids"]; ok {
 		if err := write(d, "pids.max", max(l.Processes)); err != nil {
@@ -193,10 +235,18 @@ func (g *Group) apply(l Limits) error {
 			return err
 		}
 	}
+	g.resetCPU()
+	return nil
+}
+
+// resetCPU zeroes the tree's CPU accounting (v1; v2 keeps a baseline instead).
+func (g *Group) resetCPU() {
 	if d, ok := g.dirs["cpuacct"]; ok {
 		write(d, "cpuacct.usage", "0")
 	}
-	return nil
+	if g.info.Version == 2 {
+		g.cpuBase = g.rawCPU()
+	}
 }
 
 // ProcFDs are open cgroup.procs files the child writes "0" to.
@@ -209,8 +259,10 @@ func (g *Group) closeFDs() {
 	g.procFDs = nil
 }
 
-// CPUTime is the CPU time used by every member so far.
-func (g *Group) CPUTime() time.Duration {
+// CPUTime is the CPU time used by every member of this run so far.
+func (g *Group) CPUTime() time.Duration { return g.rawCPU() - g.cpuBase }
+
+func (g *Group) rawCPU() time.Duration {
 	if g.info.Version == 2 {
 		b, err := os.ReadFile(filepath.Join(g.dirs["unified"], "cpu.stat"))
 		if err != nil {
@@ -236,22 +288,6 @@ func (g *Group) CPUTime() time.Duration {
 func (g *Group) HasCPUTime() bool {
 	_, ok := g.dirs["cpuacct"]
 	return ok || g.info.Version == 2
-}
-
-// PeakMemory is the highest memory use of the group, or -1 when unknown.
-func (g *Group) PeakMemory() int64 {
-	if g.info.Version == 2 {
-		if n, err := readInt(filepath.Join(g.dirs["unified"], "memory.peak")); err == nil {
-			return n
-		}
-		return -1
-	}
-	if d, ok := g.dirs["memory"]; ok {
-		if n, err := readInt(filepath.Join(d, "memory.max_usage_in_bytes")); err == nil {
-			return n
-		}
-	}
-	return -1
 }
 
 // OOMKilled reports whether the memory limit killed a member.
@@ -321,24 +357,29 @@ func (g *Group) Kill() {
 	}
 }
 
-// Close kills what is left and returns the group to the pool (or removes it).
-func (g *Group) Close() {
-	g.closeFDs()
-	g.Kill()
-	if len(g.Pids()) != 0 {
-		return // leave it rather than block; it is empty once the kernel reaps
+// Close returns the group to the pool once it is empty. treeDead says the kernel
+// already killed every member (pid namespace); otherwise members are killed first.
+func (g *Group) Close(treeDead bool) {
+	if !treeDead {
+		g.Kill()
+		if len(g.Pids()) != 0 {
+			g.closeFDs()
+			return // leave it rather than block; the janitor of a later host removes it
+		}
 	}
 	g.pool.mu.Lock()
 	if len(g.pool.free[g.key]) < 64 {
-		g.pool.free[g.key] = append(g.pool.free[g.key], g.dirs)
+		g.pool.free[g.key] = append(g.pool.free[g.key], g.entry)
 		g.pool.mu.Unlock()
 		return
 	}
 	g.pool.mu.Unlock()
+	g.closeFDs()
 	g.remove()
 }
 
 func (g *Group) remove() {
+	g.closeFDs()
 	for _, d := range g.dirs {
 		os.Remove(d)
 	}
@@ -349,8 +390,11 @@ func Drain() {
 	groups.mu.Lock()
 	defer groups.mu.Unlock()
 	for k, list := range groups.free {
-		for _, dirs := range list {
-			for _, d := range dirs {
+		for _, e := range list {
+			for _, fd := range e.procFDs {
+				unix.Close(fd)
+			}
+			for _, d := range e.dirs {
 				os.Remove(d)
 			}
 		}

@@ -104,6 +104,9 @@ func TestBadRequests(t *testing.T) {
 		{"relative cwd", mustPack(map[string]any{"op": "run", "argv": []any{"true"}, "cwd": "rel"}), "relative"},
 		{"bad timeout", mustPack(map[string]any{"op": "run", "argv": []any{"true"}, "timeout": "soon"}), "timeout"},
 		{"non-string key", []byte{0x81, 0x01, 0x02}, "not a string"},
+		{"huge declared map", []byte{0xdf, 0xff, 0xff, 0xff, 0xff}, "overruns"},
+		{"huge declared string", []byte{0xdb, 0xff, 0xff, 0xff, 0xff, 'a'}, "overruns"},
+		{"deep nesting", bytes.Repeat([]byte{0x91}, 100000), "nested deeper"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -14,28 +14,58 @@ import (
 const MaxRequest = 1 << 30
 
 // DecodeMap decodes one msgpack map with string keys, refusing trailing bytes.
-func DecodeMap(b []byte, what string) (map[string]any, error) {
+func DecodeMap(b []byte, what string) (m map[string]any, err error) {
 	if len(b) == 0 {
 		return nil, errorf(KindInvalidRequest, "%s: empty input", what)
 	}
 	if len(b) > MaxRequest {
 		return nil, errorf(KindInvalidRequest, "%s: %d bytes is too large", what, len(b))
 	}
+	if err := scan(b); err != nil {
+		return nil, errorf(KindInvalidRequest, "%s: malformed msgpack: %v", what, err)
+	}
+	defer func() {
+		if r := recover(); r != nil { // never let a decoder bug take the host down
+			m, err = nil, errorf(KindInvalidRequest, "%s: undecodable msgpack: %v", what, r)
+		}
+	}()
 	dec := msgpack.NewDecoder(bytes.NewReader(b))
-	dec.SetMapDecoder(func(d *msgpack.Decoder) (any, error) { return d.DecodeUntypedMap() })
+	dec.SetMapDecoder(decodeStringMap)
 	dec.UseLooseInterfaceDecoding(true)
 	v, err := dec.DecodeInterface()
 	if err != nil {
 		return nil, errorf(KindInvalidRequest, "%s: malformed msgpack: %v", what, err)
 	}
-	if _, err := dec.PeekCode(); err == nil {
-		return nil, errorf(KindInvalidRequest, "%s: trailing bytes after the msgpack map", what)
-	}
-	m, err := stringKeys(v)
+	m, err = stringKeys(v)
 	if err != nil {
 		return nil, errorf(KindInvalidRequest, "%s: %v", what, err)
 	}
 	return m, nil
+}
+
+// decodeStringMap decodes a map whose keys must be strings.
+func decodeStringMap(d *msgpack.Decoder) (any, error) {
+	n, err := d.DecodeMapLen()
+	if err != nil || n < 0 {
+		return nil, err
+	}
+	out := make(map[string]any, n)
+	for i := 0; i < n; i++ {
+		k, err := d.DecodeInterface()
+		if err != nil {
+			return nil, err
+		}
+		ks, ok := k.(string)
+		if !ok {
+			return nil, fmt.Errorf("map key %v is not a string", k)
+		}
+		v, err := d.DecodeInterface()
+		if err != nil {
+			return nil, err
+		}
+		out[ks] = v
+	}
+	return out, nil
 }
 
 // stringKeys converts every map in v to map[string]any (keys must be strings).

@@ -1,10 +1,8 @@
 package engine
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 
 	"math"
 	"os"
@@ -37,8 +35,8 @@ type Usage struct {
 	CPUUserS    float64 `msgpack:"cpu_user_s"`
 	CPUSysS     float64 `msgpack:"cpu_sys_s"`
 	CPUTreeS    float64 `msgpack:"cpu_tree_s,omitempty"` // every process of the run (cgroup)
-	PeakMemory  int64   `msgpack:"peak_memory"`
-	PeakFrom    string  `msgpack:"peak_memory_source"` // cgroup | rusage_maxrss
+	PeakMemory  int64   `msgpack:"peak_memory"`        // largest resident set of any process of the run
+	PeakFrom    string  `msgpack:"peak_memory_source"` // rusage_maxrss
 	SpawnMicros float64 `msgpack:"spawn_us"`
 }
 
@@ -122,68 +120,31 @@ func lookPath(argv0 string, env []string) (string, error) {
 	return "", fmt.Errorf("%q not found in PATH %s", argv0, path)
 }
 
-// capture reads a stream into a buffer capped at max, draining (and discarding) the
-// rest so the writer never blocks.
-type capture struct {
-	buf       bytes.Buffer
-	max       int64
-	truncated bool
-	done      chan struct{}
-	f         *os.File
-}
+// fdList closes the fds it holds, once.
+type fdList []int
 
-func newCapture(fd int, max int64) *capture {
-	unix.SetNonblock(fd, true) // before NewFile, so Go's poller waits for it
-	c := &capture{max: max, done: make(chan struct{}), f: os.NewFile(uintptr(fd), "sandbox-output")}
-	go func() {
-		defer close(c.done)
-		chunk := make([]byte, 64<<10)
-		for {
-			n, err := c.f.Read(chunk)
-			if n > 0 {
-				room := c.max - int64(c.buf.Len())
-				if room > 0 {
-					if int64(n) > room {
-						c.buf.Write(chunk[:room])
-						c.truncated = true
-					} else {
-						c.buf.Write(chunk[:n])
-					}
-				} else {
-					c.truncated = true
-				}
-			}
-			if err != nil {
-				return
-			}
+func (l *fdList) add(fds ...int) {
+	for _, fd := range fds {
+		if fd >= 0 {
+			*l = append(*l, fd)
 		}
-	}()
-	return c
+	}
 }
 
-func (c *capture) bytes() []byte {
-	b := c.buf.Bytes()
-	if b == nil {
-		return []byte{}
+func (l *fdList) closeAll() {
+	for _, fd := range *l {
+		unix.Close(fd)
 	}
-	return b
+	*l = nil
 }
 
 // Run runs one command to completion under the sandbox.
 func (s *Sandbox) Run(req *RunRequest) *Result {
 	iso := s.isolation()
-	// fds handed to us (pipeline ends) are ours to close, whatever happens
-	var closeAfter []int
-	for _, fd := range []int{req.StdinFD, req.StdoutFD} {
-		if fd >= 0 {
-			closeAfter = append(closeAfter, fd)
-		}
-	}
-	defer func() {
-		for _, fd := range closeAfter {
-			unix.Close(fd)
-		}
-	}()
+	// the child's ends (and fds handed to us by a pipeline) close once it started
+	var childEnds fdList
+	childEnds.add(req.StdinFD, req.StdoutFD)
+	defer childEnds.closeAll()
 	if !s.enter() {
 		return failed(KindInvalidRequest, "sandbox is closed", iso)
 	}
@@ -222,11 +183,11 @@ func (s *Sandbox) Run(req *RunRequest) *Result {
 		Path: path, Argv: req.Argv, Env: env, Dir: cwd,
 		NewPidNS: s.pidNS, NewUserNS: s.userNS,
 		DropCaps: s.features.Root || s.userNS, NoNewPrivs: true, LandlockFD: -1,
+		Config: s.config,
 	}
 	if s.ruleset != nil {
 		spec.LandlockFD = s.ruleset.FD
 	}
-	spec.Config = s.config
 	if p.UID != nil {
 		spec.SetIDs, spec.UID, spec.GID = true, *p.UID, *p.GID
 	}
@@ -248,7 +209,6 @@ func (s *Sandbox) Run(req *RunRequest) *Result {
 	}
 	rl(unix.RLIMIT_CORE, 0, 0) // no core dumps of sandbox memory
 
-	// cgroup for limits and accounting
 	var cg *cgroup.Group
 	if s.useCg {
 		cg, err = cgroup.New(s.features.Cgroup, s.limits)
@@ -259,174 +219,112 @@ func (s *Sandbox) Run(req *RunRequest) *Result {
 			iso.Degraded = append(iso.Degraded, "cgroup: "+err.Error())
 			cg = nil
 		} else {
-			defer cg.Close()
+			defer func() { cg.Close(s.pidNS) }()
 			spec.CgroupFDs = cg.ProcFDs()
 			iso.Cgroup = fmt.Sprintf("cgroup_v%d", s.features.Cgroup.Version)
 		}
 	}
 
-	// stdio
-	stdinR := nullFD()
-	var stdinW int = -1
-	if req.StdinFD >= 0 {
-		stdinR = req.StdinFD
-	} else if req.Stdin != nil {
+	// Plumbing: the parent's ends are read (or written) by the supervisor below.
+	var ours fdList
+	defer ours.closeAll()
+	mkpipe := func() (r, w int, ok bool) {
 		r, w, err := pipe()
 		if err != nil {
-			return failed(KindSpawn, "pipe: "+err.Error(), iso)
+			return -1, -1, false
 		}
-		stdinR, stdinW = r, w
-		closeAfter = append(closeAfter, r)
+		return r, w, true
 	}
-	var outC, errC *capture
+	sup := &supervisor{stdinW: -1, outR: -1, maxOut: maxOut}
+	stdinR := nullFD()
+	switch {
+	case req.StdinFD >= 0:
+		stdinR = req.StdinFD
+	case req.Stdin != nil:
+		r, w, ok := mkpipe()
+		if !ok {
+			return failed(KindSpawn, "pipe failed", iso)
+		}
+		stdinR, sup.stdinW, sup.stdin = r, w, req.Stdin
+		childEnds.add(r)
+		ours.add(w)
+	}
 	outW := req.StdoutFD
 	if outW < 0 {
-		r, w, err := pipe()
-		if err != nil {
-			return failed(KindSpawn, "pipe: "+err.Error(), iso)
+		r, w, ok := mkpipe()
+		if !ok {
+			return failed(KindSpawn, "pipe failed", iso)
 		}
-		outC = newCapture(r, maxOut)
-		outW = w
-		closeAfter = append(closeAfter, w)
+		sup.outR, outW = r, w
+		ours.add(r)
+		childEnds.add(w)
 	}
-	r, errW, err := pipe()
-	if err != nil {
-		return failed(KindSpawn, "pipe: "+err.Error(), iso)
+	errR, errW, ok := mkpipe()
+	if !ok {
+		return failed(KindSpawn, "pipe failed", iso)
 	}
-	errC = newCapture(r, maxOut)
-	closeAfter = append(closeAfter, errW)
-	spec.Stdio = [3]int{stdinR, outW, errW}
+	sup.errR = errR
+	ours.add(errR)
+	childEnds.add(errW)
+	statusR, statusW, ok := mkpipe()
+	if !ok {
+		return failed(KindSpawn, "pipe failed", iso)
+	}
+	ours.add(statusR)
+	childEnds.add(statusW)
 	if stdinR < 0 {
 		return failed(KindSpawn, "cannot open /dev/null", iso)
 	}
-	statusR, statusW, err := pipe()
-	if err != nil {
-		return failed(KindSpawn, "pipe: "+err.Error(), iso)
-	}
-	statusFile := os.NewFile(uintptr(statusR), "sandtrap-status")
-	defer statusFile.Close()
-	closeAfter = append(closeAfter, statusW)
+	spec.Stdio = [3]int{stdinR, outW, errW}
 	spec.StatusFD = statusW
+
+	cancel, err := newCanceller()
+	if err != nil {
+		return failed(KindSpawn, "eventfd: "+err.Error(), iso)
+	}
+	defer cancel.close()
+	untrack := s.track(req.Tag, cancel.fire)
+	defer untrack()
 
 	start := time.Now()
 	proc, err := spawn.Start(spec)
 	spawnDur := time.Since(start)
-	// the child has its copies; close ours so EOF arrives when the tree exits
-	for _, fd := range closeAfter {
-		unix.Close(fd)
-	}
-	closeAfter = nil
+	childEnds.closeAll() // EOF reaches us once every process of the run is gone
 	if err != nil {
-		if stdinW >= 0 {
-			unix.Close(stdinW)
-		}
-		drain(outC, errC)
 		return failed(spawnErrKind(err), spawnErrMessage(path, err), iso)
 	}
 	defer unix.Close(proc.PidFD)
-	if stdinW >= 0 {
-		go func(data []byte, fd int) {
-			unix.SetNonblock(fd, true)
-			f := os.NewFile(uintptr(fd), "sandbox-stdin")
-			f.Write(data) // EPIPE when the target does not read: fine
-			f.Close()
-		}(req.Stdin, stdinW)
-	}
 
-	killTree := func() {
-		unix.Kill(proc.Pid, unix.SIGKILL)
-		if !s.pidNS {
-			unix.Kill(-proc.Pid, unix.SIGKILL)
-		}
-		if cg != nil {
-			cg.Kill()
-		}
-	}
-	var reason struct {
-		sync.Mutex
-		kind string
-	}
-	stop := func(kind string) {
-		reason.Lock()
-		if reason.kind == "" {
-			reason.kind = kind
-		}
-		reason.Unlock()
-		killTree()
-	}
-	untrack := s.track(req.Tag, func() { stop(KindCancelled) })
-	defer untrack()
-
-	waited := make(chan struct{})
-	var ws unix.WaitStatus
-	var ru unix.Rusage
-	go func() {
-		for {
-			_, err := unix.Wait4(proc.Pid, &ws, 0, &ru)
-			if err != unix.EINTR {
-				break
-			}
-		}
-		close(waited)
-	}()
-	var timer <-chan time.Time
+	sup.proc, sup.cancelFD, sup.cg = proc, cancel.fd, cg
+	sup.pidNS = s.pidNS
+	sup.treeDead = s.pidNS || cg != nil
 	if timeout > 0 {
-		t := time.NewTimer(time.Duration(timeout * float64(time.Second)))
-		defer t.Stop()
-		timer = t.C
+		sup.deadline = start.Add(time.Duration(timeout * float64(time.Second)))
 	}
-	var cpuTick <-chan time.Time
 	if p.MaxCPUTime > 0 && cg != nil && cg.HasCPUTime() {
-		tk := time.NewTicker(20 * time.Millisecond)
-		defer tk.Stop()
-		cpuTick = tk.C
+		sup.cpuLimit = time.Duration(p.MaxCPUTime * float64(time.Second))
 	}
-	limit := time.Duration(p.MaxCPUTime * float64(time.Second))
-wait:
-	for {
-		select {
-		case <-waited:
-			break wait
-		case <-timer:
-			stop(KindTimeout)
-		case <-cpuTick:
-			if cg.CPUTime() > limit {
-				stop(KindCPUTime)
-			}
-		}
-	}
+	sup.loop()
 	wall := time.Since(start)
-	// The main process is gone: nothing of the run may outlive it.
-	killTree()
+
 	res := &Result{Isolation: iso}
-	statusBytes, _ := io.ReadAll(statusFile)
-	st := spawn.ReadStatus(statusBytes)
+	st := spawn.ReadStatus(readAll(statusR))
 	if st.InitFailed != "" {
-		drain(outC, errC)
 		return failed(KindIsolation, fmt.Sprintf("isolation unavailable: applying %s failed: %v", st.InitFailed, st.InitErrno), iso)
 	}
 	if st.ExecErrno != 0 {
-		drain(outC, errC)
 		kind := KindSpawn
 		if st.ExecErrno == unix.ENOENT || st.ExecErrno == unix.ENOTDIR {
 			kind = KindNotFound
 		}
 		return failed(kind, spawnErrMessage(path, &spawn.Error{Stage: "exec", Errno: st.ExecErrno}), iso)
 	}
+	ws := sup.ws
 	if st.Ended {
 		ws = st.Wait // the target's own status, not init's
 	}
-	var tree time.Duration
-	if cg != nil {
-		tree = cg.CPUTime()
-	}
-	waitOutput(outC, errC, s.pidNS || cg != nil)
-	if outC != nil {
-		res.Stdout, res.StdoutTruncated = outC.bytes(), outC.truncated
-	} else {
-		res.Stdout = []byte{}
-	}
-	res.Stderr, res.StderrTruncated = errC.bytes(), errC.truncated
+	res.Stdout, res.StdoutTruncated = sup.out.bytes(), sup.out.truncated
+	res.Stderr, res.StderrTruncated = sup.err.bytes(), sup.err.truncated
 	switch {
 	case ws.Exited():
 		c := ws.ExitStatus()
@@ -435,6 +333,11 @@ wait:
 		sig := int(ws.Signal())
 		res.Signal = &sig
 	}
+	var tree time.Duration
+	if sup.cpuLimit > 0 {
+		tree = cg.CPUTime()
+	}
+	ru := sup.ru
 	res.Usage = Usage{
 		WallS:       wall.Seconds(),
 		CPUUserS:    time.Duration(ru.Utime.Nano()).Seconds(),
@@ -444,14 +347,8 @@ wait:
 		PeakFrom:    "rusage_maxrss",
 		SpawnMicros: float64(spawnDur.Microseconds()),
 	}
-	if cg != nil {
-		if pk := cg.PeakMemory(); pk >= 0 {
-			res.Usage.PeakMemory, res.Usage.PeakFrom = pk, "cgroup"
-		}
-	}
-	reason.Lock()
-	kind := reason.kind
-	reason.Unlock()
+	kind := sup.reason
+	limit := time.Duration(p.MaxCPUTime * float64(time.Second))
 	if kind == "" && p.MaxCPUTime > 0 && res.Signal != nil && (*res.Signal == int(unix.SIGXCPU) || *res.Signal == int(unix.SIGKILL)) &&
 		ru.Utime.Nano()+ru.Stime.Nano() >= int64(limit)-int64(50*time.Millisecond) {
 		kind = KindCPUTime
@@ -475,40 +372,252 @@ wait:
 	return res
 }
 
-// waitOutput waits for the streams to reach EOF. When the tree is known dead that
-// is immediate; otherwise (no pid namespace and no cgroup) an escaped process may
-// hold the pipe, so reading stops after a grace period.
-func waitOutput(outC, errC *capture, treeDead bool) {
-	grace := time.After(200 * time.Millisecond)
-	for _, c := range []*capture{outC, errC} {
-		if c == nil {
-			continue
+func readAll(fd int) []byte {
+	var out []byte
+	buf := make([]byte, 256)
+	for {
+		n, err := unix.Read(fd, buf)
+		if n > 0 {
+			out = append(out, buf[:n]...)
 		}
-		if treeDead {
-			<-c.done
-			continue
-		}
-		select {
-		case <-c.done:
-		case <-grace:
-			c.f.SetReadDeadline(time.Now())
-			<-c.done
-		}
-	}
-	for _, c := range []*capture{outC, errC} {
-		if c != nil {
-			c.f.Close()
+		if n <= 0 || err != nil {
+			return out
 		}
 	}
 }
 
-func drain(cs ...*capture) {
-	for _, c := range cs {
-		if c != nil {
-			<-c.done
-			c.f.Close()
+// canceller wakes a run's supervisor from any thread; fire after close is a no-op.
+type canceller struct {
+	mu     sync.Mutex
+	fd     int
+	closed bool
+}
+
+func newCanceller() (*canceller, error) {
+	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return nil, err
+	}
+	return &canceller{fd: fd}, nil
+}
+
+func (c *canceller) fire() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.closed {
+		unix.Write(c.fd, []byte{1, 0, 0, 0, 0, 0, 0, 0})
+	}
+}
+
+func (c *canceller) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	unix.Close(c.fd)
+}
+
+// sink keeps at most max bytes of a stream and counts the rest as dropped.
+type sink struct {
+	buf       []byte
+	max       int64
+	truncated bool
+}
+
+func (k *sink) write(b []byte) {
+	room := k.max - int64(len(k.buf))
+	if int64(len(b)) > room {
+		k.truncated = true
+		if room <= 0 {
+			return
+		}
+		b = b[:room]
+	}
+	k.buf = append(k.buf, b...)
+}
+
+func (k *sink) bytes() []byte {
+	if k.buf == nil {
+		return []byte{}
+	}
+	return k.buf
+}
+
+// supervisor runs one poll loop per run: output, stdin, the exit of init (its pidfd),
+// cancellation (an eventfd), the deadline and CPU-time checks. No goroutines.
+type supervisor struct {
+	proc      *spawn.Process
+	cg        *cgroup.Group
+	pidNS     bool
+	treeDead  bool // killing init (or the cgroup) kills the whole tree
+	outR      int
+	errR      int
+	stdinW    int
+	stdin     []byte
+	cancelFD  int
+	maxOut    int64
+	deadline  time.Time
+	cpuLimit  time.Duration
+	out, err  sink
+	ws        unix.WaitStatus
+	ru        unix.Rusage
+	reason    string
+	exited    bool
+	outClosed bool
+	errClosed bool
+}
+
+func (s *supervisor) kill(reason string) {
+	if s.reason == "" && reason != "" {
+		s.reason = reason
+	}
+	unix.PidfdSendSignal(s.proc.PidFD, unix.SIGKILL, nil, 0)
+	if s.pidNS {
+		return
+	}
+	if s.cg != nil {
+		s.cg.Kill()
+	} else {
+		unix.Kill(-s.proc.Pid, unix.SIGKILL) // degraded: daemons that left the group escape
+	}
+}
+
+func (s *supervisor) drain(fd int, k *sink, buf []byte) (eof bool) {
+	for {
+		n, err := unix.Read(fd, buf)
+		if n > 0 {
+			k.write(buf[:n])
+			continue
+		}
+		if err == unix.EINTR {
+			continue
+		}
+		return err != unix.EAGAIN // n == 0: EOF; other errors end the stream too
+	}
+}
+
+func (s *supervisor) loop() {
+	s.out.max, s.err.max = s.maxOut, s.maxOut
+	s.outClosed = s.outR < 0
+	for _, fd := range []int{s.outR, s.errR, s.stdinW} {
+		if fd >= 0 {
+			unix.SetNonblock(fd, true)
 		}
 	}
+	buf := make([]byte, 64<<10)
+	var grace time.Time // after exit without a dead tree: stop waiting for EOF
+	for {
+		if s.exited && s.outClosed && s.errClosed {
+			return
+		}
+		pfds := make([]unix.PollFd, 0, 5)
+		idx := map[string]int{}
+		add := func(name string, fd int, ev int16) {
+			idx[name] = len(pfds)
+			pfds = append(pfds, unix.PollFd{Fd: int32(fd), Events: ev})
+		}
+		if !s.outClosed {
+			add("out", s.outR, unix.POLLIN)
+		}
+		if !s.errClosed {
+			add("err", s.errR, unix.POLLIN)
+		}
+		if s.stdinW >= 0 {
+			add("in", s.stdinW, unix.POLLOUT)
+		}
+		if !s.exited {
+			add("pid", s.proc.PidFD, unix.POLLIN)
+			add("cancel", s.cancelFD, unix.POLLIN)
+		}
+		wait := -1
+		now := time.Now()
+		if !s.exited && !s.deadline.IsZero() {
+			wait = msUntil(now, s.deadline)
+		}
+		if !s.exited && s.cpuLimit > 0 && (wait < 0 || wait > 20) {
+			wait = 20
+		}
+		if s.exited && !grace.IsZero() {
+			wait = msUntil(now, grace)
+		}
+		n, err := unix.Poll(pfds, wait)
+		if err == unix.EINTR {
+			continue
+		}
+		if n == 0 || err != nil {
+			now = time.Now()
+			switch {
+			case s.exited:
+				return // grace period over: an escaped process holds the pipe
+			case !s.deadline.IsZero() && !now.Before(s.deadline):
+				s.kill(KindTimeout)
+			}
+		}
+		ready := func(name string) bool {
+			i, ok := idx[name]
+			return ok && pfds[i].Revents != 0
+		}
+		if ready("out") && s.drain(s.outR, &s.out, buf) {
+			s.outClosed = true
+		}
+		if ready("err") && s.drain(s.errR, &s.err, buf) {
+			s.errClosed = true
+		}
+		if ready("in") {
+			for len(s.stdin) > 0 {
+				w, err := unix.Write(s.stdinW, s.stdin)
+				if w > 0 {
+					s.stdin = s.stdin[w:]
+				}
+				if err == unix.EINTR {
+					continue
+				}
+				if err != nil {
+					if err != unix.EAGAIN {
+						s.stdin = nil // EPIPE: the program stopped reading
+					}
+					break
+				}
+			}
+			if len(s.stdin) == 0 {
+				unix.Close(s.stdinW)
+				s.stdinW = -1
+			}
+		}
+		if ready("cancel") {
+			s.kill(KindCancelled)
+		}
+		if s.cpuLimit > 0 && !s.exited && s.cg.CPUTime() > s.cpuLimit {
+			s.kill(KindCPUTime)
+		}
+		if ready("pid") {
+			for {
+				_, err := unix.Wait4(s.proc.Pid, &s.ws, unix.WNOHANG|unix.WALL, &s.ru)
+				if err != unix.EINTR {
+					break
+				}
+			}
+			s.exited = true
+			if s.stdinW >= 0 {
+				unix.Close(s.stdinW)
+				s.stdinW = -1
+			}
+			// the main process is gone: nothing of the run may outlive it
+			if !s.pidNS {
+				s.kill("")
+			}
+			if !s.treeDead {
+				grace = time.Now().Add(200 * time.Millisecond)
+			}
+		}
+	}
+}
+
+func msUntil(now, t time.Time) int {
+	d := t.Sub(now)
+	if d <= 0 {
+		return 0
+	}
+	return int((d + time.Millisecond - 1) / time.Millisecond)
 }
 
 func spawnErrKind(err error) string {
@@ -517,7 +626,7 @@ func spawnErrKind(err error) string {
 		switch {
 		case se.Stage == "exec" && (se.Errno == unix.ENOENT || se.Errno == unix.ENOTDIR):
 			return KindNotFound
-		case se.Stage == "landlock" || se.Stage == "seccomp" || se.Stage == "capabilities" || se.Stage == "no_new_privs" || se.Stage == "cgroup":
+		case se.Stage == "landlock" || se.Stage == "capabilities" || se.Stage == "no_new_privs" || se.Stage == "cgroup":
 			return KindIsolation
 		}
 	}

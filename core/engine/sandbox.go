@@ -179,14 +179,15 @@ func build(p *policy.Policy, probs policy.Problems) (*Sandbox, error) {
 	// when the host dies; a cgroup is the fallback for killing the tree.
 	sb.pidNS = f.PidNS
 	sb.userNS = f.PidNS && !f.Root
-	sb.limits = cgroup.Limits{Memory: p.MaxMemory, Processes: p.MaxProcesses, CPUPct: p.MaxCPU}
-	sb.useCg = f.Cgroup != nil
+	sb.limits = cgroup.Limits{Memory: p.MaxMemory, Processes: p.MaxProcesses, CPUPct: p.MaxCPU,
+		CPUTime: p.MaxCPUTime > 0, Track: !sb.pidNS}
+	sb.useCg = f.Cgroup != nil && sb.limits.Needed()
 	rep.PidNamespace = sb.pidNS
 	rep.UserNamespace = sb.userNS
 	switch {
 	case sb.pidNS:
 		rep.TreeKill = "pid_namespace"
-	case sb.useCg:
+	case f.Cgroup != nil:
 		rep.TreeKill = "cgroup"
 	default:
 		need(false, "process-tree containment (no pid namespace and no cgroup)")

@@ -143,6 +143,29 @@ def _definer(mro, name: str):
     return None
 
 
+_BUILTIN_MODULES = frozenset({"builtins"})
+
+
+def _has_host_bases(mro) -> bool:
+    """A class other than sandbox classes and builtins (object, Exception, dict ...)."""
+    for c in mro:
+        if not is_user_class(c) and getattr(c, "__module__", None) not in _BUILTIN_MODULES:
+            return True
+    return False
+
+
+def _host_instance_attrs(obj, t, name):
+    """{name} when ``obj`` already holds ``name`` although the sandbox never wrote it on
+    this type (it was set by host code), else an empty tuple."""
+    if not _has_host_bases(t.__mro__):
+        return ()
+    try:
+        d = object.__getattribute__(obj, "__dict__")
+    except AttributeError:
+        return ()
+    return (name,) if name in d else ()
+
+
 def _deny(obj: Any, name: str, why: str = "") -> StAttributeDenied:
     try:
         owner = obj.__name__ if isinstance(obj, (type, types.ModuleType)) else type(obj).__name__
@@ -259,6 +282,7 @@ class Gate:
         self.session_modules: dict[int, types.ModuleType] = {}   # synthetic parents (session-long)
         self.exec_modules: dict[int, types.ModuleType] = {}      # per-exec modules
         self._fast_read: dict[type, set] = {}
+        self._user_written: dict[type, set] = {}
         self._fast_write: dict[type, set] = {}
         self._class_read: dict[type, dict] = {}
         self._module_read: dict[int, dict] = {}
@@ -407,9 +431,10 @@ class Gate:
             return not name.startswith("_")
         return g.filter.allows(name, self._quals(mro, name))
 
-    def _member_ok(self, mro, name, user: bool, *, allow_init: bool) -> bool:
+    def _member_ok(self, mro, name, user: bool, *, allow_init: bool, inst_type: type | None = None) -> bool:
         """Shared rule for instances, classes and super objects (``mro`` is where lookup
-        starts).  ``user``: the object belongs to a sandbox-defined class."""
+        starts).  ``user``: the object belongs to a sandbox-defined class.  ``inst_type``:
+        the type when deciding for an instance."""
         if name in ALWAYS_DENIED or name.startswith(_PREFIX):
             return False
         if _is_dunder(name):
@@ -425,15 +450,22 @@ class Gate:
             return False
         if user:
             d = _definer(mro, name)
-            if d is None or is_user_class(d):
-                return True
-            return self._filter_ok(mro, name, d)
+            if d is not None:
+                return is_user_class(d) or self._filter_ok(mro, name, d)
+            if inst_type is not None and name.startswith("_") and _has_host_bases(mro) \
+                    and name not in self._user_written.get(inst_type, ()):
+                # an instance attribute no class defines: on a sandbox class with host
+                # bases it may be host state (set by the host base's __init__); only
+                # names the sandbox itself has written on this type are readable
+                return False
+            return True
         return self._filter_ok(mro, name, None)
 
     def _instance_ok(self, t: type, name: str) -> bool:
         if t in _OPAQUE:
             return False
-        return self._member_ok(t.__mro__, name, is_user_type(t), allow_init=is_user_type(t))
+        user = is_user_type(t)
+        return self._member_ok(t.__mro__, name, user, allow_init=user, inst_type=t)
 
     def check_read(self, obj, name) -> None:
         """Raise StAttributeDenied unless sandboxed code may read ``obj.name``."""
@@ -468,6 +500,8 @@ class Gate:
                 mro = mro[mro.index(this) + 1:]
             except ValueError:
                 pass
+            if name == "__init_subclass__":
+                return True    # super().__init_subclass__(**kw): object's no-op classmethod
             return self._member_ok(mro, name, is_user_class(this), allow_init=True)
         if isinstance(obj, type):
             real = self.proxies.get(obj, obj)
@@ -540,16 +574,22 @@ class Gate:
     def _make_ga(self):
         fast_get = self._fast_read.get
         post_types = self._post_types
+        subst_get = self._subst.get
+        opaque = _OPAQUE
         post = self._post
         slow = self._slow_read
         _type = type
         _getattr = getattr
+        _id = id
 
         def __st_ga__(obj, name):
             names = fast_get(_type(obj))
             if names is not None and name in names:
                 v = _getattr(obj, name)
-                if _type(v) in post_types:
+                tv = _type(v)
+                # (the fast path never sees modules, so only substitutions and
+                # interpreter internals need checking here)
+                if tv in post_types and (tv in opaque or subst_get(_id(v)) is not None):
                     return post(v, obj, name)
                 return v
             return slow(obj, name)
@@ -600,33 +640,47 @@ class Gate:
         if is_user_type(t):
             d = _definer(mro, name)
             if d is None or is_user_class(d):
+                if d is None and name.startswith("_"):
+                    if name in _host_instance_attrs(obj, t, name):
+                        return "private attribute set by a host class"
+                    self._user_written.setdefault(t, set()).add(name)
                 return None
             return None if self._filter_ok(mro, name, d) else "not allowed by the class grant"
         return None if self._filter_ok(mro, name, None) else (
             "private attribute of a host object" if name.startswith("_") else "not allowed by the class grant")
 
+    def _write_slow(self, obj, name):
+        why = self._decide_write(obj, name)
+        if why is not None:
+            raise _deny(obj, name, why)
+        t = type(obj)
+        if name.startswith("_") and _has_host_bases(t.__mro__):
+            return  # decided per instance (host-set private state), never cached
+        if not isinstance(obj, (type, types.ModuleType)) and t is not types.FunctionType:
+            fast = self._fast_write
+            if len(fast) > 4096:
+                fast.clear()
+            fast.setdefault(t, set()).add(name)
+
     def _make_sa(self, delete: bool):
-        fast = self._fast_write
-        decide = self._decide_write
+        fast_get = self._fast_write.get
+        slow = self._write_slow
         _type = type
-        op = delattr if delete else setattr
 
-        def write(obj, name, *value):
-            t = _type(obj)
-            names = fast.get(t)
+        if delete:
+            def __st_da__(obj, name):
+                names = fast_get(_type(obj))
+                if names is None or name not in names:
+                    slow(obj, name)
+                delattr(obj, name)
+            return __st_da__
+
+        def __st_sa__(obj, name, value):
+            names = fast_get(_type(obj))
             if names is None or name not in names:
-                why = decide(obj, name)
-                if why is not None:
-                    raise _deny(obj, name, why)
-                if not isinstance(obj, (type, types.ModuleType)) and t is not types.FunctionType:
-                    if names is None:
-                        if len(fast) > 4096:
-                            fast.clear()
-                        names = fast[t] = set()
-                    names.add(name)
-            op(obj, name, *value)
-
-        return write
+                slow(obj, name)
+            setattr(obj, name, value)
+        return __st_sa__
 
     # --------------------------------------------------- gated builtins & co
     def getattr(self, obj, name, *default):

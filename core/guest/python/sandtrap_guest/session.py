@@ -289,10 +289,11 @@ class GuestSession:
                 raise
             dt = now - m.last_chk
             m.last_chk = now
+            # aim at one check per _TARGET_INTERVAL whatever a tick costs; grow at most x2
             stride = m.stride
-            if dt > _TARGET_INTERVAL:
-                stride = max(1, stride // 2)
-            elif dt < _TARGET_INTERVAL / 4 and stride < _MAX_STRIDE:
+            if dt > 0:
+                stride = max(1, min(_MAX_STRIDE, stride * 2, int(stride * _TARGET_INTERVAL / dt)))
+            else:
                 stride = min(_MAX_STRIDE, stride * 2)
             m.stride = stride
             if m.tick_limit is not None:
@@ -629,11 +630,11 @@ class GuestSession:
         ns = self._ns
         # arm the meter
         m.base = 0
-        m.stride = _MAX_STRIDE
+        m.stride = 1          # start checking at once; the stride grows while ticks are cheap
         m.tick_limit = pol.tick_limit
         m.memory_limit = pol.memory_limit
         m.timeout = pol.timeout
-        first = _MAX_STRIDE if pol.tick_limit is None else min(_MAX_STRIDE, pol.tick_limit)
+        first = 1 if pol.tick_limit is None else min(1, pol.tick_limit)
         m.armed = first
         ns[rw.N] = first
         now = time.monotonic()

@@ -1,0 +1,26 @@
+package engine
+
+import "testing"
+
+func benchRun(b *testing.B, extra map[string]any) {
+	m := map[string]any{"fs_readable": []any{"/usr", "/lib", "/bin"}}
+	for k, v := range extra {
+		m[k] = v
+	}
+	sb, err := NewFromMap(m)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sb.Close()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if r := sb.Run(&RunRequest{Argv: []string{"/bin/true"}, StdinFD: -1, StdoutFD: -1}); !r.Success {
+			b.Fatal(r.Error)
+		}
+	}
+}
+
+func BenchmarkRunNoLimits(b *testing.B) { benchRun(b, nil) }
+func BenchmarkRunMemory(b *testing.B)   { benchRun(b, map[string]any{"max_memory": "256M"}) }
+func BenchmarkRunPids(b *testing.B)     { benchRun(b, map[string]any{"max_processes": int64(64)}) }
+func BenchmarkRunCPUTime(b *testing.B)  { benchRun(b, map[string]any{"max_cpu_time": 10.0}) }

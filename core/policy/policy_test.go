@@ -1,0 +1,77 @@
+package policy
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+func TestParseSize(t *testing.T) {
+	good := map[string]int64{"0": 0, "1024": 1024, "64K": 64 << 10, "256M": 256 << 20, "256MB": 256 << 20,
+		"1.5G": 3 << 29, "2GiB": 2 << 30, "1T": 1 << 40, " 8m ": 8 << 20}
+	for in, want := range good {
+		if got, err := ParseSize(in); err != nil || got != want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "-1", "ten", "1Q", "NaN", "1e30G"} {
+		if _, err := ParseSize(bad); err == nil {
+			t.Errorf("ParseSize(%q) accepted", bad)
+		}
+	}
+}
+
+func TestParsePorts(t *testing.T) {
+	got, probs := ParsePorts([]any{int64(80), "443", "8000-8005", int64(80)})
+	want := []uint16{80, 443, 8000, 8001, 8002, 8003, 8004, 8005}
+	if len(probs) != 0 || !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %v %v", got, probs)
+	}
+	_, probs = ParsePorts([]any{int64(0), "70000", "9-1", "x", 1.5})
+	if len(probs) != 5 {
+		t.Fatalf("want 5 problems, got %v", probs)
+	}
+}
+
+func TestFromMapCollectsEverything(t *testing.T) {
+	_, err := FromMap(map[string]any{"fs_readable": "/usr", "clean_env": "yes", "env": map[string]any{"A=B": "x", "C": int64(1)},
+		"uid": int64(5), "nope": 1, "net_allow": []any{"host:notaport"}})
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	msg := err.Error()
+	for _, want := range []string{"fs_readable: want a list", "clean_env", "A=B", "env[\"C\"]", "uid and gid", "\"nope\"", "host:notaport"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("missing %q in %s", want, msg)
+		}
+	}
+}
+
+func TestNetTargets(t *testing.T) {
+	p, err := FromMap(map[string]any{"net_allow": []any{int64(443), "80", "example.com:8443", "[::1]:22", "*"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []NetTarget{{Port: 443}, {Port: 80}, {Host: "example.com", Port: 8443}, {Host: "::1", Port: 22}, {Any: true}}
+	if !reflect.DeepEqual(p.NetAllow, want) {
+		t.Fatalf("%+v", p.NetAllow)
+	}
+}
+
+// FuzzPolicy: any msgpack map decodes to a policy or a list of problems, never a panic.
+func FuzzPolicy(f *testing.F) {
+	seed, _ := msgpack.Marshal(map[string]any{"fs_readable": []any{"/usr"}, "max_memory": "1G", "net_allow_bind": []any{"1-3"}})
+	f.Add(seed)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var m map[string]any
+		if msgpack.Unmarshal(b, &m) != nil {
+			return
+		}
+		p, err := FromMap(m)
+		if (p == nil) == (err == nil) {
+			t.Fatalf("policy %v and error %v", p, err)
+		}
+	})
+}
