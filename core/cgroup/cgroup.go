@@ -1,9 +1,12 @@
-// Package cgroup gives one run its own cgroup (v2, or v1 per controller) beneath the
-// host's own cgroup: limits for the whole process tree, its peak memory and CPU time,
-// and a kill that reaches every member. Cgroups are pooled and reused across runs.
+// Package cgroup gives one sandbox its own cgroup (v2, or v1 per controller) beneath
+// the host's own cgroup: limits for every process of the sandbox, their CPU time, and
+// a kill that reaches every member. The sandbox's zygote joins it once; every run
+// forked from the zygote is born inside it, at no cost per run (a v1 migration
+// costs milliseconds).
 package cgroup
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -23,20 +26,20 @@ type Limits struct {
 	Processes int64
 	CPUPct    int64 // percent of one CPU
 	CPUTime   bool  // account the tree's CPU time (max_cpu_time)
-	Track     bool  // membership only: the tree must be killable without a pid namespace
 }
 
 // Needed reports whether l needs a cgroup at all.
 func (l Limits) Needed() bool {
-	return l.Memory > 0 || l.Processes > 0 || l.CPUPct > 0 || l.CPUTime || l.Track
+	return l.Memory > 0 || l.Processes > 0 || l.CPUPct > 0 || l.CPUTime
 }
 
-// Group is one run's cgroup set.
+// Group is one sandbox's cgroup set.
 type Group struct {
-	*entry
-	info *kernel.CgroupInfo
-	pool *pool
-	key  string
+	info    *kernel.CgroupInfo
+	dirs    map[string]string // controller -> dir (v2: "unified")
+	procFDs []int
+	mu      sync.Mutex
+	ooms    int // OOM kills already accounted to earlier runs
 }
 
 var seq atomic.Uint64
@@ -47,7 +50,7 @@ func controllers(l Limits, v int) []string {
 		return []string{"unified"}
 	}
 	var cs []string
-	if l.Processes > 0 || l.Track {
+	if l.Processes > 0 {
 		cs = append(cs, "pids")
 	}
 	if l.Memory > 0 {
@@ -86,22 +89,7 @@ func Missing(info *kernel.CgroupInfo, l Limits) []string {
 	return miss
 }
 
-// entry is a configured cgroup set, reusable by any run with the same limits.
-type entry struct {
-	dirs    map[string]string // controller -> dir (v2: "unified")
-	procFDs []int
-	cpuBase time.Duration
-}
-
-type pool struct {
-	mu   sync.Mutex
-	free map[string][]*entry
-}
-
-var groups = &pool{free: map[string][]*entry{}}
-
-// New takes a cgroup set with limits l from the pool, or creates one. Call Close
-// when the run ends.
+// New creates a cgroup set with limits l. Close removes it.
 func New(info *kernel.CgroupInfo, l Limits) (*Group, error) {
 	var use []string
 	for _, c := range controllers(l, info.Version) {
@@ -109,39 +97,25 @@ func New(info *kernel.CgroupInfo, l Limits) (*Group, error) {
 			use = append(use, c)
 		}
 	}
-	key := fmt.Sprintf("%s|%d|%d|%d", strings.Join(use, ","), l.Memory, l.Processes, l.CPUPct)
-	g := &Group{info: info, pool: groups, key: key}
-	groups.mu.Lock()
-	if free := groups.free[key]; len(free) > 0 {
-		g.entry = free[len(free)-1]
-		groups.free[key] = free[:len(free)-1]
-	}
-	groups.mu.Unlock()
-	if g.entry != nil {
-		if l.CPUTime {
-			g.resetCPU()
-		}
-		return g, nil
-	}
 	janitor(info)
 	name := fmt.Sprintf("sandtrap-%d-%d", os.Getpid(), seq.Add(1))
-	g.entry = &entry{dirs: map[string]string{}}
+	g := &Group{info: info, dirs: map[string]string{}}
 	for _, c := range use {
 		d := filepath.Join(info.Dirs[c], name)
 		if err := os.Mkdir(d, 0o755); err != nil {
-			g.remove()
+			g.Close()
 			return nil, fmt.Errorf("cgroup %s: %w", c, err)
 		}
 		g.dirs[c] = d
 	}
 	if err := g.apply(l); err != nil {
-		g.remove()
+		g.Close()
 		return nil, err
 	}
 	for _, d := range g.dirs {
 		fd, err := unix.Open(filepath.Join(d, "cgroup.procs"), unix.O_WRONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
-			g.remove()
+			g.Close()
 			return nil, fmt.Errorf("cgroup.procs: %w", err)
 		}
 		g.procFDs = append(g.procFDs, fd)
@@ -235,18 +209,7 @@ func (g *Group) apply(l Limits) error {
 			return err
 		}
 	}
-	g.resetCPU()
 	return nil
-}
-
-// resetCPU zeroes the tree's CPU accounting (v1; v2 keeps a baseline instead).
-func (g *Group) resetCPU() {
-	if d, ok := g.dirs["cpuacct"]; ok {
-		write(d, "cpuacct.usage", "0")
-	}
-	if g.info.Version == 2 {
-		g.cpuBase = g.rawCPU()
-	}
 }
 
 // ProcFDs are open cgroup.procs files the child writes "0" to.
@@ -259,10 +222,9 @@ func (g *Group) closeFDs() {
 	g.procFDs = nil
 }
 
-// CPUTime is the CPU time used by every member of this run so far.
-func (g *Group) CPUTime() time.Duration { return g.rawCPU() - g.cpuBase }
-
-func (g *Group) rawCPU() time.Duration {
+// CPUTime is the CPU time used by every member since the group was made; a run
+// measures its own as the difference from its start.
+func (g *Group) CPUTime() time.Duration {
 	if g.info.Version == 2 {
 		b, err := os.ReadFile(filepath.Join(g.dirs["unified"], "cpu.stat"))
 		if err != nil {
@@ -290,13 +252,14 @@ func (g *Group) HasCPUTime() bool {
 	return ok || g.info.Version == 2
 }
 
-// OOMKilled reports whether the memory limit killed a member.
-func (g *Group) OOMKilled() bool {
-	var path, key string
+// NewOOMKill reports whether the kernel's OOM killer struck in the group since the
+// last call that returned true.
+func (g *Group) NewOOMKill() bool {
+	var path string
 	if g.info.Version == 2 {
-		path, key = filepath.Join(g.dirs["unified"], "memory.events"), "oom_kill "
+		path = filepath.Join(g.dirs["unified"], "memory.events")
 	} else if d, ok := g.dirs["memory"]; ok {
-		path, key = filepath.Join(d, "memory.oom_control"), "oom_kill "
+		path = filepath.Join(d, "memory.oom_control")
 	} else {
 		return false
 	}
@@ -305,9 +268,15 @@ func (g *Group) OOMKilled() bool {
 		return false
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, key); ok {
+		if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
 			n, _ := strconv.Atoi(strings.TrimSpace(v))
-			return n > 0
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			if n > g.ooms {
+				g.ooms = n
+				return true
+			}
+			return false
 		}
 	}
 	return false
@@ -357,47 +326,15 @@ func (g *Group) Kill() {
 	}
 }
 
-// Close returns the group to the pool once it is empty. treeDead says the kernel
-// already killed every member (pid namespace); otherwise members are killed first.
-func (g *Group) Close(treeDead bool) {
-	if !treeDead {
+// Close kills every member and removes the group.
+func (g *Group) Close() {
+	g.closeFDs()
+	if len(g.Pids()) > 0 {
 		g.Kill()
-		if len(g.Pids()) != 0 {
-			g.closeFDs()
-			return // leave it rather than block; the janitor of a later host removes it
-		}
 	}
-	g.pool.mu.Lock()
-	if len(g.pool.free[g.key]) < 64 {
-		g.pool.free[g.key] = append(g.pool.free[g.key], g.entry)
-		g.pool.mu.Unlock()
-		return
-	}
-	g.pool.mu.Unlock()
-	g.closeFDs()
-	g.remove()
-}
-
-func (g *Group) remove() {
-	g.closeFDs()
 	for _, d := range g.dirs {
-		os.Remove(d)
-	}
-}
-
-// Drain removes every pooled cgroup (tests and library unload).
-func Drain() {
-	groups.mu.Lock()
-	defer groups.mu.Unlock()
-	for k, list := range groups.free {
-		for _, e := range list {
-			for _, fd := range e.procFDs {
-				unix.Close(fd)
-			}
-			for _, d := range e.dirs {
-				os.Remove(d)
-			}
+		for i := 0; i < 100 && errors.Is(os.Remove(d), unix.EBUSY); i++ {
+			time.Sleep(time.Millisecond) // members still exiting
 		}
-		delete(groups.free, k)
 	}
 }

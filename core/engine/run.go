@@ -35,8 +35,8 @@ type Usage struct {
 	CPUUserS    float64 `msgpack:"cpu_user_s"`
 	CPUSysS     float64 `msgpack:"cpu_sys_s"`
 	CPUTreeS    float64 `msgpack:"cpu_tree_s,omitempty"` // every process of the run (cgroup)
-	PeakMemory  int64   `msgpack:"peak_memory"`        // largest resident set of any process of the run
-	PeakFrom    string  `msgpack:"peak_memory_source"` // rusage_maxrss
+	PeakMemory  int64   `msgpack:"peak_memory"`          // largest resident set of any process of the run
+	PeakFrom    string  `msgpack:"peak_memory_source"`   // rusage_maxrss
 	SpawnMicros float64 `msgpack:"spawn_us"`
 }
 
@@ -179,50 +179,21 @@ func (s *Sandbox) Run(req *RunRequest) *Result {
 		maxOut = req.MaxOutput
 	}
 
-	spec := &spawn.Spec{
-		Path: path, Argv: req.Argv, Env: env, Dir: cwd,
-		NewPidNS: s.pidNS, NewUserNS: s.userNS,
-		DropCaps: s.features.Root || s.userNS, NoNewPrivs: true, LandlockFD: -1,
-		Config: s.config,
-	}
-	if s.ruleset != nil {
-		spec.LandlockFD = s.ruleset.FD
-	}
+	rs := &spawn.RunSpec{Path: path, Argv: req.Argv, Env: env, Dir: cwd}
 	if p.UID != nil {
-		spec.SetIDs, spec.UID, spec.GID = true, *p.UID, *p.GID
-	}
-	rl := func(res int, cur, max uint64) {
-		spec.Rlimits = append(spec.Rlimits, spawn.Rlimit{Resource: res, Cur: cur, Max: max})
-	}
-	if p.MaxOpenFiles > 0 {
-		rl(unix.RLIMIT_NOFILE, uint64(p.MaxOpenFiles), uint64(p.MaxOpenFiles))
-	}
-	if p.MaxDisk > 0 {
-		rl(unix.RLIMIT_FSIZE, uint64(p.MaxDisk), uint64(p.MaxDisk))
+		rs.SetIDs, rs.UID, rs.GID = true, *p.UID, *p.GID
 	}
 	if p.MaxCPUTime > 0 {
-		secs := uint64(math.Ceil(p.MaxCPUTime))
-		rl(unix.RLIMIT_CPU, secs, secs+1)
+		rs.CPUSecs = uint32(math.Ceil(p.MaxCPUTime))
 	}
 	if p.MaxProcesses > 0 && iso.Limits["max_processes"].Via == "rlimit_nproc" {
-		rl(unix.RLIMIT_NPROC, uint64(p.MaxProcesses), uint64(p.MaxProcesses))
+		rs.NProc = uint32(p.MaxProcesses) + 1 // pid 1 of the run counts too
 	}
-	rl(unix.RLIMIT_CORE, 0, 0) // no core dumps of sandbox memory
 
-	var cg *cgroup.Group
-	if s.useCg {
-		cg, err = cgroup.New(s.features.Cgroup, s.limits)
-		if err != nil {
-			if !p.AllowDegraded && (p.MaxMemory > 0 || p.MaxProcesses > 0 || p.MaxCPU > 0 || !s.pidNS) {
-				return failed(KindIsolation, "isolation unavailable: "+err.Error(), iso)
-			}
-			iso.Degraded = append(iso.Degraded, "cgroup: "+err.Error())
-			cg = nil
-		} else {
-			defer func() { cg.Close(s.pidNS) }()
-			spec.CgroupFDs = cg.ProcFDs()
-			iso.Cgroup = fmt.Sprintf("cgroup_v%d", s.features.Cgroup.Version)
-		}
+	cg := s.cg
+	var cpuBase time.Duration
+	if p.MaxCPUTime > 0 && cg != nil && cg.HasCPUTime() {
+		cpuBase = cg.CPUTime()
 	}
 
 	// Plumbing: the parent's ends are read (or written) by the supervisor below.
@@ -275,8 +246,8 @@ func (s *Sandbox) Run(req *RunRequest) *Result {
 	if stdinR < 0 {
 		return failed(KindSpawn, "cannot open /dev/null", iso)
 	}
-	spec.Stdio = [3]int{stdinR, outW, errW}
-	spec.StatusFD = statusW
+	rs.Stdio = [3]int{stdinR, outW, errW}
+	rs.StatusFD = statusW
 
 	cancel, err := newCanceller()
 	if err != nil {
@@ -287,7 +258,16 @@ func (s *Sandbox) Run(req *RunRequest) *Result {
 	defer untrack()
 
 	start := time.Now()
-	proc, err := spawn.Start(spec)
+	zyg, err := s.zygote(nil)
+	var proc *spawn.Process
+	if err == nil {
+		proc, err = zyg.Spawn(rs)
+		if err == spawn.ErrZygoteGone { // it died (killed, out of memory): once more with a new one
+			if zyg, err = s.zygote(zyg); err == nil {
+				proc, err = zyg.Spawn(rs)
+			}
+		}
+	}
 	spawnDur := time.Since(start)
 	childEnds.closeAll() // EOF reaches us once every process of the run is gone
 	if err != nil {
@@ -297,7 +277,8 @@ func (s *Sandbox) Run(req *RunRequest) *Result {
 
 	sup.proc, sup.cancelFD, sup.cg = proc, cancel.fd, cg
 	sup.pidNS = s.pidNS
-	sup.treeDead = s.pidNS || cg != nil
+	sup.treeDead = s.pidNS
+	sup.cpuBase = cpuBase
 	if timeout > 0 {
 		sup.deadline = start.Add(time.Duration(timeout * float64(time.Second)))
 	}
@@ -310,7 +291,7 @@ func (s *Sandbox) Run(req *RunRequest) *Result {
 	res := &Result{Isolation: iso}
 	st := spawn.ReadStatus(readAll(statusR))
 	if st.InitFailed != "" {
-		return failed(KindIsolation, fmt.Sprintf("isolation unavailable: applying %s failed: %v", st.InitFailed, st.InitErrno), iso)
+		return failed(KindIsolation, "isolation unavailable: the run failed at "+st.InitFailed, iso)
 	}
 	if st.ExecErrno != 0 {
 		kind := KindSpawn
@@ -319,9 +300,9 @@ func (s *Sandbox) Run(req *RunRequest) *Result {
 		}
 		return failed(kind, spawnErrMessage(path, &spawn.Error{Stage: "exec", Errno: st.ExecErrno}), iso)
 	}
-	ws := sup.ws
+	ws := unix.WaitStatus(unix.SIGKILL) // pid 1 was killed before it could report
 	if st.Ended {
-		ws = st.Wait // the target's own status, not init's
+		ws = st.Wait
 	}
 	res.Stdout, res.StdoutTruncated = sup.out.bytes(), sup.out.truncated
 	res.Stderr, res.StderrTruncated = sup.err.bytes(), sup.err.truncated
@@ -335,25 +316,27 @@ func (s *Sandbox) Run(req *RunRequest) *Result {
 	}
 	var tree time.Duration
 	if sup.cpuLimit > 0 {
-		tree = cg.CPUTime()
+		tree = cg.CPUTime() - cpuBase // the sandbox's other concurrent runs count too
 	}
-	ru := sup.ru
 	res.Usage = Usage{
 		WallS:       wall.Seconds(),
-		CPUUserS:    time.Duration(ru.Utime.Nano()).Seconds(),
-		CPUSysS:     time.Duration(ru.Stime.Nano()).Seconds(),
+		CPUUserS:    float64(st.UserMicros) / 1e6,
+		CPUSysS:     float64(st.SysMicros) / 1e6,
 		CPUTreeS:    tree.Seconds(),
-		PeakMemory:  ru.Maxrss * 1024,
+		PeakMemory:  int64(st.MaxRSSKiB) * 1024,
 		PeakFrom:    "rusage_maxrss",
 		SpawnMicros: float64(spawnDur.Microseconds()),
+	}
+	if !st.HasUsage {
+		res.Usage.PeakFrom = "unknown (killed)"
 	}
 	kind := sup.reason
 	limit := time.Duration(p.MaxCPUTime * float64(time.Second))
 	if kind == "" && p.MaxCPUTime > 0 && res.Signal != nil && (*res.Signal == int(unix.SIGXCPU) || *res.Signal == int(unix.SIGKILL)) &&
-		ru.Utime.Nano()+ru.Stime.Nano() >= int64(limit)-int64(50*time.Millisecond) {
+		int64(st.UserMicros+st.SysMicros)*1000 >= int64(limit)-int64(50*time.Millisecond) {
 		kind = KindCPUTime
 	}
-	if kind == "" && cg != nil && p.MaxMemory > 0 && res.Signal != nil && cg.OOMKilled() {
+	if kind == "" && cg != nil && p.MaxMemory > 0 && res.Signal != nil && *res.Signal == int(unix.SIGKILL) && cg.NewOOMKill() {
 		kind = KindMemory
 	}
 	switch kind {
@@ -442,7 +425,7 @@ func (k *sink) bytes() []byte {
 	return k.buf
 }
 
-// supervisor runs one poll loop per run: output, stdin, the exit of init (its pidfd),
+// supervisor runs one poll loop per run: output, stdin, the exit of pid 1 (its pidfd),
 // cancellation (an eventfd), the deadline and CPU-time checks. No goroutines.
 type supervisor struct {
 	proc      *spawn.Process
@@ -457,9 +440,8 @@ type supervisor struct {
 	maxOut    int64
 	deadline  time.Time
 	cpuLimit  time.Duration
+	cpuBase   time.Duration
 	out, err  sink
-	ws        unix.WaitStatus
-	ru        unix.Rusage
 	reason    string
 	exited    bool
 	outClosed bool
@@ -471,12 +453,7 @@ func (s *supervisor) kill(reason string) {
 		s.reason = reason
 	}
 	unix.PidfdSendSignal(s.proc.PidFD, unix.SIGKILL, nil, 0)
-	if s.pidNS {
-		return
-	}
-	if s.cg != nil {
-		s.cg.Kill()
-	} else {
+	if !s.pidNS {
 		unix.Kill(-s.proc.Pid, unix.SIGKILL) // degraded: daemons that left the group escape
 	}
 }
@@ -586,17 +563,11 @@ func (s *supervisor) loop() {
 		if ready("cancel") {
 			s.kill(KindCancelled)
 		}
-		if s.cpuLimit > 0 && !s.exited && s.cg.CPUTime() > s.cpuLimit {
+		if s.cpuLimit > 0 && !s.exited && s.cg.CPUTime()-s.cpuBase > s.cpuLimit {
 			s.kill(KindCPUTime)
 		}
 		if ready("pid") {
-			for {
-				_, err := unix.Wait4(s.proc.Pid, &s.ws, unix.WNOHANG|unix.WALL, &s.ru)
-				if err != unix.EINTR {
-					break
-				}
-			}
-			s.exited = true
+			s.exited = true // pid 1 is gone (the zygote reaps it); its report is on the status pipe
 			if s.stdinW >= 0 {
 				unix.Close(s.stdinW)
 				s.stdinW = -1

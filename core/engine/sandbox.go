@@ -5,6 +5,8 @@
 package engine
 
 import (
+	"crypto/rand"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"sort"
@@ -19,6 +21,7 @@ import (
 	"github.com/sandtrap/sandtrap/core/policy"
 	"github.com/sandtrap/sandtrap/core/seccomp"
 	"github.com/sandtrap/sandtrap/core/spawn"
+	"golang.org/x/sys/unix"
 )
 
 // Error kinds, stable across the C ABI and the bindings.
@@ -61,13 +64,14 @@ type Sandbox struct {
 	features kernel.Features
 	ruleset  *landlock.Ruleset
 	bpf      *seccomp.Program
-	config   *spawn.Config // what sandtrap-init applies last
+	zspec    *spawn.ZygoteSpec
+	zmu      sync.Mutex
+	zyg      *spawn.Zygote
 	pidNS    bool
 	userNS   bool
-	useCg    bool
-	limits   cgroup.Limits
-	report   Isolation // what every run of this sandbox enforces
-	env      []string  // base environment (policy applied)
+	cg       *cgroup.Group // the sandbox's cgroup (nil: no limit needs one)
+	report   Isolation     // what every run of this sandbox enforces
+	env      []string      // base environment (policy applied)
 
 	id       uint64
 	inflight sync.WaitGroup
@@ -167,6 +171,7 @@ func build(p *policy.Policy, probs policy.Problems) (*Sandbox, error) {
 		prog, err := seccomp.Compile(seccomp.Config{
 			NoInet: !netWanted, AllowUDP: p.NetAllowUDP, AllowUnix: p.NetAllowUnix,
 			ExtraAllow: p.ExtraAllowSyscalls, ExtraDeny: p.ExtraDenySyscalls,
+			CloneCookie: cloneCookie(),
 		})
 		if err != nil {
 			return nil, errorf(KindIsolation, "seccomp: %v", err)
@@ -179,16 +184,17 @@ func build(p *policy.Policy, probs policy.Problems) (*Sandbox, error) {
 	// when the host dies; a cgroup is the fallback for killing the tree.
 	sb.pidNS = f.PidNS
 	sb.userNS = f.PidNS && !f.Root
-	sb.limits = cgroup.Limits{Memory: p.MaxMemory, Processes: p.MaxProcesses, CPUPct: p.MaxCPU,
-		CPUTime: p.MaxCPUTime > 0, Track: !sb.pidNS}
-	sb.useCg = f.Cgroup != nil && sb.limits.Needed()
+	// pids.max also counts the zygote and each run's pid 1
+	procs := p.MaxProcesses
+	if procs > 0 {
+		procs += 2
+	}
+	limits := cgroup.Limits{Memory: p.MaxMemory, Processes: procs, CPUPct: p.MaxCPU, CPUTime: p.MaxCPUTime > 0}
 	rep.PidNamespace = sb.pidNS
 	rep.UserNamespace = sb.userNS
 	switch {
 	case sb.pidNS:
 		rep.TreeKill = "pid_namespace"
-	case f.Cgroup != nil:
-		rep.TreeKill = "cgroup"
 	default:
 		need(false, "process-tree containment (no pid namespace and no cgroup)")
 		rep.TreeKill = "process_group"
@@ -265,20 +271,50 @@ func build(p *policy.Policy, probs policy.Problems) (*Sandbox, error) {
 	if rep.Limits["max_memory"].Via == "rlimit_as" {
 		asLimit = uint64(p.MaxMemory)
 	}
-	var bpf []byte
-	if sb.bpf != nil {
-		bpf = sb.bpf.BPF
+	zs := &spawn.ZygoteSpec{NewPidNS: sb.pidNS, NewUserNS: sb.userNS, LandlockFD: -1,
+		ASLimit: asLimit, Cookie: cloneCookie(), DropCaps: f.Root}
+	if f.Root {
+		// pid 1 of each run needs these until it drops everything before the target
+		zs.KeepCaps = 1<<unix.CAP_SETPCAP | 1<<unix.CAP_SYS_ADMIN
+		if p.UID != nil {
+			zs.KeepCaps |= 1<<unix.CAP_SETUID | 1<<unix.CAP_SETGID
+		}
 	}
+	if sb.ruleset != nil {
+		zs.LandlockFD = sb.ruleset.FD
+	}
+	if sb.bpf != nil {
+		zs.BPF = sb.bpf.BPF
+	}
+	rl := func(res int, v int64) {
+		zs.Rlimits = append(zs.Rlimits, spawn.Rlimit{Resource: res, Cur: uint64(v), Max: uint64(v)})
+	}
+	if p.MaxOpenFiles > 0 {
+		rl(unix.RLIMIT_NOFILE, p.MaxOpenFiles)
+	}
+	if p.MaxDisk > 0 {
+		rl(unix.RLIMIT_FSIZE, p.MaxDisk)
+	}
+	rl(unix.RLIMIT_CORE, 0) // no core dumps of sandbox memory
+	if f.Cgroup != nil && limits.Needed() {
+		cg, err := cgroup.New(f.Cgroup, limits)
+		if err != nil {
+			if !p.AllowDegraded {
+				sb.Close()
+				return nil, errorf(KindIsolation, "isolation unavailable: %v (pass allow_degraded to run without it)", err)
+			}
+			rep.Degraded = append(rep.Degraded, "cgroup: "+err.Error())
+		} else {
+			sb.cg = cg
+			zs.CgroupFDs = cg.ProcFDs()
+			rep.Cgroup = fmt.Sprintf("cgroup_v%d", f.Cgroup.Version)
+		}
+	}
+	sb.zspec = zs
 	if err := spawn.Ready(); err != nil {
 		sb.Close()
 		return nil, errorf(KindIsolation, "isolation unavailable: preparing sandtrap-init: %v", err)
 	}
-	cfg, err := spawn.NewConfig(asLimit, bpf)
-	if err != nil {
-		sb.Close()
-		return nil, errorf(KindIsolation, "isolation unavailable: %v", err)
-	}
-	sb.config = cfg
 	return sb, nil
 }
 
@@ -335,9 +371,17 @@ func (s *Sandbox) Close() {
 	}
 	s.closed = true
 	s.mu.Unlock()
-	s.inflight.Wait() // runs in flight still need the ruleset and config fds
+	s.inflight.Wait() // runs in flight still need the zygote
+	s.zmu.Lock()
+	if s.zyg != nil {
+		s.zyg.Close()
+		s.zyg = nil
+	}
+	s.zmu.Unlock()
 	s.ruleset.Close()
-	s.config.Close()
+	if s.cg != nil {
+		s.cg.Close()
+	}
 }
 
 // enter registers a run in flight; false once the sandbox is closed.
@@ -391,6 +435,44 @@ func (s *Sandbox) track(tag string, cancel func()) (untrack func()) {
 }
 
 var runSeq atomic.Uint64
+
+var (
+	cookieOnce sync.Once
+	cookie     uint64
+)
+
+// cloneCookie is this host process's secret that lets its zygotes (and nothing
+// they start) create pid namespaces through the seccomp filter.
+func cloneCookie() uint64 {
+	cookieOnce.Do(func() {
+		var b [8]byte
+		for cookie == 0 {
+			if _, err := rand.Read(b[:]); err != nil {
+				panic("BUG(engine): no randomness: " + err.Error())
+			}
+			cookie = binary.LittleEndian.Uint64(b[:])
+		}
+	})
+	return cookie
+}
+
+// zygote returns the sandbox's zygote, starting it (again, when fresh) if needed.
+func (s *Sandbox) zygote(fresh *spawn.Zygote) (*spawn.Zygote, error) {
+	s.zmu.Lock()
+	defer s.zmu.Unlock()
+	if s.zyg != nil && s.zyg == fresh {
+		s.zyg.Close()
+		s.zyg = nil
+	}
+	if s.zyg == nil {
+		z, err := spawn.StartZygote(s.zspec)
+		if err != nil {
+			return nil, err
+		}
+		s.zyg = z
+	}
+	return s.zyg, nil
+}
 
 // Confine applies this sandbox's Landlock ruleset (and, when withSeccomp, its
 // seccomp filter) to every thread of the calling process, irreversibly.

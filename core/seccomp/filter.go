@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -52,6 +53,10 @@ type Config struct {
 	AllowUnix  bool // socket(AF_UNIX) (socketpair is always allowed)
 	ExtraAllow []string
 	ExtraDeny  []string
+	// CloneCookie, when set, lets a clone carrying it in its TLS argument create
+	// namespaces: the sandbox's zygote uses it to start each run in a new pid
+	// namespace; sandboxed code does not know it.
+	CloneCookie uint64
 }
 
 func (c Config) key() string {
@@ -59,7 +64,7 @@ func (c Config) key() string {
 	d := append([]string(nil), c.ExtraDeny...)
 	sort.Strings(a)
 	sort.Strings(d)
-	return fmt.Sprintf("%v|%v|%v|%s|%s", c.NoInet, c.AllowUDP, c.AllowUnix, strings.Join(a, ","), strings.Join(d, ","))
+	return fmt.Sprintf("%v|%v|%v|%s|%s|%x", c.NoInet, c.AllowUDP, c.AllowUnix, strings.Join(a, ","), strings.Join(d, ","), c.CloneCookie)
 }
 
 // Program is a compiled filter.
@@ -160,9 +165,17 @@ func compile(c Config) (*Program, error) {
 	}
 	// clone with any namespace flag; clone3 passes flags in memory the filter cannot
 	// read, so it answers ENOSYS and libc falls back to clone.
+	tlsArg := uint(4) // clone(flags, stack, ptid, ctid, tls) on x86_64
+	if runtime.GOARCH == "arm64" {
+		tlsArg = 3 // clone(flags, stack, ptid, tls, ctid)
+	}
 	for bit := uint64(1); bit != 0; bit <<= 1 {
 		if cloneNSFlags&bit != 0 {
-			if err := rule("clone", eperm, cond(0, sc.CompareMaskedEqual, bit, bit)); err != nil {
+			conds := []sc.ScmpCondition{cond(0, sc.CompareMaskedEqual, bit, bit)}
+			if c.CloneCookie != 0 {
+				conds = append(conds, cond(tlsArg, sc.CompareNotEqual, c.CloneCookie, 0))
+			}
+			if err := rule("clone", eperm, conds...); err != nil {
 				return nil, err
 			}
 		}

@@ -30,6 +30,7 @@
 #endif
 #ifndef PR_CAP_AMBIENT
 #define PR_CAP_AMBIENT 47
+#define PR_CAP_AMBIENT_RAISE 2
 #define PR_CAP_AMBIENT_CLEAR_ALL 4
 #endif
 
@@ -72,7 +73,7 @@ static int child(void *arg)
 	/* 3. Own session: no controlling terminal, own process group. */
 	if (syscall(SYS_setsid) < 0)
 		return fail(l, ST_STAGE_SETSID);
-	/* 4. Join the run's cgroups before any user instruction. */
+	/* 4. Join the sandbox's cgroups (every run forked later is born inside). */
 	for (i = 0; i < l->n_cgroup_fds; i++) {
 		if (syscall(SYS_write, l->cgroup_fds[i], "0", 1) != 1)
 			return fail(l, ST_STAGE_CGROUP);
@@ -85,15 +86,21 @@ static int child(void *arg)
 	/* 6. Working directory (resolved before Landlock so the rules decide what it may do). */
 	if (l->cwd && syscall(SYS_chdir, l->cwd) < 0)
 		return fail(l, ST_STAGE_CHDIR);
-	/* 7. Capabilities: lock securebits, empty the bounding and ambient sets; the
-	 * effective/permitted/inheritable sets are cleared after the identity change. */
+	/* 7. Capabilities: lock securebits (root gains nothing from exec), shrink the
+	 * bounding set to keep_caps, then hold only keep_caps — raised into the ambient
+	 * set, the only way they survive execve without file capabilities. */
 	if (l->drop_caps) {
+		struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
+		struct __user_cap_data_struct data[2];
+		unsigned long bits = SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
+				     SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED;
 		int cap;
-		syscall(SYS_prctl, PR_SET_SECUREBITS,
-			SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
-			SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED |
-			SECBIT_NO_CAP_AMBIENT_RAISE | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED, 0, 0, 0);
+		if (!l->keep_caps)
+			bits |= SECBIT_NO_CAP_AMBIENT_RAISE | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
+		syscall(SYS_prctl, PR_SET_SECUREBITS, bits, 0, 0, 0);
 		for (cap = 0; cap < 64; cap++) {
+			if (l->keep_caps & (1ULL << cap))
+				continue;
 			if (syscall(SYS_prctl, PR_CAPBSET_DROP, cap, 0, 0, 0) < 0) {
 				if (errno == EINVAL)
 					break;
@@ -102,41 +109,37 @@ static int child(void *arg)
 		}
 		if (syscall(SYS_prctl, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
 			return fail(l, ST_STAGE_CAPS);
-	}
-	/* 8. Identity, while CAP_SETUID/CAP_SETGID are still effective. */
-	if (l->set_ids) {
-		if (syscall(SYS_setgroups, 0, NULL) < 0 ||
-		    syscall(SYS_setresgid, l->gid, l->gid, l->gid) < 0 ||
-		    syscall(SYS_setresuid, l->uid, l->uid, l->uid) < 0)
-			return fail(l, ST_STAGE_IDS);
-	}
-	if (l->drop_caps) {
-		struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
-		struct __user_cap_data_struct data[2];
 		memset(data, 0, sizeof data);
+		data[0].effective = data[0].permitted = data[0].inheritable = (uint32_t)l->keep_caps;
+		data[1].effective = data[1].permitted = data[1].inheritable = (uint32_t)(l->keep_caps >> 32);
 		if (syscall(SYS_capset, &hdr, data) < 0)
 			return fail(l, ST_STAGE_CAPS);
+		for (cap = 0; cap < 64; cap++) {
+			if ((l->keep_caps & (1ULL << cap)) &&
+			    syscall(SYS_prctl, PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, cap, 0, 0) < 0)
+				return fail(l, ST_STAGE_CAPS);
+		}
 	}
-	/* 9. no_new_privs: required by Landlock and seccomp without CAP_SYS_ADMIN. */
+	/* 8. no_new_privs: required by Landlock and seccomp without CAP_SYS_ADMIN. */
 	if (l->no_new_privs && syscall(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
 		return fail(l, ST_STAGE_NO_NEW_PRIVS);
-	/* 10. Landlock domain for this process only (no TSYNC: the host keeps its rights). */
+	/* 9. Landlock domain for this process only (no TSYNC: the host keeps its rights). */
 	if (l->landlock_fd >= 0) {
 		if (syscall(SYS_landlock_restrict_self, l->landlock_fd, l->landlock_flags) < 0)
 			return fail(l, ST_STAGE_LANDLOCK);
 	}
-	/* 11. Descriptors: stdio, then init's config (3), status (4) and its own image
+	/* 10. Descriptors: stdio, then init's config (3), control socket (4) and its image
 	 * (5, close-on-exec). Every source is >= 10. Everything else is closed. */
 	for (i = 0; i < 3; i++) {
 		if (syscall(SYS_dup2, l->stdio[i], i) < 0)
 			return fail(l, ST_STAGE_STDIO);
 	}
-	if (syscall(SYS_dup2, l->config_fd, 3) < 0 || syscall(SYS_dup2, l->status_fd, 4) < 0 ||
+	if (syscall(SYS_dup2, l->config_fd, 3) < 0 || syscall(SYS_dup2, l->control_fd, 4) < 0 ||
 	    syscall(SYS_dup3, l->init_fd, 5, O_CLOEXEC) < 0)
 		return fail(l, ST_STAGE_STDIO);
 	if (syscall(SYS_close_range, 6, ~0U, 0) < 0)
 		return fail(l, ST_STAGE_CLOSE_FDS);
-	/* 12. Unblock signals and become sandtrap-init. */
+	/* 11. Unblock signals and become sandtrap-init. */
 	{
 		unsigned long empty = 0;
 		syscall(SYS_rt_sigprocmask, SIG_SETMASK, &empty, NULL, 8);

@@ -3,8 +3,7 @@
  * st_launch() starts one child with clone(CLONE_VM|CLONE_VFORK): the child shares
  * the host's memory until it calls execve, so it runs only async-signal-safe raw
  * syscalls on data the parent prepared, and it applies every confinement step
- * that survives execve before exec'ing sandtrap-init (init/init.c), which applies
- * the last two and runs the target. The parent thread is suspended until the child has either
+ * that survives execve before exec'ing sandtrap-init (init/init.c) as a zygote. The parent thread is suspended until the child has either
  * exec'd (success) or _exit'ed (then err_stage/err_errno say why). */
 #ifndef SANDTRAP_LAUNCH_H
 #define SANDTRAP_LAUNCH_H
@@ -47,17 +46,17 @@ struct st_launch {
 	int rl_resource[ST_MAX_RLIMITS];
 	struct rlimit rl_value[ST_MAX_RLIMITS];
 	int n_rlimits;
-	int set_ids; uint32_t uid, gid;
 	int drop_caps;
+	uint64_t keep_caps; /* capabilities kept (the zygote's: pid namespaces, identity) */
 	int no_new_privs;
 	int landlock_fd; /* -1: none */
 	uint32_t landlock_flags;
-	/* sandtrap-init, exec'd from a sealed memfd; it applies RLIMIT_AS and seccomp
-	 * (read from config_fd) and starts the target as its child. All three fds are
-	 * >= 10 so that placing them on 3, 4, 5 clobbers nothing. */
+	/* sandtrap-init, exec'd from a sealed memfd as the sandbox's zygote; it applies
+	 * RLIMIT_AS and seccomp (read from config_fd) and serves runs on control_fd.
+	 * All three fds are >= 10 so that placing them on 3, 4, 5 clobbers nothing. */
 	int init_fd;
 	int config_fd;
-	int status_fd;
+	int control_fd;
 	char *const *init_argv; /* sandtrap-init TARGET ARGV... */
 
 	/* results */

@@ -1,7 +1,11 @@
-// Package spawn starts one confined child: clone(CLONE_VM|CLONE_VFORK) from C, every
-// confinement step applied in the child, then sandtrap-init (init/init.c, embedded
-// and run from a sealed memfd) as pid 1, which applies RLIMIT_AS and seccomp last
-// and runs the target as pid 2. The host is never forked.
+// Package spawn starts confined processes without ever forking the host.
+//
+// Each sandbox gets a zygote: sandtrap-init (init/init.c, embedded, run from a
+// sealed memfd), started once by clone(CLONE_VM|CLONE_VFORK) from C with every
+// confinement step that survives execve applied in the child. The zygote applies
+// RLIMIT_AS and the seccomp filter once, then forks one pid 1 per run on request;
+// pid 1 starts the target. Runs therefore inherit the filter instead of loading it
+// (a load costs ~3 us per BPF instruction on this kind of machine).
 package spawn
 
 /*
@@ -14,7 +18,9 @@ import "C"
 import (
 	_ "embed"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"unsafe"
 
@@ -24,36 +30,10 @@ import (
 //go:embed sandtrap-init
 var initImage []byte
 
-// Rlimit is one resource limit to set in the child.
+// Rlimit is one resource limit.
 type Rlimit struct {
 	Resource int
 	Cur, Max uint64
-}
-
-// Spec is everything the child needs. All fds must be open in the host and >= 10.
-type Spec struct {
-	Path       string
-	Argv       []string
-	Env        []string
-	Dir        string
-	Stdio      [3]int
-	NewPidNS   bool
-	NewUserNS  bool
-	CgroupFDs  []int
-	Rlimits    []Rlimit
-	SetIDs     bool
-	UID, GID   uint32
-	DropCaps   bool
-	NoNewPrivs bool
-	LandlockFD int // -1: none
-	Config     *Config
-	StatusFD   int // write end of the status pipe
-}
-
-// Process is a started sandtrap-init.
-type Process struct {
-	Pid   int
-	PidFD int
 }
 
 // Stage names, indexed by enum st_stage.
@@ -61,7 +41,7 @@ var stageNames = []string{"none", "clone", "signals", "setsid", "pdeathsig", "cg
 	"rlimit", "ids", "chdir", "stdio", "capabilities", "no_new_privs", "landlock",
 	"close_fds", "exec"}
 
-// Error is a failure in the child before sandtrap-init ran.
+// Error is a failure while starting a zygote (in the child, before sandtrap-init).
 type Error struct {
 	Stage string
 	Errno unix.Errno
@@ -70,14 +50,8 @@ type Error struct {
 func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Stage, e.Errno.Error()) }
 func (e *Error) Unwrap() error { return e.Errno }
 
-var (
-	initOnce sync.Once
-	initFD   = -1
-	initErr  error
-)
-
-// HighFD moves fd to >= 10 (close-on-exec) so the child's dup2 onto 0..5 never
-// clobbers a source.
+// HighFD moves fd to >= 10 (close-on-exec) so that a child placing fds on 0..5
+// never clobbers a source.
 func HighFD(fd int) (int, error) {
 	if fd >= 10 {
 		return fd, nil
@@ -90,7 +64,6 @@ func HighFD(fd int) (int, error) {
 	return n, nil
 }
 
-// sealedMemfd returns a read-only, sealed memfd holding data.
 func sealedMemfd(name string, data []byte) (int, error) {
 	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
@@ -111,42 +84,290 @@ func sealedMemfd(name string, data []byte) (int, error) {
 	return HighFD(fd)
 }
 
-// Ready prepares the init image; call it before confining the host (which may
-// forbid memfd_create).
+var (
+	initOnce sync.Once
+	initFD   = -1
+	initErr  error
+	nullFD   = -1
+)
+
+// Ready prepares the init image and the spawner thread; call it before confining
+// the host (which may forbid memfd_create).
 func Ready() error {
-	initOnce.Do(func() { initFD, initErr = sealedMemfd("sandtrap-init", initImage) })
+	initOnce.Do(func() {
+		initFD, initErr = sealedMemfd("sandtrap-init", initImage)
+		if initErr != nil {
+			return
+		}
+		fd, err := unix.Open("/dev/null", unix.O_RDWR|unix.O_CLOEXEC, 0)
+		if err == nil {
+			nullFD, err = HighFD(fd)
+		}
+		if err != nil {
+			initErr = fmt.Errorf("/dev/null: %w", err)
+			return
+		}
+		spawner = make(chan func())
+		go func() {
+			// Zygotes die with the thread that started them (PR_SET_PDEATHSIG):
+			// start them all from this one, which lives as long as the host.
+			runtime.LockOSThread()
+			for f := range spawner {
+				f()
+			}
+		}()
+	})
 	return initErr
 }
 
-// Config is what sandtrap-init applies last: RLIMIT_AS and the seccomp filter.
-// One sealed memfd per sandbox, shared by all its runs.
-type Config struct{ FD int }
+var spawner chan func()
 
-const configMagic = 0x31304e49545453
+// Zygote config flags (struct config in init.c).
+const (
+	cfRlimitAS  = 1
+	cfNewPid    = 2
+	cfNewUser   = 4
+	configMagic = 0x31304e49545453
+	reqMagic    = 0x51525453
+)
 
-// NewConfig writes a config; asLimit 0 means no RLIMIT_AS, bpf nil no seccomp.
-func NewConfig(asLimit uint64, bpf []byte) (*Config, error) {
-	hdr := make([]byte, 40, 40+len(bpf))
-	binary.LittleEndian.PutUint64(hdr[0:], configMagic)
-	if asLimit > 0 {
-		binary.LittleEndian.PutUint64(hdr[8:], 1)
-		binary.LittleEndian.PutUint64(hdr[16:], asLimit)
-		binary.LittleEndian.PutUint64(hdr[24:], asLimit)
+// ZygoteSpec is the confinement shared by every run of a sandbox.
+type ZygoteSpec struct {
+	NewPidNS   bool
+	NewUserNS  bool
+	Rlimits    []Rlimit
+	DropCaps   bool
+	KeepCaps   uint64 // what pid 1 of each run still needs before dropping everything
+	LandlockFD int    // -1: none
+	ASLimit    uint64 // 0: no RLIMIT_AS
+	BPF        []byte // nil: no seccomp
+	Cookie     uint64 // lets the zygote's clone through the filter
+	CgroupFDs  []int  // cgroup.procs files the zygote joins (runs are born inside)
+}
+
+// Zygote serves the runs of one sandbox.
+type Zygote struct {
+	mu     sync.Mutex
+	ctl    int
+	pid    int
+	pidfd  int
+	closed bool
+}
+
+// StartZygote launches a zygote.
+func StartZygote(zs *ZygoteSpec) (*Zygote, error) {
+	if err := Ready(); err != nil {
+		return nil, err
 	}
-	binary.LittleEndian.PutUint64(hdr[32:], uint64(len(bpf)/8))
-	fd, err := sealedMemfd("sandtrap-config", append(hdr, bpf...))
+	if len(zs.Rlimits) > C.ST_MAX_RLIMITS {
+		return nil, errors.New("BUG(spawn): too many rlimits")
+	}
+	hdr := make([]byte, 48, 48+len(zs.BPF))
+	var flags uint64
+	if zs.ASLimit > 0 {
+		flags |= cfRlimitAS
+		binary.LittleEndian.PutUint64(hdr[16:], zs.ASLimit)
+		binary.LittleEndian.PutUint64(hdr[24:], zs.ASLimit)
+	}
+	if zs.NewPidNS {
+		flags |= cfNewPid
+	}
+	if zs.NewUserNS {
+		flags |= cfNewUser
+	}
+	binary.LittleEndian.PutUint64(hdr[0:], configMagic)
+	binary.LittleEndian.PutUint64(hdr[8:], flags)
+	binary.LittleEndian.PutUint64(hdr[32:], zs.Cookie)
+	binary.LittleEndian.PutUint64(hdr[40:], uint64(len(zs.BPF)/8))
+	cfg, err := sealedMemfd("sandtrap-config", append(hdr, zs.BPF...))
 	if err != nil {
 		return nil, err
 	}
-	return &Config{FD: fd}, nil
+	defer unix.Close(cfg)
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	ours, err1 := HighFD(pair[0])
+	theirs, err2 := HighFD(pair[1])
+	if err1 != nil || err2 != nil {
+		return nil, errors.New("socketpair: cannot move fds")
+	}
+	defer unix.Close(theirs)
+	unix.SetsockoptInt(ours, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, 8<<20) // root only; else the default applies
+
+	var l C.struct_st_launch
+	argv, freeArgv := cStrings([]string{"sandtrap-init"})
+	defer freeArgv()
+	env, freeEnv := cStrings(nil)
+	defer freeEnv()
+	l.init_argv, l.envp = argv, env
+	l.stdio = [3]C.int{C.int(nullFD), C.int(nullFD), C.int(nullFD)}
+	l.init_fd, l.config_fd, l.control_fd = C.int(initFD), C.int(cfg), C.int(theirs)
+	for i, r := range zs.Rlimits {
+		l.rl_resource[i] = C.int(r.Resource)
+		l.rl_value[i].rlim_cur = C.rlim_t(r.Cur)
+		l.rl_value[i].rlim_max = C.rlim_t(r.Max)
+	}
+	l.n_rlimits = C.int(len(zs.Rlimits))
+	if len(zs.CgroupFDs) > C.ST_MAX_CGROUP_FDS {
+		return nil, errors.New("BUG(spawn): too many cgroups")
+	}
+	for i, fd := range zs.CgroupFDs {
+		l.cgroup_fds[i] = C.int(fd)
+	}
+	l.n_cgroup_fds = C.int(len(zs.CgroupFDs))
+	l.drop_caps = cbool(zs.DropCaps)
+	l.keep_caps = C.uint64_t(zs.KeepCaps)
+	l.no_new_privs = 1
+	l.landlock_fd = C.int(zs.LandlockFD)
+	done := make(chan C.int)
+	spawner <- func() { done <- C.st_launch(&l) }
+	if <-done != 0 {
+		unix.Close(ours)
+		st := int(l.err_stage)
+		name := "unknown"
+		if st >= 0 && st < len(stageNames) {
+			name = stageNames[st]
+		}
+		return nil, &Error{Stage: name, Errno: unix.Errno(l.err_errno)}
+	}
+	return &Zygote{ctl: ours, pid: int(l.pid), pidfd: int(l.pidfd)}, nil
 }
 
-// Close releases the config.
-func (c *Config) Close() {
-	if c != nil && c.FD >= 0 {
-		unix.Close(c.FD)
-		c.FD = -1
+// Close stops the zygote (runs must be over).
+func (z *Zygote) Close() {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if z.closed {
+		return
 	}
+	z.closed = true
+	unix.Close(z.ctl)
+	unix.PidfdSendSignal(z.pidfd, unix.SIGKILL, nil, 0)
+	var ws unix.WaitStatus
+	unix.Wait4(z.pid, &ws, unix.WALL, nil)
+	unix.Close(z.pidfd)
+}
+
+// RunSpec is one run. All fds stay owned by the caller.
+type RunSpec struct {
+	Path      string
+	Argv, Env []string
+	Dir       string
+	Stdio     [3]int
+	StatusFD  int
+	CgroupFDs []int
+	SetIDs    bool
+	UID, GID  uint32
+	CPUSecs   uint32 // RLIMIT_CPU of the run (0: none)
+	NProc     uint32 // RLIMIT_NPROC of the run (0: none)
+}
+
+// Process is a run's pid 1.
+type Process struct {
+	Pid   int
+	PidFD int
+}
+
+// ErrZygoteGone means the zygote died; start a new one.
+var ErrZygoteGone = errors.New("sandbox zygote is gone")
+
+// Spawn asks the zygote for a run.
+func (z *Zygote) Spawn(r *RunSpec) (*Process, error) {
+	var msg []byte
+	hdr := make([]byte, 40)
+	binary.LittleEndian.PutUint32(hdr[0:], reqMagic)
+	binary.LittleEndian.PutUint32(hdr[4:], uint32(len(r.Argv)))
+	binary.LittleEndian.PutUint32(hdr[8:], uint32(len(r.Env)))
+	binary.LittleEndian.PutUint32(hdr[12:], uint32(len(r.CgroupFDs)))
+	if r.SetIDs {
+		binary.LittleEndian.PutUint32(hdr[16:], r.UID)
+		binary.LittleEndian.PutUint32(hdr[20:], r.GID)
+		binary.LittleEndian.PutUint32(hdr[24:], 1)
+	}
+	binary.LittleEndian.PutUint32(hdr[28:], r.CPUSecs)
+	binary.LittleEndian.PutUint32(hdr[32:], r.NProc)
+	msg = append(msg, hdr...)
+	for _, s := range append(append([]string{r.Path, r.Dir}, r.Argv...), r.Env...) {
+		msg = append(append(msg, s...), 0)
+	}
+	fds := append([]int{r.Stdio[0], r.Stdio[1], r.Stdio[2], r.StatusFD}, r.CgroupFDs...)
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if z.closed {
+		return nil, ErrZygoteGone
+	}
+	if err := unix.Sendmsg(z.ctl, msg, unix.UnixRights(fds...), nil, unix.MSG_NOSIGNAL); err != nil {
+		if err == unix.EMSGSIZE || err == unix.ENOBUFS {
+			return nil, fmt.Errorf("argv and environment take %d bytes, more than a run request can carry here; pass large data on stdin", len(msg))
+		}
+		return nil, ErrZygoteGone
+	}
+	reply := make([]byte, 8)
+	oob := make([]byte, unix.CmsgSpace(4))
+	for {
+		n, oobn, _, _, err := unix.Recvmsg(z.ctl, reply, oob, unix.MSG_CMSG_CLOEXEC)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n != 8 {
+			return nil, ErrZygoteGone
+		}
+		pid := int(int32(binary.LittleEndian.Uint32(reply)))
+		e := int(int32(binary.LittleEndian.Uint32(reply[4:])))
+		if e != 0 {
+			return nil, &Error{Stage: "zygote", Errno: unix.Errno(-e)}
+		}
+		msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+		if err != nil || len(msgs) != 1 {
+			return nil, errors.New("BUG(spawn): zygote reply without a pidfd")
+		}
+		got, err := unix.ParseUnixRights(&msgs[0])
+		if err != nil || len(got) != 1 {
+			return nil, errors.New("BUG(spawn): zygote reply without a pidfd")
+		}
+		return &Process{Pid: pid, PidFD: got[0]}, nil
+	}
+}
+
+// Status is what a run's pid 1 reported.
+type Status struct {
+	ExecErrno  unix.Errno // the target could not be exec'd
+	InitFailed string     // pid 1 could not apply its part
+	Ended      bool
+	Wait       unix.WaitStatus
+	UserMicros uint64
+	SysMicros  uint64
+	MaxRSSKiB  uint64
+	HasUsage   bool
+}
+
+var initSteps = map[uint32]string{'G': "joining the cgroup", 'U': "switching user", 'P': "dropping capabilities", 'D': "entering cwd", 'F': "forking the target"}
+
+// ReadStatus decodes the status records (32 bytes each).
+func ReadStatus(b []byte) Status {
+	var st Status
+	for len(b) >= 32 {
+		kind := binary.LittleEndian.Uint32(b)
+		val := binary.LittleEndian.Uint32(b[4:])
+		a, bb, c := binary.LittleEndian.Uint64(b[8:]), binary.LittleEndian.Uint64(b[16:]), binary.LittleEndian.Uint64(b[24:])
+		switch kind {
+		case 'E':
+			st.ExecErrno = unix.Errno(val)
+		case 'X':
+			st.Ended, st.Wait = true, unix.WaitStatus(val)
+		case 'R':
+			st.UserMicros, st.SysMicros, st.MaxRSSKiB, st.HasUsage = a, bb, c, true
+		case 'I':
+			st.InitFailed = initSteps[val]
+			if st.InitFailed == "" {
+				st.InitFailed = "setup"
+			}
+		}
+		b = b[32:]
+	}
+	return st
 }
 
 func cStrings(ss []string) (**C.char, func()) {
@@ -161,95 +382,6 @@ func cStrings(ss []string) (**C.char, func()) {
 		}
 		C.free(unsafe.Pointer(arr))
 	}
-}
-
-// Start launches sandtrap-init, which then runs the target.
-func Start(s *Spec) (*Process, error) {
-	if err := Ready(); err != nil {
-		return nil, err
-	}
-	if len(s.CgroupFDs) > C.ST_MAX_CGROUP_FDS || len(s.Rlimits) > C.ST_MAX_RLIMITS || s.Config == nil {
-		return nil, fmt.Errorf("BUG(spawn): bad spec")
-	}
-	var l C.struct_st_launch
-	argv, freeArgv := cStrings(append([]string{"sandtrap-init", s.Path}, s.Argv...))
-	defer freeArgv()
-	l.init_argv = argv
-	envp, freeEnv := cStrings(s.Env)
-	defer freeEnv()
-	l.envp = envp
-	if s.Dir != "" {
-		dir := C.CString(s.Dir)
-		defer C.free(unsafe.Pointer(dir))
-		l.cwd = dir
-	}
-	for i := 0; i < 3; i++ {
-		l.stdio[i] = C.int(s.Stdio[i])
-	}
-	l.init_fd = C.int(initFD)
-	l.config_fd = C.int(s.Config.FD)
-	l.status_fd = C.int(s.StatusFD)
-	l.new_pid_ns = cbool(s.NewPidNS)
-	l.new_user_ns = cbool(s.NewUserNS)
-	for i, fd := range s.CgroupFDs {
-		l.cgroup_fds[i] = C.int(fd)
-	}
-	l.n_cgroup_fds = C.int(len(s.CgroupFDs))
-	for i, r := range s.Rlimits {
-		l.rl_resource[i] = C.int(r.Resource)
-		l.rl_value[i].rlim_cur = C.rlim_t(r.Cur)
-		l.rl_value[i].rlim_max = C.rlim_t(r.Max)
-	}
-	l.n_rlimits = C.int(len(s.Rlimits))
-	l.set_ids = cbool(s.SetIDs)
-	l.uid = C.uint32_t(s.UID)
-	l.gid = C.uint32_t(s.GID)
-	l.drop_caps = cbool(s.DropCaps)
-	l.no_new_privs = cbool(s.NoNewPrivs)
-	l.landlock_fd = C.int(s.LandlockFD)
-	if C.st_launch(&l) != 0 {
-		st := int(l.err_stage)
-		name := "unknown"
-		if st >= 0 && st < len(stageNames) {
-			name = stageNames[st]
-		}
-		return nil, &Error{Stage: name, Errno: unix.Errno(l.err_errno)}
-	}
-	return &Process{Pid: int(l.pid), PidFD: int(l.pidfd)}, nil
-}
-
-// Status is what sandtrap-init reported about the target.
-type Status struct {
-	ExecErrno  unix.Errno // the target could not be exec'd
-	InitFailed string     // init could not apply its part ("rlimit_as", "seccomp", "config", "fork")
-	InitErrno  unix.Errno
-	Ended      bool
-	Wait       unix.WaitStatus
-}
-
-// ReadStatus decodes the status records init wrote (8 bytes each).
-func ReadStatus(b []byte) Status {
-	var st Status
-	for len(b) >= 8 {
-		kind := binary.LittleEndian.Uint32(b)
-		val := binary.LittleEndian.Uint32(b[4:])
-		switch kind {
-		case 'E':
-			st.ExecErrno = unix.Errno(val)
-		case 'X':
-			st.Ended, st.Wait = true, unix.WaitStatus(val)
-		case 'A':
-			st.InitFailed, st.InitErrno = "rlimit_as", unix.Errno(val)
-		case 'S':
-			st.InitFailed, st.InitErrno = "seccomp", unix.Errno(val)
-		case 'C':
-			st.InitFailed, st.InitErrno = "config", unix.Errno(val)
-		case 'F':
-			st.InitFailed, st.InitErrno = "fork", unix.Errno(val)
-		}
-		b = b[8:]
-	}
-	return st
 }
 
 func cbool(b bool) C.int {
