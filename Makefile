@@ -11,7 +11,7 @@ INIT    := core/spawn/sandtrap-init
 INIT_CFLAGS := -Os -static -nostdlib -fno-stack-protector -fno-asynchronous-unwind-tables \
 	-fno-pie -no-pie -Wall -Wextra -Werror -s
 
-.PHONY: all lib init test test-go test-c test-python test-node fuzz bench deps demo clean
+.PHONY: all lib init test test-go test-c test-guest test-python test-node fuzz bench deps demo clean
 
 all: lib
 
@@ -31,10 +31,14 @@ $(LIB): $(GOFILES) include/sandtrap.h $(INIT)
 deps:
 	bash scripts/deps.sh
 
-test: lib test-go test-c fuzz
+# The whole suite; installs what it needs first (README's test command).
+test: deps
+	$(MAKE) lib
+	$(MAKE) test-go test-c fuzz test-guest test-python test-node
 
 test-go: $(INIT)
 	$(GO) test -count=1 ./core/...
+	bash tests/unprivileged.sh
 
 test-c: lib
 	bash tests/c/run.sh
@@ -43,10 +47,24 @@ fuzz: $(INIT)
 	$(GO) test -run '^$$' -fuzz FuzzDecodeRequest -fuzztime 20s ./core/engine
 	$(GO) test -run '^$$' -fuzz FuzzPolicy -fuzztime 10s ./core/policy
 
-bench: lib
+# the cooperative Python sandbox's guest runtime (pure Python)
+test-guest:
+	$(PYTHON) -m pip install -q pytest
+	cd core/guest/python && $(PYTHON) -m pytest -q tests
+
+test-python: lib
+	$(PYTHON) -m pip install -q ./bindings/python pytest pytest-asyncio
+	$(PYTHON) -m pytest -q bindings/python/tests
+
+test-node: lib
+	cd bindings/node && npm install --no-audit --no-fund && npm test
+
+bench: deps lib
 	$(GO) run ./bench/spawn
 
-demo: lib
+# Builds everything and runs the demo (README's first command).
+demo: deps
+	$(MAKE) lib
 	$(GO) run ./cmd/demo
 
 clean:

@@ -128,15 +128,12 @@ func (s *Sandbox) pipelineRequest(m map[string]any) (*PipelineResult, error) {
 		what := fmt.Sprintf("stage %d", i)
 		sb := s
 		if id, has := sm["sandbox"]; has {
-			n, isInt := id.(uint64)
-			if v, ok := id.(int64); ok && v > 0 {
-				n, isInt = uint64(v), true
-			}
-			if !isInt || lookup(n) == nil {
+			n, isInt := policy.AsInt(id)
+			if !isInt || n <= 0 || lookup(uint64(n)) == nil {
 				probs.Addf("%s: sandbox %v is not a live sandbox id", what, id)
 				continue
 			}
-			sb = lookup(n)
+			sb = lookup(uint64(n))
 		}
 		req := parseRun(sm, what, &probs, "sandbox")
 		if _, has := sm["stdin"]; has {

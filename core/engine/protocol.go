@@ -289,5 +289,8 @@ func callKind(e *ErrorInfo) string {
 // requestError turns collected problems into an invalid_request error.
 func requestError(err error) *Error {
 	pe := err.(*policy.Error)
-	return errorf(KindInvalidRequest, "invalid request: %s", strings.Join(pe.Problems, "; "))
+	if len(pe.Problems) == 1 {
+		return errorf(KindInvalidRequest, "invalid request: %s", pe.Problems[0])
+	}
+	return errorf(KindInvalidRequest, "invalid request (%d problems):\n- %s", len(pe.Problems), strings.Join(pe.Problems, "\n- "))
 }

@@ -63,6 +63,7 @@ type Sandbox struct {
 	Policy   *policy.Policy
 	features kernel.Features
 	ruleset  *landlock.Ruleset
+	llspec   landlock.Spec
 	bpf      *seccomp.Program
 	zspec    *spawn.ZygoteSpec
 	zmu      sync.Mutex
@@ -92,10 +93,14 @@ func New(p *policy.Policy) (*Sandbox, error) { return build(p, nil) }
 
 func build(p *policy.Policy, probs policy.Problems) (*Sandbox, error) {
 	f := kernel.Probe()
-	for _, list := range [][]string{p.FSReadable, p.FSWritable} {
-		for _, path := range list {
+	for _, fl := range []struct {
+		field string
+		list  []string
+	}{{"fs_readable", p.FSReadable}, {"fs_writable", p.FSWritable}} {
+		field := fl.field
+		for _, path := range fl.list {
 			if _, err := os.Stat(path); err != nil {
-				probs.Addf("%s: %v", path, unwrapPathErr(err))
+				probs.Addf("%s: %s: %v", field, path, unwrapPathErr(err))
 			}
 		}
 	}
@@ -151,11 +156,12 @@ func build(p *policy.Policy, probs policy.Problems) (*Sandbox, error) {
 		if netWanted {
 			need(f.LandlockABI >= 4, fmt.Sprintf("landlock network rules (kernel ABI %d < 4)", f.LandlockABI))
 		}
-		rs, err := landlock.Build(f.LandlockABI, landlock.Spec{
+		sb.llspec = landlock.Spec{
 			Readable: p.FSReadable, Writable: p.FSWritable, Denied: p.FSDenied,
 			Devices: DevicePaths, ConnectPorts: connect, BindPorts: p.NetAllowBind,
 			AnyConnect: anyConnect, Scope: true,
-		})
+		}
+		rs, err := landlock.Build(f.LandlockABI, sb.llspec)
 		if err != nil {
 			return nil, errorf(KindIsolation, "landlock: %v", err)
 		}
@@ -398,23 +404,36 @@ func (s *Sandbox) enter() bool {
 // ID is the sandbox's registry id (0 when unregistered).
 func (s *Sandbox) ID() uint64 { return s.id }
 
-// Cancel kills every run started with tag (every run when all is set).
+// Cancel kills every run started with tag — in any sandbox, so that one tag stops a
+// whole pipeline — or, when all is set, every run of this sandbox.
 func (s *Sandbox) Cancel(tag string, all bool) int {
-	s.mu.Lock()
 	var fns []func()
-	for t, list := range s.running {
-		if all || t == tag {
+	if all {
+		s.mu.Lock()
+		for _, list := range s.running {
 			for _, f := range list {
 				fns = append(fns, f)
 			}
 		}
+		s.mu.Unlock()
+	} else if tag != "" {
+		tagMu.Lock()
+		for _, f := range tagged[tag] {
+			fns = append(fns, f)
+		}
+		tagMu.Unlock()
 	}
-	s.mu.Unlock()
 	for _, f := range fns {
 		f()
 	}
 	return len(fns)
 }
+
+// tagged holds the cancel functions of every run in flight, by tag.
+var (
+	tagMu  sync.Mutex
+	tagged = map[string]map[uint64]func(){}
+)
 
 func (s *Sandbox) track(tag string, cancel func()) (untrack func()) {
 	id := runSeq.Add(1)
@@ -424,6 +443,14 @@ func (s *Sandbox) track(tag string, cancel func()) (untrack func()) {
 	}
 	s.running[tag][id] = cancel
 	s.mu.Unlock()
+	if tag != "" {
+		tagMu.Lock()
+		if tagged[tag] == nil {
+			tagged[tag] = map[uint64]func(){}
+		}
+		tagged[tag][id] = cancel
+		tagMu.Unlock()
+	}
 	return func() {
 		s.mu.Lock()
 		delete(s.running[tag], id)
@@ -431,6 +458,12 @@ func (s *Sandbox) track(tag string, cancel func()) (untrack func()) {
 			delete(s.running, tag)
 		}
 		s.mu.Unlock()
+		tagMu.Lock()
+		delete(tagged[tag], id)
+		if len(tagged[tag]) == 0 {
+			delete(tagged, tag)
+		}
+		tagMu.Unlock()
 	}
 }
 
@@ -479,7 +512,16 @@ func (s *Sandbox) zygote(fresh *spawn.Zygote) (*spawn.Zygote, error) {
 func (s *Sandbox) Confine(withSeccomp bool) error {
 	plan := confine.Plan{LandlockFD: -1}
 	if s.ruleset != nil {
-		plan.LandlockFD = s.ruleset.FD
+		// psx re-reads /proc/self/task while it walks the threads, some of them
+		// already restricted: that one directory stays readable, or the host dies.
+		spec := s.llspec
+		spec.Readable = append(append([]string{}, spec.Readable...), "/proc/self/task")
+		rs, err := landlock.Build(s.features.LandlockABI, spec)
+		if err != nil {
+			return errorf(KindIsolation, "landlock: %v", err)
+		}
+		defer rs.Close()
+		plan.LandlockFD = rs.FD
 	} else if !s.Policy.AllowDegraded {
 		return errorf(KindIsolation, "isolation unavailable: landlock")
 	}
@@ -490,6 +532,9 @@ func (s *Sandbox) Confine(withSeccomp bool) error {
 		plan.BPF = s.bpf.BPF
 	}
 	nullFD() // keep /dev/null reachable for later runs
+	if err := spawn.Ready(); err != nil {
+		return errorf(KindIsolation, "isolation unavailable: %v", err)
+	}
 	if err := confine.Apply(plan); err != nil {
 		return errorf(KindIsolation, "%v", err)
 	}

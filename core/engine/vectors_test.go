@@ -33,8 +33,16 @@ type vector struct {
 	Note     string         `json:"note"`
 }
 
+// vectorsDir is tests/vectors, or $SANDTRAP_VECTORS (the unprivileged run copies it).
+func vectorsDir() string {
+	if d := os.Getenv("SANDTRAP_VECTORS"); d != "" {
+		return d
+	}
+	return "../../tests/vectors"
+}
+
 func loadVectors(t *testing.T) vectorFile {
-	b, err := os.ReadFile("../../tests/vectors/attacks.json")
+	b, err := os.ReadFile(filepath.Join(vectorsDir(), "attacks.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +57,7 @@ func loadVectors(t *testing.T) vectorFile {
 func layout(t *testing.T) string {
 	tmp := t.TempDir()
 	os.Chmod(tmp, 0o755)
-	attack, err := os.ReadFile("../../tests/vectors/attack.py")
+	attack, err := os.ReadFile(filepath.Join(vectorsDir(), "attack.py"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,7 +57,7 @@ func (e *Error) Error() string {
 	if len(e.Problems) == 1 {
 		return "invalid policy: " + e.Problems[0]
 	}
-	return fmt.Sprintf("invalid policy (%d problems): %s", len(e.Problems), strings.Join(e.Problems, "; "))
+	return fmt.Sprintf("invalid policy (%d problems):\n- %s", len(e.Problems), strings.Join(e.Problems, "\n- "))
 }
 
 // Problems collects validation failures.
@@ -237,6 +237,9 @@ func ParsePorts(items []any) ([]uint16, []string) {
 	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
 	return out, probs
 }
+
+// AsInt converts any msgpack integer to int64.
+func AsInt(v any) (int64, bool) { return asInt(v) }
 
 func asInt(v any) (int64, bool) {
 	switch n := v.(type) {
