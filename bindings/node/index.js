@@ -1,0 +1,32 @@
+'use strict';
+/**
+ * sandtrap: run commands confined by Landlock, seccomp, a pid namespace and
+ * resource limits. CommonJS entry point (the ESM one, index.mjs, re-exports it).
+ *
+ *   const { Sandbox } = require('sandtrap');
+ *   const sb = new Sandbox({ fsReadable: ['/usr', '/lib', '/bin'], maxMemory: '256M' });
+ *   const r = await sb.run(['echo', 'hi'], { timeout: 10 });
+ *   r.stdout; // <Buffer 68 69 0a>
+ */
+const errors = require('./lib/errors');
+const { Sandbox, Command, Pipeline, confine, probe, version } = require('./lib/sandbox');
+
+module.exports = {
+  Sandbox,
+  Command,
+  Pipeline,
+  confine,
+  probe,
+  version,
+  SandtrapError: errors.SandtrapError,
+  InvalidArgument: errors.InvalidArgument,
+  InvalidRequest: errors.InvalidRequest,
+  PolicyError: errors.PolicyError,
+  IsolationUnavailable: errors.IsolationUnavailable,
+  NotFound: errors.NotFound,
+  SpawnFailed: errors.SpawnFailed,
+  ForkedChild: errors.ForkedChild,
+  SandboxClosed: errors.SandboxClosed,
+  InternalError: errors.InternalError,
+  AbortError: errors.AbortError,
+};

@@ -1,0 +1,26 @@
+// ESM entry point: the same objects as the CommonJS one (one copy of the addon).
+import { createRequire } from 'node:module';
+
+const require = createRequire(import.meta.url);
+const sandtrap = require('./index.js');
+
+export const {
+  Sandbox,
+  Command,
+  Pipeline,
+  confine,
+  probe,
+  version,
+  SandtrapError,
+  InvalidArgument,
+  InvalidRequest,
+  PolicyError,
+  IsolationUnavailable,
+  NotFound,
+  SpawnFailed,
+  ForkedChild,
+  SandboxClosed,
+  InternalError,
+  AbortError,
+} = sandtrap;
+export default sandtrap;

@@ -1,0 +1,98 @@
+'use strict';
+// Error classes. Every error sandtrap raises is a SandtrapError with a stable
+// `code`: the engine's status name (docs/protocol.md, "Status codes") or, for an
+// aborted operation, Node's own 'ABORT_ERR'.
+
+class SandtrapError extends Error {
+  /**
+   * @param {string} message
+   * @param {{code?: string, status?: number, problems?: string[], result?: object, cause?: unknown}} [info]
+   */
+  constructor(message, info = {}) {
+    super(message, info.cause !== undefined ? { cause: info.cause } : undefined);
+    this.code = info.code ?? this.constructor.code ?? 'internal';
+    if (info.status !== undefined) this.status = info.status;
+    // every problem found at once (policy and request validation)
+    this.problems = info.problems ?? [message];
+    // the engine's result when there was one (e.g. a spawn failure, an abort)
+    if (info.result !== undefined) this.result = info.result;
+  }
+}
+
+function define(name, code, status, Base = SandtrapError) {
+  const C = { [name]: class extends Base {} }[name];
+  C.code = code;
+  C.status = status;
+  Object.defineProperty(C.prototype, 'name', { value: name, writable: true, configurable: true });
+  return C;
+}
+
+Object.defineProperty(SandtrapError.prototype, 'name', { value: 'SandtrapError', writable: true, configurable: true });
+
+const InvalidArgument = define('InvalidArgument', 'invalid_argument', -1);
+const InvalidRequest = define('InvalidRequest', 'invalid_request', -2);
+const PolicyError = define('PolicyError', 'invalid_policy', -3);
+const IsolationUnavailable = define('IsolationUnavailable', 'isolation_unavailable', -4);
+const NotFound = define('NotFound', 'not_found', -5);
+const SpawnFailed = define('SpawnFailed', 'spawn_failed', -6);
+const ForkedChild = define('ForkedChild', 'forked_child', -7);
+const SandboxClosed = define('SandboxClosed', 'closed', -8);
+const InternalError = define('InternalError', 'internal', -99);
+
+/** Node's convention for a cancelled operation: name 'AbortError', code 'ABORT_ERR',
+ * the signal's reason as `cause`. The run's result (cancelled: true) is `err.result`. */
+class AbortError extends SandtrapError {
+  constructor(message = 'The operation was aborted', info = {}) {
+    super(message, { ...info, code: 'ABORT_ERR' });
+  }
+}
+AbortError.code = 'ABORT_ERR';
+Object.defineProperty(AbortError.prototype, 'name', { value: 'AbortError', writable: true, configurable: true });
+
+const byCode = {
+  invalid_argument: InvalidArgument,
+  invalid_request: InvalidRequest,
+  invalid_policy: PolicyError,
+  isolation_unavailable: IsolationUnavailable,
+  not_found: NotFound,
+  spawn_failed: SpawnFailed,
+  forked_child: ForkedChild,
+  closed: SandboxClosed,
+  internal: InternalError,
+};
+
+/** The error class for an engine status name ('not_found', …). */
+function errorClass(code) {
+  return byCode[code] ?? SandtrapError;
+}
+
+/** A SandtrapError from an engine status name and message. */
+function makeError(code, message, info = {}) {
+  const C = errorClass(code);
+  return new C(message, { code, ...info });
+}
+
+/** Convert an Error thrown by the addon ({code, status, message}) into its class. */
+function fromNative(e, info = {}) {
+  if (e instanceof SandtrapError || !(e instanceof Error) || typeof e.code !== 'string' || !(e.code in byCode)) {
+    return e;
+  }
+  return makeError(e.code, e.message, { status: e.status, ...info });
+}
+
+module.exports = {
+  SandtrapError,
+  InvalidArgument,
+  InvalidRequest,
+  PolicyError,
+  IsolationUnavailable,
+  NotFound,
+  SpawnFailed,
+  ForkedChild,
+  SandboxClosed,
+  InternalError,
+  AbortError,
+  errorClass,
+  makeError,
+  fromNative,
+};

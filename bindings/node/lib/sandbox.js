@@ -1,0 +1,484 @@
+'use strict';
+// The JavaScript API over the addon: Sandbox, Command/Pipeline, confine, probe.
+//
+// Every operation is one msgpack request through native.exec (a Promise settled
+// on the libuv thread pool). Adding an operation of the protocol is one method
+// that builds its request and one function that shapes its response: see run(),
+// pipeline() and isolation() below, which all go through request().
+
+const { Encoder, Decoder } = require('@msgpack/msgpack');
+const native = require('./native');
+const {
+  SandtrapError,
+  PolicyError,
+  InvalidRequest,
+  AbortError,
+  makeError,
+  fromNative,
+} = require('./errors');
+const { POLICY, RUN, mapOptions, engineProblems, camelKeys, isPlainObject, describe } = require('./options');
+
+// useBigInt64: a BigInt is encoded as a 64-bit integer (sandbox ids are uint64)
+const encoder = new Encoder({ ignoreUndefined: true, useBigInt64: true });
+const decoder = new Decoder();
+const encode = (v) => encoder.encode(v);
+const decode = (buf) => decoder.decode(buf);
+
+// Error kinds that are a run's fate (the call itself worked): resolved, not rejected.
+const OUTCOME_KINDS = new Set(['timeout', 'cancelled', 'cpu_time_limit', 'memory_limit']);
+
+let tagSeq = 0;
+const newTag = () => `node:${process.pid}:${++tagSeq}`;
+
+const EMPTY = Buffer.alloc(0);
+function toBuffer(v) {
+  if (v === null || v === undefined) return EMPTY;
+  if (Buffer.isBuffer(v)) return v;
+  if (ArrayBuffer.isView(v)) return Buffer.from(v.buffer, v.byteOffset, v.byteLength);
+  return Buffer.from(String(v));
+}
+
+/** Shape one engine run result (docs/protocol.md "run result") for JavaScript. */
+function runResult(r) {
+  return {
+    success: r.success === true,
+    exitCode: r.exit_code ?? null,
+    signal: r.signal ?? null,
+    stdout: toBuffer(r.stdout),
+    stderr: toBuffer(r.stderr),
+    stdoutTruncated: r.stdout_truncated === true,
+    stderrTruncated: r.stderr_truncated === true,
+    error: r.error ? { kind: String(r.error.kind), message: String(r.error.message) } : null,
+    timedOut: r.timed_out === true,
+    cancelled: r.cancelled === true,
+    isolation: r.isolation ? camelKeys(r.isolation) : null,
+    usage: r.usage ? camelKeys(r.usage) : null,
+  };
+}
+
+function pipelineResult(r) {
+  const res = runResult(r);
+  res.stages = Array.isArray(r.stages) ? r.stages.map(runResult) : [];
+  return res;
+}
+
+/** The first result (of `results`) whose error means the call failed, not the run. */
+function callFailure(results) {
+  return results.find((r) => r && r.error && !OUTCOME_KINDS.has(r.error.kind));
+}
+
+function isAbortSignal(s) {
+  return s !== null && typeof s === 'object' && typeof s.aborted === 'boolean' && typeof s.addEventListener === 'function';
+}
+
+function abortError(signal, result) {
+  return new AbortError('The operation was aborted', { cause: signal.reason, result });
+}
+
+// stdin: string, Buffer/TypedArray/DataView or ArrayBuffer.
+function stdinBytes(v, problems, what = 'stdin') {
+  if (v === undefined || v === null) return undefined;
+  if (typeof v === 'string') return v;
+  if (ArrayBuffer.isView(v)) return new Uint8Array(v.buffer, v.byteOffset, v.byteLength);
+  if (v instanceof ArrayBuffer) return new Uint8Array(v);
+  problems.push(`${what}: want a string, Buffer or Uint8Array, got ${describe(v)}`);
+  return undefined;
+}
+
+function checkArgv(argv, problems, what = 'argv') {
+  if (!Array.isArray(argv) || argv.length === 0) {
+    problems.push(`${what}: want a non-empty array of strings, got ${describe(argv)}`);
+    return [];
+  }
+  argv.forEach((a, i) => {
+    if (typeof a !== 'string') problems.push(`${what}[${i}]: want a string, got ${describe(a)}`);
+    else if (a.includes('\0')) problems.push(`${what}[${i}]: contains a NUL byte`);
+  });
+  if (typeof argv[0] === 'string' && argv[0] === '') problems.push(`${what}[0] is empty`);
+  return argv.slice();
+}
+
+function requestError(problems) {
+  const message =
+    problems.length === 1 ? `invalid request: ${problems[0]}` : `invalid request (${problems.length} problems): ${problems.join('; ')}`;
+  return new InvalidRequest(message, { problems });
+}
+
+function policyError(problems) {
+  const message =
+    problems.length === 1 ? `invalid policy: ${problems[0]}` : `invalid policy (${problems.length} problems):\n  - ${problems.join('\n  - ')}`;
+  return new PolicyError(message, { problems });
+}
+
+/**
+ * How many engine calls run at once. Each one holds a thread for as long as its
+ * program runs; beyond this, requests wait (in order) for a slot. The Go runtime
+ * aborts the whole process past 10000 threads, so this must stay well below.
+ * SANDTRAP_MAX_CONCURRENT overrides the default of 256.
+ */
+const slots = {
+  max: Math.max(1, Math.min(Number(process.env.SANDTRAP_MAX_CONCURRENT) || 256, 4096)),
+  running: 0,
+  waiting: [],
+  acquire(signal) {
+    if (this.running < this.max && this.waiting.length === 0) {
+      this.running++;
+      return Promise.resolve();
+    }
+    return new Promise((resolve, reject) => {
+      const w = { resolve, reject, signal, onAbort: null };
+      if (signal) {
+        w.onAbort = () => {
+          const i = this.waiting.indexOf(w);
+          if (i >= 0) this.waiting.splice(i, 1);
+          reject(abortError(signal));
+        };
+        signal.addEventListener('abort', w.onAbort, { once: true });
+      }
+      this.waiting.push(w);
+    });
+  },
+  release() {
+    const w = this.waiting.shift();
+    if (!w) {
+      this.running--;
+      return;
+    }
+    if (w.signal) w.signal.removeEventListener('abort', w.onAbort);
+    w.resolve(); // the slot passes on
+  },
+};
+
+/** A deep, frozen copy of plain options data. */
+function snapshot(v) {
+  if (Array.isArray(v)) return Object.freeze(v.map(snapshot));
+  if (isPlainObject(v)) return Object.freeze(Object.fromEntries(Object.entries(v).map(([k, x]) => [k, snapshot(x)])));
+  return v;
+}
+
+/** The response of a request that cancelAll() stopped before it started. */
+function cancelledBeforeStart(req) {
+  const r = {
+    success: false,
+    exit_code: null,
+    signal: null,
+    stdout: EMPTY,
+    stderr: EMPTY,
+    stdout_truncated: false,
+    stderr_truncated: false,
+    timed_out: false,
+    cancelled: true,
+    error: { kind: 'cancelled', message: 'cancelled before it started' },
+    isolation: null,
+    usage: null,
+  };
+  if (req.op === 'pipeline') r.stages = req.stages.map(() => ({ ...r }));
+  return r;
+}
+
+class Sandbox {
+  /**
+   * @param {object} [options] policy options (camelCase; see index.d.ts)
+   */
+  constructor(options = {}) {
+    const { map, problems } = mapOptions(options, POLICY, 'options');
+    let handle = null;
+    try {
+      handle = native.newSandbox(encode(map));
+    } catch (e) {
+      const err = fromNative(e);
+      if (err.code === 'invalid_policy' || err.code === 'invalid_request') {
+        problems.push(...engineProblems(err.message));
+      } else if (problems.length === 0) {
+        throw err; // e.g. IsolationUnavailable
+      }
+    }
+    if (problems.length) {
+      if (handle) native.free(handle);
+      throw policyError(problems);
+    }
+    this._handle = handle;
+    this._closed = false;
+    this._pending = 0; // requests made and not yet settled (queued ones included)
+    this._cancelGen = 0; // bumped by cancelAll(): queued requests then do not start
+    for (const k of ['_handle', '_closed', '_pending', '_cancelGen']) Object.defineProperty(this, k, { enumerable: false });
+    // The engine's id of this sandbox (names it as a pipeline stage).
+    Object.defineProperty(this, 'id', { value: native.sandboxId(handle), enumerable: true });
+    // A frozen snapshot of the options (confine() rebuilds the policy from it).
+    Object.defineProperty(this, 'options', { value: snapshot(options), enumerable: true });
+  }
+
+  get closed() {
+    return this._closed;
+  }
+
+  _live() {
+    if (this._closed) throw makeError('closed', 'the sandbox is closed');
+    return this._handle;
+  }
+
+  /**
+   * Send one request and return the decoded response map.
+   * @param {object} req the request map (engine keys)
+   * @param {{signal?: AbortSignal, sandboxes?: Sandbox[]}} [opts] other sandboxes the request names
+   */
+  async request(req, { signal, sandboxes = [] } = {}) {
+    if (signal != null && !isAbortSignal(signal)) throw new TypeError('signal must be an AbortSignal');
+    const involved = [this];
+    for (const sb of sandboxes) {
+      if (!(sb instanceof Sandbox)) throw new TypeError('sandboxes must be Sandbox objects');
+      if (!involved.includes(sb)) involved.push(sb);
+    }
+    for (const sb of involved) sb._live();
+    if (signal?.aborted) throw abortError(signal);
+    // Every request carries a unique tag: it names the operation for cancel().
+    req = { ...req, tag: newTag() };
+    const gen = this._cancelGen;
+    // pin every sandbox involved: close() frees the engine's side only after
+    // the requests already made (queued ones included) are done
+    for (const sb of involved) sb._pending++;
+    try {
+      await slots.acquire(signal);
+      try {
+        if (this._cancelGen !== gen) return cancelledBeforeStart(req);
+        return await this._send(req, signal, involved);
+      } finally {
+        slots.release();
+      }
+    } finally {
+      for (const sb of involved) sb._unpin();
+    }
+  }
+
+  async _send(req, signal, involved) {
+    const handles = involved.map((sb) => sb._handle);
+    const others = handles.slice(1);
+    if (signal == null) {
+      try {
+        return decode(await native.exec(handles[0], encode(req), others));
+      } catch (e) {
+        throw fromNative(e);
+      }
+    }
+    if (signal.aborted) throw abortError(signal);
+    let settled = false;
+    let delay = 1;
+    // The engine knows the tag only once the run has started, a moment after
+    // exec() was called: retry until the request settles.
+    const cancel = () => {
+      if (settled) return;
+      for (const h of handles) native.cancel(h, req.tag);
+      setTimeout(cancel, delay);
+      delay = Math.min(delay * 2, 50);
+    };
+    signal.addEventListener('abort', cancel, { once: true });
+    let resp;
+    try {
+      resp = decode(await native.exec(handles[0], encode(req), others));
+    } catch (e) {
+      throw fromNative(e);
+    } finally {
+      settled = true;
+      signal.removeEventListener('abort', cancel);
+    }
+    if (signal.aborted) {
+      const err = abortError(signal, resp);
+      // the raw response, for the caller to shape into err.result
+      Object.defineProperty(err, 'response', { value: resp, configurable: true });
+      throw err;
+    }
+    return resp;
+  }
+
+  _unpin() {
+    if (--this._pending === 0 && this._closed) native.free(this._handle);
+  }
+
+  /**
+   * Run argv in the sandbox.
+   * @returns {Promise<object>} the run result; rejects with a SandtrapError when the
+   *   program could not run (NotFound, SpawnFailed, IsolationUnavailable, …) and with
+   *   an AbortError (err.result) when opts.signal aborted it.
+   */
+  async run(argv, opts = {}) {
+    const problems = [];
+    const args = checkArgv(argv, problems);
+    const { map, problems: optProblems } = mapOptions(opts, RUN, 'run', ['stdin', 'signal']);
+    problems.push(...optProblems);
+    const o = isPlainObject(opts) ? opts : {};
+    const stdin = stdinBytes(o.stdin, problems);
+    if (o.signal != null && !isAbortSignal(o.signal)) problems.push(`signal: want an AbortSignal, got ${describe(o.signal)}`);
+    if (problems.length) throw requestError(problems);
+    return finishRun(await this._requestShaped({ op: 'run', argv: args, stdin, ...map }, o.signal, runResult));
+  }
+
+  /** A command for a pipeline: sb.cmd(a).pipe(sb2.cmd(b)).run(). */
+  cmd(argv, opts = {}) {
+    return new Command(this, argv, opts);
+  }
+
+  /** What this sandbox enforces on this machine (the isolation report), without running anything. */
+  async isolation() {
+    return camelKeys(await this.request({ op: 'isolation' }));
+  }
+
+  // request() that turns an abort into an AbortError carrying the shaped result.
+  async _requestShaped(req, signal, shape, sandboxes) {
+    try {
+      return shape(await this.request(req, { signal: signal ?? undefined, sandboxes }));
+    } catch (e) {
+      if (e instanceof AbortError && e.response) {
+        e.result = shape(e.response);
+        delete e.response;
+      }
+      throw e;
+    }
+  }
+
+  /**
+   * Close the sandbox: no new runs start; runs in flight finish first, then the
+   * engine's resources are released. Idempotent.
+   */
+  close() {
+    if (this._closed) return;
+    this._closed = true;
+    if (this._pending === 0) native.free(this._handle);
+  }
+
+  /**
+   * Cancel every run of this sandbox in flight or waiting for a slot (they
+   * resolve with cancelled: true). Returns how many the engine was running.
+   */
+  cancelAll() {
+    this._cancelGen++;
+    if (this._pending === 0) return 0;
+    return native.cancel(this._handle, null);
+  }
+}
+
+if (typeof Symbol.dispose === 'symbol') {
+  Sandbox.prototype[Symbol.dispose] = function dispose() {
+    this.close();
+  };
+}
+
+function finishRun(res) {
+  const failed = callFailure(res.stages ? [...res.stages, res] : [res]);
+  if (failed) {
+    throw makeError(failed.error.kind, failed.error.message, { result: res });
+  }
+  return res;
+}
+
+class Command {
+  constructor(sandbox, argv, opts = {}) {
+    if (!(sandbox instanceof Sandbox)) throw new TypeError('Command: sandbox must be a Sandbox');
+    const problems = [];
+    this.sandbox = sandbox;
+    this.argv = checkArgv(argv, problems);
+    const { map, problems: optProblems } = mapOptions(opts, RUN, 'cmd');
+    problems.push(...optProblems);
+    if (problems.length) throw requestError(problems);
+    this._request = map;
+    Object.defineProperty(this, '_request', { enumerable: false });
+  }
+
+  /** Join this command's stdout to the next command's stdin (a kernel pipe). */
+  pipe(next) {
+    return new Pipeline([this]).pipe(next);
+  }
+
+  /** Run this command alone (sandbox.run with the command's options). */
+  run(opts = {}) {
+    return new Pipeline([this]).run(opts);
+  }
+}
+
+class Pipeline {
+  constructor(commands) {
+    this.commands = commands.slice();
+  }
+
+  pipe(next) {
+    if (next instanceof Pipeline) return new Pipeline([...this.commands, ...next.commands]);
+    if (!(next instanceof Command)) throw new TypeError('pipe: want a Command (sandbox.cmd(argv)) or a Pipeline');
+    return new Pipeline([...this.commands, next]);
+  }
+
+  /**
+   * Run every stage at once, each under its own sandbox's policy; only bytes cross.
+   * Resolves with the last stage's result plus `stages` (every stage's result).
+   * Rejects when any stage could not start (e.g. NotFound), with err.result.
+   */
+  async run(opts = {}) {
+    const problems = [];
+    const { map, problems: optProblems } = mapOptions(opts, { timeout: RUN.timeout }, 'pipeline', ['stdin', 'signal']);
+    problems.push(...optProblems);
+    const o = isPlainObject(opts) ? opts : {};
+    const stdin = stdinBytes(o.stdin, problems);
+    if (o.signal != null && !isAbortSignal(o.signal)) problems.push(`signal: want an AbortSignal, got ${describe(o.signal)}`);
+    if (problems.length) throw requestError(problems);
+    const first = this.commands[0].sandbox;
+    if (this.commands.length === 1) {
+      const c = this.commands[0];
+      return finishRun(
+        await first._requestShaped({ op: 'run', argv: c.argv, stdin, ...c._request, ...map }, o.signal, runResult),
+      );
+    }
+    const stages = this.commands.map((c) => ({ argv: c.argv, sandbox: BigInt(c.sandbox.id), ...c._request }));
+    const sandboxes = [...new Set(this.commands.map((c) => c.sandbox))];
+    const req = { op: 'pipeline', stages, stdin, ...map };
+    return finishRun(await first._requestShaped(req, o.signal, pipelineResult, sandboxes));
+  }
+}
+
+/**
+ * Confine the calling process for good with a sandbox's policy (Landlock on every
+ * thread; the seccomp filter too with {seccomp: true}). Irreversible.
+ *
+ * The policy gets one extra read-only rule, this process's own /proc/PID/task:
+ * the engine reaches every thread of the host through psx, which lists that
+ * directory while it restricts thread after thread, and kills the whole process
+ * when it has become unreadable half-way (a Node process always has threads the
+ * engine did not create).
+ * @param {Sandbox|object} sandbox a Sandbox, or policy options to build one
+ */
+function confine(sandbox, opts = {}) {
+  const { problems } = mapOptions(opts, { seccomp: ['seccomp', 'bool'] }, 'confine');
+  if (problems.length) throw requestError(problems);
+  let options = sandbox;
+  if (sandbox instanceof Sandbox) {
+    sandbox._live();
+    options = sandbox.options;
+  }
+  if (isPlainObject(options) && (options.fsReadable === undefined || Array.isArray(options.fsReadable))) {
+    options = { ...options, fsReadable: [...(options.fsReadable ?? []), `/proc/${process.pid}/task`] };
+  }
+  const sb = new Sandbox(options);
+  try {
+    native.confine(sb._handle, opts.seccomp === true);
+  } catch (e) {
+    throw fromNative(e);
+  } finally {
+    sb.close();
+  }
+}
+
+/** What this kernel and process can enforce (Landlock ABI, seccomp, namespaces, cgroups, root). */
+function probe() {
+  try {
+    return camelKeys(decode(native.probe()));
+  } catch (e) {
+    throw fromNative(e);
+  }
+}
+
+const pkg = require('../package.json');
+
+/** Versions: this package, the loaded library and its ABI. */
+function version() {
+  const v = native.version();
+  return { binding: pkg.version, library: v.version, abi: v.abi, headerAbi: v.headerAbi };
+}
+
+module.exports = { Sandbox, Command, Pipeline, confine, probe, version, SandtrapError };

@@ -1,0 +1,79 @@
+// Typed usage of the ESM entry point; checked by `tsc --noEmit` (never run).
+import sandtrap, {
+  Sandbox,
+  confine,
+  probe,
+  version,
+  SandtrapError,
+  PolicyError,
+  AbortError,
+  NotFound,
+  type RunResult,
+  type PipelineResult,
+  type SandboxOptions,
+} from 'sandtrap';
+
+const options: SandboxOptions = {
+  fsReadable: ['/usr', '/lib', '/bin'],
+  fsWritable: ['/tmp/work'],
+  maxMemory: '256M',
+  maxProcesses: 10,
+  netAllow: [443, 'example.com:443'],
+  netAllowBind: [8080, '9000-9005'],
+  env: { A: 'b' },
+  cleanEnv: true,
+  timeout: 30,
+};
+
+export async function main(): Promise<void> {
+  const sb = new Sandbox(options);
+  const id: number = sb.id;
+  const r: RunResult = await sb.run(['python3', '-c', "print('hello')"], { timeout: 30, stdin: 'x' });
+  const out: Buffer = r.stdout;
+  const code: number | null = r.exitCode;
+  if (r.error) {
+    const kind: string = r.error.kind;
+    void kind;
+  }
+  const wall: number | undefined = r.usage?.wallS;
+  const tk: string | undefined = r.isolation?.treeKill;
+
+  const ac = new AbortController();
+  try {
+    await sb.run(['sleep', '30'], { signal: ac.signal, env: { X: '1' }, cwd: '/tmp', maxOutput: '1M' });
+  } catch (e) {
+    if (e instanceof AbortError) {
+      const res = e.result;
+      console.log(e.code, res?.cancelled);
+    } else if (e instanceof NotFound || e instanceof SandtrapError) {
+      console.log(e.code, e.problems.join(', '));
+    }
+  }
+
+  const other = new Sandbox({ fsReadable: ['/usr'] });
+  const p: PipelineResult = await sb.cmd(['cat', '/data']).pipe(other.cmd(['tr', 'a-z', 'A-Z'])).run({ stdin: Buffer.from('x') });
+  const stages: RunResult[] = p.stages;
+
+  try {
+    new Sandbox({ maxMemory: '1G' });
+  } catch (e) {
+    if (e instanceof PolicyError) console.log(e.problems);
+  }
+
+  const features = probe();
+  const abi: number = features.landlockAbi;
+  const v: string = version().library;
+  confine(sb, { seccomp: false });
+  confine({ fsReadable: ['/usr'] });
+  await sb.isolation();
+  sb.close();
+  other[Symbol.dispose]();
+  void [id, out, code, wall, tk, stages, abi, v, sandtrap.Sandbox];
+}
+
+// @ts-expect-error: unknown option
+new Sandbox({ fsReadble: ['/usr'] });
+// @ts-expect-error: wrong type
+new Sandbox({ maxProcesses: '10' });
+// @ts-expect-error: argv is a list of strings
+void new Sandbox().run('ls');
