@@ -267,10 +267,25 @@ func (s *Sandbox) Exec(b []byte) ([]byte, string) {
 		return Encode(res), callKind(res.Error)
 	case "isolation":
 		return Encode(s.isolation()), ""
+	case "session_open", "session_send", "session_close":
+		var out map[string]any
+		var err error
+		switch op {
+		case "session_open":
+			out, err = s.sessionOpen(m)
+		case "session_send":
+			out, err = s.sessionSend(m)
+		default:
+			out, err = s.sessionClose(m)
+		}
+		if err != nil {
+			return ErrorResponse(err), err.(*Error).Kind
+		}
+		return Encode(out), ""
 	case "":
 		return ErrorResponse(errorf(KindInvalidRequest, "request: missing \"op\" (run, pipeline, isolation)")), KindInvalidRequest
 	}
-	return ErrorResponse(errorf(KindInvalidRequest, "request: unknown op %q (run, pipeline, isolation)", op)), KindInvalidRequest
+	return ErrorResponse(errorf(KindInvalidRequest, "request: unknown op %q (run, pipeline, isolation, session_open, session_send, session_close)", op)), KindInvalidRequest
 }
 
 // callKind maps a result error to a call status: errors about the run's own fate

@@ -79,6 +79,7 @@ type Sandbox struct {
 	mu       sync.Mutex
 	closed   bool
 	running  map[string]map[uint64]func() // cancel tag -> run id -> cancel
+	sessions map[uint64]*session
 }
 
 // NewFromMap decodes a policy map, validates it (as data and against this machine,
@@ -377,6 +378,7 @@ func (s *Sandbox) Close() {
 	}
 	s.closed = true
 	s.mu.Unlock()
+	s.closeSessions()
 	s.inflight.Wait() // runs in flight still need the zygote
 	s.zmu.Lock()
 	if s.zyg != nil {

@@ -1,0 +1,241 @@
+package engine
+
+import (
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sandtrap/sandtrap/core/policy"
+	"golang.org/x/sys/unix"
+)
+
+// A session is a long-lived run that the caller talks to in frames: each frame is a
+// 4-byte big-endian length and that many bytes, written to the program's stdin and
+// read from its stdout. The cooperative Python sandbox's worker is one; everything
+// else about it (confinement, limits, tree kill) is an ordinary run.
+type session struct {
+	id     uint64
+	in     int // write end of the program's stdin
+	out    int // read end of its stdout
+	tag    string
+	done   chan *Result
+	mu     sync.Mutex // one exchange at a time
+	closed bool
+}
+
+var sessionSeq atomic.Uint64
+
+// MaxFrame bounds one frame from a session.
+const MaxFrame = 256 << 20
+
+func (s *Sandbox) sessionOpen(m map[string]any) (map[string]any, error) {
+	var probs policy.Problems
+	req := parseRun(m, "session_open", &probs)
+	if err := probs.Err(); err != nil {
+		return nil, requestError(err)
+	}
+	inR, inW, err := pipe()
+	if err != nil {
+		return nil, errorf(KindSpawn, "pipe: %v", err)
+	}
+	outR, outW, err := pipe()
+	if err != nil {
+		unix.Close(inR)
+		unix.Close(inW)
+		return nil, errorf(KindSpawn, "pipe: %v", err)
+	}
+	ss := &session{id: sessionSeq.Add(1), in: inW, out: outR, done: make(chan *Result, 1)}
+	ss.tag = fmt.Sprintf("\x00session-%d", ss.id)
+	req.StdinFD, req.StdoutFD, req.Stdin = inR, outW, nil
+	req.Tag = ss.tag
+	started := make(chan struct{})
+	go func() {
+		close(started)
+		ss.done <- s.Run(req) // closes inR and outW once the program started
+	}()
+	<-started
+	s.mu.Lock()
+	if s.sessions == nil {
+		s.sessions = map[uint64]*session{}
+	}
+	s.sessions[ss.id] = ss
+	s.mu.Unlock()
+	return map[string]any{"session": ss.id}, nil
+}
+
+func (s *Sandbox) getSession(m map[string]any) (*session, error) {
+	n, ok := policy.AsInt(m["session"])
+	if !ok {
+		return nil, errorf(KindInvalidRequest, "invalid request: session must be the id session_open returned")
+	}
+	s.mu.Lock()
+	ss := s.sessions[uint64(n)]
+	s.mu.Unlock()
+	if ss == nil {
+		return nil, errorf(KindInvalidRequest, "invalid request: session %d is not open", n)
+	}
+	return ss, nil
+}
+
+// sessionSend writes one frame and waits (up to timeout) for one frame back. A
+// program that dies or overruns the timeout ends the session (it is killed): the
+// response says so, with the run's result.
+func (s *Sandbox) sessionSend(m map[string]any) (map[string]any, error) {
+	var probs policy.Problems
+	probs = append(probs, fields(m, "session_send", "op", "session", "frame", "timeout")...)
+	frame, ok := m["frame"].([]byte)
+	if !ok {
+		probs.Addf("session_send: frame must be bytes")
+	}
+	timeout := 0.0
+	if t, has := m["timeout"]; has {
+		p, err := policy.FromMap(map[string]any{"timeout": t})
+		if err != nil {
+			probs.Addf("session_send: %v", err)
+		} else {
+			timeout = p.Timeout
+		}
+	}
+	if err := probs.Err(); err != nil {
+		return nil, requestError(err)
+	}
+	ss, err := s.getSession(m)
+	if err != nil {
+		return nil, err
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.closed {
+		return nil, errorf(KindInvalidRequest, "invalid request: session is closed")
+	}
+	var deadline time.Time
+	if timeout > 0 {
+		deadline = time.Now().Add(time.Duration(timeout * float64(time.Second)))
+	}
+	hdr := make([]byte, 4)
+	binary.BigEndian.PutUint32(hdr, uint32(len(frame)))
+	if err := writeAll(ss.in, append(hdr, frame...), deadline); err != nil {
+		return s.sessionEnded(ss, "the session's program stopped reading: "+err.Error()), nil
+	}
+	if err := readFull(ss.out, hdr, deadline); err != nil {
+		return s.sessionEnded(ss, err.Error()), nil
+	}
+	n := binary.BigEndian.Uint32(hdr)
+	if n > MaxFrame {
+		return s.sessionEnded(ss, fmt.Sprintf("the program sent a %d-byte frame (limit %d)", n, MaxFrame)), nil
+	}
+	reply := make([]byte, n)
+	if err := readFull(ss.out, reply, deadline); err != nil {
+		return s.sessionEnded(ss, err.Error()), nil
+	}
+	return map[string]any{"frame": reply}, nil
+}
+
+// sessionEnded kills the session's tree, collects its result and forgets it.
+func (s *Sandbox) sessionEnded(ss *session, why string) map[string]any {
+	res := s.finishSession(ss)
+	return map[string]any{"ended": true, "reason": why, "result": res}
+}
+
+func (s *Sandbox) finishSession(ss *session) *Result {
+	if !ss.closed {
+		ss.closed = true
+		unix.Close(ss.in)
+		s.Cancel(ss.tag, false)
+	}
+	res := <-ss.done
+	ss.done <- res // later callers see it too
+	unix.Close(ss.out)
+	ss.out = -1
+	s.mu.Lock()
+	delete(s.sessions, ss.id)
+	s.mu.Unlock()
+	return res
+}
+
+func (s *Sandbox) sessionClose(m map[string]any) (map[string]any, error) {
+	ss, err := s.getSession(m)
+	if err != nil {
+		return nil, err
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return map[string]any{"result": s.finishSession(ss)}, nil
+}
+
+// closeSessions ends every session (sandbox close).
+func (s *Sandbox) closeSessions() {
+	s.mu.Lock()
+	var all []*session
+	for _, ss := range s.sessions {
+		all = append(all, ss)
+	}
+	s.mu.Unlock()
+	for _, ss := range all {
+		ss.mu.Lock()
+		if !ss.closed {
+			s.finishSession(ss)
+		}
+		ss.mu.Unlock()
+	}
+}
+
+// writeAll writes b, waiting at most until deadline (zero: no limit) for room.
+func writeAll(fd int, b []byte, deadline time.Time) error {
+	unix.SetNonblock(fd, true)
+	for len(b) > 0 {
+		n, err := unix.Write(fd, b)
+		if err == unix.EINTR {
+			continue
+		}
+		if err == unix.EAGAIN {
+			wait := -1
+			if !deadline.IsZero() {
+				if wait = msUntil(time.Now(), deadline); wait == 0 {
+					return fmt.Errorf("timed out writing to the program; the session was killed")
+				}
+			}
+			unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}, wait)
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+// readFull reads len(b) bytes, waiting at most until deadline (zero: no limit).
+func readFull(fd int, b []byte, deadline time.Time) error {
+	for len(b) > 0 {
+		wait := -1
+		if !deadline.IsZero() {
+			wait = msUntil(time.Now(), deadline)
+			if wait == 0 {
+				return fmt.Errorf("timed out waiting for the program; the session was killed")
+			}
+		}
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		if _, err := unix.Poll(pfd, wait); err != nil && err != unix.EINTR {
+			return err
+		}
+		if pfd[0].Revents == 0 {
+			continue
+		}
+		n, err := unix.Read(fd, b)
+		if err == unix.EINTR || err == unix.EAGAIN {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return fmt.Errorf("the session's program exited")
+		}
+		b = b[n:]
+	}
+	return nil
+}
