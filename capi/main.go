@@ -18,6 +18,7 @@ import (
 	"unsafe"
 
 	"github.com/sandtrap/sandtrap/core/engine"
+	"github.com/sandtrap/sandtrap/core/guest"
 	"github.com/sandtrap/sandtrap/core/kernel"
 	"golang.org/x/sys/unix"
 )
@@ -109,6 +110,11 @@ func stgo_probe(out **C.uint8_t, outLen *C.size_t) C.int {
 		"landlock_abi": f.LandlockABI, "seccomp": f.Seccomp, "root": f.Root,
 		"pid_namespace": f.PidNS, "user_namespace": f.UserNS, "cgroup": nil,
 		"test_disabled": f.Disabled,
+	}
+	if d, err := guest.Dir(); err == nil {
+		m["guest_dir"] = d
+	} else {
+		m["guest_dir_error"] = err.Error()
 	}
 	if f.Cgroup != nil {
 		var cs []string

@@ -251,11 +251,14 @@ class Policy:
         return [*self.fns.values(), *self.classes.values(), *self.modules.values()]
 
     # ------------------------------------------------------------- portability
-    def portability_problems(self) -> list[str]:
-        """Every reason this policy cannot be sent to a worker by reference (empty: portable)."""
+    def portability_problems(self, host_fns: bool = False) -> list[str]:
+        """Every reason this policy cannot be sent to a worker by reference (empty: portable).
+
+        With ``host_fns`` the fn grants stay in the host (the worker calls back), so any
+        callable — closures and bound methods too — is fine."""
         problems: list[str] = []
         for g in self.fns.values():
-            p = _callable_problem(f"fn {g.name!r}", g.fn)
+            p = None if host_fns else _callable_problem(f"fn {g.name!r}", g.fn)
             if p:
                 problems.append(p)
         for g in self.classes.values():
@@ -283,16 +286,21 @@ class Policy:
                 out.append(f"{label}: callable {which} predicate is not portable; use glob strings")
         return out
 
-    def to_portable(self) -> dict:
+    def to_portable(self, host_fns: bool = False) -> dict:
         """A msgpack-able dict (str keys; str/int/float/bool/None/list values).
 
-        Raises StPolicyNotPortable listing every problem."""
-        problems = self.portability_problems()
+        With ``host_fns``, fn grants are sent by name only (kind ``host_fn``): the
+        worker calls back into the host to run them. Raises StPolicyNotPortable
+        listing every problem."""
+        problems = self.portability_problems(host_fns)
         if problems:
             raise StPolicyNotPortable(problems)
         grants: list[dict] = []
         for g in self.fns.values():
-            grants.append({"kind": "fn", "name": g.name, "ref": _ref(g.fn)})
+            if host_fns:
+                grants.append({"kind": "host_fn", "name": g.name, "ref": g.name})
+            else:
+                grants.append({"kind": "fn", "name": g.name, "ref": _ref(g.fn)})
         for g in self.classes.values():
             grants.append({"kind": "cls", "name": g.name, "ref": _ref(g.cls),
                            "constructable": g.constructable,
@@ -314,7 +322,7 @@ class Policy:
         }
 
     @classmethod
-    def from_portable(cls, d: dict) -> "Policy":
+    def from_portable(cls, d: dict, host_call: Callable | None = None) -> "Policy":
         """Rebuild a policy from ``to_portable()`` output, re-importing every reference.
 
         Raises StPolicyNotPortable listing every reference that failed to resolve."""
@@ -348,7 +356,11 @@ class Policy:
                 problems.append(f"{label}: name and ref must be strings")
                 continue
             try:
-                if kind == "fn":
+                if kind == "host_fn":
+                    if host_call is None:
+                        raise TypeError("host_fn grants need a host_call")
+                    pol.fn(_host_proxy(host_call, name), name=name)
+                elif kind == "fn":
                     obj = _resolve(ref)
                     if not callable(obj):
                         raise TypeError(f"{ref} is not callable")
@@ -375,6 +387,13 @@ class Policy:
         return (f"Policy(timeout={self.timeout!r}, tick_limit={self.tick_limit!r}, "
                 f"memory_limit={self.memory_limit!r}, max_stdout={self.max_stdout!r}, "
                 f"allow_network={self.allow_network!r}, grants={len(self.grants)})")
+
+
+def _host_proxy(host_call: Callable, name: str) -> Callable:
+    def proxy(*args, **kwargs):
+        return host_call(name, args, kwargs)
+    proxy.__name__ = proxy.__qualname__ = name
+    return proxy
 
 
 def _pat(v):
