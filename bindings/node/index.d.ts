@@ -317,3 +317,42 @@ export declare class AbortError extends SandtrapError {
   readonly name: 'AbortError';
   readonly code: 'ABORT_ERR';
 }
+
+/** Limits of the cooperative Python sandbox (grants are a Python-host feature). */
+export interface PythonPolicy {
+  timeout?: number;
+  tickLimit?: number;
+  memoryLimit?: number;
+  maxStdout?: number;
+  allowNetwork?: boolean;
+}
+
+export interface PythonSandboxOptions {
+  /** 'kernel' (default): Landlock, seccomp and limits under the worker; 'process': a separate process. */
+  isolation?: 'kernel' | 'process';
+  /** The directory the code sees as its filesystem. */
+  filesystem?: string;
+  echo?: boolean | 'all';
+  allowDegraded?: boolean;
+}
+
+export interface PythonExecResult {
+  stdout: string;
+  stderr: string;
+  namespace: Record<string, unknown>;
+  error: { type: string; message: string; traceback?: string } | null;
+  ticks: number;
+  traceback: string | null;
+  isolation: 'kernel' | 'process';
+  /** A fresh worker ran this call (the previous one crashed or was killed). */
+  restarted: boolean;
+}
+
+export declare class PythonSandbox {
+  constructor(policy?: PythonPolicy, options?: PythonSandboxOptions);
+  exec(code: string, options?: { namespace?: Record<string, unknown>; stdin?: string; argv?: string[] }): Promise<PythonExecResult>;
+  close(): void;
+}
+
+/** The cooperative Python sandbox: `sandbox(policy, {isolation}).exec(code)`. */
+export declare function sandbox(policy?: PythonPolicy, options?: PythonSandboxOptions): PythonSandbox;

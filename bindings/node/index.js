@@ -10,9 +10,12 @@
  */
 const errors = require('./lib/errors');
 const { Sandbox, Command, Pipeline, confine, probe, version } = require('./lib/sandbox');
+const { sandbox, PythonSandbox } = require('./lib/python');
 
 module.exports = {
   Sandbox,
+  sandbox,
+  PythonSandbox,
   Command,
   Pipeline,
   confine,

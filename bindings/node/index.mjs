@@ -6,6 +6,8 @@ const sandtrap = require('./index.js');
 
 export const {
   Sandbox,
+  sandbox,
+  PythonSandbox,
   Command,
   Pipeline,
   confine,

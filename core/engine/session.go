@@ -84,7 +84,7 @@ func (s *Sandbox) getSession(m map[string]any) (*session, error) {
 // response says so, with the run's result.
 func (s *Sandbox) sessionSend(m map[string]any) (map[string]any, error) {
 	var probs policy.Problems
-	probs = append(probs, fields(m, "session_send", "op", "session", "frame", "timeout")...)
+	probs = append(probs, fields(m, "session_send", "op", "session", "frame", "timeout", "tag")...)
 	frame, ok := m["frame"].([]byte)
 	if !ok {
 		probs.Addf("session_send: frame must be bytes")
@@ -156,6 +156,9 @@ func (s *Sandbox) finishSession(ss *session) *Result {
 }
 
 func (s *Sandbox) sessionClose(m map[string]any) (map[string]any, error) {
+	if probs := fields(m, "session_close", "op", "session", "tag"); len(probs) > 0 {
+		return nil, requestError(probs.Err())
+	}
 	ss, err := s.getSession(m)
 	if err != nil {
 		return nil, err

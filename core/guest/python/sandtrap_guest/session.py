@@ -776,10 +776,10 @@ def _echo_mode(echo) -> bool:
 
 def _visible_name(k) -> bool:
     return isinstance(k, str) and not k.startswith(rw.RESERVED_PREFIX) and k not in (
-        "__builtins__", "__annotations__")
+        "__builtins__", "__annotations__", "__warningregistry__")
 
 
-_HIDDEN_KEYS = frozenset({"__builtins__", "__name__", "__doc__", "__annotations__"})
+_HIDDEN_KEYS = frozenset({"__builtins__", "__name__", "__doc__", "__annotations__", "__warningregistry__"})
 
 
 def _user_namespace(ns: dict) -> dict:
