@@ -1,0 +1,99 @@
+"""sandtrap: run commands confined by Landlock, seccomp, a pid namespace and limits.
+
+>>> from sandtrap import Sandbox
+>>> sb = Sandbox(fs_readable=["/usr", "/lib", "/etc"], max_memory="256M", clean_env=True)
+>>> result = sb.run(["python3", "-c", "print('hello')"], timeout=30)
+>>> result.success, result.stdout
+(True, b'hello\\n')
+
+Pipelines join sandboxes with kernel pipes, each stage under its own policy::
+
+    (trusted.cmd(["cat", "/opt/data/secret.csv"]) | restricted.cmd(["tr", "a-z", "A-Z"])).run()
+
+Everything raised is a :class:`SandtrapError`; a failing program is not an
+exception, its fate is in the :class:`Result`.
+"""
+
+from __future__ import annotations
+
+
+from ._errors import (
+    ForkedChildError,
+    InternalError,
+    InvalidArgument,
+    InvalidRequest,
+    IsolationUnavailable,
+    NotFound,
+    PolicyError,
+    SandboxClosed,
+    SandtrapError,
+    SpawnFailed,
+)
+from ._policy import parse_ports
+from ._result import ErrorInfo, Result
+from ._sandbox import Command, Pipeline, Sandbox, confine, probe
+from ._version import __version__
+from ._coop import CoopSandbox, ExecResult, IsolatedFS, Policy, WorkerCrashed, WorkerError, sandbox
+from sandtrap_guest import (
+    StAttributeDenied,
+    StCallDenied,
+    StCancelled,
+    StError,
+    StImportDenied,
+    StPolicyNotPortable,
+    StTickLimit,
+    StTimeout,
+    StValidationError,
+)
+
+ForkedChild = ForkedChildError  # the engine's name for it
+
+
+def library_version() -> str:
+    """Version of the loaded libsandtrap.so (loads it)."""
+    from . import _native
+
+    return _native.version()
+
+
+
+
+__all__ = [
+    "__version__",
+    "Sandbox",
+    "Command",
+    "Pipeline",
+    "Result",
+    "ErrorInfo",
+    "parse_ports",
+    "confine",
+    "probe",
+    "library_version",
+    "sandbox",
+    "Policy",
+    "IsolatedFS",
+    "ExecResult",
+    "CoopSandbox",
+    "WorkerError",
+    "WorkerCrashed",
+    "StError",
+    "StValidationError",
+    "StAttributeDenied",
+    "StImportDenied",
+    "StCallDenied",
+    "StPolicyNotPortable",
+    "StTimeout",
+    "StTickLimit",
+    "StCancelled",
+    "SandtrapError",
+    "InvalidArgument",
+    "InvalidRequest",
+    "PolicyError",
+    "IsolationUnavailable",
+    "NotFound",
+    "SpawnFailed",
+    "ForkedChildError",
+    "ForkedChild",
+    "SandboxClosed",
+    "InternalError",
+]

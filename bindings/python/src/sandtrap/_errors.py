@@ -1,0 +1,146 @@
+"""Exceptions raised by sandtrap.
+
+Every exception is a :class:`SandtrapError` carrying ``kind`` (the engine's stable
+status name, see docs/protocol.md) and ``code`` (the C status code, a negative
+integer). A run whose *program* fails, times out, is cancelled, is missing or hits a
+limit does not raise: its fate is in the returned :class:`~sandtrap.Result`.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+__all__ = [
+    "SandtrapError",
+    "InvalidArgument",
+    "InvalidRequest",
+    "PolicyError",
+    "IsolationUnavailable",
+    "NotFound",
+    "SpawnFailed",
+    "ForkedChildError",
+    "SandboxClosed",
+    "InternalError",
+    "error_for",
+]
+
+
+class SandtrapError(Exception):
+    """Base class of every sandtrap error.
+
+    Attributes:
+        kind: stable status name (``"invalid_policy"``, ``"isolation_unavailable"``…).
+        code: the C ABI status code (``-3``…).
+        message: the human-readable message (also ``str(err)``).
+        problems: every problem found, for validation errors (else ``[message]``).
+    """
+
+    kind: str = "internal"
+    code: int = -99
+
+    def __init__(self, message: str, problems: Iterable[str] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.problems: list[str] = list(problems) if problems is not None else [message]
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class InvalidArgument(SandtrapError, ValueError):
+    """A NULL handle or buffer reached the C ABI (a bug in the caller or binding)."""
+
+    kind, code = "invalid_argument", -1
+
+
+class InvalidRequest(SandtrapError, ValueError):
+    """The request was malformed: wrong types, unknown keys, NUL bytes in argv…"""
+
+    kind, code = "invalid_request", -2
+
+
+class PolicyError(SandtrapError, ValueError):
+    """The policy failed validation; ``problems`` lists every problem at once."""
+
+    kind, code = "invalid_policy", -3
+
+
+class IsolationUnavailable(SandtrapError):
+    """A requested protection cannot be applied here (and ``allow_degraded`` is off)."""
+
+    kind, code = "isolation_unavailable", -4
+
+
+class NotFound(SandtrapError):
+    """The program does not exist. ``run`` reports this in ``Result.error`` instead;
+    :meth:`Result.check` raises it."""
+
+    kind, code = "not_found", -5
+
+
+class SpawnFailed(SandtrapError):
+    """The child could not be started (e.g. Landlock denied executing it).
+    ``run`` reports this in ``Result.error``; :meth:`Result.check` raises it."""
+
+    kind, code = "spawn_failed", -6
+
+
+class ForkedChildError(SandtrapError):
+    """sandtrap was called in a child created by ``os.fork()`` of a process that had
+    loaded it; the engine cannot run there."""
+
+    kind, code = "forked_child", -7
+
+
+class SandboxClosed(SandtrapError, ValueError):
+    """The sandbox was closed."""
+
+    kind, code = "closed", -8
+
+
+class InternalError(SandtrapError):
+    """A bug in sandtrap: please report it."""
+
+    kind, code = "internal", -99
+
+
+_BY_KIND: dict[str, type[SandtrapError]] = {
+    c.kind: c
+    for c in (
+        InvalidArgument,
+        InvalidRequest,
+        PolicyError,
+        IsolationUnavailable,
+        NotFound,
+        SpawnFailed,
+        ForkedChildError,
+        SandboxClosed,
+        InternalError,
+    )
+}
+_BY_CODE: dict[int, type[SandtrapError]] = {c.code: c for c in _BY_KIND.values()}
+
+FORKED_CHILD_MESSAGE = (
+    "sandtrap cannot be used in a child created by os.fork() after the parent loaded "
+    "it: the engine's runtime does not survive fork(). Use it in the parent, start "
+    "the child with subprocess or multiprocessing's 'spawn'/'forkserver' start method, "
+    "or exec a new program in the child"
+)
+
+
+def error_for(kind: str | None = None, code: int | None = None, message: str = "",
+              problems: Iterable[str] | None = None) -> SandtrapError:
+    """The exception matching an engine status name or code."""
+    cls: type[SandtrapError] = SandtrapError
+    if kind and kind in _BY_KIND:
+        cls = _BY_KIND[kind]
+    elif code is not None and code in _BY_CODE:
+        cls = _BY_CODE[code]
+    if cls is ForkedChildError and not message:
+        message = FORKED_CHILD_MESSAGE
+    err = cls(message or (kind or "unknown error"), problems)
+    if cls is SandtrapError:
+        # an unknown kind from a newer engine: keep what it said
+        err.kind = kind or "unknown"
+        err.code = code if code is not None else -99
+    return err

@@ -1,0 +1,77 @@
+"""The outcome of a run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ErrorInfo:
+    """Why the engine stopped or could not start a run.
+
+    ``kind`` is a stable name: ``not_found``, ``spawn_failed``, ``timeout``,
+    ``cancelled``, ``cpu_time_limit``, ``memory_limit``… (docs/protocol.md).
+    ``str(error)`` is the message.
+    """
+
+    kind: str
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+
+@dataclass
+class Result:
+    """What a run did.
+
+    ``stdout`` and ``stderr`` are bytes: a sandboxed program's output need not be
+    valid UTF-8. ``success`` is true when the program exited 0 and nothing went
+    wrong. A pipeline's result is its last stage's, with every stage in ``stages``.
+    """
+
+    success: bool
+    exit_code: int | None = None
+    signal: int | None = None
+    stdout: bytes = b""
+    stderr: bytes = b""
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    error: ErrorInfo | None = None
+    timed_out: bool = False
+    cancelled: bool = False
+    isolation: dict[str, Any] = field(default_factory=dict, repr=False)
+    usage: dict[str, Any] = field(default_factory=dict, repr=False)
+    stages: list[Result] = field(default_factory=list, repr=False)
+
+    @classmethod
+    def from_response(cls, m: dict[str, Any]) -> Result:
+        """Build a result from the engine's response map."""
+        err = m.get("error")
+        info = None
+        if isinstance(err, dict):
+            info = ErrorInfo(str(err.get("kind") or "internal"), str(err.get("message") or ""))
+        return cls(
+            success=bool(m.get("success")),
+            exit_code=m.get("exit_code"),
+            signal=m.get("signal"),
+            stdout=_bytes(m.get("stdout")),
+            stderr=_bytes(m.get("stderr")),
+            stdout_truncated=bool(m.get("stdout_truncated")),
+            stderr_truncated=bool(m.get("stderr_truncated")),
+            error=info,
+            timed_out=bool(m.get("timed_out")),
+            cancelled=bool(m.get("cancelled")),
+            isolation=m.get("isolation") or {},
+            usage=m.get("usage") or {},
+            stages=[cls.from_response(s) for s in (m.get("stages") or []) if isinstance(s, dict)],
+        )
+
+
+def _bytes(v: Any) -> bytes:
+    if v is None:
+        return b""
+    if isinstance(v, str):
+        return v.encode("utf-8", "surrogateescape")
+    return bytes(v)

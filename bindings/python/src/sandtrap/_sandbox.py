@@ -1,0 +1,731 @@
+"""Sandbox, Command, Pipeline and confine(): the process sandbox over the C ABI."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import threading
+import uuid
+import weakref
+from collections.abc import Mapping, Sequence
+from typing import Any, Iterable, NoReturn, Union
+
+from . import _native
+from ._errors import InvalidRequest, PolicyError, SandboxClosed, SandtrapError, error_for
+from ._policy import FIELDS, check_policy, format_problems, split_problems
+from ._result import Result
+
+StrPath = Union[str, "os.PathLike[str]"]
+Arg = Union[str, bytes, "os.PathLike[str]"]
+Stdin = Union[bytes, bytearray, memoryview, str, None]
+
+# ---------------------------------------------------------------------------
+# Handles and calls
+
+
+class _Handle:
+    """A sandtrap_sandbox* shared by the calls using it.
+
+    ``close()`` marks it closed at once; the C handle is freed when the last call in
+    flight releases it, so no thread ever passes a freed pointer to the library.
+    """
+
+    __slots__ = ("ptr", "id", "_lock", "_users", "_closed", "__weakref__")
+
+    def __init__(self, ptr: int) -> None:
+        self.ptr = ptr
+        self.id = _native.sandbox_id(ptr)
+        self._lock = threading.Lock()
+        self._users = 0
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def acquire(self) -> int:
+        with self._lock:
+            if self._closed:
+                raise SandboxClosed("the sandbox is closed")
+            self._users += 1
+            return self.ptr
+
+    def try_use(self) -> int:
+        """Like acquire, also on a closed handle that still has calls in flight."""
+        with self._lock:
+            if not self.ptr:
+                return 0
+            self._users += 1
+            return self.ptr
+
+    def release(self) -> None:
+        with self._lock:
+            self._users -= 1
+            self._free_if_unused()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._free_if_unused()
+
+    def _free_if_unused(self) -> None:
+        if self._closed and self._users == 0 and self.ptr:
+            ptr, self.ptr = self.ptr, 0
+            _native.sandbox_free(ptr)
+
+
+_PENDING, _RUNNING, _DONE, _SKIPPED = range(4)
+
+
+class _Call:
+    """One exec call: its cancel tag, the handles it holds, and its state."""
+
+    __slots__ = ("tag", "handles", "_lock", "state")
+
+    def __init__(self, handles: list[_Handle]) -> None:
+        self.tag = uuid.uuid4().hex
+        self.handles = handles
+        self._lock = threading.Lock()
+        self.state = _PENDING
+
+    def run(self, req: bytes) -> tuple[int, dict[str, Any] | None] | None:
+        """Execute (in whatever thread); None when cancelled before it started."""
+        try:
+            with self._lock:
+                if self.state != _PENDING:
+                    self.state = _SKIPPED
+                    return None
+                self.state = _RUNNING
+            try:
+                return _native.sandbox_exec(self.handles[0].ptr, req)
+            finally:
+                with self._lock:
+                    self.state = _DONE
+        finally:
+            for h in self.handles:
+                h.release()
+
+    def cancel(self) -> None:
+        """Kill the call's process trees (or stop it from starting). Idempotent; the
+        caller repeats it until the call returns, which closes the window between the
+        call starting and the engine registering its tag."""
+        with self._lock:
+            if self.state == _PENDING:
+                self.state = _SKIPPED
+                return
+            if self.state != _RUNNING:
+                return
+        for h in self.handles:
+            ptr = h.try_use()
+            if not ptr:
+                continue
+            try:
+                _native.sandbox_cancel(ptr, self.tag)
+            except SandtrapError:
+                pass
+            finally:
+                h.release()
+
+
+_CANCEL_RETRY = 0.02  # seconds between cancel attempts while a call winds down
+
+# Worker threads: one pool for asyncio (arun) and one that lets the main thread's
+# blocking run() stay interruptible by Ctrl-C. Both are recreated after os.fork().
+_pool_lock = threading.Lock()
+_async_pool: concurrent.futures.ThreadPoolExecutor | None = None
+_sync_pool: concurrent.futures.ThreadPoolExecutor | None = None
+_forked = False
+
+
+def _async_executor() -> concurrent.futures.ThreadPoolExecutor:
+    global _async_pool
+    with _pool_lock:
+        if _async_pool is None:
+            n = int(os.environ.get("SANDTRAP_ASYNC_WORKERS", "64") or 64)
+            _async_pool = concurrent.futures.ThreadPoolExecutor(
+                max_workers=max(1, n), thread_name_prefix="sandtrap-async")
+        return _async_pool
+
+
+def _sync_executor() -> concurrent.futures.ThreadPoolExecutor:
+    global _sync_pool
+    with _pool_lock:
+        if _sync_pool is None:
+            _sync_pool = concurrent.futures.ThreadPoolExecutor(
+                max_workers=2, thread_name_prefix="sandtrap-run")
+        return _sync_pool
+
+
+def _after_fork_in_child() -> None:
+    global _async_pool, _sync_pool, _forked, _pool_lock
+    # the pools' threads do not exist in the child
+    _async_pool = _sync_pool = None
+    _pool_lock = threading.Lock()
+    _forked = True
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _outcome(rc: int, resp: dict[str, Any] | None) -> Result:
+    """The Result of an exec call, or the exception of a call-level failure."""
+    if rc == _native.OK or (resp is not None and rc in (_native.E_NOT_FOUND, _native.E_SPAWN_FAILED)):
+        if resp is None:
+            raise error_for(kind="internal", message="the engine returned no response")
+        return Result.from_response(resp)
+    err = _native.status_error(rc, resp)
+    if isinstance(err, InvalidRequest):
+        err.problems = split_problems(err.message)
+    raise err
+
+
+def _wait_sync(call: _Call, req: bytes) -> Result:
+    """Run a call to completion in the calling thread, or — from the main thread —
+    in a helper thread so that KeyboardInterrupt (or any exception raised by a
+    signal handler) cancels the run's whole process tree before propagating."""
+    if _forked or threading.current_thread() is not threading.main_thread():
+        out = call.run(req)
+        assert out is not None
+        return _outcome(*out)
+    fut = _sync_executor().submit(call.run, req)
+    try:
+        out = fut.result()
+    except BaseException:
+        while True:
+            call.cancel()
+            try:
+                concurrent.futures.wait([fut], timeout=_CANCEL_RETRY)
+            except BaseException:  # a second Ctrl-C: keep winding down
+                continue
+            if fut.done():
+                break
+        raise
+    assert out is not None
+    return _outcome(*out)
+
+
+async def _wait_async(call: _Call, req: bytes) -> Result:
+    loop = asyncio.get_running_loop()
+    fut = loop.run_in_executor(_async_executor(), call.run, req)
+    try:
+        out = await asyncio.shield(fut)
+    except asyncio.CancelledError:
+        # Kill the tree, wait until the engine has reaped it, then propagate.
+        while not fut.done():
+            call.cancel()
+            try:
+                await asyncio.wait([fut], timeout=_CANCEL_RETRY)
+            except asyncio.CancelledError:
+                continue
+        if not fut.cancelled():
+            fut.exception()  # retrieved: no "never retrieved" warning
+        raise
+    assert out is not None
+    return _outcome(*out)
+
+
+# ---------------------------------------------------------------------------
+# Request checks
+
+
+def _fs_str(what: str, v: Any, probs: list[str], allow_bytes: bool) -> Any:
+    if isinstance(v, os.PathLike):
+        v = os.fspath(v)
+    if isinstance(v, (bytes, bytearray)):
+        if not allow_bytes:
+            probs.append(f"{what}: {bytes(v)!r} is bytes; give a str (decode with os.fsdecode())")
+            return None
+        v = bytes(v)
+        if b"\0" in v:
+            probs.append(f"{what} contains a NUL byte")
+            return None
+        return v
+    if not isinstance(v, str):
+        probs.append(f"{what}: want a str, got {type(v).__name__}")
+        return None
+    if "\0" in v:
+        probs.append(f"{what} contains a NUL byte")
+        return None
+    return v
+
+
+def _run_fields(argv: Any, timeout: Any, env: Any, cwd: Any, max_output: Any,
+                probs: list[str], what: str = "") -> dict[str, Any]:
+    """Type-check the fields shared by run requests and pipeline stages."""
+    p = f"{what}: " if what else ""
+    req: dict[str, Any] = {}
+    if isinstance(argv, (str, bytes, os.PathLike)):
+        probs.append(f"{p}argv must be a list like ['ls', '-l'], not a single {type(argv).__name__}")
+    elif not isinstance(argv, Sequence):
+        probs.append(f"{p}argv must be a list of strings, got {type(argv).__name__}")
+    elif len(argv) == 0:
+        probs.append(f"{p}argv must not be empty")
+    else:
+        args = [_fs_str(f"{p}argv[{i}]", a, probs, allow_bytes=True) for i, a in enumerate(argv)]
+        req["argv"] = args
+    if timeout is not None:
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+            probs.append(f"{p}timeout: want seconds as an int or float, got {type(timeout).__name__}")
+        else:
+            req["timeout"] = float(timeout)
+    if env is not None:
+        if not isinstance(env, Mapping):
+            probs.append(f"{p}env: want a dict of str to str, got {type(env).__name__}")
+        else:
+            for k, v in env.items():
+                if not isinstance(k, str) or not isinstance(v, str):
+                    probs.append(f"{p}env: {k!r}: {v!r}: names and values must be str")
+            req["env"] = dict(env)
+    if cwd is not None:
+        c = _fs_str(f"{p}cwd", cwd, probs, allow_bytes=False)
+        if c is not None:
+            req["cwd"] = c
+    if max_output is not None:
+        if isinstance(max_output, bool) or not isinstance(max_output, (int, str)):
+            probs.append(f"{p}max_output: want a byte count or a size like \"1M\", got "
+                         f"{type(max_output).__name__}")
+        else:
+            req["max_output"] = max_output
+    return req
+
+
+def _stdin(stdin: Any, probs: list[str]) -> bytes | str | None:
+    if stdin is None or isinstance(stdin, (bytes, str)):
+        return stdin
+    if isinstance(stdin, (bytearray, memoryview)):
+        return bytes(stdin)
+    probs.append(f"stdin: want bytes or str, got {type(stdin).__name__}")
+    return None
+
+
+def _raise_request(probs: list[str]) -> NoReturn:
+    raise InvalidRequest(format_problems("invalid request", probs), probs)
+
+
+def _with_host_env(policy: dict[str, Any]) -> dict[str, Any]:
+    """The policy as sent to the engine: without ``clean_env``, the program inherits
+    Python's *current* ``os.environ`` (as subprocess does), snapshotted now.
+
+    The engine, a Go c-shared library, only sees the environment the process started
+    with (and not every later change made through ``os.environ``), so the binding
+    passes it explicitly; the policy's own ``env`` still wins. Variables whose value is
+    not valid UTF-8 are left out.
+    """
+    if policy.get("clean_env"):
+        return policy
+    env: dict[str, str] = {}
+    for k, v in os.environ.items():
+        try:
+            k.encode("utf-8")
+            v.encode("utf-8")
+        except UnicodeEncodeError:
+            continue
+        env[k] = v
+    env.update(policy.get("env") or {})
+    return dict(policy, env=env)
+
+
+# ---------------------------------------------------------------------------
+# The public classes
+
+
+class Sandbox:
+    """A policy, validated and compiled once, that runs many commands.
+
+    Every field is optional; leaving one out means "not granted" for permissions
+    (files, network) and "no limit" for limits. Construction validates everything at
+    once and raises one :class:`PolicyError` listing every problem (unknown or
+    unsupported fields, wrong types, relative or missing paths, bad sizes…), or
+    :class:`IsolationUnavailable` when a requested protection cannot be applied here
+    and ``allow_degraded`` is not set.
+
+    Args:
+        fs_readable: paths (str or pathlib.Path) readable and executable.
+        fs_writable: paths readable, writable and creatable.
+        fs_denied: paths inside allowed trees that stay denied.
+        net_allow: TCP connect: ``443``, ``"443"``, ``"host:443"`` (needs
+            ``allow_degraded``: the kernel enforces the port only) or ``"*"``.
+        net_allow_bind: TCP ports that may be bound: ``8080``, ``"8000-8005"``.
+        net_allow_udp: allow UDP sockets. net_allow_unix: allow AF_UNIX sockets.
+        max_memory: bytes for the whole tree, int or ``"256M"``.
+        max_processes: tasks in the sandbox. max_open_files: per process.
+        max_disk: largest file the run may write (int or ``"1G"``).
+        max_cpu: percent of one CPU (throttled). max_cpu_time: CPU seconds, then killed.
+        timeout: default wall-clock seconds of a run.
+        max_output: bytes kept of each of stdout and stderr (default 16 MiB).
+        env: variables set for the program. clean_env: start from an empty environment.
+        cwd: working directory. uid, gid: run as this user (host must be root).
+        extra_allow_syscalls, extra_deny_syscalls: adjust the seccomp deny list.
+        allow_degraded: run even when a requested protection is unavailable; results
+            say what was not applied.
+
+    A sandbox is thread-safe: many threads (and ``arun`` coroutines) may run commands
+    in it at once. ``close()`` (or leaving a ``with`` block) frees it; runs in flight
+    finish first.
+    """
+
+    def __init__(
+        self,
+        *_positional: Any,
+        fs_readable: Iterable[StrPath] | None = None,
+        fs_writable: Iterable[StrPath] | None = None,
+        fs_denied: Iterable[StrPath] | None = None,
+        net_allow: Iterable[int | str] | None = None,
+        net_allow_bind: Iterable[int | str] | None = None,
+        net_allow_udp: bool | None = None,
+        net_allow_unix: bool | None = None,
+        max_memory: int | str | None = None,
+        max_processes: int | None = None,
+        max_open_files: int | None = None,
+        max_disk: int | str | None = None,
+        max_cpu: int | None = None,
+        max_cpu_time: float | None = None,
+        timeout: float | None = None,
+        max_output: int | str | None = None,
+        env: Mapping[str, str] | None = None,
+        clean_env: bool | None = None,
+        cwd: StrPath | None = None,
+        uid: int | None = None,
+        gid: int | None = None,
+        extra_allow_syscalls: Iterable[str] | None = None,
+        extra_deny_syscalls: Iterable[str] | None = None,
+        allow_degraded: bool | None = None,
+        **_other: Any,
+    ) -> None:
+        self._handle: _Handle | None = None
+        given = {k: v for k, v in locals().items() if k in FIELDS}
+        given.update(_other)
+        policy, probs = check_policy(given, _positional)
+        self._policy = policy
+        if probs:
+            # let the engine judge the well-typed fields too: one list of everything
+            try:
+                rc, ptr, msg = _native.sandbox_new(_native.pack(policy))
+            except ImportError:
+                rc, ptr, msg = 0, 0, ""
+            if ptr:
+                _native.sandbox_free(ptr)
+            if rc == _native.E_INVALID_POLICY:
+                probs.extend(split_problems(msg))
+            raise PolicyError(format_problems("invalid policy", probs), probs)
+        rc, ptr, msg = _native.sandbox_new(_native.pack(_with_host_env(policy)))
+        if rc != _native.OK:
+            if rc == _native.E_INVALID_POLICY:
+                problems = split_problems(msg)
+                raise PolicyError(format_problems("invalid policy", problems), problems)
+            raise _native.status_error(rc, message=msg)
+        self._handle = _Handle(ptr)
+        self._finalizer = weakref.finalize(self, self._handle.close)
+
+    # -- properties ------------------------------------------------------------
+
+    @property
+    def policy(self) -> dict[str, Any]:
+        """The policy map sent to the engine (fields that were set)."""
+        return dict(self._policy)
+
+    @property
+    def id(self) -> int:
+        """The engine's id of this sandbox (names it as a pipeline stage)."""
+        return self._live().id
+
+    @property
+    def closed(self) -> bool:
+        return self._handle is None or self._handle.closed
+
+    def _live(self) -> _Handle:
+        if self._handle is None or self._handle.closed:
+            raise SandboxClosed("the sandbox is closed")
+        return self._handle
+
+    def __repr__(self) -> str:
+        state = " closed" if self.closed else ""
+        fields = ", ".join(f"{k}={v!r}" for k, v in self._policy.items())
+        return f"<sandtrap.Sandbox{state} {fields}>"
+
+    # -- running -----------------------------------------------------------------
+
+    def _run_request(self, argv: Any, timeout: Any, stdin: Any, env: Any, cwd: Any,
+                     max_output: Any) -> tuple[_Call, bytes]:
+        probs: list[str] = []
+        req: dict[str, Any] = {"op": "run"}
+        req.update(_run_fields(argv, timeout, env, cwd, max_output, probs))
+        data = _stdin(stdin, probs)
+        if data is not None:
+            req["stdin"] = data
+        if probs:
+            _raise_request(probs)
+        h = self._live()
+        h.acquire()
+        call = _Call([h])
+        req["tag"] = call.tag
+        try:
+            packed = _native.pack(req)
+        except BaseException:
+            h.release()
+            raise
+        return call, packed
+
+    def run(self, argv: Sequence[Arg], timeout: float | None = None, stdin: Stdin = None,
+            env: Mapping[str, str] | None = None, cwd: StrPath | None = None,
+            max_output: int | str | None = None) -> Result:
+        """Run ``argv`` in the sandbox and wait for it.
+
+        Args:
+            argv: the program (looked up in the PATH it will see) and its arguments.
+            timeout: wall-clock seconds (overrides the policy's ``timeout``); the whole
+                process tree is killed when it expires (``result.timed_out``).
+            stdin: bytes or str fed to the program (default: /dev/null).
+            env: variables merged over the policy's environment.
+            cwd: working directory (overrides the policy's).
+            max_output: bytes kept of each of stdout and stderr.
+
+        Returns a :class:`Result`; a failing, missing, timed-out or limited program is
+        reported there, not raised. Raises :class:`InvalidRequest` for bad arguments,
+        :class:`IsolationUnavailable`, :class:`ForkedChildError`, :class:`SandboxClosed`
+        or :class:`InternalError` when the call itself cannot be carried out.
+        Pressing Ctrl-C kills the run's whole process tree.
+        """
+        call, req = self._run_request(argv, timeout, stdin, env, cwd, max_output)
+        return _wait_sync(call, req)
+
+    async def arun(self, argv: Sequence[Arg], timeout: float | None = None, stdin: Stdin = None,
+                   env: Mapping[str, str] | None = None, cwd: StrPath | None = None,
+                   max_output: int | str | None = None) -> Result:
+        """``run`` for asyncio: the engine call runs on a worker thread, the event loop
+        keeps going. Cancelling the task (``task.cancel()``, ``asyncio.wait_for``
+        expiring) kills the run's whole process tree, waits until it is gone, and
+        re-raises ``CancelledError``."""
+        call, req = self._run_request(argv, timeout, stdin, env, cwd, max_output)
+        return await _wait_async(call, req)
+
+    def cmd(self, argv: Sequence[Arg], *, timeout: float | None = None,
+            env: Mapping[str, str] | None = None, cwd: StrPath | None = None,
+            max_output: int | str | None = None) -> Command:
+        """A command to run under this sandbox, to chain with ``|`` into a
+        :class:`Pipeline` (or to ``.run()`` alone)."""
+        return Command(self, argv, timeout=timeout, env=env, cwd=cwd, max_output=max_output)
+
+    def isolation(self) -> dict[str, Any]:
+        """What every run of this sandbox enforces (docs/protocol.md, isolation
+        report), without running anything."""
+        h = self._live()
+        h.acquire()
+        try:
+            rc, resp = _native.sandbox_exec(h.ptr, _native.pack({"op": "isolation"}))
+        finally:
+            h.release()
+        if rc != _native.OK or resp is None:
+            raise _native.status_error(rc, resp)
+        return resp
+
+    def cancel(self) -> int:
+        """Kill every run of this sandbox in flight; returns how many."""
+        h = self._live()
+        ptr = h.try_use()
+        if not ptr:
+            return 0
+        try:
+            n = _native.sandbox_cancel(ptr, None)
+        finally:
+            h.release()
+        if n < 0:
+            raise _native.status_error(n)
+        return n
+
+    # -- hooks for later issues -------------------------------------------------
+
+    def fork(self, n: int) -> NoReturn:
+        """COW fork of an initialised template (``init_fn``/``work_fn``): not
+        available yet."""
+        raise NotImplementedError("Sandbox.fork() is not available yet in sandtrap")
+
+    def reduce(self, argv: Sequence[Arg], clones: Any) -> NoReturn:
+        """Feed the clones' output to a reducer: not available yet."""
+        raise NotImplementedError("Sandbox.reduce() is not available yet in sandtrap")
+
+    # -- lifetime ------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Free the sandbox. Runs in flight finish first; later calls raise
+        :class:`SandboxClosed`. Idempotent."""
+        if self._handle is not None:
+            self._finalizer.detach()
+            self._handle.close()
+
+    def __reduce__(self) -> tuple[Any, tuple[dict[str, Any]]]:
+        # pickles as its policy (e.g. to a multiprocessing "spawn" worker), rebuilt
+        # and validated again on the other side
+        return (_restore, (dict(self._policy),))
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        # also registered with weakref.finalize, which covers interpreter exit
+        if getattr(self, "_handle", None) is not None:
+            self.close()
+
+
+def _restore(policy: dict[str, Any]) -> Sandbox:
+    return Sandbox(**policy)
+
+
+class Command:
+    """``argv`` bound to a sandbox: one stage of a pipeline."""
+
+    __slots__ = ("sandbox", "argv", "timeout", "env", "cwd", "max_output")
+
+    def __init__(self, sandbox: Sandbox, argv: Sequence[Arg], *, timeout: float | None = None,
+                 env: Mapping[str, str] | None = None, cwd: StrPath | None = None,
+                 max_output: int | str | None = None) -> None:
+        if not isinstance(sandbox, Sandbox):
+            raise InvalidRequest(f"a command needs a Sandbox, got {type(sandbox).__name__}")
+        probs: list[str] = []
+        _run_fields(argv, timeout, env, cwd, max_output, probs)
+        if probs:
+            _raise_request(probs)
+        self.sandbox = sandbox
+        self.argv = list(argv)
+        self.timeout = timeout
+        self.env = dict(env) if env is not None else None
+        self.cwd = cwd
+        self.max_output = max_output
+
+    def __or__(self, other: Command | Pipeline) -> Pipeline:
+        return Pipeline(self) | other
+
+    def __repr__(self) -> str:
+        return f"<sandtrap.Command {self.argv!r}>"
+
+    def run(self, stdin: Stdin = None, timeout: float | None = None) -> Result:
+        """Run this command alone."""
+        return self.sandbox.run(self.argv, timeout=timeout if timeout is not None else self.timeout,
+                                stdin=stdin, env=self.env, cwd=self.cwd, max_output=self.max_output)
+
+    async def arun(self, stdin: Stdin = None, timeout: float | None = None) -> Result:
+        """``run`` for asyncio."""
+        return await self.sandbox.arun(self.argv, timeout=timeout if timeout is not None else self.timeout,
+                                       stdin=stdin, env=self.env, cwd=self.cwd,
+                                       max_output=self.max_output)
+
+    def _stage(self, probs: list[str], i: int) -> dict[str, Any]:
+        st = _run_fields(self.argv, self.timeout, self.env, self.cwd, self.max_output, probs,
+                         what=f"stage {i}")
+        st["sandbox"] = self.sandbox._live().id
+        return st
+
+
+class Pipeline:
+    """Commands joined by kernel pipes: stage *i*'s stdout feeds stage *i+1*'s stdin.
+
+    Each stage runs under its own sandbox's policy, so a downstream stage sees the
+    bytes without gaining the upstream stage's access. Every stage's stderr is
+    captured; the last stage's stdout is.
+    """
+
+    __slots__ = ("stages",)
+
+    def __init__(self, *stages: Command) -> None:
+        for s in stages:
+            if not isinstance(s, Command):
+                raise InvalidRequest(f"pipeline stages must be Commands (sandbox.cmd(...)), "
+                                     f"got {type(s).__name__}")
+        self.stages: tuple[Command, ...] = tuple(stages)
+
+    def __or__(self, other: Command | Pipeline) -> Pipeline:
+        if isinstance(other, Command):
+            return Pipeline(*self.stages, other)
+        if isinstance(other, Pipeline):
+            return Pipeline(*self.stages, *other.stages)
+        return NotImplemented
+
+    def __len__(self) -> int:
+        return len(self.stages)
+
+    def __repr__(self) -> str:
+        return "<sandtrap.Pipeline " + " | ".join(repr(s.argv) for s in self.stages) + ">"
+
+    def _request(self, stdin: Any, timeout: Any) -> tuple[_Call, bytes]:
+        if not self.stages:
+            raise InvalidRequest("an empty pipeline has nothing to run")
+        probs: list[str] = []
+        stages = [s._stage(probs, i) for i, s in enumerate(self.stages)]
+        req: dict[str, Any] = {"op": "pipeline", "stages": stages}
+        data = _stdin(stdin, probs)
+        if data is not None:
+            req["stdin"] = data
+        if timeout is not None:
+            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+                probs.append(f"timeout: want seconds as an int or float, got {type(timeout).__name__}")
+            else:
+                req["timeout"] = float(timeout)
+        if probs:
+            _raise_request(probs)
+        handles: list[_Handle] = []
+        try:
+            for s in self.stages:
+                h = s.sandbox._live()
+                if h not in handles:
+                    h.acquire()
+                    handles.append(h)
+        except BaseException:
+            for h in handles:
+                h.release()
+            raise
+        call = _Call(handles)
+        req["tag"] = call.tag
+        try:
+            packed = _native.pack(req)
+        except BaseException:
+            for h in handles:
+                h.release()
+            raise
+        return call, packed
+
+    def run(self, stdin: Stdin = None, timeout: float | None = None) -> Result:
+        """Run every stage at once; returns the last stage's :class:`Result` with
+        ``stages`` holding each stage's result in order. ``timeout`` is the default of
+        every stage that has none of its own."""
+        call, req = self._request(stdin, timeout)
+        return _wait_sync(call, req)
+
+    async def arun(self, stdin: Stdin = None, timeout: float | None = None) -> Result:
+        """``run`` for asyncio; cancellation kills every stage's process tree."""
+        call, req = self._request(stdin, timeout)
+        return await _wait_async(call, req)
+
+
+def confine(sandbox: Sandbox, seccomp: bool = False) -> None:
+    """Confine the calling process, for good, with the sandbox's filesystem and
+    network rules (Landlock, on every thread), and with its seccomp filter when
+    ``seccomp`` is true. It cannot be undone; calling it again stacks a further
+    restriction. Children started afterwards (sandboxed or not) inherit it.
+
+    Raises :class:`IsolationUnavailable` when the confinement cannot be applied
+    safely (the process is left untouched).
+    """
+    if not isinstance(sandbox, Sandbox):
+        raise InvalidRequest(f"confine() needs a Sandbox, got {type(sandbox).__name__}")
+    h = sandbox._live()
+    h.acquire()
+    try:
+        rc, msg = _native.confine(h.ptr, bool(seccomp))
+    finally:
+        h.release()
+    if rc != _native.OK:
+        raise _native.status_error(rc, message=msg)
+
+
+def probe() -> dict[str, Any]:
+    """What this kernel and process can enforce: ``landlock_abi``, ``seccomp``,
+    ``root``, ``pid_namespace``, ``user_namespace``, ``cgroup``…"""
+    return _native.probe()
+
+
+__all__ = ["Sandbox", "Command", "Pipeline", "confine", "probe"]

@@ -1,0 +1,164 @@
+"""The cooperative Python sandbox at its three isolation levels.
+
+The escape corpus of the guest runtime (core/guest/python/tests/escapes.json) runs
+here through worker isolation too; kernel mode is also attacked with the Python
+layer deliberately bypassed (a granted ``os`` module)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import importlib
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from sandtrap._coop import IsolatedFS, Policy, WorkerCrashed, WorkerError, sandbox
+from sandtrap_guest import StTimeout
+
+LEVELS = ["none", "process", "kernel"]
+CORPUS = json.loads((Path(__file__).resolve().parents[3] / "core/guest/python/tests/escapes.json").read_text())
+
+
+def errname(err: BaseException | None) -> str | None:
+    if err is None:
+        return None
+    return err.type_name if isinstance(err, WorkerError) else type(err).__name__
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_quick_start(level, tmp_path):
+    with sandbox(Policy(timeout=5.0, tick_limit=100_000), isolation=level, filesystem=IsolatedFS(tmp_path)) as sb:
+        r = sb.exec("total = sum(range(10))\nprint(f'total = {total}')")
+    assert r.stdout == "total = 45\n"
+    assert r.namespace == {"total": 45}
+    assert r.error is None and r.ticks == 2
+    assert r.isolation["level"] == level
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_namespace_persists_and_host_functions_are_called_in_the_host(level, tmp_path):
+    policy = Policy(timeout=5)
+    calls = []
+
+    @policy.fn
+    def record(x):  # a closure: crosses to workers by name, runs here
+        calls.append(x)
+        if x == "boom":
+            raise ValueError("host says no")
+        return x * 2
+
+    with sandbox(policy, isolation=level, filesystem=IsolatedFS(tmp_path)) as sb:
+        r1 = sb.exec("def twice(v):\n    return record(v)\n")
+        r2 = sb.exec("y = twice(21)\ntry:\n    record('boom')\nexcept Exception as e:\n    msg = str(e)\n")
+    assert r1.error is None and r2.error is None, (r1.error, r2.error)
+    assert r2.namespace["y"] == 42
+    assert "host says no" in r2.namespace["msg"]
+    assert calls == [21, "boom"]
+
+
+@pytest.mark.parametrize("level", ["process", "kernel"])
+def test_worker_values_are_data_or_placeholders(level, tmp_path):
+    with sandbox(Policy(timeout=5), isolation=level, filesystem=IsolatedFS(tmp_path)) as sb:
+        r = sb.exec("a = [1, 2.5, 'x', b'y', None, True, {'k': (1, 2)}]\nclass C: pass\nc = C()")
+    assert r.namespace["a"] == [1, 2.5, "x", b"y", None, True, {"k": [1, 2]}]
+    assert r.namespace["c"]["__st_placeholder__"] == "C"
+
+
+def test_kernel_holds_when_the_python_layer_is_bypassed(tmp_path):
+    policy = Policy(timeout=10)
+    policy.module(os)
+    policy.module(socket)
+    (tmp_path / "inside.txt").write_text("mine")
+    with sandbox(policy, isolation="kernel", filesystem=IsolatedFS(tmp_path)) as sb:
+        r = sb.exec(
+            "def probe(fn):\n"
+            "    try:\n"
+            "        fn()\n"
+            "        return 'OK'\n"
+            "    except OSError as e:\n"
+            "        return os.strerror(e.errno)\n"
+            "import os, socket\n"
+            "inside = probe(lambda: os.open('inside.txt', os.O_RDONLY))\n"
+            "hostname = probe(lambda: os.open('/etc/hostname', os.O_RDONLY))\n"
+            "passwd = probe(lambda: os.open('/etc/passwd', os.O_RDONLY))\n"
+            "net = probe(lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM))\n"
+            "escape = probe(lambda: os.open('../../outside', os.O_RDONLY | os.O_CREAT, 0o600))\n"
+        )
+    assert r.error is None, r.traceback
+    ns = r.namespace
+    assert ns["inside"] == "OK"
+    assert ns["hostname"] == "Permission denied" and ns["passwd"] == "Permission denied"
+    assert ns["net"] == "Operation not permitted"
+    assert ns["escape"] == "Permission denied"
+    assert r.isolation["landlock"]["abi"] >= 1 and r.isolation["seccomp"]["enforced"]
+
+
+def test_a_crash_costs_the_call_and_the_next_call_gets_a_fresh_worker(tmp_path):
+    policy = Policy(timeout=5)
+    policy.module(os, include="*")  # include/exclude are the host's to choose
+    policy.module(os, include="_exit", exclude=(), name="hard")
+    with sandbox(policy, isolation="process", filesystem=IsolatedFS(tmp_path)) as sb:
+        sb.exec("x = 1")
+        r = sb.exec("import hard\nhard._exit(3)")
+        assert isinstance(r.error, WorkerCrashed)
+        r = sb.exec("y = 2")
+    assert r.error is None and r.restarted and r.namespace == {"y": 2}
+
+
+def test_a_runaway_worker_is_killed_at_the_timeout(tmp_path):
+    policy = Policy(timeout=0.5)
+    policy.module(importlib.import_module("time"))
+    with sandbox(policy, isolation="kernel", filesystem=IsolatedFS(tmp_path)) as sb:
+        start = time.monotonic()
+        r = sb.exec("import time\ntime.sleep(60)")  # a C call: the guest cannot interrupt it
+        took = time.monotonic() - start
+    assert isinstance(r.error, StTimeout), r.error
+    assert took < 10
+
+
+def test_kernel_fails_closed_without_landlock(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+    code = (
+        "import sys\n"
+        "from sandtrap._coop import sandbox, Policy\n"
+        "from sandtrap import IsolationUnavailable\n"
+        "try:\n"
+        "    sandbox(Policy(), isolation='kernel')\n"
+        "    print('RAN')\n"
+        "except IsolationUnavailable as e:\n"
+        "    print('REFUSED', e)\n"
+        "r = sandbox(Policy(), isolation='kernel', allow_degraded=True).exec('x = 1')\n"
+        "print('DEGRADED', r.error, r.isolation['landlock'], r.isolation['degraded'])\n"
+    )
+    env = dict(os.environ, SANDTRAP_TEST_DISABLE="landlock")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert "REFUSED" in out.stdout and "landlock" in out.stdout, out.stdout + out.stderr
+    assert "DEGRADED None None" in out.stdout, out.stdout + out.stderr
+
+
+def _escape(level: str, entry: dict) -> str | None:
+    policy = Policy(timeout=10, **entry.get("policy", {}))
+    for mod in entry.get("grants", []):
+        policy.module(importlib.import_module(mod))
+    with sandbox(policy, isolation=level) as sb:  # no filesystem: no open(), as in-process
+        r = sb.exec(entry["code"])
+    if r.error is None:
+        return f"{entry['name']}: ran to completion at {level}"
+    if errname(r.error) != entry["error"]:
+        return f"{entry['name']}: expected {entry['error']}, got {errname(r.error)}: {r.error}"
+    if entry.get("contains") and entry["contains"] not in str(r.error):
+        return f"{entry['name']}: {entry['contains']!r} not in {str(r.error)!r}"
+    return None
+
+
+@pytest.mark.parametrize("level", ["process", "kernel"])
+def test_escape_corpus_in_a_worker(level):
+    assert len(CORPUS) >= 60
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        problems = [p for p in pool.map(lambda e: _escape(level, e), CORPUS) if p]
+    assert not problems, "\n".join(problems)

@@ -1,0 +1,263 @@
+"""Every example of the API page we follow (sandlock's Python SDK page, package
+renamed sandtrap). Features sandtrap does not offer (HTTP ACL, chroot/mounts,
+dry-run, port virtualization, policy_fn/handlers) must be refused by name."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import sandtrap
+from sandtrap import PolicyError, Sandbox, parse_ports
+
+from conftest import SYS_RO
+
+
+# -- Running a command --------------------------------------------------------------
+
+def test_running_a_command(world_tmp: Path) -> None:
+    sandbox_dir = world_tmp / "sandbox"  # the page's /tmp/sandbox
+    sandbox_dir.mkdir()
+    sandbox = Sandbox(
+        fs_writable=[str(sandbox_dir)],
+        fs_readable=["/usr", "/lib", "/etc"],
+        max_memory="256M",
+        max_processes=10,
+        clean_env=True,
+    )
+    result = sandbox.run(["python3", "-c", "print('hello')"], timeout=30)
+    assert result.success, result
+    assert b"hello" in result.stdout
+    # the result carries success, exit_code, stdout, stderr and error; output is bytes
+    assert result.exit_code == 0 and result.error is None
+    assert isinstance(result.stdout, bytes) and isinstance(result.stderr, bytes)
+
+
+def test_output_is_bytes_even_when_not_utf8() -> None:
+    sb = Sandbox(fs_readable=SYS_RO)
+    r = sb.run(["printf", r"\377\376ok"])
+    assert r.success and r.stdout == b"\xff\xfeok"
+
+
+# -- The policy object: full constructor ----------------------------------------------
+
+SEED_UNSUPPORTED = {
+    # [config]
+    "http_ca": None, "http_key": None, "fs_storage": None, "workdir": None,
+    # [determinism]
+    "random_seed": None, "time_start": None, "deterministic_dirs": False, "no_randomize_memory": False,
+    # [program]
+    "no_coredump": False, "no_huge_pages": False, "no_supervisor": False,
+    # [filesystem]
+    "chroot": None, "fs_mount": {}, "on_exit": "commit", "on_error": "abort",
+    # [network]
+    "port_remap": False,
+    # [http]
+    "http_ports": (), "http_allow": (), "http_deny": (),
+    # [limits]
+    "gpu_devices": None, "cpu_cores": None, "num_cpus": None,
+    # runtime kwargs
+    "name": None, "policy_fn": None, "init_fn": None, "work_fn": None,
+}
+
+
+def test_full_constructor_supported_fields() -> None:
+    # every field of the page that sandtrap has, at the page's defaults
+    sb = Sandbox(
+        env={}, cwd=None, uid=None, gid=None, clean_env=False,
+        fs_readable=(), fs_writable=(), fs_denied=(),
+        net_allow_bind=(), net_allow=(),
+        extra_allow_syscalls=(), extra_deny_syscalls=(),
+        max_memory=None, max_processes=64, max_open_files=None, max_cpu=None, max_disk=None,
+    )
+    assert sb.policy["max_processes"] == 64
+    sb.close()
+
+
+def test_full_constructor_names_every_unsupported_field() -> None:
+    with pytest.raises(PolicyError) as ei:
+        Sandbox(env={}, fs_readable=(), max_processes=64, **SEED_UNSUPPORTED)
+    msg = str(ei.value)
+    for name in SEED_UNSUPPORTED:
+        assert name in msg, name
+    assert len(ei.value.problems) == len(SEED_UNSUPPORTED)
+    assert ei.value.kind == "invalid_policy" and ei.value.code == -3
+
+
+# -- HTTP ACL (not in sandtrap) ---------------------------------------------------------
+
+def test_http_acl_is_refused_by_name() -> None:
+    with pytest.raises(PolicyError) as ei:
+        Sandbox(
+            fs_readable=["/usr", "/lib", "/etc"],
+            http_allow=["POST api.openai.com/v1/chat/completions"],
+            http_deny=["* */admin/*"],
+        )
+    assert "http_allow" in str(ei.value) and "http_deny" in str(ei.value)
+
+
+# -- chroot and mounts (not in sandtrap) -------------------------------------------------
+
+def test_chroot_and_mounts_are_refused_by_name() -> None:
+    with pytest.raises(PolicyError) as ei:
+        Sandbox(
+            chroot="/opt/rootfs",
+            fs_mount={"/work": "/tmp/sandbox-1/work"},
+            fs_readable=["/usr", "/bin", "/lib", "/etc"],
+            cwd="/work",
+        )
+    msg = str(ei.value)
+    assert "chroot" in msg and "fs_mount" in msg
+
+
+# -- Dry-run (not in sandtrap) -----------------------------------------------------------
+
+def test_dry_run_is_refused_by_name() -> None:
+    with pytest.raises(PolicyError) as ei:
+        Sandbox(fs_writable=["."], workdir=".", fs_readable=["/usr", "/lib", "/bin", "/etc"])
+    msg = str(ei.value)
+    assert "workdir" in msg
+    assert "relative" in msg  # "." is not an absolute path: named in the same error
+    assert not hasattr(Sandbox, "dry_run")
+
+
+# -- Pipelines -----------------------------------------------------------------------------
+
+@pytest.fixture
+def opt_data(world_tmp: Path) -> Path:
+    d = world_tmp / "opt" / "data"  # stands in for /opt/data
+    d.mkdir(parents=True)
+    (d / "secret.csv").write_text("secret,value\n")
+    return d
+
+
+def test_pipeline_example(opt_data: Path) -> None:
+    trusted = Sandbox(fs_readable=["/usr", "/lib", "/bin", "/etc", str(opt_data)])
+    restricted = Sandbox(fs_readable=["/usr", "/lib", "/bin", "/etc"])
+
+    # reader can access the data, processor cannot
+    result = (
+        trusted.cmd(["cat", f"{opt_data}/secret.csv"])
+        | restricted.cmd(["tr", "a-z", "A-Z"])
+    ).run()
+    assert b"SECRET" in result.stdout
+    assert result.success
+    assert len(result.stages) == 2 and all(s.success for s in result.stages)
+
+    # ... and the processor indeed cannot read it itself
+    direct = restricted.run(["cat", f"{opt_data}/secret.csv"])
+    assert not direct.success
+    assert b"Permission denied" in direct.stderr
+
+
+# -- The XOA pattern -------------------------------------------------------------------------
+
+def test_xoa_example(world_tmp: Path) -> None:
+    data = world_tmp / "data"  # stands in for /data
+    data.mkdir()
+    (data / "input.txt").write_text("the input\n")
+
+    planner = Sandbox(fs_readable=["/usr", "/lib", "/bin", "/etc"])
+    executor = Sandbox(fs_readable=["/usr", "/lib", "/bin", "/etc", str(data)])
+
+    result = (
+        planner.cmd(["python3", "-c", f"print('cat {data}/input.txt')"])
+        | executor.cmd(["sh"])
+    ).run()
+    assert result.success, result.stages
+    assert result.stdout == b"the input\n", [s.error for s in result.stages]
+
+    # neither stage holds both capabilities: the planner cannot read the data
+    assert not planner.run(["cat", f"{data}/input.txt"]).success
+    # and the executor has no network (inet sockets refused by seccomp)
+    r = executor.run(["python3", "-c", "import socket; socket.socket()"])
+    assert not r.success and b"PermissionError" in r.stderr
+
+
+# -- COW fork and map-reduce (a later issue) -----------------------------------------------------
+
+def test_cow_fork_example_not_available_yet() -> None:
+    def init() -> None: ...
+
+    def work(clone_id: int) -> None: ...
+
+    with pytest.raises(PolicyError) as ei:
+        Sandbox(fs_readable=["/usr", "/lib", "/bin", "/etc"], init_fn=init, work_fn=work)
+    assert "init_fn" in str(ei.value) and "work_fn" in str(ei.value)
+    reducer = Sandbox(fs_readable=["/usr", "/lib", "/bin", "/etc"])
+    with pytest.raises(NotImplementedError):
+        reducer.fork(4)
+    with pytest.raises(NotImplementedError):
+        reducer.reduce(["python3", "-c", "pass"], [])
+
+
+# -- Confining the current process ---------------------------------------------------------------
+
+def test_confine_example_in_subprocess(world_tmp: Path) -> None:
+    writable = world_tmp / "w"
+    writable.mkdir()
+    code = textwrap.dedent(f"""
+        from sandtrap import Sandbox, confine
+        confine(Sandbox(fs_readable=["/usr", "/lib"], fs_writable=[{str(writable)!r}]))
+        open({str(writable / "ok.txt")!r}, "w").write("ok")
+        try:
+            open("/etc/hostname").read()
+        except PermissionError:
+            print("DENIED")
+        else:
+            print("READ")
+    """)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "DENIED"
+    assert (writable / "ok.txt").read_text() == "ok"
+
+
+# -- Port virtualization (not in sandtrap) ---------------------------------------------------------
+
+def test_port_remap_is_refused_by_name() -> None:
+    with pytest.raises(PolicyError) as ei:
+        Sandbox(port_remap=True, net_allow_bind=[8080], fs_readable=["/usr", "/lib", "/etc"], name="api.local")
+    assert "port_remap" in str(ei.value) and "name" in str(ei.value)
+
+
+# -- Dynamic policy and handlers (not in sandtrap) --------------------------------------------------
+
+def test_policy_fn_is_refused_by_name() -> None:
+    def on_event(event, ctx):  # type: ignore[no-untyped-def]
+        return 0
+
+    with pytest.raises(PolicyError) as ei:
+        Sandbox(fs_readable=["/usr", "/lib"], policy_fn=on_event)
+    assert "policy_fn" in str(ei.value)
+    assert not hasattr(Sandbox, "run_with_handlers")
+    with pytest.raises(ImportError):
+        import sandtrap.presets  # noqa: F401
+
+
+# -- Helpers and types --------------------------------------------------------------------------------
+
+def test_parse_ports_example() -> None:
+    assert parse_ports([80, "443", "8000-8005"]) == [80, 443, 8000, 8001, 8002, 8003, 8004, 8005]
+
+
+def test_parse_ports_errors_list_every_problem() -> None:
+    with pytest.raises(PolicyError) as ei:
+        parse_ports([0, "x", "9-1", 70000, 1.5])  # type: ignore[list-item]
+    assert len(ei.value.problems) == 5
+
+
+def test_parse_ports_feeds_net_allow_bind() -> None:
+    sb = Sandbox(net_allow_bind=parse_ports(["8000-8002"]), fs_readable=SYS_RO, allow_degraded=True)
+    assert sb.policy["net_allow_bind"] == [8000, 8001, 8002]
+    sb.close()
+
+
+def test_package_exports() -> None:
+    for name in ("Sandbox", "Result", "ErrorInfo", "Pipeline", "Command", "parse_ports", "confine",
+                 "SandtrapError", "PolicyError", "IsolationUnavailable", "ForkedChildError"):
+        assert hasattr(sandtrap, name), name
