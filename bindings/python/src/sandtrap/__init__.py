@@ -33,6 +33,7 @@ from ._policy import parse_ports
 from ._result import ErrorInfo, Result
 from ._sandbox import Command, Pipeline, Sandbox, confine, probe
 from ._version import __version__
+from ._fork import CloneResult, Clones
 from ._coop import CoopSandbox, ExecResult, IsolatedFS, Policy, WorkerCrashed, WorkerError, sandbox
 from sandtrap_guest import (
     StAttributeDenied,
@@ -70,6 +71,8 @@ __all__ = [
     "probe",
     "library_version",
     "sandbox",
+    "Clones",
+    "CloneResult",
     "Policy",
     "IsolatedFS",
     "ExecResult",

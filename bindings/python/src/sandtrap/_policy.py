@@ -67,8 +67,6 @@ UNSUPPORTED: dict[str, str] = {
     "name": "not supported",
     "policy_fn": "dynamic syscall policies are not supported; use extra_deny_syscalls",
     "handlers": "syscall handlers are not supported",
-    "init_fn": "COW fork / map-reduce is not available yet",
-    "work_fn": "COW fork / map-reduce is not available yet",
 }
 
 

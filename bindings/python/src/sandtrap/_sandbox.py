@@ -9,10 +9,10 @@ import threading
 import uuid
 import weakref
 from collections.abc import Mapping, Sequence
-from typing import Any, Iterable, NoReturn, Union
+from typing import Any, Callable, Iterable, NoReturn, Union
 
-from . import _native
-from ._errors import InvalidRequest, PolicyError, SandboxClosed, SandtrapError, error_for
+from . import _fork, _native
+from ._errors import InvalidArgument, InvalidRequest, PolicyError, SandboxClosed, SandtrapError, error_for
 from ._policy import FIELDS, check_policy, format_problems, split_problems
 from ._result import Result
 
@@ -392,6 +392,8 @@ class Sandbox:
         extra_allow_syscalls: Iterable[str] | None = None,
         extra_deny_syscalls: Iterable[str] | None = None,
         allow_degraded: bool | None = None,
+        init_fn: Callable[[], Any] | str | None = None,
+        work_fn: Callable[[int], Any] | str | None = None,
         **_other: Any,
     ) -> None:
         self._handle: _Handle | None = None
@@ -399,6 +401,10 @@ class Sandbox:
         given.update(_other)
         policy, probs = check_policy(given, _positional)
         self._policy = policy
+        readable = [os.path.realpath(p) for p in policy.get("fs_readable", []) + policy.get("fs_writable", [])
+                    if isinstance(p, str) and "\0" not in p]
+        self._init = _fork.describe_fn("init_fn", init_fn, readable, probs)
+        self._work = _fork.describe_fn("work_fn", work_fn, readable, probs)
         if probs:
             # let the engine judge the well-typed fields too: one list of everything
             try:
@@ -537,14 +543,30 @@ class Sandbox:
 
     # -- hooks for later issues -------------------------------------------------
 
-    def fork(self, n: int) -> NoReturn:
-        """COW fork of an initialised template (``init_fn``/``work_fn``): not
-        available yet."""
-        raise NotImplementedError("Sandbox.fork() is not available yet in sandtrap")
+    def fork(self, n: int, *, timeout: float | None = None, parallel: int | None = None) -> _fork.Clones:
+        """Run ``init_fn`` once in a confined template, then fork ``n`` clones of it
+        (inside the sandbox, copy-on-write) that each run ``work_fn(clone_id)`` with
+        ``CLONE_ID`` set and their own stdout. Iterate the returned :class:`Clones` to
+        get clones as they finish; ``.results()`` waits and returns them in order.
+        ``timeout`` kills a clone that runs longer; ``parallel`` bounds clones alive at
+        once (default: 4 per CPU)."""
+        self._live()
+        if not self._work:
+            raise InvalidArgument("fork needs work_fn (a module-level function or Python source)")
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise InvalidArgument(f"fork: n must be a positive int, got {n!r}")
+        max_output = self._policy.get("max_output")
+        if isinstance(max_output, str):
+            max_output = None
+        return _fork.Clones(self._policy, n, self._init, self._work, timeout, parallel, max_output)
 
-    def reduce(self, argv: Sequence[Arg], clones: Any) -> NoReturn:
-        """Feed the clones' output to a reducer: not available yet."""
-        raise NotImplementedError("Sandbox.reduce() is not available yet in sandtrap")
+    def reduce(self, argv: Sequence[Arg], clones: Any, timeout: float | None = None) -> Result:
+        """Run ``argv`` here with the clones' outputs, in clone order, on its stdin.
+        This sandbox holds its own policy: none of the mapper's access."""
+        if isinstance(clones, _fork.Clones):
+            clones = clones.results()
+        data = b"".join(c.stdout if isinstance(c, _fork.CloneResult) else bytes(c) for c in clones)
+        return self.run(argv, timeout=timeout, stdin=data)
 
     # -- lifetime ------------------------------------------------------------------
 

@@ -1,0 +1,103 @@
+"""COW-fork map-reduce: the seed page's example and the properties issue 5 names."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from sandtrap import Clones, PolicyError, Sandbox
+
+HERE = str(Path(__file__).resolve().parent)
+SYS = ["/usr", "/lib", "/bin"]
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "data"
+    d.mkdir()
+    (d / "numbers.txt").write_text(" ".join(str(i) for i in range(100)))
+    return d
+
+
+def mapper(data_dir: Path, **kw) -> Sandbox:
+    import fork_helpers  # noqa: F401 - imported from this directory by the template too
+
+    return Sandbox(fs_readable=SYS + [HERE, str(data_dir)], env={"DATA_DIR": str(data_dir)},
+                   init_fn=kw.pop("init_fn", fork_helpers.init), work_fn=kw.pop("work_fn", fork_helpers.work), **kw)
+
+
+def test_seed_example(data_dir: Path) -> None:
+    clones = mapper(data_dir).fork(4)
+    reducer = Sandbox(fs_readable=SYS)
+    result = reducer.reduce(["python3", "-c", "import sys; print(sum(int(l) for l in sys.stdin))"], clones)
+    assert result.success, result.stderr
+    assert result.stdout == b"4950\n"
+
+
+def test_clones_have_ids_and_their_own_stdout_in_order(data_dir: Path) -> None:
+    import fork_helpers
+
+    res = mapper(data_dir, work_fn=fork_helpers.misbehave).fork(6, timeout=2).results()
+    assert [c.id for c in res] == list(range(6))
+    assert res[0].stdout == b"ok 0 0\n" and res[0].success
+    assert res[1].exit_code == 1 and b"clone 1 fails" in res[1].stderr
+    assert res[2].signal == 9 and res[2].exit_code is None
+    assert res[3].timed_out and not res[3].success
+    assert res[4].stdout == b"ok 4 4\n" and res[5].stdout == b"ok 5 5\n"
+
+
+def test_clones_inherit_the_confinement(data_dir: Path) -> None:
+    import fork_helpers
+
+    res = mapper(data_dir, work_fn=fork_helpers.escape).fork(2).results()
+    assert [c.stdout for c in res] == [b"EACCES\n", b"EACCES\n"]
+
+
+def test_reducer_cannot_read_the_data(data_dir: Path) -> None:
+    reducer = Sandbox(fs_readable=SYS)
+    r = reducer.reduce(["cat", str(data_dir / "numbers.txt")], mapper(data_dir).fork(1))
+    assert not r.success and b"Permission denied" in r.stderr
+
+
+def test_big_outputs_do_not_deadlock(data_dir: Path) -> None:
+    import fork_helpers
+
+    res = mapper(data_dir, work_fn=fork_helpers.flood, max_output="16M").fork(3).results()
+    assert [len(c.stdout) for c in res] == [10 << 20] * 3
+
+
+def test_many_clones_bounded_fds_and_progress(data_dir: Path) -> None:
+    import fork_helpers
+
+    before = len(os.listdir("/proc/self/fd"))
+    clones = mapper(data_dir, work_fn=fork_helpers.trivial).fork(300)
+    seen = []
+    for c in clones:  # as they finish
+        seen.append(c.id)
+    assert sorted(seen) == list(range(300))
+    assert [c.stdout for c in clones.results()][:3] == [b"0\n", b"1\n", b"2\n"]
+    assert len(os.listdir("/proc/self/fd")) <= before + 2
+
+
+def test_source_strings(data_dir: Path) -> None:
+    sb = Sandbox(fs_readable=SYS, init_fn="base = 40", work_fn="print(base + CLONE_ID)")
+    assert [c.stdout for c in sb.fork(3).results()] == [b"40\n", b"41\n", b"42\n"]
+
+
+def test_lambdas_and_closures_are_refused_at_construction() -> None:
+    def local(cid):
+        return cid
+
+    with pytest.raises(PolicyError) as e:
+        Sandbox(fs_readable=SYS, init_fn=lambda: None, work_fn=local)
+    assert "init_fn" in str(e.value) and "work_fn" in str(e.value) and "closure" in str(e.value)
+
+
+def test_module_must_be_readable(data_dir: Path) -> None:
+    import fork_helpers
+
+    with pytest.raises(PolicyError, match="not under fs_readable"):
+        Sandbox(fs_readable=SYS, work_fn=fork_helpers.trivial)
