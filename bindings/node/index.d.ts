@@ -201,6 +201,10 @@ export interface VersionInfo {
 }
 
 export declare class Sandbox {
+  /** COW-fork map: init once in a confined template, then n clones of it, each running work. */
+  fork(n: number, options: ForkOptions): Promise<CloneResult[]>;
+  /** Run argv here with the clones' stdout, in clone order, on stdin. */
+  reduce(argv: string[], clones: CloneResult[], options?: RunOptions): Promise<RunResult>;
   /** Validates every option at once: throws one PolicyError listing every problem. */
   constructor(options?: SandboxOptions);
   /** The engine's id of this sandbox (names it as a pipeline stage). */
@@ -356,3 +360,27 @@ export declare class PythonSandbox {
 
 /** The cooperative Python sandbox: `sandbox(policy, {isolation}).exec(code)`. */
 export declare function sandbox(policy?: PythonPolicy, options?: PythonSandboxOptions): PythonSandbox;
+
+export interface CloneResult {
+  id: number;
+  stdout: Buffer;
+  stderr: Buffer;
+  exitCode: number | null;
+  signal: number | null;
+  timedOut: boolean;
+  stdoutTruncated: boolean;
+  success: boolean;
+}
+
+export interface ForkOptions {
+  /** Python source run once in the template. */
+  init?: string;
+  /** Python source run in each clone (sees CLONE_ID). */
+  work: string;
+  /** Seconds before a clone is killed. */
+  timeout?: number;
+  /** Clones alive at once (default: 4 per CPU). */
+  parallel?: number;
+  /** Called as each clone finishes (progress). */
+  onClone?: (clone: CloneResult) => void;
+}

@@ -11,6 +11,7 @@
 const errors = require('./lib/errors');
 const { Sandbox, Command, Pipeline, confine, probe, version } = require('./lib/sandbox');
 const { sandbox, PythonSandbox } = require('./lib/python');
+require('./lib/fork'); // Sandbox.prototype.fork / reduce
 
 module.exports = {
   Sandbox,
