@@ -61,6 +61,12 @@ test-node: lib
 
 bench: deps lib
 	$(GO) run ./bench/spawn
+	$(PYTHON) -m pip install -q ./bindings/python
+	$(PYTHON) bench/python/bench_run.py
+	$(PYTHON) bench/python/bench_coop.py
+	$(PYTHON) bench/python/bench_fork.py
+	cd bindings/node && npm install --no-audit --no-fund
+	node bench/node/bench_run.mjs
 
 # Builds everything and runs the demo (README's first command).
 demo: deps

@@ -10,13 +10,10 @@ import resource
 import sys
 import threading
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sandtrap import Sandbox  # noqa: E402
+from sandtrap import Sandbox
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
-HERE = str(Path(__file__).resolve().parent)
 
 
 def plain_loop(n):
