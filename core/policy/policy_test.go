@@ -4,8 +4,6 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-
-	"github.com/vmihailenco/msgpack/v5"
 )
 
 func TestParseSize(t *testing.T) {
@@ -60,18 +58,3 @@ func TestNetTargets(t *testing.T) {
 	}
 }
 
-// FuzzPolicy: any msgpack map decodes to a policy or a list of problems, never a panic.
-func FuzzPolicy(f *testing.F) {
-	seed, _ := msgpack.Marshal(map[string]any{"fs_readable": []any{"/usr"}, "max_memory": "1G", "net_allow_bind": []any{"1-3"}})
-	f.Add(seed)
-	f.Fuzz(func(t *testing.T, b []byte) {
-		var m map[string]any
-		if msgpack.Unmarshal(b, &m) != nil {
-			return
-		}
-		p, err := FromMap(m)
-		if (p == nil) == (err == nil) {
-			t.Fatalf("policy %v and error %v", p, err)
-		}
-	})
-}
