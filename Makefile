@@ -44,8 +44,8 @@ test-c: lib
 	bash tests/c/run.sh
 
 fuzz: $(INIT)
-	$(GO) test -run '^$$' -fuzz FuzzDecodeRequest -fuzztime 20s ./core/engine
-	$(GO) test -run '^$$' -fuzz FuzzPolicy -fuzztime 10s ./core/policy
+	$(GO) test -run '^$$' -fuzz FuzzDecodeRequest -fuzztime 150000x ./core/engine
+	$(GO) test -run '^$$' -fuzz FuzzPolicy -fuzztime 150000x ./core/policy
 
 # the cooperative Python sandbox's guest runtime (pure Python)
 test-guest:

@@ -195,23 +195,21 @@ func ParseSize(s string) (int64, error) {
 }
 
 // ParsePorts expands 80, "443", "8000-8005" into a sorted, de-duplicated list.
+// Ranges are merged before expansion, so any input costs at most 65535 steps.
 func ParsePorts(items []any) ([]uint16, []string) {
-	seen := map[uint16]bool{}
-	var out []uint16
+	type span struct{ lo, hi int64 }
+	var spans []span
 	var probs []string
-	add := func(n int64, orig any) {
-		if n < 1 || n > 65535 {
+	add := func(lo, hi int64, orig any) {
+		if lo < 1 || hi > 65535 || hi < lo {
 			probs = append(probs, fmt.Sprintf("port %v out of range 1-65535", orig))
 			return
 		}
-		if !seen[uint16(n)] {
-			seen[uint16(n)] = true
-			out = append(out, uint16(n))
-		}
+		spans = append(spans, span{lo, hi})
 	}
 	for _, it := range items {
 		if n, ok := asInt(it); ok {
-			add(n, it)
+			add(n, n, it)
 			continue
 		}
 		s, ok := it.(string)
@@ -226,15 +224,23 @@ func ParsePorts(items []any) ([]uint16, []string) {
 		if isRange {
 			b, err2 = strconv.ParseInt(strings.TrimSpace(hi), 10, 64)
 		}
-		if err1 != nil || err2 != nil || b < a || b-a > 65535 {
+		if err1 != nil || err2 != nil || b < a {
 			probs = append(probs, fmt.Sprintf("port %q: want \"N\" or \"LOW-HIGH\"", s))
 			continue
 		}
-		for n := a; n <= b; n++ {
-			add(n, s)
+		add(a, b, s)
+	}
+	sort.Slice(spans, func(i, j int) bool { return spans[i].lo < spans[j].lo })
+	var out []uint16
+	next := int64(1) // first port not yet emitted
+	for _, sp := range spans {
+		if sp.lo > next {
+			next = sp.lo
+		}
+		for ; next <= sp.hi; next++ {
+			out = append(out, uint16(next))
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
 	return out, probs
 }
 
