@@ -57,4 +57,3 @@ func TestNetTargets(t *testing.T) {
 		t.Fatalf("%+v", p.NetAllow)
 	}
 }
-
