@@ -75,18 +75,10 @@ func nullFD() int {
 	devNullOnce.Do(func() {
 		fd, err := unix.Open("/dev/null", unix.O_RDWR|unix.O_CLOEXEC, 0)
 		if err == nil {
-			devNull = highFD(fd)
+			devNull = fd
 		}
 	})
 	return devNull
-}
-
-func highFD(fd int) int {
-	n, err := spawn.HighFD(fd)
-	if err != nil {
-		return -1
-	}
-	return n
 }
 
 func pipe() (r, w int, err error) {
@@ -94,7 +86,7 @@ func pipe() (r, w int, err error) {
 	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
 		return -1, -1, err
 	}
-	return highFD(p[0]), highFD(p[1]), nil
+	return p[0], p[1], nil // fd numbers do not matter: they reach the zygote as SCM_RIGHTS
 }
 
 // lookPath finds argv0 as execvp would, in the PATH the program will see.

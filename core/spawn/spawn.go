@@ -50,9 +50,9 @@ type Error struct {
 func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Stage, e.Errno.Error()) }
 func (e *Error) Unwrap() error { return e.Errno }
 
-// HighFD moves fd to >= 10 (close-on-exec) so that a child placing fds on 0..5
+// highFD moves fd to >= 10 (close-on-exec) so that a child placing fds on 0..5
 // never clobbers a source.
-func HighFD(fd int) (int, error) {
+func highFD(fd int) (int, error) {
 	if fd >= 10 {
 		return fd, nil
 	}
@@ -81,7 +81,7 @@ func sealedMemfd(name string, data []byte) (int, error) {
 		unix.Close(fd)
 		return -1, fmt.Errorf("sealing memfd: %w", err)
 	}
-	return HighFD(fd)
+	return highFD(fd)
 }
 
 var (
@@ -101,7 +101,7 @@ func Ready() error {
 		}
 		fd, err := unix.Open("/dev/null", unix.O_RDWR|unix.O_CLOEXEC, 0)
 		if err == nil {
-			nullFD, err = HighFD(fd)
+			nullFD, err = highFD(fd)
 		}
 		if err != nil {
 			initErr = fmt.Errorf("/dev/null: %w", err)
@@ -188,8 +188,8 @@ func StartZygote(zs *ZygoteSpec) (*Zygote, error) {
 	if err != nil {
 		return nil, err
 	}
-	ours, err1 := HighFD(pair[0])
-	theirs, err2 := HighFD(pair[1])
+	ours, err1 := highFD(pair[0])
+	theirs, err2 := highFD(pair[1])
 	if err1 != nil || err2 != nil {
 		return nil, errors.New("socketpair: cannot move fds")
 	}
