@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from sandtrap._coop import IsolatedFS, Policy, WorkerCrashed, WorkerError, sandbox
-from sandtrap_guest import StTimeout
+from sandtrap_guest import StCancelled, StTimeout
 
 LEVELS = ["none", "process", "kernel"]
 CORPUS = json.loads((Path(__file__).resolve().parents[3] / "core/guest/python/tests/escapes.json").read_text())
@@ -162,3 +162,18 @@ def test_escape_corpus_in_a_worker(level):
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         problems = [p for p in pool.map(lambda e: _escape(level, e), CORPUS) if p]
     assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_cancel_from_another_thread(level, tmp_path):
+    import threading
+
+    with sandbox(Policy(timeout=30), isolation=level, filesystem=IsolatedFS(tmp_path)) as sb:
+        sb.exec("x = 1")
+        threading.Timer(0.5, sb.cancel).start()
+        start = time.monotonic()
+        r = sb.exec("while True:\n    pass")
+        assert isinstance(r.error, StCancelled), r.error
+        assert time.monotonic() - start < 10
+        r = sb.exec("y = 2")  # the sandbox stays usable
+    assert r.error is None and r.namespace.get("y") == 2

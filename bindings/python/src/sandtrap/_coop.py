@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import sandtrap_guest
-from sandtrap_guest import GuestSession, Policy, StTimeout
+from sandtrap_guest import GuestSession, Policy, StCancelled, StTimeout
 from sandtrap_guest import errors as guest_errors
 from sandtrap_guest.wire import to_wire
 
@@ -218,6 +218,7 @@ class CoopSandbox:
                 raise SandtrapError("the sandbox is closed")
             restarted = False
             self._last_end = ""
+            self._cancelled = False
             if self._session is None:
                 self._start_worker()
                 restarted = self._ever_started
@@ -229,6 +230,10 @@ class CoopSandbox:
             reply = self._exchange(frame, timeout)
             while reply is not None and reply.get("op") == "call":
                 reply = self._exchange(self._host_call(reply), timeout)
+            if reply is None and self._cancelled:
+                self._cancelled = False
+                return ExecResult("", {}, StCancelled("cancelled: the worker was killed (the next exec starts a "
+                                                      "fresh one)"), 0, dict(self._report), "", None, restarted)
             if reply is None:
                 err: BaseException = (StTimeout(f"the worker overran the timeout and was killed ({self._last_end})")
                                       if "timed out" in self._last_end
@@ -243,6 +248,7 @@ class CoopSandbox:
 
     _ever_started = False
     _last_end = ""
+    _cancelled = False
 
     async def aexec(self, code: str, **kwargs: Any) -> ExecResult:
         """``exec`` on a worker thread; the event loop keeps running."""
@@ -254,6 +260,8 @@ class CoopSandbox:
         if self._local is not None:
             self._local.cancel()
         elif self._handle:
+            # the worker runs the code to completion on its own: stop it by killing it
+            self._cancelled = True
             _native.sandbox_cancel(self._handle, None)
 
     def close(self) -> None:
