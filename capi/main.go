@@ -67,6 +67,8 @@ func status(kind string) C.int {
 		return stSpawn
 	case engine.KindForked:
 		return stForked
+	case engine.KindClosed:
+		return stClosed
 	}
 	return stInternal
 }

@@ -138,7 +138,7 @@ func (s *Sandbox) Run(req *RunRequest) *Result {
 	childEnds.add(req.StdinFD, req.StdoutFD)
 	defer childEnds.closeAll()
 	if !s.enter() {
-		return failed(KindInvalidRequest, "sandbox is closed", iso)
+		return failed(KindClosed, "the sandbox is closed", iso)
 	}
 	defer s.inflight.Done()
 	p := s.Policy

@@ -36,6 +36,7 @@ const (
 	KindCPUTime        = "cpu_time_limit"
 	KindMemory         = "memory_limit"
 	KindForked         = "forked_child"
+	KindClosed         = "closed"
 	KindInternal       = "internal"
 )
 
