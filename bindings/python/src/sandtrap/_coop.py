@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import sandtrap_guest
+from sandtrap_guest import ExecResult as GuestExecResult
 from sandtrap_guest import GuestSession, Policy, StCancelled, StTimeout
 from sandtrap_guest import errors as guest_errors
 from sandtrap_guest.wire import to_wire
@@ -59,19 +60,11 @@ class IsolatedFS:
 
 
 @dataclass
-class ExecResult:
-    stdout: str
-    namespace: dict
-    error: BaseException | None
-    ticks: int
-    isolation: dict = field(default_factory=dict)
-    stderr: str = ""
-    traceback: str | None = None
-    restarted: bool = False  # a fresh worker ran this call (the namespace was reset)
+class ExecResult(GuestExecResult):
+    """The guest runtime's result, plus what the isolation level adds."""
 
-    @property
-    def ok(self) -> bool:
-        return self.error is None
+    isolation: dict = field(default_factory=dict)  # {"level": ..., and the engine's report}
+    restarted: bool = False  # a fresh worker ran this call (the namespace was reset)
 
 
 def _error_from_wire(e: dict | None) -> BaseException | None:
@@ -212,8 +205,9 @@ class CoopSandbox:
         with self._lock:
             if self._local is not None:
                 r = self._local.exec(code, namespace=namespace, modules=modules, stdin=stdin, argv=argv)
-                return ExecResult(r.stdout, r.namespace, r.error, r.ticks, dict(self._report),
-                                  r.stderr, r.traceback)
+                return ExecResult(r.stdout, r.namespace, r.error, r.ticks, stderr=r.stderr,
+                                  traceback=r.traceback, stdout_truncated=r.stdout_truncated,
+                                  duration=r.duration, isolation=dict(self._report))
             if not self._handle:
                 raise SandtrapError("the sandbox is closed")
             restarted = False
@@ -230,21 +224,24 @@ class CoopSandbox:
             reply = self._exchange(frame, timeout)
             while reply is not None and reply.get("op") == "call":
                 reply = self._exchange(self._host_call(reply), timeout)
-            if reply is None and self._cancelled:
+            if reply is None or reply.get("op") != "result":
+                err: BaseException
+                if reply is not None:
+                    err = WorkerCrashed(f"unexpected worker reply {reply!r:.200}")
+                elif self._cancelled:
+                    err = StCancelled("cancelled: the worker was killed (the next exec starts a fresh one)")
+                elif "timed out" in self._last_end:
+                    err = StTimeout(f"the worker overran the timeout and was killed ({self._last_end})")
+                else:
+                    err = WorkerCrashed(f"the worker died: {self._last_end}")
                 self._cancelled = False
-                return ExecResult("", {}, StCancelled("cancelled: the worker was killed (the next exec starts a "
-                                                      "fresh one)"), 0, dict(self._report), "", None, restarted)
-            if reply is None:
-                err: BaseException = (StTimeout(f"the worker overran the timeout and was killed ({self._last_end})")
-                                      if "timed out" in self._last_end
-                                      else WorkerCrashed(f"the worker died: {self._last_end}"))
-                return ExecResult("", {}, err, 0, dict(self._report), "", None, restarted)
-            if reply.get("op") != "result":
-                return ExecResult("", {}, WorkerCrashed(f"unexpected worker reply {reply!r:.200}"), 0,
-                                  dict(self._report), "", None, restarted)
+                return ExecResult("", {}, err, 0, isolation=dict(self._report), restarted=restarted)
             return ExecResult(reply.get("stdout", ""), reply.get("namespace") or {},
                               _error_from_wire(reply.get("error")), int(reply.get("ticks", 0)),
-                              dict(self._report), reply.get("stderr", ""), reply.get("traceback"), restarted)
+                              stderr=reply.get("stderr", ""), traceback=reply.get("traceback"),
+                              stdout_truncated=int(reply.get("stdout_truncated") or 0),
+                              duration=float(reply.get("duration") or 0.0),
+                              isolation=dict(self._report), restarted=restarted)
 
     _ever_started = False
     _last_end = ""
