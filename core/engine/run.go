@@ -324,8 +324,13 @@ func (s *Sandbox) Run(req *RunRequest) *Result {
 	}
 	kind := sup.reason
 	limit := time.Duration(p.MaxCPUTime * float64(time.Second))
-	if kind == "" && p.MaxCPUTime > 0 && res.Signal != nil && (*res.Signal == int(unix.SIGXCPU) || *res.Signal == int(unix.SIGKILL)) &&
-		int64(st.UserMicros+st.SysMicros)*1000 >= int64(limit)-int64(50*time.Millisecond) {
+	// RLIMIT_CPU's SIGXCPU (then SIGKILL): the kernel's own CPU clock trips it, while
+	// rusage's utime+stime is a scaled sample that can read low under load, so
+	// SIGXCPU needs only half the limit as evidence
+	used := time.Duration(st.UserMicros+st.SysMicros) * time.Microsecond
+	if kind == "" && p.MaxCPUTime > 0 && res.Signal != nil &&
+		((*res.Signal == int(unix.SIGXCPU) && used >= limit/2) ||
+			(*res.Signal == int(unix.SIGKILL) && used >= limit-50*time.Millisecond)) {
 		kind = KindCPUTime
 	}
 	if kind == "" && cg != nil && p.MaxMemory > 0 && res.Signal != nil && *res.Signal == int(unix.SIGKILL) && cg.NewOOMKill() {
