@@ -32,19 +32,50 @@ const MaxFrame = 256 << 20
 
 func (s *Sandbox) sessionOpen(m map[string]any) (map[string]any, error) {
 	var probs policy.Problems
-	req := parseRun(m, "session_open", &probs)
+	req := parseRun(m, "session_open", &probs, "template")
+	start, hasTpl := m["template"]
+	startFrame, ok := start.([]byte)
+	if hasTpl && !ok {
+		probs.Addf("session_open: template must be bytes (the frame that prepares the template)")
+	}
 	if err := probs.Err(); err != nil {
 		return nil, requestError(err)
 	}
-	inR, inW, err := pipe()
-	if err != nil {
-		return nil, errorf(KindSpawn, "pipe: %v", err)
+	if hasTpl {
+		return s.sessionFork(m, req, startFrame)
 	}
-	outR, outW, err := pipe()
+	ss, err := s.startSession(req, false)
 	if err != nil {
-		unix.Close(inR)
-		unix.Close(inW)
-		return nil, errorf(KindSpawn, "pipe: %v", err)
+		return nil, err
+	}
+	return map[string]any{"session": ss.id}, nil
+}
+
+// startSession starts req as a session. Its channel is two pipes, or (sock) one
+// unix stream socket on the program's stdin and stdout, over which fds can pass.
+func (s *Sandbox) startSession(req *RunRequest, sock bool) (*session, error) {
+	var inR, inW, outR, outW int
+	if sock {
+		p, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return nil, errorf(KindSpawn, "socketpair: %v", err)
+		}
+		inW, inR = p[0], p[1]
+		outR, _ = unix.FcntlInt(uintptr(p[0]), unix.F_DUPFD_CLOEXEC, 0)
+		outW, _ = unix.FcntlInt(uintptr(p[1]), unix.F_DUPFD_CLOEXEC, 0)
+		if outR < 0 || outW < 0 {
+			closeAll(inR, inW, outR, outW)
+			return nil, errorf(KindSpawn, "dup: out of file descriptors")
+		}
+	} else {
+		var err error
+		if inR, inW, err = pipe(); err != nil {
+			return nil, errorf(KindSpawn, "pipe: %v", err)
+		}
+		if outR, outW, err = pipe(); err != nil {
+			closeAll(inR, inW)
+			return nil, errorf(KindSpawn, "pipe: %v", err)
+		}
 	}
 	ss := &session{id: sessionSeq.Add(1), in: inW, out: outR, done: make(chan *Result, 1)}
 	ss.tag = fmt.Sprintf("\x00session-%d", ss.id)
@@ -56,13 +87,25 @@ func (s *Sandbox) sessionOpen(m map[string]any) (map[string]any, error) {
 		ss.done <- s.Run(req) // closes inR and outW once the program started
 	}()
 	<-started
+	s.addSession(ss)
+	return ss, nil
+}
+
+func (s *Sandbox) addSession(ss *session) {
 	s.mu.Lock()
 	if s.sessions == nil {
 		s.sessions = map[uint64]*session{}
 	}
 	s.sessions[ss.id] = ss
 	s.mu.Unlock()
-	return map[string]any{"session": ss.id}, nil
+}
+
+func closeAll(fds ...int) {
+	for _, fd := range fds {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+	}
 }
 
 func (s *Sandbox) getSession(m map[string]any) (*session, error) {

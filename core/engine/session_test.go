@@ -1,8 +1,16 @@
 package engine
 
 import (
+	"fmt"
+	"os"
+	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/sandtrap/sandtrap/core/guest"
+	"github.com/vmihailenco/msgpack/v5"
+	"golang.org/x/sys/unix"
 )
 
 // an echo server speaking length-prefixed frames, uppercasing each
@@ -53,5 +61,84 @@ func TestSessionFrames(t *testing.T) {
 	res := r["result"].(map[string]any)
 	if r["ended"] != true || res["exit_code"] == nil {
 		t.Fatalf("crash: %v", r)
+	}
+}
+
+// The guest runtime's worker (core/guest/python) is a template program: a fork of it
+// must land in the asking sandbox's cgroup, answer frames, and die with its session.
+func TestTemplateFork(t *testing.T) {
+	guestDir, err := guest.Dir() // the embedded guest runtime, as the bindings use it
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb := newSB(t, map[string]any{"max_memory": int64(512 << 20), "max_processes": 16,
+		"fs_readable": []any{"/usr", "/lib", "/bin", guestDir},
+		"env": map[string]any{"PYTHONPATH": guestDir, "PYTHONDONTWRITEBYTECODE": "1"}})
+	start, _ := msgpack.Marshal(map[string]any{"op": "template", "policy": map[string]any{
+		"version": 1, "timeout": 30.0, "grants": []any{}}})
+	open := func() (any, int) {
+		t.Helper()
+		r, kind := request(t, sb, map[string]any{"op": "session_open",
+			"argv": []any{"/usr/bin/python3", "-S", "-m", "sandtrap_guest.worker"}, "template": start})
+		if kind != "" {
+			t.Fatalf("open: %v", r)
+		}
+		return r["session"], len(tpls)
+	}
+	exec := func(id any, code string) map[string]any {
+		t.Helper()
+		f, _ := msgpack.Marshal(map[string]any{"op": "exec", "code": code})
+		r, _ := request(t, sb, map[string]any{"op": "session_send", "session": id, "frame": f, "timeout": 20.0})
+		var m map[string]any
+		if err := msgpack.Unmarshal(r["frame"].([]byte), &m); err != nil {
+			t.Fatalf("exec %q: %v", code, r)
+		}
+		return m
+	}
+	a, n1 := open()
+	b, n2 := open()
+	if n1 != n2 {
+		t.Fatalf("a second open of the same configuration started a second template (%d -> %d)", n1, n2)
+	}
+	if r := exec(a, "x = 6 * 7"); r["op"] != "result" || r["namespace"].(map[string]any)["x"] != int8(42) {
+		t.Fatalf("exec: %v", r)
+	}
+	if sb.cg == nil {
+		t.Skip("no cgroup on this machine: the forks' cgroup membership is not testable")
+	}
+	members := sb.cg.Pids()
+	if len(members) != 2 {
+		t.Fatalf("the sandbox's cgroup holds %v, want the two forks", members)
+	}
+	// each fork's parent is the template, which is not in this sandbox's cgroup
+	for _, pid := range members {
+		st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		var ppid int
+		for _, line := range strings.Split(string(st), "\n") {
+			if strings.HasPrefix(line, "PPid:") {
+				fmt.Sscan(strings.TrimPrefix(line, "PPid:"), &ppid)
+			}
+		}
+		if ppid == 0 || slices.Contains(members, ppid) {
+			t.Fatalf("fork %d has parent %d", pid, ppid)
+		}
+	}
+	// closing a session kills its fork
+	request(t, sb, map[string]any{"op": "session_close", "session": b})
+	if got := sb.cg.Pids(); len(got) != 1 {
+		t.Fatalf("after closing one session the cgroup holds %v", got)
+	}
+	// a killed template is replaced at the next open
+	for _, tp := range tpls {
+		if tp.sb != nil && tp.sb.cg != nil {
+			for _, pid := range tp.sb.cg.Pids() {
+				unix.Kill(pid, unix.SIGKILL)
+			}
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+	c, _ := open()
+	if r := exec(c, "y = 1"); r["op"] != "result" {
+		t.Fatalf("exec after the template died: %v", r)
 	}
 }

@@ -79,14 +79,12 @@ class PythonSandbox {
   }
 
   async _start() {
-    const resp = await this.sandbox.request({ op: 'session_open', argv: ['python3', '-m', 'sandtrap_guest.worker'] });
-    if (resp.error) throw new IsolationUnavailable(resp.error.message);
+    // a fork of this configuration's template (started once per process by the
+    // engine, confined like this sandbox; the fork joins this sandbox's cgroup)
+    const template = encoder.encode({ op: 'template', policy: this.policy, filesystem_root: this.root, echo: this.echo });
+    const resp = await this.sandbox.request({ op: 'session_open', argv: ['python3', '-S', '-m', 'sandtrap_guest.worker'], template });
+    if (resp.error) throw new IsolationUnavailable(`the sandbox worker did not start: ${resp.error.message}`);
     this.session = resp.session;
-    const reply = await this._exchange({ op: 'init', policy: this.policy, filesystem_root: this.root, echo: this.echo }, 30);
-    if (!reply || reply.op !== 'ready') {
-      this.session = null;
-      throw new IsolationUnavailable(`the sandbox worker did not start: ${reply?.message ?? this.lastEnd}`);
-    }
   }
 
   /** Run Python code; resolves with {stdout, namespace, error, ticks, ...}; never rejects for the code's faults. */

@@ -177,3 +177,60 @@ def test_cancel_from_another_thread(level, tmp_path):
         assert time.monotonic() - start < 10
         r = sb.exec("y = 2")  # the sandbox stays usable
     assert r.error is None and r.namespace.get("y") == 2
+
+
+# ---------------------------------------------------------------- templates
+# Workers are forks of one pre-started template per configuration (engine
+# session_open with a "template" frame). Forks must share nothing but the template's
+# pristine state, and must not reach each other or the template.
+
+def _same_config(tmp_path, n=2, timeout=10):
+    import coop_bypass
+
+    policy = Policy(timeout=timeout)
+    policy.module(coop_bypass)
+    fs = IsolatedFS(tmp_path)
+    return [sandbox(policy, isolation="kernel", filesystem=fs) for _ in range(n)]
+
+
+def test_forks_of_one_template_share_no_namespace(tmp_path):
+    a, b = _same_config(tmp_path)
+    with a, b:
+        assert a.exec("secret = 41\nimport coop_bypass\npid = coop_bypass.getpid()").error is None
+        r = b.exec("import coop_bypass\npid = coop_bypass.getpid()\ntry:\n    secret\n    seen = True\n"
+                   "except NameError:\n    seen = False\n")
+        assert r.error is None, r.traceback
+        assert r.namespace["seen"] is False
+        ra = a.exec("x = secret + 1")
+        assert ra.namespace["x"] == 42 and ra.namespace["pid"] != r.namespace["pid"]
+
+
+def test_a_fork_cannot_signal_another_fork_or_the_template(tmp_path):
+    import errno
+
+    import sandtrap._native as native
+
+    if (native.probe().get("landlock_abi") or 0) < 6:
+        pytest.skip("Landlock signal scoping needs ABI 6")
+    a, b = _same_config(tmp_path)
+    with a, b:
+        pid_a = a.exec("import coop_bypass\npid = coop_bypass.getpid()").namespace["pid"]
+        r = b.exec(f"import coop_bypass as c\nsibling = c.kill({pid_a})\ntemplate = c.kill(c.getppid())\n")
+        assert r.error is None, r.traceback
+        assert r.namespace["sibling"] == errno.EPERM
+        assert r.namespace["template"] == errno.EPERM
+        assert a.exec("y = 1").error is None  # a is alive
+        (c,) = _same_config(tmp_path, n=1)
+        with c:
+            assert c.exec("z = 1").error is None  # and the template still forks
+
+
+def test_a_new_sandbox_is_a_fork_of_the_configurations_template(tmp_path):
+    parents = set()
+    for sb in _same_config(tmp_path, n=3):
+        with sb:
+            r = sb.exec("import coop_bypass as c\nppid = c.getppid()\npid = c.getpid()")
+            assert r.error is None, r.traceback
+            assert r.namespace["ppid"] != r.namespace["pid"]
+            parents.add(r.namespace["ppid"])
+    assert len(parents) == 1  # one template forked all three

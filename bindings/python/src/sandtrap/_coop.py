@@ -88,6 +88,20 @@ def _error_from_wire(e: dict | None) -> BaseException | None:
     return err
 
 
+_compiled: set[str] = set()
+
+
+def _precompile(guest_dir: str) -> None:
+    """Byte-compile the engine's guest runtime once (workers cannot write there in
+    kernel isolation; without bytecode every template start recompiles it)."""
+    if guest_dir in _compiled:
+        return
+    import compileall
+
+    compileall.compile_dir(guest_dir, quiet=2, workers=1)
+    _compiled.add(guest_dir)
+
+
 class CoopSandbox:
     """A persistent sandboxed namespace; see :func:`sandbox`."""
 
@@ -116,6 +130,7 @@ class CoopSandbox:
         guest_dir = info.get("guest_dir")
         if not guest_dir:
             raise IsolationUnavailable(f"the engine has no guest runtime: {info.get('guest_dir_error')}")
+        _precompile(guest_dir)
         env = {"PYTHONPATH": guest_dir, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1",
                "PYTHONSAFEPATH": "1"}
         root = self.filesystem.root if self.filesystem else None
@@ -162,15 +177,18 @@ class CoopSandbox:
         return resp or {}
 
     def _start_worker(self) -> None:
-        resp = self._request({"op": "session_open", "argv": [sys.executable, "-m", "sandtrap_guest.worker"]})
+        # A fork of this configuration's template (started once per host process,
+        # confined exactly like this sandbox; the fork joins this sandbox's cgroup).
+        start = {"op": "template", "policy": self._portable,
+                 "filesystem_root": self.filesystem.root if self.filesystem else None,
+                 "echo": self.echo, "sys_path": [p for p in sys.path if p and os.path.isdir(p)]}
+        rc, resp = _native.sandbox_exec(self._handle, _native.pack(
+            {"op": "session_open", "argv": [sys.executable, "-S", "-m", "sandtrap_guest.worker"],
+             "template": _native.pack(start)}))
+        if rc != _native.OK:
+            err = _native.status_error(rc, resp)
+            raise IsolationUnavailable(f"the sandbox worker did not start: {err}") from err
         self._session = resp["session"]
-        reply = self._exchange({"op": "init", "policy": self._portable,
-                                "filesystem_root": self.filesystem.root if self.filesystem else None,
-                                "echo": self.echo}, 30.0)
-        if reply is None or reply.get("op") != "ready":
-            why = (reply or {}).get("message") or self._last_end
-            self._session = None
-            raise IsolationUnavailable(f"the sandbox worker did not start: {why}")
 
     def _exchange(self, frame: dict, timeout: float) -> dict | None:
         """Send one frame, get one back; None when the worker ended (it is gone)."""

@@ -9,6 +9,8 @@ it and the host. Frames, host → worker:
      "stdin": str|None, "argv": [str]|None}
     {"op": "return", "value": ...} / {"op": "raise", "type": str, "message": str}   (answers to "call")
 
+    {"op": "template", ...init's fields, "sys_path": [str]}   (the engine's template start frame)
+
 worker → host:
 
     {"op": "ready"} / {"op": "error", "message": str}
@@ -16,10 +18,18 @@ worker → host:
     {"op": "result", "stdout", "stderr", "namespace", "error", "traceback", "ticks",
      "stdout_truncated", "duration"}
 
+As a template (``session_open`` with a ``template`` frame, see docs/protocol.md) the
+worker prepares a session once, answers ready, then only forks: each fork joins the
+engine's cgroup for its sandbox, adds a Landlock layer scoping signals and abstract
+unix sockets, takes the channel the engine passed as its stdin and stdout, says
+``{"op": "ready"}`` and serves exec frames like a freshly started worker.
+
 Values cross as msgpack data (None, bool, int, float, str, bytes, list, tuple, dict);
 anything else becomes a described placeholder (``wire.to_wire``). Never pickle.
 """
 import os
+import signal
+import socket
 import sys
 
 from . import mp
@@ -49,6 +59,99 @@ def _write(stream, obj):
     stream.flush()
 
 
+def _recv_exact(sock, n, fds):
+    buf = b""
+    while len(buf) < n:
+        data, anc, _flags, _addr = sock.recvmsg(n - len(buf), socket.CMSG_SPACE(16 * 4))
+        for level, kind, payload in anc:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.extend(int.from_bytes(payload[i:i + 4], sys.byteorder)
+                           for i in range(0, len(payload) - len(payload) % 4, 4))
+        if not data:
+            return None
+        buf += data
+    return buf
+
+
+def _recv_frame(sock):
+    """One frame and the fds that came with it (None at EOF)."""
+    fds = []
+    head = _recv_exact(sock, 4, fds)
+    if head is None:
+        return None, fds
+    data = _recv_exact(sock, int.from_bytes(head, "big"), fds)
+    return (None if data is None else mp.unpackb(data)), fds
+
+
+def _scope_landlock():
+    """A Landlock layer of its own: no signals to, no abstract unix sockets of,
+    processes outside it (the template, other forks). Landlock ABI >= 6."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    attr = (ctypes.c_uint64 * 3)(0, 0, 0x1 | 0x2)  # scoped: abstract unix sockets, signals
+    fd = libc.syscall(444, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)), ctypes.c_uint32(0))
+    if fd < 0:
+        raise OSError(ctypes.get_errno(), "landlock_create_ruleset")
+    try:
+        if libc.syscall(446, ctypes.c_int(fd), ctypes.c_uint32(0)) != 0:
+            raise OSError(ctypes.get_errno(), "landlock_restrict_self")
+    finally:
+        os.close(fd)
+
+
+def _serve_template():
+    """Fork on request. Returns in the child (now a worker on its own channel);
+    exits the process when the engine closes the template."""
+    sock = socket.socket(fileno=os.dup(0))
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the forks
+    while True:
+        msg, fds = _recv_frame(sock)
+        if msg is None:
+            sys.exit(0)
+        if msg.get("op") != "fork" or len(fds) != 1 + int(msg.get("cgroups") or 0):
+            for fd in fds:
+                os.close(fd)
+            _send(sock, {"op": "error", "message": f"unexpected template frame {msg.get('op')!r} with {len(fds)} fds"})
+            continue
+        chan, procs = fds[0], fds[1:]
+        pid = os.fork()
+        if pid == 0:
+            try:
+                sock.close()
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                for fd in procs:
+                    os.write(fd, b"0")
+                    os.close(fd)
+                if msg.get("scope"):
+                    _scope_landlock()
+                os.dup2(chan, 0)
+                os.dup2(chan, 1)
+                os.close(chan)
+            except BaseException as e:  # noqa: BLE001 - never serve half set up
+                try:
+                    os.write(chan, _frame({"op": "error", "message": f"fork set-up: {type(e).__name__}: {e}"}))
+                finally:
+                    os._exit(70)
+            return
+        for fd in fds:
+            os.close(fd)
+        pidfd = os.pidfd_open(pid)
+        try:
+            socket.send_fds(sock, [_frame({"op": "forked", "pid": pid})], [pidfd])
+        finally:
+            os.close(pidfd)
+
+
+def _frame(obj):
+    data = mp.packb(obj)
+    return len(data).to_bytes(4, "big") + data
+
+
+def _send(sock, obj):
+    sock.sendall(_frame(obj))
+
+
 def main() -> int:
     inp, out = sys.stdin.buffer, sys.stdout.buffer
     # the sandboxed code's prints go to the capture, never to the protocol stream
@@ -69,16 +172,23 @@ def main() -> int:
         if msg is None:
             return 0
         op = msg.get("op")
-        if op == "init":
+        if op in ("init", "template"):
             try:
+                sys.path.extend(p for p in msg.get("sys_path") or [] if p not in sys.path)
                 policy = Policy.from_portable(msg["policy"], host_call=host_call)
                 session = GuestSession(policy, filesystem_root=msg.get("filesystem_root"),
                                        echo=msg.get("echo", False))
                 if msg.get("filesystem_root"):
                     os.chdir(msg["filesystem_root"])
-                _write(out, {"op": "ready", "pid": os.getpid()})
+                if op == "template":
+                    import ctypes  # noqa: F401 - loaded once here, used by every fork
             except Exception as e:  # noqa: BLE001 - reported to the host
                 _write(out, {"op": "error", "message": f"{type(e).__name__}: {e}"})
+                continue
+            _write(out, {"op": "ready", "pid": os.getpid()})
+            if op == "template":
+                _serve_template()  # returns in a fork
+                _write(out, {"op": "ready", "pid": os.getpid()})
         elif op == "exec" and session is not None:
             r = session.exec(msg.get("code", ""), namespace=msg.get("namespace"),
                              modules=msg.get("modules"), stdin=msg.get("stdin"), argv=msg.get("argv"))

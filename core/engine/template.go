@@ -1,0 +1,374 @@
+package engine
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+	"golang.org/x/sys/unix"
+)
+
+// Templates. A session_open request that carries a "template" frame does not start
+// its program: it gets a fork of a template — the same program, started once under
+// the same policy, sent that frame (which prepares it: imports, set-up) and kept.
+// The template runs in a sandbox of its own built from this sandbox's policy, so it
+// holds exactly this sandbox's Landlock domain, seccomp filter, rlimits and pid
+// namespace; a fork inherits all of them. On top, each fork
+//
+//   - joins this sandbox's cgroup before it answers (so its limits are this
+//     sandbox's, not shared with other forks of the template), and
+//   - adds a Landlock layer that scopes signals and abstract unix sockets (ABI >= 6),
+//     so forks cannot signal each other or the template.
+//
+// The protocol a template program speaks (docs/protocol.md, "templates"): on
+// {"op": "fork", "cgroups": n, "scope": bool} with SCM_RIGHTS [channel, n cgroup.procs
+// fds], fork; the child writes "0" to each cgroup.procs fd, applies the scope layer,
+// makes the channel its stdin and stdout and sends {"op": "ready"} on it; the parent
+// answers {"op": "forked", "pid": n} with SCM_RIGHTS [the child's pidfd].
+type template struct {
+	key  string
+	mu   sync.Mutex // one start or fork at a time
+	sb   *Sandbox
+	ss   *session
+	used time.Time
+}
+
+var (
+	tplMu sync.Mutex
+	tpls  = map[string]*template{}
+)
+
+// MaxTemplates bounds the templates a host process keeps (least recently used go).
+const MaxTemplates = 8
+
+// forkTimeout bounds a template start's or a fork's handshake.
+const forkTimeout = 60 * time.Second
+
+func templateKey(s *Sandbox, req *RunRequest, start []byte) string {
+	env := make([]string, 0, len(req.Env))
+	for k, v := range req.Env {
+		env = append(env, k+"="+v)
+	}
+	sort.Strings(env)
+	b, _ := json.Marshal(struct {
+		Policy any
+		Argv   []string
+		Env    []string
+		Cwd    string
+		Start  []byte
+	}{s.Policy, req.Argv, env, req.Cwd, start})
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:])
+}
+
+// getTemplate returns the template for key, locked; the caller unlocks it.
+func getTemplate(key string) *template {
+	tplMu.Lock()
+	t := tpls[key]
+	if t == nil {
+		t = &template{key: key}
+		tpls[key] = t
+		if len(tpls) > MaxTemplates {
+			var old *template
+			for _, o := range tpls {
+				if o != t && (old == nil || o.used.Before(old.used)) {
+					old = o
+				}
+			}
+			delete(tpls, old.key)
+			go old.close()
+		}
+	}
+	t.used = time.Now()
+	tplMu.Unlock()
+	t.mu.Lock()
+	return t
+}
+
+func (t *template) close() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.sb != nil {
+		t.sb.Close()
+		t.sb, t.ss = nil, nil
+	}
+}
+
+// start runs the template program and prepares it with the start frame.
+func (t *template) start(s *Sandbox, req *RunRequest, startFrame []byte) error {
+	sb, err := New(s.Policy)
+	if err != nil {
+		return err
+	}
+	treq := *req
+	treq.Timeout = 0 // a template lives as long as it is useful
+	treq.Tag = ""
+	ss, err := sb.startSession(&treq, true)
+	if err != nil {
+		sb.Close()
+		return err
+	}
+	reply, fds, err := exchange(ss, startFrame, nil, time.Now().Add(forkTimeout))
+	closeAll(fds...)
+	if err == nil {
+		err = expectOp(reply, "ready")
+	}
+	if err != nil {
+		res := sb.finishSession(ss)
+		sb.Close()
+		return errorf(KindSpawn, "the template did not start: %v%s", err, stderrTail(res))
+	}
+	t.sb, t.ss = sb, ss
+	return nil
+}
+
+// sessionFork opens a session that is a fork of the template for this sandbox, req
+// and start frame (started first if there is none yet).
+func (s *Sandbox) sessionFork(m map[string]any, req *RunRequest, startFrame []byte) (map[string]any, error) {
+	if !s.enter() {
+		return nil, errorf(KindClosed, "the sandbox is closed")
+	}
+	defer s.inflight.Done()
+	t := getTemplate(templateKey(s, req, startFrame))
+	defer t.mu.Unlock()
+	for attempt := 0; ; attempt++ {
+		if t.ss == nil || t.ss.closed {
+			if t.sb != nil {
+				t.sb.Close()
+				t.sb, t.ss = nil, nil
+			}
+			if err := t.start(s, req, startFrame); err != nil {
+				return nil, err
+			}
+		}
+		ss, err, templateDied := s.forkFrom(t, req)
+		if err == nil {
+			return map[string]any{"session": ss.id}, nil
+		}
+		if !templateDied || attempt > 0 {
+			return nil, err
+		}
+		// the template died (killed, or out of memory): start a fresh one, once
+		t.sb.finishSession(t.ss)
+	}
+}
+
+// forkFrom asks t for a fork and makes it a session of s.
+func (s *Sandbox) forkFrom(t *template, req *RunRequest) (*session, error, bool) {
+	p, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, errorf(KindSpawn, "socketpair: %v", err), false
+	}
+	send := []int{p[1]}
+	ncg := 0
+	if s.cg != nil {
+		send = append(send, s.cg.ProcFDs()...)
+		ncg = len(s.cg.ProcFDs())
+	}
+	forkReq, _ := msgpack.Marshal(map[string]any{"op": "fork", "cgroups": ncg,
+		"scope": s.ruleset != nil && s.features.LandlockABI >= 6})
+	deadline := time.Now().Add(forkTimeout)
+	reply, fds, err := exchange(t.ss, forkReq, send, deadline)
+	unix.Close(p[1])
+	if err == nil {
+		err = expectOp(reply, "forked")
+	}
+	if err == nil && len(fds) != 1 {
+		err = fmt.Errorf("the template sent %d fds with its answer, want its child's pidfd", len(fds))
+	}
+	if err != nil {
+		closeAll(fds...)
+		unix.Close(p[0])
+		return nil, errorf(KindSpawn, "fork from the template: %v", err), true
+	}
+	proc := &pidfdProc{fd: fds[0]}
+	out, err := unix.FcntlInt(uintptr(p[0]), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		proc.kill()
+		proc.release()
+		unix.Close(p[0])
+		return nil, errorf(KindSpawn, "dup: %v", err), false
+	}
+	ss := &session{id: sessionSeq.Add(1), in: p[0], out: out, done: make(chan *Result, 1)}
+	ss.tag = fmt.Sprintf("\x00session-%d", ss.id)
+	// the fork says ready once it is in this sandbox's cgroup and scoped
+	hello, rfds, err := exchange(ss, nil, nil, deadline)
+	closeAll(rfds...)
+	if err == nil {
+		err = expectOp(hello, "ready")
+	}
+	if err != nil {
+		proc.kill()
+		proc.release()
+		closeAll(ss.in, ss.out)
+		return nil, errorf(KindSpawn, "the template's fork did not start: %v", err), false
+	}
+	untrack := s.track(ss.tag, proc.kill)
+	iso := s.isolation()
+	timeout := s.Policy.Timeout
+	if req.Timeout > 0 {
+		timeout = req.Timeout
+	}
+	var timedOut atomic.Bool
+	var timer *time.Timer
+	if timeout > 0 {
+		timer = time.AfterFunc(time.Duration(timeout*float64(time.Second)), func() {
+			timedOut.Store(true)
+			proc.kill()
+		})
+	}
+	go func() {
+		start := time.Now()
+		pfd := []unix.PollFd{{Fd: int32(proc.fd), Events: unix.POLLIN}}
+		for {
+			if _, err := unix.Poll(pfd, -1); err != unix.EINTR {
+				break
+			}
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		untrack()
+		proc.release()
+		// not our child: its status went to the template, which reaps it
+		res := &Result{Stdout: []byte{}, Stderr: []byte{}, Isolation: iso,
+			Usage: Usage{WallS: time.Since(start).Seconds()}}
+		if timedOut.Load() {
+			res.TimedOut = true
+			res.Error = &ErrorInfo{Kind: KindTimeout, Message: fmt.Sprintf("timed out after %gs", timeout)}
+		}
+		ss.done <- res
+	}()
+	s.addSession(ss)
+	return ss, nil, false
+}
+
+// pidfdProc is a process known by a pidfd; kill is safe after release.
+type pidfdProc struct {
+	mu sync.Mutex
+	fd int
+}
+
+func (p *pidfdProc) kill() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.fd >= 0 {
+		unix.PidfdSendSignal(p.fd, unix.SIGKILL, nil, 0)
+	}
+}
+
+func (p *pidfdProc) release() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.fd >= 0 {
+		unix.Close(p.fd)
+		p.fd = -1
+	}
+}
+
+func expectOp(frame []byte, op string) error {
+	var m map[string]any
+	if err := msgpack.Unmarshal(frame, &m); err != nil {
+		return fmt.Errorf("the answer is not a msgpack map: %v", err)
+	}
+	if m["op"] == op {
+		return nil
+	}
+	if msg, ok := m["message"].(string); ok {
+		return fmt.Errorf("%s", msg)
+	}
+	return fmt.Errorf("want %q, got %v", op, m["op"])
+}
+
+func stderrTail(r *Result) string {
+	if r == nil || len(r.Stderr) == 0 {
+		return ""
+	}
+	e := r.Stderr
+	if len(e) > 2000 {
+		e = e[len(e)-2000:]
+	}
+	return "; stderr: " + string(e)
+}
+
+// exchange writes one frame (none when frame is nil) with fds attached and reads one
+// frame back with any fds that came with it, by deadline.
+func exchange(ss *session, frame []byte, fds []int, deadline time.Time) ([]byte, []int, error) {
+	if frame != nil {
+		buf := make([]byte, 4+len(frame))
+		binary.BigEndian.PutUint32(buf, uint32(len(frame)))
+		copy(buf[4:], frame)
+		if len(fds) > 0 {
+			n, err := unix.SendmsgN(ss.in, buf, unix.UnixRights(fds...), nil, 0)
+			if err != nil {
+				return nil, nil, fmt.Errorf("sendmsg: %v", err)
+			}
+			buf = buf[n:]
+		}
+		if err := writeAll(ss.in, buf, deadline); err != nil {
+			return nil, nil, err
+		}
+	}
+	hdr := make([]byte, 4)
+	got := 0
+	var rfds []int
+	oob := make([]byte, unix.CmsgSpace(4*4))
+	for got < 4 {
+		if err := waitReadable(ss.out, deadline); err != nil {
+			return nil, rfds, err
+		}
+		n, oobn, _, _, err := unix.Recvmsg(ss.out, hdr[got:], oob, unix.MSG_CMSG_CLOEXEC)
+		if err == unix.EINTR || err == unix.EAGAIN {
+			continue
+		}
+		if err != nil {
+			return nil, rfds, err
+		}
+		if oobn > 0 {
+			msgs, _ := unix.ParseSocketControlMessage(oob[:oobn])
+			for _, cm := range msgs {
+				if r, err := unix.ParseUnixRights(&cm); err == nil {
+					rfds = append(rfds, r...)
+				}
+			}
+		}
+		if n == 0 {
+			return nil, rfds, fmt.Errorf("the session's program exited")
+		}
+		got += n
+	}
+	n := binary.BigEndian.Uint32(hdr)
+	if n > MaxFrame {
+		return nil, rfds, fmt.Errorf("the program sent a %d-byte frame (limit %d)", n, MaxFrame)
+	}
+	reply := make([]byte, n)
+	if err := readFull(ss.out, reply, deadline); err != nil {
+		return nil, rfds, err
+	}
+	return reply, rfds, nil
+}
+
+func waitReadable(fd int, deadline time.Time) error {
+	for {
+		wait := -1
+		if !deadline.IsZero() {
+			if wait = msUntil(time.Now(), deadline); wait == 0 {
+				return fmt.Errorf("timed out waiting for the program")
+			}
+		}
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		if _, err := unix.Poll(pfd, wait); err != nil && err != unix.EINTR {
+			return err
+		}
+		if pfd[0].Revents != 0 {
+			return nil
+		}
+	}
+}
