@@ -73,7 +73,7 @@ func TestTemplateFork(t *testing.T) {
 	}
 	sb := newSB(t, map[string]any{"max_memory": int64(512 << 20), "max_processes": 16,
 		"fs_readable": []any{"/usr", "/lib", "/bin", guestDir},
-		"env": map[string]any{"PYTHONPATH": guestDir, "PYTHONDONTWRITEBYTECODE": "1"}})
+		"env":         map[string]any{"PYTHONPATH": guestDir, "PYTHONDONTWRITEBYTECODE": "1"}})
 	start, _ := msgpack.Marshal(map[string]any{"op": "template", "policy": map[string]any{
 		"version": 1, "timeout": 30.0, "grants": []any{}}})
 	open := func() (any, int) {
