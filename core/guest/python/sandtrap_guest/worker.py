@@ -100,11 +100,53 @@ def _scope_landlock():
         os.close(fd)
 
 
-def _serve_template():
-    """Fork on request. Returns in the child (now a worker on its own channel);
-    exits the process when the engine closes the template."""
+def _spawn_spare(sock, scope, warm):
+    """Fork a worker ahead of the next request: it confines itself and waits on a
+    control socket to be handed its channel. Returns (pid, ctrl, scope) in the
+    template; returns None in the fork once it has been handed a channel."""
+    ctrl, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    pid = os.fork()
+    if pid:
+        theirs.close()
+        return pid, ctrl, scope
+    chan = None
+    try:
+        ctrl.close()
+        sock.close()
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        if scope:
+            _scope_landlock()
+        try:
+            warm()  # fault in this fork's copies of the pages an exec touches, ahead of time
+        except Exception:  # noqa: BLE001 - only a speed-up
+            pass
+        msg, fds = _recv_frame(theirs)
+        if msg is None or not fds:
+            os._exit(0)  # the template is gone
+        chan, procs = fds[0], fds[1:]
+        for fd in procs:
+            os.write(fd, b"0")  # join the asking sandbox's cgroup before anything else
+            os.close(fd)
+        os.dup2(chan, 0)
+        os.dup2(chan, 1)
+        os.close(chan)
+        theirs.close()
+    except BaseException as e:  # noqa: BLE001 - never serve half set up
+        try:
+            if chan is not None:
+                os.write(chan, _frame({"op": "error", "message": f"fork set-up: {type(e).__name__}: {e}"}))
+        finally:
+            os._exit(70)
+    return None
+
+
+def _serve_template(warm):
+    """Fork on request. Returns in a fork (now a worker on its own channel); exits
+    the process when the engine closes the template. One fork is made ahead of
+    each request, so a request costs a hand-over, not a fork."""
     sock = socket.socket(fileno=os.dup(0))
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the forks
+    spare = None
     while True:
         msg, fds = _recv_frame(sock)
         if msg is None:
@@ -114,33 +156,43 @@ def _serve_template():
                 os.close(fd)
             _send(sock, {"op": "error", "message": f"unexpected template frame {msg.get('op')!r} with {len(fds)} fds"})
             continue
-        chan, procs = fds[0], fds[1:]
-        pid = os.fork()
-        if pid == 0:
+        scope = bool(msg.get("scope"))
+        pid = None
+        for _attempt in range(2):
+            if spare is not None and spare[2] != scope:
+                os.kill(spare[0], signal.SIGKILL)
+                spare[1].close()
+                spare = None
+            if spare is None:
+                spare = _spawn_spare(sock, scope, warm)
+                if spare is None:
+                    return  # the fork, handed its channel
             try:
-                sock.close()
-                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                for fd in procs:
-                    os.write(fd, b"0")
-                    os.close(fd)
-                if msg.get("scope"):
-                    _scope_landlock()
-                os.dup2(chan, 0)
-                os.dup2(chan, 1)
-                os.close(chan)
-            except BaseException as e:  # noqa: BLE001 - never serve half set up
-                try:
-                    os.write(chan, _frame({"op": "error", "message": f"fork set-up: {type(e).__name__}: {e}"}))
-                finally:
-                    os._exit(70)
-            return
+                socket.send_fds(spare[1], [_frame({"op": "adopt"})], fds)
+                pid = spare[0]
+            except OSError:  # the spare died: make another
+                os.kill(spare[0], signal.SIGKILL)
+            spare[1].close()
+            spare = None
+            if pid is not None:
+                break
         for fd in fds:
             os.close(fd)
-        pidfd = os.pidfd_open(pid)
+        if pid is None:
+            _send(sock, {"op": "error", "message": "the template could not hand over a fork"})
+            continue
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError as e:
+            _send(sock, {"op": "error", "message": f"the fork died at once: {e}"})
+            continue
         try:
             socket.send_fds(sock, [_frame({"op": "forked", "pid": pid})], [pidfd])
         finally:
             os.close(pidfd)
+        spare = _spawn_spare(sock, scope, warm)
+        if spare is None:
+            return
 
 
 def _frame(obj):
@@ -187,7 +239,8 @@ def main() -> int:
                 continue
             _write(out, {"op": "ready", "pid": os.getpid()})
             if op == "template":
-                _serve_template()  # returns in a fork
+                pol = policy
+                _serve_template(lambda: GuestSession(pol).exec("x = 1"))  # returns in a fork
                 _write(out, {"op": "ready", "pid": os.getpid()})
         elif op == "exec" and session is not None:
             r = session.exec(msg.get("code", ""), namespace=msg.get("namespace"),
