@@ -16,8 +16,9 @@ The rewrite:
 * ``import a.b`` / ``from a import b`` -> assignments from ``__st_import__`` /
   ``__st_importfrom__``
 * loop bodies, function bodies: an inlined checkpoint
-  ``if (__st_n__ := __st_n__ - 1) < 0: __st_chk__()`` (``global __st_n__`` is
-  declared in every function and class body)
+  ``if (__st_n__ := __st_n__ - 1) < 0: __st_chk__()`` (``nonlocal __st_n__`` is
+  declared in every function body); loops directly in a class body call
+  ``__st_tick__()`` instead
 * comprehension steps: ``if (__st_n__ := __st_n__ - 1) >= 0 or __st_chk__()`` as the
   first condition of every ``for`` clause, or ``if __st_tick__()`` where an
   assignment expression is not allowed (class bodies, lambdas, comprehension
@@ -33,6 +34,32 @@ The rewrite:
 
 Private-name mangling (``self.__x`` inside ``class A`` -> ``_A__x``) is applied to
 attribute names before they become string constants, as the compiler would.
+
+The tick counter ``__st_n__`` is a closure cell shared by all sandboxed code (a
+``LOAD_DEREF``/``STORE_DEREF`` per checkpoint instead of a dict store).  For that the
+rewritten module body becomes the body of a function nested in another one::
+
+    def __st_outer__():
+        __st_n__ = 0                  # never runs: only makes __st_n__ a closure variable
+        def __st_main__():
+            nonlocal __st_n__
+            global <every name the module binds>
+            <module body>
+
+The session compiles this, takes ``__st_main__``'s code object (renamed ``<module>``,
+see ``session._main_code``) and calls it as a function with the session's counter
+cell as its closure and the session namespace as its globals.  Code that never
+touches the counter (no loop, function or comprehension: ``x = f(1)``) is left a
+plain module body, which compiles faster.  Declaring every bound name
+``global`` keeps module semantics (all names live in the namespace, qualnames of
+module-level functions and classes stay unqualified); what a function body would
+accept but a module body does not (``return``, ``yield``, ``await``, ``nonlocal``) is
+rejected with the compiler's own message; a module docstring is stored as
+``__doc__``; module-level annotations of names are evaluated (unless ``from __future__
+import annotations``) and dropped (sandboxed code cannot read ``__annotations__``);
+leading ``from __future__`` imports are hoisted out of the body to the top of the
+compiled module (so they act at compile time only; a body with them is always
+wrapped).
 """
 
 from __future__ import annotations
@@ -60,6 +87,8 @@ ECHO = "__st_echo__"
 EXC = "__st_exc__"
 MATCH = "__st_match__"
 MATCHCLS = "__st_matchcls__"
+OUTER = "__st_outer__"        # module wrapper (see the module docstring)
+MAIN = "__st_main__"
 
 # Identifiers user code may never use (as a Name, def/class name, argument,
 # alias, global, except target or pattern capture).
@@ -108,7 +137,10 @@ def _decrement() -> ast.NamedExpr:
                          value=ast.BinOp(left=_name(N), op=ast.Sub(), right=_const(1)))
 
 
-def _checkpoint_stmt(loc: ast.AST) -> ast.stmt:
+def _checkpoint_stmt(loc: ast.AST, inline: bool = True) -> ast.stmt:
+    if not inline:
+        # class bodies: no assignment to the closure counter from a class scope
+        return _locate(ast.Expr(value=_call(TICK)), loc)
     node = ast.If(
         test=ast.Compare(left=_decrement(), ops=[ast.Lt()], comparators=[_const(0)]),
         body=[ast.Expr(value=_call(CHK))],
@@ -121,6 +153,16 @@ def _locate(node: ast.AST, loc: ast.AST):
     """Give a freshly built ``node`` ``loc``'s position; its location-less children
     inherit it from ``ast.fix_missing_locations`` at the end of the rewrite."""
     return ast.copy_location(node, loc)
+
+
+# Constant parts of the module wrapper, shared by every rewritten tree (the compiler
+# only reads them; building AST nodes is a noticeable part of a small exec).
+_AT = {"lineno": 1, "col_offset": 0, "end_lineno": 1, "end_col_offset": 0}
+_NO_ARGS = ast.arguments(posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[],
+                         kwarg=None, defaults=[])
+_NONLOCAL_N = ast.Nonlocal(names=[N], **_AT)
+_INIT_N = ast.Assign(targets=[ast.Name(id=N, ctx=ast.Store(), **_AT)], value=ast.Constant(value=0, **_AT),
+                     **_AT)
 
 
 def _has_docstring(body: list[ast.stmt]) -> bool:
@@ -139,9 +181,15 @@ class _Scope:
 class Rewriter:
     """One-shot validator + rewriter for a parsed module."""
 
-    def __init__(self, source: str = "", echo: bool = False):
+    def __init__(self, source: str = "", echo: bool = False, filename: str = "<sandbox>"):
         self.source_lines = source.splitlines()
         self.echo = echo
+        self.filename = filename
+        self.future_annotations = False
+        self.uses_n = False          # an inlined checkpoint was emitted (the body needs the cell)
+        # every identifier seen (check_ident) or made up (temporaries): a superset of
+        # the names the module body binds, all declared global in the wrapper
+        self.names: set[str] = set()
         self.scopes: list[_Scope] = [_Scope("module", None)]
         self.comp_iter_depth = 0
         self._tmp = 0
@@ -157,7 +205,9 @@ class Rewriter:
 
     def tmp(self) -> str:
         self._tmp += 1
-        return f"__st_t{self._tmp}__"
+        name = f"__st_t{self._tmp}__"
+        self.names.add(name)
+        return name
 
     @property
     def scope(self) -> _Scope:
@@ -172,9 +222,26 @@ class Rewriter:
     def mangle(self, name: str) -> str:
         return mangle(self.scope.class_name, name)
 
+    def checkpoint(self, loc: ast.AST) -> ast.stmt:
+        """The checkpoint at the start of a loop body or function body: inlined on the
+        closure counter, or a ``__st_tick__()`` call directly in a class body."""
+        if self.nearest_code_scope() == "class":
+            return _checkpoint_stmt(loc, inline=False)
+        self.uses_n = True
+        return _checkpoint_stmt(loc)
+
+    def module_level_error(self, msg: str, node: ast.AST) -> SyntaxError:
+        """What the compiler says about ``node`` at module level, which it would accept
+        in the function body the module is wrapped in."""
+        lineno, col = getattr(node, "lineno", None), getattr(node, "col_offset", None)
+        end_lineno, end_col = getattr(node, "end_lineno", None), getattr(node, "end_col_offset", None)
+        return SyntaxError(msg, (self.filename, lineno, None if col is None else col + 1, None,
+                                 end_lineno, None if end_col is None else end_col + 1))
+
     def check_ident(self, name: str | None, node: ast.AST, *, binding_in_class: bool = False):
         if name is None:
             return
+        self.names.add(name)
         if name.startswith(RESERVED_PREFIX):
             raise self.error(f"identifier {name!r} uses the reserved prefix {RESERVED_PREFIX!r}", node)
         if name in DENIED_NAMES:
@@ -225,29 +292,74 @@ class Rewriter:
         # other statements is therefore never echoed; a program that is only a string
         # literal echoes it, like a notebook cell.
         echo_last = self.echo and bool(body) and isinstance(body[-1], ast.Expr)
+        docstring = _has_docstring(body) and not (echo_last and len(body) == 1)
+        # ``from __future__`` imports at the start of the module (after the docstring)
+        # go to the top of the compiled module; any other one stays where it is and the
+        # compiler rejects it as it would in a module.
+        n_future = int(docstring)
+        while n_future < len(body) and isinstance(body[n_future], ast.ImportFrom) \
+                and body[n_future].module == "__future__" and not body[n_future].level:
+            n_future += 1
+        futures: list[ast.stmt] = []
         new_body: list[ast.stmt] = []
         for i, st in enumerate(body):
             if echo_last and i == len(body) - 1:
                 self.visit(st)  # field check of the Expr node itself
                 new_body.append(_locate(ast.Expr(value=_locate(_call(ECHO, st.value), st)), st))
+            elif i == 0 and docstring:
+                self.visit(st)
+                self.names.add("__doc__")
+                new_body.append(_locate(ast.Assign(targets=[_name("__doc__", ast.Store())],
+                                                   value=st.value), st))
+            elif i < n_future:
+                futures.extend(self.stmts([st]))
+                if any(a.name == "annotations" for a in st.names):
+                    self.future_annotations = True
             else:
                 new_body.extend(self.stmts([st]))
-        tree.body = new_body
+        tree.body = futures + new_body
         tree.type_ignores = []
         ast.fix_missing_locations(tree)
+        if self.uses_n or futures:
+            tree.body = futures + [self._wrap_module(new_body)]
+        # else: nothing in the code touches the counter (no loop, function or
+        # comprehension; lambdas and builtins tick through __st_tick__), so the
+        # body stays a plain module body, which compiles faster than the wrapper.
+        # (With ``from __future__`` imports the body is always wrapped: they then
+        # only act at compile time, as the wrapper's body cannot hold them.)
         return tree
+
+    def _wrap_module(self, body: list[ast.stmt]) -> ast.stmt:
+        """``def __st_outer__(): __st_n__ = 0; def __st_main__(): <body>`` with
+        ``nonlocal __st_n__`` and ``global`` for every name the body binds.  (The
+        wrapper's nodes get their positions here: running fix_missing_locations over
+        them is a noticeable part of a small exec.)"""
+        at = _AT
+        # ``self.names`` holds every identifier of the module, not only the ones its
+        # body binds: declaring the others global is harmless (a name the body only
+        # reads is global already; a nested scope's own binding of a name is unaffected
+        # by a declaration in an enclosing scope).
+        names = sorted(self.names - {N})
+        pre: list[ast.stmt] = [_NONLOCAL_N]
+        if names:
+            pre.append(ast.Global(names=names, **at))
+        main = ast.FunctionDef(name=MAIN, args=_NO_ARGS, body=pre + (body or [ast.Pass(**at)]),
+                               decorator_list=[], returns=None, type_comment=None, **at)
+        return ast.FunctionDef(name=OUTER, args=_NO_ARGS, body=[_INIT_N, main], decorator_list=[],
+                               returns=None, type_comment=None, **at)
 
     # ---------------------------------------------------------- statements
     def _body_prelude(self, body: list[ast.stmt], loc: ast.AST, kind: str) -> list[ast.stmt]:
-        """Docstring (kept first), ``global __st_n__``, then the function entry
-        checkpoint or the class marker."""
+        """Docstring (kept first), then ``nonlocal __st_n__`` and the function entry
+        checkpoint, or the class marker."""
         pre: list[ast.stmt] = []
         rest = body
         if _has_docstring(body):
             pre.append(body[0])
             rest = body[1:]
-        pre.append(_locate(ast.Global(names=[N]), loc))
         if kind == "function":
+            self.uses_n = True
+            pre.append(_locate(ast.Nonlocal(names=[N]), loc))
             pre.append(_checkpoint_stmt(loc))
         else:
             pre.append(_locate(ast.Assign(targets=[_name(USER, ast.Store())], value=_name(MARK)), loc))
@@ -303,6 +415,8 @@ class Rewriter:
         return [node]
 
     def v_Return(self, node):
+        if self.scope.kind == "module":
+            raise self.module_level_error("'return' outside function", node)
         node.value = self.expr(node.value)
         return [node]
 
@@ -410,18 +524,38 @@ class Rewriter:
             return out + self._cleanup([t_obj, t_val], node)
         raise self.error(f"unsupported augmented assignment target: {type(t).__name__}", t)
 
+    def _module_annassign(self, node) -> list[ast.stmt]:
+        """``x: T = v`` / ``a[i]: T = v`` at module level, where the module body is a
+        function body (``global x`` plus an annotation would not compile): the value is
+        assigned, then the annotation is evaluated, as at module level, and dropped
+        (sandboxed code cannot read ``__annotations__``)."""
+        out: list[ast.stmt] = []
+        if node.value is not None:
+            out.append(_locate(ast.Assign(targets=[node.target], value=node.value), node))
+        elif isinstance(node.target, ast.Subscript):
+            # ``a[i]: T`` evaluates ``a`` and ``i`` (no subscription)
+            out.append(_locate(ast.Expr(value=node.target.value), node))
+            out.append(_locate(ast.Expr(value=node.target.slice), node))
+        if not self.future_annotations:
+            out.append(_locate(ast.Expr(value=node.annotation), node))
+        return out or [_locate(ast.Pass(), node)]
+
     def v_AnnAssign(self, node):
         t = node.target
         if isinstance(t, ast.Name):
             self.check_ident(t.id, t)
             node.annotation = self.visit(node.annotation)
             node.value = self.expr(node.value)
+            if self.scope.kind == "module":
+                return self._module_annassign(node)
             return [node]
         if isinstance(t, ast.Subscript):
             node.target = ast.copy_location(ast.Subscript(value=self.visit(t.value), slice=self.visit(t.slice),
                                                           ctx=ast.Store()), t)
             node.annotation = self.visit(node.annotation)
             node.value = self.expr(node.value)
+            if self.scope.kind == "module":
+                return self._module_annassign(node)
             return [node]
         if isinstance(t, ast.Attribute):
             self.check_attr_name(t.attr, t)
@@ -439,7 +573,7 @@ class Rewriter:
         temps: list[str] = []
         node.target = self.rewrite_target(node.target, posts, temps)
         body = self.stmts(node.body)
-        node.body = [_checkpoint_stmt(node), *posts, *body]
+        node.body = [self.checkpoint(node), *posts, *body]
         node.orelse = self.stmts(node.orelse)
         # (a for-target temporary is not deleted afterwards: the loop may not have run)
         return [node]
@@ -448,7 +582,7 @@ class Rewriter:
 
     def v_While(self, node):
         node.test = self.visit(node.test)
-        node.body = [_checkpoint_stmt(node), *self.stmts(node.body)]
+        node.body = [self.checkpoint(node), *self.stmts(node.body)]
         node.orelse = self.stmts(node.orelse)
         return [node]
 
@@ -547,7 +681,10 @@ class Rewriter:
             self.check_ident(n, node)
         return [node]
 
-    v_Nonlocal = v_Global
+    def v_Nonlocal(self, node):
+        if self.scope.kind == "module":
+            raise self.module_level_error("nonlocal declaration not allowed at module level", node)
+        return self.v_Global(node)
 
     def v_Expr(self, node):
         node.value = self.visit(node.value)
@@ -695,6 +832,7 @@ class Rewriter:
                     self.check_ident(n.id, n)
             g.ifs = self.exprs(g.ifs)
             if inline:
+                self.uses_n = True
                 tick = ast.BoolOp(op=ast.Or(), values=[
                     ast.Compare(left=_decrement(), ops=[ast.GtE()], comparators=[_const(0)]),
                     _call(CHK)])
@@ -720,6 +858,12 @@ class Rewriter:
     def v_value(self, node):
         node.value = self.expr(node.value)
         return node
+
+    def v_yield_await(self, node):
+        if self.scope.kind == "module":
+            what = "await" if isinstance(node, ast.Await) else "yield"
+            raise self.module_level_error(f"'{what}' outside function", node)
+        return self.v_value(node)
 
     def v_JoinedStr(self, node):
         node.values = self.exprs(node.values)
@@ -758,6 +902,7 @@ class _MatchHoist:
         self.rw = rw
         rw._tmp += 1
         self.var = f"__st_mv{rw._tmp}__"
+        rw.names.add(self.var)
         self.items: list[ast.keyword] = []
 
     def _hoist(self, key: str, value: ast.expr) -> ast.Attribute:
@@ -883,9 +1028,9 @@ _HANDLERS: dict[type, tuple] = {
     ast.SetComp: (R.v_SetComp, {"elt", "generators"}),
     ast.DictComp: (R.v_DictComp, {"key", "value", "generators"}),
     ast.GeneratorExp: (R.v_GeneratorExp, {"elt", "generators"}),
-    ast.Await: (R.v_value, {"value"}),
-    ast.Yield: (R.v_value, {"value"}),
-    ast.YieldFrom: (R.v_value, {"value"}),
+    ast.Await: (R.v_yield_await, {"value"}),
+    ast.Yield: (R.v_yield_await, {"value"}),
+    ast.YieldFrom: (R.v_yield_await, {"value"}),
     ast.Compare: (R.v_Compare, {"left", "ops", "comparators"}),
     ast.Call: (R.v_Call, {"func", "args", "keywords"}),
     ast.FormattedValue: (R.v_FormattedValue, {"value", "conversion", "format_spec"}),
@@ -931,7 +1076,7 @@ def rewrite(source: str, *, echo: bool = False, filename: str = "<sandbox>") -> 
 
     Raises SyntaxError (from the parser) or StValidationError."""
     tree = ast.parse(source, filename=filename, mode="exec")
-    rw = Rewriter(source, echo=echo)
+    rw = Rewriter(source, echo=echo, filename=filename)
     try:
         return rw.rewrite_module(tree)
     except RecursionError:

@@ -18,10 +18,12 @@ functions reached through granted modules (``math.sqrt``) do not tick, nor do
 methods of objects (``lst.append``).  The count is deterministic: it depends only on
 the program's control flow, never on timing.
 
-The counter is a global countdown ``__st_n__`` decremented inline; when it drops
-below zero ``__st_chk__`` accounts the ticks, checks cancel -> tick limit ->
-timeout -> memory, and re-arms it with at most ``_MAX_STRIDE`` (< 257, so the
-counter stays a cached small int).  The stride adapts so the check runs about every
+The counter is a countdown ``__st_n__`` decremented inline; it lives in one closure
+cell per session that every piece of sandboxed code shares (the module body runs as
+a function whose closure is that cell, see ``rewriter``).  When it drops below zero
+``__st_chk__`` accounts the ticks, checks cancel -> tick limit -> timeout -> memory,
+and re-arms it with at most ``_MAX_STRIDE`` (< 257, so the counter stays a cached
+small int).  The stride adapts so the check runs about every
 ``_TARGET_INTERVAL`` seconds however slow each tick is; the tick limit is exact
 (a ``StTickLimit`` result reports ``tick_limit + 1`` ticks: the tick that tripped).
 """
@@ -47,7 +49,7 @@ from .errors import (StCancelled, StError, StImportDenied, StTickLimit, StTimeou
 from .gates import SANDBOX_FILENAME, USER_MARK, Gate, _MatchVals
 from .policy import Policy
 
-_MAX_STRIDE = 200
+_MAX_STRIDE = 256   # the counter stays within the cached small ints [-5, 256]
 _TARGET_INTERVAL = 0.002
 _MEM_INTERVAL = 0.005
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -234,12 +236,13 @@ class GuestSession:
         self._stdin: io.StringIO | None = None
         self._code_lines: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._ns: dict[str, Any] = {}
+        self._cell = types.CellType(_MAX_STRIDE)     # the tick countdown (rewriter.N)
         self._exec_module_names: dict[str, types.ModuleType] = {}
         self._chk, self._tick = self._make_meter_fns()
         self.gate = Gate(self.policy, self._tick).finish()
         self._synthetic_parents = self._make_parents()
         self._builtins = self._make_builtins()
-        self._ns.update({"__builtins__": self._builtins, "__name__": "__main__", rw.N: _MAX_STRIDE})
+        self._ns.update({"__builtins__": self._builtins, "__name__": "__main__"})
 
     # ------------------------------------------------------------ namespace
     @property
@@ -249,33 +252,40 @@ class GuestSession:
 
     # ---------------------------------------------------------------- meter
     def _make_meter_fns(self):
-        ns = self._ns
+        cell = self._cell
         m = self._meter
-        N = rw.N
         mono = time.monotonic
         session = self
 
         def __st_chk__():
-            n = ns.get(N, 0)
+            # Runs once per stride (up to _MAX_STRIDE ticks) on a hot loop: keep it lean
+            # (no min()/max()/int() calls, each attribute read once).
+            try:
+                n = cell.cell_contents
+            except ValueError:
+                n = 0
             if type(n) is not int:
                 n = 0
-            m.base += m.armed - n
+            base = m.base + m.armed - n
+            m.base = base
             if not m.running:
                 m.armed = _MAX_STRIDE
-                ns[N] = _MAX_STRIDE
+                cell.cell_contents = _MAX_STRIDE
                 return True
             if m.tripped is not None:
                 m.armed = 0
-                ns[N] = 0
+                cell.cell_contents = 0
                 err = m.tripped
                 raise type(err)(*err.args)
+            limit = m.tick_limit
             try:
                 if m.cancelled:
                     raise session._trip(StCancelled("execution was cancelled"))
-                if m.tick_limit is not None and m.base > m.tick_limit:
-                    raise session._trip(StTickLimit(f"tick limit of {m.tick_limit} exceeded"))
+                if limit is not None and base > limit:
+                    raise session._trip(StTickLimit(f"tick limit of {limit} exceeded"))
                 now = mono()
-                if m.deadline is not None and now > m.deadline:
+                deadline = m.deadline
+                if deadline is not None and now > deadline:
                     raise session._trip(StTimeout(f"execution exceeded the timeout of {m.timeout:g}s"))
                 if m.memory_limit is not None and now - m.last_mem >= _MEM_INTERVAL:
                     m.last_mem = now
@@ -285,30 +295,29 @@ class GuestSession:
                             f"memory limit of {m.memory_limit} bytes exceeded (RSS grew by {grown} bytes)"))
             except BaseException:
                 m.armed = 0
-                ns[N] = 0
+                cell.cell_contents = 0
                 raise
             dt = now - m.last_chk
             m.last_chk = now
-            # aim at one check per _TARGET_INTERVAL whatever a tick costs; grow at most x2
+            # aim at one check per _TARGET_INTERVAL whatever a tick costs; grow at most x2:
+            # stride = max(1, min(_MAX_STRIDE, 2 * stride, int(stride * _TARGET_INTERVAL / dt)))
             stride = m.stride
-            if dt > 0:
-                stride = max(1, min(_MAX_STRIDE, stride * 2, int(stride * _TARGET_INTERVAL / dt)))
-            else:
-                stride = min(_MAX_STRIDE, stride * 2)
-            m.stride = stride
-            if m.tick_limit is not None:
-                stride = min(stride, m.tick_limit - m.base)
+            if stride < _MAX_STRIDE or dt > _TARGET_INTERVAL:
+                grown2 = stride * 2
+                if dt > 0:
+                    fit = stride * _TARGET_INTERVAL / dt
+                    if fit < grown2:
+                        grown2 = int(fit) if fit >= 1 else 1
+                stride = grown2 if grown2 < _MAX_STRIDE else _MAX_STRIDE
+                m.stride = stride
+            if limit is not None and limit - base < stride:
+                stride = limit - base
             m.armed = stride
-            ns[N] = stride
+            cell.cell_contents = stride
             return True
 
-        def __st_tick__():
-            n = ns[N] - 1
-            ns[N] = n
-            if n < 0:
-                __st_chk__()
-            return True
-
+        # the counter is a closure variable of __st_tick__ too (no attribute access)
+        __st_tick__ = _with_closure(_tick_template, {rw.N: cell, "chk": types.CellType(__st_chk__)})
         return __st_chk__, __st_tick__
 
     def _trip(self, err: BaseException) -> BaseException:
@@ -317,7 +326,10 @@ class GuestSession:
         return err
 
     def _ticks_now(self) -> int:
-        n = self._ns.get(rw.N, 0)
+        try:
+            n = self._cell.cell_contents
+        except ValueError:
+            n = 0
         if type(n) is not int:
             n = 0
         return self._meter.base + self._meter.armed - n
@@ -403,8 +415,7 @@ class GuestSession:
             if len(args) > 1:
                 raise TypeError(f"dir expected at most 1 argument, got {len(args)}")
             if not args:
-                frame = sys._getframe(1)
-                return sorted(k for k in frame.f_locals if _visible_name(k))
+                return sorted(k for k in _frame_names(sys._getframe(1)) if _visible_name(k))
             obj = args[0]
             return [n for n in _bi.dir(obj) if gate.allows_read(obj, n)]
 
@@ -416,8 +427,7 @@ class GuestSession:
         def locals():  # noqa: A001
             """A snapshot of the caller's local names (runtime internals removed)."""
             tick()
-            frame = sys._getframe(1)
-            return {k: v for k, v in frame.f_locals.items() if _visible_name(k)}
+            return {k: v for k, v in _frame_names(sys._getframe(1)).items() if _visible_name(k)}
 
         return locals
 
@@ -610,7 +620,7 @@ class GuestSession:
         ticks = 0
         try:
             tree = rw.rewrite(code, echo=echo_mode, filename=SANDBOX_FILENAME)
-            codeobj = compile(tree, SANDBOX_FILENAME, "exec", dont_inherit=True)
+            codeobj = _main_code(compile(tree, SANDBOX_FILENAME, "exec", dont_inherit=True))
         except (SyntaxError, StValidationError) as e:
             e.__traceback__ = None
             return ExecResult(stdout="", namespace=self.namespace, error=e, ticks=0,
@@ -622,6 +632,12 @@ class GuestSession:
                               isolation=self.isolation, traceback=_format_exception_only(err),
                               duration=time.monotonic() - t0)
         self._register_code(codeobj, code)
+        if codeobj.co_flags & _CO_NEWLOCALS:
+            # the module body as a function whose closure is the counter cell
+            main = types.FunctionType(codeobj, self._ns, "<module>", None,
+                                      (self._cell,) * len(codeobj.co_freevars))
+        else:
+            main = None   # a plain module body (it does not touch the counter)
         exec_mods = self._make_exec_modules(modules, stdin, argv)
         self._exec_module_names = exec_mods
         self.gate.exec_modules = {id(mod): mod for mod in exec_mods.values()}
@@ -636,7 +652,7 @@ class GuestSession:
         m.timeout = pol.timeout
         first = 1 if pol.tick_limit is None else min(1, pol.tick_limit)
         m.armed = first
-        ns[rw.N] = first
+        self._cell.cell_contents = first
         now = time.monotonic()
         m.last_chk = m.last_mem = now
         m.deadline = None if pol.timeout is None else now + pol.timeout
@@ -644,7 +660,10 @@ class GuestSession:
         m.running = True
         tb_text = None
         try:
-            exec(codeobj, ns)
+            if main is not None:
+                main()
+            else:
+                exec(codeobj, ns)
         except KeyboardInterrupt:
             raise
         except BaseException as e:  # noqa: BLE001 - every fault of the code is a result
@@ -670,7 +689,7 @@ class GuestSession:
                     tb_text = self._format_traceback(error, safe=True)
             m.running = False
             m.armed = _MAX_STRIDE
-            ns[rw.N] = _MAX_STRIDE
+            self._cell.cell_contents = _MAX_STRIDE
             m.base = 0
             # per-exec modules vanish: drop names still bound to them
             ids = self.gate.exec_modules
@@ -726,6 +745,74 @@ class GuestSession:
         else:
             out.extend(_tb.format_exception_only(type(error), error))
         return "".join(out)
+
+
+def _tick_template_factory(__st_n__, chk):
+    def __st_tick__():
+        nonlocal __st_n__
+        if (__st_n__ := __st_n__ - 1) < 0:
+            chk()
+        return True
+    return __st_tick__
+
+
+_tick_template = _tick_template_factory(0, None)
+
+
+def _with_closure(fn, cells: dict):
+    """A copy of the closure ``fn`` whose free variables are the given cells."""
+    code = fn.__code__
+    return types.FunctionType(code, fn.__globals__, fn.__name__, fn.__defaults__,
+                              tuple(cells[n] for n in code.co_freevars))
+
+
+_CO_NEWLOCALS = 0x2
+_CO_NOT_PLAIN = 0x20 | 0x80 | 0x100 | 0x200  # generator, coroutine, iterable coroutine, async generator
+_MAIN_PREFIX = f"{rw.OUTER}.<locals>.{rw.MAIN}.<locals>."
+
+
+def _main_code(module_code: types.CodeType) -> types.CodeType:
+    """The code to run: the module body's code object out of the compiled wrapper (see
+    ``rewriter``), named ``<module>``, with the wrapper's names removed from nested
+    qualnames; or ``module_code`` itself when the rewriter did not wrap the body
+    (nothing in it touches the counter)."""
+    outer = [c for c in module_code.co_consts if isinstance(c, types.CodeType) and c.co_name == rw.OUTER]
+    if not outer and rw.N not in module_code.co_names:
+        return module_code
+    main = [c for c in outer[0].co_consts if isinstance(c, types.CodeType) and c.co_name == rw.MAIN] \
+        if len(outer) == 1 else []
+    if len(main) != 1:
+        raise StValidationError("code could not be compiled: module wrapper not found")
+    main = main[0]
+    if main.co_flags & _CO_NOT_PLAIN or not main.co_flags & _CO_NEWLOCALS or main.co_argcount \
+            or main.co_kwonlyargcount or main.co_freevars not in ((), (rw.N,)):
+        raise StValidationError("code could not be compiled: unexpected module wrapper")
+    return _strip_qualnames(main).replace(co_name="<module>", co_qualname="<module>")
+
+
+def _strip_qualnames(code: types.CodeType) -> types.CodeType:
+    consts = code.co_consts
+    new = None
+    for i, c in enumerate(consts):
+        if isinstance(c, types.CodeType) and c.co_qualname.startswith(_MAIN_PREFIX):
+            if new is None:
+                new = list(consts)
+            new[i] = _strip_qualnames(c)
+    qn = code.co_qualname
+    if qn.startswith(_MAIN_PREFIX):
+        qn = qn[len(_MAIN_PREFIX):]
+    elif new is None:
+        return code
+    return code.replace(co_qualname=qn, co_consts=tuple(new) if new is not None else consts)
+
+
+def _frame_names(frame) -> dict:
+    """The names ``locals()``/``dir()`` see in ``frame``: the namespace for the module
+    body (a function frame whose globals are the namespace), else the frame's locals."""
+    code = frame.f_code
+    if code.co_name == "<module>" and code.co_filename == SANDBOX_FILENAME:
+        return frame.f_globals
+    return frame.f_locals
 
 
 def _ticking(fn, tick, name: str | None = None):
