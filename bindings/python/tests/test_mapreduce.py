@@ -101,3 +101,45 @@ def test_module_must_be_readable(data_dir: Path) -> None:
 
     with pytest.raises(PolicyError, match="not under fs_readable"):
         Sandbox(fs_readable=SYS, work_fn=fork_helpers.trivial)
+
+
+def test_clone_exit_status_stdin_and_environment() -> None:
+    work = ("import os, sys\n"
+            "assert sys.stdin.read() == ''\n"  # not the template's frame channel
+            "print(os.environ['CLONE_ID'])\n"
+            "if CLONE_ID == 1: sys.exit()\n"
+            "if CLONE_ID == 2: sys.exit(4)\n"
+            "if CLONE_ID == 3: sys.exit('bye')\n")
+    res = Sandbox(fs_readable=SYS, work_fn=work).fork(4).results()
+    assert [c.stdout for c in res] == [b"0\n", b"1\n", b"2\n", b"3\n"]
+    assert [c.exit_code for c in res] == [0, 0, 4, 1]
+    assert res[3].stderr == b"bye\n" and res[0].stderr == b""
+
+
+def test_clones_come_as_they_finish() -> None:
+    sb = Sandbox(fs_readable=SYS, work_fn="import time\nif CLONE_ID == 0: time.sleep(3)\nprint(CLONE_ID)")
+    t0 = time.monotonic()
+    clones = sb.fork(20)
+    it = iter(clones)
+    first = next(it)
+    assert first.id != 0 and time.monotonic() - t0 < 2.5
+    rest = list(it)
+    assert sorted([first.id] + [c.id for c in rest]) == list(range(20))
+    assert clones.results()[0].stdout == b"0\n"
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one CPU: one forker")
+def test_clones_are_forked_on_every_cpu() -> None:
+    # one forker per CPU, each an os.fork() of the template, forks its share of the clones
+    res = Sandbox(fs_readable=SYS, work_fn="import os, time\ntime.sleep(0.05)\nprint(os.getppid())").fork(40).results()
+    assert all(c.success for c in res)
+    assert len({c.stdout for c in res}) == len(os.sched_getaffinity(0))
+
+
+@pytest.mark.parametrize("limit", [2, 3, 5])
+def test_fork_within_a_process_limit(limit: int) -> None:
+    # the template, its forkers and the clones all count; with room for one process
+    # besides the template, the template forks the clones itself
+    sb = Sandbox(fs_readable=SYS, max_processes=limit, work_fn="print(CLONE_ID)")
+    res = sb.fork(12).results()
+    assert [c.stdout for c in res] == [b"%d\n" % i for i in range(12)], [c.stderr for c in res if not c.success]
