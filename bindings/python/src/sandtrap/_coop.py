@@ -88,20 +88,6 @@ def _error_from_wire(e: dict | None) -> BaseException | None:
     return err
 
 
-_compiled: set[str] = set()
-
-
-def _precompile(guest_dir: str) -> None:
-    """Byte-compile the engine's guest runtime once (workers cannot write there in
-    kernel isolation; without bytecode every template start recompiles it)."""
-    if guest_dir in _compiled:
-        return
-    import compileall
-
-    compileall.compile_dir(guest_dir, quiet=2, workers=1)
-    _compiled.add(guest_dir)
-
-
 class CoopSandbox:
     """A persistent sandboxed namespace; see :func:`sandbox`."""
 
@@ -126,11 +112,9 @@ class CoopSandbox:
 
     # ---------------------------------------------------------------- engine
     def _engine_policy(self) -> dict[str, Any]:
-        info = _native.probe()
-        guest_dir = info.get("guest_dir")
+        guest_dir = _native.guest_dir()
         if not guest_dir:
-            raise IsolationUnavailable(f"the engine has no guest runtime: {info.get('guest_dir_error')}")
-        _precompile(guest_dir)
+            raise IsolationUnavailable(f"the engine has no guest runtime: {_native.probe().get('guest_dir_error')}")
         env = {"PYTHONPATH": guest_dir, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1",
                "PYTHONSAFEPATH": "1"}
         root = self.filesystem.root if self.filesystem else None

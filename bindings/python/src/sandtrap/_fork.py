@@ -1,7 +1,7 @@
 """COW-fork map-reduce: ``Sandbox(init_fn=, work_fn=).fork(n)`` and ``reduce``.
 
-The template is ``sandtrap_guest.template`` (see ``_BOOT``), started by the engine
-as a session under the mapper's own policy (plus read access to the engine's guest
+The template is ``python3 -m sandtrap_guest.template``, started by the engine as a
+session under the mapper's own policy (plus read access to the engine's guest
 runtime): the host is never forked. ``init_fn`` runs once in it; each clone is an
 ``os.fork()`` of the template inside the sandbox, so it shares the template's
 memory copy-on-write and holds exactly its confinement and limits.
@@ -25,18 +25,6 @@ from . import _native
 from ._errors import IsolationUnavailable, PolicyError, SandtrapError
 
 Fn = Callable[..., Any] | str | None
-
-# Starts the template without the guest package's __init__ (the cooperative sandbox:
-# session, gates, rewriter, threading, ...): every clone pays for what the template
-# holds — its pages to copy on fork, and threading's at-fork hook, which alone costs a
-# clone about 130 page faults. Same as ``python3 -m sandtrap_guest.template``, leaner.
-_BOOT = ("import sys\n"
-         "p = type(sys)('sandtrap_guest')\n"
-         "p.__path__ = [sys.argv[1] + '/sandtrap_guest']\n"
-         "sys.modules['sandtrap_guest'] = p\n"
-         "from sandtrap_guest.template import main\n"
-         "sys.exit(main())\n")
-
 
 @dataclass
 class CloneResult:
@@ -127,10 +115,9 @@ class Clones:
                  parallel: int | None, max_output: int | None) -> None:
         readable = [os.path.realpath(p) for p in policy.get("fs_readable", [])] + \
                    [os.path.realpath(p) for p in policy.get("fs_writable", [])]
-        info = _native.probe()
-        guest = info.get("guest_dir")
+        guest = _native.guest_dir()
         if not guest:
-            raise IsolationUnavailable(f"the engine has no guest runtime: {info.get('guest_dir_error')}")
+            raise IsolationUnavailable(f"the engine has no guest runtime: {_native.probe().get('guest_dir_error')}")
         pol = dict(policy)
         pol["fs_readable"] = list(policy.get("fs_readable", [])) + [guest]
         env = dict(policy.get("env") or {})
@@ -148,7 +135,7 @@ class Clones:
             raise _native.status_error(rc, None, msg)
         try:
             python = _python(readable)
-            resp = self._req({"op": "session_open", "argv": [python, "-c", _BOOT, guest]})
+            resp = self._req({"op": "session_open", "argv": [python, "-m", "sandtrap_guest.template"]})
             self._session = resp["session"]
             frame: dict[str, Any] = {"op": "init", "sys_path": init.get("sys_path", []) + work.get("sys_path", [])}
             for d in (init, work):

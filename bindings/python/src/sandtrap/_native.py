@@ -215,6 +215,22 @@ def probe() -> dict[str, Any]:
     return take_buffer(out, n) or {}
 
 
+_compiled: set[str] = set()
+
+
+def guest_dir() -> str | None:
+    """The engine's guest runtime directory (None if the engine has none), byte-compiled
+    once per process: workers cannot write there under Landlock, and without bytecode
+    every template start recompiles it and every fork carries the bigger heap."""
+    d = probe().get("guest_dir")
+    if d and d not in _compiled:
+        import compileall
+
+        compileall.compile_dir(d, quiet=2, workers=1)
+        _compiled.add(d)
+    return d
+
+
 def sandbox_new(policy: bytes) -> tuple[int, int, str]:
     """(status, handle, error message)."""
     out, err = c_void_p(), c_void_p()

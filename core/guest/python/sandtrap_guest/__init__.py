@@ -12,16 +12,32 @@ in a worker process; the Python binding imports the same code for
 This layer is NOT an adversarial boundary on its own; see README.md.
 """
 
-from .errors import (StAttributeDenied, StCallDenied, StCancelled, StError, StImportDenied,
-                     StPolicyNotPortable, StTickLimit, StTimeout, StValidationError)
-from .policy import Policy
-from .session import BUILTIN_NAMES, ExecResult, GuestSession
-from .wire import error_to_wire, to_wire
+import importlib
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "Policy", "GuestSession", "ExecResult", "BUILTIN_NAMES", "to_wire", "error_to_wire",
-    "StError", "StValidationError", "StAttributeDenied", "StImportDenied", "StCallDenied",
-    "StPolicyNotPortable", "StTimeout", "StTickLimit", "StCancelled",
-]
+# Loaded on first use (PEP 562): ``python3 -m sandtrap_guest.template`` imports this
+# package, and the map-reduce template must stay lean — every clone copies what it
+# holds, and threading's at-fork hook alone costs each clone ~130 page faults.
+_WHERE = {
+    "Policy": "policy", "GuestSession": "session", "ExecResult": "session",
+    "BUILTIN_NAMES": "session", "to_wire": "wire", "error_to_wire": "wire",
+    **{n: "errors" for n in ("StError", "StValidationError", "StAttributeDenied", "StImportDenied",
+                             "StCallDenied", "StPolicyNotPortable", "StTimeout", "StTickLimit",
+                             "StCancelled")},
+}
+
+__all__ = list(_WHERE)
+
+
+def __getattr__(name):
+    mod = _WHERE.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'sandtrap_guest' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{mod}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_WHERE))

@@ -1,5 +1,5 @@
 """The COW-fork template of the process sandbox: ``python3 -m sandtrap_guest.template``
-(the Python binding starts it without the package's ``__init__``, see ``_fork._BOOT``).
+(the package's ``__init__`` loads nothing until asked, so the template stays lean).
 
 The engine runs it as a session under the mapper's policy (Landlock, seccomp, pid
 namespace, limits); ``init`` runs once here, then every clone is an ``os.fork()`` of

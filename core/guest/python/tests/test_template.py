@@ -15,7 +15,8 @@ from sandtrap_guest import mp
 
 GUEST = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # core/guest/python
 
-# as the Python binding starts it (_fork._BOOT): the package without its __init__
+# the template's main with test code run first ({extra}); the bindings start it as
+# ``python3 -m sandtrap_guest.template`` (test_started_as_a_module_too)
 BOOT = ("import sys\n"
         "p = type(sys)('sandtrap_guest')\n"
         "p.__path__ = [sys.argv[1] + '/sandtrap_guest']\n"
@@ -328,11 +329,22 @@ def test_fds_stay_bounded(tpl):
 
 
 def test_started_as_a_module_too(tpl):
-    # ``python3 -m sandtrap_guest.template`` (the Node binding starts it so)
+    # ``python3 -m sandtrap_guest.template``, as the bindings start it
     t = tpl(module=True)
     t.start("print(CLONE_ID)", n=5)
     out, _ = t.collect()
     assert [out[i]["stdout"] for i in range(5)] == [b"%d\n" % i for i in range(5)]
+
+
+def test_the_module_start_stays_lean():
+    # every clone copies what the template holds: the package's __init__ must not
+    # load the cooperative runtime (or threading, whose at-fork hook each clone pays)
+    code = ("import sys\n"
+            "import sandtrap_guest.template\n"
+            "print(sorted(m for m in sys.modules if m == 'threading' or m.startswith('sandtrap_guest.')))")
+    out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=GUEST), check=True).stdout
+    assert out.strip() == "['sandtrap_guest.mp', 'sandtrap_guest.template']"
 
 
 def test_unexpected_frames_are_answered_with_errors(tpl):
