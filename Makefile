@@ -64,6 +64,7 @@ bench: deps lib
 	$(PYTHON) -m pip install -q ./bindings/python
 	$(PYTHON) bench/python/bench_run.py
 	$(PYTHON) bench/python/bench_coop.py
+	$(PYTHON) bench/python/bench_ticks.py
 	$(PYTHON) bench/python/bench_fork.py
 	cd bindings/node && npm install --no-audit --no-fund
 	node bench/node/bench_run.mjs
