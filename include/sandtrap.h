@@ -138,7 +138,11 @@ int sandtrap_sandbox_cancel(sandtrap_sandbox *sb, const char *tag);
 /* Confine the calling process for good with sb's policy: Landlock on every thread
  * (files, network, scoping) and, when with_seccomp is non-zero, the seccomp filter.
  * Refuses (SANDTRAP_E_ISOLATION_UNAVAILABLE) rather than risking the host, e.g. when
- * /proc/self/task is unreadable. Calling it again stacks a further restriction. */
+ * /proc/self/task is unreadable. Calling it again stacks a further restriction.
+ * Everything sandtrap started before it holds none of the new confinement (and,
+ * once Landlock scopes signals, could no longer be killed), so confine first stops
+ * it: runs in flight end as cancelled, sessions end (their next frame says
+ * "confined"), zygotes and templates are replaced by confined ones on next use. */
 int sandtrap_confine(const sandtrap_sandbox *sb, int with_seccomp, char **errmsg);
 
 #ifdef __cplusplus

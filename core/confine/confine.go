@@ -23,11 +23,8 @@ type Plan struct {
 // Apply confines every thread of the process. It refuses, touching nothing, when
 // /proc/self/task is unreadable: psx would otherwise kill the whole host.
 func Apply(p Plan) error {
-	if _, err := os.ReadDir("/proc/self/task"); err != nil {
-		return fmt.Errorf("refusing to confine: /proc/self/task is unreadable (%v); psx cannot reach every thread", err)
-	}
-	if p.LandlockFD < 0 && p.BPF == nil {
-		return fmt.Errorf("nothing to confine with")
+	if err := Check(p); err != nil {
+		return err
 	}
 	if err := ll.AllThreadsPrctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("no_new_privs: %w", err)
@@ -48,6 +45,17 @@ func Apply(p Plan) error {
 		}
 		// The filter refuses new namespaces: later runs must not ask for a pid namespace.
 		kernel.MarkSeccompConfined()
+	}
+	return nil
+}
+
+// Check reports whether Apply can proceed, without changing anything.
+func Check(p Plan) error {
+	if _, err := os.ReadDir("/proc/self/task"); err != nil {
+		return fmt.Errorf("refusing to confine: /proc/self/task is unreadable (%v); psx cannot reach every thread", err)
+	}
+	if p.LandlockFD < 0 && p.BPF == nil {
+		return fmt.Errorf("nothing to confine with")
 	}
 	return nil
 }

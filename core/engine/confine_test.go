@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestConfine confines a child test process (irreversible), then checks that the
@@ -34,8 +35,35 @@ func confineChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// its zygote (and a session's program) started before confining too
+	if res := run(wide, "/usr/bin/cat", "/etc/hostname"); !res.Success {
+		t.Fatalf("read before confine: %+v %q", res.Error, res.Stderr)
+	}
+	open, kind := request(t, wide, map[string]any{"op": "session_open", "argv": []any{"/usr/bin/python3", "-c", echoServer}})
+	if kind != "" {
+		t.Fatalf("session: %v", open)
+	}
+	// a run in flight could not be killed after confine (Landlock scopes signals):
+	// confine stops it
+	inflight := make(chan *Result, 1)
+	go func() { inflight <- run(wide, "/usr/bin/sleep", "30") }()
+	time.Sleep(200 * time.Millisecond)
 	if err := sb.Confine(false); err != nil {
 		t.Fatal(err)
+	}
+	select {
+	case r := <-inflight:
+		if r.Success {
+			t.Fatalf("the run in flight succeeded: %+v", r)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a run in flight at confine() kept running")
+	}
+	// a session that started before confining ends at its next frame: the frame is
+	// not delivered, and the response says why
+	r, _ := request(t, wide, map[string]any{"op": "session_send", "session": open["session"], "frame": []byte("x"), "timeout": 10.0})
+	if r["ended"] != true || r["confined"] != true {
+		t.Fatalf("a pre-confine session kept running: %v", r)
 	}
 	if _, err := os.ReadFile("/etc/hostname"); !os.IsPermission(err) {
 		t.Fatalf("host read /etc/hostname after confine: %v", err)

@@ -69,6 +69,8 @@ type Sandbox struct {
 	zspec    *spawn.ZygoteSpec
 	zmu      sync.Mutex
 	zyg      *spawn.Zygote
+	zygGen   uint64          // confineGen when zyg started
+	retired  []*spawn.Zygote // zygotes from before a confine(), kept for their runs in flight
 	pidNS    bool
 	userNS   bool
 	cg       *cgroup.Group // the sandbox's cgroup (nil: no limit needs one)
@@ -323,6 +325,9 @@ func build(p *policy.Policy, probs policy.Problems) (*Sandbox, error) {
 		sb.Close()
 		return nil, errorf(KindIsolation, "isolation unavailable: preparing sandtrap-init: %v", err)
 	}
+	liveMu.Lock()
+	live[sb] = struct{}{}
+	liveMu.Unlock()
 	return sb, nil
 }
 
@@ -379,6 +384,9 @@ func (s *Sandbox) Close() {
 	}
 	s.closed = true
 	s.mu.Unlock()
+	liveMu.Lock()
+	delete(live, s)
+	liveMu.Unlock()
 	s.closeSessions()
 	s.inflight.Wait() // runs in flight still need the zygote
 	s.zmu.Lock()
@@ -386,6 +394,10 @@ func (s *Sandbox) Close() {
 		s.zyg.Close()
 		s.zyg = nil
 	}
+	for _, z := range s.retired {
+		z.Close()
+	}
+	s.retired = nil
 	s.zmu.Unlock()
 	s.ruleset.Close()
 	if s.cg != nil {
@@ -500,15 +512,27 @@ func (s *Sandbox) zygote(fresh *spawn.Zygote) (*spawn.Zygote, error) {
 		s.zyg.Close()
 		s.zyg = nil
 	}
+	if s.zyg != nil && s.zygGen != confineGen.Load() {
+		// started before this process confined itself: it holds none of that
+		// confinement, so later runs need a new one (which inherits it)
+		s.retired = append(s.retired, s.zyg)
+		s.zyg = nil
+	}
 	if s.zyg == nil {
+		gen := confineGen.Load()
 		z, err := spawn.StartZygote(s.zspec)
 		if err != nil {
 			return nil, err
 		}
-		s.zyg = z
+		s.zyg, s.zygGen = z, gen
 	}
 	return s.zyg, nil
 }
+
+// confineGen counts successful Confine calls. Zygotes, sessions and templates
+// started before the latest one serve no later run: everything a run or exec starts
+// after confine() must be at least as restricted as the host.
+var confineGen atomic.Uint64
 
 // Confine applies this sandbox's Landlock ruleset (and, when withSeccomp, its
 // seccomp filter) to every thread of the calling process, irreversibly.
@@ -538,8 +562,47 @@ func (s *Sandbox) Confine(withSeccomp bool) error {
 	if err := spawn.Ready(); err != nil {
 		return errorf(KindIsolation, "isolation unavailable: %v", err)
 	}
-	if err := confine.Apply(plan); err != nil {
+	if err := confine.Check(plan); err != nil {
+		return errorf(KindIsolation, "%v", err)
+	}
+	// Everything started before now holds none of the new confinement, and once it
+	// scopes signals this process can no longer kill it: stop it all first.
+	stopEverything()
+	err := confine.Apply(plan)
+	confineGen.Add(1) // even half applied: nothing from before may serve again
+	if err != nil {
 		return errorf(KindIsolation, "%v", err)
 	}
 	return nil
+}
+
+// live holds every sandbox not yet closed (confine stops all of their processes).
+var (
+	liveMu sync.Mutex
+	live   = map[*Sandbox]struct{}{}
+)
+
+// stopEverything kills every run, session and template of this process and retires
+// every zygote (for confine).
+func stopEverything() {
+	closeTemplates()
+	liveMu.Lock()
+	all := make([]*Sandbox, 0, len(live))
+	for s := range live {
+		all = append(all, s)
+	}
+	liveMu.Unlock()
+	for _, s := range all {
+		s.Cancel("", true)
+		s.zmu.Lock()
+		if s.zyg != nil {
+			s.retired = append(s.retired, s.zyg)
+			s.zyg = nil
+		}
+		for _, z := range s.retired {
+			z.Close() // kills its runs' pid 1s (they die with it)
+		}
+		s.retired = nil
+		s.zmu.Unlock()
+	}
 }

@@ -23,6 +23,7 @@ type session struct {
 	done   chan *Result
 	mu     sync.Mutex // one exchange at a time
 	closed bool
+	gen    uint64 // confineGen when the program started
 }
 
 var sessionSeq atomic.Uint64
@@ -77,7 +78,7 @@ func (s *Sandbox) startSession(req *RunRequest, sock bool) (*session, error) {
 			return nil, errorf(KindSpawn, "pipe: %v", err)
 		}
 	}
-	ss := &session{id: sessionSeq.Add(1), in: inW, out: outR, done: make(chan *Result, 1)}
+	ss := &session{id: sessionSeq.Add(1), in: inW, out: outR, done: make(chan *Result, 1), gen: confineGen.Load()}
 	ss.tag = fmt.Sprintf("\x00session-%d", ss.id)
 	req.StdinFD, req.StdoutFD, req.Stdin = inR, outW, nil
 	req.Tag = ss.tag
@@ -153,6 +154,13 @@ func (s *Sandbox) sessionSend(m map[string]any) (map[string]any, error) {
 	if ss.closed {
 		return nil, errorf(KindInvalidRequest, "invalid request: session is closed")
 	}
+	if ss.gen != confineGen.Load() {
+		// the frame is not delivered: the program predates the host's confinement
+		out := s.sessionEnded(ss, "the host process confined itself after this session started; "+
+			"the session was ended (a new one is confined too)")
+		out["confined"] = true
+		return out, nil
+	}
 	var deadline time.Time
 	if timeout > 0 {
 		deadline = time.Now().Add(time.Duration(timeout * float64(time.Second)))
@@ -185,6 +193,7 @@ func (s *Sandbox) sessionEnded(ss *session, why string) map[string]any {
 func (s *Sandbox) finishSession(ss *session) *Result {
 	if !ss.closed {
 		ss.closed = true
+		unix.Shutdown(ss.in, unix.SHUT_RDWR) // sockets: EOF even though out stays open
 		unix.Close(ss.in)
 		s.Cancel(ss.tag, false)
 	}

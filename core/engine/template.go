@@ -58,12 +58,13 @@ func templateKey(s *Sandbox, req *RunRequest, start []byte) string {
 	}
 	sort.Strings(env)
 	b, _ := json.Marshal(struct {
-		Policy any
-		Argv   []string
-		Env    []string
-		Cwd    string
-		Start  []byte
-	}{s.Policy, req.Argv, env, req.Cwd, start})
+		Policy  any
+		Argv    []string
+		Env     []string
+		Cwd     string
+		Start   []byte
+		Confine uint64 // a template from before confine() is not this one
+	}{s.Policy, req.Argv, env, req.Cwd, start, confineGen.Load()})
 	h := sha256.Sum256(b)
 	return hex.EncodeToString(h[:])
 }
@@ -90,6 +91,18 @@ func getTemplate(key string) *template {
 	tplMu.Unlock()
 	t.mu.Lock()
 	return t
+}
+
+// closeTemplates ends every template (after confine(): their forks would hold
+// none of the new confinement; the next open starts a new one, which does).
+func closeTemplates() {
+	tplMu.Lock()
+	all := tpls
+	tpls = map[string]*template{}
+	tplMu.Unlock()
+	for _, t := range all {
+		t.close()
+	}
 }
 
 func (t *template) close() {
@@ -196,7 +209,7 @@ func (s *Sandbox) forkFrom(t *template, req *RunRequest) (*session, error, bool)
 		unix.Close(p[0])
 		return nil, errorf(KindSpawn, "dup: %v", err), false
 	}
-	ss := &session{id: sessionSeq.Add(1), in: p[0], out: out, done: make(chan *Result, 1)}
+	ss := &session{id: sessionSeq.Add(1), in: p[0], out: out, done: make(chan *Result, 1), gen: t.ss.gen}
 	ss.tag = fmt.Sprintf("\x00session-%d", ss.id)
 	// the fork says ready once it is in this sandbox's cgroup and scoped
 	hello, rfds, err := exchange(ss, nil, nil, deadline)

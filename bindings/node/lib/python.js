@@ -71,6 +71,7 @@ class PythonSandbox {
     if (resp.error) throw new SandtrapError(resp.error.message, { code: resp.error.kind });
     if (resp.ended) {
       this.session = null;
+      this.stale = resp.confined === true; // the frame was not delivered
       const stderr = Buffer.from(resp.result?.stderr ?? []).toString().slice(-2000);
       this.lastEnd = `${resp.reason}; stderr: ${stderr}`;
       return null;
@@ -98,7 +99,15 @@ class PythonSandbox {
         this.started = true;
       }
       const timeout = this.policy.timeout + GRACE;
-      const reply = await this._exchange({ op: 'exec', code, namespace: namespace ?? null, stdin: stdin ?? null, argv: argv ?? null }, timeout);
+      const frame = { op: 'exec', code, namespace: namespace ?? null, stdin: stdin ?? null, argv: argv ?? null };
+      this.stale = false;
+      let reply = await this._exchange(frame, timeout);
+      if (!reply && this.stale) {
+        // the worker predates this process's confine(): it ended before the code ran
+        await this._start();
+        restarted = true;
+        reply = await this._exchange(frame, timeout);
+      }
       const base = { isolation: this.level, restarted };
       if (!reply) {
         const kind = this.lastEnd.includes('timed out') ? 'StTimeout' : 'WorkerCrashed';

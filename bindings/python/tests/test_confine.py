@@ -42,6 +42,40 @@ def test_confine_then_sandbox_cannot_widen(tmp_path: Path) -> None:
 
 
 @needs_landlock()
+def test_what_started_before_confine_does_not_serve_after_it(tmp_path: Path) -> None:
+    # a sandbox whose zygote runs, a cooperative worker (a fork of its template) and
+    # the template itself all predate confine(): none may serve a later run or exec
+    tmp_path.chmod(0o755)
+    p = run_py(f"""
+        import os, sys
+        from sandtrap import Sandbox, confine
+        from sandtrap._coop import IsolatedFS, Policy, sandbox
+        wide = Sandbox(fs_readable=["/"])
+        print("BEFORE", wide.run(["cat", "/etc/hostname"]).success)
+        pol = Policy(timeout=10)
+        pol.module(os)
+        box = sandbox(pol, isolation="process", filesystem=IsolatedFS({str(tmp_path)!r}))
+        probe = "import os\\ntry:\\n    os.open('/etc/hostname', os.O_RDONLY)\\n    r = 'READ'\\nexcept OSError as e:\\n    r = e.errno\\n"
+        print("EXEC BEFORE", box.exec(probe).namespace["r"])
+        from sandtrap import _native
+        confine(Sandbox(fs_readable=["/usr", "/lib", "/bin", sys.prefix, sys.base_prefix, _native.guest_dir()],
+                        fs_writable=[{str(tmp_path)!r}]))
+        r = wide.run(["cat", "/etc/hostname"])
+        print("AFTER", r.success, r.stderr.decode().strip())
+        e = box.exec(probe)
+        print("EXEC AFTER", e.namespace.get("r"), e.restarted, e.error)
+        fresh = sandbox(pol, isolation="process", filesystem=IsolatedFS({str(tmp_path)!r}))
+        print("NEW SANDBOX", fresh.exec(probe).namespace["r"])
+    """)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[0] == "BEFORE True" and lines[1] == "EXEC BEFORE READ", p.stdout
+    assert lines[2].startswith("AFTER False") and "Permission denied" in lines[2], p.stdout
+    assert lines[3] == "EXEC AFTER 13 True None", p.stdout  # EACCES, in a fresh worker
+    assert lines[4] == "NEW SANDBOX 13", p.stdout
+
+
+@needs_landlock()
 def test_confine_with_proc_readable(tmp_path: Path) -> None:
     tmp_path.chmod(0o755)
     p = run_py(f"""

@@ -180,6 +180,7 @@ class CoopSandbox:
                               "frame": _native.pack(frame), "timeout": timeout})
         if resp.get("ended"):
             self._session = None
+            self._stale = bool(resp.get("confined"))  # the frame was not delivered
             res = resp.get("result") or {}
             stderr = (res.get("stderr") or b"")[-2000:]
             self._last_end = f"{resp.get('reason')}; stderr: {stderr.decode('utf-8', 'replace')}"
@@ -223,7 +224,14 @@ class CoopSandbox:
             frame = {"op": "exec", "code": code, "namespace": to_wire(namespace) if namespace else None,
                      "modules": to_wire(modules) if modules else None, "stdin": stdin,
                      "argv": list(argv) if argv is not None else None}
+            self._stale = False
             reply = self._exchange(frame, timeout)
+            if reply is None and self._stale:
+                # the worker predates this process's confine(): it was ended before
+                # the code ran; a fresh one holds the new confinement too
+                self._start_worker()
+                restarted = True
+                reply = self._exchange(frame, timeout)
             while reply is not None and reply.get("op") == "call":
                 reply = self._exchange(self._host_call(reply), timeout)
             if reply is None or reply.get("op") != "result":
@@ -246,6 +254,7 @@ class CoopSandbox:
                               isolation=dict(self._report), restarted=restarted)
 
     _ever_started = False
+    _stale = False
     _last_end = ""
     _cancelled = False
 
