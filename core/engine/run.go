@@ -20,8 +20,9 @@ import (
 type RunRequest struct {
 	Argv      []string
 	Stdin     []byte
-	StdinFD   int // >= 0: use this fd as stdin instead (pipelines)
-	StdoutFD  int // >= 0: send stdout here instead of capturing it (pipelines)
+	NoTimeout bool // not even the policy's (templates: their forks get their own)
+	StdinFD   int  // >= 0: use this fd as stdin instead (pipelines)
+	StdoutFD  int  // >= 0: send stdout here instead of capturing it (pipelines)
 	Timeout   float64
 	Env       map[string]string
 	Cwd       string
@@ -163,7 +164,7 @@ func (s *Sandbox) Run(req *RunRequest) *Result {
 		cwd = req.Cwd
 	}
 	timeout := p.Timeout
-	if req.Timeout > 0 {
+	if req.Timeout > 0 || req.NoTimeout {
 		timeout = req.Timeout
 	}
 	maxOut := p.MaxOutput

@@ -43,7 +43,7 @@ func (s *Sandbox) sessionOpen(m map[string]any) (map[string]any, error) {
 		return nil, requestError(err)
 	}
 	if hasTpl {
-		return s.sessionFork(m, req, startFrame)
+		return s.sessionFork(req, startFrame)
 	}
 	ss, err := s.startSession(req, false)
 	if err != nil {

@@ -142,3 +142,49 @@ func TestTemplateFork(t *testing.T) {
 		t.Fatalf("exec after the template died: %v", r)
 	}
 }
+
+// Ending a template ends its forks (they live in its pid namespace): more
+// configurations than MaxTemplates must not evict a template that has live forks.
+func TestTemplateEvictionSparesLiveForks(t *testing.T) {
+	guestDir, err := guest.Dir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb := newSB(t, map[string]any{"fs_readable": []any{"/usr", "/lib", "/bin", guestDir},
+		"env": map[string]any{"PYTHONPATH": guestDir, "PYTHONDONTWRITEBYTECODE": "1"}})
+	var ids []any
+	for i := 0; i < MaxTemplates+2; i++ {
+		start, _ := msgpack.Marshal(map[string]any{"op": "template", "policy": map[string]any{
+			"version": 1, "timeout": 30.0 + float64(i), "grants": []any{}}})
+		r, kind := request(t, sb, map[string]any{"op": "session_open",
+			"argv": []any{"/usr/bin/python3", "-S", "-m", "sandtrap_guest.worker"}, "template": start})
+		if kind != "" {
+			t.Fatalf("open %d: %v", i, r)
+		}
+		ids = append(ids, r["session"])
+	}
+	for i, id := range ids {
+		f, _ := msgpack.Marshal(map[string]any{"op": "exec", "code": "x = 1"})
+		r, _ := request(t, sb, map[string]any{"op": "session_send", "session": id, "frame": f, "timeout": 20.0})
+		if r["ended"] == true {
+			t.Fatalf("fork %d died when later configurations came: %v", i, r["reason"])
+		}
+	}
+	sb.Close()
+	time.Sleep(50 * time.Millisecond)
+	// with no live forks left, the next new configuration evicts down to the cap
+	sb2 := newSB(t, map[string]any{"fs_readable": []any{"/usr", "/lib", "/bin", guestDir},
+		"env": map[string]any{"PYTHONPATH": guestDir, "PYTHONDONTWRITEBYTECODE": "1"}})
+	start, _ := msgpack.Marshal(map[string]any{"op": "template", "policy": map[string]any{
+		"version": 1, "timeout": 99.0, "grants": []any{}}})
+	if r, kind := request(t, sb2, map[string]any{"op": "session_open",
+		"argv": []any{"/usr/bin/python3", "-S", "-m", "sandtrap_guest.worker"}, "template": start}); kind != "" {
+		t.Fatalf("open: %v", r)
+	}
+	tplMu.Lock()
+	n := len(tpls)
+	tplMu.Unlock()
+	if n > MaxTemplates+2 {
+		t.Fatalf("%d templates kept", n)
+	}
+}

@@ -33,11 +33,12 @@ import (
 // makes the channel its stdin and stdout and sends {"op": "ready"} on it; the parent
 // answers {"op": "forked", "pid": n} with SCM_RIGHTS [the child's pidfd].
 type template struct {
-	key  string
-	mu   sync.Mutex // one start or fork at a time
-	sb   *Sandbox
-	ss   *session
-	used time.Time
+	key   string
+	mu    sync.Mutex // one start or fork at a time
+	sb    *Sandbox
+	ss    *session
+	used  time.Time
+	forks atomic.Int64 // live forks: they live in its pid namespace and die with it
 }
 
 var (
@@ -45,7 +46,8 @@ var (
 	tpls  = map[string]*template{}
 )
 
-// MaxTemplates bounds the templates a host process keeps (least recently used go).
+// MaxTemplates bounds the idle templates a host process keeps (least recently used
+// go; a template with live forks stays).
 const MaxTemplates = 8
 
 // forkTimeout bounds a template start's or a fork's handshake.
@@ -77,14 +79,18 @@ func getTemplate(key string) *template {
 		t = &template{key: key}
 		tpls[key] = t
 		if len(tpls) > MaxTemplates {
+			// the least recently used one without live forks (ending a template
+			// ends its forks); none such: keep them all for now
 			var old *template
 			for _, o := range tpls {
-				if o != t && (old == nil || o.used.Before(old.used)) {
+				if o != t && o.forks.Load() == 0 && (old == nil || o.used.Before(old.used)) {
 					old = o
 				}
 			}
-			delete(tpls, old.key)
-			go old.close()
+			if old != nil {
+				delete(tpls, old.key)
+				go old.close()
+			}
 		}
 	}
 	t.used = time.Now()
@@ -121,7 +127,7 @@ func (t *template) start(s *Sandbox, req *RunRequest, startFrame []byte) error {
 		return err
 	}
 	treq := *req
-	treq.Timeout = 0 // a template lives as long as it is useful
+	treq.Timeout, treq.NoTimeout = 0, true // a template lives while it is useful
 	treq.Tag = ""
 	ss, err := sb.startSession(&treq, true)
 	if err != nil {
@@ -144,7 +150,7 @@ func (t *template) start(s *Sandbox, req *RunRequest, startFrame []byte) error {
 
 // sessionFork opens a session that is a fork of the template for this sandbox, req
 // and start frame (started first if there is none yet).
-func (s *Sandbox) sessionFork(m map[string]any, req *RunRequest, startFrame []byte) (map[string]any, error) {
+func (s *Sandbox) sessionFork(req *RunRequest, startFrame []byte) (map[string]any, error) {
 	if !s.enter() {
 		return nil, errorf(KindClosed, "the sandbox is closed")
 	}
@@ -224,6 +230,7 @@ func (s *Sandbox) forkFrom(t *template, req *RunRequest) (*session, error, bool)
 		return nil, errorf(KindSpawn, "the template's fork did not start: %v", err), false
 	}
 	untrack := s.track(ss.tag, proc.kill)
+	t.forks.Add(1)
 	iso := s.isolation()
 	timeout := s.Policy.Timeout
 	if req.Timeout > 0 {
@@ -250,6 +257,7 @@ func (s *Sandbox) forkFrom(t *template, req *RunRequest) (*session, error, bool)
 		}
 		untrack()
 		proc.release()
+		t.forks.Add(-1)
 		// not our child: its status went to the template, which reaps it
 		res := &Result{Stdout: []byte{}, Stderr: []byte{}, Isolation: iso,
 			Usage: Usage{WallS: time.Since(start).Seconds()}}
