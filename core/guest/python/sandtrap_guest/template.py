@@ -141,7 +141,9 @@ def _child(cid, out_w, err_w, work, g, drop):
     try:
         os.dup2(out_w, 1)
         os.dup2(err_w, 2)
-        for fd in drop:  # the forker's own channel: a clone must not hold it open
+        os.close(out_w)
+        os.close(err_w)
+        for fd in drop:  # the forker's channel and pipes: a clone must not hold them open
             os.close(fd)
         if callable(work):
             work(cid)
@@ -283,7 +285,8 @@ class _Forker:
             if self.stdin >= 0:
                 os.dup2(self.stdin, 0)
                 sys.stdout, sys.stderr = _streams()
-            _child(cid, out_w, err_w, self.work, self.g, self.drop)
+            # the read ends of its own and its siblings' pipes: a clone reads none of them
+            _child(cid, out_w, err_w, self.work, self.g, [*self.drop, out_r, err_r, *self.clones])
         os.close(out_w)
         os.close(err_w)
         c = _Clone(cid, pid, out_r, err_r, time.monotonic() + self.timeout if self.timeout else None)

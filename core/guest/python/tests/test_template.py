@@ -391,3 +391,22 @@ def test_no_forker_can_be_forked_the_template_forks(tpl):
     t.start("import os\nprint(CLONE_ID, os.getppid() == int(os.environ['TPL']))", n=5, forkers=1)
     out, _ = t.collect()
     assert [out[i]["stdout"] for i in range(5)] == [b"%d True\n" % i for i in range(5)]
+
+
+def test_a_clone_holds_no_other_clones_pipes(tpl):
+    # every clone sees only its own stdin, stdout and stderr: no read end of its own
+    # or a sibling's output pipe (it could steal or block their output)
+    t = tpl()
+    t.start("import os, stat, time\n"
+            "time.sleep(0.05)\n"
+            "def is_pipe(f):\n"
+            "    try:\n"
+            "        return stat.S_ISFIFO(os.fstat(f).st_mode)\n"
+            "    except OSError:\n"
+            "        return False  # listdir's own fd, closed by now\n"
+            "fds = sorted(int(f) for f in os.listdir('/proc/self/fd'))\n"
+            "print([f for f in fds if f > 2 and is_pipe(f)])\n", n=40, parallel=8)
+    out, _ = t.collect()
+    assert len(out) == 40
+    for i in range(40):
+        assert out[i]["stdout"] == b"[]\n", (i, out[i])
