@@ -234,3 +234,19 @@ def test_a_new_sandbox_is_a_fork_of_the_configurations_template(tmp_path):
             assert r.namespace["ppid"] != r.namespace["pid"]
             parents.add(r.namespace["ppid"])
     assert len(parents) == 1  # one template forked all three
+
+
+def test_a_worker_holds_only_its_stdio(tmp_path):
+    # a fork holds its channel (0, 1) and stderr (2): no other sandbox's channel or
+    # cgroup.procs fd, not the template's channel — first fork of a template or later
+    policy = Policy(timeout=10)
+    policy.module(os)
+    probe = ("import os\nfds = []\nfor f in os.listdir('/proc/self/fd'):\n    try:\n"
+             "        os.fstat(int(f))\n        fds.append(int(f))\n    except OSError:\n        pass\n")
+    seen = []
+    for _ in range(3):
+        with sandbox(policy, isolation="process", filesystem=IsolatedFS(tmp_path)) as sb:
+            r = sb.exec(probe)
+            assert r.error is None, r.traceback
+            seen.append(sorted(r.namespace["fds"]))
+    assert seen == [[0, 1, 2]] * 3, seen

@@ -100,7 +100,7 @@ def _scope_landlock():
         os.close(fd)
 
 
-def _spawn_spare(sock, scope, warm):
+def _spawn_spare(sock, scope, warm, pending=()):
     """Fork a worker ahead of the next request: it confines itself and waits on a
     control socket to be handed its channel. Returns (pid, ctrl, scope) in the
     template; returns None in the fork once it has been handed a channel."""
@@ -111,6 +111,10 @@ def _spawn_spare(sock, scope, warm):
         return pid, ctrl, scope
     chan = None
     try:
+        # none of the template's channel or of a request's fds (a channel, another
+        # sandbox's cgroup.procs) that were open when this fork was made
+        for fd in pending:
+            os.close(fd)
         ctrl.close()
         sock.close()
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -164,7 +168,7 @@ def _serve_template(warm):
                 spare[1].close()
                 spare = None
             if spare is None:
-                spare = _spawn_spare(sock, scope, warm)
+                spare = _spawn_spare(sock, scope, warm, fds)
                 if spare is None:
                     return  # the fork, handed its channel
             try:
