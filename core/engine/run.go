@@ -90,6 +90,22 @@ func pipe() (r, w int, err error) {
 	return p[0], p[1], nil // fd numbers do not matter: they reach the zygote as SCM_RIGHTS
 }
 
+// runEnv is a run's environment: the sandbox's, with the request's on top.
+func (s *Sandbox) runEnv(req *RunRequest) []string {
+	if len(req.Env) == 0 {
+		return s.env
+	}
+	m := map[string]string{}
+	for _, kv := range s.env {
+		k, v, _ := strings.Cut(kv, "=")
+		m[k] = v
+	}
+	for k, v := range req.Env {
+		m[k] = v
+	}
+	return flatten(m)
+}
+
 // lookPath finds argv0 as execvp would, in the PATH the program will see.
 func lookPath(argv0 string, env []string) (string, error) {
 	if strings.Contains(argv0, "/") {
@@ -143,18 +159,7 @@ func (s *Sandbox) Run(req *RunRequest) *Result {
 	}
 	defer s.inflight.Done()
 	p := s.Policy
-	env := s.env
-	if len(req.Env) > 0 {
-		m := map[string]string{}
-		for _, kv := range env {
-			k, v, _ := strings.Cut(kv, "=")
-			m[k] = v
-		}
-		for k, v := range req.Env {
-			m[k] = v
-		}
-		env = flatten(m)
-	}
+	env := s.runEnv(req)
 	path, err := lookPath(req.Argv[0], env)
 	if err != nil {
 		return failed(KindNotFound, err.Error(), iso)

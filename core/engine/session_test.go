@@ -83,6 +83,14 @@ func TestTemplateFork(t *testing.T) {
 		if kind != "" {
 			t.Fatalf("open: %v", r)
 		}
+		// a fork is a fresh worker: it is sent init
+		f, _ := msgpack.Marshal(map[string]any{"op": "init", "policy": map[string]any{
+			"version": 1, "timeout": 30.0, "grants": []any{}}})
+		ri, _ := request(t, sb, map[string]any{"op": "session_send", "session": r["session"], "frame": f, "timeout": 20.0})
+		var m map[string]any
+		if err := msgpack.Unmarshal(ri["frame"].([]byte), &m); err != nil || m["op"] != "ready" {
+			t.Fatalf("init: %v", ri)
+		}
 		return r["session"], len(tpls)
 	}
 	exec := func(id any, code string) map[string]any {
@@ -164,7 +172,7 @@ func TestTemplateEvictionSparesLiveForks(t *testing.T) {
 		ids = append(ids, r["session"])
 	}
 	for i, id := range ids {
-		f, _ := msgpack.Marshal(map[string]any{"op": "exec", "code": "x = 1"})
+		f, _ := msgpack.Marshal(map[string]any{"op": "init", "policy": map[string]any{"version": 1, "grants": []any{}}})
 		r, _ := request(t, sb, map[string]any{"op": "session_send", "session": id, "frame": f, "timeout": 20.0})
 		if r["ended"] == true {
 			t.Fatalf("fork %d died when later configurations came: %v", i, r["reason"])

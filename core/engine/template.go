@@ -6,32 +6,39 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/sandtrap/sandtrap/core/policy"
 	"github.com/vmihailenco/msgpack/v5"
 	"golang.org/x/sys/unix"
 )
 
 // Templates. A session_open request that carries a "template" frame does not start
-// its program: it gets a fork of a template — the same program, started once under
-// the same policy, sent that frame (which prepares it: imports, set-up) and kept.
-// The template runs in a sandbox of its own built from this sandbox's policy, so it
-// holds exactly this sandbox's Landlock domain, seccomp filter, rlimits and pid
-// namespace; a fork inherits all of them. On top, each fork
+// its program: it gets a fork of a template — the same program, started once and
+// sent that frame (which prepares it: imports, set-up) and kept. One template serves
+// every sandbox whose policy differs only in its paths and working directory (a
+// fresh directory per task does not cost a fresh interpreter):
 //
-//   - joins this sandbox's cgroup before it answers (so its limits are this
-//     sandbox's, not shared with other forks of the template), and
-//   - adds a Landlock layer that scopes signals and abstract unix sockets (ABI >= 6),
-//     so forks cannot signal each other or the template.
+//   - the template runs in a sandbox of its own with this policy except for the
+//     paths: Landlock lets it read and write everywhere (it runs only the program's
+//     own preparation, never sandboxed code); the seccomp filter, rlimits, network
+//     rules and pid namespace are this policy's;
+//   - each fork, before it answers, joins the asking sandbox's cgroup (its limits are
+//     that sandbox's) and restricts itself with the asking sandbox's own Landlock
+//     ruleset (passed as an fd): the intersection with the template's domain is
+//     exactly that ruleset — files, network and the scoping of signals and abstract
+//     unix sockets, so forks reach neither each other nor the template;
+//   - it takes the asking sandbox's working directory and environment.
 //
 // The protocol a template program speaks (docs/protocol.md, "templates"): on
-// {"op": "fork", "cgroups": n, "scope": bool} with SCM_RIGHTS [channel, n cgroup.procs
-// fds], fork; the child writes "0" to each cgroup.procs fd, applies the scope layer,
-// makes the channel its stdin and stdout and sends {"op": "ready"} on it; the parent
-// answers {"op": "forked", "pid": n} with SCM_RIGHTS [the child's pidfd].
+// {"op": "fork", "landlock": bool, "cgroups": n, "cwd": str, "env": [k=v]} with
+// SCM_RIGHTS [channel, ruleset (when landlock), n cgroup.procs fds], fork; the child
+// writes "0" to each cgroup.procs fd, calls landlock_restrict_self with the ruleset,
+// changes to cwd, replaces its environment, makes the channel its stdin and stdout
+// and sends {"op": "ready"} on it; the parent answers {"op": "forked", "pid": n} with
+// SCM_RIGHTS [the child's pidfd].
 type template struct {
 	key   string
 	mu    sync.Mutex // one start or fork at a time
@@ -53,20 +60,23 @@ const MaxTemplates = 8
 // forkTimeout bounds a template start's or a fork's handshake.
 const forkTimeout = 60 * time.Second
 
+// templatePolicy is p for a template: every path readable and writable (each fork
+// restricts itself with its own sandbox's ruleset), no working directory of its own.
+// The environment stays: the template program starts with it (forks get their own).
+func templatePolicy(p *policy.Policy) *policy.Policy {
+	t := *p
+	t.FSReadable, t.FSWritable, t.FSDenied = []string{"/"}, []string{"/"}, nil
+	t.Cwd = ""
+	return &t
+}
+
 func templateKey(s *Sandbox, req *RunRequest, start []byte) string {
-	env := make([]string, 0, len(req.Env))
-	for k, v := range req.Env {
-		env = append(env, k+"="+v)
-	}
-	sort.Strings(env)
 	b, _ := json.Marshal(struct {
 		Policy  any
 		Argv    []string
-		Env     []string
-		Cwd     string
 		Start   []byte
 		Confine uint64 // a template from before confine() is not this one
-	}{s.Policy, req.Argv, env, req.Cwd, start, confineGen.Load()})
+	}{templatePolicy(s.Policy), req.Argv, start, confineGen.Load()})
 	h := sha256.Sum256(b)
 	return hex.EncodeToString(h[:])
 }
@@ -122,13 +132,14 @@ func (t *template) close() {
 
 // start runs the template program and prepares it with the start frame.
 func (t *template) start(s *Sandbox, req *RunRequest, startFrame []byte) error {
-	sb, err := New(s.Policy)
+	sb, err := New(templatePolicy(s.Policy))
 	if err != nil {
 		return err
 	}
 	treq := *req
 	treq.Timeout, treq.NoTimeout = 0, true // a template lives while it is useful
 	treq.Tag = ""
+	treq.Cwd = "/" // forks take their own sandbox's
 	ss, err := sb.startSession(&treq, true)
 	if err != nil {
 		sb.Close()
@@ -186,13 +197,20 @@ func (s *Sandbox) forkFrom(t *template, req *RunRequest) (*session, error, bool)
 		return nil, errorf(KindSpawn, "socketpair: %v", err), false
 	}
 	send := []int{p[1]}
+	if s.ruleset != nil {
+		send = append(send, s.ruleset.FD)
+	}
 	ncg := 0
 	if s.cg != nil {
 		send = append(send, s.cg.ProcFDs()...)
 		ncg = len(s.cg.ProcFDs())
 	}
-	forkReq, _ := msgpack.Marshal(map[string]any{"op": "fork", "cgroups": ncg,
-		"scope": s.ruleset != nil && s.features.LandlockABI >= 6})
+	cwd := s.Policy.Cwd
+	if req.Cwd != "" {
+		cwd = req.Cwd
+	}
+	forkReq, _ := msgpack.Marshal(map[string]any{"op": "fork", "landlock": s.ruleset != nil,
+		"cgroups": ncg, "cwd": cwd, "env": s.runEnv(req)})
 	deadline := time.Now().Add(forkTimeout)
 	reply, fds, err := exchange(t.ss, forkReq, send, deadline)
 	unix.Close(p[1])

@@ -52,7 +52,7 @@ class PythonSandbox {
       : {
           fsReadable: ['/usr', '/lib', info.guestDir, ...['/lib64'].filter((d) => fs.existsSync(d))],
           cleanEnv: true,
-          env: { ...env, HOME: this.root ?? '/nonexistent' },
+          env: { ...env, HOME: '/nonexistent' }, // the worker's init sets HOME to the root
           maxProcesses: 64,
           allowDegraded,
           ...(this.root ? { fsWritable: [this.root] } : {}),
@@ -82,10 +82,16 @@ class PythonSandbox {
   async _start() {
     // a fork of this configuration's template (started once per process by the
     // engine, confined like this sandbox; the fork joins this sandbox's cgroup)
-    const template = encoder.encode({ op: 'template', policy: this.policy, filesystem_root: this.root, echo: this.echo });
+    // one template serves sandboxes that differ only in paths: the fork gets init
+    const template = encoder.encode({ op: 'template', policy: this.policy });
     const resp = await this.sandbox.request({ op: 'session_open', argv: ['python3', '-S', '-m', 'sandtrap_guest.worker'], template });
     if (resp.error) throw new IsolationUnavailable(`the sandbox worker did not start: ${resp.error.message}`);
     this.session = resp.session;
+    const reply = await this._exchange({ op: 'init', policy: this.policy, filesystem_root: this.root, echo: this.echo }, 30);
+    if (!reply || reply.op !== 'ready') {
+      this.session = null;
+      throw new IsolationUnavailable(`the sandbox worker did not start: ${reply?.message ?? this.lastEnd}`);
+    }
   }
 
   /** Run Python code; resolves with {stdout, namespace, error, ticks, ...}; never rejects for the code's faults. */

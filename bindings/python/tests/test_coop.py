@@ -250,3 +250,43 @@ def test_a_worker_holds_only_its_stdio(tmp_path):
             assert r.error is None, r.traceback
             seen.append(sorted(r.namespace["fds"]))
     assert seen == [[0, 1, 2]] * 3, seen
+
+
+def test_sandboxes_with_different_roots_share_a_template_not_their_files(tmp_path):
+    # one template serves every root (a fresh directory per task costs a fork, not an
+    # interpreter); each fork holds its own sandbox's Landlock rules: its root only
+    import errno
+
+    import coop_bypass
+
+    policy = Policy(timeout=10)
+    policy.module(coop_bypass)
+    policy.module(os)
+    roots = [tmp_path / "a", tmp_path / "b"]
+    for r in roots:
+        r.mkdir()
+        (r / "secret.txt").write_text(f"secret of {r.name}")
+    probe = ("import os, coop_bypass\n"
+             "def try_read(p):\n"
+             "    try:\n"
+             "        fd = os.open(p, os.O_RDONLY)\n"
+             "        return os.read(fd, 100).decode()\n"
+             "    except OSError as e:\n"
+             "        return e.errno\n"
+             "mine = try_read('secret.txt')\n"
+             "theirs = try_read(OTHER + '/secret.txt')\n"
+             "hostname = try_read('/etc/hostname')\n"
+             "home = os.environ.get('HOME')\n"
+             "ppid = coop_bypass.getppid()\n")
+    a = sandbox(policy, isolation="kernel", filesystem=IsolatedFS(roots[0]))
+    b = sandbox(policy, isolation="kernel", filesystem=IsolatedFS(roots[1]))
+    with a, b:
+        ra = a.exec(probe, namespace={"OTHER": str(roots[1])})
+        rb = b.exec(probe, namespace={"OTHER": str(roots[0])})
+    for r, name in ((ra, "a"), (rb, "b")):
+        assert r.error is None, r.traceback
+        assert r.namespace["mine"] == f"secret of {name}"
+        assert r.namespace["theirs"] == errno.EACCES
+        assert r.namespace["hostname"] == errno.EACCES
+        assert r.namespace["home"] == str(tmp_path / name)
+    assert ra.namespace["ppid"] == rb.namespace["ppid"]  # one template forked both

@@ -133,7 +133,9 @@ class CoopSandbox:
                 readable.add(os.path.dirname(os.path.realpath(f)))
         readable = {os.path.realpath(p) for p in readable if p and os.path.exists(p)}
         pol: dict[str, Any] = {"fs_readable": sorted(readable), "clean_env": True,
-                               "env": {**env, "HOME": root or "/nonexistent"},
+                               # HOME is the root, set by the worker's init: the
+                               # configuration's template is the same for every root
+                               "env": {**env, "HOME": "/nonexistent"},
                                "allow_degraded": self.allow_degraded, "max_processes": 64}
         if root:
             pol["fs_writable"] = [root]
@@ -163,9 +165,10 @@ class CoopSandbox:
     def _start_worker(self) -> None:
         # A fork of this configuration's template (started once per host process,
         # confined exactly like this sandbox; the fork joins this sandbox's cgroup).
+        # One template serves every sandbox that differs only in paths: the start frame
+        # holds no filesystem root; the fork is sent init like a fresh worker.
         start = {"op": "template", "policy": self._portable,
-                 "filesystem_root": self.filesystem.root if self.filesystem else None,
-                 "echo": self.echo, "sys_path": [p for p in sys.path if p and os.path.isdir(p)]}
+                 "sys_path": [p for p in sys.path if p and os.path.isdir(p)]}
         rc, resp = _native.sandbox_exec(self._handle, _native.pack(
             {"op": "session_open", "argv": [sys.executable, "-S", "-m", "sandtrap_guest.worker"],
              "template": _native.pack(start)}))
@@ -173,6 +176,13 @@ class CoopSandbox:
             err = _native.status_error(rc, resp)
             raise IsolationUnavailable(f"the sandbox worker did not start: {err}") from err
         self._session = resp["session"]
+        reply = self._exchange({"op": "init", "policy": self._portable,
+                                "filesystem_root": self.filesystem.root if self.filesystem else None,
+                                "echo": self.echo}, 30.0)
+        if reply is None or reply.get("op") != "ready":
+            why = (reply or {}).get("message") or self._last_end
+            self._session = None
+            raise IsolationUnavailable(f"the sandbox worker did not start: {why}")
 
     def _exchange(self, frame: dict, timeout: float) -> dict | None:
         """Send one frame, get one back; None when the worker ended (it is gone)."""

@@ -9,7 +9,7 @@ it and the host. Frames, host → worker:
      "stdin": str|None, "argv": [str]|None}
     {"op": "return", "value": ...} / {"op": "raise", "type": str, "message": str}   (answers to "call")
 
-    {"op": "template", ...init's fields, "sys_path": [str]}   (the engine's template start frame)
+    {"op": "template", "policy": ..., "sys_path": [str]}   (the engine's template start frame)
 
 worker → host:
 
@@ -19,10 +19,10 @@ worker → host:
      "stdout_truncated", "duration"}
 
 As a template (``session_open`` with a ``template`` frame, see docs/protocol.md) the
-worker prepares a session once, answers ready, then only forks: each fork joins the
-engine's cgroup for its sandbox, adds a Landlock layer scoping signals and abstract
-unix sockets, takes the channel the engine passed as its stdin and stdout, says
-``{"op": "ready"}`` and serves exec frames like a freshly started worker.
+worker imports the runtime and the granted modules once, answers ready, then only
+forks: each fork joins its sandbox's cgroup, restricts itself with its sandbox's
+Landlock ruleset, takes its working directory, environment and channel, says
+``{"op": "ready"}``, and is then sent ``init`` like a freshly started worker.
 
 Values cross as msgpack data (None, bool, int, float, str, bytes, list, tuple, dict);
 anything else becomes a described placeholder (``wire.to_wire``). Never pickle.
@@ -83,33 +83,48 @@ def _recv_frame(sock):
     return (None if data is None else mp.unpackb(data)), fds
 
 
-def _scope_landlock():
-    """A Landlock layer of its own: no signals to, no abstract unix sockets of,
-    processes outside it (the template, other forks). Landlock ABI >= 6."""
+def _restrict(ruleset_fd):
+    """landlock_restrict_self with the asking sandbox's ruleset: a layer on top of the
+    template's domain (which allows every path), so the fork holds exactly that
+    sandbox's rules, scoping of signals and abstract unix sockets included."""
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
-    attr = (ctypes.c_uint64 * 3)(0, 0, 0x1 | 0x2)  # scoped: abstract unix sockets, signals
-    fd = libc.syscall(444, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)), ctypes.c_uint32(0))
-    if fd < 0:
-        raise OSError(ctypes.get_errno(), "landlock_create_ruleset")
-    try:
-        if libc.syscall(446, ctypes.c_int(fd), ctypes.c_uint32(0)) != 0:
-            raise OSError(ctypes.get_errno(), "landlock_restrict_self")
-    finally:
+    if libc.syscall(446, ctypes.c_int(ruleset_fd), ctypes.c_uint32(0)) != 0:
+        raise OSError(ctypes.get_errno(), "landlock_restrict_self")
+
+
+def _adopt(msg, fds):
+    """Become the asking sandbox's worker: its cgroup, its Landlock rules, its
+    working directory and environment, its channel on stdin and stdout."""
+    chan, rest = fds[0], fds[1:]
+    ruleset = rest.pop(0) if msg.get("landlock") else None
+    for fd in rest:
+        os.write(fd, b"0")  # join the asking sandbox's cgroup before anything else
         os.close(fd)
+    if ruleset is not None:
+        _restrict(ruleset)
+        os.close(ruleset)
+    if msg.get("cwd"):
+        os.chdir(msg["cwd"])
+    if msg.get("env") is not None:
+        os.environ.clear()
+        os.environ.update(kv.split("=", 1) for kv in msg["env"] if "=" in kv)
+    os.dup2(chan, 0)
+    os.dup2(chan, 1)
+    os.close(chan)
 
 
-def _spawn_spare(sock, scope, warm, pending=()):
-    """Fork a worker ahead of the next request: it confines itself and waits on a
-    control socket to be handed its channel. Returns (pid, ctrl, scope) in the
-    template; returns None in the fork once it has been handed a channel."""
+def _spawn_spare(sock, warm, pending=()):
+    """Fork a worker ahead of the next request: it waits on a control socket to be
+    handed the request. Returns (pid, ctrl) in the template; returns None in the fork
+    once it has adopted its request."""
     ctrl, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     pid = os.fork()
     if pid:
         theirs.close()
-        return pid, ctrl, scope
-    chan = None
+        return pid, ctrl
+    fds = []
     try:
         # none of the template's channel or of a request's fds (a channel, another
         # sandbox's cgroup.procs) that were open when this fork was made
@@ -118,8 +133,6 @@ def _spawn_spare(sock, scope, warm, pending=()):
         ctrl.close()
         sock.close()
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        if scope:
-            _scope_landlock()
         try:
             warm()  # fault in this fork's copies of the pages an exec touches, ahead of time
         except Exception:  # noqa: BLE001 - only a speed-up
@@ -127,18 +140,12 @@ def _spawn_spare(sock, scope, warm, pending=()):
         msg, fds = _recv_frame(theirs)
         if msg is None or not fds:
             os._exit(0)  # the template is gone
-        chan, procs = fds[0], fds[1:]
-        for fd in procs:
-            os.write(fd, b"0")  # join the asking sandbox's cgroup before anything else
-            os.close(fd)
-        os.dup2(chan, 0)
-        os.dup2(chan, 1)
-        os.close(chan)
         theirs.close()
+        _adopt(msg, fds)
     except BaseException as e:  # noqa: BLE001 - never serve half set up
         try:
-            if chan is not None:
-                os.write(chan, _frame({"op": "error", "message": f"fork set-up: {type(e).__name__}: {e}"}))
+            if fds:
+                os.write(fds[0], _frame({"op": "error", "message": f"fork set-up: {type(e).__name__}: {e}"}))
         finally:
             os._exit(70)
     return None
@@ -155,24 +162,20 @@ def _serve_template(warm):
         msg, fds = _recv_frame(sock)
         if msg is None:
             sys.exit(0)
-        if msg.get("op") != "fork" or len(fds) != 1 + int(msg.get("cgroups") or 0):
+        want = 1 + bool(msg.get("landlock")) + int(msg.get("cgroups") or 0)
+        if msg.get("op") != "fork" or len(fds) != want:
             for fd in fds:
                 os.close(fd)
             _send(sock, {"op": "error", "message": f"unexpected template frame {msg.get('op')!r} with {len(fds)} fds"})
             continue
-        scope = bool(msg.get("scope"))
         pid = None
         for _attempt in range(2):
-            if spare is not None and spare[2] != scope:
-                os.kill(spare[0], signal.SIGKILL)
-                spare[1].close()
-                spare = None
             if spare is None:
-                spare = _spawn_spare(sock, scope, warm, fds)
+                spare = _spawn_spare(sock, warm, fds)
                 if spare is None:
-                    return  # the fork, handed its channel
+                    return  # the fork, adopted
             try:
-                socket.send_fds(spare[1], [_frame({"op": "adopt"})], fds)
+                socket.send_fds(spare[1], [_frame(msg)], fds)
                 pid = spare[0]
             except OSError:  # the spare died: make another
                 os.kill(spare[0], signal.SIGKILL)
@@ -194,7 +197,7 @@ def _serve_template(warm):
             socket.send_fds(sock, [_frame({"op": "forked", "pid": pid})], [pidfd])
         finally:
             os.close(pidfd)
-        spare = _spawn_spare(sock, scope, warm)
+        spare = _spawn_spare(sock, warm)
         if spare is None:
             return
 
@@ -236,6 +239,7 @@ def main() -> int:
                                        echo=msg.get("echo", False))
                 if msg.get("filesystem_root"):
                     os.chdir(msg["filesystem_root"])
+                    os.environ["HOME"] = msg["filesystem_root"]
                 if op == "template":
                     import ctypes  # noqa: F401 - loaded once here, used by every fork
             except Exception as e:  # noqa: BLE001 - reported to the host
@@ -245,6 +249,7 @@ def main() -> int:
             if op == "template":
                 pol = policy
                 _serve_template(lambda: GuestSession(pol).exec("x = 1"))  # returns in a fork
+                session = None  # the host sends init (its filesystem root, echo)
                 _write(out, {"op": "ready", "pid": os.getpid()})
         elif op == "exec" and session is not None:
             r = session.exec(msg.get("code", ""), namespace=msg.get("namespace"),
