@@ -74,9 +74,10 @@ func templateKey(s *Sandbox, req *RunRequest, start []byte) string {
 	b, _ := json.Marshal(struct {
 		Policy  any
 		Argv    []string
+		Env     map[string]string // the template program starts with it (json sorts keys)
 		Start   []byte
 		Confine uint64 // a template from before confine() is not this one
-	}{templatePolicy(s.Policy), req.Argv, start, confineGen.Load()})
+	}{templatePolicy(s.Policy), req.Argv, req.Env, start, confineGen.Load()})
 	h := sha256.Sum256(b)
 	return hex.EncodeToString(h[:])
 }
