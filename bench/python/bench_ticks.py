@@ -1,5 +1,6 @@
 """The guest runtime's tick-counting overhead on loop shapes: sandboxed vs plain
-``exec``, best of 7 CPU-time runs each (process_time, so other load matters less).
+``exec``, best of 9 interleaved CPU-time runs each (process_time, so other load
+matters less).
 
     python3 bench/python/bench_ticks.py
 """
@@ -19,17 +20,19 @@ CASES = {
 }
 
 
-def best(fn, n=7):
-    xs = []
-    for _ in range(n):
-        t = time.process_time(); fn(); xs.append(time.process_time() - t)
-    return min(xs)
+def cpu(fn):
+    t = time.process_time()
+    fn()
+    return time.process_time() - t
 
 
 print("| case | sandboxed / plain exec |\n|---|---|")
 for name, code in CASES.items():
     s = GuestSession(Policy(timeout=60))
-    plain = best(lambda: exec(code, {}))
-    sb = best(lambda: s.exec(code))
-    r = s.exec(code); assert r.error is None, r.error
-    print(f"| {name} | {sb/plain:.2f}x |")
+    r = s.exec(code)
+    assert r.error is None, r.error
+    plain, sb = [], []
+    for _ in range(9):  # interleaved, so that drift in the VM's speed hits both alike
+        plain.append(cpu(lambda: exec(code, {})))
+        sb.append(cpu(lambda: s.exec(code)))
+    print(f"| {name} | {min(sb) / min(plain):.2f}x |")
