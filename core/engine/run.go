@@ -188,7 +188,7 @@ func (s *Sandbox) Run(req *RunRequest) *Result {
 		rs.NProc = uint32(p.MaxProcesses) + 1 // pid 1 of the run counts too
 	}
 
-	cg := s.cg
+	cg := s.group()
 	var cpuBase time.Duration
 	if p.MaxCPUTime > 0 && cg != nil && cg.HasCPUTime() {
 		cpuBase = cg.CPUTime()

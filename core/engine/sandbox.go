@@ -194,12 +194,7 @@ func build(p *policy.Policy, probs policy.Problems) (*Sandbox, error) {
 	// when the host dies; a cgroup is the fallback for killing the tree.
 	sb.pidNS = f.PidNS
 	sb.userNS = f.PidNS && !f.Root
-	// pids.max also counts the zygote and each run's pid 1
-	procs := p.MaxProcesses
-	if procs > 0 {
-		procs += 2
-	}
-	limits := cgroup.Limits{Memory: p.MaxMemory, Processes: procs, CPUPct: p.MaxCPU, CPUTime: p.MaxCPUTime > 0}
+	limits := cgroupLimits(p)
 	rep.PidNamespace = sb.pidNS
 	rep.UserNamespace = sb.userNS
 	switch {
@@ -331,6 +326,44 @@ func build(p *policy.Policy, probs policy.Problems) (*Sandbox, error) {
 	return sb, nil
 }
 
+// cgroupLimits are the cgroup limits of p; pids.max also counts the zygote and each
+// run's pid 1.
+func cgroupLimits(p *policy.Policy) cgroup.Limits {
+	procs := p.MaxProcesses
+	if procs > 0 {
+		procs += 2
+	}
+	return cgroup.Limits{Memory: p.MaxMemory, Processes: procs, CPUPct: p.MaxCPU, CPUTime: p.MaxCPUTime > 0}
+}
+
+// group is the sandbox's cgroup (it can be swapped, see adoptGroup).
+func (s *Sandbox) group() *cgroup.Group {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cg
+}
+
+// adoptGroup makes g the sandbox's cgroup in place of its own, which must be empty
+// and not yet joined by a zygote; false (nothing changed) otherwise.
+func (s *Sandbox) adoptGroup(g *cgroup.Group) bool {
+	s.zmu.Lock()
+	defer s.zmu.Unlock()
+	if s.zyg != nil || len(s.retired) > 0 {
+		return false
+	}
+	s.mu.Lock()
+	old := s.cg
+	if old == nil || s.closed || len(old.Pids()) > 0 {
+		s.mu.Unlock()
+		return false
+	}
+	s.cg = g
+	s.zspec.CgroupFDs = g.ProcFDs()
+	s.mu.Unlock()
+	old.Close()
+	return true
+}
+
 func unwrapPathErr(err error) error {
 	if pe, ok := err.(*os.PathError); ok {
 		return pe.Err
@@ -400,8 +433,8 @@ func (s *Sandbox) Close() {
 	s.retired = nil
 	s.zmu.Unlock()
 	s.ruleset.Close()
-	if s.cg != nil {
-		s.cg.Close()
+	if cg := s.group(); cg != nil {
+		cg.Close()
 	}
 }
 

@@ -196,3 +196,45 @@ func TestTemplateEvictionSparesLiveForks(t *testing.T) {
 		t.Fatalf("%d templates kept", n)
 	}
 }
+
+// A fork waits in a cgroup the engine staged for it; the next sandbox takes that
+// cgroup over (no ~10 ms join on its path). Its limits must be that sandbox's, for
+// the fork and for runs started later from the sandbox's zygote.
+func TestTemplateForkAdoptsTheStagedCgroup(t *testing.T) {
+	guestDir, err := guest.Dir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol := map[string]any{"max_processes": 12, "fs_readable": []any{"/usr", "/lib", "/bin", guestDir},
+		"env": map[string]any{"PYTHONPATH": guestDir, "PYTHONDONTWRITEBYTECODE": "1"}}
+	start, _ := msgpack.Marshal(map[string]any{"op": "template", "policy": map[string]any{
+		"version": 1, "timeout": 7.0, "grants": []any{}}})
+	open := func(sb *Sandbox) {
+		t.Helper()
+		r, kind := request(t, sb, map[string]any{"op": "session_open",
+			"argv": []any{"/usr/bin/python3", "-S", "-m", "sandtrap_guest.worker"}, "template": start})
+		if kind != "" {
+			t.Fatalf("open: %v", r)
+		}
+	}
+	first := newSB(t, pol)
+	if first.cg == nil {
+		t.Skip("no cgroup on this machine")
+	}
+	open(first) // the template's next spare now waits in a staged cgroup
+	first.Close()
+	time.Sleep(100 * time.Millisecond)
+	sb := newSB(t, pol)
+	own := sb.group()
+	open(sb)
+	if sb.group() == own {
+		t.Fatalf("the sandbox kept its own cgroup: the staged one was not taken over")
+	}
+	if got := sb.group().Pids(); len(got) != 1 {
+		t.Fatalf("the sandbox's cgroup holds %v, want its fork", got)
+	}
+	res := run(sb, "/bin/sh", "-c", "for i in $(seq 30); do sleep 0.3 & done; wait")
+	if res.Success {
+		t.Fatalf("30 processes ran under max_processes 12 in the adopted cgroup")
+	}
+}

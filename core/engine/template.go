@@ -6,10 +6,15 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/sandtrap/sandtrap/core/cgroup"
 	"github.com/sandtrap/sandtrap/core/policy"
 	"github.com/vmihailenco/msgpack/v5"
 	"golang.org/x/sys/unix"
@@ -25,27 +30,25 @@ import (
 //     paths: Landlock lets it read and write everywhere (it runs only the program's
 //     own preparation, never sandboxed code); the seccomp filter, rlimits, network
 //     rules and pid namespace are this policy's;
-//   - each fork, before it answers, joins the asking sandbox's cgroup (its limits are
-//     that sandbox's) and restricts itself with the asking sandbox's own Landlock
-//     ruleset (passed as an fd): the intersection with the template's domain is
-//     exactly that ruleset — files, network and the scoping of signals and abstract
-//     unix sockets, so forks reach neither each other nor the template;
-//   - it takes the asking sandbox's working directory and environment.
+//   - each fork, before it answers, restricts itself with the asking sandbox's own
+//     Landlock ruleset (passed as an fd): the intersection with the template's
+//     domain is exactly that ruleset — files, network and the scoping of signals
+//     and abstract unix sockets, so forks reach neither each other nor the
+//     template; it takes the asking sandbox's working directory and environment;
+//   - before the session is returned the fork is in the asking sandbox's cgroup
+//     (its limits are that sandbox's): the template's waiting fork joined a cgroup
+//     the engine staged for it, which the sandbox takes over as its own (joining a
+//     cgroup can wait ~10 ms for the kernel), or the engine moves it.
 //
-// The protocol a template program speaks (docs/protocol.md, "templates"): on
-// {"op": "fork", "landlock": bool, "cgroups": n, "cwd": str, "env": [k=v]} with
-// SCM_RIGHTS [channel, ruleset (when landlock), n cgroup.procs fds], fork; the child
-// writes "0" to each cgroup.procs fd, calls landlock_restrict_self with the ruleset,
-// changes to cwd, replaces its environment, makes the channel its stdin and stdout
-// and sends {"op": "ready"} on it; the parent answers {"op": "forked", "pid": n} with
-// SCM_RIGHTS [the child's pidfd].
+// The protocol a template program speaks: docs/protocol.md, "templates".
 type template struct {
-	key   string
-	mu    sync.Mutex // one start or fork at a time
-	sb    *Sandbox
-	ss    *session
-	used  time.Time
-	forks atomic.Int64 // live forks: they live in its pid namespace and die with it
+	staged *cgroup.Group // the cgroup the template's waiting fork joined
+	key    string
+	mu     sync.Mutex // one start or fork at a time
+	sb     *Sandbox
+	ss     *session
+	used   time.Time
+	forks  atomic.Int64 // live forks: they live in its pid namespace and die with it
 }
 
 var (
@@ -129,6 +132,10 @@ func (t *template) close() {
 		t.sb.Close()
 		t.sb, t.ss = nil, nil
 	}
+	if t.staged != nil {
+		t.staged.Close()
+		t.staged = nil
+	}
 }
 
 // start runs the template program and prepares it with the start frame.
@@ -201,20 +208,36 @@ func (s *Sandbox) forkFrom(t *template, req *RunRequest) (*session, error, bool)
 	if s.ruleset != nil {
 		send = append(send, s.ruleset.FD)
 	}
-	ncg := 0
-	if s.cg != nil {
-		send = append(send, s.cg.ProcFDs()...)
-		ncg = len(s.cg.ProcFDs())
+	// A cgroup for the template's next spare fork to join while it waits: a fork
+	// joining a cgroup can wait ~10 ms for the kernel (an RCU grace period), so the
+	// next sandbox takes over the cgroup its fork is already in instead.
+	var stage *cgroup.Group
+	if own := s.group(); own != nil {
+		if g, err := cgroup.New(s.features.Cgroup, cgroupLimits(s.Policy)); err == nil {
+			stage = g
+			send = append(send, g.ProcFDs()...)
+		}
+	}
+	nstage := len(send) - 1
+	if s.ruleset != nil {
+		nstage--
 	}
 	cwd := s.Policy.Cwd
 	if req.Cwd != "" {
 		cwd = req.Cwd
 	}
 	forkReq, _ := msgpack.Marshal(map[string]any{"op": "fork", "landlock": s.ruleset != nil,
-		"cgroups": ncg, "cwd": cwd, "env": s.runEnv(req)})
+		"stage": nstage, "cwd": cwd, "env": s.runEnv(req)})
 	deadline := time.Now().Add(forkTimeout)
 	reply, fds, err := exchange(t.ss, forkReq, send, deadline)
 	unix.Close(p[1])
+	staged := t.staged // the cgroup the fork handed over now joined, if it was staged
+	t.staged = stage
+	defer func() {
+		if staged != nil {
+			staged.Close() // not adopted: remove it
+		}
+	}()
 	if err == nil {
 		err = expectOp(reply, "forked")
 	}
@@ -241,6 +264,9 @@ func (s *Sandbox) forkFrom(t *template, req *RunRequest) (*session, error, bool)
 	closeAll(rfds...)
 	if err == nil {
 		err = expectOp(hello, "ready")
+	}
+	if err == nil {
+		err = s.joinGroup(proc.fd, &staged)
 	}
 	if err != nil {
 		proc.kill()
@@ -288,6 +314,48 @@ func (s *Sandbox) forkFrom(t *template, req *RunRequest) (*session, error, bool)
 	}()
 	s.addSession(ss)
 	return ss, nil, false
+}
+
+// joinGroup puts the fork (known by its pidfd) into this sandbox's cgroup before it
+// serves anything: by taking over *staged when the fork is already in it (and this
+// sandbox's own cgroup is unused), else by moving it.
+func (s *Sandbox) joinGroup(pidfd int, staged **cgroup.Group) error {
+	own := s.group()
+	if own == nil {
+		return nil
+	}
+	pid, err := pidfdPid(pidfd)
+	if err != nil {
+		return err
+	}
+	if g := *staged; g != nil && slices.Contains(g.Pids(), pid) && s.adoptGroup(g) {
+		*staged = nil
+		return nil
+	}
+	for _, fd := range own.ProcFDs() {
+		if _, err := unix.Write(fd, []byte(strconv.Itoa(pid))); err != nil {
+			return fmt.Errorf("joining the sandbox's cgroup: %v", err)
+		}
+	}
+	return nil
+}
+
+// pidfdPid is the pid (in this process's pid namespace) a pidfd refers to.
+func pidfdPid(fd int) (int, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", fd))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Pid:"); ok {
+			pid, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil || pid <= 0 {
+				return 0, fmt.Errorf("the fork is gone (pidfd pid %q)", strings.TrimSpace(v))
+			}
+			return pid, nil
+		}
+	}
+	return 0, fmt.Errorf("no Pid in the pidfd's fdinfo")
 }
 
 // pidfdProc is a process known by a pidfd; kill is safe after release.

@@ -20,9 +20,10 @@ worker → host:
 
 As a template (``session_open`` with a ``template`` frame, see docs/protocol.md) the
 worker imports the runtime and the granted modules once, answers ready, then only
-forks: each fork joins its sandbox's cgroup, restricts itself with its sandbox's
-Landlock ruleset, takes its working directory, environment and channel, says
-``{"op": "ready"}``, and is then sent ``init`` like a freshly started worker.
+forks, one ahead of each request (the waiting fork joins the cgroup the engine
+staged for it): the fork restricts itself with its sandbox's Landlock ruleset, takes
+its working directory, environment and channel, says ``{"op": "ready"}``, and is
+then sent ``init`` like a freshly started worker.
 
 Values cross as msgpack data (None, bool, int, float, str, bytes, list, tuple, dict);
 anything else becomes a described placeholder (``wire.to_wire``). Never pickle.
@@ -94,13 +95,19 @@ def _restrict(ruleset_fd):
         raise OSError(ctypes.get_errno(), "landlock_restrict_self")
 
 
-def _adopt(msg, fds):
-    """Become the asking sandbox's worker: its cgroup, its Landlock rules, its
-    working directory and environment, its channel on stdin and stdout."""
+def _split(msg, fds):
+    """A fork request's fds: channel, ruleset (or None), the next spare's cgroup."""
     chan, rest = fds[0], fds[1:]
     ruleset = rest.pop(0) if msg.get("landlock") else None
-    for fd in rest:
-        os.write(fd, b"0")  # join the asking sandbox's cgroup before anything else
+    return chan, ruleset, rest
+
+
+def _adopt(msg, fds):
+    """Become the asking sandbox's worker: its Landlock rules, its working directory
+    and environment, its channel on stdin and stdout. (Its cgroup: the engine moves
+    it, or it is already in the one the engine staged for it.)"""
+    chan, ruleset, stage = _split(msg, fds)
+    for fd in stage:  # meant for the next spare, not this one
         os.close(fd)
     if ruleset is not None:
         _restrict(ruleset)
@@ -115,10 +122,11 @@ def _adopt(msg, fds):
     os.close(chan)
 
 
-def _spawn_spare(sock, warm, pending=()):
-    """Fork a worker ahead of the next request: it waits on a control socket to be
-    handed the request. Returns (pid, ctrl) in the template; returns None in the fork
-    once it has adopted its request."""
+def _spawn_spare(sock, warm, pending=(), stage=()):
+    """Fork a worker ahead of the next request: it joins the cgroup the engine
+    staged for it (``stage``: cgroup.procs fds), then waits on a control socket to be
+    handed the request. Returns (pid, ctrl) in the template; returns None in the
+    fork once it has adopted its request."""
     ctrl, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     pid = os.fork()
     if pid:
@@ -132,6 +140,9 @@ def _spawn_spare(sock, warm, pending=()):
             os.close(fd)
         ctrl.close()
         sock.close()
+        for fd in stage:
+            os.write(fd, b"0")  # may wait ~10 ms for the kernel: done while idle
+            os.close(fd)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         try:
             warm()  # fault in this fork's copies of the pages an exec touches, ahead of time
@@ -162,7 +173,7 @@ def _serve_template(warm):
         msg, fds = _recv_frame(sock)
         if msg is None:
             sys.exit(0)
-        want = 1 + bool(msg.get("landlock")) + int(msg.get("cgroups") or 0)
+        want = 1 + bool(msg.get("landlock")) + int(msg.get("stage") or 0)
         if msg.get("op") != "fork" or len(fds) != want:
             for fd in fds:
                 os.close(fd)
@@ -183,23 +194,30 @@ def _serve_template(warm):
             spare = None
             if pid is not None:
                 break
-        for fd in fds:
-            os.close(fd)
+        chan, ruleset, stage = _split(msg, fds)
+        for fd in (chan, ruleset):
+            if fd is not None:
+                os.close(fd)
         if pid is None:
+            for fd in stage:
+                os.close(fd)
             _send(sock, {"op": "error", "message": "the template could not hand over a fork"})
             continue
         try:
             pidfd = os.pidfd_open(pid)
         except OSError as e:
+            pidfd = None
             _send(sock, {"op": "error", "message": f"the fork died at once: {e}"})
-            continue
-        try:
-            socket.send_fds(sock, [_frame({"op": "forked", "pid": pid})], [pidfd])
-        finally:
-            os.close(pidfd)
-        spare = _spawn_spare(sock, warm)
+        if pidfd is not None:
+            try:
+                socket.send_fds(sock, [_frame({"op": "forked", "pid": pid})], [pidfd])
+            finally:
+                os.close(pidfd)
+        spare = _spawn_spare(sock, warm, stage=stage)
         if spare is None:
             return
+        for fd in stage:
+            os.close(fd)
 
 
 def _frame(obj):
