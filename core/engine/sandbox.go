@@ -360,7 +360,7 @@ func (s *Sandbox) adoptGroup(g *cgroup.Group) bool {
 	s.cg = g
 	s.zspec.CgroupFDs = g.ProcFDs()
 	s.mu.Unlock()
-	old.Close()
+	go old.Close() // empty: removing it is no one's wait
 	return true
 }
 

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sandtrap/sandtrap/core/cgroup"
+	"github.com/sandtrap/sandtrap/core/kernel"
 	"github.com/sandtrap/sandtrap/core/policy"
 	"github.com/vmihailenco/msgpack/v5"
 	"golang.org/x/sys/unix"
@@ -42,13 +43,16 @@ import (
 //
 // The protocol a template program speaks: docs/protocol.md, "templates".
 type template struct {
-	staged *cgroup.Group // the cgroup the template's waiting fork joined
-	key    string
-	mu     sync.Mutex // one start or fork at a time
-	sb     *Sandbox
-	ss     *session
-	used   time.Time
-	forks  atomic.Int64 // live forks: they live in its pid namespace and die with it
+	staged  *cgroup.Group // the cgroup the template's waiting fork joined
+	stageMu sync.Mutex
+	next    *cgroup.Group // made ahead, for the next waiting fork
+	closed  bool
+	key     string
+	mu      sync.Mutex // one start or fork at a time
+	sb      *Sandbox
+	ss      *session
+	used    time.Time
+	forks   atomic.Int64 // live forks: they live in its pid namespace and die with it
 }
 
 var (
@@ -136,6 +140,13 @@ func (t *template) close() {
 		t.staged.Close()
 		t.staged = nil
 	}
+	t.stageMu.Lock()
+	t.closed = true
+	if t.next != nil {
+		t.next.Close()
+		t.next = nil
+	}
+	t.stageMu.Unlock()
 }
 
 // start runs the template program and prepares it with the start frame.
@@ -185,6 +196,9 @@ func (s *Sandbox) sessionFork(req *RunRequest, startFrame []byte) (map[string]an
 			if err := t.start(s, req, startFrame); err != nil {
 				return nil, err
 			}
+			if s.group() != nil { // for its first waiting fork
+				t.prepareStage(s.features.Cgroup, cgroupLimits(s.Policy))
+			}
 		}
 		ss, err, templateDied := s.forkFrom(t, req)
 		if err == nil {
@@ -212,11 +226,12 @@ func (s *Sandbox) forkFrom(t *template, req *RunRequest) (*session, error, bool)
 	// joining a cgroup can wait ~10 ms for the kernel (an RCU grace period), so the
 	// next sandbox takes over the cgroup its fork is already in instead.
 	var stage *cgroup.Group
-	if own := s.group(); own != nil {
-		if g, err := cgroup.New(s.features.Cgroup, cgroupLimits(s.Policy)); err == nil {
-			stage = g
-			send = append(send, g.ProcFDs()...)
+	if s.group() != nil {
+		if stage = t.takeStage(); stage != nil {
+			send = append(send, stage.ProcFDs()...)
 		}
+		// made off this path, for the request after this one
+		defer func() { go t.prepareStage(s.features.Cgroup, cgroupLimits(s.Policy)) }()
 	}
 	nstage := len(send) - 1
 	if s.ruleset != nil {
@@ -356,6 +371,27 @@ func pidfdPid(fd int) (int, error) {
 		}
 	}
 	return 0, fmt.Errorf("no Pid in the pidfd's fdinfo")
+}
+
+// takeStage returns the cgroup made ahead for the next waiting fork (nil if none).
+func (t *template) takeStage() *cgroup.Group {
+	t.stageMu.Lock()
+	defer t.stageMu.Unlock()
+	g := t.next
+	t.next = nil
+	return g
+}
+
+// prepareStage makes a cgroup with limits l for takeStage.
+func (t *template) prepareStage(info *kernel.CgroupInfo, l cgroup.Limits) {
+	t.stageMu.Lock()
+	defer t.stageMu.Unlock()
+	if t.next != nil || t.closed {
+		return
+	}
+	if g, err := cgroup.New(info, l); err == nil {
+		t.next = g
+	}
 }
 
 // pidfdProc is a process known by a pidfd; kill is safe after release.
