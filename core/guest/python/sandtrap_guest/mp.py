@@ -158,3 +158,24 @@ def _map(buf, pos, n, depth):
         v, pos = _unpack(buf, pos, depth + 1)
         out[k] = v
     return out, pos
+
+
+def accelerate() -> bool:
+    """Use the ``msgpack`` C extension for packb/unpackb when it is importable (the
+    cooperative worker, once the host's sys.path is known): same types, same
+    errors for what the protocol sends, ~10x faster. False: the pure codec stays."""
+    global packb, unpackb
+    try:
+        import msgpack
+        from msgpack import _cmsgpack  # noqa: F401 - the C extension, not the fallback
+    except ImportError:
+        return False
+    pack, unpack = msgpack.packb, msgpack.unpackb
+
+    def packb(obj) -> bytes:  # noqa: F811 - the accelerated codec
+        return pack(obj, use_bin_type=True, datetime=False)
+
+    def unpackb(data: bytes):  # noqa: F811
+        return unpack(data, raw=False, strict_map_key=False, use_list=True, timestamp=0)
+
+    return True

@@ -252,6 +252,7 @@ def main() -> int:
         if op in ("init", "template"):
             try:
                 sys.path.extend(p for p in msg.get("sys_path") or [] if p not in sys.path)
+                mp.accelerate()
                 policy = Policy.from_portable(msg["policy"], host_call=host_call)
                 session = GuestSession(policy, filesystem_root=msg.get("filesystem_root"),
                                        echo=msg.get("echo", False))

@@ -95,3 +95,34 @@ def test_error_to_wire():
     assert d["type"] == "StValidationError" and d["lineno"] == 1 and d["col"] == 4
     assert error_to_wire(None) is None
     assert is_wire(d)
+
+
+def test_the_accelerated_codec_reads_and_writes_what_the_pure_one_does():
+    # the worker swaps in the msgpack C extension when the host's sys.path has it:
+    # every value the protocol carries must round-trip the same, across both codecs
+    import importlib
+
+    import pytest
+
+    from sandtrap_guest import mp
+
+    importlib.reload(mp)
+    pure_pack, pure_unpack = mp.packb, mp.unpackb
+    vals = [None, True, False, 0, -1, 127, 128, -33, 2**63, -(2**63), 1.5, "x", "é" * 40, b"b" * 300,
+            [1, [2]], {"a": {"b": [1]}}, {1: 2}, "x" * 70000, list(range(20)), to_wire({"ns": (1, 2)})]
+    packed = [pure_pack(v) for v in vals]
+    errors = []
+    for bad in (object(), 2**64, {1, 2}):
+        with pytest.raises((TypeError, OverflowError)) as e:
+            pure_pack(bad)
+        errors.append(e.type)
+    if not mp.accelerate():
+        pytest.skip("the msgpack C extension is not installed")
+    try:
+        for v, p in zip(vals, packed):
+            assert mp.unpackb(p) == mp.unpackb(mp.packb(v)) == pure_unpack(mp.packb(v))
+        for bad, err in zip((object(), 2**64, {1, 2}), errors):
+            with pytest.raises(err):
+                mp.packb(bad)
+    finally:
+        importlib.reload(mp)  # other tests use the pure codec
