@@ -19,7 +19,7 @@ lib: $(LIB)
 
 # pid 1 of every sandbox: freestanding, embedded into the library (go:embed)
 init: $(INIT)
-$(INIT): core/spawn/init/init.c
+$(INIT): core/spawn/init/init.c core/spawn/wire.h
 	$(CC) $(INIT_CFLAGS) -o $@ $<
 
 $(LIB): $(GOFILES) include/sandtrap.h $(INIT)

@@ -1,23 +1,30 @@
 package engine
 
-import "github.com/sandtrap/sandtrap/core/landlock"
+import (
+	"github.com/sandtrap/sandtrap/core/fsview"
+	"github.com/sandtrap/sandtrap/core/landlock"
+)
 
 // Isolation is what took effect for a run, protection by protection.
 type Isolation struct {
-	Landlock      *landlock.Report `msgpack:"landlock"` // nil: not applied
-	Seccomp       *SeccompReport   `msgpack:"seccomp"`  // nil: not applied
-	NoNewPrivs    bool             `msgpack:"no_new_privs"`
-	Capabilities  string           `msgpack:"capabilities"` // "dropped" | "none held"
-	PidNamespace  bool             `msgpack:"pid_namespace"`
-	UserNamespace bool             `msgpack:"user_namespace"`
-	TreeKill      string           `msgpack:"tree_kill"` // pid_namespace | cgroup | process_group
-	Cgroup        string           `msgpack:"cgroup"`    // "" | cgroup_v1 | cgroup_v2
-	UID           *uint32          `msgpack:"uid,omitempty"`
-	GID           *uint32          `msgpack:"gid,omitempty"`
-	Limits        map[string]Limit `msgpack:"limits"`
-	Degraded      []string         `msgpack:"degraded"`              // asked for, weaker than asked
-	NotApplied    []string         `msgpack:"not_applied,omitempty"` // hardening this kernel lacks
-	Disabled      []string         `msgpack:"test_disabled,omitempty"`
+	Landlock       *landlock.Report `msgpack:"landlock"` // nil: not applied
+	Seccomp        *SeccompReport   `msgpack:"seccomp"`  // nil: not applied
+	NoNewPrivs     bool             `msgpack:"no_new_privs"`
+	Capabilities   string           `msgpack:"capabilities"` // "dropped" | "none held"
+	PidNamespace   bool             `msgpack:"pid_namespace"`
+	UserNamespace  bool             `msgpack:"user_namespace"`  // the sandbox's own (root hosts too)
+	MountNamespace bool             `msgpack:"mount_namespace"` // the sandbox's own, with View
+	IPCNamespace   bool             `msgpack:"ipc_namespace"`   // each run's own
+	View           []fsview.Mount   `msgpack:"view,omitempty"`  // how the view presents each path (everything else: read-only)
+	Spawn          string           `msgpack:"spawn,omitempty"` // template forks: "allowed" or "refused" (new processes and programs)
+	TreeKill       string           `msgpack:"tree_kill"`       // pid_namespace | cgroup | process_group
+	Cgroup         string           `msgpack:"cgroup"`          // "" | cgroup_v1 | cgroup_v2
+	UID            *uint32          `msgpack:"uid,omitempty"`
+	GID            *uint32          `msgpack:"gid,omitempty"`
+	Limits         map[string]Limit `msgpack:"limits"`
+	Degraded       []string         `msgpack:"degraded"`              // asked for, weaker than asked
+	NotApplied     []string         `msgpack:"not_applied,omitempty"` // hardening this kernel lacks
+	Disabled       []string         `msgpack:"test_disabled,omitempty"`
 }
 
 // SeccompReport describes the loaded filter.
@@ -25,6 +32,9 @@ type SeccompReport struct {
 	Enforced    bool     `msgpack:"enforced"`
 	Action      string   `msgpack:"action"`
 	Denied      []string `msgpack:"denied"`
+	Supervised  []string `msgpack:"supervised,omitempty"` // handed to the supervisor (core/supervise)
+	Layer       []string `msgpack:"layer,omitempty"`      // a template fork's own layer: refused there too
+	Unreviewed  string   `msgpack:"unreviewed"`           // syscalls newer than this version: ENOSYS
 	ForeignArch string   `msgpack:"foreign_arch"`
 	InetSockets bool     `msgpack:"inet_sockets"`
 	UDP         bool     `msgpack:"udp"`

@@ -1,12 +1,14 @@
 package engine
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -177,15 +179,12 @@ func (s *Sandbox) Run(req *RunRequest) *Result {
 		maxOut = req.MaxOutput
 	}
 
-	rs := &spawn.RunSpec{Path: path, Argv: req.Argv, Env: env, Dir: cwd}
-	if p.UID != nil {
-		rs.SetIDs, rs.UID, rs.GID = true, *p.UID, *p.GID
-	}
+	rs := &spawn.RunSpec{Path: path, Argv: req.Argv, Env: env, Dir: cwd, NoFile: uint32(p.MaxOpenFiles)}
 	if p.MaxCPUTime > 0 {
 		rs.CPUSecs = uint32(math.Ceil(p.MaxCPUTime))
 	}
-	if p.MaxProcesses > 0 && iso.Limits["max_processes"].Via == "rlimit_nproc" {
-		rs.NProc = uint32(p.MaxProcesses) + 1 // pid 1 of the run counts too
+	if p.UID != nil {
+		rs.SetIDs, rs.UID, rs.GID = true, *p.UID, *p.GID
 	}
 
 	cg := s.group()
@@ -256,12 +255,13 @@ func (s *Sandbox) Run(req *RunRequest) *Result {
 	defer untrack()
 
 	start := time.Now()
-	zyg, err := s.zygote(nil)
+	zyg, pl, err := s.zygote(nil)
 	var proc *spawn.Process
 	if err == nil {
+		iso = pl.isolation()
 		proc, err = zyg.Spawn(rs)
 		if err == spawn.ErrZygoteGone { // it died (killed, out of memory): once more with a new one
-			if zyg, err = s.zygote(zyg); err == nil {
+			if zyg, pl, err = s.zygote(zyg); err == nil {
 				proc, err = zyg.Spawn(rs)
 			}
 		}
@@ -274,14 +274,21 @@ func (s *Sandbox) Run(req *RunRequest) *Result {
 	defer unix.Close(proc.PidFD)
 
 	sup.proc, sup.cancelFD, sup.cg = proc, cancel.fd, cg
-	sup.pidNS = s.pidNS
-	sup.treeDead = s.pidNS
+	sup.pidNS = pl.pidNS
+	sup.treeDead = pl.pidNS
 	sup.cpuBase = cpuBase
 	if timeout > 0 {
 		sup.deadline = start.Add(time.Duration(timeout * float64(time.Second)))
 	}
-	if p.MaxCPUTime > 0 && cg != nil && cg.HasCPUTime() {
+	if p.MaxCPUTime > 0 {
 		sup.cpuLimit = time.Duration(p.MaxCPUTime * float64(time.Second))
+		if cg != nil && cg.HasCPUTime() {
+			sup.cpuTime = func() time.Duration { return cg.CPUTime() - cpuBase }
+		} else {
+			// no cgroup accounting: the run's processes, from its pid 1 down (pid 1
+			// reaps every orphan of its namespace, so the dead are in its children's time)
+			sup.cpuTime = func() time.Duration { return treeCPU(proc.Pid) }
+		}
 	}
 	sup.loop()
 	wall := time.Since(start)
@@ -289,7 +296,7 @@ func (s *Sandbox) Run(req *RunRequest) *Result {
 	res := &Result{Isolation: iso}
 	st := spawn.ReadStatus(readAll(statusR))
 	if st.InitFailed != "" {
-		return failed(KindIsolation, "isolation unavailable: the run failed at "+st.InitFailed, iso)
+		return failed(KindIsolation, fmt.Sprintf("isolation unavailable: the run failed at %s: %v", st.InitFailed, st.InitErrno), iso)
 	}
 	if st.ExecErrno != 0 {
 		kind := KindSpawn
@@ -312,10 +319,7 @@ func (s *Sandbox) Run(req *RunRequest) *Result {
 		sig := int(ws.Signal())
 		res.Signal = &sig
 	}
-	var tree time.Duration
-	if sup.cpuLimit > 0 {
-		tree = cg.CPUTime() - cpuBase // the sandbox's other concurrent runs count too
-	}
+	tree := sup.treeCPU // the last measure (with a cgroup, the sandbox's other concurrent runs count too)
 	res.Usage = Usage{
 		WallS:       wall.Seconds(),
 		CPUUserS:    float64(st.UserMicros) / 1e6,
@@ -444,6 +448,8 @@ type supervisor struct {
 	deadline  time.Time
 	cpuLimit  time.Duration
 	cpuBase   time.Duration
+	cpuTime   func() time.Duration // the run's CPU time so far (with cpuLimit)
+	treeCPU   time.Duration        // its last value
 	out, err  sink
 	reason    string
 	exited    bool
@@ -566,8 +572,10 @@ func (s *supervisor) loop() {
 		if ready("cancel") {
 			s.kill(KindCancelled)
 		}
-		if s.cpuLimit > 0 && !s.exited && s.cg.CPUTime()-s.cpuBase > s.cpuLimit {
-			s.kill(KindCPUTime)
+		if s.cpuLimit > 0 && !s.exited {
+			if s.treeCPU = s.cpuTime(); s.treeCPU > s.cpuLimit {
+				s.kill(KindCPUTime)
+			}
 		}
 		if ready("pid") {
 			s.exited = true // pid 1 is gone (the zygote reaps it); its report is on the status pipe
@@ -595,19 +603,29 @@ func msUntil(now, t time.Time) int {
 }
 
 func spawnErrKind(err error) string {
+	var ee *Error
+	if errors.As(err, &ee) {
+		return ee.Kind
+	}
 	var se *spawn.Error
 	if errors.As(err, &se) {
-		switch {
-		case se.Stage == "exec" && (se.Errno == unix.ENOENT || se.Errno == unix.ENOTDIR):
-			return KindNotFound
-		case se.Stage == "landlock" || se.Stage == "capabilities" || se.Stage == "no_new_privs" || se.Stage == "cgroup":
-			return KindIsolation
+		switch se.Stage {
+		case "exec":
+			if se.Errno == unix.ENOENT || se.Errno == unix.ENOTDIR {
+				return KindNotFound
+			}
+		case "capabilities", "no_new_privs", "cgroup", "ids", "user_namespace", "sysctl", "view", "pdeathsig":
+			return KindIsolation // a protection that could not be applied
 		}
 	}
 	return KindSpawn
 }
 
 func spawnErrMessage(path string, err error) string {
+	var ee *Error
+	if errors.As(err, &ee) {
+		return ee.Message
+	}
 	var se *spawn.Error
 	if errors.As(err, &se) && se.Stage == "exec" {
 		hint := ""
@@ -622,9 +640,68 @@ func spawnErrMessage(path string, err error) string {
 	return fmt.Sprintf("starting %s failed at %v", path, err)
 }
 
-// isolation returns a copy of the sandbox's report for one run.
+// isolation returns a copy of the sandbox's current report for one run.
 func (s *Sandbox) isolation() *Isolation {
-	c := s.report
-	c.Degraded = append([]string{}, s.report.Degraded...)
+	s.zmu.Lock()
+	pl := s.pl
+	s.zmu.Unlock()
+	return pl.isolation()
+}
+
+func (pl *plan) isolation() *Isolation {
+	if pl == nil {
+		return &Isolation{Degraded: []string{}}
+	}
+	c := pl.report
+	c.Degraded = append([]string{}, pl.report.Degraded...)
 	return &c
 }
+
+// treeCPU is the CPU time of a process tree rooted at pid 1 of a run: the live
+// processes' own, plus what pid 1 counts for its reaped children (every orphan of
+// the run's pid namespace is reaped by it). A process that exits between two
+// reads may be missed once; it is counted at the next read, through pid 1.
+func treeCPU(root int) time.Duration {
+	var ticks uint64
+	seen := map[int]bool{}
+	stack := []int{root}
+	for len(stack) > 0 && len(seen) < 1<<16 {
+		pid := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if seen[pid] {
+			continue
+		}
+		seen[pid] = true
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			continue
+		}
+		// fields after the command (which may hold spaces and parentheses)
+		if i := bytes.LastIndexByte(b, ')'); i >= 0 {
+			f := strings.Fields(string(b[i+1:]))
+			// f[11], f[12]: utime, stime; f[13], f[14]: cutime, cstime (state is f[0])
+			if len(f) > 14 {
+				for _, k := range []int{11, 12, 13, 14} {
+					n, _ := strconv.ParseUint(f[k], 10, 64)
+					ticks += n
+				}
+			}
+		}
+		tasks, _ := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+		for _, t := range tasks {
+			kids, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + t.Name() + "/children")
+			if err != nil {
+				continue
+			}
+			for _, k := range strings.Fields(string(kids)) {
+				if n, err := strconv.Atoi(k); err == nil {
+					stack = append(stack, n)
+				}
+			}
+		}
+	}
+	return time.Duration(ticks) * time.Second / time.Duration(clockTicks)
+}
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat times (100 on Linux).
+const clockTicks = 100

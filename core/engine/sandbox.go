@@ -9,13 +9,16 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 
 	"github.com/sandtrap/sandtrap/core/cgroup"
 	"github.com/sandtrap/sandtrap/core/confine"
+	"github.com/sandtrap/sandtrap/core/fsview"
 	"github.com/sandtrap/sandtrap/core/kernel"
 	"github.com/sandtrap/sandtrap/core/landlock"
 	"github.com/sandtrap/sandtrap/core/policy"
@@ -63,19 +66,18 @@ const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 type Sandbox struct {
 	Policy   *policy.Policy
 	features kernel.Features
-	ruleset  *landlock.Ruleset
-	llspec   landlock.Spec
-	bpf      *seccomp.Program
-	zspec    *spawn.ZygoteSpec
-	zmu      sync.Mutex
-	zyg      *spawn.Zygote
-	zygGen   uint64          // confineGen when zyg started
-	retired  []*spawn.Zygote // zygotes from before a confine(), kept for their runs in flight
-	pidNS    bool
-	userNS   bool
+	devices  []string      // device nodes it may open
+	viewPlan *fsview.Plan  // its view, where it can have one
 	cg       *cgroup.Group // the sandbox's cgroup (nil: no limit needs one)
-	report   Isolation     // what every run of this sandbox enforces
+	cgErr    string        // why it has none although a limit wanted one (allow_degraded)
 	env      []string      // base environment (policy applied)
+
+	zmu        sync.Mutex // guards the fields below
+	pl         *plan      // the plan for the process's current confinement
+	retiredPls []*plan    // plans from before a confine(), kept for their runs in flight
+	zyg        *spawn.Zygote
+	zygPlan    *plan           // the plan zyg serves
+	retired    []*spawn.Zygote // zygotes from before a confine(), kept for their runs in flight
 
 	id       uint64
 	inflight sync.WaitGroup
@@ -97,17 +99,7 @@ func New(p *policy.Policy) (*Sandbox, error) { return build(p, nil) }
 
 func build(p *policy.Policy, probs policy.Problems) (*Sandbox, error) {
 	f := kernel.Probe()
-	for _, fl := range []struct {
-		field string
-		list  []string
-	}{{"fs_readable", p.FSReadable}, {"fs_writable", p.FSWritable}} {
-		field := fl.field
-		for _, path := range fl.list {
-			if _, err := os.Stat(path); err != nil {
-				probs.Addf("%s: %s: %v", field, path, unwrapPathErr(err))
-			}
-		}
-	}
+	resolvePaths(p, &probs)
 	if p.Cwd != "" {
 		if st, err := os.Stat(p.Cwd); err != nil {
 			probs.Addf("cwd %s: %v", p.Cwd, unwrapPathErr(err))
@@ -124,198 +116,38 @@ func build(p *policy.Policy, probs policy.Problems) (*Sandbox, error) {
 	if p.UID != nil && !f.Root {
 		probs.Addf("uid/gid: switching users needs a host running as root")
 	}
+	devices := devicePaths(p)
+	var view *fsview.Plan
+	if err := probs.Err(); err == nil {
+		var verr error
+		if view, verr = fsview.Build(fsview.Spec{Readable: p.FSReadable, Writable: p.FSWritable, Devices: devices}); verr != nil {
+			probs.Addf("%v", verr)
+		}
+	}
 	if err := probs.Err(); err != nil {
 		return nil, &Error{Kind: KindInvalidPolicy, Message: err.Error()}
 	}
 
 	nullFD()
-	sb := &Sandbox{Policy: p, features: f, running: map[string]map[uint64]func(){}}
-	rep := &sb.report
-	rep.Degraded = []string{}
-	var missing []string
-	need := func(ok bool, what string) bool {
-		if !ok {
-			missing = append(missing, what)
-		}
-		return ok
-	}
-
-	// Landlock: files always; TCP ports when any are allowed (otherwise seccomp
-	// refuses inet sockets outright, which holds without Landlock's network rules).
-	anyConnect := false
-	var connect []uint16
-	for _, t := range p.NetAllow {
-		if t.Any {
-			anyConnect = true
-			continue
-		}
-		if t.Host != "" {
-			missing = append(missing, fmt.Sprintf("net_allow %q: the kernel enforces the port only; give %d alone to allow every host on it", t.Host+":"+fmt.Sprint(t.Port), t.Port))
-		}
-		connect = append(connect, t.Port)
-	}
-	connect = uniq(connect)
-	netWanted := anyConnect || len(connect) > 0 || len(p.NetAllowBind) > 0
-	if need(f.LandlockABI > 0, "landlock (filesystem rules)") {
-		if netWanted {
-			need(f.LandlockABI >= 4, fmt.Sprintf("landlock network rules (kernel ABI %d < 4)", f.LandlockABI))
-		}
-		sb.llspec = landlock.Spec{
-			Readable: p.FSReadable, Writable: p.FSWritable, Denied: p.FSDenied,
-			Devices: DevicePaths, ConnectPorts: connect, BindPorts: p.NetAllowBind,
-			AnyConnect: anyConnect, Scope: true,
-		}
-		rs, err := landlock.Build(f.LandlockABI, sb.llspec)
-		if err != nil {
-			return nil, errorf(KindIsolation, "landlock: %v", err)
-		}
-		sb.ruleset = rs
-		r := rs.Report
-		rep.Landlock = &r
-		if f.LandlockABI < 6 {
-			rep.NotApplied = append(rep.NotApplied, "landlock scoping of abstract unix sockets and signals (kernel ABI < 6)")
-		}
-	}
-	// seccomp: the base denylist always.
-	if need(f.Seccomp, "seccomp") {
-		prog, err := seccomp.Compile(seccomp.Config{
-			NoInet: !netWanted, AllowUDP: p.NetAllowUDP, AllowUnix: p.NetAllowUnix,
-			ExtraAllow: p.ExtraAllowSyscalls, ExtraDeny: p.ExtraDenySyscalls,
-			CloneCookie: cloneCookie(),
-		})
-		if err != nil {
-			return nil, errorf(KindIsolation, "seccomp: %v", err)
-		}
-		sb.bpf = prog
-		rep.Seccomp = &SeccompReport{Enforced: true, Action: "EPERM", Denied: prog.Denied,
-			ForeignArch: "kill", InetSockets: netWanted, UDP: p.NetAllowUDP, UnixSockets: p.NetAllowUnix}
-	}
-	// Process tree: a pid namespace kills every descendant with the main process and
-	// when the host dies; a cgroup is the fallback for killing the tree.
-	sb.pidNS = f.PidNS
-	sb.userNS = f.PidNS && !f.Root
-	limits := cgroupLimits(p)
-	rep.PidNamespace = sb.pidNS
-	rep.UserNamespace = sb.userNS
-	switch {
-	case sb.pidNS:
-		rep.TreeKill = "pid_namespace"
-	default:
-		need(false, "process-tree containment (no pid namespace and no cgroup)")
-		rep.TreeKill = "process_group"
-	}
-	rep.NoNewPrivs = true
-	if f.Root || sb.userNS {
-		rep.Capabilities = "dropped"
-	} else {
-		rep.Capabilities = "none held"
-	}
-	if p.UID != nil {
-		rep.UID, rep.GID = p.UID, p.GID
-	}
-	rep.Limits = map[string]Limit{}
-	var cgVia string
-	if f.Cgroup != nil {
-		cgVia = fmt.Sprintf("cgroup_v%d", f.Cgroup.Version)
-	}
-	has := func(c string) bool {
-		if f.Cgroup == nil {
-			return false
-		}
-		_, ok := f.Cgroup.Dirs[c]
-		return ok
-	}
-	if p.MaxMemory > 0 {
-		if has("memory") {
-			rep.Limits["max_memory"] = Limit{Value: p.MaxMemory, Via: cgVia}
-		} else {
-			rep.Limits["max_memory"] = Limit{Value: p.MaxMemory, Via: "rlimit_as", Note: "per process address space, not the tree's memory"}
-			rep.Degraded = append(rep.Degraded, "max_memory enforced per process by RLIMIT_AS (no memory cgroup)")
-		}
-	}
-	if p.MaxProcesses > 0 {
-		switch {
-		case has("pids"):
-			rep.Limits["max_processes"] = Limit{Value: p.MaxProcesses, Via: cgVia}
-		case !f.Root:
-			rep.Limits["max_processes"] = Limit{Value: p.MaxProcesses, Via: "rlimit_nproc", Note: "counts the user's processes in the sandbox's user namespace"}
-		default:
-			need(false, "max_processes (root ignores RLIMIT_NPROC and no pids cgroup is available)")
-		}
-	}
-	if p.MaxCPU > 0 {
-		if need(has("cpu"), "max_cpu (no cpu cgroup controller)") {
-			rep.Limits["max_cpu"] = Limit{Value: p.MaxCPU, Via: cgVia, Note: "percent of one CPU, throttled"}
-		}
-	}
-	if p.MaxCPUTime > 0 {
-		via := "rlimit_cpu"
-		if has("cpuacct") || (f.Cgroup != nil && f.Cgroup.Version == 2) {
-			via = "rlimit_cpu+" + cgVia
-		}
-		rep.Limits["max_cpu_time"] = Limit{Seconds: p.MaxCPUTime, Via: via}
-	}
-	if p.MaxOpenFiles > 0 {
-		rep.Limits["max_open_files"] = Limit{Value: p.MaxOpenFiles, Via: "rlimit_nofile", Note: "per process"}
-	}
-	if p.MaxDisk > 0 {
-		rep.Limits["max_disk"] = Limit{Value: p.MaxDisk, Via: "rlimit_fsize", Note: "largest file the run may write"}
-	}
-	if len(missing) > 0 {
-		if !p.AllowDegraded {
-			sb.Close()
-			return nil, errorf(KindIsolation, "isolation unavailable: %s (pass allow_degraded to run without it)", strings.Join(missing, "; "))
-		}
-		for _, m := range missing {
-			rep.Degraded = append(rep.Degraded, "not applied: "+m)
-		}
-	}
-	rep.Disabled = f.Disabled
-	sb.env = baseEnv(p)
-	var asLimit uint64
-	if rep.Limits["max_memory"].Via == "rlimit_as" {
-		asLimit = uint64(p.MaxMemory)
-	}
-	zs := &spawn.ZygoteSpec{NewPidNS: sb.pidNS, NewUserNS: sb.userNS, LandlockFD: -1,
-		ASLimit: asLimit, Cookie: cloneCookie(), DropCaps: f.Root}
-	if f.Root {
-		// pid 1 of each run needs these until it drops everything before the target
-		zs.KeepCaps = 1<<unix.CAP_SETPCAP | 1<<unix.CAP_SYS_ADMIN
-		if p.UID != nil {
-			zs.KeepCaps |= 1<<unix.CAP_SETUID | 1<<unix.CAP_SETGID
-		}
-	}
-	if sb.ruleset != nil {
-		zs.LandlockFD = sb.ruleset.FD
-	}
-	if sb.bpf != nil {
-		zs.BPF = sb.bpf.BPF
-	}
-	rl := func(res int, v int64) {
-		zs.Rlimits = append(zs.Rlimits, spawn.Rlimit{Resource: res, Cur: uint64(v), Max: uint64(v)})
-	}
-	if p.MaxOpenFiles > 0 {
-		rl(unix.RLIMIT_NOFILE, p.MaxOpenFiles)
-	}
-	if p.MaxDisk > 0 {
-		rl(unix.RLIMIT_FSIZE, p.MaxDisk)
-	}
-	rl(unix.RLIMIT_CORE, 0) // no core dumps of sandbox memory
-	if f.Cgroup != nil && limits.Needed() {
+	sb := &Sandbox{Policy: p, features: f, running: map[string]map[uint64]func(){},
+		devices: devices, viewPlan: view, env: baseEnv(p)}
+	if limits := cgroupLimits(p); f.Cgroup != nil && limits.Needed() {
 		cg, err := cgroup.New(f.Cgroup, limits)
 		if err != nil {
 			if !p.AllowDegraded {
-				sb.Close()
 				return nil, errorf(KindIsolation, "isolation unavailable: %v (pass allow_degraded to run without it)", err)
 			}
-			rep.Degraded = append(rep.Degraded, "cgroup: "+err.Error())
+			sb.cgErr = err.Error()
 		} else {
 			sb.cg = cg
-			zs.CgroupFDs = cg.ProcFDs()
-			rep.Cgroup = fmt.Sprintf("cgroup_v%d", f.Cgroup.Version)
 		}
 	}
-	sb.zspec = zs
+	pl, err := sb.compile(confineGen.Load())
+	if err != nil {
+		sb.Close()
+		return nil, err
+	}
+	sb.pl = pl
 	if err := spawn.Ready(); err != nil {
 		sb.Close()
 		return nil, errorf(KindIsolation, "isolation unavailable: preparing sandtrap-init: %v", err)
@@ -325,6 +157,88 @@ func build(p *policy.Policy, probs policy.Problems) (*Sandbox, error) {
 	liveMu.Unlock()
 	return sb, nil
 }
+
+// resolvePaths resolves every fs_* path through its symlinks (Landlock's rules and
+// the view are about the file reached, so the policy must name it) and checks
+// them: allowed paths must exist, and writable ones be on a writable mount; a
+// denied path must exist and lie inside an allowed tree, or it would deny nothing.
+func resolvePaths(p *policy.Policy, probs *policy.Problems) {
+	resolve := func(field string, list []string, mustExist string) []string {
+		out := make([]string, 0, len(list))
+		for _, path := range list {
+			real, err := filepath.EvalSymlinks(path)
+			if err != nil {
+				probs.Addf("%s: %s: %v%s", field, path, unwrapPathErr(err), mustExist)
+				continue
+			}
+			out = append(out, real)
+		}
+		return out
+	}
+	p.FSReadable = resolve("fs_readable", p.FSReadable, "")
+	p.FSWritable = resolve("fs_writable", p.FSWritable, "")
+	p.FSDenied = resolve("fs_denied", p.FSDenied, " (a denied path must exist: check its spelling)")
+	for _, w := range p.FSWritable {
+		if fsview.ReadOnlyMount(w) {
+			probs.Addf("fs_writable: %s is on a read-only mount", w)
+		}
+	}
+	allowed := append(append([]string{}, p.FSReadable...), p.FSWritable...)
+	for _, d := range p.FSDenied {
+		inside := false
+		for _, a := range allowed {
+			if policy.Within(d, a) {
+				inside = true
+			}
+			if d != a && policy.Within(a, d) {
+				probs.Addf("%q is allowed but lies inside fs_denied %q", a, d)
+			}
+		}
+		if !inside {
+			probs.Addf("fs_denied: %s lies outside every fs_readable and fs_writable tree: it would deny nothing", d)
+		}
+	}
+}
+
+// devicePaths are the device nodes a sandbox may open: the harmless ones every
+// program uses, and those its policy names directly (a device inside a granted
+// directory is not openable: the view mounts everything nodev).
+func devicePaths(p *policy.Policy) []string {
+	devs := append([]string{}, DevicePaths...)
+	for _, path := range append(append([]string{}, p.FSReadable...), p.FSWritable...) {
+		if fsview.IsDevice(path) {
+			devs = append(devs, path)
+		}
+	}
+	return devs
+}
+
+// userSysctls bound what one sandbox can take of the host user's per-user kernel
+// objects (its user namespace counts them for all its runs).
+func userSysctls() []spawn.Sysctl {
+	limit := func(name string, own, hostShare int64) spawn.Sysctl {
+		v := own
+		if b, err := os.ReadFile("/proc/sys/fs/inotify/" + strings.TrimPrefix(name, "max_inotify_")); err == nil {
+			if n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil && n/hostShare < v {
+				v = max(n/hostShare, 1)
+			}
+		}
+		return spawn.Sysctl{Path: "/proc/sys/user/" + name, Value: strconv.FormatInt(v, 10)}
+	}
+	return []spawn.Sysctl{
+		limit("max_inotify_instances", InotifyInstances, 8),
+		limit("max_inotify_watches", InotifyWatches, 4),
+		{Path: "/proc/sys/user/max_user_namespaces", Value: "0"},
+		{Path: "/proc/sys/user/max_fanotify_groups", Value: "0"},
+	}
+}
+
+// Per-sandbox caps on the host user's inotify budget (at most an eighth of its
+// instances and a quarter of its watches).
+const (
+	InotifyInstances = 16
+	InotifyWatches   = 16384
+)
 
 // cgroupLimits are the cgroup limits of p; pids.max also counts the zygote and each
 // run's pid 1.
@@ -358,7 +272,6 @@ func (s *Sandbox) adoptGroup(g *cgroup.Group) bool {
 		return false
 	}
 	s.cg = g
-	s.zspec.CgroupFDs = g.ProcFDs()
 	s.mu.Unlock()
 	go old.Close() // empty: removing it is no one's wait
 	return true
@@ -431,8 +344,12 @@ func (s *Sandbox) Close() {
 		z.Close()
 	}
 	s.retired = nil
+	s.pl.close()
+	for _, pl := range s.retiredPls {
+		pl.close()
+	}
+	s.pl, s.retiredPls = nil, nil
 	s.zmu.Unlock()
-	s.ruleset.Close()
 	if cg := s.group(); cg != nil {
 		cg.Close()
 	}
@@ -537,29 +454,40 @@ func cloneCookie() uint64 {
 	return cookie
 }
 
-// zygote returns the sandbox's zygote, starting it (again, when fresh) if needed.
-func (s *Sandbox) zygote(fresh *spawn.Zygote) (*spawn.Zygote, error) {
+// zygote returns the sandbox's zygote (started, again when fresh, if needed) and
+// the plan it serves.
+func (s *Sandbox) zygote(fresh *spawn.Zygote) (*spawn.Zygote, *plan, error) {
 	s.zmu.Lock()
 	defer s.zmu.Unlock()
 	if s.zyg != nil && s.zyg == fresh {
 		s.zyg.Close()
 		s.zyg = nil
 	}
-	if s.zyg != nil && s.zygGen != confineGen.Load() {
+	pl, err := s.currentLocked()
+	if err != nil {
+		return nil, nil, err
+	}
+	if s.zyg != nil && s.zygPlan != pl {
 		// started before this process confined itself: it holds none of that
 		// confinement, so later runs need a new one (which inherits it)
 		s.retired = append(s.retired, s.zyg)
 		s.zyg = nil
 	}
 	if s.zyg == nil {
-		gen := confineGen.Load()
-		z, err := spawn.StartZygote(s.zspec)
-		if err != nil {
-			return nil, err
+		zs := *pl.zspec
+		if cg := s.group(); cg != nil {
+			zs.CgroupFDs = cg.ProcFDs()
 		}
-		s.zyg, s.zygGen = z, gen
+		z, err := spawn.StartZygote(&zs)
+		if err != nil {
+			return nil, nil, err
+		}
+		if z.Listener >= 0 {
+			unix.Close(z.Listener) // no supervisor yet: the filter traps nothing
+		}
+		s.zyg, s.zygPlan = z, pl
 	}
-	return s.zyg, nil
+	return s.zyg, pl, nil
 }
 
 // confineGen counts successful Confine calls. Zygotes, sessions and templates
@@ -570,12 +498,21 @@ var confineGen atomic.Uint64
 // Confine applies this sandbox's Landlock ruleset (and, when withSeccomp, its
 // seccomp filter) to every thread of the calling process, irreversibly.
 func (s *Sandbox) Confine(withSeccomp bool) error {
+	// the rules and the filter (what confine applies) do not depend on whether
+	// the process confined itself before: the build's plan has them
+	s.zmu.Lock()
+	cur := s.pl
+	s.zmu.Unlock()
+	if cur == nil {
+		return errorf(KindClosed, "the sandbox is closed")
+	}
 	plan := confine.Plan{LandlockFD: -1}
-	if s.ruleset != nil {
+	if cur.ruleset != nil {
 		// psx re-reads /proc/self/task while it walks the threads, some of them
 		// already restricted: that one directory stays readable, or the host dies.
-		spec := s.llspec
+		spec := cur.llspec
 		spec.Readable = append(append([]string{}, spec.Readable...), "/proc/self/task")
+		spec.Denied = append(append([]string{}, spec.Denied...), unnamedDevices(spec)...) // no nodev view here
 		rs, err := landlock.Build(s.features.LandlockABI, spec)
 		if err != nil {
 			return errorf(KindIsolation, "landlock: %v", err)
@@ -586,10 +523,10 @@ func (s *Sandbox) Confine(withSeccomp bool) error {
 		return errorf(KindIsolation, "isolation unavailable: landlock")
 	}
 	if withSeccomp {
-		if s.bpf == nil {
+		if cur.bpf == nil {
 			return errorf(KindIsolation, "isolation unavailable: seccomp")
 		}
-		plan.BPF = s.bpf.BPF
+		plan.BPF = cur.bpf.BPF
 	}
 	nullFD() // keep /dev/null reachable for later runs
 	if err := spawn.Ready(); err != nil {
@@ -630,7 +567,7 @@ func stopEverything() {
 		s.zmu.Lock()
 		if s.zyg != nil {
 			s.retired = append(s.retired, s.zyg)
-			s.zyg = nil
+			s.zyg, s.zygPlan = nil, nil
 		}
 		for _, z := range s.retired {
 			z.Close() // kills its runs' pid 1s (they die with it)

@@ -33,17 +33,28 @@ const MaxFrame = 256 << 20
 
 func (s *Sandbox) sessionOpen(m map[string]any) (map[string]any, error) {
 	var probs policy.Problems
-	req := parseRun(m, "session_open", &probs, "template")
+	req := parseRun(m, "session_open", &probs, "template", "spawn")
 	start, hasTpl := m["template"]
 	startFrame, ok := start.([]byte)
 	if hasTpl && !ok {
 		probs.Addf("session_open: template must be bytes (the frame that prepares the template)")
 	}
+	spawn := true
+	if v, has := m["spawn"]; has {
+		b, isBool := v.(bool)
+		switch {
+		case !isBool:
+			probs.Addf("session_open: spawn must be a boolean")
+		case !hasTpl:
+			probs.Addf("session_open: spawn applies to template forks only")
+		}
+		spawn = b
+	}
 	if err := probs.Err(); err != nil {
 		return nil, requestError(err)
 	}
 	if hasTpl {
-		return s.sessionFork(req, startFrame)
+		return s.sessionFork(req, startFrame, spawn)
 	}
 	ss, err := s.startSession(req, false)
 	if err != nil {

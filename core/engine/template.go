@@ -17,6 +17,7 @@ import (
 	"github.com/sandtrap/sandtrap/core/cgroup"
 	"github.com/sandtrap/sandtrap/core/kernel"
 	"github.com/sandtrap/sandtrap/core/policy"
+	"github.com/sandtrap/sandtrap/core/seccomp"
 	"github.com/vmihailenco/msgpack/v5"
 	"golang.org/x/sys/unix"
 )
@@ -180,7 +181,7 @@ func (t *template) start(s *Sandbox, req *RunRequest, startFrame []byte) error {
 
 // sessionFork opens a session that is a fork of the template for this sandbox, req
 // and start frame (started first if there is none yet).
-func (s *Sandbox) sessionFork(req *RunRequest, startFrame []byte) (map[string]any, error) {
+func (s *Sandbox) sessionFork(req *RunRequest, startFrame []byte, spawn bool) (map[string]any, error) {
 	if !s.enter() {
 		return nil, errorf(KindClosed, "the sandbox is closed")
 	}
@@ -200,7 +201,7 @@ func (s *Sandbox) sessionFork(req *RunRequest, startFrame []byte) (map[string]an
 				t.prepareStage(s.features.Cgroup, cgroupLimits(s.Policy))
 			}
 		}
-		ss, err, templateDied := s.forkFrom(t, req)
+		ss, err, templateDied := s.forkFrom(t, req, spawn)
 		if err == nil {
 			return map[string]any{"session": ss.id}, nil
 		}
@@ -212,15 +213,26 @@ func (s *Sandbox) sessionFork(req *RunRequest, startFrame []byte) (map[string]an
 	}
 }
 
-// forkFrom asks t for a fork and makes it a session of s.
-func (s *Sandbox) forkFrom(t *template, req *RunRequest) (*session, error, bool) {
+// forkFrom asks t for a fork and makes it a session of s. The fork restricts itself
+// with s's Landlock ruleset and adds a seccomp layer of its own (seccomp.Layer:
+// what the template's view, IPC namespace and supervisor cannot judge for it; and,
+// unless spawn, no new processes or programs).
+func (s *Sandbox) forkFrom(t *template, req *RunRequest, spawn bool) (*session, error, bool) {
+	pl, err := s.current()
+	if err != nil {
+		return nil, err, false
+	}
+	layer, err := seccomp.Layer(seccomp.LayerConfig{DenySpawn: !spawn})
+	if err != nil {
+		return nil, errorf(KindIsolation, "seccomp: %v", err), false
+	}
 	p, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, errorf(KindSpawn, "socketpair: %v", err), false
 	}
 	send := []int{p[1]}
-	if s.ruleset != nil {
-		send = append(send, s.ruleset.FD)
+	if pl.ruleset != nil {
+		send = append(send, pl.ruleset.FD)
 	}
 	// A cgroup for the template's next spare fork to join while it waits: a fork
 	// joining a cgroup can wait ~10 ms for the kernel (an RCU grace period), so the
@@ -234,15 +246,15 @@ func (s *Sandbox) forkFrom(t *template, req *RunRequest) (*session, error, bool)
 		defer func() { go t.prepareStage(s.features.Cgroup, cgroupLimits(s.Policy)) }()
 	}
 	nstage := len(send) - 1
-	if s.ruleset != nil {
+	if pl.ruleset != nil {
 		nstage--
 	}
 	cwd := s.Policy.Cwd
 	if req.Cwd != "" {
 		cwd = req.Cwd
 	}
-	forkReq, _ := msgpack.Marshal(map[string]any{"op": "fork", "landlock": s.ruleset != nil,
-		"stage": nstage, "cwd": cwd, "env": s.runEnv(req)})
+	forkReq, _ := msgpack.Marshal(map[string]any{"op": "fork", "landlock": pl.ruleset != nil,
+		"stage": nstage, "cwd": cwd, "env": s.runEnv(req), "seccomp": layer.BPF})
 	deadline := time.Now().Add(forkTimeout)
 	reply, fds, err := exchange(t.ss, forkReq, send, deadline)
 	unix.Close(p[1])
@@ -291,7 +303,16 @@ func (s *Sandbox) forkFrom(t *template, req *RunRequest) (*session, error, bool)
 	}
 	untrack := s.track(ss.tag, proc.kill)
 	t.forks.Add(1)
-	iso := s.isolation()
+	iso := pl.isolation()
+	iso.Spawn = "allowed"
+	if !spawn {
+		iso.Spawn = "refused"
+	}
+	if iso.Seccomp != nil {
+		sc := *iso.Seccomp
+		sc.Layer = layer.Denied
+		iso.Seccomp = &sc
+	}
 	timeout := s.Policy.Timeout
 	if req.Timeout > 0 {
 		timeout = req.Timeout

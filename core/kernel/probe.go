@@ -17,7 +17,8 @@ type Features struct {
 	Seccomp     bool // seccomp filters can be installed
 	Root        bool // effective uid 0
 	PidNS       bool // a new pid namespace can be created for children
-	UserNS      bool // unprivileged user namespaces (needed for the pid ns when not root)
+	UserNS      bool // user namespaces can be created (every sandbox lives in one of its own)
+	MountAPI    bool // open_tree, move_mount, mount_setattr (the sandbox's view of the filesystem)
 	Cgroup      *CgroupInfo
 	Disabled    []string // features turned off by SANDTRAP_TEST_DISABLE
 }
@@ -42,7 +43,7 @@ func Probe() Features {
 }
 
 // testDisabled reads SANDTRAP_TEST_DISABLE, a test hook that makes features look
-// absent ("landlock,seccomp,cgroup,pidns"). It can only take protections away, so a
+// absent ("landlock,seccomp,cgroup,pidns,view"). It can only take protections away, so a
 // request that needs them fails closed unless allow_degraded.
 func testDisabled() map[string]bool {
 	out := map[string]bool{}
@@ -71,8 +72,13 @@ func probe() Features {
 		}
 	}
 	if !off["pidns"] {
-		f.UserNS = userNSWorks()
+		f.UserNS = userNSWorks(f.Root)
 		f.PidNS = f.Root || f.UserNS
+	}
+	if !off["view"] {
+		// mount_setattr (5.12, the newest call the view uses) on an invalid fd
+		_, _, e := unix.Syscall6(unix.SYS_MOUNT_SETATTR, ^uintptr(0), 0, 0, 0, 0, 0)
+		f.MountAPI = e != unix.ENOSYS
 	}
 	if !off["cgroup"] {
 		f.Cgroup = detectCgroup(f.Root)
@@ -80,18 +86,20 @@ func probe() Features {
 	return f
 }
 
-// userNSWorks reports whether an unprivileged user namespace can be created, which the
-// kernel allows unless a sysctl forbids it.
-func userNSWorks() bool {
-	for _, p := range []string{"/proc/sys/kernel/unprivileged_userns_clone", "/proc/sys/user/max_user_namespaces"} {
-		b, err := os.ReadFile(p)
-		if err == nil && strings.TrimSpace(string(b)) == "0" {
+// userNSWorks reports whether a user namespace can be created: the kernel allows
+// it unless a sysctl forbids it (for unprivileged users, or for everyone).
+func userNSWorks(root bool) bool {
+	if b, err := os.ReadFile("/proc/sys/user/max_user_namespaces"); err == nil && strings.TrimSpace(string(b)) == "0" {
+		return false
+	}
+	if root {
+		return true
+	}
+	for p, forbids := range map[string]string{"/proc/sys/kernel/unprivileged_userns_clone": "0",
+		"/proc/sys/kernel/apparmor_restrict_unprivileged_userns": "1"} {
+		if b, err := os.ReadFile(p); err == nil && strings.TrimSpace(string(b)) == forbids {
 			return false
 		}
-	}
-	b, err := os.ReadFile("/proc/sys/kernel/apparmor_restrict_unprivileged_userns")
-	if err == nil && strings.TrimSpace(string(b)) == "1" {
-		return false
 	}
 	return true
 }

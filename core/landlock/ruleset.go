@@ -50,6 +50,7 @@ type Report struct {
 type Ruleset struct {
 	FD     int
 	Report Report
+	Table  *Table
 }
 
 func (r *Ruleset) Close() {
@@ -100,30 +101,74 @@ func rightsFor(access string, isDir bool, handled uint64) uint64 {
 	return r & handled
 }
 
+// Table is a ruleset as data: what it handles and every rule, with final rights.
+// The engine hands it to pid 1 of runs that must build their own ruleset (a run
+// with a /proc of its own: a rule for that proc can only be made in the run).
+type Table struct {
+	HandledFS, HandledNet, Scoped uint64
+	AttrSize                      int // bytes of struct landlock_ruleset_attr this ABI reads
+	Paths                         []PathRights
+	Ports                         []PortRights
+}
+
+// PathRights is one path rule.
+type PathRights struct {
+	Path   string
+	Access string // ReadOnly, ReadWrite or Device
+	Rights uint64
+}
+
+// PortRights is one network rule.
+type PortRights struct {
+	Port   uint64
+	Rights uint64
+}
+
+// DirRights are the rights a directory of access class access gets.
+func (t *Table) DirRights(access string) uint64 { return rightsFor(access, true, t.HandledFS) }
+
 // Build creates the ruleset for abi (> 0).
 func Build(abi int, s Spec) (*Ruleset, error) {
-	handled := fsRights(abi)
-	attr := ll.RulesetAttr{HandledAccessFS: handled}
+	t, rep := plan(abi, s)
+	rs, err := t.Create()
+	if err != nil {
+		return nil, err
+	}
+	rs.Report = rep
+	for _, pr := range t.Paths {
+		rs.Report.Rules = append(rs.Report.Rules, PathRule{pr.Path, pr.Access})
+	}
+	rs.Table = t
+	return rs, nil
+}
+
+// plan turns s into a table.
+func plan(abi int, s Spec) (*Table, Report) {
+	t := &Table{HandledFS: fsRights(abi), AttrSize: 8}
 	rep := Report{ABI: abi}
 	if abi >= 4 {
-		attr.HandledAccessNet = ll.AccessNetBindTCP
+		t.HandledNet = ll.AccessNetBindTCP
 		if !s.AnyConnect {
-			attr.HandledAccessNet |= ll.AccessNetConnectTCP
+			t.HandledNet |= ll.AccessNetConnectTCP
 		}
+		t.AttrSize = 16
 		rep.Net = true
 	}
-	if abi >= 6 && s.Scope {
-		attr.Scoped = ll.ScopeAbstractUnixSocket | ll.ScopeSignal
-		rep.Scoped = []string{"abstract_unix_socket", "signal"}
+	if abi >= 6 {
+		t.AttrSize = 24
+		if s.Scope {
+			t.Scoped = ll.ScopeAbstractUnixSocket | ll.ScopeSignal
+			rep.Scoped = []string{"abstract_unix_socket", "signal"}
+		}
 	}
-	fd, err := ll.LandlockCreateRuleset(&attr, 0)
-	if err != nil {
-		return nil, fmt.Errorf("landlock_create_ruleset: %w", err)
-	}
-	rs := &Ruleset{FD: fd}
-	fail := func(err error) (*Ruleset, error) {
-		rs.Close()
-		return nil, err
+	add := func(path, access string) bool {
+		var st unix.Stat_t
+		if unix.Stat(path, &st) != nil {
+			return false
+		}
+		t.Paths = append(t.Paths, PathRights{Path: path, Access: access,
+			Rights: rightsFor(access, st.Mode&unix.S_IFMT == unix.S_IFDIR, t.HandledFS)})
+		return true
 	}
 	type grant struct {
 		path, access string
@@ -139,47 +184,57 @@ func Build(abi int, s Spec) (*Ruleset, error) {
 		rules, skipped := expand(g.path, s.Denied)
 		rep.Skipped = append(rep.Skipped, skipped...)
 		for _, p := range rules {
-			if err := addPath(fd, p, g.access, handled); err != nil {
-				return fail(err)
+			if !add(p, g.access) {
+				rep.Skipped = append(rep.Skipped, p)
 			}
-			rep.Rules = append(rep.Rules, PathRule{p, g.access})
 		}
 	}
 	for _, p := range s.Devices {
-		if err := addPath(fd, p, Device, handled); err == nil {
-			rep.Rules = append(rep.Rules, PathRule{p, Device})
-		}
+		add(p, Device)
 	}
 	if rep.Net {
 		for _, port := range s.BindPorts {
-			if err := ll.LandlockAddNetPortRule(fd, &ll.NetPortAttr{AllowedAccess: ll.AccessNetBindTCP, Port: uint64(port)}, 0); err != nil {
-				return fail(fmt.Errorf("landlock bind rule %d: %w", port, err))
-			}
+			t.Ports = append(t.Ports, PortRights{uint64(port), ll.AccessNetBindTCP})
 		}
 		if !s.AnyConnect {
 			for _, port := range s.ConnectPorts {
-				if err := ll.LandlockAddNetPortRule(fd, &ll.NetPortAttr{AllowedAccess: ll.AccessNetConnectTCP, Port: uint64(port)}, 0); err != nil {
-					return fail(fmt.Errorf("landlock connect rule %d: %w", port, err))
-				}
+				t.Ports = append(t.Ports, PortRights{uint64(port), ll.AccessNetConnectTCP})
 			}
 		}
 		rep.BindPorts, rep.ConnectPorts = s.BindPorts, s.ConnectPorts
 	}
-	rs.Report = rep
+	return t, rep
+}
+
+// Create makes a ruleset fd from the table.
+func (t *Table) Create() (*Ruleset, error) {
+	attr := ll.RulesetAttr{HandledAccessFS: t.HandledFS, HandledAccessNet: t.HandledNet, Scoped: t.Scoped}
+	fd, err := ll.LandlockCreateRuleset(&attr, 0)
+	if err != nil {
+		return nil, fmt.Errorf("landlock_create_ruleset: %w", err)
+	}
+	rs := &Ruleset{FD: fd}
+	for _, pr := range t.Paths {
+		if err := addPath(fd, pr.Path, pr.Rights); err != nil {
+			rs.Close()
+			return nil, err
+		}
+	}
+	for _, pr := range t.Ports {
+		if err := ll.LandlockAddNetPortRule(fd, &ll.NetPortAttr{AllowedAccess: pr.Rights, Port: pr.Port}, 0); err != nil {
+			rs.Close()
+			return nil, fmt.Errorf("landlock port rule %d: %w", pr.Port, err)
+		}
+	}
 	return rs, nil
 }
 
-func addPath(rulesetFD int, path, access string, handled uint64) error {
+func addPath(rulesetFD int, path string, rights uint64) error {
 	fd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	defer unix.Close(fd)
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	rights := rightsFor(access, st.Mode&unix.S_IFMT == unix.S_IFDIR, handled)
 	if err := ll.LandlockAddPathBeneathRule(rulesetFD, &ll.PathBeneathAttr{ParentFd: fd, AllowedAccess: rights}, 0); err != nil {
 		return fmt.Errorf("landlock rule for %s: %w", path, err)
 	}

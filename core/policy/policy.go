@@ -142,13 +142,6 @@ func Decode(m map[string]any) (*Policy, Problems) {
 	p.ExtraDenySyscalls = r.names("extra_deny_syscalls")
 	p.AllowDegraded = r.boolean("allow_degraded")
 
-	for _, d := range p.FSDenied {
-		for _, a := range append(append([]string{}, p.FSReadable...), p.FSWritable...) {
-			if d != a && Within(a, d) {
-				probs.Addf("%q is allowed but lies inside fs_denied %q", a, d)
-			}
-		}
-	}
 	for _, a := range p.ExtraAllowSyscalls {
 		for _, d := range p.ExtraDenySyscalls {
 			if a == d {

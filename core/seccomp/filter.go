@@ -1,10 +1,14 @@
 // Package seccomp compiles the sandbox's syscall filter to classic BPF with
 // libseccomp, once per distinct configuration. The filter allows by default and
 // answers EPERM (never a kill) to the calls a sandboxed program has no business
-// making; foreign-architecture syscalls (int 0x80, x32) kill the process.
+// making; calls that need a look at what they touch are handed to the engine's
+// supervisor (SECCOMP_RET_USER_NOTIF, core/supervise); foreign-architecture
+// syscalls (int 0x80, x32) kill the process; syscalls newer than this version of
+// sandtrap has reviewed answer ENOSYS.
 package seccomp
 
 import (
+	"encoding/binary"
 	"fmt"
 	"io"
 	"os"
@@ -19,13 +23,13 @@ import (
 
 // Denied is the base list answered with EPERM.
 var Denied = []string{
-	// mounts, namespaces, host-wide state
+	// mounts, namespaces, host-wide state (fsopen, fsconfig, fsmount and move_mount:
+	// only with the zygote's cookie, see below)
 	"mount", "umount2", "pivot_root", "swapon", "swapoff", "reboot", "sethostname",
 	"setdomainname", "kexec_load", "kexec_file_load", "init_module", "finit_module",
-	"delete_module", "unshare", "setns", "fsopen", "fsconfig", "fsmount", "fspick",
-	"move_mount", "open_tree", "mount_setattr", "quotactl", "quotactl_fd", "acct",
-	"syslog", "settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "vhangup",
-	"lookup_dcookie", "uselib", "nfsservctl",
+	"delete_module", "unshare", "setns", "fspick", "open_tree", "open_tree_attr", "mount_setattr",
+	"quotactl", "quotactl_fd", "acct", "syslog", "settimeofday", "clock_settime", "clock_adjtime",
+	"adjtimex", "vhangup", "lookup_dcookie", "uselib", "nfsservctl", "lsm_set_self_attr",
 	// kernel attack surface
 	"perf_event_open", "bpf", "userfaultfd", "keyctl", "add_key", "request_key",
 	"io_uring_setup", "io_uring_enter", "io_uring_register", "fanotify_init",
@@ -37,14 +41,50 @@ var Denied = []string{
 	"open_by_handle_at", "name_to_handle_at",
 	// code that Landlock cannot see executed
 	"memfd_create", "memfd_secret", "execveat",
-	// metadata changes Landlock does not govern (path-based; the fd-based calls stay)
+	// metadata changes by path, which Landlock does not govern (fd-based calls stay:
+	// the view makes whatever is only readable read-only, EROFS)
 	"chmod", "fchmodat", "fchmodat2", "chown", "lchown", "fchownat", "utime", "utimes",
 	"futimesat", "setxattr", "lsetxattr", "removexattr", "lremovexattr", "setxattrat",
-	"removexattrat",
+	"removexattrat", "file_setattr",
 }
 
+// NotSupported are reads by path that Landlock does not govern; they answer
+// ENOTSUP, as on a filesystem without extended attributes (tools take that in
+// their stride). fgetxattr/flistxattr on an open file stay.
+var NotSupported = []string{"getxattr", "lgetxattr", "listxattr", "llistxattr", "getxattrat", "listxattrat"}
+
 // Conditional denials, listed so callers can report and re-allow them by name.
-var Conditional = []string{"clone", "clone3", "ioctl", "socket", "personality", "utimensat"}
+var Conditional = []string{"clone", "clone3", "ioctl", "socket", "personality", "utimensat", "open",
+	"openat", "openat2", "creat", "mknod", "mknodat", "mkdir", "mkdirat", "fchmod", "fcntl",
+	"sendto", "sendmsg", "sendmmsg", "fallocate", "shmget", "msgget", "fsopen", "fsconfig",
+	"fsmount", "move_mount"}
+
+// newer are syscalls libseccomp 2.5 may not know by name. Since Linux 5.1 new
+// syscalls have one number on every architecture.
+var newer = map[string]int{"lsm_set_self_attr": 460, "setxattrat": 463, "getxattrat": 464,
+	"listxattrat": 465, "removexattrat": 466, "open_tree_attr": 467, "file_setattr": 469}
+
+// Reviewed is one past the highest syscall number this version has reviewed (the
+// same on every architecture since 5.1): anything from there on answers ENOSYS.
+const Reviewed = 470
+
+func syscallNr(name string) (sc.ScmpSyscall, bool) {
+	if nr, err := sc.GetSyscallFromName(name); err == nil {
+		return nr, true
+	}
+	if n, ok := newer[name]; ok {
+		return sc.ScmpSyscall(n), true
+	}
+	return 0, false
+}
+
+// Trap is a rule whose action is SECCOMP_RET_USER_NOTIF (core/supervise answers):
+// the syscall, and when Arg >= 0 the argument values that trap.
+type Trap struct {
+	Syscall string
+	Arg     int
+	Values  []uint64
+}
 
 // Config selects a filter.
 type Config struct {
@@ -54,9 +94,26 @@ type Config struct {
 	ExtraAllow []string
 	ExtraDeny  []string
 	// CloneCookie, when set, lets a clone carrying it in its TLS argument create
-	// namespaces: the sandbox's zygote uses it to start each run in a new pid
-	// namespace; sandboxed code does not know it.
+	// namespaces, and the new mount API carrying it in the (unused) sixth argument
+	// mount: the sandbox's zygote uses it to start each run in new namespaces with
+	// a /proc of its own; sandboxed code does not know it.
 	CloneCookie uint64
+	// RestrictConnect: TCP connect is limited by port (Landlock), so no TCP Fast
+	// Open (its implicit connect is not seen by Landlock).
+	RestrictConnect bool
+	// MaxDisk: the run's files are size-limited (RLIMIT_FSIZE), so no fallocate
+	// that reserves space beyond the size (FALLOC_FL_KEEP_SIZE).
+	MaxDisk bool
+	// NoSysVMemory: memory is limited per process (RLIMIT_AS), which SysV shared
+	// memory and message queues escape: refuse them.
+	NoSysVMemory bool
+	// SocketsOnly: only the socket rules (confine() without the full filter).
+	SocketsOnly bool
+	// NoMetadata: no changes of metadata or locks through a descriptor at all (a
+	// sandbox without a read-only view, where the kernel would not answer EROFS).
+	NoMetadata bool
+	// Traps are handed to the supervisor.
+	Traps []Trap
 }
 
 func (c Config) key() string {
@@ -64,13 +121,15 @@ func (c Config) key() string {
 	d := append([]string(nil), c.ExtraDeny...)
 	sort.Strings(a)
 	sort.Strings(d)
-	return fmt.Sprintf("%v|%v|%v|%s|%s|%x", c.NoInet, c.AllowUDP, c.AllowUnix, strings.Join(a, ","), strings.Join(d, ","), c.CloneCookie)
+	return fmt.Sprintf("%v|%v|%v|%s|%s|%x|%v|%v|%v|%v|%v|%v", c.NoInet, c.AllowUDP, c.AllowUnix, strings.Join(a, ","),
+		strings.Join(d, ","), c.CloneCookie, c.RestrictConnect, c.MaxDisk, c.NoSysVMemory, c.SocketsOnly, c.NoMetadata, c.Traps)
 }
 
 // Program is a compiled filter.
 type Program struct {
-	BPF    []byte   // struct sock_filter[]
-	Denied []string // names answered with EPERM (wholly or for some arguments)
+	BPF      []byte   // struct sock_filter[]
+	Denied   []string // names answered with an error (wholly or for some arguments)
+	Notified []string // names handed to the supervisor (wholly or for some arguments)
 }
 
 var (
@@ -78,11 +137,11 @@ var (
 	cache = map[string]*Program{}
 )
 
-// Validate reports names libseccomp does not know on this architecture.
+// Validate reports names this filter cannot address on this architecture.
 func Validate(field string, names []string) []string {
 	var probs []string
 	for _, n := range names {
-		if _, err := sc.GetSyscallFromName(n); err != nil {
+		if _, ok := syscallNr(n); !ok {
 			probs = append(probs, fmt.Sprintf("%s: unknown syscall %q", field, n))
 		}
 	}
@@ -107,60 +166,131 @@ func Compile(c Config) (*Program, error) {
 
 const (
 	cloneNSFlags = unix.CLONE_NEWNS | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC | unix.CLONE_NEWUSER |
-		unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWCGROUP
+		unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWCGROUP | unix.CLONE_NEWTIME
+	oTmpfile        = 0o20000000 // __O_TMPFILE (O_TMPFILE also carries O_DIRECTORY)
+	fsIocFSSetXattr = 0x401c5820 // FS_IOC_FSSETXATTR: _IOW('X', 32, struct fsxattr)
 )
 
-func compile(c Config) (*Program, error) {
-	eperm := sc.ActErrno.SetReturnCode(int16(unix.EPERM))
+// builder adds rules to one libseccomp filter.
+type builder struct {
+	f        *sc.ScmpFilter
+	allow    map[string]bool
+	denied   []string
+	notified []string
+}
+
+func (b *builder) rule(name string, act sc.ScmpAction, conds ...sc.ScmpCondition) error {
+	if b.allow[name] {
+		return nil
+	}
+	nr, ok := syscallNr(name)
+	if !ok {
+		return nil // not on this architecture
+	}
+	var err error
+	if len(conds) == 0 {
+		err = b.f.AddRuleExact(nr, act)
+	} else {
+		err = b.f.AddRuleConditionalExact(nr, act, conds)
+	}
+	if err != nil {
+		return fmt.Errorf("seccomp rule %s: %w", name, err)
+	}
+	list := &b.denied
+	if act == sc.ActNotify {
+		list = &b.notified
+	}
+	if len(*list) == 0 || (*list)[len(*list)-1] != name {
+		*list = append(*list, name)
+	}
+	return nil
+}
+
+func cond(arg uint, op sc.ScmpCompareOp, a, b uint64) sc.ScmpCondition {
+	cd, err := sc.MakeCondition(arg, op, a, b)
+	if err != nil {
+		panic(fmt.Sprintf("BUG(seccomp): condition: %v", err))
+	}
+	return cd
+}
+
+func errno(e unix.Errno) sc.ScmpAction { return sc.ActErrno.SetReturnCode(int16(e)) }
+
+func newFilter(allow []string) (*builder, error) {
 	f, err := sc.NewFilter(sc.ActAllow)
 	if err != nil {
 		return nil, fmt.Errorf("seccomp_init: %w", err)
 	}
-	defer f.Release()
 	if err := f.SetBadArchAction(sc.ActKillProcess); err != nil {
+		f.Release()
 		return nil, err
 	}
 	// The child sets no_new_privs itself; the filter must not try (it may be loaded
 	// into a process that is not the one compiling it).
 	if err := f.SetNoNewPrivsBit(false); err != nil {
+		f.Release()
 		return nil, err
 	}
-	allow := map[string]bool{}
-	for _, n := range c.ExtraAllow {
-		allow[n] = true
+	b := &builder{f: f, allow: map[string]bool{}}
+	for _, n := range allow {
+		b.allow[n] = true
 	}
-	var denied []string
-	rule := func(name string, act sc.ScmpAction, conds ...sc.ScmpCondition) error {
-		if allow[name] {
-			return nil
-		}
-		nr, err := sc.GetSyscallFromName(name)
-		if err != nil {
-			return nil // not on this architecture
-		}
-		if len(conds) == 0 {
-			err = f.AddRuleExact(nr, act)
-		} else {
-			err = f.AddRuleConditionalExact(nr, act, conds)
-		}
-		if err != nil {
-			return fmt.Errorf("seccomp rule %s: %w", name, err)
-		}
-		if len(denied) == 0 || denied[len(denied)-1] != name {
-			denied = append(denied, name)
-		}
-		return nil
+	return b, nil
+}
+
+func compile(c Config) (*Program, error) {
+	b, err := newFilter(c.ExtraAllow)
+	if err != nil {
+		return nil, err
 	}
-	cond := func(arg uint, op sc.ScmpCompareOp, a, b uint64) sc.ScmpCondition {
-		cd, err := sc.MakeCondition(arg, op, a, b)
-		if err != nil {
-			panic(fmt.Sprintf("BUG(seccomp): condition: %v", err))
-		}
-		return cd
+	defer b.f.Release()
+	eperm := errno(unix.EPERM)
+	if err := socketRules(c, b); err != nil {
+		return nil, err
 	}
-	for _, n := range append(append([]string{}, Denied...), c.ExtraDeny...) {
-		if err := rule(n, eperm); err != nil {
+	if c.RestrictConnect {
+		// TCP Fast Open connects inside sendto/sendmsg, where Landlock does not look
+		for name, arg := range map[string]uint{"sendto": 3, "sendmsg": 2, "sendmmsg": 3} {
+			if err := b.rule(name, eperm, cond(arg, sc.CompareMaskedEqual, unix.MSG_FASTOPEN, unix.MSG_FASTOPEN)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if !c.SocketsOnly {
+		if err := baseRules(c, b); err != nil {
 			return nil, err
+		}
+	}
+	for _, t := range c.Traps {
+		if t.Arg < 0 {
+			if err := b.rule(t.Syscall, sc.ActNotify); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		for _, v := range t.Values {
+			if err := b.rule(t.Syscall, sc.ActNotify, cond(uint(t.Arg), sc.CompareEqual, v, 0)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	bpf, err := export(b.f)
+	if err != nil {
+		return nil, err
+	}
+	return &Program{BPF: bpf, Denied: b.denied, Notified: b.notified}, nil
+}
+
+func baseRules(c Config, b *builder) error {
+	eperm := errno(unix.EPERM)
+	for _, n := range append(append([]string{}, Denied...), c.ExtraDeny...) {
+		if err := b.rule(n, eperm); err != nil {
+			return err
+		}
+	}
+	for _, n := range NotSupported {
+		if err := b.rule(n, errno(unix.ENOTSUP)); err != nil {
+			return err
 		}
 	}
 	// clone with any namespace flag; clone3 passes flags in memory the filter cannot
@@ -175,34 +305,118 @@ func compile(c Config) (*Program, error) {
 			if c.CloneCookie != 0 {
 				conds = append(conds, cond(tlsArg, sc.CompareNotEqual, c.CloneCookie, 0))
 			}
-			if err := rule("clone", eperm, conds...); err != nil {
-				return nil, err
+			if err := b.rule("clone", eperm, conds...); err != nil {
+				return err
 			}
 		}
 	}
-	if err := rule("clone3", sc.ActErrno.SetReturnCode(int16(unix.ENOSYS))); err != nil {
-		return nil, err
+	if err := b.rule("clone3", errno(unix.ENOSYS)); err != nil {
+		return err
+	}
+	// The new mount API: only pid 1 mounting the run's /proc (with the cookie in
+	// its unused sixth argument); open_tree, mount_setattr and the rest: never.
+	for _, n := range []string{"fsopen", "fsconfig", "fsmount", "move_mount"} {
+		var conds []sc.ScmpCondition
+		if c.CloneCookie != 0 {
+			conds = append(conds, cond(5, sc.CompareNotEqual, c.CloneCookie, 0))
+		}
+		if err := b.rule(n, eperm, conds...); err != nil {
+			return err
+		}
+	}
+	// openat2 takes its flags and mode in memory the filter cannot read: ENOSYS,
+	// and libc and runtimes fall back to openat, which is checked.
+	if err := b.rule("openat2", errno(unix.ENOSYS)); err != nil {
+		return err
 	}
 	// Terminal injection. The kernel compares the command as 32 bits.
 	for _, req := range []uint64{unix.TIOCSTI, unix.TIOCLINUX} {
-		if err := rule("ioctl", eperm, cond(1, sc.CompareMaskedEqual, 0xffffffff, req)); err != nil {
-			return nil, err
+		if err := b.rule("ioctl", eperm, cond(1, sc.CompareMaskedEqual, 0xffffffff, req)); err != nil {
+			return err
 		}
 	}
 	// Execution-domain flags that weaken memory layout or exec semantics
 	// (ADDR_NO_RANDOMIZE, MMAP_PAGE_ZERO, ADDR_COMPAT_LAYOUT, READ_IMPLIES_EXEC, …).
 	for bit := uint64(0x0040000); bit <= 0x8000000; bit <<= 1 {
-		if err := rule("personality", eperm, cond(0, sc.CompareMaskedEqual, bit, bit)); err != nil {
-			return nil, err
+		if err := b.rule("personality", eperm, cond(0, sc.CompareMaskedEqual, bit, bit)); err != nil {
+			return err
 		}
 	}
 	// utimensat with a path; utimensat(fd, NULL, …) (futimens) stays allowed.
-	if err := rule("utimensat", eperm, cond(1, sc.CompareNotEqual, 0, 0)); err != nil {
-		return nil, err
+	if err := b.rule("utimensat", eperm, cond(1, sc.CompareNotEqual, 0, 0)); err != nil {
+		return err
 	}
-	if err := socketRules(c, rule, cond, eperm); err != nil {
-		return nil, err
+	// Set-uid and set-gid bits: no call that takes a mode may set them (nothing a
+	// sandbox writes may carry them into the host).
+	if err := modeRules(b, !c.NoMetadata); err != nil {
+		return err
 	}
+	if c.NoMetadata {
+		if err := metadataRules(b); err != nil {
+			return err
+		}
+	}
+	// Leases make a host writer wait for the sandbox (lease-break-time).
+	if err := b.rule("fcntl", eperm, cond(1, sc.CompareEqual, unix.F_SETLEASE, 0)); err != nil {
+		return err
+	}
+	if c.MaxDisk {
+		// space reserved beyond the file size is not seen by RLIMIT_FSIZE
+		const keep, punch = unix.FALLOC_FL_KEEP_SIZE, unix.FALLOC_FL_PUNCH_HOLE
+		if err := b.rule("fallocate", errno(unix.EFBIG), cond(1, sc.CompareMaskedEqual, keep|punch, keep)); err != nil {
+			return err
+		}
+	}
+	if c.NoSysVMemory {
+		for _, n := range []string{"shmget", "msgget"} {
+			if err := b.rule(n, eperm); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// modeRules refuses S_ISUID and S_ISGID in every mode a call takes (fchmod's too
+// unless metadataRules refuses fchmod altogether).
+func modeRules(b *builder, fchmod bool) error {
+	eperm := errno(unix.EPERM)
+	bits := []uint64{unix.S_ISUID, unix.S_ISGID}
+	type modeArg struct {
+		name          string
+		flags, mode   int // argument indices; flags < 0: the call always creates
+		creationFlags []uint64
+	}
+	creating := []uint64{unix.O_CREAT, oTmpfile}
+	for _, m := range []modeArg{
+		{"open", 1, 2, creating}, {"openat", 2, 3, creating},
+		{"creat", -1, 1, nil}, {"mknod", -1, 1, nil}, {"mknodat", -1, 2, nil},
+		{"mkdir", -1, 1, nil}, {"mkdirat", -1, 2, nil}, {"fchmod", -1, 1, nil},
+	} {
+		if m.name == "fchmod" && !fchmod {
+			continue
+		}
+		for _, bit := range bits {
+			mode := cond(uint(m.mode), sc.CompareMaskedEqual, bit, bit)
+			if m.flags < 0 {
+				if err := b.rule(m.name, eperm, mode); err != nil {
+					return err
+				}
+				continue
+			}
+			for _, fl := range m.creationFlags {
+				if err := b.rule(m.name, eperm, cond(uint(m.flags), sc.CompareMaskedEqual, fl, fl), mode); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// export writes the filter as BPF (libseccomp 2.5 cannot export to memory) with
+// the guard for unreviewed syscalls in front.
+func export(f *sc.ScmpFilter) ([]byte, error) {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -217,17 +431,61 @@ func compile(c Config) (*Program, error) {
 	if err := <-errc; err != nil {
 		return nil, fmt.Errorf("seccomp export: %w", err)
 	}
-	if rerr != nil || len(bpf) == 0 || len(bpf)%8 != 0 || len(bpf)/8 > 0xffff {
+	if rerr != nil || len(bpf) == 0 || len(bpf)%8 != 0 {
 		return nil, fmt.Errorf("BUG(seccomp): exported %d bytes", len(bpf))
 	}
-	return &Program{BPF: bpf, Denied: denied}, nil
+	out := append(guard(), bpf...)
+	if len(out)/8 > 4096 {
+		return nil, fmt.Errorf("seccomp: the filter has %d instructions (the kernel takes 4096)", len(out)/8)
+	}
+	return out, nil
+}
+
+// auditArch is this architecture's AUDIT_ARCH_*.
+func auditArch() uint32 {
+	if runtime.GOARCH == "arm64" {
+		return 0xc00000b7
+	}
+	return 0xc000003e
+}
+
+// guard is a BPF prologue: on the native architecture, a syscall number at or past
+// Reviewed (below the x32 range, which the rest of the program kills) answers
+// ENOSYS; everything else goes on to libseccomp's program.
+func guard() []byte {
+	type insn struct {
+		code   uint16
+		jt, jf uint8
+		k      uint32
+	}
+	const (
+		ldAbs = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
+		jeq   = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
+		jge   = unix.BPF_JMP | unix.BPF_JGE | unix.BPF_K
+		ret   = unix.BPF_RET | unix.BPF_K
+	)
+	prog := []insn{
+		{ldAbs, 0, 0, 4},                              // 0: arch
+		{jeq, 0, 4, auditArch()},                      // 1: foreign: to 6
+		{ldAbs, 0, 0, 0},                              // 2: nr
+		{jge, 2, 0, 0x40000000},                       // 3: x32: to 6
+		{jge, 0, 1, Reviewed},                         // 4: reviewed: to 6
+		{ret, 0, 0, 0x00050000 | uint32(unix.ENOSYS)}, // 5: SECCOMP_RET_ERRNO|ENOSYS
+	}
+	out := make([]byte, 0, 8*len(prog))
+	for _, i := range prog {
+		out = binary.NativeEndian.AppendUint16(out, i.code)
+		out = append(out, i.jt, i.jf)
+		out = binary.NativeEndian.AppendUint32(out, i.k)
+	}
+	return out
 }
 
 // socketRules: every address family but AF_UNIX (when allowed), AF_INET and AF_INET6
 // is refused; inet sockets only as TCP (protocol 0 or IPPROTO_TCP), or UDP when
 // allowed; raw and packet sockets never (unless socket is re-allowed by name).
-func socketRules(c Config, rule func(string, sc.ScmpAction, ...sc.ScmpCondition) error,
-	cond func(uint, sc.ScmpCompareOp, uint64, uint64) sc.ScmpCondition, eperm sc.ScmpAction) error {
+func socketRules(c Config, b *builder) error {
+	eperm := errno(unix.EPERM)
 	const typeMask = 0xf // strips SOCK_NONBLOCK | SOCK_CLOEXEC
 	families := []uint64{unix.AF_INET, unix.AF_INET6}
 	// domain not in {unix?, inet, inet6}: one rule per excluded range is awkward in
@@ -235,12 +493,12 @@ func socketRules(c Config, rule func(string, sc.ScmpAction, ...sc.ScmpCondition)
 	allowed := map[uint64]bool{unix.AF_INET: !c.NoInet, unix.AF_INET6: !c.NoInet, unix.AF_UNIX: c.AllowUnix}
 	for d := uint64(0); d < unix.AF_MAX+8; d++ {
 		if !allowed[d] {
-			if err := rule("socket", eperm, cond(0, sc.CompareEqual, d, 0)); err != nil {
+			if err := b.rule("socket", eperm, cond(0, sc.CompareEqual, d, 0)); err != nil {
 				return err
 			}
 		}
 	}
-	if err := rule("socket", eperm, cond(0, sc.CompareGreaterEqual, unix.AF_MAX+8, 0)); err != nil {
+	if err := b.rule("socket", eperm, cond(0, sc.CompareGreaterEqual, unix.AF_MAX+8, 0)); err != nil {
 		return err
 	}
 	if c.NoInet {
@@ -252,7 +510,7 @@ func socketRules(c Config, rule func(string, sc.ScmpAction, ...sc.ScmpCondition)
 			if t == unix.SOCK_STREAM || (c.AllowUDP && t == unix.SOCK_DGRAM) {
 				continue
 			}
-			if err := rule("socket", eperm, cond(0, sc.CompareEqual, fam, 0), cond(1, sc.CompareMaskedEqual, typeMask, t)); err != nil {
+			if err := b.rule("socket", eperm, cond(0, sc.CompareEqual, fam, 0), cond(1, sc.CompareMaskedEqual, typeMask, t)); err != nil {
 				return err
 			}
 		}
@@ -266,14 +524,106 @@ func socketRules(c Config, rule func(string, sc.ScmpAction, ...sc.ScmpCondition)
 		for t, ok := range protos {
 			base := []sc.ScmpCondition{cond(0, sc.CompareEqual, fam, 0), cond(1, sc.CompareMaskedEqual, typeMask, t)}
 			for p := uint64(1); p < ok; p++ {
-				if err := rule("socket", eperm, append(base[:2:2], cond(2, sc.CompareEqual, p, 0))...); err != nil {
+				if err := b.rule("socket", eperm, append(base[:2:2], cond(2, sc.CompareEqual, p, 0))...); err != nil {
 					return err
 				}
 			}
-			if err := rule("socket", eperm, append(base[:2:2], cond(2, sc.CompareGreater, ok, 0))...); err != nil {
+			if err := b.rule("socket", eperm, append(base[:2:2], cond(2, sc.CompareGreater, ok, 0))...); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// metadataRules refuses, with EPERM, every change of metadata and every lock
+// through a descriptor (fchmod, fchown, futimens, fsetxattr, fremovexattr,
+// FS_IOC_SETFLAGS/FSSETXATTR, flock, fcntl locks): what a read-only view would
+// answer EROFS (or the supervisor EACCES) to, for processes without one. The
+// path-based forms are in Denied; utimensat with a path and F_SETLEASE are
+// refused by the base rules.
+func metadataRules(b *builder) error {
+	eperm := errno(unix.EPERM)
+	for _, n := range []string{"fchmod", "fchown", "fsetxattr", "fremovexattr", "flock"} {
+		if err := b.rule(n, eperm); err != nil {
+			return err
+		}
+	}
+	if err := b.rule("utimensat", eperm, cond(1, sc.CompareEqual, 0, 0)); err != nil { // futimens
+		return err
+	}
+	for _, cmd := range []uint64{unix.F_SETLK, unix.F_SETLKW, unix.F_OFD_SETLK, unix.F_OFD_SETLKW} {
+		if err := b.rule("fcntl", eperm, cond(1, sc.CompareEqual, cmd, 0)); err != nil {
+			return err
+		}
+	}
+	for _, req := range []uint64{unix.FS_IOC_SETFLAGS, fsIocFSSetXattr} {
+		if err := b.rule("ioctl", eperm, cond(1, sc.CompareMaskedEqual, 0xffffffff, req)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// LayerConfig is a filter a process adds on top of its sandbox's (a fork of a
+// template, which shares the template's mount namespace, IPC namespace and
+// supervisor rather than having its own).
+type LayerConfig struct {
+	// DenySpawn: no new processes (fork, vfork, clone without CLONE_THREAD) and no
+	// execve, with EPERM.
+	DenySpawn bool
+}
+
+// Layer compiles a fork's layer: metadata changes, locks and leases, SysV and
+// POSIX IPC, inotify watches — things the template's view, IPC namespace and
+// supervisor would judge for the template, not for this fork — refused with
+// EPERM; with DenySpawn, process creation too.
+func Layer(c LayerConfig) (*Program, error) {
+	k := fmt.Sprintf("layer|%v", c.DenySpawn)
+	mu.Lock()
+	defer mu.Unlock()
+	if p, ok := cache[k]; ok {
+		return p, nil
+	}
+	b, err := newFilter(nil)
+	if err != nil {
+		return nil, err
+	}
+	defer b.f.Release()
+	eperm := errno(unix.EPERM)
+	if err := metadataRules(b); err != nil {
+		return nil, err
+	}
+	for _, cmd := range []uint64{unix.F_SETLEASE} {
+		if err := b.rule("fcntl", eperm, cond(1, sc.CompareEqual, cmd, 0)); err != nil {
+			return nil, err
+		}
+	}
+	if err := b.rule("utimensat", eperm, cond(1, sc.CompareNotEqual, 0, 0)); err != nil {
+		return nil, err
+	}
+	for _, n := range []string{"shmget", "shmat", "shmctl", "msgget", "msgsnd", "msgrcv", "msgctl", "semget",
+		"semop", "semtimedop", "semctl", "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive", "mq_notify",
+		"mq_getsetattr", "inotify_add_watch"} {
+		if err := b.rule(n, eperm); err != nil {
+			return nil, err
+		}
+	}
+	if c.DenySpawn {
+		for _, n := range []string{"execve", "fork", "vfork"} {
+			if err := b.rule(n, eperm); err != nil {
+				return nil, err
+			}
+		}
+		if err := b.rule("clone", eperm, cond(0, sc.CompareMaskedEqual, unix.CLONE_THREAD, 0)); err != nil {
+			return nil, err
+		}
+	}
+	bpf, err := export(b.f)
+	if err != nil {
+		return nil, err
+	}
+	p := &Program{BPF: bpf, Denied: b.denied}
+	cache[k] = p
+	return p, nil
 }

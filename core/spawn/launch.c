@@ -6,14 +6,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/capability.h>
-#include <linux/filter.h>
-#include <linux/seccomp.h>
+#include <linux/mount.h>
 #include <linux/securebits.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -21,12 +21,6 @@
 
 #ifndef CLONE_PIDFD
 #define CLONE_PIDFD 0x00001000
-#endif
-#ifndef SYS_landlock_restrict_self
-#define SYS_landlock_restrict_self 446
-#endif
-#ifndef SYS_close_range
-#define SYS_close_range 436
 #endif
 #ifndef PR_CAP_AMBIENT
 #define PR_CAP_AMBIENT 47
@@ -52,13 +46,93 @@ static int fail(struct st_launch *l, int stage)
 	return 127; /* not reached */
 }
 
+static int write_file(const char *path, const char *s)
+{
+	int fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_WRONLY | O_CLOEXEC);
+	long n;
+	if (fd < 0)
+		return -1;
+	n = syscall(SYS_write, fd, s, strlen(s));
+	syscall(SYS_close, fd);
+	return n == (long)strlen(s) ? 0 : -1;
+}
+
+/* The view: mount operations in the sandbox's new mount namespace. */
+static int view(struct st_launch *l)
+{
+	int slots[ST_MAX_SLOTS];
+	int i;
+
+	for (i = 0; i < ST_MAX_SLOTS; i++)
+		slots[i] = -1;
+	for (i = 0; i < l->n_mount_ops; i++) {
+		const struct st_mount_op *op = &l->mount_ops[i];
+		struct mount_attr attr;
+		long r = -1;
+
+		l->err_op = i;
+		if (op->slot >= ST_MAX_SLOTS) {
+			errno = EINVAL;
+			return -1;
+		}
+		switch (op->kind) {
+		case ST_MOUNT_PRIVATE:
+			r = syscall(SYS_mount, NULL, op->path, NULL, MS_REC | MS_PRIVATE, NULL);
+			break;
+		case ST_MOUNT_CLONE:
+			r = syscall(SYS_open_tree, AT_FDCWD, op->path,
+				    OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | (op->recursive ? AT_RECURSIVE : 0));
+			if (r >= 0)
+				slots[op->slot] = (int)r;
+			break;
+		case ST_MOUNT_SETATTR:
+			memset(&attr, 0, sizeof attr);
+			attr.attr_set = op->attr_set;
+			attr.attr_clr = op->attr_clr;
+			if (op->slot >= 0)
+				r = syscall(SYS_mount_setattr, slots[op->slot], "",
+					    AT_EMPTY_PATH | (op->recursive ? AT_RECURSIVE : 0), &attr, sizeof attr);
+			else
+				r = syscall(SYS_mount_setattr, AT_FDCWD, op->path,
+					    op->recursive ? AT_RECURSIVE : 0, &attr, sizeof attr);
+			break;
+		case ST_MOUNT_MOVE:
+			r = syscall(SYS_move_mount, slots[op->slot], "", AT_FDCWD, op->path, MOVE_MOUNT_F_EMPTY_PATH);
+			syscall(SYS_close, slots[op->slot]);
+			slots[op->slot] = -1;
+			break;
+		case ST_MOUNT_TMPFS: {
+			int fs = (int)syscall(SYS_fsopen, "tmpfs", FSOPEN_CLOEXEC), mnt;
+			if (fs < 0)
+				return -1;
+			if (syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "mode", "0555", 0) < 0 ||
+			    syscall(SYS_fsconfig, fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
+				return -1;
+			mnt = (int)syscall(SYS_fsmount, fs, FSMOUNT_CLOEXEC, (unsigned int)op->attr_set);
+			syscall(SYS_close, fs);
+			if (mnt < 0)
+				return -1;
+			r = syscall(SYS_move_mount, mnt, "", AT_FDCWD, op->path, MOVE_MOUNT_F_EMPTY_PATH);
+			syscall(SYS_close, mnt);
+			break;
+		}
+		default:
+			errno = EINVAL;
+		}
+		if (r < 0)
+			return -1;
+	}
+	l->err_op = -1;
+	return 0;
+}
+
 static int child(void *arg)
 {
 	struct st_launch *l = arg;
 	int i;
 
-	/* 1. Default dispositions for every signal the host may have caught or
-	 * ignored (SIGPIPE especially); the mask stays full until execve. */
+	/* Default dispositions for every signal the host may have caught or ignored
+	 * (SIGPIPE especially); the mask stays full until execve. */
 	for (i = 1; i < 65; i++) {
 		struct k_sigaction sa;
 		if (i == SIGKILL || i == SIGSTOP)
@@ -67,26 +141,50 @@ static int child(void *arg)
 		sa.handler = SIG_DFL;
 		syscall(SYS_rt_sigaction, i, &sa, NULL, 8);
 	}
-	/* 2. Die with the thread that started us (host death kills the run). */
-	if (syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
-		return fail(l, ST_STAGE_PDEATHSIG);
-	/* 3. Own session: no controlling terminal, own process group. */
+	/* Own session: no controlling terminal, own process group. */
 	if (syscall(SYS_setsid) < 0)
 		return fail(l, ST_STAGE_SETSID);
-	/* 4. Join the sandbox's cgroups (every run forked later is born inside). */
+	/* The sandbox's cgroups (every run forked later is born inside). */
 	for (i = 0; i < l->n_cgroup_fds; i++) {
 		if (syscall(SYS_write, l->cgroup_fds[i], "0", 1) != 1)
 			return fail(l, ST_STAGE_CGROUP);
 	}
-	/* 5. Resource limits (RLIMIT_AS is left to sandtrap-init). */
+	/* No supplementary groups (root hosts). This child shares the host's memory:
+	 * it changes no uid or gid, which would make that memory non-dumpable. */
+	if (l->drop_groups && syscall(SYS_setgroups, 0, NULL) < 0)
+		return fail(l, ST_STAGE_IDS);
+	/* The sandbox's user namespace (our uid and gid mapped to themselves: no
+	 * capability in it reaches anything the host owns) and mount namespace. */
+	if (l->new_userns) {
+		/* (no maps: a confined host cannot write them; the namespace still gives
+		 * the zygote the capabilities to make each run's namespaces) */
+		if (syscall(SYS_unshare, CLONE_NEWUSER | CLONE_NEWNS) < 0 ||
+		    (l->uid_map && (write_file("/proc/self/setgroups", "deny") < 0 ||
+				    write_file("/proc/self/uid_map", l->uid_map) < 0 ||
+				    write_file("/proc/self/gid_map", l->gid_map) < 0)))
+			return fail(l, ST_STAGE_USERNS);
+		for (i = 0; i < l->n_sysctls; i++) {
+			if (write_file(l->sysctl_path[i], l->sysctl_value[i]) < 0)
+				return fail(l, ST_STAGE_SYSCTL);
+		}
+	} else if (l->new_mountns && syscall(SYS_unshare, CLONE_NEWNS) < 0) {
+		return fail(l, ST_STAGE_USERNS);
+	}
+	if (l->n_mount_ops > 0) {
+		if (view(l) < 0)
+			return fail(l, ST_STAGE_VIEW);
+		/* the old working directory is a dentry of the mounts beneath the view */
+		if (l->cwd && syscall(SYS_chdir, l->cwd) < 0 && syscall(SYS_chdir, "/") < 0)
+			return fail(l, ST_STAGE_VIEW);
+	}
+	/* Resource limits (RLIMIT_AS is left to sandtrap-init). After the user
+	 * namespace: it records the creator's RLIMIT_NPROC as the limit for the host
+	 * user's every process, while the one set here counts the sandbox's alone. */
 	for (i = 0; i < l->n_rlimits; i++) {
 		if (syscall(SYS_setrlimit, l->rl_resource[i], &l->rl_value[i]) < 0)
 			return fail(l, ST_STAGE_RLIMIT);
 	}
-	/* 6. Working directory (resolved before Landlock so the rules decide what it may do). */
-	if (l->cwd && syscall(SYS_chdir, l->cwd) < 0)
-		return fail(l, ST_STAGE_CHDIR);
-	/* 7. Capabilities: lock securebits (root gains nothing from exec), shrink the
+	/* Capabilities: lock securebits (root gains nothing from exec), shrink the
 	 * bounding set to keep_caps, then hold only keep_caps — raised into the ambient
 	 * set, the only way they survive execve without file capabilities. */
 	if (l->drop_caps) {
@@ -97,7 +195,8 @@ static int child(void *arg)
 		int cap;
 		if (!l->keep_caps)
 			bits |= SECBIT_NO_CAP_AMBIENT_RAISE | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
-		syscall(SYS_prctl, PR_SET_SECUREBITS, bits, 0, 0, 0);
+		if (syscall(SYS_prctl, PR_SET_SECUREBITS, bits, 0, 0, 0) < 0)
+			return fail(l, ST_STAGE_CAPS);
 		for (cap = 0; cap < 64; cap++) {
 			if (l->keep_caps & (1ULL << cap))
 				continue;
@@ -120,31 +219,47 @@ static int child(void *arg)
 				return fail(l, ST_STAGE_CAPS);
 		}
 	}
-	/* 8. no_new_privs: required by Landlock and seccomp without CAP_SYS_ADMIN. */
-	if (l->no_new_privs && syscall(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+	/* no_new_privs: required by Landlock and seccomp without CAP_SYS_ADMIN. */
+	if (syscall(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
 		return fail(l, ST_STAGE_NO_NEW_PRIVS);
-	/* 9. Landlock domain for this process only (no TSYNC: the host keeps its rights). */
-	if (l->landlock_fd >= 0) {
-		if (syscall(SYS_landlock_restrict_self, l->landlock_fd, l->landlock_flags) < 0)
-			return fail(l, ST_STAGE_LANDLOCK);
-	}
-	/* 10. Descriptors: stdio, then init's config (3), control socket (4) and its image
-	 * (5, close-on-exec). Every source is >= 10. Everything else is closed. */
+	/* Die with the thread that started us (host death kills the sandbox). Set after
+	 * every change of credentials, which clears it. */
+	if (syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
+		return fail(l, ST_STAGE_PDEATHSIG);
+	/* Descriptors: stdio, then the numbers of wire.h, and sandtrap-init's image on
+	 * 6 (close-on-exec). Every source is >= 10. Everything else is closed. */
 	for (i = 0; i < 3; i++) {
 		if (syscall(SYS_dup2, l->stdio[i], i) < 0)
 			return fail(l, ST_STAGE_STDIO);
 	}
 	if (syscall(SYS_dup2, l->config_fd, 3) < 0 || syscall(SYS_dup2, l->control_fd, 4) < 0 ||
-	    syscall(SYS_dup3, l->init_fd, 5, O_CLOEXEC) < 0)
+	    syscall(SYS_dup3, l->init_fd, 6, O_CLOEXEC) < 0)
 		return fail(l, ST_STAGE_STDIO);
-	if (syscall(SYS_close_range, 6, ~0U, 0) < 0)
-		return fail(l, ST_STAGE_CLOSE_FDS);
-	/* 11. Unblock signals and become sandtrap-init. */
+	if (l->ruleset_fd >= 0 ? syscall(SYS_dup2, l->ruleset_fd, 5) < 0 : (syscall(SYS_close, 5), 0))
+		return fail(l, ST_STAGE_STDIO);
+	{
+		unsigned int lo = 7;
+		for (i = 0; i < l->n_keep_fds; i++) {
+			unsigned int fd = (unsigned int)l->keep_fds[i];
+			if (fd < lo) {
+				errno = EINVAL;
+				return fail(l, ST_STAGE_CLOSE_FDS);
+			}
+			if (fd > lo && syscall(SYS_close_range, lo, fd - 1, 0) < 0)
+				return fail(l, ST_STAGE_CLOSE_FDS);
+			if (syscall(SYS_fcntl, fd, F_SETFD, 0) < 0)
+				return fail(l, ST_STAGE_CLOSE_FDS);
+			lo = fd + 1;
+		}
+		if (syscall(SYS_close_range, lo, ~0U, 0) < 0)
+			return fail(l, ST_STAGE_CLOSE_FDS);
+	}
+	/* Unblock signals and become sandtrap-init. */
 	{
 		unsigned long empty = 0;
 		syscall(SYS_rt_sigprocmask, SIG_SETMASK, &empty, NULL, 8);
 	}
-	syscall(SYS_execveat, 5, "", l->init_argv, l->envp, AT_EMPTY_PATH);
+	syscall(SYS_execveat, 6, "", l->init_argv, l->envp, AT_EMPTY_PATH);
 	return fail(l, ST_STAGE_EXEC);
 }
 
@@ -152,12 +267,13 @@ int st_launch(struct st_launch *l)
 {
 	sigset_t all, old;
 	char *stack;
-	int flags, pid, status;
+	int pid, status;
 
 	l->pid = -1;
 	l->pidfd = -1;
 	l->err_stage = ST_STAGE_NONE;
 	l->err_errno = 0;
+	l->err_op = -1;
 
 	stack = mmap(NULL, STACK_SIZE, PROT_READ | PROT_WRITE,
 		     MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
@@ -166,15 +282,9 @@ int st_launch(struct st_launch *l)
 		l->err_errno = errno;
 		return -1;
 	}
-	flags = CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD;
-	if (l->new_pid_ns)
-		flags |= CLONE_NEWPID;
-	if (l->new_user_ns)
-		flags |= CLONE_NEWUSER;
-
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
-	pid = clone(child, stack + STACK_SIZE, flags, l, &l->pidfd);
+	pid = clone(child, stack + STACK_SIZE, CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD, l, &l->pidfd);
 	if (pid < 0) {
 		l->err_stage = ST_STAGE_CLONE;
 		l->err_errno = errno;

@@ -2,72 +2,108 @@
  *
  * st_launch() starts one child with clone(CLONE_VM|CLONE_VFORK): the child shares
  * the host's memory until it calls execve, so it runs only async-signal-safe raw
- * syscalls on data the parent prepared, and it applies every confinement step
- * that survives execve before exec'ing sandtrap-init (init/init.c) as a zygote. The parent thread is suspended until the child has either
- * exec'd (success) or _exit'ed (then err_stage/err_errno say why). */
+ * syscalls on data the parent prepared. It applies every confinement step that
+ * survives execve — in the order of enum st_stage — and exec's sandtrap-init
+ * (init/init.c) as the sandbox's zygote. The calling thread is suspended until the
+ * child has either exec'd (success) or _exit'ed (then err_stage, err_errno and,
+ * for the view, err_op say why). */
 #ifndef SANDTRAP_LAUNCH_H
 #define SANDTRAP_LAUNCH_H
 
 #include <stdint.h>
 #include <sys/resource.h>
+#include <sys/types.h>
 
 #define ST_MAX_RLIMITS 8
 #define ST_MAX_CGROUP_FDS 8
+#define ST_MAX_SYSCTLS 8
+#define ST_MAX_SLOTS 64
 
+/* Steps of the child, in order; err_stage names the one that failed. */
 enum st_stage {
 	ST_STAGE_NONE = 0,
 	ST_STAGE_CLONE,
-	ST_STAGE_SIGNALS,
 	ST_STAGE_SETSID,
-	ST_STAGE_PDEATHSIG,
 	ST_STAGE_CGROUP,
+	ST_STAGE_IDS,      /* setgroups (root hosts) */
+	ST_STAGE_USERNS,   /* unshare(CLONE_NEWUSER|CLONE_NEWNS) and the id maps */
+	ST_STAGE_SYSCTL,   /* limits of the new user namespace */
+	ST_STAGE_VIEW,     /* the mount operations (err_op: which) */
 	ST_STAGE_RLIMIT,
-	ST_STAGE_IDS,
-	ST_STAGE_CHDIR,
-	ST_STAGE_STDIO,
 	ST_STAGE_CAPS,
 	ST_STAGE_NO_NEW_PRIVS,
-	ST_STAGE_LANDLOCK,
+	ST_STAGE_PDEATHSIG,
+	ST_STAGE_STDIO,
 	ST_STAGE_CLOSE_FDS,
 	ST_STAGE_EXEC,
 };
 
-struct st_launch {
-	/* what to run: the target's path and argv travel in init_argv */
-	char *const *envp;
-	const char *cwd; /* NULL: inherit */
-	int stdio[3];    /* fds to place on 0, 1, 2 (each >= 3) */
+/* One mount operation of the view (core/fsview plans them). */
+enum st_mount_kind {
+	ST_MOUNT_PRIVATE = 1, /* propagation of every mount under path: private */
+	ST_MOUNT_CLONE,       /* open_tree(path, OPEN_TREE_CLONE [|AT_RECURSIVE]) into slot */
+	ST_MOUNT_SETATTR,     /* mount_setattr(slot, or path when slot < 0) */
+	ST_MOUNT_MOVE,        /* move_mount(slot) onto path */
+	ST_MOUNT_TMPFS,       /* an empty tmpfs with attr_set over path */
+};
 
-	/* confinement */
-	int new_pid_ns;  /* CLONE_NEWPID */
-	int new_user_ns; /* CLONE_NEWUSER (non-root: needed for the pid ns) */
-	int cgroup_fds[ST_MAX_CGROUP_FDS]; /* open cgroup.procs files: child writes "0" */
+struct st_mount_op {
+	int kind;
+	const char *path;
+	int slot;
+	int recursive;
+	uint64_t attr_set, attr_clr; /* MOUNT_ATTR_* */
+};
+
+struct st_launch {
+	char *const *envp;
+	int stdio[3]; /* fds to place on 0, 1, 2 (each >= 10) */
+
+	int cgroup_fds[ST_MAX_CGROUP_FDS]; /* open cgroup.procs files: the child writes "0" */
 	int n_cgroup_fds;
 	int rl_resource[ST_MAX_RLIMITS];
 	struct rlimit rl_value[ST_MAX_RLIMITS];
 	int n_rlimits;
+
+	/* identity: root hosts drop supplementary groups */
+	int drop_groups;
+
+	/* the sandbox's user and mount namespaces: unshared, then the ids mapped
+	 * ("id id 1" lines the parent wrote; NULL: unmapped); or (root) a mount
+	 * namespace alone; then the view's mount operations */
+	int new_userns;
+	int new_mountns;
+	const char *uid_map, *gid_map;
+	const char *sysctl_path[ST_MAX_SYSCTLS]; /* /proc/sys/user/... of the new namespace */
+	const char *sysctl_value[ST_MAX_SYSCTLS];
+	int n_sysctls;
+	const struct st_mount_op *mount_ops;
+	int n_mount_ops;
+	const char *cwd; /* re-entered after the view (the host's working directory), through its mounts */
+
+	uint64_t keep_caps; /* kept (ambient) for pid 1 of each run; all others dropped */
 	int drop_caps;
-	uint64_t keep_caps; /* capabilities kept (the zygote's: pid namespaces, identity) */
-	int no_new_privs;
-	int landlock_fd; /* -1: none */
-	uint32_t landlock_flags;
-	/* sandtrap-init, exec'd from a sealed memfd as the sandbox's zygote; it applies
-	 * RLIMIT_AS and seccomp (read from config_fd) and serves runs on control_fd.
-	 * All three fds are >= 10 so that placing them on 3, 4, 5 clobbers nothing. */
+
+	/* sandtrap-init, exec'd from a sealed memfd; fds >= 10 placed on the numbers of
+	 * wire.h (config 3, control 4, ruleset 5 — -1: none) */
 	int init_fd;
 	int config_fd;
 	int control_fd;
-	char *const *init_argv; /* sandtrap-init TARGET ARGV... */
+	int ruleset_fd;
+	char *const *init_argv;
+	const int *keep_fds; /* also kept, at their numbers (ascending, each >= 10) */
+	int n_keep_fds;
 
 	/* results */
 	int pid;
 	int pidfd;
 	int err_stage;
 	int err_errno;
+	int err_op;
 };
 
-/* Returns 0 when the child exec'd; -1 otherwise (err_stage/err_errno set; a child
- * that failed after clone has already been reaped). */
+/* Returns 0 when the child exec'd; -1 otherwise (err_* set; a child that failed
+ * after clone has already been reaped). */
 int st_launch(struct st_launch *l);
 
 #endif

@@ -1,29 +1,37 @@
 // Package spawn starts confined processes without ever forking the host.
 //
 // Each sandbox gets a zygote: sandtrap-init (init/init.c, embedded, run from a
-// sealed memfd), started once by clone(CLONE_VM|CLONE_VFORK) from C with every
-// confinement step that survives execve applied in the child. The zygote applies
-// RLIMIT_AS and the seccomp filter once, then forks one pid 1 per run on request;
-// pid 1 starts the target. Runs therefore inherit the filter instead of loading it
-// (a load costs ~3 us per BPF instruction on this kind of machine).
+// sealed memfd), started once by clone(CLONE_VM|CLONE_VFORK) from C (launch.c),
+// in the sandbox's own user and mount namespaces with its view of the filesystem
+// laid out and every confinement step that survives execve applied in the child.
+// The zygote applies RLIMIT_AS and the seccomp filter once, then starts one pid 1
+// per run on request; pid 1 enters the Landlock ruleset and starts the target.
+// Runs therefore inherit the filter instead of loading it (a load costs ~3 us per
+// BPF instruction on this kind of machine). The engine and sandtrap-init speak
+// the protocol of wire.h, the one definition both sides compile.
 package spawn
 
 /*
 #cgo CFLAGS: -O2 -Wall
 #include <stdlib.h>
+#include <string.h>
 #include "launch.h"
+#include "wire.h"
 */
 import "C"
 
 import (
 	_ "embed"
-	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
+	"slices"
 	"sync"
 	"unsafe"
 
+	"github.com/sandtrap/sandtrap/core/fsview"
+	"github.com/sandtrap/sandtrap/core/landlock"
 	"golang.org/x/sys/unix"
 )
 
@@ -36,21 +44,38 @@ type Rlimit struct {
 	Cur, Max uint64
 }
 
-// Stage names, indexed by enum st_stage.
-var stageNames = []string{"none", "clone", "signals", "setsid", "pdeathsig", "cgroup",
-	"rlimit", "ids", "chdir", "stdio", "capabilities", "no_new_privs", "landlock",
-	"close_fds", "exec"}
+// Sysctl is a value written in the sandbox's user namespace (/proc/sys/user/...).
+type Sysctl struct {
+	Path, Value string
+}
 
-// Error is a failure while starting a zygote (in the child, before sandtrap-init).
+// stageNames are the launcher's steps, indexed by enum st_stage.
+var stageNames = map[C.int]string{
+	C.ST_STAGE_NONE: "none", C.ST_STAGE_CLONE: "clone", C.ST_STAGE_SETSID: "setsid",
+	C.ST_STAGE_CGROUP: "cgroup", C.ST_STAGE_RLIMIT: "rlimit", C.ST_STAGE_IDS: "ids",
+	C.ST_STAGE_USERNS: "user_namespace", C.ST_STAGE_SYSCTL: "sysctl", C.ST_STAGE_VIEW: "view",
+	C.ST_STAGE_CAPS: "capabilities", C.ST_STAGE_NO_NEW_PRIVS: "no_new_privs",
+	C.ST_STAGE_PDEATHSIG: "pdeathsig", C.ST_STAGE_STDIO: "stdio", C.ST_STAGE_CLOSE_FDS: "close_fds",
+	C.ST_STAGE_EXEC: "exec",
+}
+
+// Error is a failure while starting a zygote (in the child, before sandtrap-init)
+// or a run (the zygote's answer).
 type Error struct {
 	Stage string
 	Errno unix.Errno
+	Op    string // the view's failing mount operation, if that was the stage
 }
 
-func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Stage, e.Errno.Error()) }
+func (e *Error) Error() string {
+	if e.Op != "" {
+		return fmt.Sprintf("%s (%s): %s", e.Stage, e.Op, e.Errno.Error())
+	}
+	return fmt.Sprintf("%s: %s", e.Stage, e.Errno.Error())
+}
 func (e *Error) Unwrap() error { return e.Errno }
 
-// highFD moves fd to >= 10 (close-on-exec) so that a child placing fds on 0..5
+// highFD moves fd to >= 10 (close-on-exec) so that a child placing fds on 0..6
 // never clobbers a source.
 func highFD(fd int) (int, error) {
 	if fd >= 10 {
@@ -122,68 +147,154 @@ func Ready() error {
 
 var spawner chan func()
 
-// Zygote config flags (struct config in init.c).
-const (
-	cfRlimitAS  = 1
-	cfNewPid    = 2
-	cfNewUser   = 4
-	configMagic = 0x31304e49545453
-	reqMagic    = 0x51525453
-)
-
 // ZygoteSpec is the confinement shared by every run of a sandbox.
 type ZygoteSpec struct {
-	NewPidNS   bool
-	NewUserNS  bool
-	Rlimits    []Rlimit
-	DropCaps   bool
-	KeepCaps   uint64 // what pid 1 of each run still needs before dropping everything
-	LandlockFD int    // -1: none
-	ASLimit    uint64 // 0: no RLIMIT_AS
-	BPF        []byte // nil: no seccomp
-	Cookie     uint64 // lets the zygote's clone through the filter
-	CgroupFDs  []int  // cgroup.procs files the zygote joins (runs are born inside)
+	Rlimits   []Rlimit
+	CgroupFDs []int // cgroup.procs files the zygote joins (runs are born inside)
+
+	DropGroups bool // no supplementary groups (root hosts)
+
+	// UserNS: the zygote's own user and mount namespaces, its uid and gid mapped
+	// to themselves (unless Unmapped), with these limits; MountNS (root): a mount
+	// namespace alone. Either holds View.
+	UserNS   bool
+	Unmapped bool
+	MountNS  bool
+	Sysctls  []Sysctl
+	View     *fsview.Plan
+
+	KeepCaps uint64 // capabilities (in the sandbox's user namespace) pid 1 of each run still needs
+
+	RulesetFD int // -1: none; else the Landlock ruleset pid 1 of every run enters
+	// Landlock, when set, is the ruleset as data, from which pid 1 of every run
+	// builds its own, adding ProcRights for its /proc (View.ProcOwn); LandlockFDs
+	// are O_PATH fds (>= 10) of its paths, in order, which the zygote holds.
+	Landlock    *landlock.Table
+	LandlockFDs []int
+	ProcRights  uint64
+	ASLimit     uint64 // 0: no RLIMIT_AS
+	BPF         []byte // nil: no seccomp
+	Listener    bool   // load BPF with a user-notification listener (Zygote.Listener)
+	Cookie      uint64 // lets the zygote's clone and pid 1's proc mount through the filter
+	NewPidNS    bool
+	NewIPCNS    bool
 }
 
 // Zygote serves the runs of one sandbox.
 type Zygote struct {
-	mu     sync.Mutex
-	ctl    int
-	pid    int
-	pidfd  int
-	closed bool
+	mu       sync.Mutex
+	ctl      int
+	pid      int
+	pidfd    int
+	closed   bool
+	Listener int // the seccomp user-notification fd (-1: none); the caller owns it
 }
 
-// StartZygote launches a zygote.
+func mountKind(k fsview.Kind) C.int {
+	switch k {
+	case fsview.Private:
+		return C.ST_MOUNT_PRIVATE
+	case fsview.Clone:
+		return C.ST_MOUNT_CLONE
+	case fsview.SetAttr:
+		return C.ST_MOUNT_SETATTR
+	case fsview.Move:
+		return C.ST_MOUNT_MOVE
+	case fsview.Tmpfs:
+		return C.ST_MOUNT_TMPFS
+	}
+	return 0
+}
+
+// cAlloc keeps C allocations until free.
+type cAlloc []unsafe.Pointer
+
+func (a *cAlloc) str(s string) *C.char {
+	p := C.CString(s)
+	*a = append(*a, unsafe.Pointer(p))
+	return p
+}
+
+func (a *cAlloc) strs(ss []string) **C.char {
+	arr := (**C.char)(C.calloc(C.size_t(len(ss)+1), C.size_t(unsafe.Sizeof(uintptr(0)))))
+	*a = append(*a, unsafe.Pointer(arr))
+	view := unsafe.Slice(arr, len(ss)+1)
+	for i, s := range ss {
+		view[i] = a.str(s)
+	}
+	return arr
+}
+
+func (a *cAlloc) free() {
+	for _, p := range *a {
+		C.free(p)
+	}
+	*a = nil
+}
+
+// StartZygote launches a zygote and waits until it is confined.
 func StartZygote(zs *ZygoteSpec) (*Zygote, error) {
 	if err := Ready(); err != nil {
 		return nil, err
 	}
-	if len(zs.Rlimits) > C.ST_MAX_RLIMITS {
-		return nil, errors.New("BUG(spawn): too many rlimits")
+	if len(zs.Rlimits) > C.ST_MAX_RLIMITS || len(zs.CgroupFDs) > C.ST_MAX_CGROUP_FDS || len(zs.Sysctls) > C.ST_MAX_SYSCTLS {
+		return nil, errors.New("BUG(spawn): too many rlimits, cgroups or sysctls")
 	}
-	hdr := make([]byte, 48, 48+len(zs.BPF))
-	var flags uint64
+	if len(zs.BPF)%8 != 0 || len(zs.BPF)/8 > C.ST_MAX_BPF {
+		return nil, fmt.Errorf("BUG(spawn): a %d-byte filter", len(zs.BPF))
+	}
+	var cfg C.struct_st_config
+	cfg.magic = C.ST_CONFIG_MAGIC
 	if zs.ASLimit > 0 {
-		flags |= cfRlimitAS
-		binary.LittleEndian.PutUint64(hdr[16:], zs.ASLimit)
-		binary.LittleEndian.PutUint64(hdr[24:], zs.ASLimit)
+		cfg.flags |= C.ST_CF_RLIMIT_AS
+		cfg.as_cur, cfg.as_max = C.__u64(zs.ASLimit), C.__u64(zs.ASLimit)
 	}
-	if zs.NewPidNS {
-		flags |= cfNewPid
+	for _, f := range []struct {
+		on   bool
+		flag C.__u64
+	}{{zs.NewPidNS, C.ST_CF_NEWPID}, {zs.NewIPCNS, C.ST_CF_NEWIPC}, {zs.RulesetFD >= 0, C.ST_CF_LANDLOCK},
+		{zs.Listener && len(zs.BPF) > 0, C.ST_CF_LISTENER},
+		{zs.View != nil && zs.View.ProcOwn, C.ST_CF_PROC}, {zs.View != nil && zs.View.ProcRW, C.ST_CF_PROC_RW}} {
+		if f.on {
+			cfg.flags |= f.flag
+		}
 	}
-	if zs.NewUserNS {
-		flags |= cfNewUser
+	if zs.UserNS || unix.Geteuid() == 0 {
+		cfg.flags |= C.ST_CF_CAPS
 	}
-	binary.LittleEndian.PutUint64(hdr[0:], configMagic)
-	binary.LittleEndian.PutUint64(hdr[8:], flags)
-	binary.LittleEndian.PutUint64(hdr[32:], zs.Cookie)
-	binary.LittleEndian.PutUint64(hdr[40:], uint64(len(zs.BPF)/8))
-	cfg, err := sealedMemfd("sandtrap-config", append(hdr, zs.BPF...))
+	cfg.cookie = C.__u64(zs.Cookie)
+	cfg.bpf_len = C.__u64(len(zs.BPF) / 8)
+	var keep []int
+	var table []byte
+	if t := zs.Landlock; t != nil && zs.RulesetFD >= 0 {
+		if len(zs.LandlockFDs) != len(t.Paths) || len(t.Paths)+len(t.Ports) > C.ST_MAX_RULES {
+			return nil, fmt.Errorf("BUG(spawn): a Landlock table of %d paths (%d fds) and %d ports", len(t.Paths), len(zs.LandlockFDs), len(t.Ports))
+		}
+		cfg.flags |= C.ST_CF_LANDLOCK_TABLE
+		var lt C.struct_st_landlock_table
+		lt.handled_fs, lt.handled_net, lt.scoped = C.__u64(t.HandledFS), C.__u64(t.HandledNet), C.__u64(t.Scoped)
+		lt.attr_size, lt.proc_rights = C.__u64(t.AttrSize), C.__u64(zs.ProcRights)
+		lt.npaths, lt.nports = C.__u32(len(t.Paths)), C.__u32(len(t.Ports))
+		table = C.GoBytes(unsafe.Pointer(&lt), C.sizeof_struct_st_landlock_table)
+		for i, pr := range t.Paths {
+			var r C.struct_st_landlock_rule
+			r.rights, r.fd = C.__u64(pr.Rights), C.__u32(zs.LandlockFDs[i])
+			table = append(table, C.GoBytes(unsafe.Pointer(&r), C.sizeof_struct_st_landlock_rule)...)
+			keep = append(keep, zs.LandlockFDs[i])
+		}
+		for _, pr := range t.Ports {
+			var r C.struct_st_landlock_rule
+			r.rights, r.port = C.__u64(pr.Rights), C.__u64(pr.Port)
+			table = append(table, C.GoBytes(unsafe.Pointer(&r), C.sizeof_struct_st_landlock_rule)...)
+		}
+		slices.Sort(keep)
+	}
+	conf := append(append(C.GoBytes(unsafe.Pointer(&cfg), C.sizeof_struct_st_config), zs.BPF...), table...)
+	cfgFD, err := sealedMemfd("sandtrap-config", conf)
 	if err != nil {
 		return nil, err
 	}
-	defer unix.Close(cfg)
+	defer unix.Close(cfgFD)
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
@@ -193,46 +304,151 @@ func StartZygote(zs *ZygoteSpec) (*Zygote, error) {
 	if err1 != nil || err2 != nil {
 		return nil, errors.New("socketpair: cannot move fds")
 	}
-	defer unix.Close(theirs)
 	unix.SetsockoptInt(ours, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, 8<<20) // root only; else the default applies
 
+	var mem cAlloc
+	defer mem.free()
 	var l C.struct_st_launch
-	argv, freeArgv := cStrings([]string{"sandtrap-init"})
-	defer freeArgv()
-	env, freeEnv := cStrings(nil)
-	defer freeEnv()
-	l.init_argv, l.envp = argv, env
+	l.init_argv, l.envp = mem.strs([]string{"sandtrap-init"}), mem.strs(nil)
 	l.stdio = [3]C.int{C.int(nullFD), C.int(nullFD), C.int(nullFD)}
-	l.init_fd, l.config_fd, l.control_fd = C.int(initFD), C.int(cfg), C.int(theirs)
+	l.init_fd, l.config_fd, l.control_fd, l.ruleset_fd = C.int(initFD), C.int(cfgFD), C.int(theirs), -1
+	if zs.RulesetFD >= 0 {
+		rs, err := unix.FcntlInt(uintptr(zs.RulesetFD), unix.F_DUPFD_CLOEXEC, 10)
+		if err != nil {
+			unix.Close(ours)
+			unix.Close(theirs)
+			return nil, fmt.Errorf("ruleset fd: %w", err)
+		}
+		defer unix.Close(rs)
+		l.ruleset_fd = C.int(rs)
+	}
 	for i, r := range zs.Rlimits {
 		l.rl_resource[i] = C.int(r.Resource)
 		l.rl_value[i].rlim_cur = C.rlim_t(r.Cur)
 		l.rl_value[i].rlim_max = C.rlim_t(r.Max)
 	}
 	l.n_rlimits = C.int(len(zs.Rlimits))
-	if len(zs.CgroupFDs) > C.ST_MAX_CGROUP_FDS {
-		return nil, errors.New("BUG(spawn): too many cgroups")
-	}
 	for i, fd := range zs.CgroupFDs {
 		l.cgroup_fds[i] = C.int(fd)
 	}
 	l.n_cgroup_fds = C.int(len(zs.CgroupFDs))
-	l.drop_caps = cbool(zs.DropCaps)
+	l.drop_groups = cbool(zs.DropGroups)
+	if zs.UserNS {
+		uid, gid := unix.Geteuid(), unix.Getegid()
+		l.new_userns = 1
+		if !zs.Unmapped {
+			l.uid_map = mem.str(fmt.Sprintf("%d %d 1", uid, uid))
+			l.gid_map = mem.str(fmt.Sprintf("%d %d 1", gid, gid))
+		}
+		for i, s := range zs.Sysctls {
+			l.sysctl_path[i], l.sysctl_value[i] = mem.str(s.Path), mem.str(s.Value)
+		}
+		l.n_sysctls = C.int(len(zs.Sysctls))
+	}
+	l.new_mountns = cbool(zs.MountNS && !zs.UserNS)
+	if zs.UserNS || zs.MountNS {
+		if zs.View != nil && len(zs.View.Ops) > 0 {
+			ops := (*C.struct_st_mount_op)(C.calloc(C.size_t(len(zs.View.Ops)), C.sizeof_struct_st_mount_op))
+			mem = append(mem, unsafe.Pointer(ops))
+			view := unsafe.Slice(ops, len(zs.View.Ops))
+			for i, op := range zs.View.Ops {
+				view[i].kind = mountKind(op.Kind)
+				view[i].path = mem.str(op.Path)
+				view[i].slot = C.int(op.Slot)
+				view[i].recursive = cbool(op.Recursive)
+				view[i].attr_set, view[i].attr_clr = C.uint64_t(op.Set), C.uint64_t(op.Clr)
+			}
+			l.mount_ops, l.n_mount_ops = ops, C.int(len(zs.View.Ops))
+		}
+		if wd, err := os.Getwd(); err == nil {
+			l.cwd = mem.str(wd)
+		}
+	}
+	holds := zs.UserNS || unix.Geteuid() == 0 // otherwise nothing is held
+	l.drop_caps = cbool(holds)
 	l.keep_caps = C.uint64_t(zs.KeepCaps)
-	l.no_new_privs = 1
-	l.landlock_fd = C.int(zs.LandlockFD)
+	if len(keep) > 0 {
+		arr := (*C.int)(C.calloc(C.size_t(len(keep)), C.sizeof_int))
+		mem = append(mem, unsafe.Pointer(arr))
+		for i, fd := range keep {
+			unsafe.Slice(arr, len(keep))[i] = C.int(fd)
+		}
+		l.keep_fds, l.n_keep_fds = arr, C.int(len(keep))
+	}
 	done := make(chan C.int)
 	spawner <- func() { done <- C.st_launch(&l) }
-	if <-done != 0 {
+	rc := <-done
+	unix.Close(theirs)
+	if rc != 0 {
 		unix.Close(ours)
-		st := int(l.err_stage)
-		name := "unknown"
-		if st >= 0 && st < len(stageNames) {
-			name = stageNames[st]
+		e := &Error{Stage: stageNames[l.err_stage], Errno: unix.Errno(l.err_errno)}
+		if e.Stage == "" {
+			e.Stage = "unknown"
 		}
-		return nil, &Error{Stage: name, Errno: unix.Errno(l.err_errno)}
+		if l.err_stage == C.ST_STAGE_VIEW && zs.View != nil && int(l.err_op) >= 0 && int(l.err_op) < len(zs.View.Ops) {
+			op := zs.View.Ops[l.err_op]
+			e.Op = fmt.Sprintf("%s %s", opName(op.Kind), op.Path)
+		}
+		return nil, e
 	}
-	return &Zygote{ctl: ours, pid: int(l.pid), pidfd: int(l.pidfd)}, nil
+	z := &Zygote{ctl: ours, pid: int(l.pid), pidfd: int(l.pidfd), Listener: -1}
+	// the zygote says it is confined, with the filter's listener when asked
+	pid, fds, err := z.reply()
+	if err != nil || pid != 0 || (zs.Listener && len(zs.BPF) > 0) != (len(fds) == 1) {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		z.Close()
+		if err == nil {
+			err = fmt.Errorf("BUG(spawn): the zygote's hello: pid %d, %d fds", pid, len(fds))
+		}
+		return nil, fmt.Errorf("the sandbox's zygote did not start: %w", err)
+	}
+	if len(fds) == 1 {
+		z.Listener = fds[0]
+	}
+	return z, nil
+}
+
+func opName(k fsview.Kind) string {
+	return map[fsview.Kind]string{fsview.Private: "private", fsview.Clone: "clone", fsview.SetAttr: "setattr",
+		fsview.Move: "move", fsview.Tmpfs: "tmpfs"}[k]
+}
+
+// reply reads one struct st_reply and the fds that came with it.
+func (z *Zygote) reply() (int, []int, error) {
+	buf := make([]byte, C.sizeof_struct_st_reply)
+	oob := make([]byte, unix.CmsgSpace(4))
+	for {
+		n, oobn, _, _, err := unix.Recvmsg(z.ctl, buf, oob, unix.MSG_CMSG_CLOEXEC)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n != len(buf) {
+			return 0, nil, ErrZygoteGone
+		}
+		var fds []int
+		if oobn > 0 {
+			msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+			if err != nil {
+				return 0, nil, fmt.Errorf("BUG(spawn): zygote control message: %v", err)
+			}
+			for i := range msgs {
+				got, err := unix.ParseUnixRights(&msgs[i])
+				if err == nil {
+					fds = append(fds, got...)
+				}
+			}
+		}
+		rp := (*C.struct_st_reply)(unsafe.Pointer(&buf[0]))
+		if rp.err != 0 {
+			for _, fd := range fds {
+				unix.Close(fd)
+			}
+			return 0, nil, &Error{Stage: "zygote", Errno: unix.Errno(-rp.err)}
+		}
+		return int(rp.pid), fds, nil
+	}
 }
 
 // Close stops the zygote (runs must be over).
@@ -257,11 +473,10 @@ type RunSpec struct {
 	Dir       string
 	Stdio     [3]int
 	StatusFD  int
-	CgroupFDs []int
-	SetIDs    bool
-	UID, GID  uint32
 	CPUSecs   uint32 // RLIMIT_CPU of the run (0: none)
-	NProc     uint32 // RLIMIT_NPROC of the run (0: none)
+	NoFile    uint32 // RLIMIT_NOFILE of the run (0: the zygote's)
+	SetIDs    bool   // pid 1 becomes UID/GID (needs a zygote holding CAP_SETUID/CAP_SETGID)
+	UID, GID  uint32
 }
 
 // Process is a run's pid 1.
@@ -275,24 +490,21 @@ var ErrZygoteGone = errors.New("sandbox zygote is gone")
 
 // Spawn asks the zygote for a run.
 func (z *Zygote) Spawn(r *RunSpec) (*Process, error) {
-	var msg []byte
-	hdr := make([]byte, 40)
-	binary.LittleEndian.PutUint32(hdr[0:], reqMagic)
-	binary.LittleEndian.PutUint32(hdr[4:], uint32(len(r.Argv)))
-	binary.LittleEndian.PutUint32(hdr[8:], uint32(len(r.Env)))
-	binary.LittleEndian.PutUint32(hdr[12:], uint32(len(r.CgroupFDs)))
+	var hdr C.struct_st_request
+	hdr.magic = C.ST_REQ_MAGIC
+	hdr.argc, hdr.envc = C.__u32(len(r.Argv)), C.__u32(len(r.Env))
+	hdr.cpu_secs, hdr.nofile = C.__u32(r.CPUSecs), C.__u32(r.NoFile)
 	if r.SetIDs {
-		binary.LittleEndian.PutUint32(hdr[16:], r.UID)
-		binary.LittleEndian.PutUint32(hdr[20:], r.GID)
-		binary.LittleEndian.PutUint32(hdr[24:], 1)
+		hdr.set_ids, hdr.uid, hdr.gid = 1, C.__u32(r.UID), C.__u32(r.GID)
 	}
-	binary.LittleEndian.PutUint32(hdr[28:], r.CPUSecs)
-	binary.LittleEndian.PutUint32(hdr[32:], r.NProc)
-	msg = append(msg, hdr...)
+	msg := C.GoBytes(unsafe.Pointer(&hdr), C.sizeof_struct_st_request)
 	for _, s := range append(append([]string{r.Path, r.Dir}, r.Argv...), r.Env...) {
 		msg = append(append(msg, s...), 0)
 	}
-	fds := append([]int{r.Stdio[0], r.Stdio[1], r.Stdio[2], r.StatusFD}, r.CgroupFDs...)
+	if len(msg) > C.ST_MAX_REQ {
+		return nil, fmt.Errorf("argv and environment take %d bytes, more than a run request can carry (%d); pass large data on stdin", len(msg), C.ST_MAX_REQ)
+	}
+	fds := []int{r.Stdio[0], r.Stdio[1], r.Stdio[2], r.StatusFD}
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	if z.closed {
@@ -304,37 +516,24 @@ func (z *Zygote) Spawn(r *RunSpec) (*Process, error) {
 		}
 		return nil, ErrZygoteGone
 	}
-	reply := make([]byte, 8)
-	oob := make([]byte, unix.CmsgSpace(4))
-	for {
-		n, oobn, _, _, err := unix.Recvmsg(z.ctl, reply, oob, unix.MSG_CMSG_CLOEXEC)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil || n != 8 {
-			return nil, ErrZygoteGone
-		}
-		pid := int(int32(binary.LittleEndian.Uint32(reply)))
-		e := int(int32(binary.LittleEndian.Uint32(reply[4:])))
-		if e != 0 {
-			return nil, &Error{Stage: "zygote", Errno: unix.Errno(-e)}
-		}
-		msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
-		if err != nil || len(msgs) != 1 {
-			return nil, errors.New("BUG(spawn): zygote reply without a pidfd")
-		}
-		got, err := unix.ParseUnixRights(&msgs[0])
-		if err != nil || len(got) != 1 {
-			return nil, errors.New("BUG(spawn): zygote reply without a pidfd")
-		}
-		return &Process{Pid: pid, PidFD: got[0]}, nil
+	pid, got, err := z.reply()
+	if err != nil {
+		return nil, err
 	}
+	if len(got) != 1 {
+		for _, fd := range got {
+			unix.Close(fd)
+		}
+		return nil, errors.New("BUG(spawn): zygote reply without a pidfd")
+	}
+	return &Process{Pid: pid, PidFD: got[0]}, nil
 }
 
 // Status is what a run's pid 1 reported.
 type Status struct {
 	ExecErrno  unix.Errno // the target could not be exec'd
 	InitFailed string     // pid 1 could not apply its part
+	InitErrno  unix.Errno
 	Ended      bool
 	Wait       unix.WaitStatus
 	UserMicros uint64
@@ -343,45 +542,35 @@ type Status struct {
 	HasUsage   bool
 }
 
-var initSteps = map[uint32]string{'G': "joining the cgroup", 'U': "switching user", 'P': "dropping capabilities", 'D': "entering cwd", 'F': "forking the target"}
+var initSteps = map[C.__u32]string{C.ST_STEP_PROC: "mounting its /proc", C.ST_STEP_LANDLOCK: "entering the Landlock ruleset",
+	C.ST_STEP_CAPS: "dropping capabilities", C.ST_STEP_CWD: "entering cwd", C.ST_STEP_FORK: "forking the target",
+	C.ST_STEP_RLIMIT: "setting the run's rlimits", C.ST_STEP_STDIO: "placing stdio", C.ST_STEP_IDS: "switching user"}
 
-// ReadStatus decodes the status records (32 bytes each).
+// StatusSize is the size of one status record.
+const StatusSize = C.sizeof_struct_st_status
+
+// ReadStatus decodes the status records.
 func ReadStatus(b []byte) Status {
 	var st Status
-	for len(b) >= 32 {
-		kind := binary.LittleEndian.Uint32(b)
-		val := binary.LittleEndian.Uint32(b[4:])
-		a, bb, c := binary.LittleEndian.Uint64(b[8:]), binary.LittleEndian.Uint64(b[16:]), binary.LittleEndian.Uint64(b[24:])
-		switch kind {
-		case 'E':
-			st.ExecErrno = unix.Errno(val)
-		case 'X':
-			st.Ended, st.Wait = true, unix.WaitStatus(val)
-		case 'R':
-			st.UserMicros, st.SysMicros, st.MaxRSSKiB, st.HasUsage = a, bb, c, true
-		case 'I':
-			st.InitFailed = initSteps[val]
+	for len(b) >= StatusSize {
+		rec := C.struct_st_status{}
+		C.memcpy(unsafe.Pointer(&rec), unsafe.Pointer(&b[0]), StatusSize)
+		switch rec.kind {
+		case C.ST_STATUS_EXEC:
+			st.ExecErrno = unix.Errno(rec.value)
+		case C.ST_STATUS_EXIT:
+			st.Ended, st.Wait = true, unix.WaitStatus(rec.value)
+		case C.ST_STATUS_USAGE:
+			st.UserMicros, st.SysMicros, st.MaxRSSKiB, st.HasUsage = uint64(rec.a), uint64(rec.b), uint64(rec.c), true
+		case C.ST_STATUS_INIT:
+			st.InitFailed, st.InitErrno = initSteps[rec.value], unix.Errno(rec.a)
 			if st.InitFailed == "" {
 				st.InitFailed = "setup"
 			}
 		}
-		b = b[32:]
+		b = b[StatusSize:]
 	}
 	return st
-}
-
-func cStrings(ss []string) (**C.char, func()) {
-	arr := (**C.char)(C.calloc(C.size_t(len(ss)+1), C.size_t(unsafe.Sizeof(uintptr(0)))))
-	view := unsafe.Slice(arr, len(ss)+1)
-	for i, s := range ss {
-		view[i] = C.CString(s)
-	}
-	return arr, func() {
-		for i := range ss {
-			C.free(unsafe.Pointer(view[i]))
-		}
-		C.free(unsafe.Pointer(arr))
-	}
 }
 
 func cbool(b bool) C.int {

@@ -435,12 +435,8 @@ class Pipeline {
 /**
  * Confine the calling process for good with a sandbox's policy (Landlock on every
  * thread; the seccomp filter too with {seccomp: true}). Irreversible.
- *
- * The policy gets one extra read-only rule, this process's own /proc/PID/task:
- * the engine reaches every thread of the host through psx, which lists that
- * directory while it restricts thread after thread, and kills the whole process
- * when it has become unreadable half-way (a Node process always has threads the
- * engine did not create).
+ * (The engine keeps this process's /proc/self/task readable: it reaches every
+ * thread through psx, which lists that directory while it restricts them.)
  * @param {Sandbox|object} sandbox a Sandbox, or policy options to build one
  */
 function confine(sandbox, opts = {}) {
@@ -450,9 +446,6 @@ function confine(sandbox, opts = {}) {
   if (sandbox instanceof Sandbox) {
     sandbox._live();
     options = sandbox.options;
-  }
-  if (isPlainObject(options) && (options.fsReadable === undefined || Array.isArray(options.fsReadable))) {
-    options = { ...options, fsReadable: [...(options.fsReadable ?? []), `/proc/${process.pid}/task`] };
   }
   const sb = new Sandbox(options);
   try {

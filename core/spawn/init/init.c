@@ -1,21 +1,24 @@
 /* sandtrap-init — the zygote of a sandbox and pid 1 of each of its runs.
  *
- * Freestanding (no libc, a few KiB). The engine's launcher starts one zygote per
- * sandbox with every confinement step that survives execve already applied
- * (rlimits, capabilities, no_new_privs, Landlock). The zygote then applies the
- * steps that must come last — RLIMIT_AS and the seccomp filter — once, and serves
- * run requests on its control socket: for each, it clones a child into a new pid
- * namespace (the filter lets only the zygote do that: the clone carries a secret
- * cookie), and that child — pid 1 of the run — joins the run's cgroups, drops the
- * zygote's last capabilities, starts the target as pid 2 (so the target keeps
- * normal signal semantics), reaps every orphan, and reports the target's status
- * and resource use on the run's status pipe. When pid 1 exits, the kernel kills
- * whatever is left of the run. The filter is inherited, never re-attached: loading
- * a filter costs about 3 us per BPF instruction here.
+ * Freestanding (no libc, a few KiB). The engine's launcher (launch.c) starts one
+ * zygote per sandbox inside the sandbox's user and mount namespaces, with its
+ * view of the filesystem laid out, its rlimits, no_new_privs and its capabilities
+ * reduced to what pid 1 needs. The zygote then applies what must come last —
+ * RLIMIT_AS and the seccomp filter — once, and serves run requests on its control
+ * socket (the protocol is ../wire.h). For each run it clones pid 1 of a new pid
+ * namespace (and IPC namespace, and mount namespace when the run gets a /proc of
+ * its own): the filter lets only the zygote and pid 1 do that, because their
+ * calls carry a secret cookie in a register the kernel ignores. Pid 1 mounts the
+ * run's /proc, enters the sandbox's Landlock ruleset (so every run is a domain of
+ * its own: runs cannot signal or trace each other), drops every capability,
+ * starts the target as pid 2 (which keeps normal signal semantics), reaps every
+ * orphan, and reports the target's status and resource use on the run's status
+ * pipe. When pid 1 exits, the kernel kills whatever is left of the run. The
+ * filter is inherited, never re-attached: loading a filter costs about 3 us per
+ * BPF instruction here.
  *
  *   argv: sandtrap-init
- *   fd 3: configuration (struct config, then the BPF program)
- *   fd 4: control socket (SOCK_SEQPACKET) to the engine
+ *   fds:  ST_FD_CONFIG, ST_FD_CONTROL, ST_FD_RULESET (wire.h)
  */
 #include <linux/filter.h>
 #include <linux/resource.h>
@@ -25,55 +28,13 @@
 #include <linux/wait.h>
 #include <linux/capability.h>
 #include <linux/prctl.h>
-#include <linux/securebits.h>
 #include <linux/socket.h>
 #include <linux/time.h>
 #include <linux/uio.h>
+#include <linux/mount.h>
 #include <asm/unistd.h>
 
-#define CONFIG_FD 3
-#define CONTROL_FD 4
-#define MAGIC 0x31304e49545453ULL /* "STTIN01" little-endian */
-#define REQ_MAGIC 0x51525453u    /* "STRQ" */
-#define MAX_BPF 4096
-#define MAX_REQ (4 << 20)
-#define MAX_PTRS (256 << 10)
-#define MAX_FDS 16
-
-#define CF_RLIMIT_AS 1
-#define CF_NEWPID 2
-#define CF_NEWUSER 4
-
-struct config {
-	unsigned long long magic;
-	unsigned long long flags;
-	unsigned long long as_cur, as_max;
-	unsigned long long cookie;  /* lets the zygote's clone through the filter */
-	unsigned long long bpf_len; /* sock_filter entries */
-};
-
-/* One run request: header, then NUL-terminated strings: path, cwd ("" = keep),
- * argv[argc], envp[envc]. fds (SCM_RIGHTS): stdin, stdout, stderr, status, then
- * the cgroup.procs files to join. */
-struct request {
-	unsigned int magic;
-	unsigned int argc, envc, ncgroups;
-	unsigned int uid, gid, set_ids, cpu_secs; /* cpu_secs: RLIMIT_CPU of the run, 0 = none */
-	unsigned int nproc, pad; /* nproc: RLIMIT_NPROC of the run (counted in its user namespace), 0 = none */
-};
-
-/* The zygote's answer: the child's pid (and its pidfd as SCM_RIGHTS) or -errno. */
-struct reply {
-	int pid;
-	int err;
-};
-
-/* Status records on a run's status pipe. */
-struct status {
-	unsigned int kind; /* 'E' exec failed, 'X' target ended, 'R' usage, 'I' init step failed */
-	unsigned int value;
-	unsigned long long a, b, c;
-};
+#include "../wire.h"
 
 #if defined(__x86_64__)
 static long sys6(long n, long a, long b, long c, long d, long e, long f)
@@ -113,6 +74,24 @@ __asm__(".text\n.globl _start\n_start:\n mov x0, sp\n bl init_main\n");
 #define sys4(n, a, b, c, d) sys6(n, (long)(a), (long)(b), (long)(c), (long)(d), 0, 0)
 #define sys5(n, a, b, c, d, e) sys6(n, (long)(a), (long)(b), (long)(c), (long)(d), (long)(e), 0)
 
+#ifndef __NR_landlock_create_ruleset
+#define __NR_landlock_create_ruleset 444
+#define __NR_landlock_add_rule 445
+#define __NR_landlock_restrict_self 446
+#endif
+#define LL_RULE_PATH_BENEATH 1
+#define LL_RULE_NET_PORT 2
+
+/* uapi <linux/landlock.h> layouts (packed path rule) */
+struct ll_path_beneath {
+	unsigned long long allowed_access;
+	int parent_fd;
+} __attribute__((packed));
+struct ll_net_port {
+	unsigned long long allowed_access;
+	unsigned long long port;
+};
+
 /* minimal socket ABI (uapi headers do not carry these userspace structs) */
 struct st_msghdr {
 	void *name;
@@ -131,6 +110,8 @@ struct st_cmsghdr {
 #define ST_SOL_SOCKET 1
 #define ST_SCM_RIGHTS 1
 #define ST_MSG_CMSG_CLOEXEC 0x40000000
+#define ST_MSG_CTRUNC 0x8
+#define ST_MSG_NOSIGNAL 0x4000
 #define CMSG_SPACE_FDS(n) ((sizeof(struct st_cmsghdr) + (n) * sizeof(int) + 7) & ~7UL)
 
 struct k_sigaction {
@@ -146,8 +127,12 @@ struct k_rusage {
 	    msgsnd, msgrcv, nsignals, nvcsw, nivcsw;
 };
 
-static unsigned char cfgbuf[sizeof(struct config) + MAX_BPF * 8];
-static unsigned char reqbuf[MAX_REQ];
+#define MAX_PTRS (256 << 10)
+
+static unsigned char cfgbuf[sizeof(struct st_config) + ST_MAX_BPF * 8 + sizeof(struct st_landlock_table) +
+			    ST_MAX_RULES * sizeof(struct st_landlock_rule)];
+static struct st_landlock_table *lltable; /* with ST_CF_LANDLOCK_TABLE */
+static unsigned char reqbuf[ST_MAX_REQ];
 static char *ptrs[MAX_PTRS];
 static unsigned long long cookie;
 static unsigned long long cflags;
@@ -155,13 +140,20 @@ static unsigned long long cflags;
 static void report(int fd, unsigned int kind, unsigned int value,
 		   unsigned long long a, unsigned long long b, unsigned long long c)
 {
-	struct status s;
+	struct st_status s;
 	s.kind = kind;
 	s.value = value;
 	s.a = a;
 	s.b = b;
 	s.c = c;
 	sys3(__NR_write, fd, &s, sizeof s);
+}
+
+/* a step of pid 1 failed: say which (and its errno), and end the run */
+static void step_failed(int status_fd, unsigned int step, long err)
+{
+	report(status_fd, ST_STATUS_INIT, step, (unsigned long long)-err, 0, 0);
+	sys1(__NR_exit_group, 127);
 }
 
 static void set_signal(int sig, void *handler)
@@ -175,8 +167,75 @@ static void set_signal(int sig, void *handler)
 	sys4(__NR_rt_sigaction, sig, &sa, 0, 8);
 }
 
-/* pid 1 of one run. fds: stdin, stdout, stderr, status, cgroups...; never returns. */
-static void run_child(struct request *rq, int *fds, int nfds, char *path, char *cwd,
+/* The run's own /proc (its pid namespace), over the view's. The new mount API's
+ * calls carry the cookie in their unused sixth argument: the filter refuses
+ * them to everything else. Read-only unless /proc is writable in the policy. */
+static long mount_proc(void)
+{
+	long fs, mnt, r;
+	unsigned long attr = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC;
+	if (!(cflags & ST_CF_PROC_RW))
+		attr |= MOUNT_ATTR_RDONLY;
+	fs = sys6(__NR_fsopen, (long)"proc", FSOPEN_CLOEXEC, 0, 0, 0, (long)cookie);
+	if (fs < 0)
+		return fs;
+	r = sys6(__NR_fsconfig, fs, FSCONFIG_CMD_CREATE, 0, 0, 0, (long)cookie);
+	if (r < 0)
+		return r;
+	mnt = sys6(__NR_fsmount, fs, FSMOUNT_CLOEXEC, (long)attr, 0, 0, (long)cookie);
+	if (mnt < 0)
+		return mnt;
+	r = sys6(__NR_move_mount, mnt, (long)"", -100 /* AT_FDCWD */, (long)"/proc",
+		 MOVE_MOUNT_F_EMPTY_PATH, (long)cookie);
+	sys1(__NR_close, mnt);
+	sys1(__NR_close, fs);
+	return r;
+}
+
+/* The run's own ruleset: the table, and a rule for its /proc. Returns its fd or -errno. */
+static long own_ruleset(void)
+{
+	struct st_landlock_rule *rules = (struct st_landlock_rule *)(lltable + 1);
+	unsigned long long attr[3];
+	long fd, r, proc;
+	unsigned int i;
+
+	attr[0] = lltable->handled_fs;
+	attr[1] = lltable->handled_net;
+	attr[2] = lltable->scoped;
+	fd = sys3(__NR_landlock_create_ruleset, attr, lltable->attr_size, 0);
+	if (fd < 0)
+		return fd;
+	for (i = 0; i < lltable->npaths + lltable->nports; i++) {
+		if (i < lltable->npaths) {
+			struct ll_path_beneath pb;
+			pb.allowed_access = rules[i].rights;
+			pb.parent_fd = (int)rules[i].fd;
+			r = sys4(__NR_landlock_add_rule, fd, LL_RULE_PATH_BENEATH, &pb, 0);
+		} else {
+			struct ll_net_port np;
+			np.allowed_access = rules[i].rights;
+			np.port = rules[i].port;
+			r = sys4(__NR_landlock_add_rule, fd, LL_RULE_NET_PORT, &np, 0);
+		}
+		if (r < 0)
+			return r;
+	}
+	proc = sys3(__NR_openat, -100 /* AT_FDCWD */, "/proc", 010000000 /* O_PATH */ | 02000000 /* O_CLOEXEC */);
+	if (proc < 0)
+		return proc;
+	{
+		struct ll_path_beneath pb;
+		pb.allowed_access = lltable->proc_rights;
+		pb.parent_fd = (int)proc;
+		r = sys4(__NR_landlock_add_rule, fd, LL_RULE_PATH_BENEATH, &pb, 0);
+	}
+	sys1(__NR_close, proc);
+	return r < 0 ? r : fd;
+}
+
+/* pid 1 of one run. fds: stdin, stdout, stderr, status; never returns. */
+static void run_child(struct st_request *rq, int *fds, char *path, char *cwd,
 		      char **argv, char **envp)
 {
 	int status_fd = fds[3], i;
@@ -185,53 +244,79 @@ static void run_child(struct request *rq, int *fds, int nfds, char *path, char *
 
 	sys2(__NR_prctl, PR_SET_PDEATHSIG, SIGKILL);
 	set_signal(SIGCHLD, SIG_DFL);
-	sys1(__NR_close, CONTROL_FD);
+	sys1(__NR_close, ST_FD_CONTROL);
 	sys1(__NR_setsid, 0);
 	if (rq->cpu_secs) {
 		struct rlimit rl;
 		rl.rlim_cur = rq->cpu_secs;
 		rl.rlim_max = rq->cpu_secs + 1;
-		sys2(__NR_setrlimit, RLIMIT_CPU, &rl);
+		r = sys2(__NR_setrlimit, RLIMIT_CPU, &rl);
+		if (r < 0)
+			step_failed(status_fd, ST_STEP_RLIMIT, r);
 	}
-	if (rq->nproc) {
+	if (rq->nofile) {
 		struct rlimit rl;
-		rl.rlim_cur = rl.rlim_max = rq->nproc;
-		sys2(__NR_setrlimit, RLIMIT_NPROC, &rl);
+		rl.rlim_cur = rl.rlim_max = rq->nofile;
+		r = sys2(__NR_setrlimit, RLIMIT_NOFILE, &rl);
+		if (r < 0)
+			step_failed(status_fd, ST_STEP_RLIMIT, r);
 	}
-	for (i = 0; i < (int)rq->ncgroups && 4 + i < nfds; i++) {
-		if (sys3(__NR_write, fds[4 + i], "0", 1) != 1)
-			goto init_failed_cgroup;
+	if (cflags & ST_CF_PROC) {
+		r = mount_proc();
+		if (r < 0)
+			step_failed(status_fd, ST_STEP_PROC, r);
+	}
+	if (cflags & ST_CF_LANDLOCK) {
+		/* a domain of its own: the run's processes reach no other run's */
+		long rs = ST_FD_RULESET;
+		if (lltable) {
+			rs = own_ruleset();
+			if (rs < 0)
+				step_failed(status_fd, ST_STEP_LANDLOCK, rs);
+		}
+		r = sys2(__NR_landlock_restrict_self, rs, 0);
+		if (r < 0)
+			step_failed(status_fd, ST_STEP_LANDLOCK, r);
 	}
 	if (rq->set_ids) {
-		if (sys2(__NR_setgroups, 0, 0) < 0 ||
-		    sys3(__NR_setresgid, rq->gid, rq->gid, rq->gid) < 0 ||
-		    sys3(__NR_setresuid, rq->uid, rq->uid, rq->uid) < 0) {
-			report(status_fd, 'I', 'U', 0, 0, 0);
-			sys1(__NR_exit_group, 127);
-		}
+		if ((r = sys2(__NR_setgroups, 0, 0)) < 0 || (r = sys3(__NR_setresgid, rq->gid, rq->gid, rq->gid)) < 0 ||
+		    (r = sys3(__NR_setresuid, rq->uid, rq->uid, rq->uid)) < 0)
+			step_failed(status_fd, ST_STEP_IDS, r);
 	}
-	{
-		/* the zygote's last capabilities (pid namespaces, identity) end here */
+	if (cflags & ST_CF_CAPS) {
+		/* the zygote's last capabilities (namespaces, the proc mount) end here */
 		struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
 		struct __user_cap_data_struct data[2];
-		for (i = 0; i < 64; i++)
-			if (sys2(__NR_prctl, PR_CAPBSET_DROP, i) < 0 && i > 40)
+		for (i = 0; i < 64; i++) {
+			r = sys2(__NR_prctl, PR_CAPBSET_READ, i);
+			if (r == -22 /* EINVAL: past the last capability */)
 				break;
+			if (r == 0)
+				continue; /* not in the bounding set */
+			r = sys2(__NR_prctl, PR_CAPBSET_DROP, i);
+			if (r < 0)
+				step_failed(status_fd, ST_STEP_CAPS, r);
+		}
 		data[0].effective = data[0].permitted = data[0].inheritable = 0;
 		data[1].effective = data[1].permitted = data[1].inheritable = 0;
-		if (sys2(__NR_capset, &hdr, data) < 0) {
-			report(status_fd, 'I', 'P', 0, 0, 0);
-			sys1(__NR_exit_group, 127);
-		}
+		r = sys2(__NR_capset, &hdr, data);
+		if (r < 0)
+			step_failed(status_fd, ST_STEP_CAPS, r);
 	}
-	if (cwd[0] && sys1(__NR_chdir, cwd) < 0) {
-		report(status_fd, 'I', 'D', 0, 0, 0);
-		sys1(__NR_exit_group, 127);
+	if (cwd[0]) {
+		r = sys1(__NR_chdir, cwd);
+		if (r < 0)
+			step_failed(status_fd, ST_STEP_CWD, r);
 	}
-	for (i = 0; i < 3; i++)
-		sys2(__NR_dup2, fds[i], i);
+	for (i = 0; i < 3; i++) {
+		r = sys2(__NR_dup2, fds[i], i);
+		if (r < 0)
+			step_failed(status_fd, ST_STEP_STDIO, r);
+	}
 	if (status_fd != 3) {
-		sys3(__NR_dup3, status_fd, 3, 02000000 /* O_CLOEXEC */);
+		r = sys3(__NR_dup3, status_fd, 3, 02000000 /* O_CLOEXEC */);
+		if (r < 0)
+			step_failed(status_fd, ST_STEP_STDIO, r);
 		status_fd = 3;
 	} else {
 		sys3(__NR_fcntl, 3, 2 /* F_SETFD */, 1);
@@ -241,13 +326,11 @@ static void run_child(struct request *rq, int *fds, int nfds, char *path, char *
 	pid = sys5(__NR_clone, CLONE_VM | CLONE_VFORK | SIGCHLD, 0, 0, 0, 0);
 	if (pid == 0) {
 		r = sys3(__NR_execve, path, argv, envp);
-		report(status_fd, 'E', (unsigned int)-r, 0, 0, 0);
+		report(status_fd, ST_STATUS_EXEC, (unsigned int)-r, 0, 0, 0);
 		sys1(__NR_exit_group, 127);
 	}
-	if (pid < 0) {
-		report(status_fd, 'I', 'F', (unsigned long long)-pid, 0, 0);
-		sys1(__NR_exit_group, 127);
-	}
+	if (pid < 0)
+		step_failed(status_fd, ST_STEP_FORK, pid);
 	for (;;) {
 		st = 0;
 		r = sys4(__NR_wait4, -1, &st, __WALL, 0);
@@ -259,14 +342,11 @@ static void run_child(struct request *rq, int *fds, int nfds, char *path, char *
 	{
 		struct k_rusage ru;
 		sys2(__NR_getrusage, -1 /* RUSAGE_CHILDREN */, &ru);
-		report(status_fd, 'R', 0, (unsigned long long)(ru.utime.sec * 1000000 + ru.utime.usec),
+		report(status_fd, ST_STATUS_USAGE, 0, (unsigned long long)(ru.utime.sec * 1000000 + ru.utime.usec),
 		       (unsigned long long)(ru.stime.sec * 1000000 + ru.stime.usec), (unsigned long long)ru.maxrss);
 	}
-	report(status_fd, 'X', (unsigned int)st, 0, 0, 0);
+	report(status_fd, ST_STATUS_EXIT, (unsigned int)st, 0, 0, 0);
 	sys1(__NR_exit_group, 0);
-init_failed_cgroup:
-	report(status_fd, 'I', 'G', 0, 0, 0);
-	sys1(__NR_exit_group, 127);
 }
 
 static void close_fds(int *fds, int n)
@@ -276,9 +356,9 @@ static void close_fds(int *fds, int n)
 		sys1(__NR_close, fds[i]);
 }
 
-static void answer(int pid, int err, int pidfd)
+static void answer(int pid, int err, int fd)
 {
-	struct reply rp;
+	struct st_reply rp;
 	struct iovec iov;
 	struct st_msghdr mh;
 	unsigned char ctl[CMSG_SPACE_FDS(1)];
@@ -293,25 +373,25 @@ static void answer(int pid, int err, int pidfd)
 		((unsigned char *)&mh)[i] = 0;
 	mh.iov = &iov;
 	mh.iovlen = 1;
-	if (pidfd >= 0) {
+	if (fd >= 0) {
 		cm->len = sizeof(struct st_cmsghdr) + sizeof(int);
 		cm->level = ST_SOL_SOCKET;
 		cm->type = ST_SCM_RIGHTS;
-		*(int *)(ctl + sizeof(struct st_cmsghdr)) = pidfd;
+		*(int *)(ctl + sizeof(struct st_cmsghdr)) = fd;
 		mh.control = ctl;
 		mh.controllen = CMSG_SPACE_FDS(1);
 	}
-	sys3(__NR_sendmsg, CONTROL_FD, &mh, 0x4000 /* MSG_NOSIGNAL */);
+	sys3(__NR_sendmsg, ST_FD_CONTROL, &mh, ST_MSG_NOSIGNAL);
 }
 
 /* Parses one request into ptrs[]; returns 0 or -errno. */
-static int parse(long n, struct request **rqp, char **path, char **cwd, char ***argv, char ***envp)
+static int parse(long n, struct st_request **rqp, char **path, char **cwd, char ***argv, char ***envp)
 {
-	struct request *rq = (struct request *)reqbuf;
+	struct st_request *rq = (struct st_request *)reqbuf;
 	char *p = (char *)reqbuf + sizeof *rq, *end = (char *)reqbuf + n;
 	unsigned long need, i;
 
-	if (n < (long)sizeof *rq || rq->magic != REQ_MAGIC)
+	if (n < (long)sizeof *rq || rq->magic != ST_REQ_MAGIC)
 		return -22;
 	need = 2 + (unsigned long)rq->argc + rq->envc;
 	if (rq->argc == 0 || need + 2 > MAX_PTRS || end[-1] != 0)
@@ -336,18 +416,26 @@ static int parse(long n, struct request **rqp, char **path, char **cwd, char ***
 
 void init_main(long *sp)
 {
-	struct config *c = (struct config *)cfgbuf;
-	long n, r;
+	struct st_config *c = (struct st_config *)cfgbuf;
+	long n, r, listener = -1;
 	(void)sp;
 
-	n = sys4(__NR_pread64, CONFIG_FD, cfgbuf, sizeof cfgbuf, 0);
-	if (n < (long)sizeof *c || c->magic != MAGIC || c->bpf_len > MAX_BPF ||
+	n = sys4(__NR_pread64, ST_FD_CONFIG, cfgbuf, sizeof cfgbuf, 0);
+	if (n < (long)sizeof *c || c->magic != ST_CONFIG_MAGIC || c->bpf_len > ST_MAX_BPF ||
 	    (long)(sizeof *c + c->bpf_len * 8) > n)
 		sys1(__NR_exit_group, 120);
-	sys1(__NR_close, CONFIG_FD);
+	if (c->flags & ST_CF_LANDLOCK_TABLE) {
+		lltable = (struct st_landlock_table *)(cfgbuf + sizeof *c + c->bpf_len * 8);
+		if ((long)(sizeof *c + c->bpf_len * 8 + sizeof *lltable) > n ||
+		    lltable->npaths + lltable->nports > ST_MAX_RULES ||
+		    (long)(sizeof *c + c->bpf_len * 8 + sizeof *lltable +
+			   (lltable->npaths + lltable->nports) * sizeof(struct st_landlock_rule)) > n)
+			sys1(__NR_exit_group, 120);
+	}
+	sys1(__NR_close, ST_FD_CONFIG);
 	cookie = c->cookie;
 	cflags = c->flags;
-	if (c->flags & CF_RLIMIT_AS) {
+	if (c->flags & ST_CF_RLIMIT_AS) {
 		struct rlimit rl;
 		rl.rlim_cur = c->as_cur;
 		rl.rlim_max = c->as_max;
@@ -355,23 +443,32 @@ void init_main(long *sp)
 			sys1(__NR_exit_group, 121);
 	}
 	/* nobody may read the cookie out of this process */
-	sys2(__NR_prctl, PR_SET_DUMPABLE, 0);
+	if (sys2(__NR_prctl, PR_SET_DUMPABLE, 0) < 0)
+		sys1(__NR_exit_group, 123);
 	if (c->bpf_len) {
 		struct sock_fprog prog;
 		prog.len = (unsigned short)c->bpf_len;
 		prog.filter = (struct sock_filter *)(cfgbuf + sizeof *c);
-		if (sys3(__NR_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) < 0)
+		listener = sys3(__NR_seccomp, SECCOMP_SET_MODE_FILTER,
+				(c->flags & ST_CF_LISTENER) ? SECCOMP_FILTER_FLAG_NEW_LISTENER : 0, &prog);
+		if (listener < 0)
 			sys1(__NR_exit_group, 122);
+		if (!(c->flags & ST_CF_LISTENER))
+			listener = -1;
 	}
 	/* children are reaped by the kernel; the engine watches them through pidfds */
 	set_signal(SIGCHLD, SIG_IGN);
+	/* confined: say so, handing the engine the supervisor's end of the filter */
+	answer(0, 0, (int)listener);
+	if (listener >= 0)
+		sys1(__NR_close, listener);
 
 	for (;;) {
 		struct iovec iov;
 		struct st_msghdr mh;
-		unsigned char ctl[CMSG_SPACE_FDS(MAX_FDS)];
-		int fds[MAX_FDS], nfds = 0, pidfd = -1, err;
-		struct request *rq;
+		unsigned char ctl[CMSG_SPACE_FDS(ST_MAX_FDS)];
+		int fds[ST_MAX_FDS], nfds = 0, pidfd = -1, err;
+		struct st_request *rq;
 		char *path, *cwd, **argv, **envp;
 		unsigned long i;
 		long flags;
@@ -384,7 +481,7 @@ void init_main(long *sp)
 		mh.iovlen = 1;
 		mh.control = ctl;
 		mh.controllen = sizeof ctl;
-		n = sys3(__NR_recvmsg, CONTROL_FD, &mh, ST_MSG_CMSG_CLOEXEC);
+		n = sys3(__NR_recvmsg, ST_FD_CONTROL, &mh, ST_MSG_CMSG_CLOEXEC);
 		if (n == -4)
 			continue;
 		if (n <= 0)
@@ -393,14 +490,14 @@ void init_main(long *sp)
 			struct st_cmsghdr *cm = (struct st_cmsghdr *)ctl;
 			if (cm->level == ST_SOL_SOCKET && cm->type == ST_SCM_RIGHTS) {
 				nfds = (int)((cm->len - sizeof(struct st_cmsghdr)) / sizeof(int));
-				if (nfds > MAX_FDS)
-					nfds = MAX_FDS;
+				if (nfds > ST_MAX_FDS)
+					nfds = ST_MAX_FDS;
 				for (i = 0; i < (unsigned long)nfds; i++)
 					fds[i] = ((int *)(ctl + sizeof(struct st_cmsghdr)))[i];
 			}
 		}
 		err = parse(n, &rq, &path, &cwd, &argv, &envp);
-		if (err == 0 && (nfds < 4 || (mh.flags & 0x8 /* MSG_CTRUNC */) || (int)rq->ncgroups > nfds - 4))
+		if (err == 0 && (nfds != 4 || (mh.flags & ST_MSG_CTRUNC)))
 			err = -22;
 		if (err) {
 			close_fds(fds, nfds);
@@ -408,17 +505,19 @@ void init_main(long *sp)
 			continue;
 		}
 		flags = CLONE_PIDFD | SIGCHLD;
-		if (cflags & CF_NEWPID)
+		if (cflags & ST_CF_NEWPID)
 			flags |= CLONE_NEWPID;
-		if (cflags & CF_NEWUSER)
-			flags |= CLONE_NEWUSER;
+		if (cflags & ST_CF_NEWIPC)
+			flags |= CLONE_NEWIPC;
+		if (cflags & ST_CF_PROC)
+			flags |= CLONE_NEWNS;
 #if defined(__x86_64__)
 		r = sys5(__NR_clone, flags, 0, &pidfd, 0, cookie); /* flags, stack, ptid, ctid, tls */
 #else
 		r = sys5(__NR_clone, flags, 0, &pidfd, cookie, 0); /* flags, stack, ptid, tls, ctid */
 #endif
 		if (r == 0)
-			run_child(rq, fds, nfds, path, cwd, argv, envp);
+			run_child(rq, fds, path, cwd, argv, envp);
 		close_fds(fds, nfds);
 		if (r < 0) {
 			answer(-1, (int)r, -1);

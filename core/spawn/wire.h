@@ -1,0 +1,110 @@
+/* wire.h — the protocol between the engine (spawn.go, through cgo) and
+ * sandtrap-init (init/init.c, freestanding). The one definition of every byte
+ * that crosses: both sides include this header, neither writes offsets by hand.
+ *
+ * A zygote starts with these descriptors:
+ *   ST_FD_CONFIG   the configuration: struct st_config, then bpf_len struct
+ *                  sock_filter entries (the seccomp filter)
+ *   ST_FD_CONTROL  a SOCK_SEQPACKET socket to the engine
+ *   ST_FD_RULESET  (when ST_CF_LANDLOCK) the sandbox's Landlock ruleset, which
+ *                  pid 1 of every run enters: each run is a domain of its own
+ *   (with ST_CF_LANDLOCK_TABLE) the O_PATH fds the table's path rules name
+ *
+ * Once confined, the zygote sends one struct st_reply {pid 0, err 0} — with the
+ * seccomp listener as SCM_RIGHTS when ST_CF_LISTENER — and then serves run
+ * requests: each is a struct st_request, then NUL-terminated strings (path, cwd
+ * ("" = keep), argv[argc], envp[envc]), with SCM_RIGHTS fds (stdin, stdout,
+ * stderr, status). The answer is a struct st_reply: the pid of the run's pid 1
+ * (in the engine's pid namespace) with its pidfd as SCM_RIGHTS, or err = -errno.
+ *
+ * Pid 1 of a run writes struct st_status records to its status fd. */
+#ifndef SANDTRAP_WIRE_H
+#define SANDTRAP_WIRE_H
+
+#include <linux/types.h>
+
+#define ST_FD_CONFIG 3
+#define ST_FD_CONTROL 4
+#define ST_FD_RULESET 5
+
+#define ST_CONFIG_MAGIC 0x32304e49545453ULL /* "STTIN02" little-endian */
+#define ST_REQ_MAGIC 0x51525453u           /* "STRQ" */
+#define ST_MAX_BPF 4096                    /* sock_filter entries */
+#define ST_MAX_REQ (4 << 20)               /* bytes of one run request */
+#define ST_MAX_FDS 8                       /* fds of one run request */
+
+/* st_config.flags */
+#define ST_CF_RLIMIT_AS (1u << 0) /* set RLIMIT_AS to as_cur/as_max before the filter */
+#define ST_CF_NEWPID (1u << 1)    /* each run in a pid namespace of its own */
+#define ST_CF_NEWIPC (1u << 2)    /* each run in an IPC namespace of its own */
+#define ST_CF_PROC (1u << 3)      /* each run in a mount namespace of its own with a proc of its pid namespace on /proc */
+#define ST_CF_LANDLOCK (1u << 4)  /* ST_FD_RULESET holds the ruleset every run enters */
+#define ST_CF_LISTENER (1u << 5)  /* load the filter with SECCOMP_FILTER_FLAG_NEW_LISTENER and hand the fd to the engine */
+#define ST_CF_PROC_RW (1u << 6)   /* with ST_CF_PROC: mount it read-write (/proc is writable in the policy) */
+#define ST_CF_LANDLOCK_TABLE (1u << 7) /* pid 1 builds its own ruleset: the table below, plus its /proc */
+#define ST_CF_CAPS (1u << 8)           /* the zygote holds capabilities, which pid 1 drops */
+
+#define ST_MAX_RULES 1024
+
+struct st_config {
+	__u64 magic;
+	__u64 flags;
+	__u64 as_cur, as_max;
+	__u64 cookie;  /* lets pid 1's clone and its proc mount through the filter */
+	__u64 bpf_len; /* sock_filter entries that follow */
+};
+
+/* With ST_CF_LANDLOCK_TABLE, after the filter: a ruleset as data (the engine's
+ * core/landlock Table), from which pid 1 builds its run's own ruleset — a rule
+ * for the run's /proc can only be made once that proc exists. */
+struct st_landlock_table {
+	__u64 handled_fs, handled_net, scoped; /* struct landlock_ruleset_attr */
+	__u64 attr_size;                       /* bytes of it the kernel's ABI reads */
+	__u64 proc_rights;                     /* the rule for the run's /proc */
+	__u32 npaths, nports;                  /* struct st_landlock_rule entries that follow: paths, then ports */
+};
+
+struct st_landlock_rule {
+	__u64 rights;
+	__u64 port; /* network rules */
+	__u32 fd;   /* path rules: an O_PATH fd the zygote holds */
+	__u32 pad;
+};
+
+struct st_request {
+	__u32 magic;
+	__u32 argc, envc;
+	__u32 cpu_secs; /* RLIMIT_CPU of the run, 0 = none */
+	__u32 nofile;   /* RLIMIT_NOFILE of the run, 0 = as the zygote's */
+	__u32 set_ids;  /* pid 1 becomes uid/gid (root hosts without a user namespace of their own) */
+	__u32 uid, gid;
+};
+
+struct st_reply {
+	__s32 pid;
+	__s32 err;
+};
+
+/* st_status.kind */
+#define ST_STATUS_EXEC 'E'  /* value: errno of the target's execve */
+#define ST_STATUS_EXIT 'X'  /* value: the target's wait status */
+#define ST_STATUS_USAGE 'R' /* a: user µs, b: system µs, c: max RSS KiB (every reaped process) */
+#define ST_STATUS_INIT 'I'  /* value: the step below that failed; a: its errno */
+
+/* ST_STATUS_INIT steps */
+#define ST_STEP_PROC 'M'     /* mounting the run's /proc */
+#define ST_STEP_LANDLOCK 'L' /* entering the Landlock ruleset */
+#define ST_STEP_CAPS 'P'     /* dropping capabilities */
+#define ST_STEP_CWD 'D'      /* entering the working directory */
+#define ST_STEP_FORK 'F'     /* starting the target */
+#define ST_STEP_RLIMIT 'C'   /* RLIMIT_CPU */
+#define ST_STEP_STDIO 'S'    /* placing stdio */
+#define ST_STEP_IDS 'U'      /* switching user */
+
+struct st_status {
+	__u32 kind;
+	__u32 value;
+	__u64 a, b, c;
+};
+
+#endif
