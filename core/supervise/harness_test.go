@@ -93,6 +93,7 @@ type sandbox struct {
 	mu               sync.Mutex
 	waiting          map[int64]chan resp
 	dead             chan struct{}
+	lastFD           int // an fd an attack's run leaves for its check
 }
 
 type sandboxOpts struct {

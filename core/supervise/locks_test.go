@@ -374,4 +374,3 @@ func TestFcntlFlippedStructNeverLocksReadOnly(t *testing.T) {
 		})
 	}
 }
-
