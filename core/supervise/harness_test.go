@@ -97,7 +97,7 @@ type sandbox struct {
 }
 
 type sandboxOpts struct {
-	cfg      *Config                // default: Allowed = ro, rw; ListenNeedsBind
+	cfgFor   func(*sandbox) Config  // default: Allowed = ro, rw; ListenNeedsBind
 	traps    []Trap                 // default: Traps(cfg)
 	override map[string]handlerFunc // handlers replaced (tests showing an attack escapes without the real one)
 	noSup    bool                   // no supervisor: the listener is closed at once
@@ -165,8 +165,8 @@ func newSandbox(t testing.TB, o sandboxOpts) *sandbox {
 	must(t, os.Symlink("../no/f", filepath.Join(sb.rw, "flink")))
 	must(t, os.Symlink("d", filepath.Join(sb.rw, "inlink")))
 	cfg := Config{Allowed: []string{sb.ro, sb.rw}, ListenNeedsBind: true}
-	if o.cfg != nil {
-		cfg = *o.cfg
+	if o.cfgFor != nil {
+		cfg = o.cfgFor(sb)
 	}
 	traps := o.traps
 	if traps == nil {
@@ -219,6 +219,10 @@ func newSandbox(t testing.TB, o sandboxOpts) *sandbox {
 	}
 	go sb.readLoop()
 	return sb
+}
+
+func newSandboxWith(t testing.TB, cfgFor func(*sandbox) Config) *sandbox {
+	return newSandbox(t, sandboxOpts{cfgFor: cfgFor})
 }
 
 func must(t testing.TB, err error) {
