@@ -15,10 +15,12 @@ import (
 // call is one trapped system call being handled: the notification, and what the
 // handler opened on the child's behalf (closed once the answer is sent).
 type call struct {
-	s      *Supervisor
-	n      seccompNotif
-	pidfd  int
-	closes []int
+	s        *Supervisor
+	n        seccompNotif
+	name     string // the syscall's, for denials
+	pidfd    int
+	closes   []int
+	detached bool // handled by a goroutine of its own, no longer by the loop
 }
 
 func (c *call) arg(i int) uint64 { return c.n.Data.Args[i] }
@@ -31,11 +33,13 @@ func (c *call) keep(fd int) int {
 	return fd
 }
 
-func (c *call) release() {
+// finish closes what the call opened (after the answer: an undo may need it).
+func (c *call) finish() {
 	for i := len(c.closes) - 1; i >= 0; i-- {
 		unix.Close(c.closes[i])
 	}
 	c.closes = nil
+	c.s.inflight.Add(-1)
 }
 
 // valid: the notification is still pending, so the task that made it is alive and
@@ -66,15 +70,27 @@ func (c *call) failure(what string, err error, childErrnos ...unix.Errno) reply 
 	return deny(unix.EACCES, fmt.Sprintf("supervisor: %s: %v", what, err))
 }
 
-// openPidfd opens a pidfd of the calling thread (PIDFD_THREAD, Linux 6.9: a thread
-// may have an fd table of its own). Without it, only a thread-group leader can be
-// served; any other thread's call is refused.
-func (c *call) openPidfd() error {
-	if c.pidfd > 0 {
+// openPidfd gets a pidfd of the calling thread (PIDFD_THREAD, Linux 6.9: a thread
+// may have an fd table of its own; without it only a thread-group leader can be
+// served, any other thread's call is refused).
+//
+// Calls handled by the loop share the supervisor's cache of pidfds by thread id. A
+// pidfd names a struct pid, never a number: a cached one is either dead (its threads
+// exited; pidfd_getfd answers ESRCH and childFD opens a fresh one) or the current
+// holder of that tid, so it can never reach another task. A detached call opens its
+// own (the cache belongs to the loop goroutine).
+func (c *call) openPidfd(fresh bool) error {
+	if c.pidfd >= 0 && !fresh {
 		return nil
 	}
 	if c.n.Pid == 0 {
 		return errors.New("the calling task is not visible in the supervisor's pid namespace")
+	}
+	if !c.detached && !fresh {
+		if fd, ok := c.s.pidfds[c.n.Pid]; ok {
+			c.pidfd = fd
+			return nil
+		}
 	}
 	fd, err := unix.PidfdOpen(int(c.n.Pid), unix.PIDFD_THREAD)
 	if err == unix.EINVAL {
@@ -83,24 +99,34 @@ func (c *call) openPidfd() error {
 	if err != nil {
 		return fmt.Errorf("pidfd_open: %w", err)
 	}
-	c.pidfd = c.keep(fd)
+	c.pidfd = fd
+	if c.detached {
+		c.keep(fd)
+	} else {
+		c.s.cachePidfd(c.n.Pid, fd)
+	}
 	return nil
 }
 
 // childFD duplicates the child's descriptor n into the supervisor (the same open file
 // description). Errors: EBADF when n is not open in the child.
 func (c *call) childFD(n int32) (int, *reply) {
-	if err := c.openPidfd(); err != nil {
+	if err := c.openPidfd(false); err != nil {
 		r := c.failure("open the caller", err)
 		return -1, &r
 	}
 	fd, err := unix.PidfdGetfd(c.pidfd, int(n), 0)
+	if err == unix.ESRCH {
+		// a cached pidfd of a thread that is gone: this tid is a new thread's
+		if err = c.openPidfd(true); err == nil {
+			fd, err = unix.PidfdGetfd(c.pidfd, int(n), 0)
+		}
+	}
 	if err != nil {
 		r := c.failure("pidfd_getfd", err, unix.EBADF)
 		return -1, &r
 	}
-	unix.CloseOnExec(fd) // pidfd_getfd sets O_CLOEXEC; be explicit
-	return c.keep(fd), nil
+	return c.keep(fd), nil // pidfd_getfd sets O_CLOEXEC
 }
 
 // read copies exactly len(buf) bytes of the child's memory at addr, one page at a

@@ -49,6 +49,9 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(childEnv); spec != "" {
 		os.Exit(runChild(spec))
 	}
+	if spec := os.Getenv(supervisorEnv); spec != "" {
+		os.Exit(runSupervisor(spec))
+	}
 	os.Exit(m.Run())
 }
 
@@ -94,13 +97,14 @@ type sandbox struct {
 	waiting          map[int64]chan resp
 	dead             chan struct{}
 	lastFD           int // an fd an attack's run leaves for its check
+	listener         int // with handOff
 }
 
 type sandboxOpts struct {
 	cfgFor   func(*sandbox) Config  // default: Allowed = ro, rw; ListenNeedsBind
 	traps    []Trap                 // default: Traps(cfg)
 	override map[string]handlerFunc // handlers replaced (tests showing an attack escapes without the real one)
-	noSup    bool                   // no supervisor: the listener is closed at once
+	handOff  bool                   // no supervisor: the listener is left in sandbox.listener
 }
 
 // continueAll is a supervisor without checks: every trapped call runs as if unwatched.
@@ -208,8 +212,8 @@ func newSandbox(t testing.TB, o sandboxOpts) *sandbox {
 		<-sb.dead
 		t.Fatalf("no listener from the child (%v, %v): %s", err, first, sb.out.String())
 	}
-	if o.noSup {
-		unix.Close(fds[0])
+	if o.handOff {
+		sb.listener = fds[0]
 	} else {
 		sup, err := start(fds[0], cfg, o.override)
 		if err != nil {
@@ -624,6 +628,8 @@ func execute(r req) (resp, []int) {
 		return raceListen(r), nil
 	case "bench":
 		return bench(r), nil
+	case "threads":
+		return threads(r), nil
 	}
 	return resp{Errno: unix.ENOSYS, Text: []string{"unknown op " + r.Op}}, nil
 }
@@ -676,8 +682,16 @@ func raceWatch(r req) resp {
 }
 
 // raceFcntl: fcntl(FD, F_SETLK, &lk) N times while another thread flips l_type
-// between F_UNLCK and F_RDLCK. Vals: [successes, EACCES, other errors].
+// between F_UNLCK and F_RDLCK. After each success the child looks for a lock of its
+// own on the file in /proc/locks (a later unlock would remove it: the state at the
+// end says too little). Vals: [successes, EACCES, other errors, locks seen].
 func raceFcntl(r req) resp {
+	var st unix.Stat_t
+	if err := unix.Fstat(r.FD, &st); err != nil {
+		return resp{Errno: errnoOf(err)}
+	}
+	mine := fmt.Sprintf(" %d ", os.Getpid())
+	inode := fmt.Sprintf(":%d ", st.Ino)
 	lk := &unix.Flock_t{Type: unix.F_UNLCK, Whence: io.SeekStart}
 	typ := (*int32)(unsafe.Pointer(&lk.Type)) // l_type and l_whence: one 32-bit word
 	stop := flipper(func(i int) {
@@ -687,12 +701,18 @@ func raceFcntl(r req) resp {
 			atomic.StoreInt32(typ, unix.F_UNLCK)
 		}
 	})
-	var ok, acces, other int64
+	var ok, acces, other, seen int64
 	for i := 0; i < r.N; i++ {
 		_, e := raw(unix.SYS_FCNTL, uintptr(r.FD), unix.F_SETLK, uintptr(unsafe.Pointer(lk)))
 		switch e {
 		case 0:
 			ok++
+			locks, _ := os.ReadFile("/proc/locks")
+			for _, line := range strings.Split(string(locks), "\n") {
+				if strings.Contains(line, "POSIX") && strings.Contains(line, mine) && strings.Contains(line, inode) {
+					seen++
+				}
+			}
 		case unix.EACCES:
 			acces++
 		default:
@@ -701,7 +721,7 @@ func raceFcntl(r req) resp {
 	}
 	stop()
 	runtime.KeepAlive(lk)
-	return resp{Vals: []int64{ok, acces, other}}
+	return resp{Vals: []int64{ok, acces, other, seen}}
 }
 
 // raceListen: listen(X) N times while another thread points fd number X at FD (a
@@ -733,6 +753,22 @@ func raceListen(r req) resp {
 	stop()
 	unix.Close(x)
 	return resp{Vals: []int64{ok, acces, other}}
+}
+
+// threads: N threads, one after another, each making one flock(FD, Arg) and exiting
+// (a new thread id each). Vals: the count of each errno, by errno.
+func threads(r req) resp {
+	counts := make([]int64, 256)
+	for i := 0; i < r.N; i++ {
+		done := make(chan syscall.Errno)
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
+			_, e := raw(unix.SYS_FLOCK, uintptr(r.FD), uintptr(r.Arg))
+			done <- e
+		}()
+		counts[<-done]++
+	}
+	return resp{Vals: counts}
 }
 
 // bench: N calls of Path ("flock": flock(FD, LOCK_EX|LOCK_NB); "listen": listen(FD,

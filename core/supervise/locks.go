@@ -199,28 +199,34 @@ const (
 	waitMax = 10 * time.Millisecond
 )
 
-// wait runs try (one non-blocking attempt; done=false means "would block") until it
-// is done, sleeping with a backoff of at most waitMax while the notification stays
-// valid. This runs in the call's own goroutine: the loop keeps serving other calls.
+// wait makes one attempt (try: one non-blocking call; done=false means "would
+// block"). When it would block, the call is detached and retried with a backoff of at
+// most waitMax while the notification stays valid: the loop keeps serving other calls.
 // A lock got for a call that is no longer valid (the child was killed, or a signal
-// interrupted the call and it will be restarted) is released.
+// interrupted the call, which will be restarted) is released.
 func wait(c *call, try func() (bool, reply), unlock func()) reply {
-	d := waitMin
-	for {
-		done, r := try()
-		if done {
-			if r.kind == replyValue && !c.valid() {
-				unlock()
+	done, r := try()
+	if done {
+		return settled(c, r, unlock)
+	}
+	return c.detach(func() reply {
+		// try, then check: a lock taken after the caller died is found and released
+		for d := waitMin; ; d = min(2*d, waitMax) {
+			time.Sleep(d)
+			if done, r := try(); done {
+				return settled(c, r, unlock)
+			}
+			if !c.valid() {
 				return gone()
 			}
-			return r
 		}
-		if !c.valid() {
-			return gone()
-		}
-		time.Sleep(d)
-		if d *= 2; d > waitMax {
-			d = waitMax
-		}
+	})
+}
+
+func settled(c *call, r reply, unlock func()) reply {
+	if r.kind == replyValue && !c.valid() {
+		unlock()
+		return gone()
 	}
+	return r
 }
