@@ -630,6 +630,8 @@ func execute(r req) (resp, []int) {
 		return bench(r), nil
 	case "threads":
 		return threads(r), nil
+	case "flock_signalled":
+		return flockSignalled(r), nil
 	}
 	return resp{Errno: unix.ENOSYS, Text: []string{"unknown op " + r.Op}}, nil
 }
@@ -755,20 +757,45 @@ func raceListen(r req) resp {
 	return resp{Vals: []int64{ok, acces, other}}
 }
 
-// threads: N threads, one after another, each making one flock(FD, Arg) and exiting
-// (a new thread id each). Vals: the count of each errno, by errno.
+// threads: N threads, one after another, each making one call and exiting (a new
+// thread id each): flock(FD, Arg), or with Path inotify_add_watch(FD, Path, Arg).
+// Vals: the count of each errno, by errno.
 func threads(r req) resp {
 	counts := make([]int64, 256)
 	for i := 0; i < r.N; i++ {
 		done := make(chan syscall.Errno)
 		go func() {
 			runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
-			_, e := raw(unix.SYS_FLOCK, uintptr(r.FD), uintptr(r.Arg))
+			var e syscall.Errno
+			if r.Path != "" {
+				p := cstr(r.Path)
+				_, e = raw(unix.SYS_INOTIFY_ADD_WATCH, uintptr(r.FD), uintptr(unsafe.Pointer(p)), uintptr(r.Arg))
+				runtime.KeepAlive(p)
+			} else {
+				_, e = raw(unix.SYS_FLOCK, uintptr(r.FD), uintptr(r.Arg))
+			}
 			done <- e
 		}()
 		counts[<-done]++
 	}
 	return resp{Vals: counts}
+}
+
+// flock_signalled: a blocking flock(FD, Arg) while another thread sends the calling
+// thread N SIGURGs (the runtime's handler has SA_RESTART: each interrupts the wait and
+// the call restarts with a new notification).
+func flockSignalled(r req) resp {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	tid := unix.Gettid()
+	go func() {
+		for i := 0; i < r.N; i++ {
+			time.Sleep(20 * time.Millisecond)
+			unix.Tgkill(os.Getpid(), tid, unix.SIGURG)
+		}
+	}()
+	_, e := raw(unix.SYS_FLOCK, uintptr(r.FD), uintptr(r.Arg))
+	return resp{Errno: e}
 }
 
 // bench: N calls of Path ("flock": flock(FD, LOCK_EX|LOCK_NB); "listen": listen(FD,

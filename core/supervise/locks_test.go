@@ -214,8 +214,54 @@ func TestManyThreads(t *testing.T) {
 	if a := sb.do(t, req{Op: "threads", FD: rw, Arg: unix.LOCK_SH | unix.LOCK_NB, N: n}); a.Vals[0] != int64(n) {
 		t.Fatalf("read-write from %d threads: %d succeeded", n, a.Vals[0])
 	}
+	// path resolution from new threads: /proc/<tid>/root and cwd of each
+	if e := sb.do(t, req{Op: "chdir", Path: sb.rw}).Errno; e != 0 {
+		t.Fatalf("chdir: %s", errnoName(e))
+	}
+	ifd := int(sb.do(t, req{Op: "inotify_init"}).Val)
+	if a := sb.do(t, req{Op: "threads", FD: ifd, Path: "d", Arg: unix.IN_CREATE, N: n}); a.Vals[0] != int64(n) {
+		t.Fatalf("inotify inside from %d threads: %d succeeded (%d EACCES)", n, a.Vals[0], a.Vals[unix.EACCES])
+	}
+	if a := sb.do(t, req{Op: "threads", FD: ifd, Path: "../no/d", Arg: unix.IN_CREATE, N: n}); a.Vals[unix.EACCES] != int64(n) {
+		t.Fatalf("inotify outside from %d threads: %d EACCES", n, a.Vals[unix.EACCES])
+	}
 	if len(sb.sup.pidfdsForTest()) > maxPidfds {
 		t.Fatalf("%d pidfds cached", len(sb.sup.pidfdsForTest()))
+	}
+}
+
+// Signals interrupt a waiting lock: each time the call restarts with a new
+// notification, the old waiter gives up (releasing a lock it may just have got), and
+// the call ends with the lock once it is free.
+func TestFlockInterruptedBySignals(t *testing.T) {
+	sb := newSandbox(t, sandboxOpts{})
+	rwf := filepath.Join(sb.rw, "f")
+	host := hostOpen(t, rwf, unix.O_RDONLY)
+	must(t, unix.Flock(host, unix.LOCK_EX))
+	fd := sb.open(t, rwf, unix.O_RDONLY)
+	before := sb.sup.received.Load()
+	done := sb.async(req{Op: "flock_signalled", FD: fd, Arg: unix.LOCK_EX, N: 10})
+	time.Sleep(400 * time.Millisecond) // the 10 signals arrive meanwhile
+	select {
+	case a := <-done:
+		t.Fatalf("returned %s while the lock was held", errnoName(a.Errno))
+	default:
+	}
+	must(t, unix.Flock(host, unix.LOCK_UN))
+	select {
+	case a := <-done:
+		if a.Errno != 0 {
+			t.Fatalf("flock: %s", errnoName(a.Errno))
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("flock did not return after the release")
+	}
+	if n := sb.sup.received.Load() - before; n < 5 {
+		t.Fatalf("%d notifications: the signals did not restart the call", n)
+	}
+	sb.idle(t)
+	if !flockHeld(t, rwf) {
+		t.Fatal("the lock is not held")
 	}
 }
 

@@ -76,6 +76,7 @@ type Supervisor struct {
 	loopDone  chan struct{}
 	handling  sync.WaitGroup // detached calls
 	inflight  atomic.Int64   // calls being handled (tests wait for 0)
+	received  atomic.Int64   // notifications received
 
 	denials denialLog
 }
@@ -246,6 +247,7 @@ func (s *Supervisor) idValid(id uint64) bool {
 }
 
 func (s *Supervisor) handle(n seccompNotif) {
+	s.received.Add(1)
 	s.inflight.Add(1)
 	c := &call{s: s, n: n, pidfd: -1}
 	h := s.table[n.Data.Nr]
