@@ -46,10 +46,7 @@ func TestInotifyRefusals(t *testing.T) {
 					t.Fatalf("chdir: %s", errnoName(e))
 				}
 			}
-			path := x.path
-			if strings.HasPrefix(path, "<base>") {
-				path = sb.base + strings.TrimPrefix(path, "<base>")
-			}
+			path := strings.ReplaceAll(x.path, "<base>", sb.base)
 			return sb.do(t, req{Op: "watch", FD: sb.lastFD, Path: path, Arg: watchMask}).Errno
 		}
 	}
@@ -73,7 +70,9 @@ func TestInotifyRefusals(t *testing.T) {
 		{cwd: "no/d", path: ".", target: "no/d"},              //
 		{cwd: "rw", path: "dlink", target: "no/d"},            //
 		{cwd: "no", path: "../no/f", target: "no/f"},          //
-		{cwd: "no/d", path: "/proc/self/cwd", target: "no/d"}, // a magic link: refused (ELOOP), it would be the supervisor's
+		{cwd: "no/d", path: "/proc/self/cwd", target: "no/d"}, // magic links: refused (ELOOP), they would be the supervisor's
+		{path: "/proc/self/root<base>/no/d", target: "no/d"},
+		{path: "/proc/thread-self/root<base>/no", target: "no"},
 	}
 	var attacks []attack
 	for _, x := range cases {
@@ -81,7 +80,7 @@ func TestInotifyRefusals(t *testing.T) {
 		if strings.HasPrefix(x.path, "/proc/") {
 			want = unix.ELOOP
 		}
-		name := strings.NewReplacer("<base>", "base", "/", "_", ".", "dot").Replace(x.path)
+		name := strings.NewReplacer("<base>", "_base", "/", "_", ".", "dot").Replace(x.path)
 		if x.cwd != "" {
 			name = "cwd_" + strings.ReplaceAll(x.cwd, "/", "_") + "_" + name
 		}
