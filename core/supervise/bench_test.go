@@ -15,8 +15,9 @@ import (
 //
 //	go test -run '^$' -bench . -benchtime 20000x ./core/supervise
 //
-// ns/op is the child's own time per call (child-ns/op in the metrics); the parent's
-// wall time per call, which adds one request round trip per b.N, is very close.
+// child-ns/op is the child's own time per call; ns/op, the parent's wall time per
+// call, adds one request round trip per b.N. "notified-continue" is the same trap
+// answered CONTINUE with no handler: the round trip alone.
 
 func benchCall(b *testing.B, op string, notified bool, override map[string]handlerFunc) {
 	cfg := func(sb *sandbox) Config { return Config{Allowed: []string{sb.ro, sb.rw}, ListenNeedsBind: true} }

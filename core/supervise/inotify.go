@@ -42,15 +42,15 @@ func handleInotifyAddWatch(c *call) reply {
 	if r != nil {
 		return *r
 	}
-	if mask&unix.IN_ONLYDIR != 0 && !isDir(pinned.fd) {
-		return fail(unix.ENOTDIR)
-	}
 	in, err := c.s.inside(pinned)
 	if err != nil {
 		return c.failure("walk to the policy", err)
 	}
 	if !in {
 		return deny(unix.EACCES, path)
+	}
+	if mask&unix.IN_ONLYDIR != 0 && !isDir(pinned.fd) {
+		return fail(unix.ENOTDIR)
 	}
 	if !c.valid() {
 		return gone()

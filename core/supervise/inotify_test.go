@@ -157,6 +157,7 @@ func TestInotify(t *testing.T) {
 			{"file_as_directory", req{Op: "watch", FD: ifd, Path: filepath.Join(sb.rw, "f") + "/", Arg: watchMask}, unix.ENOTDIR},
 			{"bad_pointer", req{Op: "watch_ptr", FD: ifd, Arg2: 8, Arg: watchMask}, unix.EFAULT},
 			{"too_long", req{Op: "watch", FD: ifd, Path: "/" + strings.Repeat("a", 5000), Arg: watchMask}, unix.ENAMETOOLONG},
+			{"onlydir_outside", req{Op: "watch", FD: ifd, Path: filepath.Join(sb.no, "f"), Arg: watchMask | unix.IN_ONLYDIR}, unix.EACCES},
 			{"bad_fd", req{Op: "watch", FD: 999, Path: sb.rw, Arg: watchMask}, unix.EBADF},
 			{"not_inotify", req{Op: "watch", FD: 0, Path: sb.rw, Arg: watchMask}, unix.EINVAL},
 		} {
