@@ -1,0 +1,65 @@
+//go:build linux
+
+package supervise
+
+import (
+	"path/filepath"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// The round trip of one notified call (trap, RECV, handler, SEND, return) against the
+// same call unnotified: both in a child of the same kind, under a filter (the
+// unnotified one's filter traps the other calls only), measured in the same run:
+//
+//	go test -run '^$' -bench . -benchtime 20000x ./core/supervise
+//
+// child-ns/op is the child's own time per call; ns/op, the parent's wall time per
+// call, adds one request round trip per b.N. "notified-continue" is the same trap
+// answered CONTINUE with no handler: the round trip alone.
+
+func benchCall(b *testing.B, op string, notified bool, override map[string]handlerFunc) {
+	cfg := func(sb *sandbox) Config { return Config{Allowed: []string{sb.ro, sb.rw}, ListenNeedsBind: true} }
+	var traps []Trap
+	if !notified {
+		for _, tr := range Traps(Config{ListenNeedsBind: true}) {
+			if tr.Syscall != op {
+				traps = append(traps, tr)
+			}
+		}
+	}
+	sb := newSandbox(b, sandboxOpts{cfgFor: cfg, traps: traps, override: override})
+	var fd int
+	switch op {
+	case "flock":
+		fd = sb.open(b, filepath.Join(sb.rw, "f"), unix.O_RDONLY)
+	case "listen":
+		fd = int(sb.do(b, req{Op: "socket", Arg: unix.AF_INET, Arg2: unix.SOCK_STREAM}).Val)
+		if e := sb.do(b, req{Op: "bind_loopback", FD: fd, Arg: unix.AF_INET}).Errno; e != 0 {
+			b.Fatalf("bind: %s", errnoName(e))
+		}
+	}
+	if a := sb.do(b, req{Op: "bench", Path: op, FD: fd, N: 10}); a.Errno != 0 { // warm up, and check it works
+		b.Fatalf("%s: %s", op, errnoName(a.Errno))
+	}
+	b.ResetTimer()
+	a := sb.do(b, req{Op: "bench", Path: op, FD: fd, N: b.N})
+	b.StopTimer()
+	if a.Errno != 0 {
+		b.Fatalf("%s: %s", op, errnoName(a.Errno))
+	}
+	b.ReportMetric(float64(a.Val)/float64(b.N), "child-ns/op")
+}
+
+func BenchmarkFlock(b *testing.B) {
+	b.Run("notified", func(b *testing.B) { benchCall(b, "flock", true, nil) })
+	b.Run("notified-continue", func(b *testing.B) { benchCall(b, "flock", true, continueAll()) })
+	b.Run("unnotified", func(b *testing.B) { benchCall(b, "flock", false, nil) })
+}
+
+func BenchmarkListen(b *testing.B) {
+	b.Run("notified", func(b *testing.B) { benchCall(b, "listen", true, nil) })
+	b.Run("notified-continue", func(b *testing.B) { benchCall(b, "listen", true, continueAll()) })
+	b.Run("unnotified", func(b *testing.B) { benchCall(b, "listen", false, nil) })
+}

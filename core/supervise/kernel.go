@@ -1,0 +1,110 @@
+//go:build linux
+
+package supervise
+
+import (
+	"fmt"
+	"runtime"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// The uapi structures of <linux/seccomp.h>.
+type seccompData struct {
+	Nr   int32
+	Arch uint32
+	IP   uint64
+	Args [6]uint64
+}
+
+type seccompNotif struct {
+	ID    uint64
+	Pid   uint32
+	Flags uint32
+	Data  seccompData
+}
+
+type seccompNotifResp struct {
+	ID    uint64
+	Val   int64
+	Error int32
+	Flags uint32
+}
+
+type seccompNotifSizes struct {
+	Notif, Resp, Data uint16
+}
+
+// bufSize is what RECV and SEND buffers are allocated with: the kernel copies its own
+// struct size (SECCOMP_GET_NOTIF_SIZES), which is checked against it in Start, and
+// requires the RECV buffer zeroed.
+const bufSize = 128
+
+func init() {
+	if unsafe.Sizeof(seccompNotif{}) != 80 || unsafe.Sizeof(seccompNotifResp{}) != 24 || unsafe.Sizeof(unix.Flock_t{}) != 32 {
+		panic("BUG(supervise): uapi struct sizes")
+	}
+}
+
+// nativeArch is the AUDIT_ARCH_* of the calls we decode.
+var nativeArch = func() uint32 {
+	switch runtime.GOARCH {
+	case "amd64":
+		return unix.AUDIT_ARCH_X86_64
+	case "arm64":
+		return unix.AUDIT_ARCH_AARCH64
+	}
+	return 0 // unsupported: every trapped call is refused
+}()
+
+func notifSizes() (seccompNotifSizes, error) {
+	var s seccompNotifSizes
+	if _, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_GET_NOTIF_SIZES, 0, uintptr(unsafe.Pointer(&s))); e != 0 {
+		return s, fmt.Errorf("seccomp(SECCOMP_GET_NOTIF_SIZES): %w", e)
+	}
+	if int(s.Notif) > bufSize || int(s.Resp) > bufSize || s.Notif < 80 || s.Resp < 24 {
+		return s, fmt.Errorf("seccomp notification sizes %+v are not supported", s)
+	}
+	return s, nil
+}
+
+func ioctlPtr(fd uintptr, req uint, p unsafe.Pointer) error {
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, fd, uintptr(req), uintptr(p)); e != 0 {
+		return e
+	}
+	return nil
+}
+
+// recv reads one notification (the caller knows one is pending: RECV would block).
+func recv(fd uintptr) (seccompNotif, error) {
+	var buf [bufSize]byte
+	err := ioctlPtr(fd, unix.SECCOMP_IOCTL_NOTIF_RECV, unsafe.Pointer(&buf[0]))
+	return *(*seccompNotif)(unsafe.Pointer(&buf[0])), err
+}
+
+func send(fd uintptr, r seccompNotifResp) error {
+	var buf [bufSize]byte
+	*(*seccompNotifResp)(unsafe.Pointer(&buf[0])) = r
+	return ioctlPtr(fd, unix.SECCOMP_IOCTL_NOTIF_SEND, unsafe.Pointer(&buf[0]))
+}
+
+func idValid(fd uintptr, id uint64) error {
+	return ioctlPtr(fd, unix.SECCOMP_IOCTL_NOTIF_ID_VALID, unsafe.Pointer(&id))
+}
+
+// pending reports, without blocking, whether a notification can be received and
+// whether the filter lost its last user (POLLHUP: no task can trap any more).
+func pending(fd uintptr) (in, hup bool, err error) {
+	for {
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		_, err = unix.Poll(pfd, 0)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return false, false, err
+		}
+		return pfd[0].Revents&unix.POLLIN != 0, pfd[0].Revents&(unix.POLLHUP|unix.POLLERR) != 0, nil
+	}
+}
