@@ -212,6 +212,7 @@ func TestCancelFromAnotherGoroutine(t *testing.T) {
 
 func TestManyConcurrentRuns(t *testing.T) {
 	sb := newSB(t, nil)
+	run(sb, "true") // the zygote and its supervisor hold fds of their own
 	fdsBefore := countFDs(t)
 	var wg sync.WaitGroup
 	errs := make(chan string, 400)

@@ -12,6 +12,7 @@ import (
 	"github.com/sandtrap/sandtrap/core/policy"
 	"github.com/sandtrap/sandtrap/core/seccomp"
 	"github.com/sandtrap/sandtrap/core/spawn"
+	"github.com/sandtrap/sandtrap/core/supervise"
 	"golang.org/x/sys/unix"
 )
 
@@ -28,6 +29,8 @@ type plan struct {
 	zspec    *spawn.ZygoteSpec
 	pidNS    bool
 	tableFDs []int // O_PATH fds of the Landlock table's paths (runs with their own /proc)
+	// supervise is what the supervisor of each zygote of this plan enforces
+	supervise supervise.Config
 }
 
 func (pl *plan) close() {
@@ -224,13 +227,33 @@ func (s *Sandbox) compile(gen uint64) (*plan, error) {
 	}
 	rlimitAS := rep.Limits["max_memory"].Via == "rlimit_as"
 
-	// 5. seccomp: the base deny list always.
+	// 5. seccomp: the base deny list always, and what the supervisor judges (core/
+	// supervise: locks on what is read-only, listen without bind, inotify outside the
+	// policy). Without a view, locks are refused by the filter itself.
 	if need(f.Seccomp, "seccomp") {
+		if pl.ruleset != nil {
+			for _, pr := range pl.ruleset.Table.Paths {
+				pl.supervise.Allowed = append(pl.supervise.Allowed, pr.Path)
+			}
+		}
+		pl.supervise.ListenNeedsBind = netWanted
+		var traps []seccomp.Trap
+		for _, t := range supervise.Traps(pl.supervise) {
+			if (t.Syscall == "flock" || t.Syscall == "fcntl") && pl.view == nil {
+				continue // locks are refused outright (NoMetadata)
+			}
+			if t.Syscall == "fcntl" {
+				// leases are refused outright (a lease makes a host writer wait)
+				t.Values = slices.DeleteFunc(slices.Clone(t.Values), func(v uint64) bool { return v == unix.F_SETLEASE })
+			}
+			traps = append(traps, seccomp.Trap{Syscall: t.Syscall, Arg: t.Arg, Mask: t.Mask, Values: t.Values})
+		}
 		prog, err := seccomp.Compile(seccomp.Config{
 			NoInet: !netWanted, AllowUDP: p.NetAllowUDP, AllowUnix: p.NetAllowUnix,
 			ExtraAllow: p.ExtraAllowSyscalls, ExtraDeny: p.ExtraDenySyscalls,
 			CloneCookie: cloneCookie(), RestrictConnect: netWanted && !anyConnect,
 			MaxDisk: p.MaxDisk > 0, NoSysVMemory: rlimitAS, NoMetadata: pl.view == nil,
+			Traps: traps,
 		})
 		if err != nil {
 			return fail(errorf(KindIsolation, "seccomp: %v", err))
@@ -285,6 +308,7 @@ func (s *Sandbox) compile(gen uint64) (*plan, error) {
 	}
 	if pl.bpf != nil {
 		zs.BPF = pl.bpf.BPF
+		zs.Listener = len(pl.bpf.Notified) > 0
 	}
 	rl := func(res int, v int64) {
 		zs.Rlimits = append(zs.Rlimits, spawn.Rlimit{Resource: res, Cur: uint64(v), Max: uint64(v)})

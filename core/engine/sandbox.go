@@ -24,7 +24,7 @@ import (
 	"github.com/sandtrap/sandtrap/core/policy"
 	"github.com/sandtrap/sandtrap/core/seccomp"
 	"github.com/sandtrap/sandtrap/core/spawn"
-	"golang.org/x/sys/unix"
+	"github.com/sandtrap/sandtrap/core/supervise"
 )
 
 // Error kinds, stable across the C ABI and the bindings.
@@ -483,7 +483,13 @@ func (s *Sandbox) zygote(fresh *spawn.Zygote) (*spawn.Zygote, *plan, error) {
 			return nil, nil, err
 		}
 		if z.Listener >= 0 {
-			unix.Close(z.Listener) // no supervisor yet: the filter traps nothing
+			// the zygote's supervisor: every trapped call of every run of it
+			sup, err := supervise.Start(z.Listener, pl.supervise)
+			if err != nil {
+				z.Close()
+				return nil, nil, errorf(KindIsolation, "isolation unavailable: the supervisor: %v", err)
+			}
+			z.OnClose(sup.Close)
 		}
 		s.zyg, s.zygPlan = z, pl
 	}

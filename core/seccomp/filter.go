@@ -79,10 +79,11 @@ func syscallNr(name string) (sc.ScmpSyscall, bool) {
 }
 
 // Trap is a rule whose action is SECCOMP_RET_USER_NOTIF (core/supervise answers):
-// the syscall, and when Arg >= 0 the argument values that trap.
+// the syscall, and when Arg >= 0 the values v that trap when arg & Mask == v.
 type Trap struct {
 	Syscall string
 	Arg     int
+	Mask    uint64
 	Values  []uint64
 }
 
@@ -180,7 +181,7 @@ type builder struct {
 }
 
 func (b *builder) rule(name string, act sc.ScmpAction, conds ...sc.ScmpCondition) error {
-	if b.allow[name] {
+	if b.allow[name] && act != sc.ActNotify { // extra_allow_syscalls never removes a trap
 		return nil
 	}
 	nr, ok := syscallNr(name)
@@ -269,7 +270,7 @@ func compile(c Config) (*Program, error) {
 			continue
 		}
 		for _, v := range t.Values {
-			if err := b.rule(t.Syscall, sc.ActNotify, cond(uint(t.Arg), sc.CompareEqual, v, 0)); err != nil {
+			if err := b.rule(t.Syscall, sc.ActNotify, cond(uint(t.Arg), sc.CompareMaskedEqual, t.Mask, v)); err != nil {
 				return nil, err
 			}
 		}
@@ -357,7 +358,7 @@ func baseRules(c Config, b *builder) error {
 		}
 	}
 	// Leases make a host writer wait for the sandbox (lease-break-time).
-	if err := b.rule("fcntl", eperm, cond(1, sc.CompareEqual, unix.F_SETLEASE, 0)); err != nil {
+	if err := b.rule("fcntl", eperm, cond(1, sc.CompareMaskedEqual, 0xffffffff, unix.F_SETLEASE)); err != nil {
 		return err
 	}
 	if c.MaxDisk {
@@ -553,7 +554,8 @@ func metadataRules(b *builder) error {
 		return err
 	}
 	for _, cmd := range []uint64{unix.F_SETLK, unix.F_SETLKW, unix.F_OFD_SETLK, unix.F_OFD_SETLKW} {
-		if err := b.rule("fcntl", eperm, cond(1, sc.CompareEqual, cmd, 0)); err != nil {
+		// compared as the kernel reads it (an int: high bits do not slip past)
+		if err := b.rule("fcntl", eperm, cond(1, sc.CompareMaskedEqual, 0xffffffff, cmd)); err != nil {
 			return err
 		}
 	}
@@ -594,10 +596,8 @@ func Layer(c LayerConfig) (*Program, error) {
 	if err := metadataRules(b); err != nil {
 		return nil, err
 	}
-	for _, cmd := range []uint64{unix.F_SETLEASE} {
-		if err := b.rule("fcntl", eperm, cond(1, sc.CompareEqual, cmd, 0)); err != nil {
-			return nil, err
-		}
+	if err := b.rule("fcntl", eperm, cond(1, sc.CompareMaskedEqual, 0xffffffff, unix.F_SETLEASE)); err != nil {
+		return nil, err
 	}
 	if err := b.rule("utimensat", eperm, cond(1, sc.CompareNotEqual, 0, 0)); err != nil {
 		return nil, err

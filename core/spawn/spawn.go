@@ -187,6 +187,7 @@ type Zygote struct {
 	pid      int
 	pidfd    int
 	closed   bool
+	onClose  []func()
 	Listener int // the seccomp user-notification fd (-1: none); the caller owns it
 }
 
@@ -451,6 +452,13 @@ func (z *Zygote) reply() (int, []int, error) {
 	}
 }
 
+// OnClose runs f when the zygote is closed (after it is gone).
+func (z *Zygote) OnClose(f func()) {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	z.onClose = append(z.onClose, f)
+}
+
 // Close stops the zygote (runs must be over).
 func (z *Zygote) Close() {
 	z.mu.Lock()
@@ -464,6 +472,9 @@ func (z *Zygote) Close() {
 	var ws unix.WaitStatus
 	unix.Wait4(z.pid, &ws, unix.WALL, nil)
 	unix.Close(z.pidfd)
+	for _, f := range z.onClose {
+		f()
+	}
 }
 
 // RunSpec is one run. All fds stay owned by the caller.

@@ -244,11 +244,15 @@ func readlinkFD(fd int) (string, error) {
 // boundaries to the mountpoint's parent, and ends where ".." no longer moves (the root
 // of the child's mount namespace).
 func (s *Supervisor) inside(p pin) (bool, error) {
+	allowed, err := allowedIDs(s.cfg.Allowed)
+	if err != nil {
+		return false, err
+	}
 	id, err := statID(p.fd)
 	if err != nil {
 		return false, err
 	}
-	if s.allowed[id] {
+	if allowed[id] {
 		return true, nil
 	}
 	cur := p.fd
@@ -265,7 +269,7 @@ func (s *Supervisor) inside(p pin) (bool, error) {
 		}
 	}()
 	for depth := 0; depth < maxDepth; depth++ {
-		if s.allowed[id] {
+		if allowed[id] {
 			return true, nil
 		}
 		up, err := unix.Openat(cur, "..", unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)

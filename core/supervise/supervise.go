@@ -66,8 +66,6 @@ type Supervisor struct {
 	cfg     Config
 	file    *os.File
 	raw     syscall.RawConn
-	allowed map[fileID]bool
-	pins    []int // O_PATH fds of cfg.Allowed: their inode numbers cannot be reused while pinned
 	table   map[int32]*handler
 	pidfds  map[uint32]int // by thread id; used by the loop goroutine only (call.openPidfd)
 
@@ -83,18 +81,16 @@ type Supervisor struct {
 
 // Start takes ownership of listenerFD (the fd SECCOMP_FILTER_FLAG_NEW_LISTENER
 // returned in the sandbox; the caller must hold no other copy of it, or closing ours
-// would not release the listener) and starts answering notifications. It opens the
-// Allowed paths (O_PATH) and keeps them open until Close. On error the fd is closed.
+// would not release the listener) and starts answering notifications. The Allowed
+// paths must exist; they are looked up again at each call that needs them (no fd is
+// held per path: a host with many sandboxes would run out). On error the fd is closed.
 func Start(listenerFD int, cfg Config) (*Supervisor, error) {
 	return start(listenerFD, cfg, nil)
 }
 
 func start(listenerFD int, cfg Config, override map[string]handlerFunc) (*Supervisor, error) {
-	s := &Supervisor{cfg: cfg, allowed: map[fileID]bool{}, pidfds: map[uint32]int{}, loopDone: make(chan struct{})}
+	s := &Supervisor{cfg: cfg, pidfds: map[uint32]int{}, loopDone: make(chan struct{})}
 	fail := func(err error) (*Supervisor, error) {
-		for _, fd := range s.pins {
-			unix.Close(fd)
-		}
 		unix.Close(listenerFD)
 		return nil, err
 	}
@@ -104,17 +100,8 @@ func start(listenerFD int, cfg Config, override map[string]handlerFunc) (*Superv
 	if nativeArch == 0 {
 		return fail(errors.New("supervise: unsupported architecture"))
 	}
-	for _, p := range cfg.Allowed {
-		fd, err := unix.Open(p, unix.O_PATH|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return fail(fmt.Errorf("supervise: allowed path %s: %w", p, err))
-		}
-		s.pins = append(s.pins, fd)
-		id, err := statID(fd)
-		if err != nil {
-			return fail(fmt.Errorf("supervise: allowed path %s: %w", p, err))
-		}
-		s.allowed[id] = true
+	if _, err := allowedIDs(cfg.Allowed); err != nil {
+		return fail(err)
 	}
 	s.table = map[int32]*handler{}
 	for i := range handlers {
@@ -153,10 +140,6 @@ func (s *Supervisor) Close() {
 		<-s.loopDone
 		s.handling.Wait()
 		s.dropPidfds()
-		for _, fd := range s.pins {
-			unix.Close(fd)
-		}
-		s.pins = nil
 	})
 }
 
@@ -217,7 +200,7 @@ func (s *Supervisor) abortIfNotClosing() {
 
 // maxPidfds bounds the pidfd cache: about the threads of a sandbox that make trapped
 // calls; when full it is emptied (an entry costs one fd).
-const maxPidfds = 64
+const maxPidfds = 8
 
 func (s *Supervisor) cachePidfd(tid uint32, fd int) {
 	if old, ok := s.pidfds[tid]; ok {
@@ -426,6 +409,19 @@ func (l *denialLog) list() []Denial {
 
 // fileID is an inode: what Landlock attaches a path rule to.
 type fileID struct{ dev, ino uint64 }
+
+// allowedIDs are the inodes the Allowed paths name now.
+func allowedIDs(paths []string) (map[fileID]bool, error) {
+	ids := make(map[fileID]bool, len(paths))
+	for _, p := range paths {
+		var st unix.Stat_t
+		if err := unix.Stat(p, &st); err != nil {
+			return nil, fmt.Errorf("supervise: allowed path %s: %w", p, err)
+		}
+		ids[fileID{uint64(st.Dev), st.Ino}] = true
+	}
+	return ids, nil
+}
 
 func statID(fd int) (fileID, error) {
 	var st unix.Stat_t
