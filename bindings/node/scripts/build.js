@@ -18,7 +18,7 @@ const root = path.resolve(pkgDir, '..', '..');
 const libSrc = path.join(root, 'build', 'libsandtrap.so');
 const releaseDir = path.join(pkgDir, 'build', 'Release');
 const addon = path.join(releaseDir, 'sandtrap.node');
-const libDst = path.join(releaseDir, 'libsandtrap.so');
+const libDst = path.join(releaseDir, 'libsandtrap.so.0'); // the soname the addon records
 const force = process.argv.includes('--force') || process.env.SANDTRAP_REBUILD === '1';
 const nodedir = process.env.SANDTRAP_NODEDIR || process.env.npm_config_nodedir || '/usr';
 
