@@ -88,6 +88,15 @@ sdist: $(TOOLS)/.ok
 	rm -f $(DIST)/sandtrap-*.tar.gz
 	$(TOOLS)/bin/python -m build --sdist --no-isolation --outdir $(DIST) bindings/python
 
+# The npm tarball: a prebuilt linux-x64 addon and library (prebuilds/), the engine's
+# sources for the from-source fallback (engine/); installs without running a script.
+npm-pack: lib $(TOOLS)/.ok
+	cd bindings/node && npm install --no-audit --no-fund --ignore-scripts && node scripts/build.js
+	node bindings/node/scripts/pack.js --patchelf $(CURDIR)/$(TOOLS)/bin/patchelf --out $(DIST)
+
+# All three: the wheel and sdist (Python), the npm tarball; `make install` is the C one.
+packages: wheel sdist npm-pack
+
 # Everything a fresh machine needs (Debian packages, Go modules).
 deps:
 	bash scripts/deps.sh

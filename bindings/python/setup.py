@@ -27,7 +27,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -43,9 +42,6 @@ except ImportError:  # setuptools < 70.1
 HERE = Path(__file__).resolve().parent
 LIBNAME = "libsandtrap.so"
 SDIST_ENGINE = "engine"  # where the sdist keeps the engine's sources
-# what the sdist takes from the repository root (tests and built files left out)
-ENGINE_PATHS = ["Makefile", "go.mod", "go.sum", "LICENSE", "capi", "core", "include", "scripts/check-build-deps.sh"]
-ENGINE_SKIP = ("__pycache__", "*.pyc", "*_test.go", "testdata", "tests", "sandtrap-init", ".pytest_cache")
 # the licence of libseccomp (LGPL-2.1), which auditwheel copies into the wheel
 SECCOMP_COPYRIGHT = Path("/usr/share/doc/libseccomp2/copyright")
 
@@ -209,31 +205,20 @@ class bdist_wheel(_bdist_wheel):
 
 class sdist(_sdist):
     """An sdist that builds anywhere Go, a C compiler and libseccomp-dev are: it
-    carries the engine's sources and its Go modules (vendor/) under engine/."""
+    carries the engine's sources and its Go modules (vendor/) under engine/
+    (scripts/engine-sources.sh says what goes in)."""
 
     def make_release_tree(self, base_dir: str, files: list[str]) -> None:
         super().make_release_tree(base_dir, files)
-        root = HERE.parent.parent
-        if (HERE / SDIST_ENGINE).is_dir():  # an sdist of an sdist: engine/ is already there
-            root = HERE / SDIST_ENGINE
-        elif not _is_engine_root(root):
-            _fail(f"{root} is not the repository root: cannot put the engine's sources into the sdist")
         dest = Path(base_dir) / SDIST_ENGINE
-        for rel in ENGINE_PATHS + (["vendor"] if (root / "vendor").is_dir() else []):
-            src = root / rel
-            if src.is_dir():
-                shutil.copytree(src, dest / rel, ignore=shutil.ignore_patterns(*ENGINE_SKIP))
-            else:
-                (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(src, dest / rel)
-        if not (dest / "vendor").is_dir():
-            # the Go modules, so that building the sdist needs no module download
-            go = os.environ.get("GO", "go")
-            with tempfile.TemporaryDirectory() as tmp:
-                _log(f"{go} mod vendor (the Go modules of the engine, for offline source builds)")
-                subprocess.run([go, "mod", "vendor", "-o", str(Path(tmp) / "vendor")], cwd=root, check=True)
-                shutil.copytree(Path(tmp) / "vendor", dest / "vendor")
-        _log(f"sdist: engine sources in {SDIST_ENGINE}/")
+        if (HERE / SDIST_ENGINE).is_dir():  # an sdist made from an sdist
+            shutil.copytree(HERE / SDIST_ENGINE, dest, ignore=shutil.ignore_patterns("build", "sandtrap-init"))
+            return
+        root = HERE.parent.parent
+        if not _is_engine_root(root):
+            _fail(f"{root} is not the repository root: cannot put the engine's sources into the sdist")
+        _log(f"sdist: the engine's sources and Go modules into {SDIST_ENGINE}/ (scripts/engine-sources.sh)")
+        subprocess.run(["bash", str(root / "scripts" / "engine-sources.sh"), str(dest)], check=True)
 
 
 setup(
