@@ -24,7 +24,7 @@ INCLUDEDIR ?= $(PREFIX)/include
 BINDIR     ?= $(PREFIX)/bin
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 
-.PHONY: all lib init install uninstall wheel sdist npm-pack packages test test-go test-c test-guest test-python test-node fuzz bench deps demo clean
+.PHONY: all lib init install uninstall wheel sdist npm-pack packages test test-go test-c test-guest test-python test-node test-packaging fuzz bench deps demo clean
 
 all: lib
 
@@ -104,7 +104,7 @@ deps:
 # The whole suite; installs what it needs first (README's test command).
 test: deps
 	$(MAKE) lib
-	$(MAKE) test-go test-c fuzz test-guest test-python test-node
+	$(MAKE) test-go test-c fuzz test-guest test-python test-node test-packaging
 
 test-go: $(INIT)
 	$(GO) test -count=1 ./core/...
@@ -129,6 +129,11 @@ test-python: lib
 test-node: lib
 	cd bindings/node && npm install --no-audit --no-fund && npm test
 
+# the wheel, sdist, npm tarball and C library installed away from the hidden
+# repository, and every README code block run against them (tests/packaging/run.sh)
+test-packaging: lib
+	bash tests/packaging/run.sh
+
 bench: deps lib
 	$(GO) run ./bench/spawn
 	$(PYTHON) -m pip install -q ./bindings/python
@@ -145,4 +150,4 @@ demo: deps
 	$(GO) run ./cmd/demo
 
 clean:
-	rm -rf $(BUILD) $(INIT)
+	rm -rf $(BUILD) $(INIT) bindings/node/build bindings/python/build
