@@ -99,7 +99,7 @@ def check_tools(root: Path) -> None:
 
 def _go_packages(root: Path, env: dict[str, str]) -> int:
     """How many packages libsandtrap.so is made of (0 if go list fails)."""
-    r = subprocess.run([env.get("GO", "go"), "list", "-deps", "./capi"], cwd=root, env=env,
+    r = subprocess.run([env.get("GO", "go"), "list", "-e", "-deps", "./capi"], cwd=root, env=env,
                        capture_output=True, text=True)
     return len(r.stdout.split()) if r.returncode == 0 else 0
 
