@@ -28,6 +28,18 @@ SUDO=""
 command -v unshare >/dev/null || { echo "packaging: FAIL: unshare (util-linux) is needed to hide the repository" >&2; exit 1; }
 
 t0=$(date +%s)
+# One version in every package (capi/abi.c is the library's).
+v_lib="$(sed -n 's/^#define SANDTRAP_VERSION_STRING "\(.*\)"$/\1/p' capi/abi.c)"
+v_py="$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' bindings/python/src/sandtrap/_version.py)"
+v_node="$(node -p "require('./bindings/node/package.json').version")"
+[ -n "$v_lib" ] && [ "$v_lib" = "$v_py" ] && [ "$v_lib" = "$v_node" ] \
+  || { echo "packaging: FAIL: versions differ: library $v_lib, Python $v_py, Node $v_node" >&2; exit 1; }
+# One licence in every package.
+lic_node="$(node -p "require('./bindings/node/package.json').license")"
+lic_py="$(sed -n 's/^license = "\(.*\)"$/\1/p' bindings/python/pyproject.toml)"
+[ "$lic_node" = MIT ] && [ "$lic_py" = MIT ] && head -n1 LICENSE | grep -qx 'MIT License' \
+  || { echo "packaging: FAIL: licences: LICENSE '$(head -n1 LICENSE)', Python '$lic_py', Node '$lic_node'" >&2; exit 1; }
+echo "packaging: version $v_lib and the MIT licence in every package"
 make --no-print-directory packages PYTHON="$PYTHON"
 
 # The wheel is a manylinux one.
