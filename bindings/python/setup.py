@@ -93,7 +93,7 @@ def check_tools(root: Path) -> None:
     r = subprocess.run(["bash", str(script), "-v", "--make"], capture_output=True, text=True)
     text = (r.stderr + r.stdout).strip()
     if r.returncode != 0:
-        sys.exit(text + "\n(or install a prebuilt wheel: pip install --only-binary=:all: sandtrap)")
+        sys.exit(text + "\n(or install the prebuilt wheel instead: `make wheel` in the repository, see docs/install.md)")
     _log(text.removeprefix("sandtrap: "))
 
 
@@ -116,6 +116,7 @@ def _run_make(root: Path, env: dict[str, str]) -> None:
          "on two cores, a warm one seconds)")
     start = last = time.monotonic()
     done = 0
+    current = ""
     tail: list[str] = []
     proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, bufsize=1)
@@ -125,12 +126,12 @@ def _run_make(root: Path, env: dict[str, str]) -> None:
         line = line.strip()
         tail = (tail + [line])[-30:]
         if _PKG_LINE.match(line) and not line.startswith(("make", "CGO_ENABLED")):
-            done += 1
+            done, current = done + 1, line
         now = time.monotonic()
         if now - last >= 5:
             last = now
             of = f" of {total}" if total else ""
-            _log(f"  {now - start:.0f}s: {done}{of} packages compiled (now: {line[:60]})")
+            _log(f"  {now - start:.0f}s: {done}{of} packages compiled" + (f" (last: {current[:60]})" if current else ""))
     rc = proc.wait()
     if rc != 0:
         _fail("make lib failed (exit %d); its last lines:\n%s" % (rc, "\n".join(tail)))
