@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The installs of the packaging test, run by tests/packaging/run.sh in a mount
-# namespace where the repository is hidden. Usage: inside.sh TMP REPO OTHER_PYTHON
+# namespace where the repository is hidden. Usage: inside.sh TMP REPO OTHER_PYTHON PASSED
+# (PASSED: how many checks run.sh passed before; the closing line counts them all)
 set -euo pipefail
-tmp="$1" repo="$2" other="$3"
+tmp="$1" repo="$2" other="$3" passed="$4"
 cd "$tmp"
-passed=0
 pass() { echo "packaging: ok   $*"; passed=$((passed + 1)); }
 fail() { echo "packaging: FAIL $*" >&2; exit 1; }
 

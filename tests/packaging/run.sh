@@ -4,7 +4,8 @@
 #
 #  1. Here, with the repository at hand: build the wheel, the sdist and the npm
 #     tarball (make packages), check that auditwheel gives the wheel a manylinux tag,
-#     `make install PREFIX=<tmp>` the C library, extract the READMEs' code blocks
+#     `make install PREFIX=<tmp>` the C library, check the development installs
+#     (PYTHONPATH=bindings/python/src, pip install -e), extract the READMEs' code blocks
 #     (tests/packaging/snippets.py) and copy the artifacts to a temporary directory.
 #  2. In a mount namespace where the repository is hidden under an empty tmpfs (so
 #     nothing can read it, not even root), tests/packaging/inside.sh then:
@@ -39,14 +40,15 @@ lic_node="$(node -p "require('./bindings/node/package.json').license")"
 lic_py="$(sed -n 's/^license = "\(.*\)"$/\1/p' bindings/python/pyproject.toml)"
 [ "$lic_node" = MIT ] && [ "$lic_py" = MIT ] && head -n1 LICENSE | grep -qx 'MIT License' \
   || { echo "packaging: FAIL: licences: LICENSE '$(head -n1 LICENSE)', Python '$lic_py', Node '$lic_node'" >&2; exit 1; }
-echo "packaging: version $v_lib and the MIT licence in every package"
+echo "packaging: ok   version $v_lib and the MIT licence in every package"
+passed=1
 make --no-print-directory packages PYTHON="$PYTHON"
 
 # The wheel is a manylinux one.
 show="$(build/tools-venv/bin/auditwheel show build/dist/sandtrap-*.whl)"
 tag="$(sed -n 's/.*consistent with the following platform tag: "\([^"]*\)".*/\1/p' <<<"$(tr '\n' ' ' <<<"$show")")"
 case "$tag" in
-  manylinux_*_x86_64) echo "packaging: auditwheel show: $tag" ;;
+  manylinux_*_x86_64) echo "packaging: ok   auditwheel show: $tag"; passed=$((passed + 1)) ;;
   *) echo "packaging: FAIL: auditwheel show gives no manylinux tag:"; echo "$show"; exit 1 ;;
 esac
 
@@ -70,12 +72,30 @@ mkdir -p "$tmp/dist" "$tmp/t"
 cp build/dist/sandtrap-*.whl build/dist/sandtrap-*.tar.gz build/dist/sandtrap-*.tgz "$tmp/dist/"
 cp tests/packaging/inside.sh tests/packaging/snippets.py tests/c/typed.c "$tmp/t/"
 make --no-print-directory install PREFIX="$tmp/prefix" >/dev/null
+
+# Development installs of the checkout: PYTHONPATH=bindings/python/src, then pip -e.
+"$PYTHON" -m venv "$tmp/venv-dev"
+"$tmp/venv-dev/bin/pip" install -q --disable-pip-version-check msgpack
+dev_check='
+import sys, sandtrap, sandtrap_guest
+from sandtrap import Sandbox, _native
+r = Sandbox(fs_readable=["/usr", "/lib"], clean_env=True).run(["echo", "dev"])
+assert r.success and r.stdout == b"dev\n", r
+assert sandtrap.__file__.startswith(sys.argv[1]) and sandtrap_guest.__file__.startswith(sys.argv[1]), (sandtrap.__file__, sandtrap_guest.__file__)
+'
+(cd "$tmp" && PYTHONPATH="$repo/bindings/python/src" "$tmp/venv-dev/bin/python" -c "$dev_check" "$repo/bindings/python/src/")
+echo "packaging: ok   PYTHONPATH=bindings/python/src imports sandtrap and sandtrap_guest and runs"
+passed=$((passed + 1))
+"$tmp/venv-dev/bin/pip" install -q --disable-pip-version-check -e bindings/python
+(cd "$tmp" && "$tmp/venv-dev/bin/python" -c "$dev_check" "$repo/bindings/python/src/")
+echo "packaging: ok   pip install -e ./bindings/python imports sandtrap and sandtrap_guest and runs"
+passed=$((passed + 1))
 "$PYTHON" tests/packaging/snippets.py extract "$tmp/snippets" README.md bindings/python/README.md bindings/node/README.md
 
 echo "packaging: hiding $repo (an empty tmpfs over it, in a mount namespace) for the installs"
 $SUDO unshare --mount --propagation private bash -c '
   set -e
   mount -t tmpfs -o size=64k,mode=0 sandtrap-repo-hidden "$1"
-  exec bash "$2/t/inside.sh" "$2" "$1" "$3"
-' hide "$repo" "$tmp" "$other"
+  exec bash "$2/t/inside.sh" "$2" "$1" "$3" "$4"
+' hide "$repo" "$tmp" "$other" "$passed"
 echo "packaging: done in $(( $(date +%s) - t0 ))s"
