@@ -294,18 +294,9 @@ func cBytes(b []byte) (*C.uint8_t, C.size_t) {
 }
 
 // runStatus is the status sandtrap_sandbox_exec returns for the same run: a run's
-// own fate (timeout, cancel, a limit) is a result, not a call failure — the same
-// classification as the engine's protocol (tests/c/typed.c checks both agree).
-func runStatus(e *engine.ErrorInfo) C.int {
-	if e == nil {
-		return stOK
-	}
-	switch e.Kind {
-	case engine.KindTimeout, engine.KindCancelled, engine.KindCPUTime, engine.KindMemory:
-		return stOK
-	}
-	return status(e.Kind)
-}
+// own fate (timeout, cancel, a limit) is a result, not a call failure
+// (engine.CallKind).
+func runStatus(e *engine.ErrorInfo) C.int { return status(engine.CallKind(e)) }
 
 // stgo_sandbox_run is sandtrap_sandbox_run: the typed form of {"op": "run"}. abi.c
 // has checked the arguments; this converts them to a RunRequest and the engine's

@@ -39,8 +39,12 @@ type Group struct {
 	dirs    map[string]string // controller -> dir (v2: "unified")
 	procFDs []int
 	mu      sync.Mutex
-	ooms    int // OOM kills already accounted to earlier runs
+	ooms    int      // OOM kills already accounted to earlier runs
+	notes   []string // limits that hold only in part (reported as degraded)
 }
+
+// Notes are the limits of the group that hold only in part.
+func (g *Group) Notes() []string { return g.notes }
 
 var seq atomic.Uint64
 
@@ -191,6 +195,11 @@ func (g *Group) apply(l Limits) error {
 			return err
 		}
 		write(d, "memory.memsw.limit_in_bytes", lim) // absent without swap accounting
+		// v1 does not count TCP socket buffers unless this is set (v2 always does);
+		// a kernel without it (or that refuses it) leaves them uncounted: Group.Notes
+		if err := write(d, "memory.kmem.tcp.limit_in_bytes", lim); err != nil && l.Memory > 0 {
+			g.notes = append(g.notes, "TCP socket buffers are not counted by max_memory (cgroup v1 without memory.kmem.tcp)")
+		}
 	}
 	if d, ok := g.dirs["pids"]; ok {
 		if err := write(d, "pids.max", max(l.Processes)); err != nil {

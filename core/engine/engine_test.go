@@ -398,3 +398,35 @@ func TestNetHostPartNeedsDegraded(t *testing.T) {
 		t.Fatal("degradation not reported")
 	}
 }
+
+func TestPipelineFailureShows(t *testing.T) {
+	sb := newSB(t, nil)
+	stage := func(argv ...string) Stage {
+		return Stage{Sandbox: sb, Req: &RunRequest{Argv: argv, StdinFD: -1, StdoutFD: -1}}
+	}
+	for _, c := range []struct {
+		name    string
+		stages  []Stage
+		success bool
+		failed  int // -1: none
+		kind    string
+	}{
+		{"first stage missing", []Stage{stage("/no/such/program"), stage("cat")}, false, 0, KindNotFound},
+		{"middle stage exits 3", []Stage{stage("echo", "x"), stage("sh", "-c", "cat; exit 3"), stage("cat")}, false, 1, KindStageFailed},
+		{"last stage exits 2", []Stage{stage("echo", "x"), stage("sh", "-c", "exit 2")}, false, 1, ""},
+		{"upstream ended by SIGPIPE", []Stage{stage("yes"), stage("head", "-1")}, true, -1, ""},
+	} {
+		r := Pipeline(c.stages, nil)
+		kind := ""
+		if r.Error != nil {
+			kind = r.Error.Kind
+		}
+		failed := -1
+		if r.FailedStage != nil {
+			failed = *r.FailedStage
+		}
+		if r.Success != c.success || failed != c.failed || kind != c.kind {
+			t.Errorf("%s: success %v failed_stage %d kind %q (%+v), want %v %d %q", c.name, r.Success, failed, kind, r.Error, c.success, c.failed, c.kind)
+		}
+	}
+}

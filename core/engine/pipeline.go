@@ -40,10 +40,11 @@ func lookup(id uint64) *Sandbox {
 	return reg[id]
 }
 
-// PipelineResult is the last stage's result plus every stage's.
+// PipelineResult is the last stage's result plus every stage's (see pipelineResult).
 type PipelineResult struct {
 	Result
-	Stages []*Result `msgpack:"stages"`
+	Stages      []*Result `msgpack:"stages"`
+	FailedStage *int      `msgpack:"failed_stage"` // the first stage that failed, if any
 }
 
 // Stage is one command of a pipeline and the sandbox it runs in.
@@ -90,7 +91,38 @@ func Pipeline(stages []Stage, stdin []byte) *PipelineResult {
 		}(i, req)
 	}
 	wg.Wait()
+	return pipelineResult(stages, results)
+}
+
+// pipelineResult is the last stage's result, except that the pipeline succeeds
+// only if every stage did: the first stage that failed — could not start, ended
+// with an error or a non-zero status, or was killed — is named (failed_stage, and
+// the error when the last stage has none). A stage before the last that was ended
+// by SIGPIPE only stopped because its reader did (`yes | head -1`): not a failure.
+func pipelineResult(stages []Stage, results []*Result) *PipelineResult {
+	n := len(results)
 	out := &PipelineResult{Result: *results[n-1], Stages: results}
+	for i, r := range results {
+		sigpipe := r.Signal != nil && *r.Signal == int(unix.SIGPIPE) && r.Error == nil
+		if r.Success || (i < n-1 && sigpipe) {
+			continue
+		}
+		idx := i
+		out.FailedStage = &idx
+		out.Success = false
+		what := fmt.Sprintf("stage %d (%s)", i, stages[i].Req.Argv[0])
+		switch {
+		case r.Error != nil:
+			out.Error = &ErrorInfo{Kind: r.Error.Kind, Message: what + ": " + r.Error.Message}
+		case i == n-1:
+			// the last stage's own status is the pipeline's: no error of its own
+		case r.ExitCode != nil:
+			out.Error = &ErrorInfo{Kind: KindStageFailed, Message: fmt.Sprintf("%s exited with status %d", what, *r.ExitCode)}
+		case r.Signal != nil:
+			out.Error = &ErrorInfo{Kind: KindStageFailed, Message: fmt.Sprintf("%s was killed by signal %d", what, *r.Signal)}
+		}
+		break
+	}
 	return out
 }
 

@@ -186,6 +186,9 @@ func (s *Sandbox) compile(gen uint64) (*plan, error) {
 	}
 	if s.cg != nil {
 		rep.Cgroup = cgVia
+		for _, n := range s.cg.Notes() {
+			need(false, n)
+		}
 	}
 	if p.MaxMemory > 0 {
 		if has("memory") {
@@ -277,7 +280,7 @@ func (s *Sandbox) compile(gen uint64) (*plan, error) {
 	zs := &spawn.ZygoteSpec{RulesetFD: -1, Cookie: cloneCookie(), NewPidNS: pl.pidNS,
 		NewIPCNS: rep.IPCNamespace, UserNS: (pl.view != nil && userNS) || unmapped, Unmapped: unmapped,
 		MountNS: pl.view != nil && !userNS,
-		View: pl.view, DropGroups: f.Root,
+		View:    pl.view, DropGroups: f.Root,
 		// pid 1 of each run needs these (in the sandbox's user namespace) until it
 		// drops everything before the target: new namespaces, the /proc mount, and
 		// emptying the bounding set

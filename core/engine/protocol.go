@@ -258,13 +258,13 @@ func (s *Sandbox) Exec(b []byte) ([]byte, string) {
 			return ErrorResponse(requestError(err)), KindInvalidRequest
 		}
 		res := s.Run(req)
-		return Encode(res), callKind(res.Error)
+		return Encode(res), CallKind(res.Error)
 	case "pipeline":
 		res, err := s.pipelineRequest(m)
 		if err != nil {
 			return ErrorResponse(err), err.(*Error).Kind
 		}
-		return Encode(res), callKind(res.Error)
+		return Encode(res), CallKind(res.Error)
 	case "isolation":
 		return Encode(s.isolation()), ""
 	case "session_open", "session_send", "session_close":
@@ -288,14 +288,15 @@ func (s *Sandbox) Exec(b []byte) ([]byte, string) {
 	return ErrorResponse(errorf(KindInvalidRequest, "request: unknown op %q (run, pipeline, isolation, session_open, session_send, session_close)", op)), KindInvalidRequest
 }
 
-// callKind maps a result error to a call status: errors about the run's own fate
-// (timeout, cancel, limits) are results, not call failures.
-func callKind(e *ErrorInfo) string {
+// CallKind maps a result error to a call status: errors about the run's own fate
+// (timeout, cancel, limits, a pipeline stage that failed) are results, not call
+// failures.
+func CallKind(e *ErrorInfo) string {
 	if e == nil {
 		return ""
 	}
 	switch e.Kind {
-	case KindTimeout, KindCancelled, KindCPUTime, KindMemory:
+	case KindTimeout, KindCancelled, KindCPUTime, KindMemory, KindStageFailed:
 		return ""
 	}
 	return e.Kind

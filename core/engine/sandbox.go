@@ -38,6 +38,7 @@ const (
 	KindCancelled      = "cancelled"
 	KindCPUTime        = "cpu_time_limit"
 	KindMemory         = "memory_limit"
+	KindStageFailed    = "stage_failed" // a pipeline stage other than the last failed (a result)
 	KindForked         = "forked_child"
 	KindClosed         = "closed"
 	KindInternal       = "internal"

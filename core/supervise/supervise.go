@@ -63,11 +63,11 @@ type Denial struct {
 
 // Supervisor answers the trapped calls of one sandbox.
 type Supervisor struct {
-	cfg     Config
-	file    *os.File
-	raw     syscall.RawConn
-	table   map[int32]*handler
-	pidfds  map[uint32]int // by thread id; used by the loop goroutine only (call.openPidfd)
+	cfg    Config
+	file   *os.File
+	raw    syscall.RawConn
+	table  map[int32]*handler
+	pidfds map[uint32]int // by thread id; used by the loop goroutine only (call.openPidfd)
 
 	closing   atomic.Bool
 	closeOnce sync.Once

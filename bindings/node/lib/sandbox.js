@@ -25,7 +25,7 @@ const encode = (v) => encoder.encode(v);
 const decode = (buf) => decoder.decode(buf);
 
 // Error kinds that are a run's fate (the call itself worked): resolved, not rejected.
-const OUTCOME_KINDS = new Set(['timeout', 'cancelled', 'cpu_time_limit', 'memory_limit']);
+const OUTCOME_KINDS = new Set(['timeout', 'cancelled', 'cpu_time_limit', 'memory_limit', 'stage_failed']);
 
 let tagSeq = 0;
 const newTag = () => `node:${process.pid}:${++tagSeq}`;
