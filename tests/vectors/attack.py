@@ -618,8 +618,8 @@ def inotify_hold(secs):
     time.sleep(float(secs))
 
 
-def fork_hold(n, secs):
-    """Fork up to n children that sleep secs; hold them as long."""
+def fork_hold(n, secs, tag=""):
+    """Fork up to n children that sleep secs; hold them as long (tag: any marker, ignored)."""
     kids, err = 0, ""
     for _ in range(int(n)):
         try:
