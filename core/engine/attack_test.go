@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -311,33 +312,52 @@ func TestAttackConcurrentRunsShareMaxProcesses(t *testing.T) {
 	}
 }
 
-// TestAttackInotifyInstances: a run that creates inotify instances until the kernel
-// refuses gets EMFILE well before the host user's limit, and while it holds them the
-// host can still create one.
-func TestAttackInotifyInstances(t *testing.T) {
+// TestAttackPerUserBudgets: a run that takes a per-user kernel budget until the
+// kernel refuses (inotify instances, inotify watches, pending real-time signals, POSIX
+// message queue bytes) must leave the host user able to take one while the run holds
+// them: the run is charged to the host user's counters (user namespaces charge their
+// parents), so an unbounded run locks every process of that user out. Inotify
+// instances are issue 10's case; the others are the same class.
+func TestAttackPerUserBudgets(t *testing.T) {
 	dir := attackDir(t)
 	sb := mustSandbox(t, attackPolicy(dir, nil))
-	lines, done := streamRun(t, sb, sysPython, filepath.Join(dir, "attack.py"), "inotify_hold", "2")
-	l := nextLine(t, lines, 10*time.Second)
-	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC)
-	if err == nil {
-		unix.Close(fd)
+	attack := filepath.Join(dir, "attack.py")
+	tag := fmt.Sprintf("t%d", time.Now().UnixNano())
+	t.Cleanup(func() { hostFixtureOut("mq-unlink", tag, "1000") })
+	cases := []struct {
+		name, limitFile string // limitFile: the user's limit the run must stay well below
+		run, probe      []string
+		refusal         string // with limitFile: the errno the run must get
+	}{
+		{"inotify instances", "/proc/sys/fs/inotify/max_user_instances", []string{"inotify_hold", "2"}, []string{"inotify_watch", "/"}, "EMFILE"},
+		{"inotify watches", "", []string{"inotify_watch_hold", "2", "/usr", "/lib", "/bin"}, []string{"inotify_watch", "/"}, ""},
+		{"pending signals", "", []string{"sigqueue_hold", "2"}, []string{"sigqueue_probe"}, ""},
+		{"message queue bytes", "", []string{"mq_hold", tag, "2"}, []string{"mq_probe", tag}, ""},
 	}
-	<-done
-	var n int
-	var why string
-	if _, e := fmt.Sscanf(l, "HELD %d %s", &n, &why); e != nil {
-		t.Fatalf("run said %q", l)
-	}
-	limit := 128
-	if b, e := os.ReadFile("/proc/sys/fs/inotify/max_user_instances"); e == nil {
-		limit, _ = strconv.Atoi(strings.TrimSpace(string(b)))
-	}
-	if err != nil {
-		t.Errorf("while the run held %d inotify instances the host could not create one: %v", n, err)
-	}
-	if why != "EMFILE" || n >= limit {
-		t.Errorf("the run created %d inotify instances, then %s; want EMFILE well before the user's limit %d", n, why, limit)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			lines, done := streamRun(t, sb, append([]string{sysPython, attack}, c.run...)...)
+			l := nextLine(t, lines, 30*time.Second)
+			probe, _ := exec.Command(sysPython, append([]string{attack}, c.probe...)...).Output()
+			<-done
+			var n int
+			var why string
+			if _, e := fmt.Sscanf(l, "HELD %d %s", &n, &why); e != nil {
+				t.Fatalf("run said %q", l)
+			}
+			if got := strings.TrimSpace(string(probe)); got != "OK" {
+				t.Errorf("while the run held %d (then %s) the host user could not take one: %s", n, why, got)
+			}
+			if c.limitFile != "" {
+				limit := 0
+				if b, e := os.ReadFile(c.limitFile); e == nil {
+					limit, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+				}
+				if why != c.refusal || n >= limit {
+					t.Errorf("the run took %d, then %s; want %s well before the user's limit %d", n, why, c.refusal, limit)
+				}
+			}
+		})
 	}
 }
 

@@ -635,6 +635,87 @@ def fork_hold(n, secs, tag=""):
     return "forked %d%s" % (kids, err)
 
 
+# per-user kernel budgets a run shares with the host user (the host probes them while
+# a run holds them: core/engine/attack_test.go)
+
+class Siginfo(ctypes.Structure):
+    _fields_ = [("signo", ctypes.c_int), ("errno", ctypes.c_int), ("code", ctypes.c_int),
+                ("pad", ctypes.c_byte * 116)]
+
+
+def sigqueue_one():
+    sig = signal.SIGRTMIN
+    signal.pthread_sigmask(signal.SIG_BLOCK, [sig])
+    si = Siginfo(sig, 0, -1)  # SI_QUEUE
+    if libc.syscall(129, os.getpid(), sig, ctypes.byref(si)) != 0:  # rt_sigqueueinfo
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+
+
+def sigqueue_hold(secs):
+    """Queue real-time signals to itself (blocked) until the kernel refuses; hold them."""
+    n, err = 0, "none"
+    try:
+        while n < 10000000:
+            sigqueue_one()
+            n += 1
+    except OSError as e:
+        err = err_name(e.errno)
+    print("HELD %d %s" % (n, err), flush=True)
+    time.sleep(float(secs))
+
+
+def mq_hold(tag, secs):
+    """POSIX queues sandtrap-TAG-0, -1, ... until the kernel refuses (each charges the
+    user's RLIMIT_MSGQUEUE when it is created, even if Landlock then refuses the open)."""
+    n, err = 0, "none"
+    while n < 1000:
+        try:
+            os.close(raw("mq_open", ("sandtrap-%s-%d" % (tag, n)).encode(), os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600, 0))
+        except OSError as e:
+            if e.errno != errno.EACCES:
+                err = err_name(e.errno)
+                break
+        n += 1
+    print("HELD %d %s" % (n, err), flush=True)
+    time.sleep(float(secs))
+
+
+def mq_probe(tag):
+    name = ("sandtrap-%s-probe" % tag).encode()
+    os.close(raw("mq_open", name, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600, 0))
+    libc.syscall(241, name)  # mq_unlink
+
+
+def inotify_watch_hold(secs, *roots):
+    """inotify watches on every inode under roots, over as many instances as it takes,
+    until the kernel refuses (the user's max_user_watches); hold them."""
+    paths = []
+    for r in roots:
+        for d, dirs, files in os.walk(r):
+            paths.append(d)
+            paths.extend(os.path.join(d, f) for f in files)
+    add = libc.syscall
+    n, err, fds = 0, "none", []
+    enc = [p.encode() for p in paths]
+    while err == "none" and len(fds) < 64:
+        try:
+            fds.append(raw("inotify_init1", 0))
+        except OSError as e:
+            err = err_name(e.errno)
+            break
+        for p in enc:
+            if add(NR["inotify_add_watch"], fds[-1], p, 0x100) < 0:
+                e = ctypes.get_errno()
+                if e == errno.ENOSPC:
+                    err = "ENOSPC"
+                    break
+            else:
+                n += 1
+    print("HELD %d %s" % (n, err), flush=True)
+    time.sleep(float(secs))
+
+
 # class 9: reads outside the policy, and the xattr/attr calls libseccomp may not know
 
 class XattrArgs(ctypes.Structure):
@@ -834,6 +915,8 @@ MORE = {
     "opath_getxattrat": lambda p, n: getxattrat(p, n, "empty"), "listxattrat": listxattrat,
     "setxattrat": setxattrat, "removexattrat": removexattrat, "file_setattr": file_setattr,
     "inotify_watch": inotify_watch, "inotify_event": inotify_event, "abstract_listen": abstract_listen,
+    "sigqueue_hold": sigqueue_hold, "sigqueue_probe": sigqueue_one, "mq_hold": mq_hold, "mq_probe": mq_probe,
+    "inotify_watch_hold": inotify_watch_hold,
 }
 # actions that print their own line (not "OK ..." / errno)
 RAW_LINE = {"proc_fd_write": proc_fd_write, "tcp_fill": tcp_fill, "unix_fill": unix_fill,

@@ -14,6 +14,7 @@ Usage: python3 host_fixtures.py COMMAND [ARGS...]
                           the POSIX queue /sandtrap-K; print what was there as JSON
   xattrs TMP              set user.sandtrap on TMP/outside/secret.txt ("XATTRSECRET"),
                           TMP/work/public.txt ("XATTRPUBLIC"), TMP/bin/attack.py ("XATTRRO")
+  mq-unlink TAG N         unlink the POSIX queues sandtrap-TAG-0 .. sandtrap-TAG-(N-1)
   rootdev                 print the block device node holding "/" (empty if none)
   mknod PATH MAJOR MINOR  make a character device node, mode 0666 (needs root)
 """
@@ -140,6 +141,10 @@ def main():
         for rel, val in (("outside/secret.txt", b"XATTRSECRET"), ("work/public.txt", b"XATTRPUBLIC"),
                          ("bin/attack.py", b"XATTRRO")):
             os.setxattr(os.path.join(t, rel), "user.sandtrap", val)
+        print("OK")
+    elif cmd == "mq-unlink":
+        for i in range(int(args[1])):
+            libc.syscall(NR["mq_unlink"], ("sandtrap-%s-%d" % (args[0], i)).encode())
         print("OK")
     elif cmd == "rootdev":
         print(rootdev())
