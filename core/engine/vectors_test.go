@@ -169,7 +169,7 @@ func TestVectors(t *testing.T) {
 			tmp := layout(t)
 			repl := []string{"{tmp}", tmp, "{python}", "/usr/bin/python3"}
 			var hostProc *exec.Cmd
-			env := &vecEnv{tmp: tmp}
+			env := &vecEnv{}
 			for _, fx := range vec.Fixtures {
 				switch fx {
 				case "recording_listener":
@@ -295,7 +295,6 @@ func TestVectors(t *testing.T) {
 
 // vecEnv is what a case's fixtures left for its expect keys.
 type vecEnv struct {
-	tmp      string
 	hostProc *exec.Cmd
 	r        *strings.Replacer
 	rec      *recorder
