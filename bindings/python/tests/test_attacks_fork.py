@@ -11,13 +11,16 @@ import json
 import time
 import uuid
 
-from sandtrap import Sandbox
+import pytest
+
+from sandtrap import Sandbox, SandtrapError
 
 SYS = ["/usr", "/lib", "/bin"]
 
 # Clone 0 attacks while its siblings are alive; the others print a genuine line.
-# It only touches processes of its own sandbox: those whose environment carries this
-# test's tag (another sandbox's processes are not readable to it anyway).
+# It attacks the processes whose environment carries this test's tag (its template,
+# forkers and siblings) and those whose environment it cannot read at all; it leaves
+# alone a process it can read that is not of this sandbox.
 ATTACK = r'''
 import errno, json, os, signal, time
 
@@ -40,8 +43,8 @@ if CLONE_ID == 0:
         try:
             if tag not in open("/proc/%s/environ" % e, "rb").read().split(b"\0"):
                 continue
-        except OSError:
-            continue
+        except OSError as x:
+            errs.add(name(x))
         peers.append(e)
         try:
             fds = os.listdir("/proc/%s/fd" % e)
@@ -89,8 +92,10 @@ def test_a_clone_cannot_forge_results_or_touch_its_peers_through_proc() -> None:
     n = 4
     tag = uuid.uuid4().hex
     sb = Sandbox(fs_readable=SYS + ["/proc"], env={"ATTACK_TAG": tag}, work_fn=f"N = {n}\n" + ATTACK)
-    clones = sb.fork(n, timeout=20)
-    res = clones.results()
+    try:
+        res = sb.fork(n, timeout=20).results()
+    except SandtrapError as e:
+        pytest.fail(f"a clone's frame reached the channel between the host and the template: {e}")
     outs = [c.stdout for c in res]
     assert [c.id for c in res] == list(range(n)), outs
     assert all(b"FORGED" not in o for o in outs), f"a forged result reached the host: {outs}"
@@ -108,7 +113,10 @@ def test_reduce_sees_only_genuine_output() -> None:
     mapper = Sandbox(fs_readable=SYS + ["/proc"], env={"ATTACK_TAG": tag},
                      work_fn=f"N = {n}\n" + ATTACK.replace("print(json.dumps(", "0 and print(json.dumps("))
     reducer = Sandbox(fs_readable=SYS)
-    r = reducer.reduce(["cat"], mapper.fork(n, timeout=20))
+    try:
+        r = reducer.reduce(["cat"], mapper.fork(n, timeout=20))
+    except SandtrapError as e:
+        pytest.fail(f"a clone's frame reached the channel between the host and the template: {e}")
     assert r.success, r.stderr
     assert b"FORGED" not in r.stdout, f"the reducer got a forged result: {r.stdout!r}"
     assert sorted(r.stdout.splitlines()) == [b"genuine %d" % i for i in range(1, n)], r.stdout
