@@ -172,13 +172,12 @@ def disk_fill(path, mb):
 
 # -- issue 10: fd-based metadata, set-id files, IPC, network, /proc, limits, xattrs --
 #
-# The actions below return the whole line to print (guard() turns an OSError into its
-# errno name), so each can report more than one step.
+# The actions in MORE return what follows "OK" (guard() turns an OSError into its errno
+# name); those in RAW_LINE return their whole line (a verdict such as "EACCES no race").
 
 AT_FDCWD = -100
 AT_EMPTY_PATH = 0x1000
 IPC_CREAT = 0o1000
-IPC_RMID = 0
 NR.update({
     "open": 2, "creat": 85, "mkdir": 83, "mknod": 133, "openat": 257, "mkdirat": 258,
     "mknodat": 259, "fchownat": 260, "linkat": 265, "openat2": 437, "fchmodat2": 452,
@@ -287,7 +286,6 @@ def setlease(path):
 
 
 def flock_struct(kind):
-    import fcntl
     return struct.pack("hhqqi4x", kind, 0, 0, 0, 0)  # l_type, SEEK_SET, start 0, len 0 (all), pid 0
 
 
