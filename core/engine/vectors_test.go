@@ -3,12 +3,15 @@ package engine
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -166,8 +169,47 @@ func TestVectors(t *testing.T) {
 			tmp := layout(t)
 			repl := []string{"{tmp}", tmp, "{python}", "/usr/bin/python3"}
 			var hostProc *exec.Cmd
+			env := &vecEnv{}
 			for _, fx := range vec.Fixtures {
 				switch fx {
+				case "recording_listener":
+					l, err := net.Listen("tcp", "127.0.0.1:0")
+					if err != nil {
+						t.Fatal(err)
+					}
+					env.rec = record(t, l)
+					repl = append(repl, "{rec_port}", strconv.Itoa(l.Addr().(*net.TCPAddr).Port))
+				case "sink_listener":
+					l, err := net.Listen("tcp", "127.0.0.1:0")
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() { l.Close() }) // never accepts, never reads
+					repl = append(repl, "{sink_port}", strconv.Itoa(l.Addr().(*net.TCPAddr).Port))
+				case "host_ipc":
+					key := hostFixture(t, "ipc-key")
+					t.Cleanup(func() { hostFixture(t, "ipc-sweep", key, "1") })
+					hostFixture(t, "ipc-create", key)
+					repl = append(repl, "{ipc_key}", key)
+				case "free_ipc_key":
+					key := hostFixture(t, "ipc-key")
+					env.freeKey = key
+					t.Cleanup(func() { hostFixture(t, "ipc-sweep", key, "64") })
+					repl = append(repl, "{free_ipc_key}", key)
+				case "user_xattrs":
+					hostFixture(t, "xattrs", tmp)
+				case "symlinks":
+					if err := os.Symlink(filepath.Join(tmp, "work"), filepath.Join(tmp, "worklink")); err != nil {
+						t.Fatal(err)
+					}
+				case "mknod_zero":
+					hostFixture(t, "mknod", filepath.Join(tmp, "bin", "zero"), "1", "5")
+				case "root_block_device":
+					dev := hostFixture(t, "rootdev")
+					if dev == "" {
+						t.Skip("fixture root_block_device: no block device node holds /")
+					}
+					repl = append(repl, "{rootdev}", dev)
 				case "tcp_listener":
 					l, err := net.Listen("tcp", "127.0.0.1:0")
 					if err != nil {
@@ -211,6 +253,24 @@ func TestVectors(t *testing.T) {
 				}
 			}
 			sb, err := NewFromMap(pol)
+			if want, ok := vec.Expect["build_error_kind"].(string); ok {
+				if err == nil {
+					sb.Close()
+					t.Fatalf("build: want a %s error, the sandbox was built", want)
+				}
+				e, _ := err.(*Error)
+				if e == nil || e.Kind != want {
+					t.Fatalf("build: want a %s error, got %v", want, err)
+				}
+				if subs, ok := vec.Expect["build_error_contains"].([]any); ok {
+					for _, sub := range subs {
+						if w := r.Replace(sub.(string)); !strings.Contains(e.Message, w) {
+							t.Errorf("build error lacks %q: %s", w, e.Message)
+						}
+					}
+				}
+				return
+			}
 			if err != nil {
 				t.Fatalf("policy: %v", err)
 			}
@@ -225,13 +285,27 @@ func TestVectors(t *testing.T) {
 			start := time.Now()
 			res := sb.Run(req)
 			wall := time.Since(start)
-			checkExpect(t, vec.Expect, res, wall, hostProc, r)
+			env.hostProc, env.r = hostProc, r
+			for _, e := range expectErrors(vec.Expect, res, wall, env) {
+				t.Error(e)
+			}
 		})
 	}
 }
 
-func checkExpect(t *testing.T, exp map[string]any, res *Result, wall time.Duration, hostProc *exec.Cmd, r *strings.Replacer) {
-	t.Helper()
+// vecEnv is what a case's fixtures left for its expect keys.
+type vecEnv struct {
+	hostProc *exec.Cmd
+	r        *strings.Replacer
+	rec      *recorder
+	freeKey  string
+}
+
+// expectErrors checks every expect key; nil when all hold.
+func expectErrors(exp map[string]any, res *Result, wall time.Duration, env *vecEnv) []string {
+	hostProc, r := env.hostProc, env.r
+	var errs []string
+	errorf := func(format string, a ...any) { errs = append(errs, fmt.Sprintf(format, a...)) }
 	out := strings.TrimSpace(string(res.Stdout))
 	ctx := func() string {
 		kind := ""
@@ -255,7 +329,7 @@ func checkExpect(t *testing.T, exp map[string]any, res *Result, wall time.Durati
 		switch k {
 		case "stdout":
 			if out != want.(string) {
-				t.Errorf("stdout: want %q; %s", want, ctx())
+				errorf("stdout: want %q; %s", want, ctx())
 			}
 		case "stdout_in":
 			ok := false
@@ -263,62 +337,183 @@ func checkExpect(t *testing.T, exp map[string]any, res *Result, wall time.Durati
 				ok = ok || out == w.(string)
 			}
 			if !ok {
-				t.Errorf("stdout: want one of %v; %s", want, ctx())
+				errorf("stdout: want one of %v; %s", want, ctx())
 			}
 		case "stdout_startswith":
 			if !strings.HasPrefix(out, want.(string)) {
-				t.Errorf("stdout: want prefix %q; %s", want, ctx())
+				errorf("stdout: want prefix %q; %s", want, ctx())
 			}
 		case "stderr_contains":
 			if !strings.Contains(string(res.Stderr), want.(string)) {
-				t.Errorf("stderr: want %q; %s", want, ctx())
+				errorf("stderr: want %q; %s", want, ctx())
 			}
 		case "exit_code":
 			if want == nil {
 				if res.ExitCode != nil {
-					t.Errorf("exit_code: want nil; %s", ctx())
+					errorf("exit_code: want nil; %s", ctx())
 				}
 			} else if res.ExitCode == nil || *res.ExitCode != int(want.(float64)) {
-				t.Errorf("exit_code: want %v; %s", want, ctx())
+				errorf("exit_code: want %v; %s", want, ctx())
 			}
 		case "signal":
 			if res.Signal == nil || *res.Signal != int(want.(float64)) {
-				t.Errorf("signal: want %v; %s", want, ctx())
+				errorf("signal: want %v; %s", want, ctx())
 			}
 		case "success":
 			if res.Success != want.(bool) {
-				t.Errorf("success: want %v; %s", want, ctx())
+				errorf("success: want %v; %s", want, ctx())
 			}
 		case "timed_out":
 			if res.TimedOut != want.(bool) {
-				t.Errorf("timed_out: want %v; %s", want, ctx())
+				errorf("timed_out: want %v; %s", want, ctx())
 			}
 		case "stdout_truncated":
 			if res.StdoutTruncated != want.(bool) {
-				t.Errorf("stdout_truncated: want %v; %s", want, ctx())
+				errorf("stdout_truncated: want %v; %s", want, ctx())
 			}
 		case "error_kind":
 			if res.Error == nil || res.Error.Kind != want.(string) {
-				t.Errorf("error kind: want %v; %s", want, ctx())
+				errorf("error kind: want %v; %s", want, ctx())
 			}
 		case "stdout_len":
 			if len(res.Stdout) != int(want.(float64)) {
-				t.Errorf("stdout length %d, want %v", len(res.Stdout), want)
+				errorf("stdout length %d, want %v", len(res.Stdout), want)
 			}
 		case "max_wall_s":
 			if wall.Seconds() > want.(float64) {
-				t.Errorf("took %v, want at most %vs", wall, want)
+				errorf("took %v, want at most %vs", wall, want)
 			}
 		case "host_process_alive":
 			if hostProc == nil || hostProc.Process.Signal(syscall.Signal(0)) != nil {
-				t.Errorf("host process did not survive; %s", ctx())
+				errorf("host process did not survive; %s", ctx())
 			}
 		case "no_survivor":
 			if pids := survivors(r.Replace(want.(string))); len(pids) > 0 {
-				t.Errorf("processes %v (%q) outlived the run", pids, want)
+				errorf("processes %v (%q) outlived the run", pids, want)
+			}
+		case "build_error_kind", "build_error_contains":
+			errorf("the sandbox was built (build_error_kind is checked before the run)")
+		case "no_setid_under":
+			root := r.Replace(want.(string))
+			filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+				if err != nil {
+					return nil
+				}
+				if st, err := os.Lstat(p); err == nil && st.Mode()&(os.ModeSetuid|os.ModeSetgid) != 0 {
+					errorf("%s is left with mode %v (set-id)", p, st.Mode())
+				}
+				return nil
+			})
+		case "free_ipc_key_unused":
+			var found []string
+			if err := json.Unmarshal([]byte(hostFixtureOut("ipc-sweep", env.freeKey, "64")), &found); err != nil {
+				errorf("ipc-sweep: %v", err)
+			} else if (len(found) == 0) != want.(bool) {
+				errorf("IPC objects the run left on the host: %v", found)
+			}
+		case "rec_listener_connections", "rec_listener_got":
+			if env.rec == nil {
+				errorf("%s needs the recording_listener fixture", k)
+				break
+			}
+			n, got := env.rec.settle()
+			if k == "rec_listener_connections" && n != int(want.(float64)) {
+				errorf("recording listener: %d connections, want %v (received %q); %s", n, want, got, ctx())
+			}
+			if k == "rec_listener_got" && got != want.(string) {
+				errorf("recording listener received %q, want %q; %s", got, want, ctx())
+			}
+		case "one_of":
+			var why []string
+			ok := false
+			for i, alt := range want.([]any) {
+				e := expectErrors(alt.(map[string]any), res, wall, env)
+				if len(e) == 0 {
+					ok = true
+					break
+				}
+				why = append(why, fmt.Sprintf("alternative %d: %s", i, strings.Join(e, "; ")))
+			}
+			if !ok {
+				errorf("one_of: none holds: %s", strings.Join(why, " | "))
 			}
 		default:
-			t.Fatalf("unknown expect key %q", k)
+			errorf("unknown expect key %q", k)
 		}
 	}
+	return errs
+}
+
+// hostFixtureOut runs tests/vectors/host_fixtures.py (the fixtures every harness
+// shares) and returns its output; "" on failure.
+func hostFixtureOut(args ...string) string {
+	out, err := exec.Command("/usr/bin/python3", append([]string{filepath.Join(vectorsDir(), "host_fixtures.py")}, args...)...).Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func hostFixture(t *testing.T, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("/usr/bin/python3", append([]string{filepath.Join(vectorsDir(), "host_fixtures.py")}, args...)...)
+	out, err := cmd.Output()
+	if err != nil {
+		msg := ""
+		if ee, ok := err.(*exec.ExitError); ok {
+			msg = string(ee.Stderr)
+		}
+		t.Fatalf("host_fixtures.py %v: %v %s", args, err, msg)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// recorder is a TCP listener that accepts, sends HELLO, and records what it receives.
+type recorder struct {
+	mu    sync.Mutex
+	conns int
+	got   []byte
+	wg    sync.WaitGroup
+}
+
+func record(t *testing.T, l net.Listener) *recorder {
+	rc := &recorder{}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			rc.mu.Lock()
+			rc.conns++
+			rc.mu.Unlock()
+			rc.wg.Add(1)
+			go func() {
+				defer rc.wg.Done()
+				defer c.Close()
+				c.Write([]byte("HELLO"))
+				c.SetReadDeadline(time.Now().Add(3 * time.Second))
+				b, _ := io.ReadAll(c)
+				rc.mu.Lock()
+				rc.got = append(rc.got, b...)
+				rc.mu.Unlock()
+			}()
+		}
+	}()
+	return rc
+}
+
+// settle waits a moment for what is in flight, then reports connections and bytes.
+func (rc *recorder) settle() (int, string) {
+	time.Sleep(300 * time.Millisecond)
+	done := make(chan struct{})
+	go func() { rc.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(3 * time.Second):
+	}
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return rc.conns, string(rc.got)
 }

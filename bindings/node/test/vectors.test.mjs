@@ -3,7 +3,7 @@
 // translated to their camelCase options and every run goes through Sandbox.run.
 import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
+import { spawn, execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
@@ -65,13 +65,105 @@ function listen(server, addr) {
 
 const helloServer = () => net.createServer((s) => s.end('HELLO')).on('error', () => {});
 
+/** tests/vectors/host_fixtures.py: the fixtures every harness shares. */
+function hostFixture(...args) {
+  return execFileSync(PYTHON, [path.join(vectorsDir, 'host_fixtures.py'), ...args], { encoding: 'utf8' }).trim();
+}
+
+/** A TCP listener that accepts, sends HELLO and records what it receives. */
+function recorder() {
+  const rec = { conns: 0, got: '', open: 0 };
+  rec.server = net.createServer((s) => {
+    rec.conns += 1;
+    rec.open += 1;
+    s.on('data', (d) => { rec.got += d.toString('latin1'); });
+    s.on('error', () => {});
+    s.on('close', () => { rec.open -= 1; });
+    s.setTimeout(3000, () => s.destroy());
+    s.write('HELLO');
+  }).on('error', () => {});
+  /** Wait a moment for what is in flight; {conns, got}. */
+  rec.settle = async () => {
+    await new Promise((r) => setTimeout(r, 300));
+    const end = Date.now() + 3000;
+    while (rec.open > 0 && Date.now() < end) await new Promise((r) => setTimeout(r, 20));
+    return { conns: rec.conns, got: rec.got };
+  };
+  return rec;
+}
+
+/** Files and directories under root with a set-uid or set-gid bit. */
+function setidFiles(root) {
+  const out = [];
+  const walk = (d) => {
+    let ents = [];
+    try { ents = fs.readdirSync(d, { withFileTypes: true }); } catch { return; }
+    for (const e of ents) {
+      const p = path.join(d, e.name);
+      try {
+        const st = fs.lstatSync(p);
+        if (st.mode & 0o6000) out.push(`${p} ${st.mode.toString(8)}`);
+        if (st.isDirectory()) walk(p);
+      } catch {}
+    }
+  };
+  walk(root);
+  return out;
+}
+
 /** Set up a case's fixtures; returns placeholder values and a cleanup. */
-async function fixtures(names = []) {
+async function fixtures(names = [], tmp = '') {
   const vars = {};
   const cleanups = [];
   let hostProc = null;
+  let rec = null;
+  let skip = null;
   for (const fx of names) {
     switch (fx) {
+      case 'recording_listener': {
+        rec = recorder();
+        await listen(rec.server, { port: 0, host: '127.0.0.1' });
+        cleanups.push(() => rec.server.close());
+        vars.rec_port = rec.server.address().port;
+        break;
+      }
+      case 'sink_listener': {
+        // accepted by libuv but never read (pauseOnConnect): the sender's buffers fill
+        const held = [];
+        const srv = net.createServer({ pauseOnConnect: true }, (s) => held.push(s)).on('error', () => {});
+        await listen(srv, { port: 0, host: '127.0.0.1', backlog: 4096 });
+        cleanups.push(() => { held.forEach((s) => s.destroy()); srv.close(); });
+        vars.sink_port = srv.address().port;
+        break;
+      }
+      case 'host_ipc': {
+        const key = hostFixture('ipc-key');
+        cleanups.push(() => hostFixture('ipc-sweep', key, '1'));
+        hostFixture('ipc-create', key);
+        vars.ipc_key = key;
+        break;
+      }
+      case 'free_ipc_key': {
+        const key = hostFixture('ipc-key');
+        cleanups.push(() => hostFixture('ipc-sweep', key, '64'));
+        vars.free_ipc_key = key;
+        break;
+      }
+      case 'user_xattrs':
+        hostFixture('xattrs', tmp);
+        break;
+      case 'symlinks':
+        fs.symlinkSync(path.join(tmp, 'work'), path.join(tmp, 'worklink'));
+        break;
+      case 'mknod_zero':
+        hostFixture('mknod', path.join(tmp, 'bin', 'zero'), '1', '5');
+        break;
+      case 'root_block_device': {
+        const dev = hostFixture('rootdev');
+        if (!dev) skip = 'fixture root_block_device: no block device node holds /';
+        vars.rootdev = dev;
+        break;
+      }
       case 'tcp_listener': {
         const srv = await listen(helloServer(), { port: 0, host: '127.0.0.1' });
         cleanups.push(() => srv.close());
@@ -110,7 +202,7 @@ async function fixtures(names = []) {
         throw new Error(`unknown fixture ${JSON.stringify(fx)} (update test/vectors.test.mjs)`);
     }
   }
-  return { vars, hostProc, cleanup: () => cleanups.forEach((f) => f()) };
+  return { vars, hostProc, rec, skip, cleanup: () => cleanups.forEach((f) => f()) };
 }
 
 function skipReason(requires = {}) {
@@ -131,6 +223,62 @@ function toOptions(policy) {
     out[js] = v;
   }
   return out;
+}
+
+/** Every expect key that does not hold, as messages (empty: all hold). */
+async function problems(expect, res, wall, fx, vars) {
+  const errs = [];
+  for (const [k, want] of Object.entries(expect)) {
+    switch (k) {
+      case 'build_error_kind':
+      case 'build_error_contains':
+        errs.push('the sandbox was built (build_error_kind is checked before the run)');
+        break;
+      case 'no_setid_under': {
+        const left = setidFiles(subst(want, vars));
+        if (left.length) errs.push(`set-id files left: ${left.join(', ')}`);
+        break;
+      }
+      case 'free_ipc_key_unused': {
+        const found = JSON.parse(hostFixture('ipc-sweep', vars.free_ipc_key, '64'));
+        if ((found.length === 0) !== want) errs.push(`IPC objects the run left on the host: ${found.join(', ')}`);
+        break;
+      }
+      case 'rec_listener_connections':
+      case 'rec_listener_got': {
+        if (!fx.rec) {
+          errs.push(`${k} needs the recording_listener fixture`);
+          break;
+        }
+        const { conns, got } = await fx.rec.settle();
+        if ((k === 'rec_listener_connections' ? conns : got) !== want) {
+          errs.push(`recording listener: ${conns} connections, received ${JSON.stringify(got)}`);
+        }
+        break;
+      }
+      case 'one_of': {
+        const why = [];
+        let ok = false;
+        for (const [i, alt] of want.entries()) {
+          const e = await problems(alt, res, wall, fx, vars);
+          if (e.length === 0) {
+            ok = true;
+            break;
+          }
+          why.push(`alternative ${i}: ${e.join('; ')}`);
+        }
+        if (!ok) errs.push(`one_of: none holds: ${why.join(' | ')}`);
+        break;
+      }
+      default:
+        try {
+          check({ [k]: want }, res, wall, fx.hostProc);
+        } catch (e) {
+          errs.push(e.message);
+        }
+    }
+  }
+  return errs;
 }
 
 function check(expect, res, wall, hostProc) {
@@ -198,13 +346,33 @@ if (!fs.existsSync(file)) {
     let tmp;
     before(() => assert.ok(vectors.length > 0, 'no vectors'));
     for (const vec of vectors) {
-      test(vec.name, { skip: skipReason(vec.requires), timeout: 120000 }, async () => {
+      test(vec.name, { skip: skipReason(vec.requires), timeout: 120000 }, async (t) => {
         tmp = tmpdir('sandtrap-vec-');
         layout(tmp.dir);
-        const fx = await fixtures(vec.fixtures);
+        const fx = await fixtures(vec.fixtures, tmp.dir);
         try {
+          if (fx.skip) {
+            t.skip(fx.skip);
+            return;
+          }
           const vars = { tmp: tmp.dir, python: PYTHON, ...fx.vars };
           const policy = subst({ ...base, ...(vec.policy ?? {}) }, vars);
+          const expect = vec.expect ?? {};
+          if (expect.build_error_kind !== undefined) {
+            let built = null;
+            try {
+              built = new Sandbox(toOptions(policy));
+            } catch (e) {
+              assert.ok(e instanceof SandtrapError, `want a SandtrapError, got ${e}`);
+              assert.equal(e.code, expect.build_error_kind, `build error kind; ${e.message}`);
+              for (const sub of expect.build_error_contains ?? []) {
+                assert.ok(e.message.includes(subst(sub, vars)), `the error lacks ${subst(sub, vars)}: ${e.message}`);
+              }
+              return;
+            }
+            built.close();
+            assert.fail(`want a ${expect.build_error_kind} error, the sandbox was built`);
+          }
           const sb = new Sandbox(toOptions(policy));
           const argv = subst(vec.argv, vars);
           const opts = {};
@@ -221,7 +389,8 @@ if (!fs.existsSync(file)) {
           }
           const wall = (performance.now() - t0) / 1000;
           sb.close();
-          check(vec.expect ?? {}, res, wall, fx.hostProc);
+          const errs = await problems(expect, res, wall, fx, vars);
+          assert.deepEqual(errs, [], errs.join('; '));
         } finally {
           fx.cleanup();
           tmp.cleanup();

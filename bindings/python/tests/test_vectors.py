@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import socket
+import stat
 import subprocess
 import threading
 import time
@@ -103,6 +104,69 @@ class Listener:
         self.sock.close()
 
 
+class Recorder:
+    """A TCP listener that accepts, sends HELLO and records what it receives."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.sock.settimeout(0.1)
+        self.port = self.sock.getsockname()[1]
+        self.conns = 0
+        self.got = b""
+        self._lock = threading.Lock()
+        self._readers: list[threading.Thread] = []
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._serve, daemon=True)
+        self._t.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                c, _ = self.sock.accept()
+            except (socket.timeout, OSError):
+                continue
+            with self._lock:
+                self.conns += 1
+            t = threading.Thread(target=self._read, args=(c,), daemon=True)
+            self._readers.append(t)
+            t.start()
+
+    def _read(self, c: socket.socket) -> None:
+        try:
+            c.sendall(b"HELLO")
+            c.settimeout(3)
+            while chunk := c.recv(65536):
+                with self._lock:
+                    self.got += chunk
+        except OSError:
+            pass
+        finally:
+            c.close()
+
+    def settle(self) -> tuple[int, str]:
+        """Wait a moment for what is in flight; (connections, bytes received)."""
+        time.sleep(0.3)
+        for t in list(self._readers):
+            t.join(3)
+        with self._lock:
+            return self.conns, self.got.decode(errors="replace")
+
+    def close(self) -> None:
+        self._stop.set()
+        self._t.join(2)
+        self.sock.close()
+
+
+def host_fixture(*args: str) -> str:
+    """tests/vectors/host_fixtures.py: the fixtures every harness shares."""
+    p = subprocess.run([PYTHON, str(VECTORS_DIR / "host_fixtures.py"), *args], capture_output=True, text=True)
+    if p.returncode != 0:
+        pytest.fail(f"host_fixtures.py {args}: {p.stderr}")
+    return p.stdout.strip()
+
+
 def free_port() -> int:
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -150,11 +214,30 @@ def vector_env(tmp_path: Path) -> Iterator[dict[str, Any]]:
         fn()
 
 
+def setid_files(root: str) -> list[str]:
+    out = []
+    for d, dirs, files in os.walk(root):
+        for name in dirs + files:
+            p = os.path.join(d, name)
+            try:
+                mode = os.lstat(p).st_mode
+            except OSError:
+                continue
+            if mode & (stat.S_ISUID | stat.S_ISGID):
+                out.append(f"{p} {oct(mode)}")
+    return out
+
+
 def check(vec: dict[str, Any], res: sandtrap.Result, wall: float, host: subprocess.Popen[bytes] | None,
-          repl: dict[str, str]) -> list[str]:
+          repl: dict[str, str], env: dict[str, Any] | None = None) -> list[str]:
+    return check_expect(vec["expect"], res, wall, host, repl, env or {})
+
+
+def check_expect(expect: dict[str, Any], res: sandtrap.Result, wall: float, host: subprocess.Popen[bytes] | None,
+                 repl: dict[str, str], env: dict[str, Any]) -> list[str]:
     out = res.stdout.decode(errors="replace").strip()
     errors = []
-    for key, want in vec["expect"].items():
+    for key, want in expect.items():
         if key == "stdout":
             ok = out == want
         elif key == "stdout_in":
@@ -184,6 +267,38 @@ def check(vec: dict[str, Any], res: sandtrap.Result, wall: float, host: subproce
         elif key == "no_survivor":
             cmdline = subst(want, repl)
             ok = not wait_no_survivor(cmdline)
+        elif key in ("build_error_kind", "build_error_contains"):
+            errors.append("the sandbox was built (build_error_kind is checked before the run)")
+            continue
+        elif key == "no_setid_under":
+            left = setid_files(subst(want, repl))
+            ok = not left
+            if left:
+                errors.append(f"set-id files left: {left}")
+        elif key == "free_ipc_key_unused":
+            found = json.loads(host_fixture("ipc-sweep", env["free_ipc_key"], "64"))
+            ok = (not found) == want
+            if not ok:
+                errors.append(f"IPC objects the run left on the host: {found}")
+        elif key in ("rec_listener_connections", "rec_listener_got"):
+            rec = env.get("recorder")
+            if rec is None:
+                errors.append(f"{key} needs the recording_listener fixture")
+                continue
+            conns, got = rec.settle()
+            ok = (conns if key == "rec_listener_connections" else got) == want
+            if not ok:
+                errors.append(f"recording listener: {conns} connections, received {got!r}")
+        elif key == "one_of":
+            why = []
+            for i, alt in enumerate(want):
+                e = check_expect(alt, res, wall, host, repl, env)
+                if not e:
+                    break
+                why.append(f"alternative {i}: " + "; ".join(e))
+            else:
+                errors.append("one_of: none holds: " + " | ".join(why))
+            continue
         else:
             errors.append(f"unknown expect key {key!r}")
             continue
@@ -234,6 +349,38 @@ def test_vector(vec: dict[str, Any], vector_env: dict[str, Any]) -> None:
             host = subprocess.Popen(["sleep", "60"])
             vector_env["cleanup"].append(lambda p=host: (p.kill(), p.wait()))
             repl["{pid}"] = str(host.pid)
+        elif fx == "recording_listener":
+            rec = Recorder()
+            vector_env["cleanup"].append(rec.close)
+            vector_env["recorder"] = rec
+            repl["{rec_port}"] = str(rec.port)
+        elif fx == "sink_listener":
+            sink = socket.socket()
+            sink.bind(("127.0.0.1", 0))
+            sink.listen(4096)  # never accepts, never reads
+            vector_env["cleanup"].append(sink.close)
+            repl["{sink_port}"] = str(sink.getsockname()[1])
+        elif fx == "host_ipc":
+            key = host_fixture("ipc-key")
+            vector_env["cleanup"].append(lambda k=key: host_fixture("ipc-sweep", k, "1"))
+            host_fixture("ipc-create", key)
+            repl["{ipc_key}"] = key
+        elif fx == "free_ipc_key":
+            key = host_fixture("ipc-key")
+            vector_env["cleanup"].append(lambda k=key: host_fixture("ipc-sweep", k, "64"))
+            vector_env["free_ipc_key"] = key
+            repl["{free_ipc_key}"] = key
+        elif fx == "user_xattrs":
+            host_fixture("xattrs", str(tmp))
+        elif fx == "symlinks":
+            os.symlink(tmp / "work", tmp / "worklink")
+        elif fx == "mknod_zero":
+            host_fixture("mknod", str(tmp / "bin" / "zero"), "1", "5")
+        elif fx == "root_block_device":
+            dev = host_fixture("rootdev")
+            if not dev:
+                pytest.skip("fixture root_block_device: no block device node holds /")
+            repl["{rootdev}"] = dev
         else:
             pytest.fail(f"unknown fixture {fx!r}")
 
@@ -246,9 +393,21 @@ def test_vector(vec: dict[str, Any], vector_env: dict[str, Any]) -> None:
     argv = [subst(a, repl) for a in vec["argv"]]
     argv = [str(a) for a in argv]
 
+    want_build = vec["expect"].get("build_error_kind")
+    if want_build is not None:
+        try:
+            sb = sandtrap.Sandbox(**policy)
+        except sandtrap.SandtrapError as e:
+            assert e.kind == want_build, f"{vec['name']}: want a {want_build} error, got {e.kind}: {e}"
+            for sub in vec["expect"].get("build_error_contains") or []:
+                assert subst(sub, repl) in str(e), f"{vec['name']}: the error lacks {subst(sub, repl)!r}: {e}"
+            return
+        sb.close()
+        pytest.fail(f"{vec['name']}: want a {want_build} error, the sandbox was built")
+
     with sandtrap.Sandbox(**policy) as sb:
         start = time.monotonic()
         res = sb.run(argv, timeout=vec.get("timeout") or None, stdin=vec.get("stdin"))
         wall = time.monotonic() - start
-    errors = check(vec, res, wall, host, repl)
+    errors = check(vec, res, wall, host, repl, vector_env)
     assert not errors, f"{vec['name']}: " + "; ".join(errors)
