@@ -296,8 +296,9 @@ func (s *Sandbox) compile(gen uint64) (*plan, error) {
 	}
 	if zs.UserNS && !unmapped {
 		zs.Sysctls = userSysctls()
+		zs.Shares = userShares()
 	} else {
-		rep.NotApplied = append(rep.NotApplied, fmt.Sprintf("a per-sandbox share of the host user's inotify instances and watches (%d, %d): it needs the sandbox's own user namespace", InotifyInstances, InotifyWatches))
+		rep.NotApplied = append(rep.NotApplied, fmt.Sprintf("a per-sandbox share of the host user's inotify instances and watches (%d, %d), pending signals and message queue bytes: it needs the sandbox's own user namespace", InotifyInstances, InotifyWatches))
 	}
 	if pl.ruleset != nil {
 		zs.RulesetFD = pl.ruleset.FD

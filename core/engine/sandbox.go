@@ -25,6 +25,7 @@ import (
 	"github.com/sandtrap/sandtrap/core/seccomp"
 	"github.com/sandtrap/sandtrap/core/spawn"
 	"github.com/sandtrap/sandtrap/core/supervise"
+	"golang.org/x/sys/unix"
 )
 
 // Error kinds, stable across the C ABI and the bindings.
@@ -232,6 +233,22 @@ func userSysctls() []spawn.Sysctl {
 		{Path: "/proc/sys/user/max_user_namespaces", Value: "0"},
 		{Path: "/proc/sys/user/max_fanotify_groups", Value: "0"},
 	}
+}
+
+// userShares are the rlimits that bound one sandbox's share of the host user's
+// pending signals and POSIX message queue bytes: an eighth of this process's own,
+// as for inotify.
+func userShares() []spawn.Rlimit {
+	var out []spawn.Rlimit
+	for _, res := range []int{unix.RLIMIT_SIGPENDING, unix.RLIMIT_MSGQUEUE} {
+		var rl unix.Rlimit
+		if unix.Getrlimit(res, &rl) != nil || rl.Cur == unix.RLIM_INFINITY {
+			continue
+		}
+		v := max(rl.Cur/8, 1)
+		out = append(out, spawn.Rlimit{Resource: res, Cur: v, Max: v})
+	}
+	return out
 }
 
 // Per-sandbox caps on the host user's inotify budget (at most an eighth of its

@@ -153,6 +153,13 @@ static int child(void *arg)
 	 * it changes no uid or gid, which would make that memory non-dumpable. */
 	if (l->drop_groups && syscall(SYS_setgroups, 0, NULL) < 0)
 		return fail(l, ST_STAGE_IDS);
+	/* Its share of the host user's per-user budgets (pending signals, POSIX
+	 * message queue bytes): a user namespace made now counts its processes' use
+	 * against these, whatever the host user's other processes hold. */
+	for (i = 0; i < l->n_shares; i++) {
+		if (syscall(SYS_setrlimit, l->share_resource[i], &l->share_value[i]) < 0)
+			return fail(l, ST_STAGE_SHARES);
+	}
 	/* The sandbox's user namespace (our uid and gid mapped to themselves: no
 	 * capability in it reaches anything the host owns) and mount namespace. */
 	if (l->new_userns) {

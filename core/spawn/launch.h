@@ -26,6 +26,7 @@ enum st_stage {
 	ST_STAGE_SETSID,
 	ST_STAGE_CGROUP,
 	ST_STAGE_IDS,      /* setgroups (root hosts) */
+	ST_STAGE_SHARES,   /* the rlimits bounding its share of the host user's budgets */
 	ST_STAGE_USERNS,   /* unshare(CLONE_NEWUSER|CLONE_NEWNS) and the id maps */
 	ST_STAGE_SYSCTL,   /* limits of the new user namespace */
 	ST_STAGE_VIEW,     /* the mount operations (err_op: which) */
@@ -64,6 +65,12 @@ struct st_launch {
 	int rl_resource[ST_MAX_RLIMITS];
 	struct rlimit rl_value[ST_MAX_RLIMITS];
 	int n_rlimits;
+	/* set before the user namespace is made, which records them as the most of
+	 * the host user's per-user budget its processes may take (RLIMIT_SIGPENDING,
+	 * RLIMIT_MSGQUEUE); and kept by the sandbox's processes */
+	int share_resource[ST_MAX_RLIMITS];
+	struct rlimit share_value[ST_MAX_RLIMITS];
+	int n_shares;
 
 	/* identity: root hosts drop supplementary groups */
 	int drop_groups;

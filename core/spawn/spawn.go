@@ -52,7 +52,7 @@ type Sysctl struct {
 // stageNames are the launcher's steps, indexed by enum st_stage.
 var stageNames = map[C.int]string{
 	C.ST_STAGE_NONE: "none", C.ST_STAGE_CLONE: "clone", C.ST_STAGE_SETSID: "setsid",
-	C.ST_STAGE_CGROUP: "cgroup", C.ST_STAGE_RLIMIT: "rlimit", C.ST_STAGE_IDS: "ids",
+	C.ST_STAGE_CGROUP: "cgroup", C.ST_STAGE_RLIMIT: "rlimit", C.ST_STAGE_IDS: "ids", C.ST_STAGE_SHARES: "shares",
 	C.ST_STAGE_USERNS: "user_namespace", C.ST_STAGE_SYSCTL: "sysctl", C.ST_STAGE_VIEW: "view",
 	C.ST_STAGE_CAPS: "capabilities", C.ST_STAGE_NO_NEW_PRIVS: "no_new_privs",
 	C.ST_STAGE_PDEATHSIG: "pdeathsig", C.ST_STAGE_STDIO: "stdio", C.ST_STAGE_CLOSE_FDS: "close_fds",
@@ -150,7 +150,8 @@ var spawner chan func()
 // ZygoteSpec is the confinement shared by every run of a sandbox.
 type ZygoteSpec struct {
 	Rlimits   []Rlimit
-	CgroupFDs []int // cgroup.procs files the zygote joins (runs are born inside)
+	Shares    []Rlimit // set before the user namespace: its share of the host user's budgets
+	CgroupFDs []int    // cgroup.procs files the zygote joins (runs are born inside)
 
 	DropGroups bool // no supplementary groups (root hosts)
 
@@ -238,7 +239,7 @@ func StartZygote(zs *ZygoteSpec) (*Zygote, error) {
 	if err := Ready(); err != nil {
 		return nil, err
 	}
-	if len(zs.Rlimits) > C.ST_MAX_RLIMITS || len(zs.CgroupFDs) > C.ST_MAX_CGROUP_FDS || len(zs.Sysctls) > C.ST_MAX_SYSCTLS {
+	if len(zs.Rlimits) > C.ST_MAX_RLIMITS || len(zs.Shares) > C.ST_MAX_RLIMITS || len(zs.CgroupFDs) > C.ST_MAX_CGROUP_FDS || len(zs.Sysctls) > C.ST_MAX_SYSCTLS {
 		return nil, errors.New("BUG(spawn): too many rlimits, cgroups or sysctls")
 	}
 	if len(zs.BPF)%8 != 0 || len(zs.BPF)/8 > C.ST_MAX_BPF {
@@ -329,6 +330,12 @@ func StartZygote(zs *ZygoteSpec) (*Zygote, error) {
 		l.rl_value[i].rlim_max = C.rlim_t(r.Max)
 	}
 	l.n_rlimits = C.int(len(zs.Rlimits))
+	for i, r := range zs.Shares {
+		l.share_resource[i] = C.int(r.Resource)
+		l.share_value[i].rlim_cur = C.rlim_t(r.Cur)
+		l.share_value[i].rlim_max = C.rlim_t(r.Max)
+	}
+	l.n_shares = C.int(len(zs.Shares))
 	for i, fd := range zs.CgroupFDs {
 		l.cgroup_fds[i] = C.int(fd)
 	}
