@@ -174,9 +174,11 @@ export interface RunResult {
   usage: Usage | null;
 }
 
-/** The last stage's result plus every stage's result, in order. */
+/** The last stage's result plus every stage's result, in order. It succeeds only
+ * if every stage did; failedStage is the first that failed (named in error). */
 export interface PipelineResult extends RunResult {
   stages: RunResult[];
+  failedStage: number | null;
 }
 
 export interface ProbeResult {

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strconv"
+	"strings"
 	"unsafe"
 
 	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
@@ -18,12 +20,14 @@ import (
 type Plan struct {
 	LandlockFD int
 	BPF        []byte
+	// BlocksNamespaces: the filter refuses new namespaces (the sandbox's full one)
+	BlocksNamespaces bool
 }
 
 // Apply confines every thread of the process. It refuses, touching nothing, when
 // /proc/self/task is unreadable: psx would otherwise kill the whole host.
 func Apply(p Plan) error {
-	if err := Check(p); err != nil {
+	if err := Check(p, nil); err != nil {
 		return err
 	}
 	if err := ll.AllThreadsPrctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
@@ -43,19 +47,51 @@ func Apply(p Plan) error {
 		if errno != 0 {
 			return fmt.Errorf("seccomp (tsync): %w", errno)
 		}
-		// The filter refuses new namespaces: later runs must not ask for a pid namespace.
-		kernel.MarkSeccompConfined()
+		if p.BlocksNamespaces {
+			// later runs must not ask for a pid namespace
+			kernel.MarkSeccompConfined()
+		}
 	}
 	return nil
 }
 
-// Check reports whether Apply can proceed, without changing anything.
-func Check(p Plan) error {
-	if _, err := os.ReadDir("/proc/self/task"); err != nil {
+// Check reports whether Apply can proceed, without changing anything: every
+// thread reachable, and no child process but those in own (which the caller
+// stops) — a child keeps running unconfined, with whatever it holds open.
+func Check(p Plan, own map[int]bool) error {
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
 		return fmt.Errorf("refusing to confine: /proc/self/task is unreadable (%v); psx cannot reach every thread", err)
 	}
 	if p.LandlockFD < 0 && p.BPF == nil {
 		return fmt.Errorf("nothing to confine with")
 	}
+	var kids []string
+	for _, t := range tasks {
+		b, _ := os.ReadFile("/proc/self/task/" + t.Name() + "/children")
+		for _, f := range strings.Fields(string(b)) {
+			pid, err := strconv.Atoi(f)
+			if err != nil || own[pid] || zombie(pid) {
+				continue
+			}
+			comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+			kids = append(kids, fmt.Sprintf("%d (%s)", pid, strings.TrimSpace(string(comm))))
+		}
+	}
+	if len(kids) > 0 {
+		return fmt.Errorf("refusing to confine: this process has child processes that would stay unconfined, "+
+			"with everything they hold open: %s; confine() before starting them (or end them first)", strings.Join(kids, ", "))
+	}
 	return nil
+}
+
+func zombie(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true // gone
+	}
+	if i := strings.LastIndexByte(string(b), ')'); i >= 0 && i+2 < len(b) {
+		return b[i+2] == 'Z' || b[i+2] == 'X'
+	}
+	return false
 }

@@ -24,6 +24,7 @@ type plan struct {
 	report   Isolation
 	ruleset  *landlock.Ruleset
 	llspec   landlock.Spec
+	sccfg    seccomp.Config
 	bpf      *seccomp.Program
 	view     *fsview.Plan // nil: no view of its own
 	zspec    *spawn.ZygoteSpec
@@ -251,13 +252,14 @@ func (s *Sandbox) compile(gen uint64) (*plan, error) {
 			}
 			traps = append(traps, seccomp.Trap{Syscall: t.Syscall, Arg: t.Arg, Mask: t.Mask, Values: t.Values})
 		}
-		prog, err := seccomp.Compile(seccomp.Config{
+		pl.sccfg = seccomp.Config{
 			NoInet: !netWanted, AllowUDP: p.NetAllowUDP, AllowUnix: p.NetAllowUnix,
 			ExtraAllow: p.ExtraAllowSyscalls, ExtraDeny: p.ExtraDenySyscalls,
 			CloneCookie: cloneCookie(), RestrictConnect: netWanted && !anyConnect,
 			MaxDisk: p.MaxDisk > 0, NoSysVMemory: rlimitAS, NoMetadata: pl.view == nil,
 			Traps: traps,
-		})
+		}
+		prog, err := seccomp.Compile(pl.sccfg)
 		if err != nil {
 			return fail(errorf(KindIsolation, "seccomp: %v", err))
 		}

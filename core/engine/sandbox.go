@@ -530,7 +530,7 @@ func (s *Sandbox) Confine(withSeccomp bool) error {
 	if cur == nil {
 		return errorf(KindClosed, "the sandbox is closed")
 	}
-	plan := confine.Plan{LandlockFD: -1}
+	plan := confine.Plan{LandlockFD: -1, BlocksNamespaces: withSeccomp}
 	if cur.ruleset != nil {
 		// psx re-reads /proc/self/task while it walks the threads, some of them
 		// already restricted: that one directory stays readable, or the host dies.
@@ -546,17 +546,30 @@ func (s *Sandbox) Confine(withSeccomp bool) error {
 	} else if !s.Policy.AllowDegraded {
 		return errorf(KindIsolation, "isolation unavailable: landlock")
 	}
-	if withSeccomp {
-		if cur.bpf == nil {
+	// The filter: the sandbox's (withSeccomp), or by default what the policy says
+	// about sockets and the file calls Landlock does not govern; never the traps
+	// (this process has no supervisor of its own: they would answer ENOSYS).
+	if cur.bpf == nil {
+		if withSeccomp || !s.Policy.AllowDegraded {
 			return errorf(KindIsolation, "isolation unavailable: seccomp")
 		}
-		plan.BPF = cur.bpf.BPF
+	} else {
+		cfg := cur.sccfg
+		cfg.Traps, cfg.Confine = nil, !withSeccomp
+		// no supervisor here to refuse a listen that would autobind: without bind
+		// ports (and unix sockets, which listen too), listen is refused outright
+		cfg.NoListen = !cfg.NoInet && len(s.Policy.NetAllowBind) == 0 && !cfg.AllowUnix
+		prog, err := seccomp.Compile(cfg)
+		if err != nil {
+			return errorf(KindIsolation, "seccomp: %v", err)
+		}
+		plan.BPF = prog.BPF
 	}
 	nullFD() // keep /dev/null reachable for later runs
 	if err := spawn.Ready(); err != nil {
 		return errorf(KindIsolation, "isolation unavailable: %v", err)
 	}
-	if err := confine.Check(plan); err != nil {
+	if err := confine.Check(plan, ownChildren()); err != nil {
 		return errorf(KindIsolation, "%v", err)
 	}
 	// Everything started before now holds none of the new confinement, and once it
@@ -568,6 +581,24 @@ func (s *Sandbox) Confine(withSeccomp bool) error {
 		return errorf(KindIsolation, "%v", err)
 	}
 	return nil
+}
+
+// ownChildren are this process's children that sandtrap started (zygotes):
+// confine() stops them; any other child would stay unconfined.
+func ownChildren() map[int]bool {
+	own := map[int]bool{}
+	liveMu.Lock()
+	defer liveMu.Unlock()
+	for s := range live {
+		s.zmu.Lock()
+		for _, z := range append([]*spawn.Zygote{s.zyg}, s.retired...) {
+			if z != nil {
+				own[z.Pid()] = true
+			}
+		}
+		s.zmu.Unlock()
+	}
+	return own
 }
 
 // live holds every sandbox not yet closed (confine stops all of their processes).

@@ -22,7 +22,7 @@ import (
 )
 
 // Denied is the base list answered with EPERM.
-var Denied = []string{
+var Denied = append([]string{
 	// mounts, namespaces, host-wide state (fsopen, fsconfig, fsmount and move_mount:
 	// only with the zygote's cookie, see below)
 	"mount", "umount2", "pivot_root", "swapon", "swapoff", "reboot", "sethostname",
@@ -41,12 +41,13 @@ var Denied = []string{
 	"open_by_handle_at", "name_to_handle_at",
 	// code that Landlock cannot see executed
 	"memfd_create", "memfd_secret", "execveat",
-	// metadata changes by path, which Landlock does not govern (fd-based calls stay:
-	// the view makes whatever is only readable read-only, EROFS)
-	"chmod", "fchmodat", "fchmodat2", "chown", "lchown", "fchownat", "utime", "utimes",
+}, ByPath...)
+
+// ByPath are metadata changes by path, which Landlock does not govern (fd-based
+// calls stay: a sandbox's view makes whatever it may only read read-only, EROFS).
+var ByPath = []string{"chmod", "fchmodat", "fchmodat2", "chown", "lchown", "fchownat", "utime", "utimes",
 	"futimesat", "setxattr", "lsetxattr", "removexattr", "lremovexattr", "setxattrat",
-	"removexattrat", "file_setattr",
-}
+	"removexattrat", "file_setattr"}
 
 // NotSupported are reads by path that Landlock does not govern; they answer
 // ENOTSUP, as on a filesystem without extended attributes (tools take that in
@@ -108,8 +109,14 @@ type Config struct {
 	// NoSysVMemory: memory is limited per process (RLIMIT_AS), which SysV shared
 	// memory and message queues escape: refuse them.
 	NoSysVMemory bool
-	// SocketsOnly: only the socket rules (confine() without the full filter).
-	SocketsOnly bool
+	// Confine: the filter confine() applies without the full one — what the policy
+	// says about sockets, and the calls Landlock does not govern that change, read or
+	// create (set-id) files by path; none of the process-wide denials, which would
+	// stop the process's own later sandboxes.
+	Confine bool
+	// NoListen: listen() answers EACCES (confine() without bind ports: there is no
+	// supervisor to tell a bound socket from one that listen would autobind).
+	NoListen bool
 	// NoMetadata: no changes of metadata or locks through a descriptor at all (a
 	// sandbox without a read-only view, where the kernel would not answer EROFS).
 	NoMetadata bool
@@ -122,8 +129,8 @@ func (c Config) key() string {
 	d := append([]string(nil), c.ExtraDeny...)
 	sort.Strings(a)
 	sort.Strings(d)
-	return fmt.Sprintf("%v|%v|%v|%s|%s|%x|%v|%v|%v|%v|%v|%v", c.NoInet, c.AllowUDP, c.AllowUnix, strings.Join(a, ","),
-		strings.Join(d, ","), c.CloneCookie, c.RestrictConnect, c.MaxDisk, c.NoSysVMemory, c.SocketsOnly, c.NoMetadata, c.Traps)
+	return fmt.Sprintf("%v|%v|%v|%s|%s|%x|%v|%v|%v|%v|%v|%v|%v", c.NoInet, c.AllowUDP, c.AllowUnix, strings.Join(a, ","),
+		strings.Join(d, ","), c.CloneCookie, c.RestrictConnect, c.MaxDisk, c.NoSysVMemory, c.Confine, c.NoListen, c.NoMetadata, c.Traps)
 }
 
 // Program is a compiled filter.
@@ -257,8 +264,15 @@ func compile(c Config) (*Program, error) {
 			}
 		}
 	}
-	if !c.SocketsOnly {
-		if err := baseRules(c, b); err != nil {
+	if c.Confine {
+		if err := confineRules(b); err != nil {
+			return nil, err
+		}
+	} else if err := baseRules(c, b); err != nil {
+		return nil, err
+	}
+	if c.NoListen {
+		if err := b.rule("listen", errno(unix.EACCES)); err != nil {
 			return nil, err
 		}
 	}
@@ -376,6 +390,27 @@ func baseRules(c Config, b *builder) error {
 		}
 	}
 	return nil
+}
+
+// confineRules: metadata changes and xattr reads by path, set-id modes, openat2.
+func confineRules(b *builder) error {
+	for _, n := range ByPath {
+		if err := b.rule(n, errno(unix.EPERM)); err != nil {
+			return err
+		}
+	}
+	for _, n := range NotSupported {
+		if err := b.rule(n, errno(unix.ENOTSUP)); err != nil {
+			return err
+		}
+	}
+	if err := b.rule("utimensat", errno(unix.EPERM), cond(1, sc.CompareNotEqual, 0, 0)); err != nil {
+		return err
+	}
+	if err := b.rule("openat2", errno(unix.ENOSYS)); err != nil {
+		return err
+	}
+	return modeRules(b, true)
 }
 
 // modeRules refuses S_ISUID and S_ISGID in every mode a call takes (fchmod's too

@@ -459,6 +459,9 @@ func (z *Zygote) reply() (int, []int, error) {
 	}
 }
 
+// Pid is the zygote's pid.
+func (z *Zygote) Pid() int { return z.pid }
+
 // OnClose runs f when the zygote is closed (after it is gone).
 func (z *Zygote) OnClose(f func()) {
 	z.mu.Lock()

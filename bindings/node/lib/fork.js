@@ -23,6 +23,7 @@ async function fork(mapper, n, { init, work, timeout, parallel, onClone } = {}) 
   const info = probe();
   if (!info.guestDir) throw new IsolationUnavailable(`the engine has no guest runtime: ${info.guestDirError}`);
   const opts = { ...mapper.options };
+  timeout ??= opts.timeout; // the policy's timeout is every clone's, as it is every run's
   opts.fsReadable = [...(opts.fsReadable ?? []), info.guestDir];
   opts.env = { ...(opts.env ?? {}), PYTHONPATH: info.guestDir, PYTHONDONTWRITEBYTECODE: '1' };
   delete opts.timeout;

@@ -59,6 +59,7 @@ function runResult(r) {
 function pipelineResult(r) {
   const res = runResult(r);
   res.stages = Array.isArray(r.stages) ? r.stages.map(runResult) : [];
+  res.failedStage = Number.isInteger(r.failed_stage) ? r.failed_stage : null;
   return res;
 }
 
@@ -363,7 +364,8 @@ if (typeof Symbol.dispose === 'symbol') {
 }
 
 function finishRun(res) {
-  const failed = callFailure(res.stages ? [...res.stages, res] : [res]);
+  // the pipeline's own error first: the engine names the stage in it
+  const failed = callFailure(res.stages ? [res, ...res.stages] : [res]);
   if (failed) {
     throw makeError(failed.error.kind, failed.error.message, { result: res });
   }

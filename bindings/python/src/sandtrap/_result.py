@@ -28,7 +28,9 @@ class Result:
 
     ``stdout`` and ``stderr`` are bytes: a sandboxed program's output need not be
     valid UTF-8. ``success`` is true when the program exited 0 and nothing went
-    wrong. A pipeline's result is its last stage's, with every stage in ``stages``.
+    wrong. A pipeline's result is its last stage's, with every stage in ``stages``;
+    it succeeds only if every stage did, and ``failed_stage`` is the index of the
+    first that failed (its error is named in ``error``).
     """
 
     success: bool
@@ -44,6 +46,7 @@ class Result:
     isolation: dict[str, Any] = field(default_factory=dict, repr=False)
     usage: dict[str, Any] = field(default_factory=dict, repr=False)
     stages: list[Result] = field(default_factory=list, repr=False)
+    failed_stage: int | None = None
 
     @classmethod
     def from_response(cls, m: dict[str, Any]) -> Result:
@@ -66,6 +69,7 @@ class Result:
             isolation=m.get("isolation") or {},
             usage=m.get("usage") or {},
             stages=[cls.from_response(s) for s in (m.get("stages") or []) if isinstance(s, dict)],
+            failed_stage=m.get("failed_stage") if isinstance(m.get("failed_stage"), int) else None,
         )
 
 

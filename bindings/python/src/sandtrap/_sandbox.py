@@ -548,8 +548,8 @@ class Sandbox:
         (inside the sandbox, copy-on-write) that each run ``work_fn(clone_id)`` with
         ``CLONE_ID`` set and their own stdout. Iterate the returned :class:`Clones` to
         get clones as they finish; ``.results()`` waits and returns them in order.
-        ``timeout`` kills a clone that runs longer; ``parallel`` bounds clones alive at
-        once (default: 4 per CPU)."""
+        ``timeout`` kills a clone that runs longer (default: the policy's ``timeout``, as
+        for a run); ``parallel`` bounds clones alive at once (default: 4 per CPU)."""
         self._live()
         if not self._work:
             raise InvalidArgument("fork needs work_fn (a module-level function or Python source)")
@@ -558,6 +558,8 @@ class Sandbox:
         max_output = self._policy.get("max_output")
         if isinstance(max_output, str):
             max_output = None
+        if timeout is None:
+            timeout = self._policy.get("timeout")
         return _fork.Clones(self._policy, n, self._init, self._work, timeout, parallel, max_output)
 
     def reduce(self, argv: Sequence[Arg], clones: Any, timeout: float | None = None) -> Result:

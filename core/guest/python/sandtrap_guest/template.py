@@ -131,6 +131,44 @@ def _resolve(ref):
     return obj
 
 
+# -- sealing: the template and every clone are apart ------------------------------------
+
+_libc = None
+_scope = -1  # a Landlock ruleset each clone enters: a domain of its own
+
+
+def _seal():
+    """The template (and so its forkers and clones, which inherit it) is not dumpable:
+    no process of the sandbox opens its /proc/<pid>/fd, mem or environ. Each clone will
+    enter a Landlock domain of its own (``_scope``): it cannot signal or trace the
+    template, the forkers or another clone, nor reach their abstract unix sockets."""
+    global _libc, _scope
+    import ctypes
+
+    _libc = ctypes.CDLL(None, use_errno=True)
+    if _libc.prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0)")
+    abi = _libc.syscall(444, None, 0, 1)  # landlock_create_ruleset(NULL, 0, VERSION)
+    if abi < 1:
+        return  # no Landlock: the engine has reported it (the sandbox needed allow_degraded)
+    if abi >= 6:  # scoped: signals (2) and abstract unix sockets (1)
+        attr = (ctypes.c_uint64 * 3)(0, 0, 3)
+        size = 24
+    else:  # a layer that refuses only making block devices (already refused) is a domain too
+        attr = (ctypes.c_uint64 * 3)(1 << 11, 0, 0)
+        size = 16 if abi >= 4 else 8
+    _scope = _libc.syscall(444, attr, ctypes.c_size_t(size), 0)
+    if _scope < 0:
+        raise OSError(ctypes.get_errno(), "landlock_create_ruleset")
+
+
+def _enter_scope():
+    if _scope >= 0 and _libc.syscall(446, _scope, 0) != 0:  # landlock_restrict_self
+        import ctypes
+
+        raise OSError(ctypes.get_errno(), "landlock_restrict_self: a clone must be a domain of its own")
+
+
 # -- a clone ----------------------------------------------------------------------------
 
 def _child(cid, out_w, err_w, work, g, drop):
@@ -139,6 +177,9 @@ def _child(cid, out_w, err_w, work, g, drop):
     set: each page written here is a page the clone copies."""
     code = 0
     try:
+        _enter_scope()
+        if _scope >= 0:
+            os.close(_scope)
         os.dup2(out_w, 1)
         os.dup2(err_w, 2)
         os.close(out_w)
@@ -673,6 +714,7 @@ def _serve_fork(fork):
 def main() -> int:
     # the frames use fd 0 and fd 1 directly; init's prints go to stderr
     sys.stdout = sys.stderr
+    _seal()
     work, g = None, {"__name__": "__sandtrap_template__"}
     while True:
         msg = _read_frame(0)

@@ -227,15 +227,32 @@ def test_gc_is_on_in_clones_unless_init_turned_it_off(tpl):
 
 
 @pytest.mark.parametrize("forkers", [1, 2])
-def test_a_dead_forker_reports_each_of_its_clones(tpl, forkers):
-    # clone 3 kills the process that forked it: the clones that process held are
-    # reported one by one as failed, the others still run
+def test_a_dead_forker_reports_each_of_its_clones(tpl, forkers, tmp_path):
+    # the process that forked clone 3 is killed (from outside: a clone is a Landlock
+    # domain of its own and cannot signal it, test_a_clone_cannot_signal_the_template):
+    # the clones that process held are reported one by one as failed, the others
+    # still run
+    mark = tmp_path / "forker"
     work = ("import os, time\n"
             "if CLONE_ID == 3:\n"
-            "    time.sleep(0.3)\n"
-            "    os.kill(os.getppid(), 9)\n"
+            f"    open({str(mark)!r} + '.tmp', 'w').write(str(os.getppid()))\n"
+            f"    os.rename({str(mark)!r} + '.tmp', {str(mark)!r})\n"
+            "    time.sleep(30)\n"
             "print(CLONE_ID)\n")
+
+    def killer():
+        deadline = time.monotonic() + 30
+        while not mark.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.3)
+        os.kill(int(mark.read_text()), 9)
+
+    import threading
+
+    t = threading.Thread(target=killer, daemon=True)
+    t.start()
     res = run(tpl, work, 40, forkers=forkers, parallel=2 * forkers)
+    t.join()
     lost = [c for c in res if c["exit_code"] != 0]
     assert 3 in [c["id"] for c in lost]
     for c in lost:
@@ -410,3 +427,23 @@ def test_a_clone_holds_no_other_clones_pipes(tpl):
     assert len(out) == 40
     for i in range(40):
         assert out[i]["stdout"] == b"[]\n", (i, out[i])
+
+
+def test_a_clone_cannot_signal_the_template_or_its_forker(tpl):
+    # each clone enters a Landlock domain of its own (ABI >= 6 scopes signals)
+    abi = __import__("ctypes").CDLL(None).syscall(444, None, 0, 1)
+    if abi < 6:
+        pytest.skip(f"Landlock ABI {abi} < 6 does not scope signals")
+    work = ("import os, errno\n"
+            "forker = os.getppid()\n"
+            "template = int(open('/proc/%d/stat' % forker).read().rsplit(')', 1)[1].split()[1])\n"
+            "out = []\n"
+            "for pid in (forker, template):\n"
+            "    try:\n"
+            "        os.kill(pid, 0)\n"
+            "        out.append('OK')\n"
+            "    except OSError as e:\n"
+            "        out.append(errno.errorcode[e.errno])\n"
+            "print(' '.join(out))\n")
+    res = run(tpl, work, 2, forkers=1)
+    assert [c["stdout"] for c in res] == [b"EPERM EPERM\n"] * 2, res
