@@ -347,11 +347,7 @@ func (pl *plan) keepLandlockTable(zs *spawn.ZygoteSpec) error {
 		}
 		pl.tableFDs = append(pl.tableFDs, high)
 	}
-	access := landlock.ReadOnly
-	if pl.view.ProcRW {
-		access = landlock.ReadWrite
-	}
-	zs.Landlock, zs.LandlockFDs, zs.ProcRights = t, pl.tableFDs, t.DirRights(access)
+	zs.Landlock, zs.LandlockFDs, zs.ProcRights = t, pl.tableFDs, t.DirRights(landlock.ReadOnly)
 	return nil
 }
 

@@ -3,7 +3,7 @@
 // before its zygote starts, once per sandbox.
 //
 // The view is the host's mount tree with every mount read-only, nosuid and nodev,
-// except:
+// except (and /proc and /sys are read-only whatever the policy):
 //   - the writable trees: read-write (still nosuid and nodev);
 //   - readable trees inside a writable one: read-only again;
 //   - device nodes the policy names (and the harmless ones every program opens):
@@ -72,8 +72,7 @@ const MaxSlots = 60
 // Plan is a planned view.
 type Plan struct {
 	Ops     []Op
-	ProcOwn bool // every run mounts a proc of its own pid namespace on /proc
-	ProcRW  bool // ... read-write
+	ProcOwn bool // every run mounts a proc of its own pid namespace on /proc (read-only)
 	Mounts  []Mount
 }
 
@@ -99,11 +98,19 @@ func Build(s Spec) (*Plan, error) {
 			return nil, fmt.Errorf("%s: paths inside /proc cannot be granted one by one (each run has a /proc of its own); grant /proc", p)
 		}
 	}
-	for _, p := range s.Writable {
-		if p == "/proc" || policy.Within("/proc", p) {
-			pl.ProcRW = true
+	// Kernel state is never writable: /proc and /sys stay read-only even inside a
+	// writable grant (a root host's run could otherwise write the host's sysctls,
+	// say its hostname); each run's /proc is mounted read-only.
+	readable := append([]string{}, s.Readable...)
+	for _, k := range []string{"/proc", "/sys"} {
+		for _, w := range s.Writable {
+			if policy.Within(k, w) {
+				readable = append(readable, k)
+				break
+			}
 		}
 	}
+	s.Readable = readable
 	// Writable trees and device nodes are copied first, with the host's own flags
 	// (a read-write mount stays so; no flag the host locked is ever cleared), then
 	// every mount is made read-only, nosuid and nodev, then the copies are put

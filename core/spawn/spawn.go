@@ -256,7 +256,7 @@ func StartZygote(zs *ZygoteSpec) (*Zygote, error) {
 		flag C.__u64
 	}{{zs.NewPidNS, C.ST_CF_NEWPID}, {zs.NewIPCNS, C.ST_CF_NEWIPC}, {zs.RulesetFD >= 0, C.ST_CF_LANDLOCK},
 		{zs.Listener && len(zs.BPF) > 0, C.ST_CF_LISTENER},
-		{zs.View != nil && zs.View.ProcOwn, C.ST_CF_PROC}, {zs.View != nil && zs.View.ProcRW, C.ST_CF_PROC_RW}} {
+		{zs.View != nil && zs.View.ProcOwn, C.ST_CF_PROC}} {
 		if f.on {
 			cfg.flags |= f.flag
 		}

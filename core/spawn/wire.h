@@ -37,10 +37,9 @@
 #define ST_CF_RLIMIT_AS (1u << 0) /* set RLIMIT_AS to as_cur/as_max before the filter */
 #define ST_CF_NEWPID (1u << 1)    /* each run in a pid namespace of its own */
 #define ST_CF_NEWIPC (1u << 2)    /* each run in an IPC namespace of its own */
-#define ST_CF_PROC (1u << 3)      /* each run in a mount namespace of its own with a proc of its pid namespace on /proc */
+#define ST_CF_PROC (1u << 3)      /* each run in a mount namespace of its own with a proc of its pid namespace on /proc (read-only) */
 #define ST_CF_LANDLOCK (1u << 4)  /* ST_FD_RULESET holds the ruleset every run enters */
 #define ST_CF_LISTENER (1u << 5)  /* load the filter with SECCOMP_FILTER_FLAG_NEW_LISTENER and hand the fd to the engine */
-#define ST_CF_PROC_RW (1u << 6)   /* with ST_CF_PROC: mount it read-write (/proc is writable in the policy) */
 #define ST_CF_LANDLOCK_TABLE (1u << 7) /* pid 1 builds its own ruleset: the table below, plus its /proc */
 #define ST_CF_CAPS (1u << 8)           /* the zygote holds capabilities, which pid 1 drops */
 

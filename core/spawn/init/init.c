@@ -167,15 +167,13 @@ static void set_signal(int sig, void *handler)
 	sys4(__NR_rt_sigaction, sig, &sa, 0, 8);
 }
 
-/* The run's own /proc (its pid namespace), over the view's. The new mount API's
- * calls carry the cookie in their unused sixth argument: the filter refuses
- * them to everything else. Read-only unless /proc is writable in the policy. */
+/* The run's own /proc (its pid namespace), over the view's, read-only (kernel
+ * state is never writable). The new mount API's calls carry the cookie in their
+ * unused sixth argument: the filter refuses them to everything else. */
 static long mount_proc(void)
 {
 	long fs, mnt, r;
-	unsigned long attr = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC;
-	if (!(cflags & ST_CF_PROC_RW))
-		attr |= MOUNT_ATTR_RDONLY;
+	unsigned long attr = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC | MOUNT_ATTR_RDONLY;
 	fs = sys6(__NR_fsopen, (long)"proc", FSOPEN_CLOEXEC, 0, 0, 0, (long)cookie);
 	if (fs < 0)
 		return fs;
