@@ -44,18 +44,33 @@ func main() {
 		os.Exit(1)
 	}
 	defer sb.Close()
-	plain := func() error { return exec.Command("/bin/true").Run() }
-	confined := func() error {
-		r := sb.Run(&engine.RunRequest{Argv: []string{"/bin/true"}, StdinFD: -1, StdoutFD: -1})
-		if !r.Success {
-			return fmt.Errorf("confined run failed: %+v", r.Error)
-		}
-		return nil
+	// the same with /proc readable: each run then mounts a proc of its own pid
+	// namespace in a mount namespace of its own, and builds its Landlock ruleset
+	withProc, err := engine.NewFromMap(map[string]any{
+		"fs_readable": []any{"/usr", "/lib", "/bin", "/etc", "/proc"}, "fs_writable": []any{tmp},
+		"max_memory": "256M", "max_processes": int64(64), "max_open_files": int64(256),
+		"max_disk": "64M", "max_cpu_time": 10.0, "clean_env": true, "timeout": 10.0,
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "policy:", err)
+		os.Exit(1)
 	}
+	defer withProc.Close()
+	plain := func() error { return exec.Command("/bin/true").Run() }
+	runIn := func(sb *engine.Sandbox) func() error {
+		return func() error {
+			r := sb.Run(&engine.RunRequest{Argv: []string{"/bin/true"}, StdinFD: -1, StdoutFD: -1})
+			if !r.Success {
+				return fmt.Errorf("confined run failed: %+v", r.Error)
+			}
+			return nil
+		}
+	}
+	confined, confinedProc := runIn(sb), runIn(withProc)
 	bwrap := func() error { return exec.Command("bwrap", "--ro-bind", "/", "/", "/bin/true").Run() }
 
 	// interleave rounds so that machine noise hits every contender alike
-	var pl, co, bw []time.Duration
+	var pl, co, cp, bw []time.Duration
 	hasBwrap := exec.Command("bwrap", "--ro-bind", "/", "/", "/bin/true").Run() == nil
 	for round := 0; round < 5; round++ {
 		d, err := median(*n/5, plain)
@@ -64,6 +79,9 @@ func main() {
 		d, err = median(*n/5, confined)
 		check(err)
 		co = append(co, d)
+		d, err = median(*n/5, confinedProc)
+		check(err)
+		cp = append(cp, d)
 		if hasBwrap {
 			d, err = median(*n/5, bwrap)
 			check(err)
@@ -77,6 +95,7 @@ func main() {
 	fmt.Printf("| contender | median spawn of /bin/true | ratio to plain |\n|---|---:|---:|\n")
 	fmt.Printf("| plain os/exec (unconfined) | %.3f ms | 1.00 |\n", ms(p))
 	fmt.Printf("| sandtrap, full policy | %.3f ms | %.2f |\n", ms(c), float64(c)/float64(p))
+	fmt.Printf("| sandtrap, full policy + /proc readable | %.3f ms | %.2f |\n", ms(med(cp)), float64(med(cp))/float64(p))
 	if hasBwrap {
 		b := med(bw)
 		fmt.Printf("| bwrap --ro-bind / / | %.3f ms | %.2f |\n", ms(b), float64(b)/float64(p))

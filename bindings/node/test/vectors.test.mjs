@@ -328,7 +328,14 @@ function check(expect, res, wall, hostProc) {
         assert.ok(hostProc && hostProc.exitCode === null && hostProc.signalCode === null && alive(hostProc.pid), `host process died; ${ctx()}`);
         break;
       case 'no_survivor': {
-        const pids = processesByCmdline(want);
+        // the kernel ends a pid namespace's processes as its pid 1 goes, not at once:
+        // wait up to 2 s, as the Python harness does
+        let pids = processesByCmdline(want);
+        const sleeper = new Int32Array(new SharedArrayBuffer(4));
+        for (let waited = 0; pids.length && waited < 2000; waited += 20) {
+          Atomics.wait(sleeper, 0, 0, 20);
+          pids = processesByCmdline(want);
+        }
         assert.deepEqual(pids, [], `processes ${pids} (${JSON.stringify(want)}) outlived the run`);
         break;
       }
