@@ -206,7 +206,7 @@ func (s *Sandbox) compile(gen uint64) (*plan, error) {
 			rep.Limits["max_processes"] = Limit{Value: p.MaxProcesses, Via: cgVia}
 		case !f.Root && canMount && userNS:
 			rep.Limits["max_processes"] = Limit{Value: p.MaxProcesses, Via: "rlimit_nproc",
-				Note: "counts every process of the sandbox in its user namespace, sandtrap's zygote and each run's pid 1 included (+2 allowed)"}
+				Note: "counts every process of the sandbox in its user namespace, sandtrap's zygote, its next run's pid 1 made ahead and each run's pid 1 included (+3 allowed)"}
 		default:
 			need(false, "max_processes (no pids cgroup, and RLIMIT_NPROC needs the sandbox's own user namespace and a host that is not root)")
 		}
@@ -292,6 +292,7 @@ func (s *Sandbox) compile(gen uint64) (*plan, error) {
 		zs.KeepCaps = 0
 	case p.UID != nil:
 		zs.KeepCaps |= 1<<unix.CAP_SETUID | 1<<unix.CAP_SETGID
+		zs.SetIDs, zs.UID, zs.GID = true, *p.UID, *p.GID
 	}
 	if rlimitAS {
 		zs.ASLimit = uint64(p.MaxMemory)
@@ -324,7 +325,7 @@ func (s *Sandbox) compile(gen uint64) (*plan, error) {
 	}
 	if rep.Limits["max_processes"].Via == "rlimit_nproc" {
 		// counted per user in the sandbox's user namespace: every run together
-		rl(unix.RLIMIT_NPROC, p.MaxProcesses+2)
+		rl(unix.RLIMIT_NPROC, p.MaxProcesses+helperProcesses)
 	}
 	rl(unix.RLIMIT_CORE, 0) // no core dumps of sandbox memory
 	pl.zspec = zs

@@ -183,9 +183,6 @@ func (s *Sandbox) Run(req *RunRequest) *Result {
 	if p.MaxCPUTime > 0 {
 		rs.CPUSecs = uint32(math.Ceil(p.MaxCPUTime))
 	}
-	if p.UID != nil {
-		rs.SetIDs, rs.UID, rs.GID = true, *p.UID, *p.GID
-	}
 
 	cg := s.group()
 	var cpuBase time.Duration

@@ -258,12 +258,17 @@ const (
 	InotifyWatches   = 16384
 )
 
-// cgroupLimits are the cgroup limits of p; pids.max also counts the zygote and each
-// run's pid 1.
+// helperProcesses is what a process limit allows beyond max_processes: sandtrap's
+// zygote, the next run's pid 1 it keeps made ahead, and one run's pid 1 (each
+// further concurrent run's pid 1 counts against the limit).
+const helperProcesses = 3
+
+// cgroupLimits are the cgroup limits of p; pids.max also counts sandtrap's own
+// processes (helperProcesses).
 func cgroupLimits(p *policy.Policy) cgroup.Limits {
 	procs := p.MaxProcesses
 	if procs > 0 {
-		procs += 2
+		procs += helperProcesses
 	}
 	return cgroup.Limits{Memory: p.MaxMemory, Processes: procs, CPUPct: p.MaxCPU, CPUTime: p.MaxCPUTime > 0}
 }

@@ -166,6 +166,8 @@ type ZygoteSpec struct {
 
 	KeepCaps uint64 // capabilities (in the sandbox's user namespace) pid 1 of each run still needs
 
+	SetIDs    bool // pid 1 becomes UID/GID (needs a zygote holding CAP_SETUID/CAP_SETGID)
+	UID, GID  uint32
 	RulesetFD int // -1: none; else the Landlock ruleset pid 1 of every run enters
 	// Landlock, when set, is the ruleset as data, from which pid 1 of every run
 	// builds its own, adding ProcRights for its /proc (View.ProcOwn); LandlockFDs
@@ -263,6 +265,10 @@ func StartZygote(zs *ZygoteSpec) (*Zygote, error) {
 	}
 	if zs.UserNS || unix.Geteuid() == 0 {
 		cfg.flags |= C.ST_CF_CAPS
+	}
+	if zs.SetIDs {
+		cfg.flags |= C.ST_CF_SET_IDS
+		cfg.uid, cfg.gid = C.__u32(zs.UID), C.__u32(zs.GID)
 	}
 	cfg.cookie = C.__u64(zs.Cookie)
 	cfg.bpf_len = C.__u64(len(zs.BPF) / 8)
@@ -496,8 +502,6 @@ type RunSpec struct {
 	StatusFD  int
 	CPUSecs   uint32 // RLIMIT_CPU of the run (0: none)
 	NoFile    uint32 // RLIMIT_NOFILE of the run (0: the zygote's)
-	SetIDs    bool   // pid 1 becomes UID/GID (needs a zygote holding CAP_SETUID/CAP_SETGID)
-	UID, GID  uint32
 }
 
 // Process is a run's pid 1.
@@ -515,9 +519,6 @@ func (z *Zygote) Spawn(r *RunSpec) (*Process, error) {
 	hdr.magic = C.ST_REQ_MAGIC
 	hdr.argc, hdr.envc = C.__u32(len(r.Argv)), C.__u32(len(r.Env))
 	hdr.cpu_secs, hdr.nofile = C.__u32(r.CPUSecs), C.__u32(r.NoFile)
-	if r.SetIDs {
-		hdr.set_ids, hdr.uid, hdr.gid = 1, C.__u32(r.UID), C.__u32(r.GID)
-	}
 	msg := C.GoBytes(unsafe.Pointer(&hdr), C.sizeof_struct_st_request)
 	for _, s := range append(append([]string{r.Path, r.Dir}, r.Argv...), r.Env...) {
 		msg = append(append(msg, s...), 0)

@@ -12,7 +12,8 @@
  *
  * Once confined, the zygote sends one struct st_reply {pid 0, err 0} — with the
  * seccomp listener as SCM_RIGHTS when ST_CF_LISTENER — and then serves run
- * requests: each is a struct st_request, then NUL-terminated strings (path, cwd
+ * requests (it keeps the next run's pid 1 made ahead, in its namespaces, and
+ * forwards it each request as it came): each is a struct st_request, then NUL-terminated strings (path, cwd
  * ("" = keep), argv[argc], envp[envc]), with SCM_RIGHTS fds (stdin, stdout,
  * stderr, status). The answer is a struct st_reply: the pid of the run's pid 1
  * (in the engine's pid namespace) with its pidfd as SCM_RIGHTS, or err = -errno.
@@ -42,6 +43,7 @@
 #define ST_CF_LISTENER (1u << 5)  /* load the filter with SECCOMP_FILTER_FLAG_NEW_LISTENER and hand the fd to the engine */
 #define ST_CF_LANDLOCK_TABLE (1u << 7) /* pid 1 builds its own ruleset: the table below, plus its /proc */
 #define ST_CF_CAPS (1u << 8)           /* the zygote holds capabilities, which pid 1 drops */
+#define ST_CF_SET_IDS (1u << 9)        /* pid 1 becomes uid/gid (root hosts without a user namespace of their own) */
 
 #define ST_MAX_RULES 1024
 
@@ -51,6 +53,7 @@ struct st_config {
 	__u64 as_cur, as_max;
 	__u64 cookie;  /* lets pid 1's clone and its proc mount through the filter */
 	__u64 bpf_len; /* sock_filter entries that follow */
+	__u32 uid, gid; /* with ST_CF_SET_IDS */
 };
 
 /* With ST_CF_LANDLOCK_TABLE, after the filter: a ruleset as data (the engine's
@@ -75,8 +78,6 @@ struct st_request {
 	__u32 argc, envc;
 	__u32 cpu_secs; /* RLIMIT_CPU of the run, 0 = none */
 	__u32 nofile;   /* RLIMIT_NOFILE of the run, 0 = as the zygote's */
-	__u32 set_ids;  /* pid 1 becomes uid/gid (root hosts without a user namespace of their own) */
-	__u32 uid, gid;
 };
 
 struct st_reply {

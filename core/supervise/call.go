@@ -35,11 +35,18 @@ func (c *call) keep(fd int) int {
 
 // finish closes what the call opened (after the answer: an undo may need it).
 func (c *call) finish() {
+	c.release()
+	c.s.inflight.Add(-1)
+}
+
+// release closes what the call opened (its duplicates of the caller's fds hold
+// the caller's files open: a file still open for writing here makes the caller's
+// next lease fail with EAGAIN, so they go before the answer where no undo needs them).
+func (c *call) release() {
 	for i := len(c.closes) - 1; i >= 0; i-- {
 		unix.Close(c.closes[i])
 	}
 	c.closes = nil
-	c.s.inflight.Add(-1)
 }
 
 // valid: the notification is still pending, so the task that made it is alive and

@@ -249,6 +249,9 @@ func (s *Supervisor) handle(n seccompNotif) {
 	if r.kind == replyPending {
 		return // a goroutine took the call over (detach)
 	}
+	if r.undo == nil {
+		c.release()
+	}
 	s.answer(c, r)
 	c.finish()
 }
@@ -261,7 +264,11 @@ func (c *call) detach(f func() reply) reply {
 	c.s.handling.Add(1)
 	go func() {
 		defer c.s.handling.Done()
-		c.s.answer(c, f())
+		r := f()
+		if r.undo == nil {
+			c.release()
+		}
+		c.s.answer(c, r)
 		c.finish()
 	}()
 	return reply{kind: replyPending}

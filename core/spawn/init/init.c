@@ -136,6 +136,7 @@ static unsigned char reqbuf[ST_MAX_REQ];
 static char *ptrs[MAX_PTRS];
 static unsigned long long cookie;
 static unsigned long long cflags;
+static unsigned int cfg_set_ids, cfg_uid, cfg_gid;
 
 static void report(int fd, unsigned int kind, unsigned int value,
 		   unsigned long long a, unsigned long long b, unsigned long long c)
@@ -232,7 +233,78 @@ static long own_ruleset(void)
 	return r < 0 ? r : fd;
 }
 
-/* pid 1 of one run. fds: stdin, stdout, stderr, status; never returns. */
+/* What pid 1 does before it knows its run (done ahead, off the request path): on
+ * failure, the step and errno, reported once the run's status fd arrives. */
+static unsigned int prep_step;
+static long prep_err;
+
+static void prepare(void)
+{
+	long r;
+	int i;
+
+	sys2(__NR_prctl, PR_SET_PDEATHSIG, SIGKILL);
+	set_signal(SIGCHLD, SIG_DFL);
+	sys1(__NR_close, ST_FD_CONTROL);
+	sys1(__NR_setsid, 0);
+	if (cflags & ST_CF_PROC) {
+		r = mount_proc();
+		if (r < 0) {
+			prep_step = ST_STEP_PROC, prep_err = r;
+			return;
+		}
+	}
+	if (cflags & ST_CF_LANDLOCK) {
+		/* a domain of its own: the run's processes reach no other run's */
+		long rs = ST_FD_RULESET;
+		if (lltable) {
+			rs = own_ruleset();
+			if (rs < 0) {
+				prep_step = ST_STEP_LANDLOCK, prep_err = rs;
+				return;
+			}
+		}
+		r = sys2(__NR_landlock_restrict_self, rs, 0);
+		if (r < 0) {
+			prep_step = ST_STEP_LANDLOCK, prep_err = r;
+			return;
+		}
+	}
+	if (cfg_set_ids) {
+		if ((r = sys2(__NR_setgroups, 0, 0)) < 0 || (r = sys3(__NR_setresgid, cfg_gid, cfg_gid, cfg_gid)) < 0 ||
+		    (r = sys3(__NR_setresuid, cfg_uid, cfg_uid, cfg_uid)) < 0) {
+			prep_step = ST_STEP_IDS, prep_err = r;
+			return;
+		}
+	}
+	if (cflags & ST_CF_CAPS) {
+		/* the zygote's last capabilities (namespaces, the proc mount) end here */
+		struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
+		struct __user_cap_data_struct data[2];
+		for (i = 0; i < 64; i++) {
+			r = sys2(__NR_prctl, PR_CAPBSET_READ, i);
+			if (r == -22 /* EINVAL: past the last capability */)
+				break;
+			if (r == 0)
+				continue; /* not in the bounding set */
+			r = sys2(__NR_prctl, PR_CAPBSET_DROP, i);
+			if (r < 0) {
+				prep_step = ST_STEP_CAPS, prep_err = r;
+				return;
+			}
+		}
+		data[0].effective = data[0].permitted = data[0].inheritable = 0;
+		data[1].effective = data[1].permitted = data[1].inheritable = 0;
+		r = sys2(__NR_capset, &hdr, data);
+		if (r < 0) {
+			prep_step = ST_STEP_CAPS, prep_err = r;
+			return;
+		}
+	}
+}
+
+/* pid 1 of one run, once its request arrived. fds: stdin, stdout, stderr, status;
+ * never returns. */
 static void run_child(struct st_request *rq, int *fds, char *path, char *cwd,
 		      char **argv, char **envp)
 {
@@ -240,10 +312,8 @@ static void run_child(struct st_request *rq, int *fds, char *path, char *cwd,
 	long pid, r;
 	int st;
 
-	sys2(__NR_prctl, PR_SET_PDEATHSIG, SIGKILL);
-	set_signal(SIGCHLD, SIG_DFL);
-	sys1(__NR_close, ST_FD_CONTROL);
-	sys1(__NR_setsid, 0);
+	if (prep_step)
+		step_failed(status_fd, prep_step, prep_err);
 	if (rq->cpu_secs) {
 		struct rlimit rl;
 		rl.rlim_cur = rq->cpu_secs;
@@ -258,48 +328,6 @@ static void run_child(struct st_request *rq, int *fds, char *path, char *cwd,
 		r = sys2(__NR_setrlimit, RLIMIT_NOFILE, &rl);
 		if (r < 0)
 			step_failed(status_fd, ST_STEP_RLIMIT, r);
-	}
-	if (cflags & ST_CF_PROC) {
-		r = mount_proc();
-		if (r < 0)
-			step_failed(status_fd, ST_STEP_PROC, r);
-	}
-	if (cflags & ST_CF_LANDLOCK) {
-		/* a domain of its own: the run's processes reach no other run's */
-		long rs = ST_FD_RULESET;
-		if (lltable) {
-			rs = own_ruleset();
-			if (rs < 0)
-				step_failed(status_fd, ST_STEP_LANDLOCK, rs);
-		}
-		r = sys2(__NR_landlock_restrict_self, rs, 0);
-		if (r < 0)
-			step_failed(status_fd, ST_STEP_LANDLOCK, r);
-	}
-	if (rq->set_ids) {
-		if ((r = sys2(__NR_setgroups, 0, 0)) < 0 || (r = sys3(__NR_setresgid, rq->gid, rq->gid, rq->gid)) < 0 ||
-		    (r = sys3(__NR_setresuid, rq->uid, rq->uid, rq->uid)) < 0)
-			step_failed(status_fd, ST_STEP_IDS, r);
-	}
-	if (cflags & ST_CF_CAPS) {
-		/* the zygote's last capabilities (namespaces, the proc mount) end here */
-		struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
-		struct __user_cap_data_struct data[2];
-		for (i = 0; i < 64; i++) {
-			r = sys2(__NR_prctl, PR_CAPBSET_READ, i);
-			if (r == -22 /* EINVAL: past the last capability */)
-				break;
-			if (r == 0)
-				continue; /* not in the bounding set */
-			r = sys2(__NR_prctl, PR_CAPBSET_DROP, i);
-			if (r < 0)
-				step_failed(status_fd, ST_STEP_CAPS, r);
-		}
-		data[0].effective = data[0].permitted = data[0].inheritable = 0;
-		data[1].effective = data[1].permitted = data[1].inheritable = 0;
-		r = sys2(__NR_capset, &hdr, data);
-		if (r < 0)
-			step_failed(status_fd, ST_STEP_CAPS, r);
 	}
 	if (cwd[0]) {
 		r = sys1(__NR_chdir, cwd);
@@ -382,6 +410,69 @@ static void answer(int pid, int err, int fd)
 	sys3(__NR_sendmsg, ST_FD_CONTROL, &mh, ST_MSG_NOSIGNAL);
 }
 
+/* Receives one request (into reqbuf) and its fds; returns its length, 0 at EOF
+ * or -errno; *ctrunc when fds were cut. */
+static long recv_request(int sock, int *fds, int *nfds, int *ctrunc)
+{
+	struct iovec iov;
+	struct st_msghdr mh;
+	unsigned char ctl[CMSG_SPACE_FDS(ST_MAX_FDS)];
+	unsigned long i;
+	long n;
+
+	iov.iov_base = reqbuf;
+	iov.iov_len = sizeof reqbuf;
+	for (i = 0; i < sizeof mh; i++)
+		((unsigned char *)&mh)[i] = 0;
+	mh.iov = &iov;
+	mh.iovlen = 1;
+	mh.control = ctl;
+	mh.controllen = sizeof ctl;
+	*nfds = 0;
+	n = sys3(__NR_recvmsg, sock, &mh, ST_MSG_CMSG_CLOEXEC);
+	if (n <= 0)
+		return n;
+	if (mh.controllen >= sizeof(struct st_cmsghdr)) {
+		struct st_cmsghdr *cm = (struct st_cmsghdr *)ctl;
+		if (cm->level == ST_SOL_SOCKET && cm->type == ST_SCM_RIGHTS) {
+			*nfds = (int)((cm->len - sizeof(struct st_cmsghdr)) / sizeof(int));
+			if (*nfds > ST_MAX_FDS)
+				*nfds = ST_MAX_FDS;
+			for (i = 0; i < (unsigned long)*nfds; i++)
+				fds[i] = ((int *)(ctl + sizeof(struct st_cmsghdr)))[i];
+		}
+	}
+	*ctrunc = (mh.flags & ST_MSG_CTRUNC) != 0;
+	return n;
+}
+
+/* Sends len bytes of reqbuf and fds on sock; returns 0 or -errno. */
+static long send_request(int sock, long len, int *fds, int nfds)
+{
+	struct iovec iov;
+	struct st_msghdr mh;
+	unsigned char ctl[CMSG_SPACE_FDS(ST_MAX_FDS)];
+	struct st_cmsghdr *cm = (struct st_cmsghdr *)ctl;
+	unsigned long i;
+	long r;
+
+	iov.iov_base = reqbuf;
+	iov.iov_len = (unsigned long)len;
+	for (i = 0; i < sizeof mh; i++)
+		((unsigned char *)&mh)[i] = 0;
+	mh.iov = &iov;
+	mh.iovlen = 1;
+	cm->len = sizeof(struct st_cmsghdr) + (unsigned long)nfds * sizeof(int);
+	cm->level = ST_SOL_SOCKET;
+	cm->type = ST_SCM_RIGHTS;
+	for (i = 0; i < (unsigned long)nfds; i++)
+		((int *)(ctl + sizeof(struct st_cmsghdr)))[i] = fds[i];
+	mh.control = ctl;
+	mh.controllen = CMSG_SPACE_FDS(nfds);
+	r = sys3(__NR_sendmsg, sock, &mh, ST_MSG_NOSIGNAL);
+	return r < 0 ? r : 0;
+}
+
 /* Parses one request into ptrs[]; returns 0 or -errno. */
 static int parse(long n, struct st_request **rqp, char **path, char **cwd, char ***argv, char ***envp)
 {
@@ -412,10 +503,80 @@ static int parse(long n, struct st_request **rqp, char **path, char **cwd, char 
 	return 0;
 }
 
+/* The next run's pid 1, made ahead (its namespaces, /proc, Landlock domain and the
+ * dropping of capabilities cost more than the rest of a spawn): it waits on a
+ * socket for its request, which the zygote forwards. */
+static long spare_pid = -1;
+static int spare_pidfd = -1, spare_sock = -1;
+
+static void spare_main(int sock)
+{
+	int fds[ST_MAX_FDS], nfds, ctrunc = 0, err;
+	struct st_request *rq;
+	char *path, *cwd, **argv, **envp;
+	long n;
+
+	prepare();
+	n = recv_request(sock, fds, &nfds, &ctrunc);
+	if (n <= 0)
+		sys1(__NR_exit_group, 0); /* the zygote is gone, or made another */
+	sys1(__NR_close, sock);
+	err = parse(n, &rq, &path, &cwd, &argv, &envp);
+	if (err || nfds != 4 || ctrunc)
+		sys1(__NR_exit_group, 125); /* the zygote checked it: not reached */
+	run_child(rq, fds, path, cwd, argv, envp);
+}
+
+static void drop_spare(void)
+{
+	if (spare_pid < 0)
+		return;
+	sys1(__NR_close, spare_sock);
+	sys1(__NR_close, spare_pidfd);
+	spare_pid = -1;
+	spare_sock = spare_pidfd = -1;
+}
+
+static long make_spare(void)
+{
+	int sv[2], pidfd = -1;
+	long flags = CLONE_PIDFD | SIGCHLD, r;
+
+	if (spare_pid >= 0)
+		return 0;
+	r = sys4(__NR_socketpair, 1 /* AF_UNIX */, 5 /* SOCK_SEQPACKET */ | 02000000 /* SOCK_CLOEXEC */, 0, sv);
+	if (r < 0)
+		return r;
+	if (cflags & ST_CF_NEWPID)
+		flags |= CLONE_NEWPID;
+	if (cflags & ST_CF_NEWIPC)
+		flags |= CLONE_NEWIPC;
+	if (cflags & ST_CF_PROC)
+		flags |= CLONE_NEWNS;
+#if defined(__x86_64__)
+	r = sys5(__NR_clone, flags, 0, &pidfd, 0, cookie); /* flags, stack, ptid, ctid, tls */
+#else
+	r = sys5(__NR_clone, flags, 0, &pidfd, cookie, 0); /* flags, stack, ptid, tls, ctid */
+#endif
+	if (r == 0) {
+		sys1(__NR_close, sv[0]);
+		spare_main(sv[1]);
+	}
+	sys1(__NR_close, sv[1]);
+	if (r < 0) {
+		sys1(__NR_close, sv[0]);
+		return r;
+	}
+	spare_pid = r;
+	spare_pidfd = pidfd;
+	spare_sock = sv[0];
+	return 0;
+}
+
 void init_main(long *sp)
 {
 	struct st_config *c = (struct st_config *)cfgbuf;
-	long n, r, listener = -1;
+	long n, listener = -1;
 	(void)sp;
 
 	n = sys4(__NR_pread64, ST_FD_CONFIG, cfgbuf, sizeof cfgbuf, 0);
@@ -433,6 +594,9 @@ void init_main(long *sp)
 	sys1(__NR_close, ST_FD_CONFIG);
 	cookie = c->cookie;
 	cflags = c->flags;
+	cfg_set_ids = (c->flags & ST_CF_SET_IDS) != 0;
+	cfg_uid = c->uid;
+	cfg_gid = c->gid;
 	if (c->flags & ST_CF_RLIMIT_AS) {
 		struct rlimit rl;
 		rl.rlim_cur = c->as_cur;
@@ -461,67 +625,37 @@ void init_main(long *sp)
 	if (listener >= 0)
 		sys1(__NR_close, listener);
 
+	make_spare(); /* a failure is retried at the first request, and reported then */
 	for (;;) {
-		struct iovec iov;
-		struct st_msghdr mh;
-		unsigned char ctl[CMSG_SPACE_FDS(ST_MAX_FDS)];
-		int fds[ST_MAX_FDS], nfds = 0, pidfd = -1, err;
+		int fds[ST_MAX_FDS], nfds = 0, ctrunc = 0, err, attempt;
 		struct st_request *rq;
 		char *path, *cwd, **argv, **envp;
-		unsigned long i;
-		long flags;
 
-		iov.iov_base = reqbuf;
-		iov.iov_len = sizeof reqbuf;
-		for (i = 0; i < sizeof mh; i++)
-			((unsigned char *)&mh)[i] = 0;
-		mh.iov = &iov;
-		mh.iovlen = 1;
-		mh.control = ctl;
-		mh.controllen = sizeof ctl;
-		n = sys3(__NR_recvmsg, ST_FD_CONTROL, &mh, ST_MSG_CMSG_CLOEXEC);
+		n = recv_request(ST_FD_CONTROL, fds, &nfds, &ctrunc);
 		if (n == -4)
 			continue;
 		if (n <= 0)
 			sys1(__NR_exit_group, 0); /* the engine closed the sandbox */
-		if (mh.controllen >= sizeof(struct st_cmsghdr)) {
-			struct st_cmsghdr *cm = (struct st_cmsghdr *)ctl;
-			if (cm->level == ST_SOL_SOCKET && cm->type == ST_SCM_RIGHTS) {
-				nfds = (int)((cm->len - sizeof(struct st_cmsghdr)) / sizeof(int));
-				if (nfds > ST_MAX_FDS)
-					nfds = ST_MAX_FDS;
-				for (i = 0; i < (unsigned long)nfds; i++)
-					fds[i] = ((int *)(ctl + sizeof(struct st_cmsghdr)))[i];
-			}
-		}
 		err = parse(n, &rq, &path, &cwd, &argv, &envp);
-		if (err == 0 && (nfds != 4 || (mh.flags & ST_MSG_CTRUNC)))
+		if (err == 0 && (nfds != 4 || ctrunc))
 			err = -22;
+		for (attempt = 0; err == 0; attempt++) {
+			if ((err = (int)make_spare()) != 0)
+				break;
+			if ((err = (int)send_request(spare_sock, n, fds, nfds)) == 0)
+				break;
+			drop_spare(); /* it died waiting: make another, once */
+			if (err != -32 /* EPIPE */ || attempt > 0)
+				break;
+			err = 0;
+		}
+		close_fds(fds, nfds);
 		if (err) {
-			close_fds(fds, nfds);
 			answer(-1, err, -1);
 			continue;
 		}
-		flags = CLONE_PIDFD | SIGCHLD;
-		if (cflags & ST_CF_NEWPID)
-			flags |= CLONE_NEWPID;
-		if (cflags & ST_CF_NEWIPC)
-			flags |= CLONE_NEWIPC;
-		if (cflags & ST_CF_PROC)
-			flags |= CLONE_NEWNS;
-#if defined(__x86_64__)
-		r = sys5(__NR_clone, flags, 0, &pidfd, 0, cookie); /* flags, stack, ptid, ctid, tls */
-#else
-		r = sys5(__NR_clone, flags, 0, &pidfd, cookie, 0); /* flags, stack, ptid, tls, ctid */
-#endif
-		if (r == 0)
-			run_child(rq, fds, path, cwd, argv, envp);
-		close_fds(fds, nfds);
-		if (r < 0) {
-			answer(-1, (int)r, -1);
-			continue;
-		}
-		answer((int)r, 0, pidfd);
-		sys1(__NR_close, pidfd);
+		answer((int)spare_pid, 0, spare_pidfd);
+		drop_spare();
+		make_spare();
 	}
 }
