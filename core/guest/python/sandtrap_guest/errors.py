@@ -12,7 +12,10 @@ Hierarchy::
     ├── StPolicyNotPortable(StError, ValueError)   policy cannot cross to a worker
     ├── StTimeout(StError)                         wall-clock timeout
     ├── StTickLimit(StError)                       tick budget exhausted
-    └── StCancelled(StError)                       cancel() was called
+    ├── StCancelled(StError)                       cancel() was called
+    └── StOutsideExec(StError, GeneratorExit)      sandboxed code reached a checkpoint
+                                                   outside every exec (called or
+                                                   finalized by the host afterwards)
 
 The three limit errors derive from ``BaseException`` only, so sandboxed
 ``except Exception:`` cannot swallow them; the policy errors also derive from
@@ -86,7 +89,16 @@ class StCancelled(StError):
     """``cancel()`` was called on the running session."""
 
 
+class StOutsideExec(StError, GeneratorExit):
+    """Sandboxed code was about to run outside an ``exec``: a sandbox-defined function
+    called by the host after the exec returned, a generator's ``finally`` run by the
+    host's garbage collector, a weakref callback ... It stops at its first checkpoint
+    (the entry of a function, the start of a ``finally`` or ``except`` block, the
+    resumption after a ``yield``). It derives from ``GeneratorExit`` so that closing
+    a sandbox generator outside an exec ends it quietly."""
+
+
 __all__ = [
     "StError", "StValidationError", "StAttributeDenied", "StImportDenied",
-    "StCallDenied", "StPolicyNotPortable", "StTimeout", "StTickLimit", "StCancelled",
+    "StCallDenied", "StPolicyNotPortable", "StTimeout", "StTickLimit", "StCancelled", "StOutsideExec",
 ]
