@@ -257,10 +257,11 @@ class _SafeTypeMeta(type):
                 if p is not None:
                     return p
                 if issubclass(r, type):
-                    # a metaclass: the real one only when the policy grants it, else
-                    # this sandbox's own type (whose three-argument form is refused)
+                    # a metaclass: a stand-in of the real one when the policy grants
+                    # it (usable in class statements, not callable), else this
+                    # sandbox's own type (whose three-argument form is refused)
                     ok = cls.__dict__.get("_st_meta_ok")
-                    return r if ok is not None and ok(r) else cls
+                    return ok(r) if ok is not None else cls
                 if runtime_opaque(r):
                     return cls   # the runtime's own classes are not handed out
                 return r
@@ -313,6 +314,33 @@ def _no_construct_proxy(C: type):
 
     return _NoConstructMeta(C.__name__, (), {"__doc__": C.__doc__, "__module__": C.__module__,
                                              "__qualname__": C.__qualname__})
+
+
+def _meta_proxy(M: type):
+    """Stand-in for a host metaclass (``abc.ABCMeta``, ``enum.EnumMeta`` ...) read by
+    sandboxed code: isinstance/issubclass and member reads work, ``metaclass=`` in a
+    class statement uses the real one, but calling it (``M(name, bases, ns)``: a class
+    built outside a class statement, from a namespace the sandbox wrote, unmarked as
+    sandbox-defined) is refused."""
+
+    class _MetaProxyMeta(type):
+        _st_meta_of = M
+
+        def __call__(cls, *a, **k):
+            raise StCallDenied(f"the metaclass {M.__name__} cannot be called in the sandbox; "
+                               f"write a class statement (class X(metaclass={M.__name__}))")
+
+        def __instancecheck__(cls, inst):
+            return isinstance(inst, M)
+
+        def __subclasscheck__(cls, sub):
+            return isinstance(sub, type) and issubclass(sub, M)
+
+        def __repr__(cls):
+            return repr(M)
+
+    return _MetaProxyMeta(M.__name__, (), {"__doc__": M.__doc__, "__module__": M.__module__,
+                                           "__qualname__": M.__qualname__})
 
 
 class ExecToken:
@@ -479,7 +507,7 @@ class Gate:
             self.module_grants[id(g.module)] = (g.module, g)
         self.recursive_grants = [g for g in policy.modules.values() if g.recursive]
         self.SafeType = make_safe_type({real: p for p, real in self.proxies.items()})
-        type.__setattr__(self.SafeType, "_st_meta_ok", self.metaclass_granted)
+        type.__setattr__(self.SafeType, "_st_meta_ok", self.metaclass_for)
         self.session_modules: dict[int, types.ModuleType] = {}   # synthetic parents (session-long)
         self.exec_modules: dict[int, types.ModuleType] = {}      # per-exec modules
         self._fast_read: dict[type, set] = {}
@@ -491,6 +519,8 @@ class Gate:
         self._module_subst: dict[int, tuple[Any, Any]] = {}   # module attributes of any type
         self._meta_ok: dict[type, bool] = {}
         self._exec_classes: dict[type, tuple] = {}
+        self.meta_proxies: dict[type, type] = {}     # stand-in -> host metaclass
+        self._meta_proxy_of: dict[type, type] = {}
         self._shared: set[int] | None = None   # ids of granted modules' module-level objects
         self._shared_types: set[type] = set()
         self._build_substitutions()
@@ -556,11 +586,30 @@ class Gate:
         if t is types.ModuleType or isinstance(v, types.ModuleType):
             if isinstance(obj, types.ModuleType) and self.module_rule(v) is None:
                 raise _deny(obj, name, f"module {v.__name__!r} is not granted")
-        if (t is type or isinstance(v, type)) and runtime_opaque(v):
-            raise _deny(obj, name, "it is part of the sandbox's runtime")
+        if t is type or isinstance(v, type):
+            if runtime_opaque(v):
+                raise _deny(obj, name, "it is part of the sandbox's runtime")
+            if issubclass(v, type) and v is not type and getattr(v, "_st_meta_of", None) is None \
+                    and not issubclass(v, _SafeTypeMeta):
+                return self.meta_proxy(v)   # a host metaclass: usable, not callable
         return v
 
     # ---------------------------------------------------------- metaclasses
+    def metaclass_for(self, M: type):
+        """What ``type(C)`` gives sandboxed code for a class whose metaclass is ``M``."""
+        if M is type or M is _SafeTypeMeta:
+            return self.SafeType
+        if getattr(M, "_st_meta_of", None) is not None:
+            return M
+        return self.meta_proxy(M) if self.metaclass_granted(M) else self.SafeType
+
+    def meta_proxy(self, M: type):
+        p = self._meta_proxy_of.get(M)
+        if p is None:
+            p = self._meta_proxy_of[M] = _meta_proxy(M)
+            self.meta_proxies[p] = M
+        return p
+
     def metaclass_granted(self, M: type) -> bool:
         """``M`` (a metaclass) is reachable through the policy: a class grant, the
         metaclass of one, or an attribute of a granted module (or the metaclass of a
@@ -603,8 +652,11 @@ class Gate:
         meta = kw.get("metaclass")
         if meta is self.SafeType:
             kw["metaclass"] = meta = type
+        elif meta in self.meta_proxies:
+            kw["metaclass"] = meta = self.meta_proxies[meta]
         for b in bases:
-            if isinstance(b, type) and (issubclass(b, type) or b is self.SafeType or isinstance(b, _SafeTypeMeta)):
+            if isinstance(b, type) and (issubclass(b, type) or b is self.SafeType or isinstance(b, _SafeTypeMeta)
+                                        or b in self.meta_proxies):
                 raise StCallDenied("defining a metaclass is not supported in the sandbox")
         metas = [] if meta is None else [meta]
         metas.extend(type(b) for b in bases if isinstance(b, type))
@@ -618,6 +670,8 @@ class Gate:
             if getattr(M, "_st_exec_class", False):
                 raise StCallDenied("a class given through modules= cannot be subclassed in the sandbox "
                                    "(it is gone when the exec returns); pass it in namespace= instead")
+            if getattr(M, "_st_meta_of", None) is not None:
+                raise StCallDenied("defining a metaclass is not supported in the sandbox")
             if runtime_opaque(M) or is_user_type(M) or issubclass(M, _SafeTypeMeta):
                 raise StCallDenied("custom metaclasses are not supported in the sandbox")
         return builtins.__build_class__(func, name, *bases, **kw)
@@ -854,10 +908,16 @@ class Gate:
             return True
         return self._filter_ok(mro, name, None)
 
-    def _instance_ok(self, t: type, name: str) -> bool:
+    def _instance_ok(self, t: type, name: str, obj: Any = None) -> bool:
         if t in _OPAQUE or runtime_opaque(t):
             return False
         user = is_user_type(t)
+        if user and obj is not None and name[:1] == "_" and not _is_dunder(name) \
+                and name not in self._user_written.get(t, ()) and _host_instance_attrs(obj, t, name):
+            # a private instance attribute host code set (a host base's __init__):
+            # private, even where a sandbox class defines the same name (the
+            # instance's value shadows the class attribute)
+            return False
         return self._member_ok(t.__mro__, name, user, allow_init=user, inst_type=t)
 
     def _read_stable(self, mro, name, user: bool) -> bool:
@@ -918,7 +978,7 @@ class Gate:
                 return True    # super().__init_subclass__(**kw): object's no-op classmethod
             return self._member_ok(mro, name, True, allow_init=True)
         if isinstance(obj, type):
-            real = self.proxies.get(obj, obj)
+            real = self.proxies.get(obj) or self.meta_proxies.get(obj) or obj
             if runtime_opaque(real):
                 return False
             if name == "register" and self._host_abc(real):
@@ -930,7 +990,7 @@ class Gate:
             if _is_dunder(name):
                 return name in SAFE_DUNDER_ATTRS or name in SAFE_DUNDER_METHODS
             return is_user_function(obj) or not name.startswith("_")
-        return self._instance_ok(t, name)
+        return self._instance_ok(t, name, obj)
 
     @staticmethod
     def _host_abc(cls) -> bool:
@@ -989,7 +1049,7 @@ class Gate:
         if special is not None:
             return special
         if isinstance(obj, type):
-            real = self.proxies.get(obj)
+            real = self.proxies.get(obj) or self.meta_proxies.get(obj)
             if real is None:
                 real = self._exec_class(obj)
             cache = self._class_read.get(obj)

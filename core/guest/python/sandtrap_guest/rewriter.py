@@ -324,9 +324,20 @@ class Rewriter:
         return node
 
     def _annotation_strings(self, node, depth: int):
-        for c in ast.walk(node):
+        """The strings in type positions of an annotation: the annotation itself, the
+        arguments of a subscription (``List["X"]``), the operands of ``|``. (Strings
+        passed to calls are not evaluated by typing.)"""
+        todo = [node]
+        while todo:
+            c = todo.pop()
             if isinstance(c, ast.Constant) and isinstance(c.value, str):
                 c.value = self._annotation_string(c.value, c, depth)
+            elif isinstance(c, ast.Subscript):
+                todo.append(c.slice)
+            elif isinstance(c, (ast.Tuple, ast.List)):
+                todo.extend(c.elts)
+            elif isinstance(c, ast.BinOp) and isinstance(c.op, ast.BitOr):
+                todo.extend((c.left, c.right))
 
     def _annotation_string(self, text: str, where: ast.AST, depth: int) -> str:
         if depth > 20:
