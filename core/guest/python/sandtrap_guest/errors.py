@@ -43,9 +43,9 @@ class StValidationError(StError, Exception):
         self.col = col
         self.text = text
         if lineno is not None:
-            super().__init__(f"line {lineno}, col {col}: {message}")
+            Exception.__init__(self, f"line {lineno}, col {col}: {message}")
         else:
-            super().__init__(message)
+            Exception.__init__(self, message)
 
     def __reduce__(self):
         return (type(self), (self.message, self.lineno, self.col, self.text))
@@ -71,7 +71,7 @@ class StPolicyNotPortable(StError, ValueError):
 
     def __init__(self, problems):
         self.problems = list(problems)
-        super().__init__("policy is not portable:\n  - " + "\n  - ".join(self.problems))
+        ValueError.__init__(self, "policy is not portable:\n  - " + "\n  - ".join(self.problems))
 
     def __reduce__(self):
         return (type(self), (self.problems,))

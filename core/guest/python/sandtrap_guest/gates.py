@@ -120,9 +120,12 @@ _OPAQUE = frozenset(OPAQUE_TYPES)
 _MATCH_SELF = 1 << 22  # _Py_TPFLAGS_MATCH_SELF
 
 _type_dict = type.__dict__["__dict__"].__get__          # C-level, cannot be overridden
+# the super type under another name: a function that names ``super`` gets a __class__
+# cell, and a C callback could then make a zero-argument super() of the gate
+_SUPER = super
 _super_thisclass = super.__dict__["__thisclass__"].__get__
-_super_selfclass = super.__dict__["__self_class__"].__get__
-_super_self = super.__dict__["__self__"].__get__
+_super_selfclass = _SUPER.__dict__["__self_class__"].__get__
+_super_self = _SUPER.__dict__["__self__"].__get__
 _func_code = types.FunctionType.__dict__["__code__"].__get__
 
 
@@ -960,7 +963,7 @@ class Gate:
 
     def _decide_read(self, obj, name) -> bool:
         t = type(obj)
-        if t is super:
+        if t is _SUPER:
             this = _super_thisclass(obj)
             if not is_user_class(this):
                 # super(HostClass, obj) skips the host class's own members and its
@@ -1006,7 +1009,7 @@ class Gate:
         """Members replaced by gated versions (returns a callable or None)."""
         if name == "format" or name == "format_map":
             t = type(obj)
-            if t is super:
+            if t is _SUPER:
                 self_obj = _super_self(obj)
                 this = _super_thisclass(obj)
                 selfcls = _super_selfclass(obj)
@@ -1025,11 +1028,11 @@ class Gate:
                 d = _definer(obj.__mro__, name)
                 if d is None or not is_user_class(d):
                     return self._unbound_format(name)
-        if name == "__new__" and (type(obj) is super or isinstance(obj, type)):
-            if type(obj) is super and not is_user_class(_super_thisclass(obj)):
+        if name == "__new__" and (type(obj) is _SUPER or isinstance(obj, type)):
+            if type(obj) is _SUPER and not is_user_class(_super_thisclass(obj)):
                 return None
             return self._guarded_new(obj)
-        if type(obj) is super and name in ("__setattr__", "__delattr__"):
+        if type(obj) is _SUPER and name in ("__setattr__", "__delattr__"):
             this = _super_thisclass(obj)
             if is_user_class(this) and _super_self(obj) is not None:
                 return self._guarded_super_setattr(obj, name)
@@ -1069,7 +1072,7 @@ class Gate:
             ok = self._decide_read(obj, name)
             if not ok:
                 raise _deny(obj, name)
-            if t is not super and t is not types.FunctionType and t not in _OPAQUE:
+            if t is not _SUPER and t is not types.FunctionType and t not in _OPAQUE:
                 if self._read_stable(t.__mro__, name, is_user_type(t)):
                     fast = self._fast_read.get(t)
                     if fast is None:
@@ -1146,7 +1149,7 @@ class Gate:
             if _is_dunder(name):
                 return None if name in WRITABLE_DUNDERS else "structural attribute"
             return None
-        if t is super or t in (types.MethodType, types.BuiltinFunctionType):
+        if t is _SUPER or t in (types.MethodType, types.BuiltinFunctionType):
             return "read-only object"
         if _is_dunder(name):
             return "dunder attributes cannot be written in the sandbox"
@@ -1264,7 +1267,7 @@ class Gate:
         return format
 
     def _guarded_new(self, obj):
-        if type(obj) is super:
+        if type(obj) is _SUPER:
             target = getattr(obj, "__new__")
         else:
             target = getattr(self.proxies.get(obj, obj), "__new__")

@@ -75,7 +75,7 @@ def substitutions(gate):
         mine = rnd.Random()   # this session's own generator, seeded from the OS
         for n in dir(rnd):
             v = getattr(rnd, n, None)
-            if isinstance(v, types.MethodType) and v.__self__ is inst:
+            if isinstance(v, (types.MethodType, types.BuiltinMethodType)) and getattr(v, "__self__", None) is inst:
                 out.append((v, getattr(mine, v.__name__)))
     dec = mods.get("decimal")
     if dec is not None:

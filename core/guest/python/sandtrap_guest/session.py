@@ -1065,7 +1065,7 @@ _HIDDEN_KEYS = frozenset({"__builtins__", "__name__", "__doc__", "__annotations_
 def _user_namespace(ns: dict) -> dict:
     return {k: v for k, v in ns.items()
             if k not in _HIDDEN_KEYS and not k.startswith(rw.RESERVED_PREFIX)
-            and not isinstance(v, types.ModuleType)}
+            and not issubclass(type(v), types.ModuleType)}   # (isinstance would run a sandbox hook)
 
 
 def _is_internal(code) -> bool:
