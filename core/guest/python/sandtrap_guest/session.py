@@ -231,7 +231,7 @@ except (ValueError, OSError, AttributeError):
 class _Meter:
     __slots__ = ("base", "armed", "stride", "running", "tripped", "cancelled", "deadline",
                  "tick_limit", "memory_limit", "rss_base", "last_chk", "last_mem", "timeout",
-                 "cell", "mem_over", "peak", "forced")
+                 "cell", "peak", "forced")
 
     def __init__(self, cell):
         self.base = 0
@@ -248,9 +248,8 @@ class _Meter:
         self.last_mem = 0.0
         self.timeout: float | None = None
         self.cell = cell
-        self.mem_over = 0        # growth the watchdog saw beyond memory_limit
         self.peak = False        # rss readings are peaks since the exec started
-        self.forced = False
+        self.forced = False      # the watchdog asked for a check
 
     def grown(self) -> int:
         return (_read_peak() if self.peak else _read_rss()) - self.rss_base
@@ -258,15 +257,16 @@ class _Meter:
 
 class _Watchdog:
     """One daemon thread for every session of the process. While an exec runs with a
-    timeout, a memory limit or a pending cancel, it watches the clock and the
-    process's (peak) RSS without depending on the code reaching a checkpoint count:
-    when a limit is passed it zeroes the session's tick countdown, so the very next
-    checkpoint (the next loop iteration, call, ...) runs the checks — however slow
-    each iteration has become. (Code inside one long C call still holds the thread
-    until the call returns.)"""
+    timeout, a memory limit or a pending cancel, it zeroes the session's tick
+    countdown — at the deadline, at the cancel, and every ``POLL`` seconds under a
+    memory limit — so the very next checkpoint (the next loop iteration, call, ...)
+    runs the checks, however slow each iteration has become and however long the
+    stride it was on. It never reads anything itself: a read would release the GIL,
+    and the exec thread would run another long step before the countdown is zeroed.
+    (Code inside one long C call still holds the thread until the call returns.)"""
 
-    POLL = 0.005     # memory sampling interval
-    FORCE = 0.001    # re-zeroing interval until the exec notices
+    POLL = 0.005     # memory-limit checks are forced this often
+    FORCE = 0.001    # re-zeroing interval until the exec notices a limit
 
     def __init__(self):
         self._cond = threading.Condition()
@@ -309,21 +309,17 @@ class _Watchdog:
                 self._cond.wait(wait)
 
     def _check(self, m: _Meter, now: float):
-        """Force a check when a limit is passed; returns seconds until the next look."""
+        """Zero the countdown when a check is due; seconds until the next look."""
         if not m.running or m.tripped is not None:
             return None
-        due = m.cancelled or (m.deadline is not None and now >= m.deadline)
-        if m.memory_limit is not None:
-            grown = m.grown()
-            if grown > m.memory_limit and grown > m.mem_over:
-                m.mem_over = grown
-            due = due or m.mem_over > 0
-        if due:
+        if m.cancelled or (m.deadline is not None and now >= m.deadline):
             m.forced = True
             m.cell.cell_contents = 0   # the next checkpoint runs __st_chk__
             return self.FORCE
-        wait = None if m.deadline is None else max(m.deadline - now, 0.0)
+        wait = None if m.deadline is None else m.deadline - now
         if m.memory_limit is not None:
+            m.forced = True
+            m.cell.cell_contents = 0   # __st_chk__ reads the (peak) RSS
             wait = self.POLL if wait is None else min(wait, self.POLL)
         return wait
 
@@ -413,11 +409,10 @@ class GuestSession:
                 deadline = m.deadline
                 if deadline is not None and now >= deadline:
                     raise session._trip(StTimeout(f"execution exceeded the timeout of {m.timeout:g}s"))
-                if m.memory_limit is not None and (m.mem_over or now - m.last_mem >= _MEM_INTERVAL):
+                if m.memory_limit is not None and (m.forced or now - m.last_mem >= _MEM_INTERVAL):
+                    m.forced = False
                     m.last_mem = now
                     grown = m.grown()
-                    if m.mem_over > grown:
-                        grown = m.mem_over
                     if grown > m.memory_limit:
                         raise session._trip(MemoryError(
                             f"memory limit of {m.memory_limit} bytes exceeded (RSS grew by {grown} bytes)"))
@@ -785,7 +780,6 @@ class GuestSession:
         m.tick_limit = pol.tick_limit
         m.memory_limit = pol.memory_limit
         m.timeout = pol.timeout
-        m.mem_over = 0
         m.forced = False
         first = 1 if pol.tick_limit is None else min(1, pol.tick_limit)
         m.armed = first
@@ -813,7 +807,7 @@ class GuestSession:
         finally:
             ticks = self._ticks_now()
             if m.memory_limit is not None and m.tripped is None:
-                grown = max(m.grown(), m.mem_over)
+                grown = m.grown()
                 if grown > m.memory_limit:
                     # also memory allocated and freed again after the last check
                     self._trip(MemoryError(
