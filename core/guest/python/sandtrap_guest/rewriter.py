@@ -16,10 +16,11 @@ The rewrite:
 * ``import a.b`` / ``from a import b`` -> assignments from ``__st_import__`` /
   ``__st_importfrom__``
 * loop bodies, function bodies: an inlined checkpoint
-  ``if (__st_n__ := __st_n__ - 1) < 0: __st_chk__()`` (``nonlocal __st_n__`` is
+  ``if not (__st_n__ := __st_n__ - 1): __st_chk__()`` (the countdown never goes
+  below zero: whoever arms it writes at least 1) (``nonlocal __st_n__`` is
   declared in every function body); loops directly in a class body call
   ``__st_tick__()`` instead
-* comprehension steps: ``if (__st_n__ := __st_n__ - 1) >= 0 or __st_chk__()`` as the
+* comprehension steps: ``if (__st_n__ := __st_n__ - 1) or __st_chk__()`` as the
   first condition of every ``for`` clause, or ``if __st_tick__()`` where an
   assignment expression is not allowed (class bodies, lambdas, comprehension
   iterables)
@@ -148,7 +149,7 @@ def _checkpoint_stmt(loc: ast.AST, inline: bool = True) -> ast.stmt:
         # class bodies: no assignment to the closure counter from a class scope
         return _locate(ast.Expr(value=_call(TICK)), loc)
     node = ast.If(
-        test=ast.Compare(left=_decrement(), ops=[ast.Lt()], comparators=[_const(0)]),
+        test=ast.UnaryOp(op=ast.Not(), operand=_decrement()),
         body=[ast.Expr(value=_call(CHK))],
         orelse=[],
     )
@@ -914,7 +915,7 @@ class Rewriter:
             if inline:
                 self.uses_n = True
                 tick = ast.BoolOp(op=ast.Or(), values=[
-                    ast.Compare(left=_decrement(), ops=[ast.GtE()], comparators=[_const(0)]),
+                    _decrement(),
                     _call(CHK)])
             else:
                 tick = _call(TICK)

@@ -314,12 +314,12 @@ class _Watchdog:
             return None
         if m.cancelled or (m.deadline is not None and now >= m.deadline):
             m.forced = True
-            m.cell.cell_contents = 0   # the next checkpoint runs __st_chk__
+            m.cell.cell_contents = 1   # the next checkpoint runs __st_chk__
             return self.FORCE
         wait = None if m.deadline is None else m.deadline - now
         if m.memory_limit is not None:
             m.forced = True
-            m.cell.cell_contents = 0   # __st_chk__ reads the (peak) RSS
+            m.cell.cell_contents = 1   # __st_chk__ reads the (peak) RSS
             wait = self.POLL if wait is None else min(wait, self.POLL)
         return wait
 
@@ -349,9 +349,11 @@ class GuestSession:
                 raise ValueError(f"filesystem_root {root!r} is not a directory")
             self.filesystem_root = root
         self._lock = threading.Lock()
-        # the tick countdown (rewriter.N); 0 outside an exec, so that sandboxed code the
-        # host runs afterwards stops at its first checkpoint (StOutsideExec)
-        self._cell = types.CellType(0)
+        # the tick countdown (rewriter.N): a checkpoint decrements it and calls
+        # __st_chk__ when it reaches 0, so it is never armed below 1. 1 outside an
+        # exec: sandboxed code the host runs afterwards stops at its first checkpoint
+        # (StOutsideExec)
+        self._cell = types.CellType(1)
         self._meter = _Meter(self._cell)
         self._cap = _Capture(None)
         self._err = _Capture(None)
@@ -390,13 +392,13 @@ class GuestSession:
             base = m.base + m.armed - n
             m.base = base
             if not m.running:
-                m.armed = 0
-                cell.cell_contents = 0
+                m.armed = 1
+                cell.cell_contents = 1
                 raise StOutsideExec("sandboxed code runs only inside exec(): this was called (or finalized) "
                                     "by the host after the exec returned")
             if m.tripped is not None:
-                m.armed = 0
-                cell.cell_contents = 0
+                m.armed = 1
+                cell.cell_contents = 1
                 err = m.tripped
                 raise type(err)(*err.args)
             limit = m.tick_limit
@@ -417,8 +419,8 @@ class GuestSession:
                         raise session._trip(MemoryError(
                             f"memory limit of {m.memory_limit} bytes exceeded (RSS grew by {grown} bytes)"))
             except BaseException:
-                m.armed = 0
-                cell.cell_contents = 0
+                m.armed = 1
+                cell.cell_contents = 1
                 raise
             dt = now - m.last_chk
             m.last_chk = now
@@ -434,7 +436,7 @@ class GuestSession:
                 stride = grown2 if grown2 < _MAX_STRIDE else _MAX_STRIDE
                 m.stride = stride
             if limit is not None and limit - base < stride:
-                stride = limit - base
+                stride = limit - base + 1   # the check at tick limit + 1 (base <= limit here)
             m.armed = stride
             cell.cell_contents = stride
             return True
@@ -781,9 +783,8 @@ class GuestSession:
         m.memory_limit = pol.memory_limit
         m.timeout = pol.timeout
         m.forced = False
-        first = 1 if pol.tick_limit is None else min(1, pol.tick_limit)
-        m.armed = first
-        self._cell.cell_contents = first
+        m.armed = 1           # the first checkpoint checks
+        self._cell.cell_contents = 1
         if pol.memory_limit is not None:
             m.peak = _reset_peak()
             m.rss_base = _read_rss()
@@ -834,8 +835,8 @@ class GuestSession:
             if watched:
                 _WATCHDOG.unwatch(m)
             m.running = False
-            m.armed = 0
-            self._cell.cell_contents = 0     # sandboxed code the host runs later stops at once
+            m.armed = 1
+            self._cell.cell_contents = 1     # sandboxed code the host runs later stops at once
             m.base = 0
             token.alive = False              # values given through modules= are gone
             self.gate.exec_done()
@@ -929,7 +930,7 @@ def _state_guards(policy) -> list:
 def _tick_template_factory(__st_n__, chk):
     def __st_tick__():
         nonlocal __st_n__
-        if (__st_n__ := __st_n__ - 1) < 0:
+        if not (__st_n__ := __st_n__ - 1):
             chk()
         return True
     return __st_tick__
