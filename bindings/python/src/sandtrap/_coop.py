@@ -212,8 +212,12 @@ class CoopSandbox:
         for extra in ("/lib64", "/lib32"):
             if os.path.exists(extra):
                 readable.add(extra)
-        for g in self.policy.modules.values():
-            f = getattr(g.module, "__file__", None)
+        # the worker re-imports every grant by reference: the modules granted, and
+        # those defining granted classes and (host_fns aside) functions
+        grant_modules = [g.module for g in self.policy.modules.values()]
+        grant_modules += [sys.modules.get(getattr(g.cls, "__module__", "")) for g in self.policy.classes.values()]
+        for m in grant_modules:
+            f = getattr(m, "__file__", None)
             if f:
                 readable.add(os.path.dirname(os.path.realpath(f)))
         readable = {os.path.realpath(p) for p in readable if p and os.path.exists(p)}

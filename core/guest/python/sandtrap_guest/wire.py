@@ -176,7 +176,8 @@ def _clean_str(s: str) -> str:
         s.encode("utf-8")
         return s
     except UnicodeEncodeError:
-        return s.encode("utf-8", "replace").decode("utf-8")
+        import re
+        return re.sub("[\ud800-\udfff]", "\ufffd", s)
 
 
 def error_to_wire(error: BaseException | None, traceback_text: str | None = None,
