@@ -13,7 +13,7 @@ Hierarchy::
     ├── StTimeout(StError)                         wall-clock timeout
     ├── StTickLimit(StError)                       tick budget exhausted
     ├── StCancelled(StError)                       cancel() was called
-    └── StOutsideExec(StError, GeneratorExit)      sandboxed code reached a checkpoint
+    └── StOutsideExec(StError, GeneratorExit, Exception)  sandboxed code reached a checkpoint
                                                    outside every exec (called or
                                                    finalized by the host afterwards)
 
@@ -89,7 +89,7 @@ class StCancelled(StError):
     """``cancel()`` was called on the running session."""
 
 
-class StOutsideExec(StError, GeneratorExit):
+class StOutsideExec(StError, GeneratorExit, Exception):
     """Sandboxed code was about to run outside an ``exec``: a sandbox-defined function
     called by the host after the exec returned, a generator's ``finally`` run by the
     host's garbage collector, a weakref callback ... It stops at its first checkpoint

@@ -267,12 +267,14 @@ class _Watchdog:
 
     POLL = 0.005     # memory-limit checks are forced this often
     FORCE = 0.001    # re-zeroing interval until the exec notices a limit
+    IDLE = 1.0       # a look at least this often (a new exec's deadline is planned then)
 
     def __init__(self):
         self._cond = threading.Condition()
         self._meters: dict[int, _Meter] = {}
         self._thread: threading.Thread | None = None
         self._pid = 0
+        self._next_wake: float | None = None
 
     def watch(self, m: _Meter) -> None:
         if self._pid != os.getpid():
@@ -280,13 +282,20 @@ class _Watchdog:
             self._cond = threading.Condition()
             self._meters = {}
             self._thread = None
+            self._next_wake = None
             self._pid = os.getpid()
         with self._cond:
             self._meters[id(m)] = m
-            if self._thread is None or not self._thread.is_alive():
+            if self._thread is None:   # (it only ever stops with the process; a fork is handled above)
                 self._thread = threading.Thread(target=self._run, name="sandtrap-watchdog", daemon=True)
                 self._thread.start()
-            self._cond.notify()
+            # wake it only when this exec needs a look before the one it planned
+            # (a thread switch per exec otherwise)
+            need = None if m.deadline is None else m.deadline
+            if m.memory_limit is not None or m.cancelled:
+                need = 0.0
+            if need is not None and (self._next_wake is None or need < self._next_wake):
+                self._cond.notify()
 
     def unwatch(self, m: _Meter) -> None:
         with self._cond:
@@ -301,11 +310,12 @@ class _Watchdog:
         with self._cond:
             while True:
                 now = mono()
-                wait = None
+                wait = self.IDLE
                 for m in list(self._meters.values()):
                     w = self._check(m, now)
-                    if w is not None and (wait is None or w < wait):
+                    if w is not None and w < wait:
                         wait = w
+                self._next_wake = now + wait
                 self._cond.wait(wait)
 
     def _check(self, m: _Meter, now: float):
