@@ -220,6 +220,13 @@ class Policy:
     ``os.system`` do); without it the kernel refuses them with ``EPERM``, whatever
     is granted. (At ``"process"`` nothing is refused by the kernel; at ``"none"``
     only the Python layer stands between a grant and the host.)
+
+    Where the policy is enforced depends on the sandbox's ``isolation``:
+    ``"kernel"`` adds Landlock, seccomp and limits under the Python layer (use it for
+    code you do not trust); ``"process"`` only runs it in another process, which
+    reads and writes every file the host can and has the network; ``"none"`` runs it
+    in the host's own process. See the guest runtime's README for what each level
+    guarantees.
     """
 
     def __init__(self, timeout: float | None = 30.0, tick_limit: int | None = None,
