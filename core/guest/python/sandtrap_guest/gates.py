@@ -113,7 +113,7 @@ _C_DESCRIPTOR_TYPES = frozenset({types.WrapperDescriptorType, types.MethodWrappe
 # Names whose reads are decided per object (gated replacements, definer-dependent):
 # never cached.
 _SPECIAL_NAMES = frozenset({"format", "format_map", "__new__", "__setattr__", "__delattr__", "register",
-                            "__init_subclass__"})
+                            "__init_subclass__", "__init__", "__call__"})
 
 OPAQUE_TYPES = (types.FrameType, types.TracebackType, types.CodeType, types.CellType)
 _OPAQUE = frozenset(OPAQUE_TYPES)
@@ -413,16 +413,29 @@ class ExecRef:
         del _ref_live(self)[_unref(key)]
 
     def __enter__(self):
-        return _ref_live(self).__enter__()
+        return _getattr_as(_ref_live(self), "__enter__", self)()
 
     def __exit__(self, *exc):
-        return _ref_live(self).__exit__(*exc)
+        return _getattr_as(_ref_live(self), "__exit__", self)(*exc)
 
     async def __aenter__(self):
-        return await _ref_live(self).__aenter__()
+        return await _getattr_as(_ref_live(self), "__aenter__", self)()
 
     async def __aexit__(self, *exc):
-        return await _ref_live(self).__aexit__(*exc)
+        return await _getattr_as(_ref_live(self), "__aexit__", self)(*exc)
+
+
+def _getattr_as(real, name, shown):
+    """getattr(real, name) for a stand-in ``shown``: an AttributeError names the
+    stand-in (``AttributeError.obj`` would hand out the real object)."""
+    if real is shown:
+        return getattr(real, name)
+    err = None
+    try:
+        return getattr(real, name)
+    except AttributeError as e:
+        err = AttributeError(*e.args, name=name, obj=shown)
+    raise err
 
 
 _REF_TARGET = ExecRef.__dict__["_st_target"].__get__
@@ -763,7 +776,16 @@ class Gate:
 
     def _read_ref(self, ref, name):
         target = _ref_live(ref)
-        return self.exec_value(self.ga(target, name), _REF_TOKEN(ref))
+        err = None
+        try:
+            v = self.ga(target, name)
+        except AttributeError as e:
+            if type(e) is not AttributeError:
+                raise   # the gate's own refusal names no object
+            err = AttributeError(*e.args, name=name, obj=ref)
+        if err is not None:
+            raise err   # (outside the handler: no __context__ holding the real object)
+        return self.exec_value(v, _REF_TOKEN(ref))
 
     # ----------------------------------------------------- shared host state
     def _shared_ids(self) -> set:
@@ -1028,6 +1050,15 @@ class Gate:
                 d = _definer(obj.__mro__, name)
                 if d is None or not is_user_class(d):
                     return self._unbound_format(name)
+        if isinstance(obj, type) and (name == "__init__" or name == "__call__"):
+            real = self.proxies.get(obj) or self.meta_proxies.get(obj) or self._exec_class(obj)
+            d = _definer(real.__mro__, name)
+            if name == "__call__" and d is None:
+                # not an instance method of the class: its metaclass's __call__, bound
+                # to the real class — its constructor, past constructable=False
+                raise _deny(obj, name, "a class's constructor is reached by calling the class")
+            if name == "__init__" and d is not None and not is_user_class(d):
+                return self._guarded_init(real, d)
         if name == "__new__" and (type(obj) is _SUPER or isinstance(obj, type)):
             if type(obj) is _SUPER and not is_user_class(_super_thisclass(obj)):
                 return None
@@ -1067,7 +1098,7 @@ class Gate:
                     cache[name] = ok
             if not ok:
                 raise _deny(obj, name)
-            v = getattr(real, name)
+            v = _getattr_as(real, name, obj)
         else:
             ok = self._decide_read(obj, name)
             if not ok:
@@ -1278,6 +1309,20 @@ class Gate:
             return target(cls, *args, **kwargs)
 
         return __new__
+
+    def _guarded_init(self, real, definer):
+        """``HostClass.__init__`` read from a class: initializes only instances of
+        sandbox classes (``Base.__init__(self)`` in a sandbox subclass), never an
+        existing host object (which would rewrite its private state)."""
+        init = _type_dict(definer)["__init__"]
+
+        def __init__(self_, *args, **kwargs):
+            if not is_user_type(type(self_)):
+                raise StCallDenied(f"{real.__name__}.__init__ may only initialize instances of classes "
+                                   "defined in the sandbox")
+            return init(self_, *args, **kwargs)
+
+        return __init__
 
     def _guarded_super_setattr(self, sup, which):
         method = getattr(sup, which)

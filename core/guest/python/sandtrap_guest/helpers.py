@@ -87,6 +87,16 @@ def substitutions(gate):
     if _ITERTOOLS is None and "itertools" in mods:
         _ITERTOOLS = _itertools_subs()     # one set of classes per process
     out.extend(_ITERTOOLS or ())
+    # decorators that change the class or function they are given with real setattr:
+    # on a host class they would change it for the whole process
+    for modname, names in (("dataclasses", ("dataclass",)), ("functools", ("total_ordering",)),
+                           ("typing", ("final", "runtime_checkable", "no_type_check", "override")),
+                           ("abc", ("update_abstractmethods",))):
+        m = mods.get(modname)
+        for n in names:
+            real = getattr(m, n, None) if m is not None else None
+            if real is not None:
+                out.append((real, _sandbox_targets_only(real, f"{modname}.{n}")))
     # ABCMeta.register on host ABCs is refused by the gate itself (gates._host_abc)
     seen = set()
     uniq = []
@@ -165,6 +175,36 @@ def _itertools_subs():
 
 
 _ITERTOOLS = None
+
+
+# ------------------------------------------------------- mutating decorators
+def _sandbox_targets_only(real, what: str):
+    from .gates import is_user_class, is_user_function
+
+    def check(target):
+        if isinstance(target, type):
+            if not is_user_class(target):
+                raise StCallDenied(f"{what} would change the host class {target.__qualname__} for the whole "
+                                   "process; apply it to classes defined in the sandbox")
+        elif callable(target) and not is_user_function(target):
+            raise StCallDenied(f"{what} would change the host function {getattr(target, '__qualname__', '?')}; "
+                               "apply it to functions defined in the sandbox")
+        return target
+
+    def guarded(*args, **kwargs):
+        if args:
+            check(args[0])
+            return real(*args, **kwargs)
+        deco = real(**kwargs)     # the decorator-factory form: dataclass(frozen=True)
+
+        def apply(target):
+            return deco(check(target))
+        return apply
+
+    guarded.__name__ = real.__name__
+    guarded.__qualname__ = real.__qualname__
+    guarded.__doc__ = real.__doc__
+    return guarded
 
 
 # ------------------------------------------------------------------ functools

@@ -79,6 +79,46 @@ def run_sandbox(entry, GuestSession, Policy):
     return r
 
 
+def run_plain_isolated(entries) -> dict:
+    """``run_plain`` of every entry, each in its own fork of one helper process (an
+    attack that works changes that process: a host class decorated, a registry
+    filled); name -> (plain holds, what went wrong)."""
+    import subprocess
+    helper = (
+        "import json, os, sys, traceback\n"
+        f"sys.path.insert(0, {HERE!r}); sys.path.insert(0, {os.path.dirname(HERE)!r})\n"
+        "import corpus\n"
+        "out = {}\n"
+        "for e in json.loads(sys.stdin.read()):\n"
+        "    r, w = os.pipe()\n"
+        "    pid = os.fork()\n"
+        "    if pid == 0:\n"
+        "        os.close(r)\n"
+        "        try:\n"
+        "            res = [corpus.run_plain(e), '']\n"
+        "        except BaseException as ex:\n"
+        "            res = [False, f'{type(ex).__name__}: {ex}']\n"
+        "        os.write(w, json.dumps(res).encode())\n"
+        "        os._exit(0)\n"
+        "    os.close(w)\n"
+        "    data = b''\n"
+        "    while True:\n"
+        "        chunk = os.read(r, 65536)\n"
+        "        if not chunk:\n"
+        "            break\n"
+        "        data += chunk\n"
+        "    os.close(r)\n"
+        "    os.waitpid(pid, 0)\n"
+        "    out[e['name']] = json.loads(data) if data else [False, 'the child died']\n"
+        "print(json.dumps(out))\n"
+    )
+    p = subprocess.run([sys.executable, "-c", helper], input=json.dumps(entries), capture_output=True, text=True,
+                       timeout=600)
+    if p.returncode != 0:
+        raise RuntimeError(p.stderr[-3000:])
+    return {k: tuple(v) for k, v in json.loads(p.stdout.strip().splitlines()[-1]).items()}
+
+
 def run_plain(entry) -> bool:
     """Run the attack with plain exec() and real builtins; True when ``plain`` holds."""
     ns = {"__builtins__": builtins}

@@ -55,6 +55,20 @@ class Counter:
         self._secret = os.system  # a private attribute set by host code
 
 
+def make_counter():
+    return Counter(1)
+
+
+class Rank:
+    """A host class with one ordering method (for total_ordering)."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __lt__(self, other):
+        return self.n < other.n
+
+
 class Settings:
     """A module-level object of a granted module: shared with the host process."""
 
