@@ -977,7 +977,28 @@ def _main_code(module_code: types.CodeType) -> types.CodeType:
     if main.co_flags & _CO_NOT_PLAIN or not main.co_flags & _CO_NEWLOCALS or main.co_argcount \
             or main.co_kwonlyargcount or main.co_freevars not in ((), (rw.N,)):
         raise StValidationError("code could not be compiled: unexpected module wrapper")
+    if not _HAS_QUALNAME:
+        return _strip_qualnames_310(main).replace(co_name="<module>")
     return _strip_qualnames(main).replace(co_name="<module>", co_qualname="<module>")
+
+
+_HAS_QUALNAME = hasattr(types.CodeType, "co_qualname")
+
+
+def _strip_qualnames_310(code: types.CodeType) -> types.CodeType:
+    """Python 3.10: a function's qualname is a string constant of the code that makes
+    it (there is no co_qualname)."""
+    consts = list(code.co_consts)
+    changed = False
+    for i, c in enumerate(consts):
+        if isinstance(c, types.CodeType):
+            n = _strip_qualnames_310(c)
+            changed = changed or n is not c
+            consts[i] = n
+        elif type(c) is str and c.startswith(_MAIN_PREFIX):
+            consts[i] = c[len(_MAIN_PREFIX):]
+            changed = True
+    return code.replace(co_consts=tuple(consts)) if changed else code
 
 
 def _strip_qualnames(code: types.CodeType) -> types.CodeType:

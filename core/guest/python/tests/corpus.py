@@ -9,7 +9,8 @@ session); ``error`` (the exact exception class name the last exec must end in) a
 ``modules`` (per-exec modules ``{name: {attr: "module:qualname" or "...()"}}``, given to
 the first exec only with ``modules_first_only``), ``session`` (``{"echo": true}``),
 ``policy`` (Policy keyword arguments), ``levels`` (the isolation levels it applies to,
-when not all: objects given by ``inject``/``modules`` cannot cross to a worker), and
+when not all: objects given by ``inject``/``modules`` cannot cross to a worker),
+``min_python`` (the plain-exec attack needs this Python: what it reaches is newer), and
 ``plain``: an expression that must be true in the namespace the code leaves when run by
 plain ``exec()`` with real builtins (the grants imported, the classes and injected
 objects bound by name) — the attack works when nothing stands in its way.
@@ -27,7 +28,7 @@ import types
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ENTRY_KEYS = {"name", "code", "error", "contains", "grants", "policy", "plain", "classes", "inject", "modules",
-              "modules_first_only", "session", "levels"}
+              "modules_first_only", "session", "levels", "min_python"}
 
 
 def load() -> list:

@@ -7,6 +7,8 @@ same code must succeed (``plain`` holds): the attack is real, and the test can f
 See corpus.py for the entry format.
 """
 
+import sys
+
 import pytest
 
 import corpus
@@ -47,5 +49,7 @@ def plain_results():
 
 @pytest.mark.parametrize("entry", PLAIN, ids=[e["name"] for e in PLAIN])
 def test_escape_works_under_plain_exec(entry, plain_results):
+    if tuple(entry.get("min_python", ())) > sys.version_info[:2]:
+        pytest.skip(f"the attack reaches what Python {entry['min_python']} added (the sandbox side runs anyway)")
     ok, why = plain_results[entry["name"]]
     assert ok, f"the attack does not work even without the sandbox ({entry['plain']}): {why}"
