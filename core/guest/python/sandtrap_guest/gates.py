@@ -732,13 +732,17 @@ class Gate:
         g = self._grant_for(t.__mro__)[0]
         if g is not None and not g.constructable:
             return f"{t.__name__} cannot be constructed in the sandbox (constructable=False)"
-        if is_user_type(t):
-            from .helpers import _REDUCE_DUNDERS
-            for c in t.__mro__:
-                if is_user_class(c):
-                    for n in _REDUCE_DUNDERS:
-                        if n in _type_dict(c):
-                            return f"class {t.__name__} defines {n}, which copy would act on unchecked"
+        from .helpers import _REDUCE_DUNDERS
+        for n in _REDUCE_DUNDERS:
+            # the reduce protocol as the sandbox wrote it — in a class statement, or
+            # handed to host code that built a class from it (enum's functional API)
+            d = _definer(t.__mro__, n)
+            if d is None:
+                continue
+            v = _type_dict(d)[n]
+            v = getattr(v, "__func__", v) if isinstance(v, (staticmethod, classmethod)) else v
+            if is_user_class(d) or is_user_function(v):
+                return f"class {t.__name__} defines {n} in the sandbox, which copy would act on unchecked"
         return None
 
     _DEEPCOPY_MODULES = frozenset({"datetime", "decimal", "fractions", "uuid", "pathlib", "ipaddress", "re",

@@ -122,7 +122,7 @@ def run_plain_isolated(entries) -> dict:
 
 def run_plain(entry) -> bool:
     """Run the attack with plain exec() and real builtins; True when ``plain`` holds."""
-    ns = {"__builtins__": builtins}
+    ns = {"__builtins__": builtins, "__name__": "__main__"}   # as the sandbox's namespace has
     for c in entry.get("classes", []):
         cls = resolve(c["ref"])
         ns[cls.__name__] = cls
