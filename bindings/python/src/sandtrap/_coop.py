@@ -312,12 +312,14 @@ class CoopSandbox:
             by.append("engine seccomp filter")
         self._report["subprocess"] = {"allowed": False, "enforced_by": by}
         if not by:
-            msg = "the worker could not refuse process creation (no seccomp filter installed)"
+            msg = f"the worker could not refuse process creation ({installed.get('spawn') or 'no filter installed'})"
             if not self.allow_degraded:
                 self._end_worker()
                 raise IsolationUnavailable(msg)
-            self._report.setdefault("degraded", [])
-            self._report["degraded"] = [*self._report["degraded"], f"subprocess: {msg}"]
+            degraded = list(self._report.get("degraded") or [])
+            if f"subprocess: {msg}" not in degraded:
+                degraded.append(f"subprocess: {msg}")
+            self._report["degraded"] = degraded
 
     def _end_worker(self) -> None:
         """Kill the worker (a protocol violation, the deadline): the next exec starts a

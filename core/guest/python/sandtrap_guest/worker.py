@@ -14,7 +14,7 @@ it and the host. Frames, host → worker:
 
 worker → host:
 
-    {"op": "ready", "pid": int, "seccomp": {"engine": int|None, "spawn": "denied"|"allowed"}}
+    {"op": "ready", "pid": int, "seccomp": {"engine": int|None, "spawn": "denied"|"allowed"|"not refused: ..."}}
         (engine: instructions of the engine's fork filter installed; spawn: whether this
         worker refuses fork/clone/execve) / {"op": "error", "message": str}
     {"op": "call", "name": str, "args": [...], "kwargs": {...}}   (a policy.fn grant, run by the host)
@@ -412,8 +412,12 @@ def main() -> int:
                     import ctypes  # noqa: F401 - loaded once here, used by every fork
                     import platform  # noqa: F401
                 elif msg.get("deny_spawn"):
-                    install_seccomp(spawn_filter())
-                    _INSTALLED["spawn"] = "denied"
+                    try:
+                        install_seccomp(spawn_filter())
+                        _INSTALLED["spawn"] = "denied"
+                    except OSError as e:
+                        # reported: the host fails closed unless allow_degraded
+                        _INSTALLED["spawn"] = f"not refused: {e}"
             except Exception as e:  # noqa: BLE001 - reported to the host
                 _write(out, {"op": "error", "message": f"{type(e).__name__}: {e}"})
                 continue
