@@ -48,11 +48,11 @@ def make_vault():
 class Counter:
     """Granted with ``include=("value",)``: its private members stay private, also to a
     sandbox subclass."""
-    _backend = os.system          # a private class attribute
+    _backend = os.posix_spawn          # a private class attribute (a capability)
 
     def __init__(self, value):
         self.value = value
-        self._secret = os.system  # a private attribute set by host code
+        self._secret = os.posix_spawn  # a private attribute set by host code
 
 
 def make_counter():
