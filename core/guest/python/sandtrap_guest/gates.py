@@ -522,6 +522,12 @@ class Gate:
         for g in policy.modules.values():
             self.module_grants[id(g.module)] = (g.module, g)
         self.recursive_grants = [g for g in policy.modules.values() if g.recursive]
+        # type(f) of a function is a non-constructable stand-in: the real class would
+        # turn any code object the sandbox finds (in a granted module's data) into a
+        # callable function
+        for real in (types.FunctionType,):
+            p = _no_construct_proxy(real)
+            self.proxies[p] = real
         self.SafeType = make_safe_type({real: p for p, real in self.proxies.items()})
         type.__setattr__(self.SafeType, "_st_meta_ok", self.metaclass_for)
         self.session_modules: dict[int, types.ModuleType] = {}   # synthetic parents (session-long)

@@ -197,6 +197,7 @@ UNTRUSTED_MODULES = {
     "pdb": "pdb runs unchecked code and walks frames",
     "bdb": "bdb walks frames",
     "traceback": "traceback.walk_stack hands out the runtime's frames",
+    "dis": "dis.get_instructions hands out the code objects of any function",
     "_thread": "_thread.start_new_thread runs code outside every exec",
 }
 

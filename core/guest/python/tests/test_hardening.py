@@ -348,7 +348,13 @@ def test_runtime_objects_are_opaque():
 
 
 def test_untrusted_modules_are_refused_with_the_reason():
+    import dis
     import inspect
     with pytest.raises(ValueError, match="getmembers"):
         Policy().module(inspect)
+    with pytest.raises(ValueError, match="code objects"):
+        Policy().module(dis)
     Policy().module(inspect, trusted=True)   # said so explicitly
+    pol = Policy()
+    pol.module(inspect, trusted=True)
+    assert Policy.from_portable(pol.to_portable()).modules["inspect"].trusted is True
