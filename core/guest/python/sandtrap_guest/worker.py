@@ -125,8 +125,8 @@ def _machine() -> str:
 
 def install_seccomp(prog: bytes) -> int:
     """Install the classic-BPF program ``prog`` (``struct sock_filter`` entries, 8 bytes
-    each, native endian) as a seccomp filter of this thread (the worker's only thread
-    at that point; threads started later inherit it). Needs no_new_privs (set by the
+    each, native endian) as a seccomp filter of every thread of this process (TSYNC;
+    the worker has one thread at that point, and threads started later inherit it). Needs no_new_privs (set by the
     engine, and here too) or CAP_SYS_ADMIN. Returns the number of instructions."""
     import ctypes
 
@@ -144,8 +144,9 @@ def install_seccomp(prog: bytes) -> int:
     fprog = SockFprog(len(prog) // 8, ctypes.addressof(buf))
     if libc.prctl(38, ctypes.c_ulong(1), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)) != 0:  # NO_NEW_PRIVS
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
-    if libc.syscall(ctypes.c_long(nr), ctypes.c_ulong(1), ctypes.c_ulong(0), ctypes.byref(fprog)) != 0:
-        raise OSError(ctypes.get_errno(), "seccomp(SECCOMP_SET_MODE_FILTER)")
+    # SECCOMP_FILTER_FLAG_TSYNC: every thread of the process (there should be only one)
+    if libc.syscall(ctypes.c_long(nr), ctypes.c_ulong(1), ctypes.c_ulong(1), ctypes.byref(fprog)) != 0:
+        raise OSError(ctypes.get_errno(), "seccomp(SECCOMP_SET_MODE_FILTER, TSYNC)")
     return len(prog) // 8
 
 
@@ -354,6 +355,16 @@ def _serve_template(warm):
             os.close(fd)
 
 
+def _warm(pol) -> None:
+    """Run a throwaway exec in a waiting fork (faults in its pages ahead of the
+    request) without starting any thread: Landlock and seccomp, installed when the
+    fork adopts a request, restrict the calling thread (a thread started before would
+    stay outside them), and threads started later inherit them."""
+    pol.timeout = None          # this fork's copy: no watchdog for the warm-up
+    pol.memory_limit = None
+    GuestSession(pol).exec("x = 1")
+
+
 def _frame(obj):
     data = mp.packb(obj)
     return len(data).to_bytes(4, "big") + data
@@ -424,7 +435,7 @@ def main() -> int:
             _write(out, {"op": "ready", "pid": os.getpid(), "seccomp": dict(_INSTALLED)})
             if op == "template":
                 pol = policy
-                _serve_template(lambda: GuestSession(pol).exec("x = 1"))  # returns in a fork
+                _serve_template(lambda: _warm(pol))  # returns in a fork
                 session = None  # the host sends init (its filesystem root, echo)
                 _write(out, {"op": "ready", "pid": os.getpid()})
         elif op == "exec" and session is not None:

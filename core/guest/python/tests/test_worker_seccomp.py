@@ -128,3 +128,41 @@ def test_without_the_filter_the_same_probes_run():
     print(r.returncode, pid > 0)
     """)
     assert out.split() == ["0", "True"]
+
+
+def test_a_waiting_fork_starts_no_thread_before_it_is_confined():
+    # Landlock's restrict_self is per thread: a watchdog thread started by the warm-up
+    # exec would stay outside the fork's domain
+    out = child("""
+    import threading
+    from sandtrap_guest.policy import Policy
+    worker._warm(Policy(timeout=30, memory_limit=1 << 30))
+    print(threading.active_count(), len(os.listdir("/proc/self/task")))
+    """)
+    assert out.split() == ["1", "1"]
+
+
+def test_the_filter_covers_every_thread():
+    out = child("""
+    import threading
+    results = []
+    def later():
+        try:
+            os.fork()
+            results.append("RAN")
+        except OSError as e:
+            results.append(errno.errorcode[e.errno])
+    ready, go = threading.Event(), threading.Event()
+    def waiting():
+        ready.set()
+        go.wait()
+        later()
+    t = threading.Thread(target=waiting)
+    t.start()
+    ready.wait()
+    worker.install_seccomp(worker.spawn_filter())   # another thread already exists
+    go.set()
+    t.join()
+    print(*results)
+    """)
+    assert out.split() == ["EPERM"]
