@@ -1,8 +1,8 @@
 """The guest runtime's tick-counting overhead on loop shapes: sandboxed vs plain
-``exec``, best of 9 interleaved CPU-time runs each (process_time, so other load
-matters less).
+``exec``, best of REPS (default 15) interleaved CPU-time runs each (process_time, so
+other load matters less).
 
-    python3 bench/python/bench_ticks.py
+    python3 bench/python/bench_ticks.py            # REPS=31 python3 ... for a noisy machine
 """
 import os
 import sys
@@ -20,6 +20,9 @@ CASES = {
 }
 
 
+REPS = int(os.environ.get("REPS", "15"))
+
+
 def cpu(fn):
     t = time.process_time()
     fn()
@@ -32,7 +35,7 @@ for name, code in CASES.items():
     r = s.exec(code)
     assert r.error is None, r.error
     plain, sb = [], []
-    for _ in range(9):  # interleaved, so that drift in the VM's speed hits both alike
+    for _ in range(REPS):  # interleaved, so that drift in the VM's speed hits both alike
         plain.append(cpu(lambda: exec(code, {})))
         sb.append(cpu(lambda: s.exec(code)))
     print(f"| {name} | {min(sb) / min(plain):.2f}x |")

@@ -24,7 +24,7 @@ _WHERE = {
     "BUILTIN_NAMES": "session", "to_wire": "wire", "error_to_wire": "wire",
     **{n: "errors" for n in ("StError", "StValidationError", "StAttributeDenied", "StImportDenied",
                              "StCallDenied", "StPolicyNotPortable", "StTimeout", "StTickLimit",
-                             "StCancelled")},
+                             "StCancelled", "StOutsideExec")},
 }
 
 __all__ = list(_WHERE)

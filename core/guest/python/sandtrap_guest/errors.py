@@ -12,7 +12,10 @@ Hierarchy::
     ├── StPolicyNotPortable(StError, ValueError)   policy cannot cross to a worker
     ├── StTimeout(StError)                         wall-clock timeout
     ├── StTickLimit(StError)                       tick budget exhausted
-    └── StCancelled(StError)                       cancel() was called
+    ├── StCancelled(StError)                       cancel() was called
+    └── StOutsideExec(StError, GeneratorExit, Exception)  sandboxed code reached a checkpoint
+                                                   outside every exec (called or
+                                                   finalized by the host afterwards)
 
 The three limit errors derive from ``BaseException`` only, so sandboxed
 ``except Exception:`` cannot swallow them; the policy errors also derive from
@@ -40,9 +43,9 @@ class StValidationError(StError, Exception):
         self.col = col
         self.text = text
         if lineno is not None:
-            super().__init__(f"line {lineno}, col {col}: {message}")
+            Exception.__init__(self, f"line {lineno}, col {col}: {message}")
         else:
-            super().__init__(message)
+            Exception.__init__(self, message)
 
     def __reduce__(self):
         return (type(self), (self.message, self.lineno, self.col, self.text))
@@ -68,7 +71,7 @@ class StPolicyNotPortable(StError, ValueError):
 
     def __init__(self, problems):
         self.problems = list(problems)
-        super().__init__("policy is not portable:\n  - " + "\n  - ".join(self.problems))
+        ValueError.__init__(self, "policy is not portable:\n  - " + "\n  - ".join(self.problems))
 
     def __reduce__(self):
         return (type(self), (self.problems,))
@@ -86,7 +89,16 @@ class StCancelled(StError):
     """``cancel()`` was called on the running session."""
 
 
+class StOutsideExec(StError, GeneratorExit, Exception):
+    """Sandboxed code was about to run outside an ``exec``: a sandbox-defined function
+    called by the host after the exec returned, a generator's ``finally`` run by the
+    host's garbage collector, a weakref callback ... It stops at its first checkpoint
+    (the entry of a function, the start of a ``finally`` or ``except`` block, the
+    resumption after a ``yield``). It derives from ``GeneratorExit`` so that closing
+    a sandbox generator outside an exec ends it quietly."""
+
+
 __all__ = [
     "StError", "StValidationError", "StAttributeDenied", "StImportDenied",
-    "StCallDenied", "StPolicyNotPortable", "StTimeout", "StTickLimit", "StCancelled",
+    "StCallDenied", "StPolicyNotPortable", "StTimeout", "StTickLimit", "StCancelled", "StOutsideExec",
 ]

@@ -86,15 +86,46 @@ ALWAYS_DENIED = frozenset({
     "im_func", "im_self", "im_class", "cell_contents", "mro",
 })
 WRITABLE_DUNDERS = frozenset({"__doc__", "__name__", "__qualname__", "__module__"})
+# Dunders never written on sandbox classes: structural, or read by host helpers
+# that would act on them (``dataclasses`` builds source code from
+# ``__annotations__``; ``__del__`` would run in the host's garbage collector,
+# outside every limit).
+STRUCTURAL_WRITES = frozenset({
+    "__new__", "__getattribute__", "__setattr__", "__delattr__", "__init_subclass__", "__set_name__",
+    "__get__", "__set__", "__delete__", "__class_getitem__", "__del__", "__annotations__",
+    "__dataclass_fields__", "__dataclass_params__", "__slots__", "__prepare__", "__mro_entries__",
+})
+# Names of the object/type slot wrappers that reach past the gate (the reduce
+# protocol builds objects without their constructor, ``__getattribute__`` and
+# ``__setattr__`` read and write past it, ``__dir__`` lists what it hides ...).
+# A C-level method or slot wrapper of one of these names is refused as a value,
+# wherever it was read from and whoever stored it there.
+SLOT_DENIED = frozenset({
+    "__getattribute__", "__setattr__", "__delattr__", "__reduce__", "__reduce_ex__",
+    "__getstate__", "__setstate__", "__getnewargs__", "__getnewargs_ex__", "__subclasshook__",
+    "__dir__", "__prepare__", "__instancecheck__", "__subclasscheck__", "__set_name__",
+    "__get__", "__set__", "__delete__", "__new__", "__subclasses__", "mro",
+})
+_C_METHOD_TYPES = (types.WrapperDescriptorType, types.MethodWrapperType, types.MethodDescriptorType,
+                   types.ClassMethodDescriptorType, types.BuiltinFunctionType)
+_C_DESCRIPTOR_TYPES = frozenset({types.WrapperDescriptorType, types.MethodWrapperType,
+                                 types.MethodDescriptorType, types.ClassMethodDescriptorType})
+# Names whose reads are decided per object (gated replacements, definer-dependent):
+# never cached.
+_SPECIAL_NAMES = frozenset({"format", "format_map", "__new__", "__setattr__", "__delattr__", "register",
+                            "__init_subclass__", "__init__", "__call__"})
 
 OPAQUE_TYPES = (types.FrameType, types.TracebackType, types.CodeType, types.CellType)
 _OPAQUE = frozenset(OPAQUE_TYPES)
 _MATCH_SELF = 1 << 22  # _Py_TPFLAGS_MATCH_SELF
 
 _type_dict = type.__dict__["__dict__"].__get__          # C-level, cannot be overridden
+# the super type under another name: a function that names ``super`` gets a __class__
+# cell, and a C callback could then make a zero-argument super() of the gate
+_SUPER = super
 _super_thisclass = super.__dict__["__thisclass__"].__get__
-_super_selfclass = super.__dict__["__self_class__"].__get__
-_super_self = super.__dict__["__self__"].__get__
+_super_selfclass = _SUPER.__dict__["__self_class__"].__get__
+_super_self = _SUPER.__dict__["__self__"].__get__
 _func_code = types.FunctionType.__dict__["__code__"].__get__
 
 
@@ -123,6 +154,38 @@ def is_user_type(t: type) -> bool:
     except AttributeError:
         return False
     return any(is_user_class(c) for c in mro)
+
+
+_PKG = __name__.rpartition(".")[0]
+_runtime_cache: dict = {}
+
+
+def open_to_sandbox(cls):
+    """Mark a class of the runtime whose instances sandboxed code may use
+    (``sys.stdout``'s writer, the gated ``string.Formatter``)."""
+    type.__setattr__(cls, "_st_open", True)
+    _runtime_cache.clear()
+    return cls
+
+
+def runtime_opaque(t: type) -> bool:
+    """``t`` is one of the runtime's own classes (the gate, the session, the policy
+    and its grants, the meter ...): its instances and the class itself are opaque to
+    sandboxed code, which could otherwise reach every capability the runtime holds.
+    Exceptions and the classes marked open are exempt."""
+    r = _runtime_cache.get(t)
+    if r is None:
+        try:
+            mod = _type_dict(t).get("__module__")
+            mro = t.__mro__
+        except (TypeError, AttributeError):
+            return False
+        r = isinstance(mod, str) and (mod == _PKG or mod.startswith(_PKG + ".")) \
+            and not issubclass(t, BaseException) and not any("_st_open" in _type_dict(c) for c in mro)
+        if len(_runtime_cache) > 4096:
+            _runtime_cache.clear()
+        _runtime_cache[t] = r
+    return r
 
 
 def is_user_function(f: Any) -> bool:
@@ -193,7 +256,18 @@ class _SafeTypeMeta(type):
                 r = type(args[0])
                 if r is type or isinstance(r, _SafeTypeMeta) or r is _SafeTypeMeta:
                     return cls
-                return cls._st_proxies.get(r, r)
+                p = cls._st_proxies.get(r)
+                if p is not None:
+                    return p
+                if issubclass(r, type):
+                    # a metaclass: a stand-in of the real one when the policy grants
+                    # it (usable in class statements, not callable), else this
+                    # sandbox's own type (whose three-argument form is refused)
+                    ok = cls.__dict__.get("_st_meta_ok")
+                    return ok(r) if ok is not None else cls
+                if runtime_opaque(r):
+                    return cls   # the runtime's own classes are not handed out
+                return r
             raise StCallDenied("type() with three arguments (dynamic class creation) is not "
                                "allowed in the sandbox; use a class statement")
         raise StCallDenied("custom metaclasses are not supported in the sandbox")
@@ -245,6 +319,176 @@ def _no_construct_proxy(C: type):
                                              "__qualname__": C.__qualname__})
 
 
+def _meta_proxy(M: type):
+    """Stand-in for a host metaclass (``abc.ABCMeta``, ``enum.EnumMeta`` ...) read by
+    sandboxed code: isinstance/issubclass and member reads work, ``metaclass=`` in a
+    class statement uses the real one, but calling it (``M(name, bases, ns)``: a class
+    built outside a class statement, from a namespace the sandbox wrote, unmarked as
+    sandbox-defined) is refused."""
+
+    class _MetaProxyMeta(type):
+        _st_meta_of = M
+
+        def __call__(cls, *a, **k):
+            raise StCallDenied(f"the metaclass {M.__name__} cannot be called in the sandbox; "
+                               f"write a class statement (class X(metaclass={M.__name__}))")
+
+        def __instancecheck__(cls, inst):
+            return isinstance(inst, M)
+
+        def __subclasscheck__(cls, sub):
+            return isinstance(sub, type) and issubclass(sub, M)
+
+        def __repr__(cls):
+            return repr(M)
+
+    return _MetaProxyMeta(M.__name__, (), {"__doc__": M.__doc__, "__module__": M.__module__,
+                                           "__qualname__": M.__qualname__})
+
+
+class ExecToken:
+    """Liveness of one exec's per-exec modules: revoked when the exec returns."""
+    __slots__ = ("alive", "what")
+
+    def __init__(self, what: str):
+        self.alive = True
+        self.what = what
+
+
+class ExecRef:
+    """A value given through a per-exec module (``modules=``): usable while that exec
+    runs, refused afterwards, wherever sandboxed code kept it. Attribute reads go
+    through the gate on the value and hand back refs for what they return that is
+    not plain data; calls and operators check liveness first. What a call returns
+    is a result and stays the sandbox's."""
+    __slots__ = ("_st_target", "_st_token")
+
+    def __init__(self, *a, **k):
+        raise StCallDenied("this object cannot be constructed in the sandbox")
+
+    def __call__(self, *args, **kwargs):
+        return _ref_live(self)(*[_unref(a) for a in args], **{k: _unref(v) for k, v in kwargs.items()})
+
+    def __repr__(self):
+        tok = _REF_TOKEN(self)
+        if not tok.alive:
+            return f"<revoked value of {tok.what}>"
+        return repr(_REF_TARGET(self))
+
+    def __str__(self):
+        tok = _REF_TOKEN(self)
+        return str(_REF_TARGET(self)) if tok.alive else repr(self)
+
+    def __hash__(self):
+        return hash(_ref_live(self))
+
+    def __eq__(self, other):
+        return _ref_live(self) == _unref(other)
+
+    def __ne__(self, other):
+        return _ref_live(self) != _unref(other)
+
+    def __bool__(self):
+        return bool(_ref_live(self))
+
+    def __len__(self):
+        return len(_ref_live(self))
+
+    def __iter__(self):
+        return iter(_ref_live(self))
+
+    def __next__(self):
+        return next(_ref_live(self))
+
+    def __contains__(self, item):
+        return _unref(item) in _ref_live(self)
+
+    def __getitem__(self, key):
+        return _ref_live(self)[_unref(key)]
+
+    def __setitem__(self, key, value):
+        _ref_live(self)[_unref(key)] = _unref(value)
+
+    def __delitem__(self, key):
+        del _ref_live(self)[_unref(key)]
+
+    def __enter__(self):
+        return _getattr_as(_ref_live(self), "__enter__", self)()
+
+    def __exit__(self, *exc):
+        return _getattr_as(_ref_live(self), "__exit__", self)(*exc)
+
+    async def __aenter__(self):
+        return await _getattr_as(_ref_live(self), "__aenter__", self)()
+
+    async def __aexit__(self, *exc):
+        return await _getattr_as(_ref_live(self), "__aexit__", self)(*exc)
+
+
+def _getattr_as(real, name, shown):
+    """getattr(real, name) for a stand-in ``shown``: an AttributeError names the
+    stand-in (``AttributeError.obj`` would hand out the real object)."""
+    if real is shown:
+        return getattr(real, name)
+    err = None
+    try:
+        return getattr(real, name)
+    except AttributeError as e:
+        err = AttributeError(*e.args, name=name, obj=shown)
+    raise err
+
+
+_REF_TARGET = ExecRef.__dict__["_st_target"].__get__
+_REF_TOKEN = ExecRef.__dict__["_st_token"].__get__
+_SET_TARGET = ExecRef.__dict__["_st_target"].__set__
+_SET_TOKEN = ExecRef.__dict__["_st_token"].__set__
+_PLAIN_DATA = (type(None), bool, int, float, complex, str, bytes, bytearray, tuple, list, dict, set, frozenset,
+               range, slice)
+
+
+def _ref_live(r):
+    tok = _REF_TOKEN(r)
+    if not tok.alive:
+        raise StCallDenied(f"{tok.what} is gone: it was given for one exec only")
+    return _REF_TARGET(r)
+
+
+def _unref(v):
+    return _ref_live(v) if type(v) is ExecRef else v
+
+
+def make_ref(v, token: ExecToken):
+    r = object.__new__(ExecRef)
+    _SET_TARGET(r, v)
+    _SET_TOKEN(r, token)
+    return r
+
+
+def _exec_class_proxy(C: type, token: ExecToken, construct):
+    """Stand-in for a class given through ``modules=``: construction, isinstance and
+    member reads while the exec runs; construction refused afterwards."""
+
+    class _ExecClassMeta(type):
+        _st_exec_class = True
+
+        def __call__(cls, *a, **k):
+            if not token.alive:
+                raise StCallDenied(f"{token.what} is gone: it was given for one exec only")
+            return construct(C)(*[_unref(x) for x in a], **{n: _unref(v) for n, v in k.items()})
+
+        def __instancecheck__(cls, inst):
+            return isinstance(_unref(inst) if token.alive else inst, C)
+
+        def __subclasscheck__(cls, sub):
+            return isinstance(sub, type) and issubclass(sub, C)
+
+        def __repr__(cls):
+            return repr(C)
+
+    return _ExecClassMeta(C.__name__, (), {"__doc__": C.__doc__, "__module__": C.__module__,
+                                           "__qualname__": C.__qualname__})
+
+
 class _MatchVals:
     """Holder of a match statement's hoisted values (read by plain attribute loads)."""
 
@@ -278,16 +522,29 @@ class Gate:
         for g in policy.modules.values():
             self.module_grants[id(g.module)] = (g.module, g)
         self.recursive_grants = [g for g in policy.modules.values() if g.recursive]
+        # type(f) of a function is a non-constructable stand-in: the real class would
+        # turn any code object the sandbox finds (in a granted module's data) into a
+        # callable function
+        for real in (types.FunctionType,):
+            p = _no_construct_proxy(real)
+            self.proxies[p] = real
         self.SafeType = make_safe_type({real: p for p, real in self.proxies.items()})
+        type.__setattr__(self.SafeType, "_st_meta_ok", self.metaclass_for)
         self.session_modules: dict[int, types.ModuleType] = {}   # synthetic parents (session-long)
         self.exec_modules: dict[int, types.ModuleType] = {}      # per-exec modules
         self._fast_read: dict[type, set] = {}
         self._user_written: dict[type, set] = {}
         self._fast_write: dict[type, set] = {}
         self._class_read: dict[type, dict] = {}
-        self._module_read: dict[int, dict] = {}
         self._match_guards: dict[tuple, type] = {}
         self._subst: dict[int, tuple[Any, Any]] = {}
+        self._module_subst: dict[int, tuple[Any, Any]] = {}   # module attributes of any type
+        self._meta_ok: dict[type, bool] = {}
+        self._exec_classes: dict[type, tuple] = {}
+        self.meta_proxies: dict[type, type] = {}     # stand-in -> host metaclass
+        self._meta_proxy_of: dict[type, type] = {}
+        self._shared: set[int] | None = None   # ids of granted modules' module-level objects
+        self._shared_types: set[type] = set()
         self._build_substitutions()
         self.ga = self._make_ga()
 
@@ -303,6 +560,7 @@ class Gate:
         self._subst[id(builtins.hasattr)] = (builtins.hasattr, self.hasattr)
         self._subst[id(builtins.setattr)] = (builtins.setattr, self.setattr)
         self._subst[id(builtins.delattr)] = (builtins.delattr, self.delattr)
+        self._subst[id(builtins.__build_class__)] = (builtins.__build_class__, deny)
         self._subst[id(type)] = (type, self.SafeType)
         self._subst[id(_SafeTypeMeta)] = (_SafeTypeMeta, self.SafeType)
         self._subst[id(string.Formatter)] = (string.Formatter, self.SafeFormatter)
@@ -319,8 +577,15 @@ class Gate:
                 obj = getattr(m, a, None) if m is not None else None
                 if obj is not None:
                     self._subst[id(obj)] = (obj, deny)
+        # granted stdlib helpers that read or write attributes, build classes or
+        # code, or change process-wide state: gated versions (helpers.py)
+        from . import helpers
+        for real, repl in helpers.substitutions(self):
+            entry = (real, deny if repl is None else repl)
+            self._subst[id(real)] = entry
+            self._module_subst[id(real)] = entry
         self._post_types = frozenset({type, _SafeTypeMeta, types.BuiltinFunctionType, types.FunctionType,
-                                      types.MethodType, types.ModuleType, *OPAQUE_TYPES,
+                                      types.MethodType, types.ModuleType, *OPAQUE_TYPES, *_C_DESCRIPTOR_TYPES,
                                       type(builtins.help) if hasattr(builtins, "help") else type(None),
                                       type(getattr(builtins, "exit", None))})
 
@@ -333,10 +598,220 @@ class Gate:
             if entry[1] is _DENY:
                 raise _deny(obj, name, f"{getattr(v, '__name__', type(v).__name__)} is not available in the sandbox")
             return entry[1]
+        if t in _C_METHOD_TYPES:
+            try:
+                vname = v.__name__
+            except Exception:  # noqa: BLE001
+                vname = None
+            if vname in SLOT_DENIED:
+                raise _deny(obj, name, f"the slot wrapper {vname} reaches past the sandbox's checks")
         if t is types.ModuleType or isinstance(v, types.ModuleType):
             if isinstance(obj, types.ModuleType) and self.module_rule(v) is None:
                 raise _deny(obj, name, f"module {v.__name__!r} is not granted")
+        if t is type or isinstance(v, type):
+            if runtime_opaque(v):
+                raise _deny(obj, name, "it is part of the sandbox's runtime")
+            if issubclass(v, type) and v is not type and getattr(v, "_st_meta_of", None) is None \
+                    and not issubclass(v, _SafeTypeMeta):
+                return self.meta_proxy(v)   # a host metaclass: usable, not callable
         return v
+
+    # ---------------------------------------------------------- metaclasses
+    def metaclass_for(self, M: type):
+        """What ``type(C)`` gives sandboxed code for a class whose metaclass is ``M``."""
+        if M is type or M is _SafeTypeMeta:
+            return self.SafeType
+        if getattr(M, "_st_meta_of", None) is not None:
+            return M
+        return self.meta_proxy(M) if self.metaclass_granted(M) else self.SafeType
+
+    def meta_proxy(self, M: type):
+        p = self._meta_proxy_of.get(M)
+        if p is None:
+            p = self._meta_proxy_of[M] = _meta_proxy(M)
+            self.meta_proxies[p] = M
+        return p
+
+    def metaclass_granted(self, M: type) -> bool:
+        """``M`` (a metaclass) is reachable through the policy: a class grant, the
+        metaclass of one, or an attribute of a granted module (or the metaclass of a
+        class there) that the grant's filter lets through."""
+        if self._meta_ok.get(M):
+            return True
+        ok = False
+        if not (is_user_type(M) or runtime_opaque(M) or issubclass(M, _SafeTypeMeta)):
+            if M in self.cls_grants or any(type(c) is M for c in self.cls_grants):
+                ok = True
+            else:
+                for mod in self._granted_modules():
+                    for k, v in list(vars(mod).items()):
+                        if (v is M or (isinstance(v, type) and type(v) is M)) and self._module_name_ok(mod, k):
+                            ok = True
+                            break
+                    if ok:
+                        break
+        if ok:
+            self._meta_ok[M] = True   # only positive answers: a later import may add one
+        return ok
+
+    def _granted_modules(self):
+        seen = []
+        for m, _g in self.module_grants.values():
+            seen.append(m)
+        for g in self.recursive_grants:
+            root = g.module.__name__ + "."
+            for name, m in list(sys.modules.items()):
+                if isinstance(m, types.ModuleType) and name.startswith(root) and self.module_rule(m) is not None:
+                    seen.append(m)
+        return seen
+
+    def build_class(self, func, name, *bases, **kw):
+        """``__build_class__`` for sandboxed class statements: a class is made by its
+        bases' (or ``metaclass=``'s) metaclass only when that is ``type`` or a host
+        metaclass; defining a metaclass, a metaclass written in the sandbox, the
+        runtime's stand-ins and non-class metaclasses are refused before the class
+        body runs (a custom ``__prepare__`` would otherwise see it)."""
+        meta = kw.get("metaclass")
+        if meta is self.SafeType:
+            kw["metaclass"] = meta = type
+        elif meta in self.meta_proxies:
+            kw["metaclass"] = meta = self.meta_proxies[meta]
+        for b in bases:
+            if isinstance(b, type) and (issubclass(b, type) or b is self.SafeType or isinstance(b, _SafeTypeMeta)
+                                        or b in self.meta_proxies):
+                raise StCallDenied("defining a metaclass is not supported in the sandbox")
+        metas = [] if meta is None else [meta]
+        metas.extend(type(b) for b in bases if isinstance(b, type))
+        for M in metas:
+            if M is type:
+                continue
+            if not isinstance(M, type):
+                raise StCallDenied("metaclass= must be a class in the sandbox")
+            if any(type(p) is M for p in self.proxies):
+                raise StCallDenied("a class granted with constructable=False cannot be subclassed in the sandbox")
+            if getattr(M, "_st_exec_class", False):
+                raise StCallDenied("a class given through modules= cannot be subclassed in the sandbox "
+                                   "(it is gone when the exec returns); pass it in namespace= instead")
+            if getattr(M, "_st_meta_of", None) is not None:
+                raise StCallDenied("defining a metaclass is not supported in the sandbox")
+            if runtime_opaque(M) or is_user_type(M) or issubclass(M, _SafeTypeMeta):
+                raise StCallDenied("custom metaclasses are not supported in the sandbox")
+        return builtins.__build_class__(func, name, *bases, **kw)
+
+    # ---------------------------------------------------- per-exec values
+    def exec_value(self, v, token: ExecToken):
+        """What sandboxed code gets for ``v`` given through a per-exec module."""
+        t = type(v)
+        if t in _PLAIN_DATA or t is ExecRef or isinstance(v, types.ModuleType):
+            return v
+        if isinstance(v, type):
+            if v in self.cls_grants or v in self.proxies or is_user_type(v):
+                return self.exposed_classes.get(getattr(self.cls_grants.get(v), "name", None), v)
+            p = _exec_class_proxy(v, token, self.constructor)
+            self._exec_classes[p] = (v, token)
+            st = self.SafeType._st_proxies
+            if v not in st or getattr(type(st[v]), "_st_exec_class", False):
+                st[v] = p     # type(instance) is the revocable stand-in too
+            return p
+        return make_ref(v, token)
+
+    def constructor(self, C):
+        """``C`` when sandboxed code may construct it (helpers that build objects)."""
+        g = self._grant_for(C.__mro__)[0] if isinstance(C, type) else None
+        if g is not None and not g.constructable:
+            raise StCallDenied(f"{C.__name__} cannot be constructed in the sandbox (constructable=False)")
+        if isinstance(C, type) and runtime_opaque(C):
+            raise StCallDenied("the sandbox's runtime objects cannot be constructed")
+        return C
+
+    # ------------------------------------------------ helpers (helpers.py)
+    def dataclass_fields(self, obj):
+        import dataclasses
+        return [f for f in dataclasses.fields(obj) if self.allows_read(obj, f.name)]
+
+    def copy_refusal(self, o) -> str | None:
+        t = type(o)
+        if t is ExecRef:
+            return "a value given through modules= cannot be copied"
+        if runtime_opaque(t):
+            return "the sandbox's runtime objects cannot be copied"
+        g = self._grant_for(t.__mro__)[0]
+        if g is not None and not g.constructable:
+            return f"{t.__name__} cannot be constructed in the sandbox (constructable=False)"
+        from .helpers import _REDUCE_DUNDERS
+        for n in _REDUCE_DUNDERS:
+            # the reduce protocol as the sandbox wrote it — in a class statement, or
+            # handed to host code that built a class from it (enum's functional API)
+            d = _definer(t.__mro__, n)
+            if d is None:
+                continue
+            v = _type_dict(d)[n]
+            v = getattr(v, "__func__", v) if isinstance(v, (staticmethod, classmethod)) else v
+            if is_user_class(d) or is_user_function(v):
+                return f"class {t.__name__} defines {n} in the sandbox, which copy would act on unchecked"
+        return None
+
+    _DEEPCOPY_MODULES = frozenset({"datetime", "decimal", "fractions", "uuid", "pathlib", "ipaddress", "re",
+                                   "enum", "collections", "zoneinfo"})
+
+    def deepcopy_ok(self, t) -> bool:
+        """Host types whose deep copy involves only values (or items, walked by the
+        caller) — not state the host set on an object."""
+        return (getattr(t, "__module__", None) in self._DEEPCOPY_MODULES
+                and not is_user_type(t)) or issubclass(t, (list, tuple, set, frozenset, dict))
+
+    @property
+    def helper_deepcopy(self):
+        import copy as _copy_mod
+        from .helpers import _copy
+        f = self.__dict__.get("_helper_deepcopy")
+        if f is None:
+            f = self.__dict__["_helper_deepcopy"] = _copy(self, _copy_mod, deep=True)
+        return f
+
+    def exec_done(self):
+        """The exec returned: forget the stand-ins of its (now revoked) classes."""
+        if self._exec_classes:
+            for p in [p for p, (_c, tok) in self._exec_classes.items() if not tok.alive]:
+                del self._exec_classes[p]
+
+    def _exec_class(self, obj):
+        entry = self._exec_classes.get(obj)
+        if entry is None:
+            return obj
+        C, token = entry
+        if not token.alive:
+            raise StCallDenied(f"{token.what} is gone: it was given for one exec only")
+        return C
+
+    def _read_ref(self, ref, name):
+        target = _ref_live(ref)
+        err = None
+        try:
+            v = self.ga(target, name)
+        except AttributeError as e:
+            if type(e) is not AttributeError:
+                raise   # the gate's own refusal names no object
+            err = AttributeError(*e.args, name=name, obj=ref)
+        if err is not None:
+            raise err   # (outside the handler: no __context__ holding the real object)
+        return self.exec_value(v, _REF_TOKEN(ref))
+
+    # ----------------------------------------------------- shared host state
+    def _shared_ids(self) -> set:
+        """ids of the objects held at module level by granted modules (a decimal
+        context, a logger, a registry ...): shared with the host, so read-only."""
+        if self._shared is None:
+            ids, kinds = set(), set()
+            for mod in self._granted_modules():
+                for v in list(vars(mod).values()):
+                    if not isinstance(v, (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType,
+                                          str, bytes, int, float, complex, bool, type(None), tuple, frozenset)):
+                        ids.add(id(v))
+                        kinds.add(type(v))
+            self._shared, self._shared_types = ids, kinds
+            self._fast_write.clear()
+        return self._shared
 
     # ------------------------------------------------------------- modules
     def module_rule(self, m: types.ModuleType):
@@ -402,8 +877,15 @@ class Gate:
                     raise AttributeError(f"module {m.__name__!r} has no attribute {name!r}") from None
             else:
                 raise
-        if isinstance(v, types.ModuleType) and self.module_rule(v) is None:
-            raise _deny(m, name, f"module {v.__name__!r} is not granted")
+        if isinstance(v, types.ModuleType):
+            if self.module_rule(v) is None:
+                raise _deny(m, name, f"module {v.__name__!r} is not granted")
+            self._shared = None   # a submodule may have been imported
+        entry = self._module_subst.get(id(v))
+        if entry is not None and entry[0] is v:
+            if entry[1] is _DENY:
+                raise _deny(m, name, f"{name} is not available in the sandbox")
+            return entry[1]
         if type(v) in self._post_types:
             v = self._post(v, m, name)
         return v
@@ -461,11 +943,34 @@ class Gate:
             return True
         return self._filter_ok(mro, name, None)
 
-    def _instance_ok(self, t: type, name: str) -> bool:
-        if t in _OPAQUE:
+    def _instance_ok(self, t: type, name: str, obj: Any = None) -> bool:
+        if t in _OPAQUE or runtime_opaque(t):
             return False
         user = is_user_type(t)
+        if user and obj is not None and name[:1] == "_" and not _is_dunder(name) \
+                and name not in self._user_written.get(t, ()) and _host_instance_attrs(obj, t, name):
+            # a private instance attribute host code set (a host base's __init__):
+            # private, even where a sandbox class defines the same name (the
+            # instance's value shadows the class attribute)
+            return False
         return self._member_ok(t.__mro__, name, user, allow_init=user, inst_type=t)
+
+    def _read_stable(self, mro, name, user: bool) -> bool:
+        """The read verdict for ``name`` on objects with this MRO cannot change with
+        the contents of the classes' dicts (so it may be cached). Host classes are
+        read-only to sandboxed code; on sandbox classes a verdict that depends on
+        which class defines the name (dunders, private names next to host bases,
+        names a class grant filters) is decided again on every read."""
+        if name in _SPECIAL_NAMES:
+            return False
+        if not user or name in ALWAYS_DENIED or name.startswith(_PREFIX):
+            return True
+        if _is_dunder(name):
+            return name in NEVER_DUNDERS or name in SAFE_DUNDER_ATTRS or name in SAFE_DUNDER_METHODS \
+                or name == "__init__"
+        if name.startswith("_"):
+            return not _has_host_bases(mro)
+        return self._grant_for(mro)[0] is None
 
     def check_read(self, obj, name) -> None:
         """Raise StAttributeDenied unless sandboxed code may read ``obj.name``."""
@@ -490,8 +995,12 @@ class Gate:
 
     def _decide_read(self, obj, name) -> bool:
         t = type(obj)
-        if t is super:
+        if t is _SUPER:
             this = _super_thisclass(obj)
+            if not is_user_class(this):
+                # super(HostClass, obj) skips the host class's own members and its
+                # grant's filter: only sandbox classes may be the start of a super()
+                return False
             selfcls = _super_selfclass(obj)
             if selfcls is None:
                 return name in SAFE_DUNDER_ATTRS
@@ -502,9 +1011,13 @@ class Gate:
                 pass
             if name == "__init_subclass__":
                 return True    # super().__init_subclass__(**kw): object's no-op classmethod
-            return self._member_ok(mro, name, is_user_class(this), allow_init=True)
+            return self._member_ok(mro, name, True, allow_init=True)
         if isinstance(obj, type):
-            real = self.proxies.get(obj, obj)
+            real = self.proxies.get(obj) or self.meta_proxies.get(obj) or obj
+            if runtime_opaque(real):
+                return False
+            if name == "register" and self._host_abc(real):
+                return False
             return self._member_ok(real.__mro__, name, is_user_type(real), allow_init=True)
         if t is types.FunctionType:
             if name in ALWAYS_DENIED or name.startswith(_PREFIX):
@@ -512,18 +1025,55 @@ class Gate:
             if _is_dunder(name):
                 return name in SAFE_DUNDER_ATTRS or name in SAFE_DUNDER_METHODS
             return is_user_function(obj) or not name.startswith("_")
-        return self._instance_ok(t, name)
+        return self._instance_ok(t, name, obj)
+
+    @staticmethod
+    def _host_abc(cls) -> bool:
+        """A class whose ``register`` changes process-wide state: ``ABCMeta`` itself
+        and every abstract base class not defined in the sandbox."""
+        abc = sys.modules.get("abc")
+        if abc is None:
+            return False
+        meta = abc.ABCMeta
+        return (cls is meta or issubclass(cls, meta) or isinstance(cls, meta)) and not is_user_class(cls)
 
     def _special_read(self, obj, name):
         """Members replaced by gated versions (returns a callable or None)."""
         if name == "format" or name == "format_map":
-            if isinstance(obj, str):
-                return self._bound_format(obj, name)
-            if obj is str or (isinstance(obj, type) and issubclass(obj, str)):
-                return self._unbound_format(name)
-        if name == "__new__" and (type(obj) is super or isinstance(obj, type)):
+            t = type(obj)
+            if t is _SUPER:
+                self_obj = _super_self(obj)
+                this = _super_thisclass(obj)
+                selfcls = _super_selfclass(obj)
+                if selfcls is not None and is_user_class(this) and issubclass(selfcls, str):
+                    mro = selfcls.__mro__
+                    d = _definer(mro[mro.index(this) + 1:] if this in mro else mro, name)
+                    if d is None or not is_user_class(d):
+                        if isinstance(self_obj, str):
+                            return self._bound_format(self_obj, name)
+                        return self._unbound_format(name)
+            elif isinstance(obj, str):
+                d = _definer(t.__mro__, name)
+                if d is None or not is_user_class(d):
+                    return self._bound_format(obj, name)
+            elif isinstance(obj, type) and issubclass(obj, str):
+                d = _definer(obj.__mro__, name)
+                if d is None or not is_user_class(d):
+                    return self._unbound_format(name)
+        if isinstance(obj, type) and (name == "__init__" or name == "__call__"):
+            real = self.proxies.get(obj) or self.meta_proxies.get(obj) or self._exec_class(obj)
+            d = _definer(real.__mro__, name)
+            if name == "__call__" and d is None:
+                # not an instance method of the class: its metaclass's __call__, bound
+                # to the real class — its constructor, past constructable=False
+                raise _deny(obj, name, "a class's constructor is reached by calling the class")
+            if name == "__init__" and d is not None and not is_user_class(d):
+                return self._guarded_init(real, d)
+        if name == "__new__" and (type(obj) is _SUPER or isinstance(obj, type)):
+            if type(obj) is _SUPER and not is_user_class(_super_thisclass(obj)):
+                return None
             return self._guarded_new(obj)
-        if type(obj) is super and name in ("__setattr__", "__delattr__"):
+        if type(obj) is _SUPER and name in ("__setattr__", "__delattr__"):
             this = _super_thisclass(obj)
             if is_user_class(this) and _super_self(obj) is not None:
                 return self._guarded_super_setattr(obj, name)
@@ -536,11 +1086,16 @@ class Gate:
             raise _deny(obj, name, "reserved name")
         if isinstance(obj, types.ModuleType):
             return self._read_module(obj, name)
+        t = type(obj)
+        if t is ExecRef:
+            return self._read_ref(obj, name)
         special = self._special_read(obj, name)
         if special is not None:
             return special
-        t = type(obj)
         if isinstance(obj, type):
+            real = self.proxies.get(obj) or self.meta_proxies.get(obj)
+            if real is None:
+                real = self._exec_class(obj)
             cache = self._class_read.get(obj)
             if cache is None:
                 if len(self._class_read) > 4096:
@@ -548,22 +1103,24 @@ class Gate:
                 cache = self._class_read[obj] = {}
             ok = cache.get(name)
             if ok is None:
-                ok = cache[name] = self._decide_read(obj, name)
+                ok = self._decide_read(real, name)
+                if self._read_stable(real.__mro__, name, is_user_type(real)):
+                    cache[name] = ok
             if not ok:
                 raise _deny(obj, name)
-            real = self.proxies.get(obj, obj)
-            v = getattr(real, name)
+            v = _getattr_as(real, name, obj)
         else:
             ok = self._decide_read(obj, name)
             if not ok:
                 raise _deny(obj, name)
-            if t is not super and t is not types.FunctionType and t not in _OPAQUE:
-                fast = self._fast_read.get(t)
-                if fast is None:
-                    if len(self._fast_read) > 4096:
-                        self._fast_read.clear()
-                    fast = self._fast_read[t] = set()
-                fast.add(name)
+            if t is not _SUPER and t is not types.FunctionType and t not in _OPAQUE:
+                if self._read_stable(t.__mro__, name, is_user_type(t)):
+                    fast = self._fast_read.get(t)
+                    if fast is None:
+                        if len(self._fast_read) > 4096:
+                            self._fast_read.clear()
+                        fast = self._fast_read[t] = set()
+                    fast.add(name)
             elif t is types.FunctionType and not name.startswith("_"):
                 self._fast_read.setdefault(t, set()).add(name)
             v = getattr(obj, name)
@@ -576,6 +1133,7 @@ class Gate:
         post_types = self._post_types
         subst_get = self._subst.get
         opaque = _OPAQUE
+        c_descriptors = _C_DESCRIPTOR_TYPES
         post = self._post
         slow = self._slow_read
         _type = type
@@ -589,7 +1147,7 @@ class Gate:
                 tv = _type(v)
                 # (the fast path never sees modules, so only substitutions and
                 # interpreter internals need checking here)
-                if tv in post_types and (tv in opaque or subst_get(_id(v)) is not None):
+                if tv in post_types and (tv in opaque or tv in c_descriptors or subst_get(_id(v)) is not None):
                     return post(v, obj, name)
                 return v
             return slow(obj, name)
@@ -610,15 +1168,15 @@ class Gate:
             return "interpreter internals"
         if name in ALWAYS_DENIED:
             return "interpreter internals"
+        if t is ExecRef or runtime_opaque(t) or (isinstance(obj, type) and runtime_opaque(obj)):
+            return "part of the sandbox's runtime"
         if isinstance(obj, type):
             if obj in self.proxies or not is_user_class(obj):
                 return "host classes are read-only in the sandbox"
             if _is_dunder(name):
                 if name in WRITABLE_DUNDERS:
                     return None
-                if name in NEVER_DUNDERS or name in ("__new__", "__getattribute__", "__setattr__",
-                                                     "__delattr__", "__init_subclass__", "__set_name__",
-                                                     "__get__", "__set__", "__delete__", "__class_getitem__"):
+                if name in NEVER_DUNDERS or name in STRUCTURAL_WRITES:
                     return "structural attribute"
                 return None
             if name.startswith("_"):
@@ -632,7 +1190,7 @@ class Gate:
             if _is_dunder(name):
                 return None if name in WRITABLE_DUNDERS else "structural attribute"
             return None
-        if t is super or t in (types.MethodType, types.BuiltinFunctionType):
+        if t is _SUPER or t in (types.MethodType, types.BuiltinFunctionType):
             return "read-only object"
         if _is_dunder(name):
             return "dunder attributes cannot be written in the sandbox"
@@ -646,6 +1204,8 @@ class Gate:
                     self._user_written.setdefault(t, set()).add(name)
                 return None
             return None if self._filter_ok(mro, name, d) else "not allowed by the class grant"
+        if id(obj) in self._shared_ids():
+            return "module-level object of a granted module (shared with the host): read-only"
         return None if self._filter_ok(mro, name, None) else (
             "private attribute of a host object" if name.startswith("_") else "not allowed by the class grant")
 
@@ -656,11 +1216,21 @@ class Gate:
         t = type(obj)
         if name.startswith("_") and _has_host_bases(t.__mro__):
             return  # decided per instance (host-set private state), never cached
-        if not isinstance(obj, (type, types.ModuleType)) and t is not types.FunctionType:
-            fast = self._fast_write
-            if len(fast) > 4096:
-                fast.clear()
-            fast.setdefault(t, set()).add(name)
+        if isinstance(obj, (type, types.ModuleType)) or t is types.FunctionType:
+            return
+        if is_user_type(t):
+            # on sandbox instances the verdict depends on which class defines the
+            # name unless no class grant applies: cache only what cannot change
+            if self._grant_for(t.__mro__)[0] is not None:
+                return
+        else:
+            self._shared_ids()
+            if t in self._shared_types:
+                return  # some instances of this type are module-level shared state
+        fast = self._fast_write
+        if len(fast) > 4096:
+            fast.clear()
+        fast.setdefault(t, set()).add(name)
 
     def _make_sa(self, delete: bool):
         fast_get = self._fast_write.get
@@ -738,7 +1308,7 @@ class Gate:
         return format
 
     def _guarded_new(self, obj):
-        if type(obj) is super:
+        if type(obj) is _SUPER:
             target = getattr(obj, "__new__")
         else:
             target = getattr(self.proxies.get(obj, obj), "__new__")
@@ -749,6 +1319,20 @@ class Gate:
             return target(cls, *args, **kwargs)
 
         return __new__
+
+    def _guarded_init(self, real, definer):
+        """``HostClass.__init__`` read from a class: initializes only instances of
+        sandbox classes (``Base.__init__(self)`` in a sandbox subclass), never an
+        existing host object (which would rewrite its private state)."""
+        init = _type_dict(definer)["__init__"]
+
+        def __init__(self_, *args, **kwargs):
+            if not is_user_type(type(self_)):
+                raise StCallDenied(f"{real.__name__}.__init__ may only initialize instances of classes "
+                                   "defined in the sandbox")
+            return init(self_, *args, **kwargs)
+
+        return __init__
 
     def _guarded_super_setattr(self, sup, which):
         method = getattr(sup, which)
@@ -804,7 +1388,7 @@ class Gate:
                         obj = gate.ga(obj, i) if is_attr else obj[i]
                     return obj, first
 
-            cls = self._safe_formatter_cls = SafeFormatter
+            cls = self._safe_formatter_cls = open_to_sandbox(SafeFormatter)
         return cls
 
     # ---------------------------------------------------------------- match

@@ -113,6 +113,7 @@ class ModuleGrant:
     module: types.ModuleType
     filter: Filter = field(default_factory=Filter)
     recursive: bool = False
+    trusted: bool = False
     kind: str = "module"
 
 
@@ -176,6 +177,37 @@ def _ref_problem(label: str, obj: Any) -> str | None:
     return None
 
 
+# Modules whose grant hands sandboxed code the interpreter itself, so that the
+# Python layer's checks no longer mean anything: refused unless granted with
+# ``trusted=True`` (meaningful at isolation="kernel" only, where the kernel holds).
+UNTRUSTED_MODULES = {
+    "inspect": "inspect.getmembers / getattr_static / getclosurevars read any attribute of any object, "
+               "including a function's globals",
+    "gc": "gc.get_referrers / get_objects reach every object of the process",
+    "sys": "sys.modules holds every module; sys._getframe reaches the runtime's frames",
+    "ctypes": "ctypes reads and writes memory",
+    "builtins": "builtins holds eval, exec, open and __import__",
+    "importlib": "importlib imports any module",
+    "pickle": "pickle.loads calls any importable callable",
+    "marshal": "marshal.loads builds code objects",
+    "copyreg": "copyreg builds objects past their constructors",
+    "code": "code.InteractiveInterpreter runs unchecked source",
+    "codeop": "codeop compiles unchecked source",
+    "runpy": "runpy runs modules and files",
+    "pdb": "pdb runs unchecked code and walks frames",
+    "bdb": "bdb walks frames",
+    "traceback": "traceback.walk_stack hands out the runtime's frames",
+    "dis": "dis.get_instructions hands out the code objects of any function",
+    "_thread": "_thread.start_new_thread runs code outside every exec",
+}
+
+
+def untrusted_reason(mod_name: str) -> str | None:
+    """Why granting ``mod_name`` would hand over the interpreter (None: it does not)."""
+    top = mod_name.split(".")[0]
+    return UNTRUSTED_MODULES.get(mod_name) or UNTRUSTED_MODULES.get(top)
+
+
 class Policy:
     """Limits and grants for sandboxed code.
 
@@ -183,12 +215,24 @@ class Policy:
     (None: no limit); ``memory_limit`` bytes of RSS growth allowed during one exec
     (None: no limit); ``max_stdout`` characters of stdout kept (the tail is kept;
     None: unlimited); ``allow_network`` is carried to worker/kernel levels (the
-    in-process level has no network of its own: only grants can reach it).
+    in-process level has no network of its own: only grants can reach it);
+    ``allow_subprocess``: at ``isolation="kernel"`` the worker may create processes
+    and execute programs (``fork``/``clone``/``execve``, as ``subprocess`` and
+    ``os.system`` do); without it the kernel refuses them with ``EPERM``, whatever
+    is granted. (At ``"process"`` nothing is refused by the kernel; at ``"none"``
+    only the Python layer stands between a grant and the host.)
+
+    Where the policy is enforced depends on the sandbox's ``isolation``:
+    ``"kernel"`` adds Landlock, seccomp and limits under the Python layer (use it for
+    code you do not trust); ``"process"`` only runs it in another process, which
+    reads and writes every file the host can and has the network; ``"none"`` runs it
+    in the host's own process. See the guest runtime's README for what each level
+    guarantees.
     """
 
     def __init__(self, timeout: float | None = 30.0, tick_limit: int | None = None,
                  memory_limit: int | None = None, max_stdout: int | None = None,
-                 allow_network: bool = False):
+                 allow_network: bool = False, allow_subprocess: bool = False):
         if timeout is not None:
             if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
                 raise ValueError("timeout must be a positive number or None")
@@ -203,6 +247,7 @@ class Policy:
         self.memory_limit = memory_limit
         self.max_stdout = max_stdout
         self.allow_network = bool(allow_network)
+        self.allow_subprocess = bool(allow_subprocess)
         self.fns: dict[str, FnGrant] = {}
         self.classes: dict[str, ClsGrant] = {}
         self.modules: dict[str, ModuleGrant] = {}
@@ -235,14 +280,22 @@ class Policy:
         return register(C) if C is not None else register
 
     def module(self, m: types.ModuleType | None = None, *, name: str | None = None,
-               include: PatternSpec = "*", exclude: PatternSpec = "_*", recursive: bool = False):
+               include: PatternSpec = "*", exclude: PatternSpec = "_*", recursive: bool = False,
+               trusted: bool = False):
         """Grant a module for ``import``. ``recursive=True`` also grants its submodules
-        (filters apply to them too)."""
+        (filters apply to them too). Modules that hand over the interpreter itself
+        (``UNTRUSTED_MODULES``: ``inspect``, ``gc``, ``sys``, ``ctypes``, ``pickle`` ...)
+        are refused with the reason unless ``trusted=True``, which says you accept that
+        the Python layer no longer holds (use it at ``isolation="kernel"``)."""
         def register(mod):
             if not isinstance(mod, types.ModuleType):
                 raise TypeError("policy.module expects a module")
             n = _check_grant_name(name or mod.__name__)
-            self.modules[n] = ModuleGrant(n, mod, Filter(include, exclude), bool(recursive))
+            why = untrusted_reason(getattr(mod, "__name__", "") or "")
+            if why and not trusted:
+                raise ValueError(f"granting {mod.__name__!r} hands sandboxed code the interpreter ({why}); "
+                                 "pass trusted=True to grant it anyway (only the kernel level then holds)")
+            self.modules[n] = ModuleGrant(n, mod, Filter(include, exclude), bool(recursive), bool(trusted))
             return mod
         return register(m) if m is not None else register
 
@@ -308,7 +361,7 @@ class Policy:
                            "exclude": g.filter.exclude.to_list()})
         for g in self.modules.values():
             grants.append({"kind": "module", "name": g.name, "ref": g.module.__name__,
-                           "recursive": g.recursive,
+                           "recursive": g.recursive, "trusted": g.trusted,
                            "include": g.filter.include.to_list(),
                            "exclude": g.filter.exclude.to_list()})
         return {
@@ -318,6 +371,7 @@ class Policy:
             "memory_limit": self.memory_limit,
             "max_stdout": self.max_stdout,
             "allow_network": self.allow_network,
+            "allow_subprocess": self.allow_subprocess,
             "grants": grants,
         }
 
@@ -332,13 +386,14 @@ class Policy:
         if d.get("version") != PORTABLE_VERSION:
             problems.append(f"unsupported portable policy version {d.get('version')!r}")
         unknown = set(d) - {"version", "timeout", "tick_limit", "memory_limit", "max_stdout",
-                            "allow_network", "grants"}
+                            "allow_network", "allow_subprocess", "grants"}
         if unknown:
             problems.append(f"unknown keys: {sorted(unknown)}")
         try:
             pol = cls(timeout=d.get("timeout"), tick_limit=d.get("tick_limit"),
                       memory_limit=d.get("memory_limit"), max_stdout=d.get("max_stdout"),
-                      allow_network=bool(d.get("allow_network", False)))
+                      allow_network=bool(d.get("allow_network", False)),
+                      allow_subprocess=bool(d.get("allow_subprocess", False)))
         except (TypeError, ValueError) as e:
             problems.append(f"invalid limits: {e}")
             pol = cls()
@@ -374,7 +429,8 @@ class Policy:
                 elif kind == "module":
                     mod = importlib.import_module(ref)
                     pol.module(mod, name=name, recursive=bool(g.get("recursive", False)),
-                               include=_pat(g.get("include", "*")), exclude=_pat(g.get("exclude", "_*")))
+                               include=_pat(g.get("include", "*")), exclude=_pat(g.get("exclude", "_*")),
+                               trusted=bool(g.get("trusted", False)))
                 else:
                     problems.append(f"{label}: unknown kind")
             except Exception as e:  # noqa: BLE001 - collect every problem
@@ -386,7 +442,8 @@ class Policy:
     def __repr__(self):
         return (f"Policy(timeout={self.timeout!r}, tick_limit={self.tick_limit!r}, "
                 f"memory_limit={self.memory_limit!r}, max_stdout={self.max_stdout!r}, "
-                f"allow_network={self.allow_network!r}, grants={len(self.grants)})")
+                f"allow_network={self.allow_network!r}, allow_subprocess={self.allow_subprocess!r}, "
+                f"grants={len(self.grants)})")
 
 
 def _host_proxy(host_call: Callable, name: str) -> Callable:
@@ -404,4 +461,4 @@ def _pat(v):
     raise TypeError(f"pattern must be a str or list of str, got {v!r}")
 
 
-__all__ = ["Policy", "Patterns", "Filter", "FnGrant", "ClsGrant", "ModuleGrant"]
+__all__ = ["Policy", "Patterns", "Filter", "FnGrant", "ClsGrant", "ModuleGrant", "UNTRUSTED_MODULES"]

@@ -16,10 +16,11 @@ The rewrite:
 * ``import a.b`` / ``from a import b`` -> assignments from ``__st_import__`` /
   ``__st_importfrom__``
 * loop bodies, function bodies: an inlined checkpoint
-  ``if (__st_n__ := __st_n__ - 1) < 0: __st_chk__()`` (``nonlocal __st_n__`` is
+  ``if not (__st_n__ := __st_n__ - 1): __st_chk__()`` (the countdown never goes
+  below zero: whoever arms it writes at least 1) (``nonlocal __st_n__`` is
   declared in every function body); loops directly in a class body call
   ``__st_tick__()`` instead
-* comprehension steps: ``if (__st_n__ := __st_n__ - 1) >= 0 or __st_chk__()`` as the
+* comprehension steps: ``if (__st_n__ := __st_n__ - 1) or __st_chk__()`` as the
   first condition of every ``for`` clause, or ``if __st_tick__()`` where an
   assignment expression is not allowed (class bodies, lambdas, comprehension
   iterables)
@@ -98,6 +99,12 @@ DENIED_NAMES = frozenset({
     "__code__", "__closure__", "__self__", "__func__", "__subclasses__", "__bases__",
     "__mro__", "__base__", "__class__",
 })
+# Dunders refused in class bodies too, and why.
+CLASS_DENIED_NAMES = {
+    "__del__": "defining __del__ is not supported in the sandbox (it would run later, in the host's "
+               "garbage collector, outside every limit)",
+    "__annotations__": "use of '__annotations__' is not allowed in the sandbox (write annotations instead)",
+}
 # Dunder identifiers allowed outside class bodies.  Inside a class body any other
 # dunder (``__slots__``, ``__hash__ = None``, ``__radd__ = __add__`` ...) is a
 # plain class attribute and is allowed unless it is in DENIED_NAMES.
@@ -142,7 +149,7 @@ def _checkpoint_stmt(loc: ast.AST, inline: bool = True) -> ast.stmt:
         # class bodies: no assignment to the closure counter from a class scope
         return _locate(ast.Expr(value=_call(TICK)), loc)
     node = ast.If(
-        test=ast.Compare(left=_decrement(), ops=[ast.Lt()], comparators=[_const(0)]),
+        test=ast.UnaryOp(op=ast.Not(), operand=_decrement()),
         body=[ast.Expr(value=_call(CHK))],
         orelse=[],
     )
@@ -249,6 +256,8 @@ class Rewriter:
         if _is_dunder(name) and name not in ALLOWED_DUNDER_NAMES:
             if not (binding_in_class or self.scope.kind == "class"):
                 raise self.error(f"use of {name!r} is not allowed in the sandbox", node)
+            if name in CLASS_DENIED_NAMES:
+                raise self.error(CLASS_DENIED_NAMES[name], node)
 
     def check_attr_name(self, name: str, node: ast.AST):
         if name.startswith(RESERVED_PREFIX):
@@ -280,9 +289,78 @@ class Rewriter:
         for n in nodes:
             if not isinstance(n, ast.stmt):
                 raise self.error(f"unsupported syntax: {type(n).__name__}", n)
+            resumes = self.scope.kind == "function" and _resumes(n)
             r = self.visit(n)
-            out.extend(r)
+            if resumes:
+                # a resumption point (yield, await): the code after it may run when the
+                # host resumes or finalizes a generator after the exec, so it checks
+                # first (StOutsideExec): at the start of every block the statement
+                # leads into, and after it
+                for st in r:
+                    if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                        continue   # its body is another scope, with its own entry check
+                    for f in _BLOCK_FIELDS:
+                        block = getattr(st, f, None)
+                        if f in st._fields and isinstance(block, list):
+                            block.insert(0, self.checkpoint(n))
+                    for h in getattr(st, "handlers", None) or ():
+                        h.body.insert(0, self.checkpoint(n))
+                    for c in getattr(st, "cases", None) or ():
+                        c.body.insert(0, self.checkpoint(n))
+                out.extend(r)
+                out.append(self.checkpoint(n))
+            else:
+                out.extend(r)
         return out
+
+    def annotation(self, node):
+        """An annotation, with every string in it that a host could evaluate as code
+        (``typing.get_type_hints``, ``functools.singledispatch``) rewritten like
+        sandboxed code: such a string is otherwise run unchecked by the host's
+        ``eval``. A string that is a plain name, does not parse as an expression or
+        that the rewrite leaves unchanged is kept verbatim."""
+        node = self.expr(node)
+        if node is not None:
+            self._annotation_strings(node, 0)
+        return node
+
+    def _annotation_strings(self, node, depth: int):
+        """The strings in type positions of an annotation: the annotation itself, the
+        arguments of a subscription (``List["X"]``), the operands of ``|``. (Strings
+        passed to calls are not evaluated by typing.)"""
+        todo = [node]
+        while todo:
+            c = todo.pop()
+            if isinstance(c, ast.Constant) and isinstance(c.value, str):
+                c.value = self._annotation_string(c.value, c, depth)
+            elif isinstance(c, ast.Subscript):
+                todo.append(c.slice)
+            elif isinstance(c, (ast.Tuple, ast.List)):
+                todo.extend(c.elts)
+            elif isinstance(c, ast.BinOp) and isinstance(c.op, ast.BitOr):
+                todo.extend((c.left, c.right))
+
+    def _annotation_string(self, text: str, where: ast.AST, depth: int) -> str:
+        if depth > 20:
+            raise self.error("string annotation nested too deeply", where)
+        try:
+            tree = ast.parse(text.strip(), mode="eval")
+        except (SyntaxError, ValueError, MemoryError, RecursionError):
+            return text   # not an expression: an evaluation could only fail
+        if isinstance(tree.body, ast.Name):
+            self.check_ident(tree.body.id, where)
+            return text
+        before = ast.dump(tree.body)
+        sub = Rewriter(text, filename=self.filename)
+        sub.scopes = [_Scope("module", None)]
+        try:
+            body = sub.visit(tree.body)
+            sub._annotation_strings(body, depth + 1)
+        except StValidationError as e:
+            raise self.error(f"string annotation {text!r}: {e.message}", where) from None
+        if ast.dump(body) == before:
+            return text
+        return ast.unparse(ast.fix_missing_locations(body))
 
     def rewrite_module(self, tree: ast.Module) -> ast.Module:
         if not isinstance(tree, ast.Module):
@@ -369,7 +447,7 @@ class Rewriter:
         self.check_ident(node.name, node, binding_in_class=self.scope.kind == "class")
         node.decorator_list = self.exprs(node.decorator_list)
         self.visit_arguments_outer(node.args)
-        node.returns = self.expr(node.returns)
+        node.returns = self.annotation(node.returns)
         self.scopes.append(_Scope("function", self.scope.class_name))
         saved_iter, self.comp_iter_depth = self.comp_iter_depth, 0
         try:
@@ -391,7 +469,7 @@ class Rewriter:
         for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg]:
             if arg is not None:
                 self.visit(arg)
-                arg.annotation = self.expr(arg.annotation)
+                arg.annotation = self.annotation(arg.annotation)
 
     def visit_arguments_inner(self, a: ast.arguments):
         for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg]:
@@ -544,7 +622,7 @@ class Rewriter:
         t = node.target
         if isinstance(t, ast.Name):
             self.check_ident(t.id, t)
-            node.annotation = self.visit(node.annotation)
+            node.annotation = self.annotation(node.annotation)
             node.value = self.expr(node.value)
             if self.scope.kind == "module":
                 return self._module_annassign(node)
@@ -552,14 +630,14 @@ class Rewriter:
         if isinstance(t, ast.Subscript):
             node.target = ast.copy_location(ast.Subscript(value=self.visit(t.value), slice=self.visit(t.slice),
                                                           ctx=ast.Store()), t)
-            node.annotation = self.visit(node.annotation)
+            node.annotation = self.annotation(node.annotation)
             node.value = self.expr(node.value)
             if self.scope.kind == "module":
                 return self._module_annassign(node)
             return [node]
         if isinstance(t, ast.Attribute):
             self.check_attr_name(t.attr, t)
-            self.visit(node.annotation)  # validated; not evaluated for attribute targets
+            self.annotation(node.annotation)  # validated; not evaluated for attribute targets
             obj = self.visit(t.value)
             if node.value is None:
                 return [ast.copy_location(ast.Expr(value=obj), node)]
@@ -615,7 +693,10 @@ class Rewriter:
         for h in node.handlers:
             self.visit(h)
         node.orelse = self.stmts(node.orelse)
-        node.finalbody = self.stmts(node.finalbody)
+        if node.finalbody:
+            # a finally block runs when a generator is closed, also by the host's
+            # garbage collector after the exec: it checks first
+            node.finalbody = [self.checkpoint(node.finalbody[0]), *self.stmts(node.finalbody)]
         return [node]
 
     v_TryStar = v_Try
@@ -627,7 +708,7 @@ class Rewriter:
         else:
             node.type = self.visit(node.type)
         self.check_ident(node.name, node)
-        node.body = self.stmts(node.body)
+        node.body = [self.checkpoint(node), *self.stmts(node.body)]
         return node
 
     def v_Assert(self, node):
@@ -834,7 +915,7 @@ class Rewriter:
             if inline:
                 self.uses_n = True
                 tick = ast.BoolOp(op=ast.Or(), values=[
-                    ast.Compare(left=_decrement(), ops=[ast.GtE()], comparators=[_const(0)]),
+                    _decrement(),
                     _call(CHK)])
             else:
                 tick = _call(TICK)
@@ -976,6 +1057,27 @@ class _MatchHoist:
             if not isinstance(n, (ast.Constant, ast.UnaryOp, ast.BinOp, ast.USub, ast.UAdd,
                                   ast.Add, ast.Sub, ast.JoinedStr)):
                 raise self.rw.error("unsupported literal pattern", v)
+
+
+_BLOCK_FIELDS = ("body", "orelse", "finalbody")
+_NESTED_SCOPES = (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+def _resumes(stmt: ast.stmt) -> bool:
+    """``stmt``'s own expressions (not its nested blocks or scopes) hold a yield or
+    an await: execution may resume inside it."""
+    todo = [v for f, v in ast.iter_fields(stmt) if f not in _BLOCK_FIELDS and f not in ("handlers", "cases")]
+    while todo:
+        n = todo.pop()
+        if isinstance(n, list):
+            todo.extend(n)
+            continue
+        if not isinstance(n, ast.AST) or isinstance(n, (ast.stmt, *_NESTED_SCOPES)):
+            continue
+        if isinstance(n, (ast.Yield, ast.YieldFrom, ast.Await)):
+            return True
+        todo.extend(ast.iter_child_nodes(n))
+    return False
 
 
 def _ops():

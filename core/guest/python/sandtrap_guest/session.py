@@ -44,9 +44,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import rewriter as rw
-from .errors import (StCancelled, StError, StImportDenied, StTickLimit, StTimeout,
+from .errors import (StCancelled, StError, StImportDenied, StOutsideExec, StTickLimit, StTimeout,
                      StValidationError)
-from .gates import SANDBOX_FILENAME, USER_MARK, Gate, _MatchVals
+from .gates import SANDBOX_FILENAME, USER_MARK, ExecToken, Gate, _MatchVals, open_to_sandbox
+from .helpers import depth_tracked
 from .policy import Policy
 
 _MAX_STRIDE = 256   # the counter stays within the cached small ints [-5, 256]
@@ -83,6 +84,8 @@ _PLAIN_FUNCS = (
     "id", "isinstance", "issubclass", "iter", "len", "max", "min", "next", "oct", "ord", "pow",
     "repr", "round", "sorted", "sum", "aiter", "anext",
 )
+# C iterators that wrap iterators: nesting is bounded (helpers.depth_tracked)
+_TRACKED_ITERATORS = {n: depth_tracked(getattr(_bi, n)) for n in ("map", "filter", "zip", "enumerate")}
 # Documented absences: exec eval compile globals vars breakpoint __import__ help exit quit
 # memoryview (and open unless filesystem_root is given).
 BUILTIN_NAMES = tuple(sorted({*_TYPE_NAMES, "type", *_EXCEPTION_NAMES, *_CONST_NAMES, *_PLAIN_FUNCS,
@@ -101,6 +104,7 @@ class ExecResult:
     traceback: str | None = None
     stdout_truncated: int = 0
     duration: float = 0.0
+    error_message: str | None = None   # str(error), made under the exec's limits
 
     @property
     def ok(self) -> bool:
@@ -145,6 +149,7 @@ class _Capture:
         return text
 
 
+@open_to_sandbox
 class _Writer:
     """File-like object for the synthetic ``sys.stdout``/``sys.stderr``."""
 
@@ -166,6 +171,7 @@ class _Writer:
 
 
 def _read_rss() -> int:
+    """Resident set size of this process now (bytes)."""
     try:
         fd = os.open("/proc/self/statm", os.O_RDONLY)
         try:
@@ -174,12 +180,46 @@ def _read_rss() -> int:
             os.close(fd)
         return int(data.split()[1]) * _PAGE
     except (OSError, ValueError, IndexError):
+        return _maxrss()
+
+
+def _maxrss() -> int:
+    try:
+        import resource
+        r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return r if sys.platform == "darwin" else r * 1024
+    except Exception:  # noqa: BLE001
+        return 0
+
+
+def _reset_peak() -> bool:
+    """Reset this process's peak RSS (VmHWM) to its current RSS (Linux >= 4.0):
+    memory allocated and freed between two checks still shows in the peak."""
+    try:
+        fd = os.open("/proc/self/clear_refs", os.O_WRONLY)
         try:
-            import resource
-            r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-            return r if sys.platform == "darwin" else r * 1024
-        except Exception:  # noqa: BLE001
-            return 0
+            os.write(fd, b"5")
+        finally:
+            os.close(fd)
+        return True
+    except OSError:
+        return False
+
+
+def _read_peak() -> int:
+    """Peak RSS since the last ``_reset_peak`` (bytes), or the current RSS."""
+    try:
+        fd = os.open("/proc/self/status", os.O_RDONLY)
+        try:
+            data = os.read(fd, 4096)
+        finally:
+            os.close(fd)
+        i = data.find(b"VmHWM:")
+        if i >= 0:
+            return int(data[i + 6:data.index(b"kB", i)]) * 1024
+    except (OSError, ValueError):
+        pass
+    return _read_rss()
 
 
 try:
@@ -190,9 +230,10 @@ except (ValueError, OSError, AttributeError):
 
 class _Meter:
     __slots__ = ("base", "armed", "stride", "running", "tripped", "cancelled", "deadline",
-                 "tick_limit", "memory_limit", "rss_base", "last_chk", "last_mem", "timeout")
+                 "tick_limit", "memory_limit", "rss_base", "last_chk", "last_mem", "timeout",
+                 "cell", "peak", "forced")
 
-    def __init__(self):
+    def __init__(self, cell):
         self.base = 0
         self.armed = _MAX_STRIDE
         self.stride = _MAX_STRIDE
@@ -206,6 +247,94 @@ class _Meter:
         self.last_chk = 0.0
         self.last_mem = 0.0
         self.timeout: float | None = None
+        self.cell = cell
+        self.peak = False        # rss readings are peaks since the exec started
+        self.forced = False      # the watchdog asked for a check
+
+    def grown(self) -> int:
+        return (_read_peak() if self.peak else _read_rss()) - self.rss_base
+
+
+class _Watchdog:
+    """One daemon thread for every session of the process. While an exec runs with a
+    timeout, a memory limit or a pending cancel, it zeroes the session's tick
+    countdown — at the deadline, at the cancel, and every ``POLL`` seconds under a
+    memory limit — so the very next checkpoint (the next loop iteration, call, ...)
+    runs the checks, however slow each iteration has become and however long the
+    stride it was on. It never reads anything itself: a read would release the GIL,
+    and the exec thread would run another long step before the countdown is zeroed.
+    (Code inside one long C call still holds the thread until the call returns.)"""
+
+    POLL = 0.005     # memory-limit checks are forced this often
+    FORCE = 0.001    # re-zeroing interval until the exec notices a limit
+    IDLE = 1.0       # a look at least this often (a new exec's deadline is planned then)
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._meters: dict[int, _Meter] = {}
+        self._thread: threading.Thread | None = None
+        self._pid = 0
+        self._next_wake: float | None = None
+
+    def watch(self, m: _Meter) -> None:
+        if self._pid != os.getpid():
+            # a fork (the worker template's): the thread, and any lock it held, stayed behind
+            self._cond = threading.Condition()
+            self._meters = {}
+            self._thread = None
+            self._next_wake = None
+            self._pid = os.getpid()
+        with self._cond:
+            self._meters[id(m)] = m
+            if self._thread is None:   # (it only ever stops with the process; a fork is handled above)
+                self._thread = threading.Thread(target=self._run, name="sandtrap-watchdog", daemon=True)
+                self._thread.start()
+            # wake it only when this exec needs a look before the one it planned
+            # (a thread switch per exec otherwise)
+            need = None if m.deadline is None else m.deadline
+            if m.memory_limit is not None or m.cancelled:
+                need = 0.0
+            if need is not None and (self._next_wake is None or need < self._next_wake):
+                self._cond.notify()
+
+    def unwatch(self, m: _Meter) -> None:
+        with self._cond:
+            self._meters.pop(id(m), None)
+
+    def poke(self) -> None:
+        with self._cond:
+            self._cond.notify()
+
+    def _run(self):
+        mono = time.monotonic
+        with self._cond:
+            while True:
+                now = mono()
+                wait = self.IDLE
+                for m in list(self._meters.values()):
+                    w = self._check(m, now)
+                    if w is not None and w < wait:
+                        wait = w
+                self._next_wake = now + wait
+                self._cond.wait(wait)
+
+    def _check(self, m: _Meter, now: float):
+        """Zero the countdown when a check is due; seconds until the next look."""
+        if not m.running or m.tripped is not None:
+            return None
+        if m.cancelled or (m.deadline is not None and now >= m.deadline):
+            m.forced = True
+            m.cell.cell_contents = 1   # the next checkpoint runs __st_chk__
+            return self.FORCE
+        wait = None if m.deadline is None else m.deadline - now
+        if m.memory_limit is not None:
+            m.forced = True
+            m.cell.cell_contents = 1   # __st_chk__ reads the (peak) RSS
+            wait = self.POLL if wait is None else min(wait, self.POLL)
+        return wait
+
+
+_WATCHDOG = _Watchdog()
 
 
 class GuestSession:
@@ -230,13 +359,17 @@ class GuestSession:
                 raise ValueError(f"filesystem_root {root!r} is not a directory")
             self.filesystem_root = root
         self._lock = threading.Lock()
-        self._meter = _Meter()
+        # the tick countdown (rewriter.N): a checkpoint decrements it and calls
+        # __st_chk__ when it reaches 0, so it is never armed below 1. 1 outside an
+        # exec: sandboxed code the host runs afterwards stops at its first checkpoint
+        # (StOutsideExec)
+        self._cell = types.CellType(1)
+        self._meter = _Meter(self._cell)
         self._cap = _Capture(None)
         self._err = _Capture(None)
         self._stdin: io.StringIO | None = None
         self._code_lines: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._ns: dict[str, Any] = {}
-        self._cell = types.CellType(_MAX_STRIDE)     # the tick countdown (rewriter.N)
         self._exec_module_names: dict[str, types.ModuleType] = {}
         self._chk, self._tick = self._make_meter_fns()
         self.gate = Gate(self.policy, self._tick).finish()
@@ -269,12 +402,13 @@ class GuestSession:
             base = m.base + m.armed - n
             m.base = base
             if not m.running:
-                m.armed = _MAX_STRIDE
-                cell.cell_contents = _MAX_STRIDE
-                return True
+                m.armed = 1
+                cell.cell_contents = 1
+                raise StOutsideExec("sandboxed code runs only inside exec(): this was called (or finalized) "
+                                    "by the host after the exec returned")
             if m.tripped is not None:
-                m.armed = 0
-                cell.cell_contents = 0
+                m.armed = 1
+                cell.cell_contents = 1
                 err = m.tripped
                 raise type(err)(*err.args)
             limit = m.tick_limit
@@ -285,17 +419,18 @@ class GuestSession:
                     raise session._trip(StTickLimit(f"tick limit of {limit} exceeded"))
                 now = mono()
                 deadline = m.deadline
-                if deadline is not None and now > deadline:
+                if deadline is not None and now >= deadline:
                     raise session._trip(StTimeout(f"execution exceeded the timeout of {m.timeout:g}s"))
-                if m.memory_limit is not None and now - m.last_mem >= _MEM_INTERVAL:
+                if m.memory_limit is not None and (m.forced or now - m.last_mem >= _MEM_INTERVAL):
+                    m.forced = False
                     m.last_mem = now
-                    grown = _read_rss() - m.rss_base
+                    grown = m.grown()
                     if grown > m.memory_limit:
                         raise session._trip(MemoryError(
                             f"memory limit of {m.memory_limit} bytes exceeded (RSS grew by {grown} bytes)"))
             except BaseException:
-                m.armed = 0
-                cell.cell_contents = 0
+                m.armed = 1
+                cell.cell_contents = 1
                 raise
             dt = now - m.last_chk
             m.last_chk = now
@@ -311,7 +446,7 @@ class GuestSession:
                 stride = grown2 if grown2 < _MAX_STRIDE else _MAX_STRIDE
                 m.stride = stride
             if limit is not None and limit - base < stride:
-                stride = limit - base
+                stride = limit - base + 1   # the check at tick limit + 1 (base <= limit here)
             m.armed = stride
             cell.cell_contents = stride
             return True
@@ -336,7 +471,10 @@ class GuestSession:
 
     def cancel(self) -> None:
         """Cancel the running ``exec`` (thread-safe); it stops at its next checkpoint."""
-        self._meter.cancelled = True
+        m = self._meter
+        m.cancelled = True
+        if m.running:
+            _WATCHDOG.watch(m)   # zeroes the countdown until the exec notices
 
     # -------------------------------------------------------------- builtins
     def _make_builtins(self) -> dict:
@@ -344,7 +482,7 @@ class GuestSession:
         gate = self.gate
         b: dict[str, Any] = {}
         for n in _TYPE_NAMES:
-            b[n] = getattr(_bi, n)
+            b[n] = _TRACKED_ITERATORS.get(n) or getattr(_bi, n)
         for n in (*_EXCEPTION_NAMES, *_CONST_NAMES):
             if hasattr(_bi, n):
                 b[n] = getattr(_bi, n)
@@ -367,7 +505,7 @@ class GuestSession:
         for name, g in self.policy.fns.items():
             b[name] = _ticking(g.fn, tick, name)
         # runtime helpers (unnameable by sandboxed code)
-        b["__build_class__"] = _bi.__build_class__
+        b["__build_class__"] = gate.build_class
         b[rw.CHK] = self._chk
         b[rw.TICK] = self._tick
         b[rw.GA] = gate.ga
@@ -540,7 +678,7 @@ class GuestSession:
             raise ImportError(f"cannot import name {n!r} from {modname!r}", name=modname)
         return tuple(out)
 
-    def _make_exec_modules(self, modules, stdin, argv) -> dict[str, types.ModuleType]:
+    def _make_exec_modules(self, modules, stdin, argv, token) -> dict[str, types.ModuleType]:
         out: dict[str, types.ModuleType] = {}
         for name, spec in (modules or {}).items():
             if not isinstance(name, str) or not all(p.isidentifier() for p in name.split(".")) \
@@ -556,7 +694,7 @@ class GuestSession:
             for k, v in items.items():
                 if not isinstance(k, str) or not k.isidentifier() or (k.startswith("__") and k.endswith("__")):
                     raise ValueError(f"invalid attribute name {k!r} in modules[{name!r}]")
-                setattr(mod, k, v)
+                setattr(mod, k, self.gate.exec_value(v, token))   # gone when the exec returns
             out[name] = mod
         if stdin is not None or argv is not None:
             if "sys" not in out:
@@ -638,27 +776,36 @@ class GuestSession:
                                       (self._cell,) * len(codeobj.co_freevars))
         else:
             main = None   # a plain module body (it does not touch the counter)
-        exec_mods = self._make_exec_modules(modules, stdin, argv)
+        token = ExecToken("a value given through modules=")
+        exec_mods = self._make_exec_modules(modules, stdin, argv, token)
         self._exec_module_names = exec_mods
         self.gate.exec_modules = {id(mod): mod for mod in exec_mods.values()}
         if namespace:
             self._ns.update(namespace)
         ns = self._ns
+        guards = _state_guards(pol)
+        for g in guards:
+            g.__enter__()
         # arm the meter
         m.base = 0
         m.stride = 1          # start checking at once; the stride grows while ticks are cheap
         m.tick_limit = pol.tick_limit
         m.memory_limit = pol.memory_limit
         m.timeout = pol.timeout
-        first = 1 if pol.tick_limit is None else min(1, pol.tick_limit)
-        m.armed = first
-        self._cell.cell_contents = first
+        m.forced = False
+        m.armed = 1           # the first checkpoint checks
+        self._cell.cell_contents = 1
+        if pol.memory_limit is not None:
+            m.peak = _reset_peak()
+            m.rss_base = _read_rss()
         now = time.monotonic()
         m.last_chk = m.last_mem = now
         m.deadline = None if pol.timeout is None else now + pol.timeout
-        m.rss_base = _read_rss() if pol.memory_limit is not None else 0
         m.running = True
-        tb_text = None
+        watched = pol.timeout is not None or pol.memory_limit is not None
+        if watched:
+            _WATCHDOG.watch(m)
+        tb_text = message = None
         try:
             if main is not None:
                 main()
@@ -670,9 +817,10 @@ class GuestSession:
             error = e
         finally:
             ticks = self._ticks_now()
-            if error is None and m.memory_limit is not None and m.tripped is None:
-                grown = _read_rss() - m.rss_base
+            if m.memory_limit is not None and m.tripped is None:
+                grown = m.grown()
                 if grown > m.memory_limit:
+                    # also memory allocated and freed again after the last check
                     self._trip(MemoryError(
                         f"memory limit of {m.memory_limit} bytes exceeded (RSS grew by {grown} bytes)"))
             if m.tripped is not None and error is not m.tripped:
@@ -682,27 +830,43 @@ class GuestSession:
                 error = m.tripped
             if error is not None:
                 # Formatting may call a sandbox-defined __str__: do it while the meter
-                # still enforces the limits (a tripped limit makes it fail fast).
+                # still enforces the limits (a tripped limit makes it fail fast), and
+                # never again afterwards (result.error_message, error_to_wire).
                 try:
                     tb_text = self._format_traceback(error)
                 except BaseException:  # noqa: BLE001
                     tb_text = self._format_traceback(error, safe=True)
+                try:
+                    message = str(error)
+                    if type(message) is not str:
+                        raise TypeError
+                except BaseException:  # noqa: BLE001
+                    message = _safe_message(error)
+            if watched:
+                _WATCHDOG.unwatch(m)
             m.running = False
-            m.armed = _MAX_STRIDE
-            self._cell.cell_contents = _MAX_STRIDE
+            m.armed = 1
+            self._cell.cell_contents = 1     # sandboxed code the host runs later stops at once
             m.base = 0
+            token.alive = False              # values given through modules= are gone
+            self.gate.exec_done()
+            for g in reversed(guards):
+                try:
+                    g.__exit__(None, None, None)
+                except Exception:  # noqa: BLE001 - restoring host state must not fail the call
+                    pass
             # per-exec modules vanish: drop names still bound to them
             ids = self.gate.exec_modules
-            for k in [k for k, v in ns.items() if isinstance(v, types.ModuleType) and id(v) in ids]:
+            for k in [k for k, v in ns.items() if issubclass(type(v), types.ModuleType) and id(v) in ids]:
                 del ns[k]
             self.gate.exec_modules = {}
             self._exec_module_names = {}
         if error is not None:
-            error.__traceback__ = _strip_internal(error.__traceback__)
+            _set_tb(error, _strip_internal(_get_tb(error)))
         return ExecResult(stdout=self._cap.getvalue(), namespace=self.namespace, error=error,
                           ticks=ticks, isolation=self.isolation, stderr=self._err.getvalue(),
                           traceback=tb_text, stdout_truncated=self._cap.dropped,
-                          duration=time.monotonic() - t0)
+                          duration=time.monotonic() - t0, error_message=message)
 
     # ------------------------------------------------------------ tracebacks
     def _register_code(self, codeobj, source: str):
@@ -718,7 +882,7 @@ class GuestSession:
 
     def _format_traceback(self, error: BaseException, safe: bool = False) -> str:
         out = ["Traceback (most recent call last):\n"]
-        tb = error.__traceback__
+        tb = _get_tb(error)
         last, repeats = None, 0
         while tb is not None:
             code = tb.tb_frame.f_code
@@ -738,19 +902,45 @@ class GuestSession:
         if len(out) == 1:
             out = []
         if safe:
-            from .wire import safe_repr
-            args = getattr(error, "args", ())
-            msg = ", ".join(safe_repr(a) for a in args) if isinstance(args, tuple) else ""
+            msg = _safe_message(error)
             out.append(f"{type(error).__qualname__}: {msg}\n" if msg else f"{type(error).__qualname__}\n")
         else:
             out.extend(_tb.format_exception_only(type(error), error))
         return "".join(out)
 
 
+_get_tb = BaseException.__traceback__.__get__      # never an exception class's own __getattribute__
+_set_tb = BaseException.__traceback__.__set__
+_get_args = BaseException.args.__get__
+
+
+def _safe_message(error: BaseException) -> str:
+    """The exception's arguments, shown without running any of its code."""
+    from .wire import safe_repr
+    args = _get_args(error)
+    if len(args) == 1 and type(args[0]) is str:
+        return args[0]
+    return ", ".join(safe_repr(a) for a in args)
+
+
+def _state_guards(policy) -> list:
+    """Context managers around every exec that keep process-wide state the sandbox can
+    reach through a grant from outliving the exec: the thread's decimal context and,
+    when ``warnings`` is granted, the warning filters."""
+    out = []
+    dec = sys.modules.get("decimal")
+    if dec is not None:
+        out.append(dec.localcontext())
+    wn = sys.modules.get("warnings")
+    if wn is not None and any(g.module is wn for g in policy.modules.values()):
+        out.append(wn.catch_warnings())
+    return out
+
+
 def _tick_template_factory(__st_n__, chk):
     def __st_tick__():
         nonlocal __st_n__
-        if (__st_n__ := __st_n__ - 1) < 0:
+        if not (__st_n__ := __st_n__ - 1):
             chk()
         return True
     return __st_tick__
@@ -787,7 +977,28 @@ def _main_code(module_code: types.CodeType) -> types.CodeType:
     if main.co_flags & _CO_NOT_PLAIN or not main.co_flags & _CO_NEWLOCALS or main.co_argcount \
             or main.co_kwonlyargcount or main.co_freevars not in ((), (rw.N,)):
         raise StValidationError("code could not be compiled: unexpected module wrapper")
+    if not _HAS_QUALNAME:
+        return _strip_qualnames_310(main).replace(co_name="<module>")
     return _strip_qualnames(main).replace(co_name="<module>", co_qualname="<module>")
+
+
+_HAS_QUALNAME = hasattr(types.CodeType, "co_qualname")
+
+
+def _strip_qualnames_310(code: types.CodeType) -> types.CodeType:
+    """Python 3.10: a function's qualname is a string constant of the code that makes
+    it (there is no co_qualname)."""
+    consts = list(code.co_consts)
+    changed = False
+    for i, c in enumerate(consts):
+        if isinstance(c, types.CodeType):
+            n = _strip_qualnames_310(c)
+            changed = changed or n is not c
+            consts[i] = n
+        elif type(c) is str and c.startswith(_MAIN_PREFIX):
+            consts[i] = c[len(_MAIN_PREFIX):]
+            changed = True
+    return code.replace(co_consts=tuple(consts)) if changed else code
 
 
 def _strip_qualnames(code: types.CodeType) -> types.CodeType:
@@ -807,10 +1018,18 @@ def _strip_qualnames(code: types.CodeType) -> types.CodeType:
 
 
 def _frame_names(frame) -> dict:
-    """The names ``locals()``/``dir()`` see in ``frame``: the namespace for the module
-    body (a function frame whose globals are the namespace), else the frame's locals."""
+    """The names ``locals()``/``dir()`` see: those of the nearest *sandbox* frame at or
+    below ``frame`` — the namespace for the module body (a function frame whose
+    globals are the namespace), else the frame's locals. Frames of the runtime (a
+    gate, a builtin's wrapper) and of host code are skipped: when sandboxed code makes
+    a C callback (``iter(locals, None)`` as a ``__dir__``/``__repr__``/``__iter__`` hook)
+    run inside one of them, it sees its own nearest frame, never theirs."""
+    while frame is not None and frame.f_code.co_filename != SANDBOX_FILENAME:
+        frame = frame.f_back
+    if frame is None:
+        return {}
     code = frame.f_code
-    if code.co_name == "<module>" and code.co_filename == SANDBOX_FILENAME:
+    if code.co_name == "<module>":
         return frame.f_globals
     return frame.f_locals
 
@@ -872,7 +1091,7 @@ _HIDDEN_KEYS = frozenset({"__builtins__", "__name__", "__doc__", "__annotations_
 def _user_namespace(ns: dict) -> dict:
     return {k: v for k, v in ns.items()
             if k not in _HIDDEN_KEYS and not k.startswith(rw.RESERVED_PREFIX)
-            and not isinstance(v, types.ModuleType)}
+            and not issubclass(type(v), types.ModuleType)}   # (isinstance would run a sandbox hook)
 
 
 def _is_internal(code) -> bool:

@@ -4,7 +4,8 @@ The engine runs it as a session (an ordinary sandboxed run — Landlock, seccomp
 limits in ``"kernel"`` isolation) and relays length-prefixed msgpack frames between
 it and the host. Frames, host → worker:
 
-    {"op": "init", "policy": <Policy.to_portable(host_fns=True)>, "filesystem_root": str|None, "echo": bool|str}
+    {"op": "init", "policy": <Policy.to_portable(host_fns=True)>, "filesystem_root": str|None, "echo": bool|str,
+     "deny_spawn": bool}   (deny_spawn: install the process-creation filter, below)
     {"op": "exec", "code": str, "namespace": {...}|None, "modules": {name: {...}}|None,
      "stdin": str|None, "argv": [str]|None}
     {"op": "return", "value": ...} / {"op": "raise", "type": str, "message": str}   (answers to "call")
@@ -13,17 +14,29 @@ it and the host. Frames, host → worker:
 
 worker → host:
 
-    {"op": "ready"} / {"op": "error", "message": str}
+    {"op": "ready", "pid": int, "seccomp": {"engine": int|None, "spawn": "denied"|"allowed"|"not refused: ..."}}
+        (engine: instructions of the engine's fork filter installed; spawn: whether this
+        worker refuses fork/clone/execve) / {"op": "error", "message": str}
     {"op": "call", "name": str, "args": [...], "kwargs": {...}}   (a policy.fn grant, run by the host)
-    {"op": "result", "stdout", "stderr", "namespace", "error", "traceback", "ticks",
-     "stdout_truncated", "duration"}
+    {"op": "result", "stdout": str, "stderr": str, "namespace": {...}, "error": {...}|None,
+     "traceback": str|None, "ticks": int, "stdout_truncated": int, "duration": float}
 
 As a template (``session_open`` with a ``template`` frame, see docs/protocol.md) the
 worker imports the runtime and the granted modules once, answers ready, then only
 forks, one ahead of each request (the waiting fork joins the cgroup the engine
 staged for it): the fork restricts itself with its sandbox's Landlock ruleset, takes
-its working directory, environment and channel, says ``{"op": "ready"}``, and is
-then sent ``init`` like a freshly started worker.
+its working directory, environment and channel, installs the seccomp program the
+engine sent with the request (``"seccomp"``: classic BPF, ``struct sock_filter``
+entries) and makes itself non-dumpable, says ``{"op": "ready"}``, and is then sent
+``init`` like a freshly started worker. A fork that cannot set itself up does not
+serve: it sends an error frame and exits.
+
+``deny_spawn`` (``isolation="kernel"`` without ``Policy.allow_subprocess``): before any
+sandboxed code runs, the worker installs its own seccomp filter answering ``EPERM``
+to ``fork``, ``vfork``, ``execve``, ``execveat`` and to ``clone`` without
+``CLONE_THREAD`` (``ENOSYS`` to ``clone3``, whose flags a filter cannot read; the C
+library then falls back to ``clone``, so threads still start). Filters stack: this
+holds whatever the engine installed, and cannot be removed by the code.
 
 Values cross as msgpack data (None, bool, int, float, str, bytes, list, tuple, dict);
 anything else becomes a described placeholder (``wire.to_wire``). Never pickle.
@@ -36,7 +49,7 @@ import sys
 from . import mp
 from .policy import Policy
 from .session import GuestSession
-from .wire import error_to_wire, to_wire
+from .wire import _clean_str, error_to_wire, to_wire
 
 
 class HostError(Exception):
@@ -95,6 +108,123 @@ def _restrict(ruleset_fd):
         raise OSError(ctypes.get_errno(), "landlock_restrict_self")
 
 
+# ------------------------------------------------------------------ seccomp
+_SECCOMP_NR = {"x86_64": 317, "aarch64": 277}
+_AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
+_SYSCALLS = {  # name -> number, for the process-creation filter
+    "x86_64": {"clone": 56, "fork": 57, "vfork": 58, "execve": 59, "execveat": 322, "clone3": 435},
+    "aarch64": {"clone": 220, "execve": 221, "execveat": 281, "clone3": 435},
+}
+_INSTALLED = {"engine": None, "spawn": "allowed"}
+
+
+def _machine() -> str:
+    import platform
+    return platform.machine()
+
+
+def install_seccomp(prog: bytes) -> int:
+    """Install the classic-BPF program ``prog`` (``struct sock_filter`` entries, 8 bytes
+    each, native endian) as a seccomp filter of every thread of this process (TSYNC;
+    the worker has one thread at that point, and threads started later inherit it). Needs no_new_privs (set by the
+    engine, and here too) or CAP_SYS_ADMIN. Returns the number of instructions."""
+    import ctypes
+
+    if not isinstance(prog, (bytes, bytearray)) or not prog or len(prog) % 8 or len(prog) // 8 > 4096:
+        raise ValueError(f"not a seccomp program ({len(prog) if isinstance(prog, (bytes, bytearray)) else prog!r})")
+    nr = _SECCOMP_NR.get(_machine())
+    if nr is None:
+        raise OSError(f"seccomp: unsupported machine {_machine()!r}")
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    buf = ctypes.create_string_buffer(bytes(prog), len(prog))
+    fprog = SockFprog(len(prog) // 8, ctypes.addressof(buf))
+    if libc.prctl(38, ctypes.c_ulong(1), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)) != 0:  # NO_NEW_PRIVS
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
+    # SECCOMP_FILTER_FLAG_TSYNC: every thread of the process (there should be only one)
+    if libc.syscall(ctypes.c_long(nr), ctypes.c_ulong(1), ctypes.c_ulong(1), ctypes.byref(fprog)) != 0:
+        raise OSError(ctypes.get_errno(), "seccomp(SECCOMP_SET_MODE_FILTER, TSYNC)")
+    return len(prog) // 8
+
+
+def _not_dumpable():
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(4, ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0)")
+
+
+class BPF:
+    """A tiny classic-BPF assembler: ``ld``, ``jeq``/``jge``/``jset`` to labels, ``ret``."""
+
+    def __init__(self):
+        self.ins: list = []
+        self.labels: dict = {}
+
+    def ld(self, offset):
+        self.ins.append((0x20, None, None, offset))          # BPF_LD | BPF_W | BPF_ABS
+
+    def jump(self, op, k, true, false):
+        self.ins.append(({"jeq": 0x15, "jge": 0x35, "jset": 0x45}[op], true, false, k))
+
+    def ret(self, k):
+        self.ins.append((0x06, None, None, k))              # BPF_RET | BPF_K
+
+    def label(self, name):
+        self.labels[name] = len(self.ins)
+
+    def assemble(self) -> bytes:
+        import struct
+        out = b""
+        for i, (code, jt, jf, k) in enumerate(self.ins):
+            def rel(t):
+                if t is None:
+                    return 0
+                off = self.labels[t] - i - 1
+                if not 0 <= off < 256:
+                    raise ValueError("jump out of range")
+                return off
+            out += struct.pack("=HBBI", code, rel(jt), rel(jf), k & 0xFFFFFFFF)
+        return out
+
+
+RET_ALLOW = 0x7FFF0000
+RET_ERRNO = 0x00050000
+
+
+def spawn_filter(machine: str | None = None) -> bytes:
+    """The process-creation filter (see the module docstring)."""
+    import errno
+    machine = machine or _machine()
+    nrs = _SYSCALLS.get(machine)
+    if nrs is None:
+        raise OSError(f"no process-creation filter for machine {machine!r}")
+    flags_lo = 16 if sys.byteorder == "little" else 20       # seccomp_data.args[0], low word
+    b = BPF()
+    b.ld(4)                                                   # arch
+    b.jump("jeq", _AUDIT_ARCH[machine], None, "deny")
+    b.ld(0)                                                   # syscall number
+    if machine == "x86_64":
+        b.jump("jge", 0x40000000, "deny", None)               # the x32 ABI
+    b.jump("jeq", nrs["clone3"], "enosys", None)
+    for name in ("fork", "vfork", "execve", "execveat"):
+        if name in nrs:
+            b.jump("jeq", nrs[name], "deny", None)
+    b.jump("jeq", nrs["clone"], None, "allow")
+    b.ld(flags_lo)
+    b.jump("jset", 0x00010000, "allow", "deny")               # CLONE_THREAD: a thread
+    b.label("allow")
+    b.ret(RET_ALLOW)
+    b.label("deny")
+    b.ret(RET_ERRNO | errno.EPERM)
+    b.label("enosys")
+    b.ret(RET_ERRNO | errno.ENOSYS)
+    return b.assemble()
+
+
 def _split(msg, fds):
     """A fork request's fds: channel, ruleset (or None), the next spare's cgroup."""
     chan, rest = fds[0], fds[1:]
@@ -120,6 +250,11 @@ def _adopt(msg, fds):
     os.dup2(chan, 0)
     os.dup2(chan, 1)
     os.close(chan)
+    if "seccomp" in msg:
+        # the engine's fork-wide filter (process creation when spawn is refused, and
+        # other denials): installed before the fork answers, or it does not serve
+        _INSTALLED["engine"] = install_seccomp(msg["seccomp"])
+    _not_dumpable()
 
 
 def _spawn_spare(sock, warm, pending=(), stage=()):
@@ -220,6 +355,16 @@ def _serve_template(warm):
             os.close(fd)
 
 
+def _warm(pol) -> None:
+    """Run a throwaway exec in a waiting fork (faults in its pages ahead of the
+    request) without starting any thread: Landlock and seccomp, installed when the
+    fork adopts a request, restrict the calling thread (a thread started before would
+    stay outside them), and threads started later inherit them."""
+    pol.timeout = None          # this fork's copy: no watchdog for the warm-up
+    pol.memory_limit = None
+    GuestSession(pol).exec("x = 1")
+
+
 def _frame(obj):
     data = mp.packb(obj)
     return len(data).to_bytes(4, "big") + data
@@ -227,6 +372,21 @@ def _frame(obj):
 
 def _send(sock, obj):
     sock.sendall(_frame(obj))
+
+
+def handle_exec(session, msg) -> dict:
+    """Run an exec frame; the result frame."""
+    code = msg.get("code", "")
+    r = session.exec(code if isinstance(code, str) else "", namespace=msg.get("namespace"),
+                     modules=msg.get("modules"), stdin=msg.get("stdin"), argv=msg.get("argv"))
+    try:
+        namespace = to_wire(r.namespace)
+    except Exception as e:  # noqa: BLE001 - a namespace that cannot be converted is reported
+        namespace = {"__st_placeholder__": "namespace", "repr": f"<not converted: {type(e).__name__}>"}
+    return {"op": "result", "stdout": _clean_str(r.stdout), "stderr": _clean_str(r.stderr),
+            "namespace": namespace, "error": error_to_wire(r.error, r.traceback, r.error_message),
+            "traceback": None if r.traceback is None else _clean_str(r.traceback), "ticks": r.ticks,
+            "stdout_truncated": r.stdout_truncated, "duration": r.duration}
 
 
 def main() -> int:
@@ -261,22 +421,25 @@ def main() -> int:
                     os.environ["HOME"] = msg["filesystem_root"]
                 if op == "template":
                     import ctypes  # noqa: F401 - loaded once here, used by every fork
+                    import platform  # noqa: F401
+                elif msg.get("deny_spawn"):
+                    try:
+                        install_seccomp(spawn_filter())
+                        _INSTALLED["spawn"] = "denied"
+                    except OSError as e:
+                        # reported: the host fails closed unless allow_degraded
+                        _INSTALLED["spawn"] = f"not refused: {e}"
             except Exception as e:  # noqa: BLE001 - reported to the host
                 _write(out, {"op": "error", "message": f"{type(e).__name__}: {e}"})
                 continue
-            _write(out, {"op": "ready", "pid": os.getpid()})
+            _write(out, {"op": "ready", "pid": os.getpid(), "seccomp": dict(_INSTALLED)})
             if op == "template":
                 pol = policy
-                _serve_template(lambda: GuestSession(pol).exec("x = 1"))  # returns in a fork
+                _serve_template(lambda: _warm(pol))  # returns in a fork
                 session = None  # the host sends init (its filesystem root, echo)
                 _write(out, {"op": "ready", "pid": os.getpid()})
         elif op == "exec" and session is not None:
-            r = session.exec(msg.get("code", ""), namespace=msg.get("namespace"),
-                             modules=msg.get("modules"), stdin=msg.get("stdin"), argv=msg.get("argv"))
-            _write(out, {"op": "result", "stdout": r.stdout, "stderr": r.stderr,
-                         "namespace": to_wire(r.namespace), "error": error_to_wire(r.error, r.traceback),
-                         "traceback": r.traceback, "ticks": r.ticks,
-                         "stdout_truncated": r.stdout_truncated, "duration": r.duration})
+            _write(out, handle_exec(session, msg))
         else:
             _write(out, {"op": "error", "message": f"unexpected frame {op!r}"})
 

@@ -25,7 +25,9 @@ def ticks(code, **pol):
     ("{x: x for x in range(3)}", 3),
     ("sorted([3, 1, 2], key=lambda v: v)", 4),          # sorted + 3 lambda entries
     ("len([1])\nstr(1)\nint('2')\nlist(range(3))", 1),  # only len ticks
-    ("def g():\n    for i in range(3):\n        yield i\nlist(g())", 4),   # entry + 3 iterations
+    ("def g():\n    for i in range(3):\n        yield i\nlist(g())", 7),   # entry + 3 iterations + 3 resumptions
+    ("def g():\n    yield 1\n    yield 2\nlist(g())", 3),    # entry + a resumption after each yield
+    ("try:\n    1 / 0\nexcept ZeroDivisionError:\n    pass\nfinally:\n    pass", 2),  # handler + finally
     ("class A:\n    def __init__(self):\n        pass\nA()\nA()", 2),
     ("class A:\n    xs = [i for i in range(4)]", 4),
     ("f = lambda: 1\nf()\nf()\nf()", 3),

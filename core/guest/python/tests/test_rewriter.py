@@ -77,7 +77,7 @@ def test_helpers_are_unforgeable():
 
 def test_bare_except_becomes_except_exception():
     tree = rewrite("try:\n    pass\nexcept:\n    pass")
-    handler = tree.body[0].handlers[0]
+    handler = next(n for n in ast.walk(tree) if isinstance(n, ast.Try)).handlers[0]
     assert isinstance(handler.type, ast.Name) and handler.type.id == "__st_exc__"
 
 

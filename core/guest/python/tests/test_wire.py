@@ -39,7 +39,9 @@ def test_container_subclasses_and_odd_keys():
     P = namedtuple("P", "x y")
     out = to_wire({"od": OrderedDict(a=1), "p": P(1, 2), frozenset({1}): 1, (1, 2): "t"})
     assert out["od"] == {"a": 1} and out["p"] == (1, 2)
-    assert "frozenset({1})" in out and out[(1, 2)] == "t"
+    # keys that msgpack cannot carry as keys (a tuple decodes as an unhashable list)
+    # become their repr
+    assert "frozenset({1})" in out and out["(1, 2)"] == "t"
     assert is_wire(out)
 
 

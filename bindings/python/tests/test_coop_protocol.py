@@ -1,0 +1,104 @@
+"""The host side of the cooperative worker protocol against a deliberately malicious
+worker (fake_worker.py: the real worker until an exec, then whatever the exec's code
+names). Every fault ends that worker and the call returns WorkerCrashed (or StTimeout
+for a worker that overruns) within bounded time; the next exec gets a fresh worker.
+Both worker levels: the host side is the same code, the worker's confinement differs."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+import sandtrap._coop as coop
+from sandtrap._coop import IsolatedFS, Policy, WorkerCrashed, WorkerError, sandbox
+from sandtrap_guest import StTimeout
+
+HERE = str(Path(__file__).resolve().parent)
+LEVELS = ["process", "kernel"]
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    monkeypatch.setattr(coop, "_WORKER_MODULE", "fake_worker")
+    monkeypatch.setattr(coop, "_WORKER_PATH", [HERE])
+
+
+def policy(timeout=3.0):
+    p = Policy(timeout=timeout)
+
+    @p.fn
+    def noop():
+        return None
+
+    return p
+
+
+CRASHES = ["deep", "garbage", "trailing", "bad_utf8", "not_map", "no_op", "ready", "ticks_str", "ticks_bool",
+           "namespace_list", "namespace_int_name", "error_type_int", "error_missing", "stdout_bytes",
+           "call_name_int", "call_kwargs_int_keys", "call_args_map", "exit"]
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_every_protocol_fault_is_a_clean_worker_crash(fake, level, tmp_path):
+    with sandbox(policy(), isolation=level, filesystem=IsolatedFS(tmp_path)) as sb:
+        assert sb.exec("ok\nx = 1").error is None
+        for mode in CRASHES:
+            start = time.monotonic()
+            r = sb.exec(mode)
+            took = time.monotonic() - start
+            assert isinstance(r.error, WorkerCrashed), (mode, r.error)
+            assert took < 3.0, (mode, took)
+            r = sb.exec("ok\ny = 2")   # a fresh worker (the namespace was reset)
+            assert r.error is None and r.restarted and r.namespace == {"y": 2}, (mode, r)
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_a_call_flood_does_not_extend_the_deadline(fake, level, tmp_path):
+    with sandbox(policy(timeout=1.0), isolation=level, filesystem=IsolatedFS(tmp_path)) as sb:
+        start = time.monotonic()
+        r = sb.exec("flood")
+        took = time.monotonic() - start
+        assert isinstance(r.error, StTimeout), r.error
+        assert took < 1.0 + coop.GRACE + 1.0, took
+        assert sb.exec("ok\nz = 3").namespace == {"z": 3}
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_a_silent_worker_is_killed_at_the_timeout(fake, level, tmp_path):
+    with sandbox(policy(timeout=1.0), isolation=level, filesystem=IsolatedFS(tmp_path)) as sb:
+        start = time.monotonic()
+        r = sb.exec("silent")
+        took = time.monotonic() - start
+        assert isinstance(r.error, StTimeout), r.error
+        assert 1.0 <= took < 1.0 + coop.GRACE + 0.5, took
+
+
+def test_a_worker_cannot_raise_system_exit_in_the_host(fake, tmp_path):
+    with sandbox(policy(), isolation="process", filesystem=IsolatedFS(tmp_path)) as sb:
+        r = sb.exec("system_exit")
+    assert isinstance(r.error, WorkerError) and r.error.type_name == "SystemExit"
+
+
+def test_the_real_worker_still_works_with_the_fake_configuration_elsewhere(tmp_path):
+    # (the fake worker is its own template: argv differs)
+    with sandbox(Policy(timeout=5), isolation="process", filesystem=IsolatedFS(tmp_path)) as sb:
+        assert sb.exec("x = 1").namespace == {"x": 1}
+    assert os.path.basename(coop._WORKER_MODULE) == "sandtrap_guest.worker"
+
+
+def test_kernel_fails_closed_when_the_worker_cannot_refuse_process_creation(monkeypatch, tmp_path):
+    from sandtrap import IsolationUnavailable
+
+    monkeypatch.setattr(coop, "_WORKER_MODULE", "fake_worker_noseccomp")
+    monkeypatch.setattr(coop, "_WORKER_PATH", [HERE])
+    with sandbox(policy(), isolation="kernel", filesystem=IsolatedFS(tmp_path)) as sb:
+        with pytest.raises(IsolationUnavailable, match="could not refuse process creation.*simulated"):
+            sb.exec("ok\nx = 1")
+    with sandbox(policy(), isolation="kernel", filesystem=IsolatedFS(tmp_path), allow_degraded=True) as sb:
+        r = sb.exec("ok\nx = 1")
+    assert r.error is None and r.namespace == {"x": 1}
+    assert r.isolation["subprocess"] == {"allowed": False, "enforced_by": []}
+    assert any("subprocess" in d for d in r.isolation["degraded"]), r.isolation["degraded"]
