@@ -222,9 +222,11 @@ func (s *Sandbox) forkFrom(t *template, req *RunRequest, spawn bool) (*session, 
 	if err != nil {
 		return nil, err, false
 	}
-	layer, err := seccomp.Layer(seccomp.LayerConfig{DenySpawn: !spawn})
-	if err != nil {
-		return nil, errorf(KindIsolation, "seccomp: %v", err), false
+	var layer *seccomp.Program
+	if pl.bpf != nil { // (without seccomp at all — allow_degraded — there is no layer either)
+		if layer, err = seccomp.Layer(seccomp.LayerConfig{DenySpawn: !spawn}); err != nil {
+			return nil, errorf(KindIsolation, "seccomp: %v", err), false
+		}
 	}
 	p, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -253,8 +255,11 @@ func (s *Sandbox) forkFrom(t *template, req *RunRequest, spawn bool) (*session, 
 	if req.Cwd != "" {
 		cwd = req.Cwd
 	}
-	forkReq, _ := msgpack.Marshal(map[string]any{"op": "fork", "landlock": pl.ruleset != nil,
-		"stage": nstage, "cwd": cwd, "env": s.runEnv(req), "seccomp": layer.BPF})
+	frame := map[string]any{"op": "fork", "landlock": pl.ruleset != nil, "stage": nstage, "cwd": cwd, "env": s.runEnv(req)}
+	if layer != nil {
+		frame["seccomp"] = layer.BPF
+	}
+	forkReq, _ := msgpack.Marshal(frame)
 	deadline := time.Now().Add(forkTimeout)
 	reply, fds, err := exchange(t.ss, forkReq, send, deadline)
 	unix.Close(p[1])
@@ -304,11 +309,15 @@ func (s *Sandbox) forkFrom(t *template, req *RunRequest, spawn bool) (*session, 
 	untrack := s.track(ss.tag, proc.kill)
 	t.forks.Add(1)
 	iso := pl.isolation()
-	iso.Spawn = "allowed"
-	if !spawn {
+	switch {
+	case spawn:
+		iso.Spawn = "allowed"
+	case layer == nil:
+		iso.Spawn = "not refused (no seccomp)"
+	default:
 		iso.Spawn = "refused"
 	}
-	if iso.Seccomp != nil {
+	if iso.Seccomp != nil && layer != nil {
 		sc := *iso.Seccomp
 		sc.Layer = layer.Denied
 		iso.Seccomp = &sc

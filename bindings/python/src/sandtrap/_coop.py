@@ -48,7 +48,6 @@ _NO_TIMEOUT = 24 * 3600.0
 # the worker program (tests substitute a deliberately malicious one)
 _WORKER_MODULE = "sandtrap_guest.worker"
 _WORKER_PATH: list[str] = []
-_ENGINE_SPAWN: bool | None = None   # the engine accepts session_open "spawn" (None: not known yet)
 
 
 class WorkerError(Exception):
@@ -259,25 +258,12 @@ class CoopSandbox:
         # confined exactly like this sandbox; the fork joins this sandbox's cgroup).
         # One template serves every sandbox that differs only in paths: the start frame
         # holds no filesystem root; the fork is sent init like a fresh worker.
-        global _ENGINE_SPAWN
         start = {"op": "template", "policy": self._portable,
                  "sys_path": [p for p in sys.path if p and os.path.isdir(p)]}
+        # spawn false: the fork's own seccomp layer refuses new processes and programs
         req = {"op": "session_open", "argv": [sys.executable, "-S", "-m", _WORKER_MODULE],
-               "template": _native.pack(start)}
-        engine_spawn = False
-        if self._deny_spawn() and _ENGINE_SPAWN is not False:
-            # the engine adds the process-creation denial to the fork's own filter; an
-            # engine that does not know the key is told nothing (the worker's own
-            # filter below holds either way)
-            req["spawn"] = False
-            engine_spawn = True
+               "template": _native.pack(start), "spawn": not self._deny_spawn()}
         rc, resp = _native.sandbox_exec(self._handle, _native.pack(req))
-        if rc == _native.E_INVALID_REQUEST and engine_spawn and "spawn" in str((resp or {}).get("error")):
-            _ENGINE_SPAWN = engine_spawn = False
-            del req["spawn"]
-            rc, resp = _native.sandbox_exec(self._handle, _native.pack(req))
-        elif rc == _native.OK and engine_spawn:
-            _ENGINE_SPAWN = True
         if rc != _native.OK:
             err = _native.status_error(rc, resp)
             raise IsolationUnavailable(f"the sandbox worker did not start: {err}") from err
@@ -285,7 +271,7 @@ class CoopSandbox:
         try:
             reply = self._exchange({"op": "init", "policy": self._portable,
                                     "filesystem_root": self.filesystem.root if self.filesystem else None,
-                                    "echo": self.echo, "deny_spawn": self._deny_spawn()}, 30.0)
+                                    "echo": self.echo}, 30.0)
         except _ProtocolError as e:
             self._end_worker()
             raise IsolationUnavailable(f"the sandbox worker did not start: {e}") from None
@@ -293,9 +279,9 @@ class CoopSandbox:
             why = (reply or {}).get("message") or self._last_end
             self._end_worker()
             raise IsolationUnavailable(f"the sandbox worker did not start: {why}")
-        self._report_subprocess(reply.get("seccomp"), engine_spawn)
+        self._report_subprocess(reply.get("seccomp"))
 
-    def _report_subprocess(self, installed: Any, engine_spawn: bool) -> None:
+    def _report_subprocess(self, installed: Any) -> None:
         """``result.isolation["subprocess"]``: may the worker create processes, and what
         refuses it. At "kernel" without allow_subprocess a worker that did not install
         the filter fails closed (IsolationUnavailable) unless allow_degraded."""
@@ -306,13 +292,11 @@ class CoopSandbox:
             self._report["subprocess"] = {"allowed": True, "why": why}
             return
         by = []
-        if installed.get("spawn") == "denied":
-            by.append("worker seccomp filter (fork, vfork, clone without CLONE_THREAD, execve, execveat: EPERM)")
-        if engine_spawn and installed.get("engine"):
-            by.append("engine seccomp filter")
+        if installed.get("engine"):
+            by.append("the fork's seccomp layer (fork, vfork, clone without CLONE_THREAD, execve: EPERM)")
         self._report["subprocess"] = {"allowed": False, "enforced_by": by}
         if not by:
-            msg = f"the worker could not refuse process creation ({installed.get('spawn') or 'no filter installed'})"
+            msg = "the worker could not refuse process creation (no seccomp layer installed: this kernel has no seccomp)"
             if not self.allow_degraded:
                 self._end_worker()
                 raise IsolationUnavailable(msg)

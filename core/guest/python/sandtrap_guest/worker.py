@@ -4,8 +4,7 @@ The engine runs it as a session (an ordinary sandboxed run — Landlock, seccomp
 limits in ``"kernel"`` isolation) and relays length-prefixed msgpack frames between
 it and the host. Frames, host → worker:
 
-    {"op": "init", "policy": <Policy.to_portable(host_fns=True)>, "filesystem_root": str|None, "echo": bool|str,
-     "deny_spawn": bool}   (deny_spawn: install the process-creation filter, below)
+    {"op": "init", "policy": <Policy.to_portable(host_fns=True)>, "filesystem_root": str|None, "echo": bool|str}
     {"op": "exec", "code": str, "namespace": {...}|None, "modules": {name: {...}}|None,
      "stdin": str|None, "argv": [str]|None}
     {"op": "return", "value": ...} / {"op": "raise", "type": str, "message": str}   (answers to "call")
@@ -14,9 +13,8 @@ it and the host. Frames, host → worker:
 
 worker → host:
 
-    {"op": "ready", "pid": int, "seccomp": {"engine": int|None, "spawn": "denied"|"allowed"|"not refused: ..."}}
-        (engine: instructions of the engine's fork filter installed; spawn: whether this
-        worker refuses fork/clone/execve) / {"op": "error", "message": str}
+    {"op": "ready", "pid": int, "seccomp": {"engine": int|None}}
+        (engine: instructions of the engine's fork layer installed) / {"op": "error", "message": str}
     {"op": "call", "name": str, "args": [...], "kwargs": {...}}   (a policy.fn grant, run by the host)
     {"op": "result", "stdout": str, "stderr": str, "namespace": {...}, "error": {...}|None,
      "traceback": str|None, "ticks": int, "stdout_truncated": int, "duration": float}
@@ -31,12 +29,12 @@ entries) and makes itself non-dumpable, says ``{"op": "ready"}``, and is then se
 ``init`` like a freshly started worker. A fork that cannot set itself up does not
 serve: it sends an error frame and exits.
 
-``deny_spawn`` (``isolation="kernel"`` without ``Policy.allow_subprocess``): before any
-sandboxed code runs, the worker installs its own seccomp filter answering ``EPERM``
-to ``fork``, ``vfork``, ``execve``, ``execveat`` and to ``clone`` without
-``CLONE_THREAD`` (``ENOSYS`` to ``clone3``, whose flags a filter cannot read; the C
-library then falls back to ``clone``, so threads still start). Filters stack: this
-holds whatever the engine installed, and cannot be removed by the code.
+The engine's layer is what refuses process creation in a cooperative worker at
+``isolation="kernel"`` without ``Policy.allow_subprocess`` (``session_open`` with
+``"spawn": false``): ``fork``, ``vfork``, ``execve`` and ``clone`` without
+``CLONE_THREAD`` answer ``EPERM`` (``execveat`` is refused by every sandbox's filter,
+``clone3`` answers ``ENOSYS``, so the C library falls back to ``clone`` and threads
+still start). Filters stack: the code cannot remove it.
 
 Values cross as msgpack data (None, bool, int, float, str, bytes, list, tuple, dict);
 anything else becomes a described placeholder (``wire.to_wire``). Never pickle.
@@ -111,11 +109,7 @@ def _restrict(ruleset_fd):
 # ------------------------------------------------------------------ seccomp
 _SECCOMP_NR = {"x86_64": 317, "aarch64": 277}
 _AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
-_SYSCALLS = {  # name -> number, for the process-creation filter
-    "x86_64": {"clone": 56, "fork": 57, "vfork": 58, "execve": 59, "execveat": 322, "clone3": 435},
-    "aarch64": {"clone": 220, "execve": 221, "execveat": 281, "clone3": 435},
-}
-_INSTALLED = {"engine": None, "spawn": "allowed"}
+_INSTALLED = {"engine": None}
 
 
 def _machine() -> str:
@@ -157,74 +151,6 @@ def _not_dumpable():
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0)")
 
 
-class BPF:
-    """A tiny classic-BPF assembler: ``ld``, ``jeq``/``jge``/``jset`` to labels, ``ret``."""
-
-    def __init__(self):
-        self.ins: list = []
-        self.labels: dict = {}
-
-    def ld(self, offset):
-        self.ins.append((0x20, None, None, offset))          # BPF_LD | BPF_W | BPF_ABS
-
-    def jump(self, op, k, true, false):
-        self.ins.append(({"jeq": 0x15, "jge": 0x35, "jset": 0x45}[op], true, false, k))
-
-    def ret(self, k):
-        self.ins.append((0x06, None, None, k))              # BPF_RET | BPF_K
-
-    def label(self, name):
-        self.labels[name] = len(self.ins)
-
-    def assemble(self) -> bytes:
-        import struct
-        out = b""
-        for i, (code, jt, jf, k) in enumerate(self.ins):
-            def rel(t):
-                if t is None:
-                    return 0
-                off = self.labels[t] - i - 1
-                if not 0 <= off < 256:
-                    raise ValueError("jump out of range")
-                return off
-            out += struct.pack("=HBBI", code, rel(jt), rel(jf), k & 0xFFFFFFFF)
-        return out
-
-
-RET_ALLOW = 0x7FFF0000
-RET_ERRNO = 0x00050000
-
-
-def spawn_filter(machine: str | None = None) -> bytes:
-    """The process-creation filter (see the module docstring)."""
-    import errno
-    machine = machine or _machine()
-    nrs = _SYSCALLS.get(machine)
-    if nrs is None:
-        raise OSError(f"no process-creation filter for machine {machine!r}")
-    flags_lo = 16 if sys.byteorder == "little" else 20       # seccomp_data.args[0], low word
-    b = BPF()
-    b.ld(4)                                                   # arch
-    b.jump("jeq", _AUDIT_ARCH[machine], None, "deny")
-    b.ld(0)                                                   # syscall number
-    if machine == "x86_64":
-        b.jump("jge", 0x40000000, "deny", None)               # the x32 ABI
-    b.jump("jeq", nrs["clone3"], "enosys", None)
-    for name in ("fork", "vfork", "execve", "execveat"):
-        if name in nrs:
-            b.jump("jeq", nrs[name], "deny", None)
-    b.jump("jeq", nrs["clone"], None, "allow")
-    b.ld(flags_lo)
-    b.jump("jset", 0x00010000, "allow", "deny")               # CLONE_THREAD: a thread
-    b.label("allow")
-    b.ret(RET_ALLOW)
-    b.label("deny")
-    b.ret(RET_ERRNO | errno.EPERM)
-    b.label("enosys")
-    b.ret(RET_ERRNO | errno.ENOSYS)
-    return b.assemble()
-
-
 def _split(msg, fds):
     """A fork request's fds: channel, ruleset (or None), the next spare's cgroup."""
     chan, rest = fds[0], fds[1:]
@@ -247,14 +173,14 @@ def _adopt(msg, fds):
     if msg.get("env") is not None:
         os.environ.clear()
         os.environ.update(kv.split("=", 1) for kv in msg["env"] if "=" in kv)
+    if "seccomp" in msg:
+        # the engine's layer for this fork (docs/protocol.md, "templates"): installed
+        # before the fork answers, or it does not serve (its error goes on the channel)
+        _INSTALLED["engine"] = install_seccomp(msg["seccomp"])
+    _not_dumpable()
     os.dup2(chan, 0)
     os.dup2(chan, 1)
     os.close(chan)
-    if "seccomp" in msg:
-        # the engine's fork-wide filter (process creation when spawn is refused, and
-        # other denials): installed before the fork answers, or it does not serve
-        _INSTALLED["engine"] = install_seccomp(msg["seccomp"])
-    _not_dumpable()
 
 
 def _spawn_spare(sock, warm, pending=(), stage=()):
@@ -422,13 +348,6 @@ def main() -> int:
                 if op == "template":
                     import ctypes  # noqa: F401 - loaded once here, used by every fork
                     import platform  # noqa: F401
-                elif msg.get("deny_spawn"):
-                    try:
-                        install_seccomp(spawn_filter())
-                        _INSTALLED["spawn"] = "denied"
-                    except OSError as e:
-                        # reported: the host fails closed unless allow_degraded
-                        _INSTALLED["spawn"] = f"not refused: {e}"
             except Exception as e:  # noqa: BLE001 - reported to the host
                 _write(out, {"op": "error", "message": f"{type(e).__name__}: {e}"})
                 continue
