@@ -331,6 +331,8 @@ export interface PythonPolicy {
   memoryLimit?: number;
   maxStdout?: number;
   allowNetwork?: boolean;
+  /** At 'kernel', let the worker create processes and run programs (refused with EPERM otherwise). */
+  allowSubprocess?: boolean;
 }
 
 export interface PythonSandboxOptions {

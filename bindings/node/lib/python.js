@@ -41,6 +41,7 @@ class PythonSandbox {
       throw new InvalidArgument(`isolation must be one of ${LEVELS.join(', ')} from JavaScript (got ${isolation})`);
     }
     this.policy = portablePolicy(policy);
+    this.allowSubprocess = policy.allowSubprocess === true;
     this.level = isolation;
     this.root = filesystem ? fs.realpathSync(filesystem) : null;
     this.echo = echo;
@@ -84,7 +85,10 @@ class PythonSandbox {
     // engine, confined like this sandbox; the fork joins this sandbox's cgroup)
     // one template serves sandboxes that differ only in paths: the fork gets init
     const template = encoder.encode({ op: 'template', policy: this.policy });
-    const resp = await this.sandbox.request({ op: 'session_open', argv: ['python3', '-S', '-m', 'sandtrap_guest.worker'], template });
+    // at kernel the fork's seccomp layer refuses new processes and programs, as in
+    // Python, unless the policy allows them (allowSubprocess)
+    const spawn = this.level !== 'kernel' || this.allowSubprocess;
+    const resp = await this.sandbox.request({ op: 'session_open', argv: ['python3', '-S', '-m', 'sandtrap_guest.worker'], template, spawn });
     if (resp.error) throw new IsolationUnavailable(`the sandbox worker did not start: ${resp.error.message}`);
     this.session = resp.session;
     const reply = await this._exchange({ op: 'init', policy: this.policy, filesystem_root: this.root, echo: this.echo }, 30);
