@@ -630,6 +630,8 @@ func execute(r req) (resp, []int) {
 		return bench(r), nil
 	case "threads":
 		return threads(r), nil
+	case "concurrent_flock": // N threads at once, each flock(FD, Arg); counts by errno
+		return concurrentFlock(r), nil
 	case "flock_signalled":
 		return flockSignalled(r), nil
 	}
@@ -776,6 +778,22 @@ func threads(r req) resp {
 			}
 			done <- e
 		}()
+		counts[<-done]++
+	}
+	return resp{Vals: counts}
+}
+
+func concurrentFlock(r req) resp {
+	counts := make([]int64, 256)
+	done := make(chan syscall.Errno, r.N)
+	for i := 0; i < r.N; i++ {
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
+			_, e := raw(unix.SYS_FLOCK, uintptr(r.FD), uintptr(r.Arg))
+			done <- e
+		}()
+	}
+	for i := 0; i < r.N; i++ {
 		counts[<-done]++
 	}
 	return resp{Vals: counts}

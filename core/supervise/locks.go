@@ -3,6 +3,7 @@
 package supervise
 
 import (
+	"fmt"
 	"strconv"
 	"time"
 
@@ -193,10 +194,12 @@ func refuseReadOnly(c *call, fd int) (reply, bool) {
 	return reply{}, true
 }
 
-// Backoff between attempts of a blocking lock.
+// Backoff between attempts of a blocking lock, and how many calls of one sandbox
+// may wait at once (the next answers ENOLCK, "too many locks").
 const (
-	waitMin = 500 * time.Microsecond
-	waitMax = 10 * time.Millisecond
+	waitMin    = 500 * time.Microsecond
+	waitMax    = 10 * time.Millisecond
+	maxWaiting = 64
 )
 
 // wait makes one attempt (try: one non-blocking call; done=false means "would
@@ -209,7 +212,14 @@ func wait(c *call, try func() (bool, reply), unlock func()) reply {
 	if done {
 		return settled(c, r, unlock)
 	}
+	// each waiting call polls: a sandbox with many threads blocked on locks must not
+	// make the host spin for all of them
+	if c.s.waiting.Add(1) > maxWaiting {
+		c.s.waiting.Add(-1)
+		return deny(unix.ENOLCK, fmt.Sprintf("more than %d calls of this sandbox already wait for a lock", maxWaiting))
+	}
 	return c.detach(func() reply {
+		defer c.s.waiting.Add(-1)
 		// try, then check: a lock taken after the caller died is found and released
 		for d := waitMin; ; d = min(2*d, waitMax) {
 			time.Sleep(d)

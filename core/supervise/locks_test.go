@@ -442,3 +442,30 @@ func TestFcntlFlippedStructNeverLocksReadOnly(t *testing.T) {
 // pidfdsForTest reads the loop's cache (the test calls are answered, so the loop is
 // idle in the poller: a read here is ordered after its writes by the answers).
 func (s *Supervisor) pidfdsForTest() map[uint32]int { return s.pidfds }
+
+// A sandbox cannot make the host poll for an unbounded number of waiting locks: past
+// maxWaiting waiting calls, the next answers ENOLCK; the waiters get their locks.
+func TestWaitingLocksAreCapped(t *testing.T) {
+	sb := newSandbox(t, sandboxOpts{})
+	rwf := filepath.Join(sb.rw, "f")
+	host := hostOpen(t, rwf, unix.O_RDONLY)
+	must(t, unix.Flock(host, unix.LOCK_EX))
+	fd := sb.open(t, rwf, unix.O_RDONLY)
+	n := maxWaiting + 8
+	done := sb.async(req{Op: "concurrent_flock", FD: fd, Arg: unix.LOCK_SH, N: n})
+	deadline := time.Now().Add(20 * time.Second)
+	for sb.sup.waiting.Load() < maxWaiting && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // the last ones are answered ENOLCK meanwhile
+	must(t, unix.Flock(host, unix.LOCK_UN))
+	select {
+	case a := <-done:
+		if a.Vals[unix.ENOLCK] != int64(n-maxWaiting) || a.Vals[0] != int64(maxWaiting) {
+			t.Fatalf("%d blocking flocks at once: %d got the lock, %d ENOLCK (want %d and %d)",
+				n, a.Vals[0], a.Vals[unix.ENOLCK], maxWaiting, n-maxWaiting)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the waiters never got their locks")
+	}
+}

@@ -73,6 +73,7 @@ type Supervisor struct {
 	closeOnce sync.Once
 	loopDone  chan struct{}
 	handling  sync.WaitGroup // detached calls
+	waiting   atomic.Int64   // detached calls waiting for a lock (locks.go: maxWaiting)
 	inflight  atomic.Int64   // calls being handled (tests wait for 0)
 	received  atomic.Int64   // notifications received
 
