@@ -106,9 +106,19 @@ test: deps
 	$(MAKE) lib
 	$(MAKE) test-go test-c fuzz test-guest test-python test-node test-packaging
 
+# the tests' builds carry the SANDTRAP_TEST_DISABLE hook (core/kernel/testhook.go);
+# the shipped library does not
+TESTTAGS := -tags sandtrap_testhook
+TESTHOOK_LIB := $(BUILD)/testhook/libsandtrap.so
+
 test-go: $(INIT)
-	$(GO) test -count=1 ./core/...
+	$(GO) test $(TESTTAGS) -count=1 ./core/...
 	bash tests/unprivileged.sh
+
+$(TESTHOOK_LIB): $(GOFILES) include/sandtrap.h $(INIT)
+	@mkdir -p $(BUILD)/testhook
+	CGO_ENABLED=1 $(GO) build $(TESTTAGS) -trimpath -buildmode=c-shared -ldflags "$(LDFLAGS)" -o $@ ./capi
+	@rm -f $(BUILD)/testhook/libsandtrap*.h
 
 test-c: lib
 	bash tests/c/run.sh
@@ -122,9 +132,9 @@ test-guest:
 	$(PYTHON) -m pip install -q pytest
 	cd core/guest/python && $(PYTHON) -m pytest -q tests
 
-test-python: lib
+test-python: lib $(TESTHOOK_LIB)
 	$(PYTHON) -m pip install -q ./bindings/python pytest pytest-asyncio
-	$(PYTHON) -m pytest -q bindings/python/tests
+	SANDTRAP_TESTHOOK_LIB=$(CURDIR)/$(TESTHOOK_LIB) $(PYTHON) -m pytest -q bindings/python/tests
 
 test-node: lib
 	cd bindings/node && npm install --no-audit --no-fund && npm test

@@ -16,7 +16,7 @@ if ! command -v setpriv >/dev/null || ! id nobody >/dev/null 2>&1; then
 fi
 dir=$(mktemp -d /tmp/sandtrap-unpriv.XXXXXX)
 trap 'rm -rf "$dir"' EXIT
-go test -c -o "$dir/engine.test" ./core/engine
+go test -tags sandtrap_testhook -c -o "$dir/engine.test" ./core/engine
 go test -c -o "$dir/supervise.test" ./core/supervise
 cp -r tests/vectors "$dir/vectors"
 chmod -R a+rX "$dir"

@@ -20,7 +20,7 @@ type Features struct {
 	UserNS      bool // user namespaces can be created (every sandbox lives in one of its own)
 	MountAPI    bool // open_tree, move_mount, mount_setattr (the sandbox's view of the filesystem)
 	Cgroup      *CgroupInfo
-	Disabled    []string // features turned off by SANDTRAP_TEST_DISABLE
+	Disabled    []string // features turned off by the test hook (testhook.go; not in the shipped library)
 }
 
 // CgroupInfo describes where this process may create sandbox cgroups.
@@ -40,19 +40,6 @@ func Probe() Features {
 	mu.Lock()
 	defer mu.Unlock()
 	return features
-}
-
-// testDisabled reads SANDTRAP_TEST_DISABLE, a test hook that makes features look
-// absent ("landlock,seccomp,cgroup,pidns,view"). It can only take protections away, so a
-// request that needs them fails closed unless allow_degraded.
-func testDisabled() map[string]bool {
-	out := map[string]bool{}
-	for _, f := range strings.Split(os.Getenv("SANDTRAP_TEST_DISABLE"), ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			out[f] = true
-		}
-	}
-	return out
 }
 
 func probe() Features {

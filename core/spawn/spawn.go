@@ -566,7 +566,8 @@ type Status struct {
 
 var initSteps = map[C.__u32]string{C.ST_STEP_PROC: "mounting its /proc", C.ST_STEP_LANDLOCK: "entering the Landlock ruleset",
 	C.ST_STEP_CAPS: "dropping capabilities", C.ST_STEP_CWD: "entering cwd", C.ST_STEP_FORK: "forking the target",
-	C.ST_STEP_RLIMIT: "setting the run's rlimits", C.ST_STEP_STDIO: "placing stdio", C.ST_STEP_IDS: "switching user"}
+	C.ST_STEP_RLIMIT: "setting the run's rlimits", C.ST_STEP_STDIO: "placing stdio", C.ST_STEP_IDS: "switching user",
+	C.ST_STEP_PDEATHSIG: "setting its parent-death signal", C.ST_STEP_SETSID: "making its session"}
 
 // StatusSize is the size of one status record.
 const StatusSize = C.sizeof_struct_st_status

@@ -100,6 +100,8 @@ struct st_reply {
 #define ST_STEP_RLIMIT 'C'   /* RLIMIT_CPU */
 #define ST_STEP_STDIO 'S'    /* placing stdio */
 #define ST_STEP_IDS 'U'      /* switching user */
+#define ST_STEP_PDEATHSIG 'K' /* dying with the zygote */
+#define ST_STEP_SETSID 'O'   /* a session of its own */
 
 struct st_status {
 	__u32 kind;

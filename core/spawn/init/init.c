@@ -243,10 +243,16 @@ static void prepare(void)
 	long r;
 	int i;
 
-	sys2(__NR_prctl, PR_SET_PDEATHSIG, SIGKILL);
+	if ((r = sys2(__NR_prctl, PR_SET_PDEATHSIG, SIGKILL)) < 0) {
+		prep_step = ST_STEP_PDEATHSIG, prep_err = r;
+		return;
+	}
 	set_signal(SIGCHLD, SIG_DFL);
 	sys1(__NR_close, ST_FD_CONTROL);
-	sys1(__NR_setsid, 0);
+	if ((r = sys1(__NR_setsid, 0)) < 0) {
+		prep_step = ST_STEP_SETSID, prep_err = r;
+		return;
+	}
 	if (cflags & ST_CF_PROC) {
 		r = mount_proc();
 		if (r < 0) {
@@ -347,7 +353,9 @@ static void run_child(struct st_request *rq, int *fds, char *path, char *cwd,
 	} else {
 		sys3(__NR_fcntl, 3, 2 /* F_SETFD */, 1);
 	}
-	sys3(__NR_close_range, 4, ~0U, 0);
+	r = sys3(__NR_close_range, 4, ~0U, 0);
+	if (r < 0)
+		step_failed(status_fd, ST_STEP_STDIO, r);
 
 	pid = sys5(__NR_clone, CLONE_VM | CLONE_VFORK | SIGCHLD, 0, 0, 0, 0);
 	if (pid == 0) {

@@ -1,0 +1,23 @@
+//go:build sandtrap_testhook
+
+package kernel
+
+import (
+	"os"
+	"strings"
+)
+
+// testDisabled reads SANDTRAP_TEST_DISABLE, a test hook that makes features look
+// absent ("landlock,seccomp,cgroup,pidns,view"). It can only take protections away,
+// so a request that needs them fails closed unless allow_degraded. It exists only in
+// builds with the sandtrap_testhook tag (the tests' library, build/testhook/): the
+// shipped library reads no such variable.
+func testDisabled() map[string]bool {
+	out := map[string]bool{}
+	for _, f := range strings.Split(os.Getenv("SANDTRAP_TEST_DISABLE"), ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out[f] = true
+		}
+	}
+	return out
+}
