@@ -60,4 +60,3 @@ func failClosedChild(t *testing.T) {
 	}
 	t.Logf("%s disabled: degraded=%v", disabled, res.Isolation.Degraded)
 }
-
