@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -80,25 +81,29 @@ func syscallNr(name string) (sc.ScmpSyscall, bool) {
 }
 
 // Trap is a rule whose action is SECCOMP_RET_USER_NOTIF (core/supervise answers):
-// the syscall, and when Arg >= 0 the values v that trap when arg & Mask == v.
+// the syscall, and when Arg >= 0 the values v that trap when arg & Mask == v, or
+// with NonZero any arg that is not 0.
 type Trap struct {
 	Syscall string
 	Arg     int
 	Mask    uint64
 	Values  []uint64
+	NonZero bool
 }
 
 // Config selects a filter.
 type Config struct {
 	NoInet     bool // no AF_INET/AF_INET6 sockets at all
 	AllowUDP   bool
+	AllowICMP  bool // ICMP echo ("ping") sockets: SOCK_DGRAM, IPPROTO_ICMP/ICMPV6
 	AllowUnix  bool // socket(AF_UNIX) (socketpair is always allowed)
 	ExtraAllow []string
 	ExtraDeny  []string
 	// CloneCookie, when set, lets a clone carrying it in its TLS argument create
 	// namespaces, and the new mount API carrying it in the (unused) sixth argument
 	// mount: the sandbox's zygote uses it to start each run in new namespaces with
-	// a /proc of its own; sandboxed code does not know it.
+	// a /proc of its own; sandboxed code does not know it. A trapped sendmsg carrying
+	// it goes on untrapped (the zygote's answers to the engine).
 	CloneCookie uint64
 	// RestrictConnect: TCP connect is limited by port (Landlock), so no TCP Fast
 	// Open (its implicit connect is not seen by Landlock).
@@ -120,6 +125,10 @@ type Config struct {
 	// NoMetadata: no changes of metadata or locks through a descriptor at all (a
 	// sandbox without a read-only view, where the kernel would not answer EROFS).
 	NoMetadata bool
+	// NoSourceRoute: no IPv4 options or IPv6 routing headers on sockets (a source
+	// route sends packets to its first hop, not to the destination the supervisor
+	// checked).
+	NoSourceRoute bool
 	// Traps are handed to the supervisor.
 	Traps []Trap
 }
@@ -129,8 +138,8 @@ func (c Config) key() string {
 	d := append([]string(nil), c.ExtraDeny...)
 	sort.Strings(a)
 	sort.Strings(d)
-	return fmt.Sprintf("%v|%v|%v|%s|%s|%x|%v|%v|%v|%v|%v|%v|%v", c.NoInet, c.AllowUDP, c.AllowUnix, strings.Join(a, ","),
-		strings.Join(d, ","), c.CloneCookie, c.RestrictConnect, c.MaxDisk, c.NoSysVMemory, c.Confine, c.NoListen, c.NoMetadata, c.Traps)
+	return fmt.Sprintf("%v|%v|%v|%v|%s|%s|%x|%v|%v|%v|%v|%v|%v|%v|%v", c.NoInet, c.AllowUDP, c.AllowICMP, c.AllowUnix, strings.Join(a, ","),
+		strings.Join(d, ","), c.CloneCookie, c.RestrictConnect, c.MaxDisk, c.NoSysVMemory, c.Confine, c.NoListen, c.NoMetadata, c.NoSourceRoute, c.Traps)
 }
 
 // Program is a compiled filter.
@@ -282,9 +291,31 @@ func compile(c Config) (*Program, error) {
 			return nil, err
 		}
 	}
+	if c.NoSourceRoute {
+		for _, o := range [][2]uint64{{unix.IPPROTO_IP, unix.IP_OPTIONS}, {unix.IPPROTO_IPV6, unix.IPV6_RTHDR},
+			{unix.IPPROTO_IPV6, unix.IPV6_2292RTHDR}, {unix.IPPROTO_IPV6, unix.IPV6_2292PKTOPTIONS}} {
+			if err := b.rule("setsockopt", eperm, cond(1, sc.CompareMaskedEqual, 0xffffffff, o[0]),
+				cond(2, sc.CompareMaskedEqual, 0xffffffff, o[1])); err != nil {
+				return nil, err
+			}
+		}
+	}
 	for _, t := range c.Traps {
+		if t.NonZero {
+			if err := b.rule(t.Syscall, sc.ActNotify, cond(uint(t.Arg), sc.CompareNotEqual, 0, 0)); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		if t.Arg < 0 {
-			if err := b.rule(t.Syscall, sc.ActNotify); err != nil {
+			var conds []sc.ScmpCondition
+			if t.Syscall == "sendmsg" && c.CloneCookie != 0 {
+				// the zygote answers the engine with sendmsg, the cookie in its unused
+				// sixth argument: it must not wait on the supervisor it hands the
+				// listener to
+				conds = append(conds, cond(5, sc.CompareNotEqual, c.CloneCookie, 0))
+			}
+			if err := b.rule(t.Syscall, sc.ActNotify, conds...); err != nil {
 				return nil, err
 			}
 			continue
@@ -546,10 +577,11 @@ func socketRules(c Config, b *builder) error {
 	if c.NoInet {
 		return nil
 	}
+	dgram := c.AllowUDP || c.AllowICMP
 	for _, fam := range families {
-		// types other than stream (and dgram when UDP is allowed)
+		// types other than stream (and dgram when UDP or ICMP is allowed)
 		for t := uint64(0); t <= typeMask; t++ {
-			if t == unix.SOCK_STREAM || (c.AllowUDP && t == unix.SOCK_DGRAM) {
+			if t == unix.SOCK_STREAM || (dgram && t == unix.SOCK_DGRAM) {
 				continue
 			}
 			if err := b.rule("socket", eperm, cond(0, sc.CompareEqual, fam, 0), cond(1, sc.CompareMaskedEqual, typeMask, t)); err != nil {
@@ -557,20 +589,38 @@ func socketRules(c Config, b *builder) error {
 			}
 		}
 		// stream: TCP only (no SCTP or MPTCP: Landlock governs TCP ports alone);
-		// dgram: UDP only. libseccomp allows one check per argument, so the other
-		// protocol numbers are refused as 1..ok-1 and > ok.
-		protos := map[uint64]uint64{unix.SOCK_STREAM: unix.IPPROTO_TCP}
+		// dgram: UDP and ICMP echo, as allowed (protocol 0 is UDP). libseccomp allows
+		// one check per argument, so every other protocol number is refused one by
+		// one up to the largest allowed, and as a range above it.
+		protos := map[uint64][]uint64{unix.SOCK_STREAM: {unix.IPPROTO_TCP}}
 		if c.AllowUDP {
-			protos[unix.SOCK_DGRAM] = unix.IPPROTO_UDP
+			protos[unix.SOCK_DGRAM] = append(protos[unix.SOCK_DGRAM], unix.IPPROTO_UDP)
+		}
+		if c.AllowICMP {
+			icmp := uint64(unix.IPPROTO_ICMP)
+			if fam == unix.AF_INET6 {
+				icmp = unix.IPPROTO_ICMPV6
+			}
+			protos[unix.SOCK_DGRAM] = append(protos[unix.SOCK_DGRAM], icmp)
+		}
+		if !c.AllowUDP && c.AllowICMP {
+			// protocol 0 of a dgram socket is UDP
+			if err := b.rule("socket", eperm, cond(0, sc.CompareEqual, fam, 0), cond(1, sc.CompareMaskedEqual, typeMask, unix.SOCK_DGRAM), cond(2, sc.CompareEqual, 0, 0)); err != nil {
+				return err
+			}
 		}
 		for t, ok := range protos {
 			base := []sc.ScmpCondition{cond(0, sc.CompareEqual, fam, 0), cond(1, sc.CompareMaskedEqual, typeMask, t)}
-			for p := uint64(1); p < ok; p++ {
+			top := slices.Max(ok)
+			for p := uint64(1); p < top; p++ {
+				if slices.Contains(ok, p) {
+					continue
+				}
 				if err := b.rule("socket", eperm, append(base[:2:2], cond(2, sc.CompareEqual, p, 0))...); err != nil {
 					return err
 				}
 			}
-			if err := b.rule("socket", eperm, append(base[:2:2], cond(2, sc.CompareGreater, ok, 0))...); err != nil {
+			if err := b.rule("socket", eperm, append(base[:2:2], cond(2, sc.CompareGreater, top, 0))...); err != nil {
 				return err
 			}
 		}

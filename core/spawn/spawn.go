@@ -178,6 +178,10 @@ type ZygoteSpec struct {
 	ASLimit     uint64 // 0: no RLIMIT_AS
 	BPF         []byte // nil: no seccomp
 	Listener    bool   // load BPF with a user-notification listener (Zygote.Listener)
+	// Killable: with Listener, a trapped call the supervisor received waits for its
+	// answer through signals (only a fatal one ends it): a call performed for the
+	// caller is then never also restarted by it.
+	Killable bool
 	Cookie      uint64 // lets the zygote's clone and pid 1's proc mount through the filter
 	NewPidNS    bool
 	NewIPCNS    bool
@@ -257,7 +261,7 @@ func StartZygote(zs *ZygoteSpec) (*Zygote, error) {
 		on   bool
 		flag C.__u64
 	}{{zs.NewPidNS, C.ST_CF_NEWPID}, {zs.NewIPCNS, C.ST_CF_NEWIPC}, {zs.RulesetFD >= 0, C.ST_CF_LANDLOCK},
-		{zs.Listener && len(zs.BPF) > 0, C.ST_CF_LISTENER},
+		{zs.Listener && len(zs.BPF) > 0, C.ST_CF_LISTENER}, {zs.Listener && zs.Killable && len(zs.BPF) > 0, C.ST_CF_KILLABLE},
 		{zs.View != nil && zs.View.ProcOwn, C.ST_CF_PROC}} {
 		if f.on {
 			cfg.flags |= f.flag

@@ -44,6 +44,7 @@
 #define ST_CF_LANDLOCK_TABLE (1u << 7) /* pid 1 builds its own ruleset: the table below, plus its /proc */
 #define ST_CF_CAPS (1u << 8)           /* the zygote holds capabilities, which pid 1 drops */
 #define ST_CF_SET_IDS (1u << 9)        /* pid 1 becomes uid/gid (root hosts without a user namespace of their own) */
+#define ST_CF_KILLABLE (1u << 10)      /* with ST_CF_LISTENER: SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV (a call the engine received is not interrupted by a signal that does not kill) */
 
 #define ST_MAX_RULES 1024
 

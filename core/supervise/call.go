@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -171,6 +172,34 @@ func (c *call) readSome(addr uint64, buf []byte) (int, error) {
 	return got, nil
 }
 
+// write copies buf into the child's memory at addr, one page at a time (a bad
+// address is EFAULT; what the kernel would write with put_user).
+func (c *call) write(addr uint64, buf []byte) error {
+	page := uint64(os.Getpagesize())
+	for done := 0; done < len(buf); {
+		if addr == 0 {
+			return unix.EFAULT
+		}
+		at := addr + uint64(done)
+		n := page - at%page
+		if n > uint64(len(buf)-done) {
+			n = uint64(len(buf) - done)
+		}
+		local := []unix.Iovec{{Base: &buf[done]}}
+		local[0].SetLen(int(n))
+		remote := []unix.RemoteIovec{{Base: uintptr(at), Len: int(n)}}
+		got, err := unix.ProcessVMWritev(int(c.n.Pid), local, remote, 0)
+		if err != nil {
+			return err
+		}
+		if got == 0 {
+			return unix.EFAULT
+		}
+		done += got
+	}
+	return nil
+}
+
 // readString copies a NUL-terminated string of at most max bytes (NUL included);
 // ENAMETOOLONG when there is no NUL within max, EFAULT at an unreadable byte.
 func (c *call) readString(addr uint64, max int) (string, error) {
@@ -188,6 +217,35 @@ func (c *call) readString(addr uint64, max int) (string, error) {
 		done += n
 	}
 	return "", unix.ENAMETOOLONG
+}
+
+// signalPending: the calling thread has a signal pending that it catches and does
+// not block (what interrupts a kernel wait with EINTR).
+func (c *call) signalPending() bool {
+	b, err := os.ReadFile(c.proc("status"))
+	if err != nil {
+		return false
+	}
+	var pnd, blk, cgt uint64
+	for _, l := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(l, ":")
+		if !ok {
+			continue
+		}
+		x, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+		if err != nil {
+			continue
+		}
+		switch k {
+		case "SigPnd", "ShdPnd":
+			pnd |= x
+		case "SigBlk":
+			blk = x
+		case "SigCgt":
+			cgt = x
+		}
+	}
+	return pnd&^blk&cgt != 0
 }
 
 // readFlock copies a struct flock.

@@ -61,6 +61,10 @@ type childSpec struct {
 	Traps    []Trap
 }
 
+// testCookie exempts the child's own sendmsg of the listener from a sendmsg trap,
+// as the engine's cookie exempts the zygote's.
+const testCookie = 0x5eed_c00c1e
+
 // req is one command for the child.
 type req struct {
 	ID   int64
@@ -428,9 +432,17 @@ func childSetup(spec childSpec) error {
 		return err
 	}
 	b, _ := json.Marshal(resp{Text: []string{"listener"}})
-	if err := unix.Sendmsg(ctl, b, unix.UnixRights(listener), nil, 0); err != nil {
-		return fmt.Errorf("send the listener: %w", err)
+	oob := unix.UnixRights(listener)
+	iov := unix.Iovec{Base: &b[0]}
+	iov.SetLen(len(b))
+	h := unix.Msghdr{Iov: &iov, Control: &oob[0]}
+	h.SetIovlen(1)
+	h.SetControllen(len(oob))
+	if _, _, e := unix.Syscall6(unix.SYS_SENDMSG, uintptr(ctl), uintptr(unsafe.Pointer(&h)), 0, 0, 0, testCookie); e != 0 {
+		return fmt.Errorf("send the listener: %w", e)
 	}
+	runtime.KeepAlive(b)
+	runtime.KeepAlive(oob)
 	return unix.Close(listener) // the supervisor's copy must be the last one
 }
 
@@ -450,7 +462,16 @@ func loadFilter(traps []Trap) (int, error) {
 		if err != nil {
 			return -1, fmt.Errorf("trap %s: %w", tr.Syscall, err)
 		}
-		if tr.Arg < 0 {
+		if tr.NonZero {
+			cond, cerr := sc.MakeCondition(uint(tr.Arg), sc.CompareNotEqual, 0)
+			if cerr != nil {
+				return -1, cerr
+			}
+			err = f.AddRuleConditionalExact(nr, sc.ActNotify, []sc.ScmpCondition{cond})
+		} else if tr.Arg < 0 && tr.Syscall == "sendmsg" {
+			cond, _ := sc.MakeCondition(5, sc.CompareNotEqual, testCookie)
+			err = f.AddRuleConditionalExact(nr, sc.ActNotify, []sc.ScmpCondition{cond})
+		} else if tr.Arg < 0 {
 			err = f.AddRuleExact(nr, sc.ActNotify)
 		} else {
 			for _, v := range tr.Values {
@@ -634,6 +655,10 @@ func execute(r req) (resp, []int) {
 		return concurrentFlock(r), nil
 	case "flock_signalled":
 		return flockSignalled(r), nil
+	default:
+		if a, fds, ok := executeNet(r); ok {
+			return a, fds
+		}
 	}
 	return resp{Errno: unix.ENOSYS, Text: []string{"unknown op " + r.Op}}, nil
 }

@@ -91,22 +91,38 @@ type pin struct {
 // following a final symlink when follow is set. It returns the errno the kernel
 // would give for a path that does not resolve.
 func (c *call) resolve(path string, follow bool) (pin, *reply) {
-	bad := func(r reply) (pin, *reply) { return pin{}, &r }
 	if path == "" {
-		return bad(fail(unix.ENOENT))
+		return pin{}, &reply{kind: replyErrno, errno: unix.ENOENT}
 	}
+	root, path, r := c.inRoot(path)
+	if r != nil {
+		return pin{}, r
+	}
+	return c.walk(root, path, follow)
+}
+
+// inRoot opens the calling thread's root and makes path absolute in it (a relative
+// path is joined to the caller's cwd).
+func (c *call) inRoot(path string) (int, string, *reply) {
 	root, err := unix.Open(c.proc("root"), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return bad(c.failure("open the caller's root", err))
+		r := c.failure("open the caller's root", err)
+		return -1, "", &r
 	}
 	c.keep(root)
 	if !strings.HasPrefix(path, "/") {
 		cwd, r := c.cwd(root)
 		if r != nil {
-			return bad(*r)
+			return -1, "", r
 		}
 		path = cwd + "/" + path
 	}
+	return root, path, nil
+}
+
+// walk resolves the absolute path in root (see resolve).
+func (c *call) walk(root int, path string, follow bool) (pin, *reply) {
+	bad := func(r reply) (pin, *reply) { return pin{}, &r }
 	open := func(dir int, p string, flags int, resolve uint64) (int, error) {
 		how := &unix.OpenHow{Flags: uint64(flags | unix.O_PATH | unix.O_CLOEXEC), Resolve: resolve}
 		for try := 0; ; try++ {

@@ -229,6 +229,9 @@ func wait(c *call, try func() (bool, reply), unlock func()) reply {
 			if !c.valid() {
 				return gone()
 			}
+			if c.s.cfg.Killable && c.signalPending() {
+				return fail(unix.EINTR)
+			}
 		}
 	})
 }

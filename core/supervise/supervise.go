@@ -24,6 +24,18 @@ type Config struct {
 	// ListenNeedsBind: refuse listen() on an AF_INET/AF_INET6 socket that is not
 	// bound to a port (listen would autobind an ephemeral port no bind rule saw).
 	ListenNeedsBind bool
+	// Net: where inet sockets may connect and send (net.go); nil: not supervised.
+	Net *NetPolicy
+	// AbstractScoped: Landlock keeps the sandbox from abstract unix sockets outside
+	// its domain; the supervisor, outside every domain, then performs no connect or
+	// send to an abstract address on its behalf (net.go).
+	AbstractScoped bool
+	// Killable: the filter was loaded with SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV,
+	// so a signal does not interrupt a call the supervisor received (the calls it
+	// performs for the caller are not restarted on top). A call that waits here (a
+	// blocking lock) then ends with EINTR when the caller has a caught signal pending,
+	// as the kernel's own wait would.
+	Killable bool
 }
 
 // Trap is one filter rule whose action must be SECCOMP_RET_USER_NOTIF.
@@ -32,12 +44,14 @@ type Config struct {
 // args[Arg] & Mask equals one of Values (libseccomp: one rule per value with
 // SCMP_CMP_MASKED_EQ(Mask, value)). Mask is 0xffffffff for arguments the kernel reads
 // as a C int: a filter comparing all 64 bits would let a caller set high bits the
-// kernel then ignores and slip past the trap.
+// kernel then ignores and slip past the trap. With NonZero the call traps when
+// args[Arg] is not 0 (Mask and Values unused).
 type Trap struct {
 	Syscall string
 	Arg     int
 	Mask    uint64
 	Values  []uint64
+	NonZero bool
 }
 
 // Traps is what the sandbox's seccomp filter must send to the supervisor for cfg.
@@ -76,6 +90,11 @@ type Supervisor struct {
 	waiting   atomic.Int64   // detached calls waiting for a lock (locks.go: maxWaiting)
 	inflight  atomic.Int64   // calls being handled (tests wait for 0)
 	received  atomic.Int64   // notifications received
+	blocked   atomic.Int64   // calls performed on blocking sockets (net.go: maxBlocked)
+
+	privileged bool // calls performed for the caller take its credentials (unix.go)
+	sockMu     sync.Mutex
+	socks      map[int]int // the supervisor's duplicates of sockets a blocked call uses (shut down at Close)
 
 	denials denialLog
 }
@@ -90,7 +109,8 @@ func Start(listenerFD int, cfg Config) (*Supervisor, error) {
 }
 
 func start(listenerFD int, cfg Config, override map[string]handlerFunc) (*Supervisor, error) {
-	s := &Supervisor{cfg: cfg, pidfds: map[uint32]int{}, loopDone: make(chan struct{})}
+	s := &Supervisor{cfg: cfg, pidfds: map[uint32]int{}, loopDone: make(chan struct{}), socks: map[int]int{},
+		privileged: privileged()}
 	fail := func(err error) (*Supervisor, error) {
 		unix.Close(listenerFD)
 		return nil, err
@@ -139,9 +159,33 @@ func (s *Supervisor) Close() {
 		s.closing.Store(true)
 		s.file.Close() // wakes the loop; the fd closes once no ioctl holds it
 		<-s.loopDone
+		s.sockMu.Lock()
+		for fd := range s.socks {
+			unix.Shutdown(fd, unix.SHUT_RDWR) // a blocked connect or send returns
+		}
+		s.sockMu.Unlock()
 		s.handling.Wait()
 		s.dropPidfds()
 	})
+}
+
+// track registers fd as used by a blocked call (false: closing, do not start).
+func (s *Supervisor) track(fd int) bool {
+	s.sockMu.Lock()
+	defer s.sockMu.Unlock()
+	if s.closing.Load() {
+		return false
+	}
+	s.socks[fd]++
+	return true
+}
+
+func (s *Supervisor) untrack(fd int) {
+	s.sockMu.Lock()
+	defer s.sockMu.Unlock()
+	if s.socks[fd]--; s.socks[fd] <= 0 {
+		delete(s.socks, fd)
+	}
 }
 
 // Denials returns what was refused so far, in the order first seen.
@@ -363,6 +407,10 @@ var handlers = []handler{
 	{name: "fcntl", nr: unix.SYS_FCNTL, traps: fcntlTraps, fn: handleFcntl},
 	{name: "listen", nr: unix.SYS_LISTEN, traps: listenTraps, fn: handleListen},
 	{name: "inotify_add_watch", nr: unix.SYS_INOTIFY_ADD_WATCH, traps: inotifyTraps, fn: handleInotifyAddWatch},
+	{name: "connect", nr: unix.SYS_CONNECT, traps: connectTraps, fn: handleConnect},
+	{name: "sendto", nr: unix.SYS_SENDTO, traps: sendtoTraps, fn: handleSendto},
+	{name: "sendmsg", nr: unix.SYS_SENDMSG, traps: sendmsgTraps, fn: handleSendmsg},
+	{name: "sendmmsg", nr: unix.SYS_SENDMMSG, traps: sendmmsgTraps, fn: handleSendmmsg},
 }
 
 // denialLog keeps at most maxDenials distinct entries; the rest are counted in one.

@@ -415,7 +415,8 @@ static void answer(int pid, int err, int fd)
 		mh.control = ctl;
 		mh.controllen = CMSG_SPACE_FDS(1);
 	}
-	sys3(__NR_sendmsg, ST_FD_CONTROL, &mh, ST_MSG_NOSIGNAL);
+	/* the cookie: a supervised sendmsg would wait on the engine this answers */
+	sys6(__NR_sendmsg, ST_FD_CONTROL, (long)&mh, ST_MSG_NOSIGNAL, 0, 0, (long)cookie);
 }
 
 /* Receives one request (into reqbuf) and its fds; returns its length, 0 at EOF
@@ -477,7 +478,7 @@ static long send_request(int sock, long len, int *fds, int nfds)
 		((int *)(ctl + sizeof(struct st_cmsghdr)))[i] = fds[i];
 	mh.control = ctl;
 	mh.controllen = CMSG_SPACE_FDS(nfds);
-	r = sys3(__NR_sendmsg, sock, &mh, ST_MSG_NOSIGNAL);
+	r = sys6(__NR_sendmsg, sock, (long)&mh, ST_MSG_NOSIGNAL, 0, 0, (long)cookie);
 	return r < 0 ? r : 0;
 }
 
@@ -619,8 +620,12 @@ void init_main(long *sp)
 		struct sock_fprog prog;
 		prog.len = (unsigned short)c->bpf_len;
 		prog.filter = (struct sock_filter *)(cfgbuf + sizeof *c);
-		listener = sys3(__NR_seccomp, SECCOMP_SET_MODE_FILTER,
-				(c->flags & ST_CF_LISTENER) ? SECCOMP_FILTER_FLAG_NEW_LISTENER : 0, &prog);
+		unsigned long fl = 0;
+		if (c->flags & ST_CF_LISTENER)
+			fl |= SECCOMP_FILTER_FLAG_NEW_LISTENER;
+		if (c->flags & ST_CF_KILLABLE)
+			fl |= 1UL << 5; /* SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV (Linux 5.19) */
+		listener = sys3(__NR_seccomp, SECCOMP_SET_MODE_FILTER, fl, &prog);
 		if (listener < 0)
 			sys1(__NR_exit_group, 122);
 		if (!(c->flags & ST_CF_LISTENER))
