@@ -154,7 +154,7 @@ func getBuilder(h C.uintptr_t) *builder {
 // list-valued builder fields and the policy key they append to
 var listKeys = map[string]string{
 	"fs_readable": "fs_readable", "fs_writable": "fs_writable", "fs_denied": "fs_denied",
-	"net_allow": "net_allow", "net_allow_bind_str": "net_allow_bind", "net_allow_bind": "net_allow_bind",
+	"net_allow": "net_allow", "net_deny": "net_deny", "net_allow_bind_str": "net_allow_bind", "net_allow_bind": "net_allow_bind",
 	"extra_allow_syscall": "extra_allow_syscalls", "extra_deny_syscall": "extra_deny_syscalls",
 }
 

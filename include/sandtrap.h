@@ -77,9 +77,12 @@ int sandtrap_sandbox_builder_fs_readable(sandtrap_sandbox_builder *b, const char
 int sandtrap_sandbox_builder_fs_writable(sandtrap_sandbox_builder *b, const char *path);
 /* Denied paths inside allowed trees (see docs/security.md for exact semantics). */
 int sandtrap_sandbox_builder_fs_denied(sandtrap_sandbox_builder *b, const char *path);
-/* TCP connect: "443", "host:443" (host needs allow_degraded: the kernel enforces
- * the port only) or "*" (any). */
+/* Where sockets may connect and send, one rule per call: "443", ":443",
+ * "api.example.com:443", "10.0.0.0/8:22,443", "[::1]:8080", "udp://1.1.1.1:53",
+ * "icmp://8.8.8.8", "*". Host names are resolved when the sandbox is built. */
 int sandtrap_sandbox_builder_net_allow(sandtrap_sandbox_builder *b, const char *target);
+/* Or where they may not (everything else may); not together with net_allow. */
+int sandtrap_sandbox_builder_net_deny(sandtrap_sandbox_builder *b, const char *target);
 /* TCP bind: one port, or a range "8000-8005" through the _str variant. */
 int sandtrap_sandbox_builder_net_allow_bind(sandtrap_sandbox_builder *b, uint16_t port);
 int sandtrap_sandbox_builder_net_allow_bind_str(sandtrap_sandbox_builder *b, const char *ports);

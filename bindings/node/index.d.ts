@@ -12,8 +12,14 @@ export interface SandboxOptions {
   fsWritable?: string[];
   /** Paths inside allowed trees that stay denied. */
   fsDenied?: string[];
-  /** TCP connect: `443`, `"443"`, `"host:443"` (host needs allowDegraded), `"*"`. */
+  /**
+   * Where sockets may connect and send: `443`, `":443"`, `"api.example.com:443"`,
+   * `"10.0.0.0/8:22,443"`, `"[::1]:8080"`, `"udp://1.1.1.1:53"`, `"icmp://8.8.8.8"`, `"*"`.
+   * Host names are resolved when the sandbox is built.
+   */
   netAllow?: Array<number | string>;
+  /** Or where they may not (everything else may); not with netAllow. */
+  netDeny?: Array<number | string>;
   /** TCP bind ports: `8080`, `"8000-8005"`. */
   netAllowBind?: Array<number | string>;
   /** Allow UDP sockets (all ports). */

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"slices"
 	"bytes"
 	"fmt"
 	"os"
@@ -333,18 +334,38 @@ func TestUIDSwitchAsRoot(t *testing.T) {
 	}
 }
 
-func TestNetHostPartNeedsDegraded(t *testing.T) {
-	_, err := NewFromMap(map[string]any{"fs_readable": []any{"/usr"}, "net_allow": []any{"example.com:443"}})
-	if err == nil || err.(*Error).Kind != KindIsolation || !strings.Contains(err.Error(), "port only") {
-		t.Fatalf("host:port without allow_degraded: %v", err)
-	}
-	sb, err := NewFromMap(map[string]any{"fs_readable": []any{"/usr"}, "net_allow": []any{"example.com:443"}, "allow_degraded": true})
+// A host name is resolved at build and enforced by the supervisor: no degradation;
+// the report says who enforces what. A name that does not resolve is a problem of
+// the policy, listed with the others.
+func TestNetHostRules(t *testing.T) {
+	sb, err := NewFromMap(map[string]any{"fs_readable": []any{"/usr"}, "net_allow": []any{"localhost:443", "udp://127.0.0.1:53"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sb.Close()
-	if len(sb.isolation().Degraded) == 0 {
-		t.Fatal("degradation not reported")
+	iso := sb.isolation()
+	if len(iso.Degraded) != 0 {
+		t.Fatalf("degraded: %v", iso.Degraded)
+	}
+	n := iso.Net
+	if n == nil || n.Mode != "allow" || !n.Supervised || len(n.Resolved["localhost"]) == 0 || !strings.Contains(n.Floor, "443") {
+		t.Fatalf("net report: %+v", n)
+	}
+	if !slices.Contains(iso.Seccomp.Supervised, "connect") || !slices.Contains(iso.Seccomp.Supervised, "sendmsg") || !iso.Seccomp.UDP {
+		t.Fatalf("seccomp report: %+v", iso.Seccomp)
+	}
+	// ports for any host: the kernel alone, nothing trapped
+	plain, err := NewFromMap(map[string]any{"fs_readable": []any{"/usr"}, "net_allow": []any{"443", "*:8080"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	if iso := plain.isolation(); iso.Net.Supervised || slices.Contains(iso.Seccomp.Supervised, "connect") {
+		t.Fatalf("port rules trap connect: %+v %+v", iso.Net, iso.Seccomp.Supervised)
+	}
+	_, err = NewFromMap(map[string]any{"fs_readable": []any{"/usr"}, "net_allow": []any{"no-such-host.invalid:443", "udp://:99999"}})
+	if err == nil || err.(*Error).Kind != KindInvalidPolicy || !strings.Contains(err.Error(), "does not resolve") || !strings.Contains(err.Error(), "99999") {
+		t.Fatalf("bad rules: %v", err)
 	}
 }
 

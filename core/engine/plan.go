@@ -110,21 +110,11 @@ func (s *Sandbox) compile(gen uint64) (*plan, error) {
 	}
 
 	// 2. Landlock: files always; TCP ports when any are allowed (otherwise seccomp
-	// refuses inet sockets outright, which holds without Landlock's network rules).
-	anyConnect := false
-	var connect []uint16
-	for _, t := range p.NetAllow {
-		if t.Any {
-			anyConnect = true
-			continue
-		}
-		if t.Host != "" {
-			missing = append(missing, fmt.Sprintf("net_allow %q: the kernel enforces the port only; give %d alone to allow every host on it", t.Host+":"+fmt.Sprint(t.Port), t.Port))
-		}
-		connect = append(connect, t.Port)
-	}
-	connect = uniq(connect)
-	netWanted := anyConnect || len(connect) > 0 || len(p.NetAllowBind) > 0
+	// refuses inet sockets outright, which holds without Landlock's network rules):
+	// the floor under the supervisor's checks of destinations (net.go).
+	np := s.net
+	anyConnect, connect, netWanted := np.anyConnect, np.connectPorts, np.wanted
+	rep.Net = np.report
 	if need(f.LandlockABI > 0, "landlock (filesystem rules)") {
 		if netWanted {
 			need(f.LandlockABI >= 4, fmt.Sprintf("landlock network rules (kernel ABI %d < 4)", f.LandlockABI))
@@ -241,7 +231,13 @@ func (s *Sandbox) compile(gen uint64) (*plan, error) {
 			}
 		}
 		pl.supervise.ListenNeedsBind = netWanted
-		var traps []seccomp.Trap
+		if np.sup != nil {
+			pl.supervise.Net = np.sup
+			pl.supervise.AbstractScoped = rep.Landlock != nil && f.LandlockABI >= 6
+			// a send performed for the caller must not also be restarted by it
+			pl.supervise.Killable = np.sup.WatchesSends()
+		}
+		var traps []supervise.Trap
 		for _, t := range supervise.Traps(pl.supervise) {
 			if (t.Syscall == "flock" || t.Syscall == "fcntl") && pl.view == nil {
 				continue // locks are refused outright (NoMetadata)
@@ -250,12 +246,15 @@ func (s *Sandbox) compile(gen uint64) (*plan, error) {
 				// leases are refused outright (a lease makes a host writer wait)
 				t.Values = slices.DeleteFunc(slices.Clone(t.Values), func(v uint64) bool { return v == unix.F_SETLEASE })
 			}
-			traps = append(traps, seccomp.Trap{Syscall: t.Syscall, Arg: t.Arg, Mask: t.Mask, Values: t.Values})
+			traps = append(traps, t)
 		}
 		pl.sccfg = seccomp.Config{
-			NoInet: !netWanted, AllowUDP: p.NetAllowUDP, AllowUnix: p.NetAllowUnix,
+			NoInet: !netWanted, AllowUDP: np.udp, AllowICMP: np.icmp, AllowUnix: p.NetAllowUnix,
 			ExtraAllow: p.ExtraAllowSyscalls, ExtraDeny: p.ExtraDenySyscalls,
-			CloneCookie: cloneCookie(), RestrictConnect: netWanted && !anyConnect,
+			// no TCP Fast Open where connect is limited (its implicit connect is
+			// seen by neither Landlock nor the supervisor's connect)
+			CloneCookie: cloneCookie(), RestrictConnect: netWanted && (!anyConnect || np.sup != nil),
+			NoSourceRoute: np.sup != nil,
 			MaxDisk: p.MaxDisk > 0, NoSysVMemory: rlimitAS, NoMetadata: pl.view == nil,
 			Traps: traps,
 		}
@@ -266,7 +265,7 @@ func (s *Sandbox) compile(gen uint64) (*plan, error) {
 		pl.bpf = prog
 		rep.Seccomp = &SeccompReport{Enforced: true, Action: "EPERM", Denied: prog.Denied, Supervised: prog.Notified,
 			ForeignArch: "kill", Unreviewed: fmt.Sprintf("ENOSYS from syscall %d on", seccomp.Reviewed),
-			InetSockets: netWanted, UDP: p.NetAllowUDP, UnixSockets: p.NetAllowUnix}
+			InetSockets: netWanted, UDP: np.udp, ICMP: np.icmp, UnixSockets: p.NetAllowUnix}
 	}
 	if len(missing) > 0 {
 		if !p.AllowDegraded {
@@ -316,6 +315,7 @@ func (s *Sandbox) compile(gen uint64) (*plan, error) {
 	if pl.bpf != nil {
 		zs.BPF = pl.bpf.BPF
 		zs.Listener = len(pl.bpf.Notified) > 0
+		zs.Killable = pl.supervise.Killable
 	}
 	rl := func(res int, v int64) {
 		zs.Rlimits = append(zs.Rlimits, spawn.Rlimit{Resource: res, Cur: uint64(v), Max: uint64(v)})

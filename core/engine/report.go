@@ -17,6 +17,7 @@ type Isolation struct {
 	IPCNamespace   bool             `msgpack:"ipc_namespace"`   // each run's own
 	View           []fsview.Mount   `msgpack:"view,omitempty"`  // how the view presents each path (everything else: read-only)
 	Spawn          string           `msgpack:"spawn,omitempty"` // template forks: "allowed" or "refused" (new processes and programs)
+	Net            *NetReport       `msgpack:"net"`
 	TreeKill       string           `msgpack:"tree_kill"`       // pid_namespace | cgroup | process_group
 	Cgroup         string           `msgpack:"cgroup"`          // "" | cgroup_v1 | cgroup_v2
 	UID            *uint32          `msgpack:"uid,omitempty"`
@@ -38,6 +39,7 @@ type SeccompReport struct {
 	ForeignArch string   `msgpack:"foreign_arch"`
 	InetSockets bool     `msgpack:"inet_sockets"`
 	UDP         bool     `msgpack:"udp"`
+	ICMP        bool     `msgpack:"icmp"`
 	UnixSockets bool     `msgpack:"unix_sockets"`
 }
 

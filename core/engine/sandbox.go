@@ -73,6 +73,7 @@ type Sandbox struct {
 	cg       *cgroup.Group // the sandbox's cgroup (nil: no limit needs one)
 	cgErr    string        // why it has none although a limit wanted one (allow_degraded)
 	env      []string      // base environment (policy applied)
+	net      netPlan       // who enforces the network rules (net.go)
 
 	zmu        sync.Mutex // guards the fields below
 	pl         *plan      // the plan for the process's current confinement
@@ -118,6 +119,7 @@ func build(p *policy.Policy, probs policy.Problems) (*Sandbox, error) {
 	if p.UID != nil && !f.Root {
 		probs.Addf("uid/gid: switching users needs a host running as root")
 	}
+	np := planNet(p, &probs)
 	devices := devicePaths(p)
 	var view *fsview.Plan
 	if err := probs.Err(); err == nil {
@@ -132,7 +134,7 @@ func build(p *policy.Policy, probs policy.Problems) (*Sandbox, error) {
 
 	nullFD()
 	sb := &Sandbox{Policy: p, features: f, running: map[string]map[uint64]func(){},
-		devices: devices, viewPlan: view, env: baseEnv(p)}
+		devices: devices, viewPlan: view, env: baseEnv(p), net: np}
 	if limits := cgroupLimits(p); f.Cgroup != nil && limits.Needed() {
 		cg, err := cgroup.New(f.Cgroup, limits)
 		if err != nil {
@@ -559,6 +561,9 @@ func (s *Sandbox) Confine(withSeccomp bool) error {
 			return errorf(KindIsolation, "isolation unavailable: seccomp")
 		}
 	} else {
+		if cur.supervise.Net != nil {
+			return errorf(KindIsolation, "isolation unavailable: confine() has no supervisor, which network rules by destination (addresses, UDP or ICMP rules, net_deny) need; only port rules for any host can confine this process")
+		}
 		cfg := cur.sccfg
 		cfg.Traps, cfg.Confine = nil, !withSeccomp
 		// no supervisor here to refuse a listen that would autobind: without bind

@@ -10,20 +10,13 @@ import (
 	"strings"
 )
 
-// NetTarget is one TCP connect permission. Host is informational: the kernel
-// (Landlock) enforces the port only.
-type NetTarget struct {
-	Host string `msgpack:"host"`
-	Port uint16 `msgpack:"port"` // 0 with Any
-	Any  bool   `msgpack:"any"`  // "*": any host, any port
-}
-
 // Policy is a validated sandbox policy. Zero values mean "not set".
 type Policy struct {
 	FSReadable   []string
 	FSWritable   []string
 	FSDenied     []string
-	NetAllow     []NetTarget
+	NetAllow     []NetRule // where sockets may connect and send (net.go)
+	NetDeny      []NetRule // or where they may not (everything else may); never both
 	NetAllowBind []uint16
 	NetAllowUDP  bool
 	NetAllowUnix bool
@@ -74,7 +67,7 @@ func (p Problems) Err() error {
 }
 
 // Fields lists every policy key accepted in a msgpack policy map.
-var Fields = []string{"fs_readable", "fs_writable", "fs_denied", "net_allow", "net_allow_bind",
+var Fields = []string{"fs_readable", "fs_writable", "fs_denied", "net_allow", "net_deny", "net_allow_bind",
 	"net_allow_udp", "net_allow_unix", "max_memory", "max_processes", "max_open_files",
 	"max_disk", "max_cpu", "max_cpu_time", "timeout", "max_output", "env", "clean_env", "cwd",
 	"uid", "gid", "extra_allow_syscalls", "extra_deny_syscalls", "allow_degraded"}
@@ -112,10 +105,17 @@ func Decode(m map[string]any) (*Policy, Problems) {
 	p.FSReadable = r.paths("fs_readable")
 	p.FSWritable = r.paths("fs_writable")
 	p.FSDenied = r.paths("fs_denied")
-	p.NetAllow = r.netTargets("net_allow")
+	p.NetAllow = ParseNetRules("net_allow", r.list("net_allow"), &probs)
+	p.NetDeny = ParseNetRules("net_deny", r.list("net_deny"), &probs)
 	p.NetAllowBind = r.ports("net_allow_bind")
 	p.NetAllowUDP = r.boolean("net_allow_udp")
 	p.NetAllowUnix = r.boolean("net_allow_unix")
+	if len(p.NetAllow) > 0 && len(p.NetDeny) > 0 {
+		probs.Addf("net_allow and net_deny are mutually exclusive: give what may be reached, or what may not")
+	}
+	if len(p.NetDeny) > 0 && p.NetAllowUDP {
+		probs.Addf("net_allow_udp means nothing with net_deny: UDP is allowed wherever net_deny does not refuse it")
+	}
 	p.MaxMemory = r.size("max_memory")
 	p.MaxProcesses = r.count("max_processes")
 	p.MaxOpenFiles = r.count("max_open_files")

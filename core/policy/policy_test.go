@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -47,13 +48,22 @@ func TestFromMapCollectsEverything(t *testing.T) {
 	}
 }
 
-func TestNetTargets(t *testing.T) {
+func TestNetAllowAndDeny(t *testing.T) {
 	p, err := FromMap(map[string]any{"net_allow": []any{int64(443), "80", "example.com:8443", "[::1]:22", "*"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []NetTarget{{Port: 443}, {Port: 80}, {Host: "example.com", Port: 8443}, {Host: "::1", Port: 22}, {Any: true}}
-	if !reflect.DeepEqual(p.NetAllow, want) {
-		t.Fatalf("%+v", p.NetAllow)
+	var got []string
+	for _, r := range p.NetAllow {
+		got = append(got, fmt.Sprintf("%s %s %v %v %v", r.Proto, r.Host, r.Nets, r.Any, r.Ports))
+	}
+	want := []string{"tcp  [] true [{443 443}]", "tcp  [] true [{80 80}]", "tcp example.com [] false [{8443 8443}]",
+		"tcp  [::1/128] false [{22 22}]", "tcp  [] true []"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %q", got)
+	}
+	_, err = FromMap(map[string]any{"net_allow": []any{"a.example:1"}, "net_deny": []any{"10.0.0.0/8"}, "net_allow_udp": true})
+	if err == nil || !strings.Contains(err.Error(), "mutually exclusive") || !strings.Contains(err.Error(), "net_allow_udp means nothing") {
+		t.Fatalf("both lists: %v", err)
 	}
 }

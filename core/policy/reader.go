@@ -2,7 +2,6 @@ package policy
 
 import (
 	"math"
-	"strconv"
 	"strings"
 )
 
@@ -200,41 +199,3 @@ func (r reader) ports(k string) []uint16 {
 	return out
 }
 
-// netTargets accepts "host:port", "port", ":port", 443, "[::1]:443" and "*" (any).
-func (r reader) netTargets(k string) []NetTarget {
-	var out []NetTarget
-	for _, it := range r.list(k) {
-		if n, isInt := asInt(it); isInt {
-			if n < 1 || n > 65535 {
-				r.probs.Addf("%s: port %d out of range 1-65535", k, n)
-				continue
-			}
-			out = append(out, NetTarget{Port: uint16(n)})
-			continue
-		}
-		s, ok := r.str(k, it)
-		if !ok {
-			continue
-		}
-		s = strings.TrimSpace(s)
-		if s == "*" || s == "*:*" {
-			out = append(out, NetTarget{Any: true})
-			continue
-		}
-		host, portStr := "", s
-		if i := strings.LastIndex(s, ":"); i >= 0 {
-			host, portStr = s[:i], s[i+1:]
-			host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
-		}
-		if host == "*" {
-			host = ""
-		}
-		port, err := strconv.ParseUint(portStr, 10, 16)
-		if err != nil || port == 0 {
-			r.probs.Addf("%s: %q: want \"port\", \"host:port\" or \"*\"", k, s)
-			continue
-		}
-		out = append(out, NetTarget{Host: host, Port: uint16(port)})
-	}
-	return out
-}

@@ -191,7 +191,7 @@ func newSandbox(t testing.TB, o sandboxOpts) *sandbox {
 	sb.cmd.ExtraFiles = []*os.File{theirs}
 	sb.cmd.Stdout, sb.cmd.Stderr = sb.out, sb.out
 	sb.cmd.SysProcAttr = nsAttr()
-	if err := sb.cmd.Start(); err != nil {
+	if err := startFromSpawner(sb.cmd); err != nil {
 		t.Fatalf("start the child: %v", err)
 	}
 	theirs.Close()
@@ -227,6 +227,26 @@ func newSandbox(t testing.TB, o sandboxOpts) *sandbox {
 	}
 	go sb.readLoop()
 	return sb
+}
+
+// The children die with the thread that started them (Pdeathsig), and a thread
+// ends when a goroutine locked to it does (the supervisor's calls made with a
+// caller's credentials): they are all started from one thread that lives on.
+var spawner = func() chan func() {
+	ch := make(chan func())
+	go func() {
+		runtime.LockOSThread()
+		for f := range ch {
+			f()
+		}
+	}()
+	return ch
+}()
+
+func startFromSpawner(cmd *exec.Cmd) error {
+	errc := make(chan error, 1)
+	spawner <- func() { errc <- cmd.Start() }
+	return <-errc
 }
 
 func newSandboxWith(t testing.TB, cfgFor func(*sandbox) Config) *sandbox {

@@ -196,13 +196,21 @@ func (p *NetPolicy) refresh(proto string, port uint16) bool {
 // maxHostAddrs bounds the addresses one host name collects over a sandbox's life.
 const maxHostAddrs = 256
 
-// datagrams reports whether UDP or ICMP sockets may send anywhere at all under p.
-func (p *NetPolicy) datagrams() bool {
-	if p.Deny {
-		return true
-	}
-	for _, d := range p.Rules {
-		if d.Proto != "tcp" {
+// WatchesSends reports whether sends must be watched: some UDP or ICMP
+// destination is refused (not every one is allowed, or a deny rule names one).
+// Otherwise the filter refuses datagram sockets, or every destination of theirs is
+// allowed, and the address of a send on a TCP socket is ignored (Fast Open is
+// refused by the filter).
+func (p *NetPolicy) WatchesSends() bool {
+	for _, proto := range []string{"udp", "icmp"} {
+		some, open := false, false
+		for _, d := range p.Rules {
+			if d.Proto == proto {
+				some = true
+				open = open || (d.Any && len(d.Ports) == 0)
+			}
+		}
+		if some && (p.Deny || !open) {
 			return true
 		}
 	}
@@ -216,25 +224,22 @@ func connectTraps(cfg Config) []Trap {
 	return []Trap{{Syscall: "connect", Arg: -1}}
 }
 
-// Without UDP and ICMP destinations the filter refuses datagram inet sockets, and
-// the address of a send on a TCP socket is ignored (Fast Open is refused by the
-// filter): then no send need be watched.
 func sendtoTraps(cfg Config) []Trap {
-	if cfg.Net == nil || !cfg.Net.datagrams() {
+	if cfg.Net == nil || !cfg.Net.WatchesSends() {
 		return nil
 	}
 	return []Trap{{Syscall: "sendto", Arg: 4, NonZero: true}} // an address (sendto(…, NULL, 0) is send)
 }
 
 func sendmsgTraps(cfg Config) []Trap {
-	if cfg.Net == nil || !cfg.Net.datagrams() {
+	if cfg.Net == nil || !cfg.Net.WatchesSends() {
 		return nil
 	}
 	return []Trap{{Syscall: "sendmsg", Arg: -1}} // msg_name lives in memory the filter cannot read
 }
 
 func sendmmsgTraps(cfg Config) []Trap {
-	if cfg.Net == nil || !cfg.Net.datagrams() {
+	if cfg.Net == nil || !cfg.Net.WatchesSends() {
 		return nil
 	}
 	return []Trap{{Syscall: "sendmmsg", Arg: -1}}

@@ -5,6 +5,7 @@ package supervise
 import (
 	"errors"
 	"fmt"
+	"github.com/sandtrap/sandtrap/core/seccomp"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -38,21 +39,11 @@ type Config struct {
 	Killable bool
 }
 
-// Trap is one filter rule whose action must be SECCOMP_RET_USER_NOTIF.
-//
-// With Arg < 0 every call of Syscall traps. Otherwise the call traps when
-// args[Arg] & Mask equals one of Values (libseccomp: one rule per value with
-// SCMP_CMP_MASKED_EQ(Mask, value)). Mask is 0xffffffff for arguments the kernel reads
-// as a C int: a filter comparing all 64 bits would let a caller set high bits the
-// kernel then ignores and slip past the trap. With NonZero the call traps when
-// args[Arg] is not 0 (Mask and Values unused).
-type Trap struct {
-	Syscall string
-	Arg     int
-	Mask    uint64
-	Values  []uint64
-	NonZero bool
-}
+// Trap is one filter rule whose action must be SECCOMP_RET_USER_NOTIF: the filter's
+// own type (core/seccomp), so that nothing is lost between the two. Mask is
+// 0xffffffff for arguments the kernel reads as a C int: a filter comparing all 64
+// bits would let a caller set high bits the kernel then ignores and slip past.
+type Trap = seccomp.Trap
 
 // Traps is what the sandbox's seccomp filter must send to the supervisor for cfg.
 // Nothing else is trapped, so nothing else pays a round trip.

@@ -54,6 +54,7 @@ const POLICY = {
   fsWritable: ['fs_writable', 'strings'],
   fsDenied: ['fs_denied', 'strings'],
   netAllow: ['net_allow', 'targets'],
+  netDeny: ['net_deny', 'targets'],
   netAllowBind: ['net_allow_bind', 'ports'],
   netAllowUdp: ['net_allow_udp', 'bool'],
   netAllowUnix: ['net_allow_unix', 'bool'],

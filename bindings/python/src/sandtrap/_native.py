@@ -53,6 +53,7 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "sandtrap_sandbox_builder_fs_writable": (c_int, [c_void_p, c_char_p]),
     "sandtrap_sandbox_builder_fs_denied": (c_int, [c_void_p, c_char_p]),
     "sandtrap_sandbox_builder_net_allow": (c_int, [c_void_p, c_char_p]),
+    "sandtrap_sandbox_builder_net_deny": (c_int, [c_void_p, c_char_p]),
     "sandtrap_sandbox_builder_net_allow_bind": (c_int, [c_void_p, c_uint16]),
     "sandtrap_sandbox_builder_net_allow_bind_str": (c_int, [c_void_p, c_char_p]),
     "sandtrap_sandbox_builder_net_allow_udp": (c_int, [c_void_p, c_int]),

@@ -19,6 +19,7 @@ FIELDS: dict[str, str] = {
     "fs_writable": "paths",
     "fs_denied": "paths",
     "net_allow": "ports_or_targets",
+    "net_deny": "ports_or_targets",
     "net_allow_bind": "ports",
     "net_allow_udp": "bool",
     "net_allow_unix": "bool",

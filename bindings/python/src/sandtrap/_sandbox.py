@@ -345,8 +345,11 @@ class Sandbox:
         fs_readable: paths (str or pathlib.Path) readable and executable.
         fs_writable: paths readable, writable and creatable.
         fs_denied: paths inside allowed trees that stay denied.
-        net_allow: TCP connect: ``443``, ``"443"``, ``"host:443"`` (needs
-            ``allow_degraded``: the kernel enforces the port only) or ``"*"``.
+        net_allow: where sockets may connect and send: ``443``, ``":443"``,
+            ``"api.example.com:443"``, ``"10.0.0.0/8:22,443"``, ``"[::1]:8080"``,
+            ``"udp://1.1.1.1:53"``, ``"icmp://8.8.8.8"``, ``"*"``. Host names are
+            resolved when the sandbox is built.
+        net_deny: or where they may not (everything else may); not with net_allow.
         net_allow_bind: TCP ports that may be bound: ``8080``, ``"8000-8005"``.
         net_allow_udp: allow UDP sockets. net_allow_unix: allow AF_UNIX sockets.
         max_memory: bytes for the whole tree, int or ``"256M"``.
@@ -373,6 +376,7 @@ class Sandbox:
         fs_writable: Iterable[StrPath] | None = None,
         fs_denied: Iterable[StrPath] | None = None,
         net_allow: Iterable[int | str] | None = None,
+        net_deny: Iterable[int | str] | None = None,
         net_allow_bind: Iterable[int | str] | None = None,
         net_allow_udp: bool | None = None,
         net_allow_unix: bool | None = None,

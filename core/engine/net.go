@@ -1,0 +1,158 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/sandtrap/sandtrap/core/policy"
+	"github.com/sandtrap/sandtrap/core/supervise"
+)
+
+// netPlan is what the policy's network rules need from the kernel and the
+// supervisor. Landlock enforces TCP ports (the floor, always); the supervisor
+// enforces everything about a destination's address, UDP and ICMP, and a deny
+// list. A policy the floor alone enforces (ports, any host) traps nothing.
+type netPlan struct {
+	wanted       bool     // inet sockets at all
+	connectPorts []uint16 // Landlock TCP connect rules
+	anyConnect   bool     // Landlock allows every TCP connect (the supervisor, if any, decides)
+	udp, icmp    bool     // the filter allows such sockets
+	sup          *supervise.NetPolicy
+	resolved     map[string][]string // host name -> addresses found at build
+	report       *NetReport
+}
+
+// NetReport is the network part of the isolation report.
+type NetReport struct {
+	Mode       string              `msgpack:"mode"` // "none", "allow" or "deny"
+	Rules      []string            `msgpack:"rules"`
+	Supervised bool                `msgpack:"supervised"` // destinations checked by the supervisor
+	Floor      string              `msgpack:"floor"`      // what the kernel enforces underneath
+	Resolved   map[string][]string `msgpack:"resolved,omitempty"`
+}
+
+// maxFloorPorts: more TCP ports than this in the rules make the Landlock floor
+// "every port" (one rule per port; the supervisor checks the ranges).
+const maxFloorPorts = 256
+
+// resolveTimeout bounds the look-up of each host name at build.
+const resolveTimeout = 5 * time.Second
+
+func lookupHost(ctx context.Context, host string) ([]netip.Addr, error) {
+	return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+}
+
+// planNet resolves the rules' host names (every failure is a problem) and decides
+// who enforces what.
+func planNet(p *policy.Policy, probs *policy.Problems) netPlan {
+	np := netPlan{resolved: map[string][]string{}}
+	deny := len(p.NetDeny) > 0
+	rules := p.NetAllow
+	if deny {
+		rules = p.NetDeny
+	}
+	if p.NetAllowUDP && !deny {
+		rules = append(slices.Clone(rules), policy.NetRule{Proto: "udp", Any: true, Text: "net_allow_udp"})
+	}
+	rep := &NetReport{Mode: "none", Rules: []string{}}
+	np.report = rep
+	if deny {
+		rep.Mode = "deny"
+	} else if len(rules) > 0 {
+		rep.Mode = "allow"
+	}
+	np.wanted = deny || len(rules) > 0 || len(p.NetAllowBind) > 0
+
+	var dests []supervise.NetDest
+	supervised := deny
+	floor := map[uint16]bool{}
+	for _, r := range rules {
+		rep.Rules = append(rep.Rules, r.Text)
+		d := supervise.NetDest{Proto: r.Proto, Host: r.Host, Nets: r.Nets, Any: r.Any, Text: r.Text}
+		for _, pr := range r.Ports {
+			d.Ports = append(d.Ports, [2]uint16{pr.Lo, pr.Hi})
+		}
+		if r.Host != "" {
+			ctx, cancel := context.WithTimeout(context.Background(), resolveTimeout)
+			addrs, err := lookupHost(ctx, r.Host)
+			cancel()
+			if err != nil || len(addrs) == 0 {
+				probs.Addf("%s: %q: the host name does not resolve here: %v", field(deny), r.Text, err)
+				continue
+			}
+			for _, a := range addrs {
+				a = a.Unmap()
+				d.Nets = append(d.Nets, netip.PrefixFrom(a, a.BitLen()))
+				np.resolved[r.Host] = append(np.resolved[r.Host], a.String())
+			}
+		}
+		dests = append(dests, d)
+		if deny {
+			continue
+		}
+		switch r.Proto {
+		case "tcp":
+			if !r.Any {
+				supervised = true // by address: the floor is its ports
+			}
+			if r.AnyPort() {
+				np.anyConnect = true
+			}
+			for _, pr := range r.Ports {
+				for port := uint32(pr.Lo); port <= uint32(pr.Hi) && len(floor) <= maxFloorPorts; port++ {
+					floor[uint16(port)] = true
+				}
+			}
+		case "udp":
+			np.udp = true
+			if !r.Any || !r.AnyPort() {
+				supervised = true
+			}
+		case "icmp":
+			np.icmp = true
+			if !r.Any {
+				supervised = true
+			}
+		}
+	}
+	if len(floor) > maxFloorPorts {
+		np.anyConnect, supervised = true, true
+	}
+	if deny {
+		np.anyConnect, np.udp, np.icmp = true, true, true
+	}
+	if !np.anyConnect {
+		for port := range floor {
+			np.connectPorts = append(np.connectPorts, port)
+		}
+		sort.Slice(np.connectPorts, func(i, j int) bool { return np.connectPorts[i] < np.connectPorts[j] })
+	}
+	if supervised {
+		np.sup = &supervise.NetPolicy{Deny: deny, Rules: dests, Resolve: lookupHost}
+	}
+	rep.Supervised = supervised
+	switch {
+	case !np.wanted:
+		rep.Floor = "no inet sockets (seccomp)"
+	case np.anyConnect:
+		rep.Floor = "landlock: every TCP port"
+	default:
+		rep.Floor = fmt.Sprintf("landlock: TCP connect to ports %v", np.connectPorts)
+	}
+	if len(np.resolved) > 0 {
+		rep.Resolved = np.resolved
+	}
+	return np
+}
+
+func field(deny bool) string {
+	if deny {
+		return "net_deny"
+	}
+	return "net_allow"
+}
