@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"errors"
 	"reflect"
 	"strings"
 	"testing"
@@ -40,10 +41,18 @@ func TestFromMapCollectsEverything(t *testing.T) {
 		t.Fatal("accepted")
 	}
 	msg := err.Error()
-	for _, want := range []string{"fs_readable: want a list", "clean_env", "A=B", "env[\"C\"]", "uid and gid", "\"nope\"", "host:notaport"} {
+	for _, want := range []string{"fs_readable: want a list", "clean_env", "A=B", `env: the value of "C" is an integer, not a string`,
+		"uid: must be given together with gid", "nope: unknown field", "host:notaport"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("missing %q in %s", want, msg)
 		}
+	}
+	var pe *Error
+	if !errors.As(err, &pe) || len(pe.Problems) != 7 {
+		t.Fatalf("want 7 problems, got %#v", err)
+	}
+	if pe.Problems[0] != (Problem{Field: "nope", Message: "unknown field"}) {
+		t.Errorf("unknown keys come first, by name: %+v", pe.Problems[0])
 	}
 }
 
