@@ -373,7 +373,10 @@ function finishRun(res) {
   // the pipeline's own error first: the engine names the stage in it
   const failed = callFailure(res.stages ? [res, ...res.stages] : [res]);
   if (failed) {
-    throw makeError(failed.error.kind, failed.error.message, { result: res, problems: failed.error.problems });
+    const { kind, message, problems } = failed.error;
+    // a request the engine refused: its message again, with the option names
+    const text = problems ? problemsMessage(kind === 'invalid_policy' ? 'invalid policy' : 'invalid request', problems) : message;
+    throw makeError(kind, text, { result: res, problems });
   }
   return res;
 }

@@ -144,6 +144,26 @@ test('a misspelled option: one {field, message}, as in every binding', () => {
   });
 });
 
+test('a request the engine refuses: its problems under the option names', async () => {
+  const sb = new Sandbox({ fsReadable: SYSTEM });
+  try {
+    await assert.rejects(sb.run(['true'], { maxOutput: -1, cwd: 'rel' }), (e) => {
+      assert.ok(e instanceof InvalidRequest);
+      assert.deepEqual(
+        e.problems.map((p) => ({ ...p })),
+        [
+          { field: 'maxOutput', message: '-1 is negative' },
+          { field: 'cwd', message: 'path "rel" is relative; give an absolute path' },
+        ],
+      );
+      assert.equal(e.message, 'invalid request (2 problems):\n- maxOutput: -1 is negative\n- cwd: path "rel" is relative; give an absolute path');
+      return true;
+    });
+  } finally {
+    sb.close();
+  }
+});
+
 test('options must be a plain object; typos get a suggestion', () => {
   assert.throws(() => new Sandbox('fs'), PolicyError);
   assert.throws(() => new Sandbox([]), PolicyError);
