@@ -39,7 +39,8 @@ extern "C" {
  *    strings (sandtrap_sandbox_builder_build, sandtrap_sandbox_new,
  *    sandtrap_confine); durations are integer milliseconds (..._timeout_ms,
  *    ..._max_cpu_time_ms replace ..._timeout and ..._max_cpu_time, which took a
- *    double); every numeric setter passes its integer to the engine exactly.
+ *    double; sandtrap_run_options version 2 has timeout_ms); every numeric setter
+ *    passes its integer to the engine exactly.
  * 1: the first release. */
 #define SANDTRAP_ABI_VERSION 2
 
