@@ -9,12 +9,12 @@
 #include <sys/resource.h>
 
 #include "../include/sandtrap.h"
+#include "builder.h"
 #include "result.h"
 #include "_cgo_export.h"
 
 #define SANDTRAP_VERSION_STRING "0.1.0"
 
-struct sandtrap_sandbox_builder { uintptr_t h; };
 struct sandtrap_sandbox { uintptr_t h; uint64_t id; };
 
 static volatile int forked_child;
@@ -101,55 +101,41 @@ void sandtrap_sandbox_builder_free(sandtrap_sandbox_builder *b)
 	free(b);
 }
 
-#define BSTR(name)                                                              \
-	int sandtrap_sandbox_builder_##name(sandtrap_sandbox_builder *b, const char *s) \
-	{                                                                       \
-		GUARD(SANDTRAP_E_FORKED_CHILD);                                 \
-		if (!b || !s)                                                   \
-			return SANDTRAP_E_INVALID_ARGUMENT;                     \
-		return stgo_builder_str(b->h, (char *)#name, (char *)s);        \
-	}
-#define BNUM(name, type)                                                        \
-	int sandtrap_sandbox_builder_##name(sandtrap_sandbox_builder *b, type v)  \
-	{                                                                       \
-		GUARD(SANDTRAP_E_FORKED_CHILD);                                 \
-		if (!b)                                                         \
-			return SANDTRAP_E_INVALID_ARGUMENT;                     \
-		return stgo_builder_num(b->h, (char *)#name, (double)v);        \
-	}
-#define BBOOL(name)                                                             \
-	int sandtrap_sandbox_builder_##name(sandtrap_sandbox_builder *b, int v)   \
-	{                                                                       \
-		GUARD(SANDTRAP_E_FORKED_CHILD);                                 \
-		if (!b)                                                         \
-			return SANDTRAP_E_INVALID_ARGUMENT;                     \
-		return stgo_builder_bool(b->h, (char *)#name, v != 0);          \
-	}
+/* The typed helpers of the generated setters (builder_gen.c). */
 
-BSTR(fs_readable)
-BSTR(fs_writable)
-BSTR(fs_denied)
-BSTR(net_allow)
-BSTR(net_deny)
-BSTR(net_allow_bind_str)
-BSTR(cwd)
-BSTR(extra_allow_syscall)
-BSTR(extra_deny_syscall)
-BNUM(net_allow_bind, uint16_t)
-BNUM(max_memory, uint64_t)
-BNUM(max_processes, uint32_t)
-BNUM(max_open_files, uint32_t)
-BNUM(max_disk, uint64_t)
-BNUM(max_cpu, uint32_t)
-BNUM(max_cpu_time, double)
-BNUM(timeout, double)
-BNUM(max_output, uint64_t)
-BBOOL(net_allow_udp)
-BBOOL(net_allow_unix)
-BBOOL(clean_env)
-BBOOL(allow_degraded)
+int st_builder_string(sandtrap_sandbox_builder *b, const char *key, const char *v)
+{
+	GUARD(SANDTRAP_E_FORKED_CHILD);
+	if (!b || !v)
+		return SANDTRAP_E_INVALID_ARGUMENT;
+	return stgo_builder_string(b->h, (char *)key, (char *)v);
+}
 
-int sandtrap_sandbox_builder_env(sandtrap_sandbox_builder *b, const char *name, const char *value)
+int st_builder_u64(sandtrap_sandbox_builder *b, const char *key, uint64_t v)
+{
+	GUARD(SANDTRAP_E_FORKED_CHILD);
+	if (!b)
+		return SANDTRAP_E_INVALID_ARGUMENT;
+	return stgo_builder_u64(b->h, (char *)key, v);
+}
+
+int st_builder_bool(sandtrap_sandbox_builder *b, const char *key, int v)
+{
+	GUARD(SANDTRAP_E_FORKED_CHILD);
+	if (!b)
+		return SANDTRAP_E_INVALID_ARGUMENT;
+	return stgo_builder_bool(b->h, (char *)key, v != 0);
+}
+
+int st_builder_ms(sandtrap_sandbox_builder *b, const char *key, uint64_t ms)
+{
+	GUARD(SANDTRAP_E_FORKED_CHILD);
+	if (!b)
+		return SANDTRAP_E_INVALID_ARGUMENT;
+	return stgo_builder_ms(b->h, (char *)key, ms);
+}
+
+int st_builder_env(sandtrap_sandbox_builder *b, const char *name, const char *value)
 {
 	GUARD(SANDTRAP_E_FORKED_CHILD);
 	if (!b || !name || !value)
@@ -157,13 +143,47 @@ int sandtrap_sandbox_builder_env(sandtrap_sandbox_builder *b, const char *name, 
 	return stgo_builder_env(b->h, (char *)name, (char *)value);
 }
 
-int sandtrap_sandbox_builder_ids(sandtrap_sandbox_builder *b, uint32_t uid, uint32_t gid)
+int st_builder_ids(sandtrap_sandbox_builder *b, uint32_t uid, uint32_t gid)
 {
+	int rc;
 	GUARD(SANDTRAP_E_FORKED_CHILD);
 	if (!b)
 		return SANDTRAP_E_INVALID_ARGUMENT;
-	stgo_builder_num(b->h, (char *)"uid", (double)uid);
-	return stgo_builder_num(b->h, (char *)"gid", (double)gid);
+	rc = stgo_builder_u64(b->h, (char *)"uid", uid);
+	return rc != SANDTRAP_OK ? rc : stgo_builder_u64(b->h, (char *)"gid", gid);
+}
+
+/* ---- errors -------------------------------------------------------------- */
+
+void sandtrap_error_free(sandtrap_error *e)
+{
+	size_t i;
+	if (!e)
+		return;
+	for (i = 0; i < e->nproblems; i++) {
+		free(e->fields[i]);
+		free(e->messages[i]);
+	}
+	free(e->fields);
+	free(e->messages);
+	free(e->kind);
+	free(e->message);
+	free(e);
+}
+
+int sandtrap_error_status(const sandtrap_error *e) { return e ? e->status : SANDTRAP_OK; }
+const char *sandtrap_error_kind(const sandtrap_error *e) { return e ? e->kind : NULL; }
+const char *sandtrap_error_message(const sandtrap_error *e) { return e ? e->message : NULL; }
+size_t sandtrap_error_problem_count(const sandtrap_error *e) { return e ? e->nproblems : 0; }
+
+const char *sandtrap_error_problem_field(const sandtrap_error *e, size_t i)
+{
+	return e && i < e->nproblems ? e->fields[i] : NULL;
+}
+
+const char *sandtrap_error_problem_message(const sandtrap_error *e, size_t i)
+{
+	return e && i < e->nproblems ? e->messages[i] : NULL;
 }
 
 static int wrap_sandbox(int rc, uintptr_t h, sandtrap_sandbox **out)
@@ -182,31 +202,31 @@ static int wrap_sandbox(int rc, uintptr_t h, sandtrap_sandbox **out)
 	return SANDTRAP_OK;
 }
 
-int sandtrap_sandbox_builder_build(const sandtrap_sandbox_builder *b, sandtrap_sandbox **out, char **errmsg)
+int sandtrap_sandbox_builder_build(const sandtrap_sandbox_builder *b, sandtrap_sandbox **out, sandtrap_error **err)
 {
 	uintptr_t h = 0;
 	int rc;
 	GUARD(SANDTRAP_E_FORKED_CHILD);
-	if (errmsg)
-		*errmsg = NULL;
+	if (err)
+		*err = NULL;
 	if (!b || !out)
 		return SANDTRAP_E_INVALID_ARGUMENT;
 	*out = NULL;
-	rc = stgo_builder_build(b->h, &h, errmsg);
+	rc = stgo_builder_build(b->h, &h, err);
 	return wrap_sandbox(rc, h, out);
 }
 
-int sandtrap_sandbox_new(const uint8_t *policy, size_t len, sandtrap_sandbox **out, char **errmsg)
+int sandtrap_sandbox_new(const uint8_t *policy, size_t len, sandtrap_sandbox **out, sandtrap_error **err)
 {
 	uintptr_t h = 0;
 	int rc;
 	GUARD(SANDTRAP_E_FORKED_CHILD);
-	if (errmsg)
-		*errmsg = NULL;
+	if (err)
+		*err = NULL;
 	if (!out || (!policy && len))
 		return SANDTRAP_E_INVALID_ARGUMENT;
 	*out = NULL;
-	rc = stgo_sandbox_new((uint8_t *)policy, len, &h, errmsg);
+	rc = stgo_sandbox_new((uint8_t *)policy, len, &h, err);
 	return wrap_sandbox(rc, h, out);
 }
 
@@ -240,14 +260,14 @@ int sandtrap_sandbox_cancel(sandtrap_sandbox *sb, const char *tag)
 	return stgo_sandbox_cancel(sb->h, (char *)tag);
 }
 
-int sandtrap_confine(const sandtrap_sandbox *sb, int with_seccomp, char **errmsg)
+int sandtrap_confine(const sandtrap_sandbox *sb, int with_seccomp, sandtrap_error **err)
 {
 	GUARD(SANDTRAP_E_FORKED_CHILD);
-	if (errmsg)
-		*errmsg = NULL;
+	if (err)
+		*err = NULL;
 	if (!sb)
 		return SANDTRAP_E_INVALID_ARGUMENT;
-	return stgo_confine(sb->h, with_seccomp != 0, errmsg);
+	return stgo_confine(sb->h, with_seccomp != 0, err);
 }
 
 /* ---- typed runs ---------------------------------------------------------- */
@@ -274,7 +294,7 @@ int sandtrap_sandbox_run(sandtrap_sandbox *sb, const char *const *argv,
 	if (opts)
 		o = *opts;
 	if (!sb || !argv || !argv[0] || !argv[0][0] || o.version != SANDTRAP_RUN_OPTIONS_VERSION ||
-	    (!o.stdin_data && o.stdin_len) || !(o.timeout >= 0) || o.max_output > (uint64_t)INT64_MAX)
+	    (!o.stdin_data && o.stdin_len) || o.timeout_ms > 10000000000ull || o.max_output > (uint64_t)INT64_MAX)
 		return SANDTRAP_E_INVALID_ARGUMENT;
 	while (argv[argc])
 		argc++;
@@ -285,7 +305,7 @@ int sandtrap_sandbox_run(sandtrap_sandbox *sb, const char *const *argv,
 		return SANDTRAP_E_INTERNAL;
 	*out = r;
 	return stgo_sandbox_run(sb->h, (char **)argv, (int)argc, (uint8_t *)o.stdin_data, o.stdin_len,
-				o.timeout, (char *)o.tag, o.max_output, r);
+				o.timeout_ms, (char *)o.tag, o.max_output, r);
 }
 
 void sandtrap_result_free(sandtrap_result *r)

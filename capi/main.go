@@ -14,13 +14,14 @@ int st_host_nofile(uint64_t *cur, uint64_t *max);
 import "C"
 
 import (
-	"runtime/cgo"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/sandtrap/sandtrap/core/engine"
 	"github.com/sandtrap/sandtrap/core/guest"
 	"github.com/sandtrap/sandtrap/core/kernel"
+	"github.com/sandtrap/sandtrap/core/policy"
 	"golang.org/x/sys/unix"
 )
 
@@ -81,10 +82,31 @@ func errStatus(err error) C.int {
 	return stInternal
 }
 
-func setErr(errmsg **C.char, err error) {
-	if errmsg != nil {
-		*errmsg = C.CString(err.Error())
+// setError stores a new sandtrap_error for err in *out (when out is not NULL): its
+// status, kind, message and problems (include/sandtrap.h, "Errors").
+func setError(out **C.struct_sandtrap_error, st C.int, err error) {
+	if out == nil {
+		return
 	}
+	kind, msg := engine.KindInternal, err.Error()
+	var probs []policy.Problem
+	if e, ok := err.(*engine.Error); ok {
+		kind, probs = e.Kind, e.Problems
+	}
+	e := (*C.struct_sandtrap_error)(C.calloc(1, C.size_t(unsafe.Sizeof(C.struct_sandtrap_error{}))))
+	e.status = st
+	e.kind = C.CString(kind)
+	e.message = C.CString(msg)
+	if n := len(probs); n > 0 {
+		e.nproblems = C.size_t(n)
+		e.fields = (**C.char)(C.calloc(C.size_t(n), C.size_t(unsafe.Sizeof((*C.char)(nil)))))
+		e.messages = (**C.char)(C.calloc(C.size_t(n), C.size_t(unsafe.Sizeof((*C.char)(nil)))))
+		fields, messages := unsafe.Slice(e.fields, n), unsafe.Slice(e.messages, n)
+		for i, p := range probs {
+			fields[i], messages[i] = C.CString(p.Field), C.CString(p.Message)
+		}
+	}
+	*out = e
 }
 
 func outBuf(b []byte, out **C.uint8_t, outLen *C.size_t) {
@@ -130,7 +152,30 @@ func stgo_probe(out **C.uint8_t, outLen *C.size_t) C.int {
 	return stOK
 }
 
-// builder: a policy map under construction.
+// handles maps the uintptr_t held by the C handles to their Go values. Unlike
+// cgo.Handle, a stale or foreign handle is not a panic: it is simply not found.
+var (
+	handles    sync.Map // uintptr -> value
+	lastHandle atomic.Uintptr
+)
+
+func newHandle(v any) C.uintptr_t {
+	h := lastHandle.Add(1)
+	handles.Store(h, v)
+	return C.uintptr_t(h)
+}
+
+func handleValue(h C.uintptr_t) any {
+	v, _ := handles.Load(uintptr(h))
+	return v
+}
+
+//export stgo_handle_delete
+func stgo_handle_delete(h C.uintptr_t) {
+	handles.Delete(uintptr(h))
+}
+
+// builder: a policy map under construction, typed as the C setters give it.
 type builder struct {
 	mu sync.Mutex
 	m  map[string]any
@@ -138,64 +183,64 @@ type builder struct {
 
 //export stgo_builder_new
 func stgo_builder_new() C.uintptr_t {
-	return C.uintptr_t(cgo.NewHandle(&builder{m: map[string]any{}}))
+	return newHandle(&builder{m: map[string]any{}})
 }
 
-//export stgo_handle_delete
-func stgo_handle_delete(h C.uintptr_t) {
-	cgo.Handle(h).Delete()
+func getBuilder(h C.uintptr_t) (*builder, bool) {
+	b, ok := handleValue(h).(*builder)
+	return b, ok
 }
 
-func getBuilder(h C.uintptr_t) *builder {
-	b, _ := cgo.Handle(h).Value().(*builder)
-	return b
-}
-
-// list-valued builder fields and the policy key they append to
-var listKeys = map[string]string{
-	"fs_readable": "fs_readable", "fs_writable": "fs_writable", "fs_denied": "fs_denied",
-	"net_allow": "net_allow", "net_deny": "net_deny", "net_allow_bind_str": "net_allow_bind", "net_allow_bind": "net_allow_bind",
-	"extra_allow_syscall": "extra_allow_syscalls", "extra_deny_syscall": "extra_deny_syscalls",
-}
-
-func (b *builder) set(name string, v any) {
+// set records v for the field with msgpack key key: appended to a list field, else
+// set. The generated setters name only schema fields: any other key is a bug.
+func set(h C.uintptr_t, key *C.char, v any) C.int {
+	b, ok := getBuilder(h)
+	f := policy.Lookup(C.GoString(key))
+	if !ok {
+		return stInvalidArg
+	}
+	if f == nil || !f.Supported() {
+		return stInternal
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if key, ok := listKeys[name]; ok {
-		l, _ := b.m[key].([]any)
-		b.m[key] = append(l, v)
-		return
+	if f.Kind().List() {
+		l, _ := b.m[f.Key].([]any)
+		b.m[f.Key] = append(l, v)
+	} else {
+		b.m[f.Key] = v
 	}
-	b.m[name] = v
-}
-
-//export stgo_builder_str
-func stgo_builder_str(h C.uintptr_t, name, val *C.char) C.int {
-	getBuilder(h).set(C.GoString(name), C.GoString(val))
 	return stOK
 }
 
-//export stgo_builder_num
-func stgo_builder_num(h C.uintptr_t, name *C.char, v C.double) C.int {
-	n := C.GoString(name)
-	switch n {
-	case "max_cpu_time", "timeout":
-		getBuilder(h).set(n, float64(v))
-	default:
-		getBuilder(h).set(n, int64(v))
-	}
-	return stOK
+//export stgo_builder_string
+func stgo_builder_string(h C.uintptr_t, key, val *C.char) C.int {
+	return set(h, key, C.GoString(val))
+}
+
+//export stgo_builder_u64
+func stgo_builder_u64(h C.uintptr_t, key *C.char, v C.uint64_t) C.int {
+	return set(h, key, uint64(v))
 }
 
 //export stgo_builder_bool
-func stgo_builder_bool(h C.uintptr_t, name *C.char, v C.int) C.int {
-	getBuilder(h).set(C.GoString(name), v != 0)
-	return stOK
+func stgo_builder_bool(h C.uintptr_t, key *C.char, v C.int) C.int {
+	return set(h, key, v != 0)
+}
+
+// stgo_builder_ms records milliseconds as the field's seconds.
+//
+//export stgo_builder_ms
+func stgo_builder_ms(h C.uintptr_t, key *C.char, ms C.uint64_t) C.int {
+	return set(h, key, float64(ms)/1000)
 }
 
 //export stgo_builder_env
 func stgo_builder_env(h C.uintptr_t, name, val *C.char) C.int {
-	b := getBuilder(h)
+	b, ok := getBuilder(h)
+	if !ok {
+		return stInvalidArg
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	env, _ := b.m["env"].(map[string]any)
@@ -207,78 +252,114 @@ func stgo_builder_env(h C.uintptr_t, name, val *C.char) C.int {
 	return stOK
 }
 
-func newSandbox(m map[string]any, out *C.uintptr_t, errmsg **C.char) C.int {
+func newSandbox(m map[string]any, out *C.uintptr_t, errp **C.struct_sandtrap_error) C.int {
 	sb, err := engine.NewFromMap(m)
 	if err != nil {
-		setErr(errmsg, err)
-		return errStatus(err)
+		st := errStatus(err)
+		setError(errp, st, err)
+		return st
 	}
 	engine.Register(sb)
-	*out = C.uintptr_t(cgo.NewHandle(sb))
+	*out = newHandle(sb)
 	return stOK
 }
 
 //export stgo_builder_build
-func stgo_builder_build(h C.uintptr_t, out *C.uintptr_t, errmsg **C.char) C.int {
-	b := getBuilder(h)
+func stgo_builder_build(h C.uintptr_t, out *C.uintptr_t, errp **C.struct_sandtrap_error) C.int {
+	b, ok := getBuilder(h)
+	if !ok {
+		return stInvalidArg
+	}
 	b.mu.Lock()
 	m := make(map[string]any, len(b.m))
-	for k, v := range b.m {
-		m[k] = v
+	for k, v := range b.m { // copied: later setters do not reach the sandbox
+		switch t := v.(type) {
+		case []any:
+			m[k] = append([]any(nil), t...)
+		case map[string]any:
+			c := make(map[string]any, len(t))
+			for name, val := range t {
+				c[name] = val
+			}
+			m[k] = c
+		default:
+			m[k] = v
+		}
 	}
 	b.mu.Unlock()
-	return newSandbox(m, out, errmsg)
+	return newSandbox(m, out, errp)
 }
 
 //export stgo_sandbox_new
-func stgo_sandbox_new(buf *C.uint8_t, n C.size_t, out *C.uintptr_t, errmsg **C.char) C.int {
+func stgo_sandbox_new(buf *C.uint8_t, n C.size_t, out *C.uintptr_t, errp **C.struct_sandtrap_error) C.int {
 	m, err := engine.DecodeMap(goBytes(buf, n), "policy")
 	if err != nil {
-		setErr(errmsg, err)
+		e := &engine.Error{Kind: engine.KindInvalidPolicy, Message: err.Error()}
+		if de, ok := err.(*engine.Error); ok {
+			e.Problems = de.Problems
+		}
+		setError(errp, stInvalidPolicy, e)
 		return stInvalidPolicy
 	}
-	return newSandbox(m, out, errmsg)
+	return newSandbox(m, out, errp)
 }
 
-func getSandbox(h C.uintptr_t) *engine.Sandbox {
-	sb, _ := cgo.Handle(h).Value().(*engine.Sandbox)
-	return sb
+func getSandbox(h C.uintptr_t) (*engine.Sandbox, bool) {
+	sb, ok := handleValue(h).(*engine.Sandbox)
+	return sb, ok
 }
 
 //export stgo_sandbox_free
 func stgo_sandbox_free(h C.uintptr_t) {
-	sb := getSandbox(h)
-	engine.Unregister(sb)
-	sb.Close()
-	cgo.Handle(h).Delete()
+	if sb, ok := getSandbox(h); ok {
+		engine.Unregister(sb)
+		sb.Close()
+	}
+	stgo_handle_delete(h)
 }
 
 //export stgo_sandbox_id
 func stgo_sandbox_id(h C.uintptr_t) C.uint64_t {
-	return C.uint64_t(getSandbox(h).ID())
+	if sb, ok := getSandbox(h); ok {
+		return C.uint64_t(sb.ID())
+	}
+	return 0
 }
 
 //export stgo_sandbox_exec
 func stgo_sandbox_exec(h C.uintptr_t, req *C.uint8_t, n C.size_t, out **C.uint8_t, outLen *C.size_t) C.int {
-	resp, kind := getSandbox(h).Exec(goBytes(req, n))
+	sb, ok := getSandbox(h)
+	if !ok {
+		return stInvalidArg
+	}
+	resp, kind := sb.Exec(goBytes(req, n))
 	outBuf(resp, out, outLen)
 	return status(kind)
 }
 
 //export stgo_sandbox_cancel
 func stgo_sandbox_cancel(h C.uintptr_t, tag *C.char) C.int {
+	sb, ok := getSandbox(h)
+	if !ok {
+		return stInvalidArg
+	}
 	t := ""
 	if tag != nil {
 		t = C.GoString(tag)
 	}
-	return C.int(getSandbox(h).Cancel(t, tag == nil))
+	return C.int(sb.Cancel(t, tag == nil))
 }
 
 //export stgo_confine
-func stgo_confine(h C.uintptr_t, withSeccomp bool, errmsg **C.char) C.int {
-	if err := getSandbox(h).Confine(withSeccomp); err != nil {
-		setErr(errmsg, err)
-		return errStatus(err)
+func stgo_confine(h C.uintptr_t, withSeccomp bool, errp **C.struct_sandtrap_error) C.int {
+	sb, ok := getSandbox(h)
+	if !ok {
+		return stInvalidArg
+	}
+	if err := sb.Confine(withSeccomp); err != nil {
+		st := errStatus(err)
+		setError(errp, st, err)
+		return st
 	}
 	return stOK
 }
@@ -304,8 +385,8 @@ func runStatus(e *engine.ErrorInfo) C.int { return status(engine.CallKind(e)) }
 //
 //export stgo_sandbox_run
 func stgo_sandbox_run(h C.uintptr_t, argv **C.char, argc C.int, stdin *C.uint8_t, stdinLen C.size_t,
-	timeout C.double, tag *C.char, maxOutput C.uint64_t, r *C.struct_sandtrap_result) C.int {
-	req := &engine.RunRequest{StdinFD: -1, StdoutFD: -1, Timeout: float64(timeout), MaxOutput: int64(maxOutput)}
+	timeoutMS C.uint64_t, tag *C.char, maxOutput C.uint64_t, r *C.struct_sandtrap_result) C.int {
+	req := &engine.RunRequest{StdinFD: -1, StdoutFD: -1, Timeout: float64(timeoutMS) / 1000, MaxOutput: int64(maxOutput)}
 	for _, a := range unsafe.Slice(argv, int(argc)) {
 		req.Argv = append(req.Argv, C.GoString(a))
 	}
@@ -315,7 +396,16 @@ func stgo_sandbox_run(h C.uintptr_t, argv **C.char, argc C.int, stdin *C.uint8_t
 	if tag != nil {
 		req.Tag = C.GoString(tag)
 	}
-	res := getSandbox(h).Run(req)
+	sb, ok := getSandbox(h)
+	if !ok { // a stale handle: a bug of the caller or of the library
+		r.exit_code = -1
+		r.out, r.out_len = cBytes(nil)
+		r.err, r.err_len = cBytes(nil)
+		r.error_kind = C.CString(engine.KindInternal)
+		r.error_message = C.CString("not a live sandbox handle")
+		return stInternal
+	}
+	res := sb.Run(req)
 	r.success = cBool(res.Success)
 	r.exit_code, r.signal = -1, 0
 	if res.ExitCode != nil {

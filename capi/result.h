@@ -1,5 +1,6 @@
-/* result.h — the layout behind the opaque sandtrap_result handle (include/sandtrap.h).
- * Private to the library: abi.c allocates and frees it, main.go fills it in. */
+/* result.h — the layout behind the opaque sandtrap_result and sandtrap_error
+ * handles (include/sandtrap.h). Private to the library: main.go allocates and fills
+ * them in, abi.c frees them. */
 #ifndef SANDTRAP_CAPI_RESULT_H
 #define SANDTRAP_CAPI_RESULT_H
 
@@ -20,6 +21,17 @@ struct sandtrap_result {
 	size_t err_len;
 	char *error_kind;     /* NULL: no error */
 	char *error_message;
+};
+
+/* An error: every string malloc'd, never NULL (fields[i] is "" when the problem is
+ * about the input as a whole). */
+struct sandtrap_error {
+	int status;
+	char *kind;
+	char *message;
+	size_t nproblems;
+	char **fields;        /* nproblems entries */
+	char **messages;
 };
 
 #endif

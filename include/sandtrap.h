@@ -8,8 +8,13 @@
  * Conventions (libgit2 / SQLite style):
  *  - Objects are opaque handles; each has a _free function that accepts NULL.
  *  - Functions return int status codes: SANDTRAP_OK (0) or a stable negative
- *    SANDTRAP_E_* code. Where a function takes `char **errmsg`, a failure stores a
- *    message there (free it with sandtrap_string_free); pass NULL to ignore it.
+ *    SANDTRAP_E_* code. Where a function takes `sandtrap_error **err`, a failure
+ *    stores an error there: its status, kind, message and, for a validation
+ *    failure, every problem as a (field, message) pair (see "Errors"; free it with
+ *    sandtrap_error_free). Pass NULL to ignore it.
+ *  - Numbers have the type of what they count: sizes and counts are unsigned
+ *    integers, durations are uint64_t milliseconds (setters named _ms), booleans
+ *    are int (0 false, anything else true).
  *  - Buffers and strings returned by the library are freed only by
  *    sandtrap_buffer_free / sandtrap_string_free.
  *  - Every function may be called from many threads at once. A sandbox handle may
@@ -29,8 +34,15 @@
 extern "C" {
 #endif
 
-/* Version of this header's ABI; compare with sandtrap_abi_version(). */
-#define SANDTRAP_ABI_VERSION 1
+/* Version of this header's ABI; compare with sandtrap_abi_version().
+ * 2: errors are sandtrap_error handles with every problem (field, message), not
+ *    strings (sandtrap_sandbox_builder_build, sandtrap_sandbox_new,
+ *    sandtrap_confine); durations are integer milliseconds (..._timeout_ms,
+ *    ..._max_cpu_time_ms replace ..._timeout and ..._max_cpu_time, which took a
+ *    double; sandtrap_run_options version 2 has timeout_ms); every numeric setter
+ *    passes its integer to the engine exactly.
+ * 1: the first release. */
+#define SANDTRAP_ABI_VERSION 2
 
 /* Status codes. Stable: new codes may be added, values never change. */
 #define SANDTRAP_OK 0
@@ -64,58 +76,117 @@ void sandtrap_buffer_free(uint8_t *buf);
  * "probe"): Landlock ABI, seccomp, namespaces, cgroups, root. */
 int sandtrap_probe(uint8_t **out, size_t *out_len);
 
+/* ---- Errors -----------------------------------------------------------------
+ * What a failed call that takes `sandtrap_error **err` reports. A validation
+ * failure (SANDTRAP_E_INVALID_POLICY, SANDTRAP_E_INVALID_REQUEST) lists every
+ * problem at once, each the field it is about (a policy key of docs/protocol.md,
+ * "" when it is about the input as a whole) and a message that does not repeat the
+ * field: the same list as the "problems" of a msgpack response's "error". The
+ * message of the error itself is for people ("invalid policy (2 problems): ...").
+ *
+ *   sandtrap_error *err = NULL;
+ *   if (sandtrap_sandbox_builder_build(b, &sb, &err) != SANDTRAP_OK) {
+ *       size_t i, n = sandtrap_error_problem_count(err);
+ *       for (i = 0; i < n; i++)
+ *           fprintf(stderr, "%s: %s\n", sandtrap_error_problem_field(err, i),
+ *                   sandtrap_error_problem_message(err, i));
+ *       sandtrap_error_free(err);
+ *   }
+ *
+ * Accessors accept NULL (then 0 or NULL). Strings stay valid until
+ * sandtrap_error_free, which accepts NULL. */
+typedef struct sandtrap_error sandtrap_error;
+/* The status the call returned (SANDTRAP_OK for NULL). */
+int sandtrap_error_status(const sandtrap_error *e);
+/* The status's stable name ("invalid_policy", …), and a message for people. */
+const char *sandtrap_error_kind(const sandtrap_error *e);
+const char *sandtrap_error_message(const sandtrap_error *e);
+/* The problems of a validation failure (0 for other failures), and problem i's
+ * field and message (NULL when i is out of range). */
+size_t sandtrap_error_problem_count(const sandtrap_error *e);
+const char *sandtrap_error_problem_field(const sandtrap_error *e, size_t i);
+const char *sandtrap_error_problem_message(const sandtrap_error *e, size_t i);
+void sandtrap_error_free(sandtrap_error *e);
+
 /* ---- Building a policy ------------------------------------------------------
  * A builder collects fields; sandtrap_sandbox_builder_build validates them all at
- * once and returns a sandbox. Setters only record (they fail only on NULL or, for
- * strings, on a NUL-free C string being required); list setters append. Sizes are
- * bytes; 0 means "no limit" for the limits. */
+ * once and returns a sandbox. There is one setter per policy field of
+ * docs/protocol.md (uid and gid share sandtrap_sandbox_builder_ids). Setters only
+ * record: they fail only with SANDTRAP_E_INVALID_ARGUMENT (a NULL builder or
+ * string) or SANDTRAP_E_FORKED_CHILD; every value is judged at build time. Setters
+ * of list fields (paths, targets, ports, syscall names) append; env sets one
+ * variable; the others set the field, a later call replacing the value. Leave a
+ * setter uncalled for "not set": not granted, no limit. */
 sandtrap_sandbox_builder *sandtrap_sandbox_builder_new(void);
 void sandtrap_sandbox_builder_free(sandtrap_sandbox_builder *b);
 
-/* Paths: absolute, must exist at build time. Readable = read + execute. */
+/* BEGIN generated by core/policy/gen from core/policy/schema.go (go generate ./core/policy); do not edit */
+/* Absolute paths (files or directories) readable and executable; they must
+ * exist. */
 int sandtrap_sandbox_builder_fs_readable(sandtrap_sandbox_builder *b, const char *path);
+/* Absolute paths readable, writable, executable, creatable, removable; they
+ * must exist. */
 int sandtrap_sandbox_builder_fs_writable(sandtrap_sandbox_builder *b, const char *path);
-/* Denied paths inside allowed trees (see docs/security.md for exact semantics). */
+/* Paths inside allowed trees that stay denied (see docs/security.md). */
 int sandtrap_sandbox_builder_fs_denied(sandtrap_sandbox_builder *b, const char *path);
 /* Where sockets may connect and send, one rule per call: "443", ":443",
- * "api.example.com:443", "10.0.0.0/8:22,443", "[::1]:8080", "udp://1.1.1.1:53",
- * "icmp://8.8.8.8", "*". Host names are resolved when the sandbox is built. */
+ * "api.example.com:443", "10.0.0.0/8:22,443", "[::1]:8080",
+ * "udp://1.1.1.1:53", "icmp://8.8.8.8", "*". Host names are resolved when the
+ * sandbox is built. */
 int sandtrap_sandbox_builder_net_allow(sandtrap_sandbox_builder *b, const char *target);
-/* Or where they may not (everything else may); not together with net_allow. */
+/* Where sockets may not connect or send (everything else may); not together
+ * with net_allow. */
 int sandtrap_sandbox_builder_net_deny(sandtrap_sandbox_builder *b, const char *target);
-/* TCP bind: one port, or a range "8000-8005" through the _str variant. */
+/* TCP bind: one port. */
 int sandtrap_sandbox_builder_net_allow_bind(sandtrap_sandbox_builder *b, uint16_t port);
+/* TCP bind: a port or a range, "8000-8005". */
 int sandtrap_sandbox_builder_net_allow_bind_str(sandtrap_sandbox_builder *b, const char *ports);
+/* UDP to any host and port. */
 int sandtrap_sandbox_builder_net_allow_udp(sandtrap_sandbox_builder *b, int allow);
+/* Allow socket(AF_UNIX) (pathname sockets; abstract ones stay scoped). */
 int sandtrap_sandbox_builder_net_allow_unix(sandtrap_sandbox_builder *b, int allow);
+/* Bytes of memory for the whole process tree: memory cgroup, else RLIMIT_AS
+ * per process. */
 int sandtrap_sandbox_builder_max_memory(sandtrap_sandbox_builder *b, uint64_t bytes);
+/* Tasks in the sandbox: pids cgroup, else RLIMIT_NPROC (non-root). */
 int sandtrap_sandbox_builder_max_processes(sandtrap_sandbox_builder *b, uint32_t n);
+/* RLIMIT_NOFILE per process. */
 int sandtrap_sandbox_builder_max_open_files(sandtrap_sandbox_builder *b, uint32_t n);
+/* RLIMIT_FSIZE: the largest file the run may write, in bytes. */
 int sandtrap_sandbox_builder_max_disk(sandtrap_sandbox_builder *b, uint64_t bytes);
-/* Percent of one CPU (throttled, e.g. 50 or 200). */
+/* Percent of one CPU, throttled (cpu cgroup): 50, 200. */
 int sandtrap_sandbox_builder_max_cpu(sandtrap_sandbox_builder *b, uint32_t percent);
-/* CPU seconds for the whole run, then killed. */
-int sandtrap_sandbox_builder_max_cpu_time(sandtrap_sandbox_builder *b, double seconds);
-/* Default wall-clock timeout of a run, in seconds. */
-int sandtrap_sandbox_builder_timeout(sandtrap_sandbox_builder *b, double seconds);
-/* Bytes kept of each of stdout and stderr (default 16 MiB; the rest is drained). */
+/* CPU time for the whole process tree, in milliseconds, then it is killed. */
+int sandtrap_sandbox_builder_max_cpu_time_ms(sandtrap_sandbox_builder *b, uint64_t ms);
+/* Default wall-clock timeout of a run, in milliseconds. */
+int sandtrap_sandbox_builder_timeout_ms(sandtrap_sandbox_builder *b, uint64_t ms);
+/* Bytes kept of each of stdout and stderr (default 16 MiB); the rest is
+ * drained and dropped. */
 int sandtrap_sandbox_builder_max_output(sandtrap_sandbox_builder *b, uint64_t bytes);
+/* Sets one variable for the program. */
 int sandtrap_sandbox_builder_env(sandtrap_sandbox_builder *b, const char *name, const char *value);
+/* Start from an empty environment (PATH set to the system default). */
 int sandtrap_sandbox_builder_clean_env(sandtrap_sandbox_builder *b, int clean);
+/* Working directory (absolute). */
 int sandtrap_sandbox_builder_cwd(sandtrap_sandbox_builder *b, const char *path);
-/* Run the target as uid/gid (host must be root). */
+/* Run the program as uid/gid (the host must be root). */
 int sandtrap_sandbox_builder_ids(sandtrap_sandbox_builder *b, uint32_t uid, uint32_t gid);
+/* Syscall names removed from the deny list. */
 int sandtrap_sandbox_builder_extra_allow_syscall(sandtrap_sandbox_builder *b, const char *name);
+/* Syscall names answered with EPERM. */
 int sandtrap_sandbox_builder_extra_deny_syscall(sandtrap_sandbox_builder *b, const char *name);
-/* Run even when a requested protection is unavailable (reported in results). */
+/* Run even when a requested protection is unavailable; results say what was
+ * not applied. */
 int sandtrap_sandbox_builder_allow_degraded(sandtrap_sandbox_builder *b, int allow);
+/* END generated */
 
-/* Validate and compile. On failure *out is NULL and *errmsg (if non-NULL) lists
- * every problem. The builder stays usable and must still be freed. */
-int sandtrap_sandbox_builder_build(const sandtrap_sandbox_builder *b, sandtrap_sandbox **out, char **errmsg);
+/* Validate and compile. On failure *out is NULL and *err (if err is not NULL) is
+ * the error, listing every problem. The builder stays usable and must still be
+ * freed. */
+int sandtrap_sandbox_builder_build(const sandtrap_sandbox_builder *b, sandtrap_sandbox **out, sandtrap_error **err);
 
 /* The same from one msgpack policy map (keys as in docs/protocol.md). */
-int sandtrap_sandbox_new(const uint8_t *policy, size_t len, sandtrap_sandbox **out, char **errmsg);
+int sandtrap_sandbox_new(const uint8_t *policy, size_t len, sandtrap_sandbox **out, sandtrap_error **err);
 
 /* Free a sandbox. Runs in flight on other threads finish first. NULL is a no-op. */
 void sandtrap_sandbox_free(sandtrap_sandbox *sb);
@@ -165,13 +236,14 @@ typedef struct sandtrap_run_options {
 	unsigned int version;      /* SANDTRAP_RUN_OPTIONS_VERSION */
 	const uint8_t *stdin_data; /* the program's stdin (NULL with stdin_len 0: empty) */
 	size_t stdin_len;
-	double timeout;            /* wall-clock seconds; 0: the policy's timeout */
+	uint64_t timeout_ms;       /* wall-clock milliseconds; 0: the policy's timeout */
 	const char *tag;           /* NULL, or a name for sandtrap_sandbox_cancel */
 	uint64_t max_output;       /* bytes kept of each of stdout and stderr; 0: the policy's */
 } sandtrap_run_options;
 
-#define SANDTRAP_RUN_OPTIONS_VERSION 1
-#define SANDTRAP_RUN_OPTIONS_INIT {SANDTRAP_RUN_OPTIONS_VERSION, NULL, 0, 0.0, NULL, 0}
+/* 2 (ABI 2): timeout_ms replaced version 1's double timeout (seconds). */
+#define SANDTRAP_RUN_OPTIONS_VERSION 2
+#define SANDTRAP_RUN_OPTIONS_INIT {SANDTRAP_RUN_OPTIONS_VERSION, NULL, 0, 0, NULL, 0}
 
 /* Fill *opts with the defaults of `version` (SANDTRAP_RUN_OPTIONS_VERSION).
  * SANDTRAP_E_INVALID_ARGUMENT for NULL or an unknown version. */
@@ -185,8 +257,9 @@ int sandtrap_run_options_init(sandtrap_run_options *opts, unsigned int version);
  *  - SANDTRAP_E_NOT_FOUND, _SPAWN_FAILED, _ISOLATION_UNAVAILABLE, _CLOSED,
  *    _INTERNAL: it did not run; the result's error kind and message say why.
  *  - SANDTRAP_E_INVALID_ARGUMENT (sb, argv or out NULL, argv empty or argv[0] "",
- *    an unknown opts->version, stdin_data NULL with stdin_len > 0, a negative or
- *    NaN timeout, max_output above INT64_MAX) and SANDTRAP_E_FORKED_CHILD: *out is
+ *    an unknown opts->version, stdin_data NULL with stdin_len > 0, timeout_ms
+ *    above 10^10 (the policy's bound of 10^7 seconds), max_output above INT64_MAX)
+ *    and SANDTRAP_E_FORKED_CHILD: *out is
  *    set to NULL and nothing ran.
  * In every other case *out holds a result; free it with sandtrap_result_free. */
 int sandtrap_sandbox_run(sandtrap_sandbox *sb, const char *const *argv,
@@ -232,7 +305,7 @@ const char *sandtrap_result_error_message(const sandtrap_result *r);
  * once Landlock scopes signals, could no longer be killed), so confine first stops
  * it: runs in flight end as cancelled, sessions end (their next frame says
  * "confined"), zygotes and templates are replaced by confined ones on next use. */
-int sandtrap_confine(const sandtrap_sandbox *sb, int with_seccomp, char **errmsg);
+int sandtrap_confine(const sandtrap_sandbox *sb, int with_seccomp, sandtrap_error **err);
 
 #ifdef __cplusplus
 }

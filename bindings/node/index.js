@@ -22,6 +22,7 @@ module.exports = {
   confine,
   probe,
   version,
+  Problem: errors.Problem,
   SandtrapError: errors.SandtrapError,
   InvalidArgument: errors.InvalidArgument,
   InvalidRequest: errors.InvalidRequest,

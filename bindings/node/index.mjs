@@ -13,6 +13,7 @@ export const {
   confine,
   probe,
   version,
+  Problem,
   SandtrapError,
   InvalidArgument,
   InvalidRequest,

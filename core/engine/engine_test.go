@@ -1,17 +1,20 @@
 package engine
 
 import (
-	"slices"
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/sandtrap/sandtrap/core/kernel"
+	"github.com/sandtrap/sandtrap/core/policy"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -78,7 +81,7 @@ func TestInvalidPolicyListsEveryProblem(t *testing.T) {
 
 func TestDeniedInsideAllowedMustNotContainAllowed(t *testing.T) {
 	_, err := NewFromMap(map[string]any{"fs_readable": []any{"/usr/lib"}, "fs_denied": []any{"/usr"}})
-	if err == nil || !strings.Contains(err.Error(), "inside fs_denied") {
+	if err == nil || !strings.Contains(err.Error(), "fs_denied: /usr contains /usr/lib, which is granted") {
 		t.Fatalf("want a conflict error, got %v", err)
 	}
 }
@@ -94,12 +97,12 @@ func TestBadRequests(t *testing.T) {
 		{"empty", nil, "empty input"},
 		{"not a map", mustPack([]any{1, 2}), "want a msgpack map"},
 		{"trailing", append(mustPack(map[string]any{"op": "run", "argv": []any{"true"}}), 0x01), "trailing bytes"},
-		{"no op", mustPack(map[string]any{"argv": []any{"true"}}), "missing \"op\""},
+		{"no op", mustPack(map[string]any{"argv": []any{"true"}}), "op: missing"},
 		{"unknown op", mustPack(map[string]any{"op": "explode"}), "unknown op"},
-		{"unknown key", mustPack(map[string]any{"op": "run", "argv": []any{"true"}, "argz": 1}), "unknown field \"argz\""},
+		{"unknown key", mustPack(map[string]any{"op": "run", "argv": []any{"true"}, "argz": 1}), "argz: unknown field"},
 		{"nul in argv", mustPack(map[string]any{"op": "run", "argv": []any{"echo", "a\x00b"}}), "NUL"},
 		{"empty argv", mustPack(map[string]any{"op": "run", "argv": []any{}}), "non-empty"},
-		{"argv not strings", mustPack(map[string]any{"op": "run", "argv": []any{"echo", 5}}), "argv[1]"},
+		{"argv not strings", mustPack(map[string]any{"op": "run", "argv": []any{"echo", 5}}), "argv: element 1"},
 		{"negative output cap", mustPack(map[string]any{"op": "run", "argv": []any{"true"}, "max_output": -1}), "negative"},
 		{"relative cwd", mustPack(map[string]any{"op": "run", "argv": []any{"true"}, "cwd": "rel"}), "relative"},
 		{"bad timeout", mustPack(map[string]any{"op": "run", "argv": []any{"true"}, "timeout": "soon"}), "timeout"},
@@ -122,7 +125,48 @@ func TestBadRequests(t *testing.T) {
 			if e["kind"] != KindInvalidRequest || !strings.Contains(e["message"].(string), c.want) {
 				t.Fatalf("error %v, want message containing %q", e, c.want)
 			}
+			if probs, _ := e["problems"].([]any); len(probs) == 0 {
+				t.Fatalf("error %v lists no problems", e)
+			}
 		})
+	}
+}
+
+// Every problem of a request or a policy crosses as {field, message}: a binding
+// reads the list, never the text.
+func TestErrorResponsesCarryProblems(t *testing.T) {
+	sb := newSB(t, nil)
+	problems := func(req map[string]any) []policy.Problem {
+		t.Helper()
+		resp, _ := sb.Exec(mustPack(req))
+		var m struct {
+			Error ErrorInfo `msgpack:"error"`
+		}
+		if err := msgpack.Unmarshal(resp, &m); err != nil {
+			t.Fatal(err)
+		}
+		return m.Error.Problems
+	}
+	got := problems(map[string]any{"op": "run", "argv": []any{"true"}, "cwd": "rel", "timeout": -1, "argz": 1})
+	want := []policy.Problem{{Field: "argz", Message: "unknown field of run (known: op, argv, stdin, timeout, env, cwd, tag, max_output)"},
+		{Field: "timeout", Message: "-1 must be a positive number of seconds"},
+		{Field: "cwd", Message: `path "rel" is relative; give an absolute path`}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("run: %#v", got)
+	}
+	got = problems(map[string]any{"op": "pipeline", "stages": []any{map[string]any{"argv": []any{"true"}},
+		map[string]any{"argv": []any{"true"}, "max_output": "lots", "stdin": "x"}}})
+	want = []policy.Problem{{Field: "stages[1].max_output", Message: `"lots" is not a size (examples: 1048576, "512K", "256M", "1.5G")`},
+		{Field: "stages[1].stdin", Message: "only the pipeline itself takes stdin"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("pipeline: %#v", got)
+	}
+	_, err := NewFromMap(map[string]any{"fs_readable": []any{"rel"}, "fs_readble": nil})
+	var e *Error
+	if !errors.As(err, &e) || !reflect.DeepEqual(e.Problems, []policy.Problem{
+		{Field: "fs_readble", Message: "unknown field; did you mean fs_readable?"},
+		{Field: "fs_readable", Message: `path "rel" is relative; give an absolute path`}}) {
+		t.Errorf("policy: %#v", err)
 	}
 }
 

@@ -25,11 +25,11 @@ func FuzzDecodeRequest(f *testing.F) {
 			return
 		}
 		var probs policy.Problems
-		parseRun(m, "run", &probs)
+		parseRun(m, "", "run", &probs)
 		if st, ok := m["stages"].([]any); ok {
 			for _, s := range st {
 				if sm, ok := s.(map[string]any); ok {
-					parseRun(sm, "stage", &probs)
+					parseRun(sm, "stages[0].", "a pipeline stage", &probs)
 				}
 			}
 		}

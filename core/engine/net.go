@@ -82,7 +82,7 @@ func planNet(p *policy.Policy, probs *policy.Problems) netPlan {
 			addrs, err := lookupHost(ctx, r.Host)
 			cancel()
 			if err != nil || len(addrs) == 0 {
-				probs.Addf("%s: %q: the host name does not resolve here: %v", field(deny), r.Text, err)
+				probs.Add(field(deny), "%q: the host name does not resolve here: %v", r.Text, err)
 				continue
 			}
 			for _, a := range addrs {

@@ -128,10 +128,10 @@ func pipelineResult(stages []Stage, results []*Result) *PipelineResult {
 
 func (s *Sandbox) pipelineRequest(m map[string]any) (*PipelineResult, error) {
 	var probs policy.Problems
-	probs = append(probs, fields(m, "pipeline", "op", "stages", "stdin", "timeout", "tag")...)
+	probs = append(probs, fields(m, "", "pipeline", "op", "stages", "stdin", "timeout", "tag")...)
 	list, ok := m["stages"].([]any)
 	if !ok || len(list) == 0 {
-		probs.Addf("pipeline: stages must be a non-empty list")
+		probs.Add("stages", "must be a non-empty list")
 	}
 	var stdin []byte
 	switch v := m["stdin"].(type) {
@@ -141,7 +141,7 @@ func (s *Sandbox) pipelineRequest(m map[string]any) (*PipelineResult, error) {
 	case string:
 		stdin = []byte(v)
 	default:
-		probs.Addf("pipeline: stdin must be bytes or a string")
+		probs.Add("stdin", "must be bytes or a string, got %T", v)
 	}
 	commonFields := map[string]any{"argv": []any{"x"}}
 	for _, k := range []string{"timeout", "tag"} {
@@ -149,27 +149,27 @@ func (s *Sandbox) pipelineRequest(m map[string]any) (*PipelineResult, error) {
 			commonFields[k] = v
 		}
 	}
-	common := parseRun(commonFields, "pipeline", &probs)
+	common := parseRun(commonFields, "", "pipeline", &probs)
 	var stages []Stage
 	for i, st := range list {
 		sm, ok := st.(map[string]any)
 		if !ok {
-			probs.Addf("pipeline: stage %d is not a map", i)
+			probs.Add(fmt.Sprintf("stages[%d]", i), "is %T, not a map", st)
 			continue
 		}
-		what := fmt.Sprintf("stage %d", i)
+		at := fmt.Sprintf("stages[%d].", i)
 		sb := s
 		if id, has := sm["sandbox"]; has {
 			n, isInt := policy.AsInt(id)
 			if !isInt || n <= 0 || lookup(uint64(n)) == nil {
-				probs.Addf("%s: sandbox %v is not a live sandbox id", what, id)
+				probs.Add(at+"sandbox", "%v is not a live sandbox id", id)
 				continue
 			}
 			sb = lookup(uint64(n))
 		}
-		req := parseRun(sm, what, &probs, "sandbox")
+		req := parseRun(sm, at, "a pipeline stage", &probs, "sandbox")
 		if _, has := sm["stdin"]; has {
-			probs.Addf("%s: only the pipeline itself takes stdin", what)
+			probs.Add(at+"stdin", "only the pipeline itself takes stdin")
 		}
 		if req.Timeout == 0 {
 			req.Timeout = common.Timeout
@@ -177,8 +177,8 @@ func (s *Sandbox) pipelineRequest(m map[string]any) (*PipelineResult, error) {
 		req.Tag = common.Tag
 		stages = append(stages, Stage{Sandbox: sb, Req: req})
 	}
-	if err := probs.Err(); err != nil {
-		return nil, requestError(err)
+	if len(probs) > 0 {
+		return nil, requestError(probs)
 	}
 	return Pipeline(stages, stdin), nil
 }

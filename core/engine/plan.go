@@ -255,7 +255,7 @@ func (s *Sandbox) compile(gen uint64) (*plan, error) {
 			// seen by neither Landlock nor the supervisor's connect)
 			CloneCookie: cloneCookie(), RestrictConnect: netWanted && (!anyConnect || np.sup != nil),
 			NoSourceRoute: np.sup != nil,
-			MaxDisk: p.MaxDisk > 0, NoSysVMemory: rlimitAS, NoMetadata: pl.view == nil,
+			MaxDisk:       p.MaxDisk > 0, NoSysVMemory: rlimitAS, NoMetadata: pl.view == nil,
 			Traps: traps,
 		}
 		prog, err := seccomp.Compile(pl.sccfg)

@@ -16,17 +16,17 @@ const MaxRequest = 1 << 30
 // DecodeMap decodes one msgpack map with string keys, refusing trailing bytes.
 func DecodeMap(b []byte, what string) (m map[string]any, err error) {
 	if len(b) == 0 {
-		return nil, errorf(KindInvalidRequest, "%s: empty input", what)
+		return nil, undecodable(what, "empty input")
 	}
 	if len(b) > MaxRequest {
-		return nil, errorf(KindInvalidRequest, "%s: %d bytes is too large", what, len(b))
+		return nil, undecodable(what, "%d bytes is too large", len(b))
 	}
 	if err := scan(b); err != nil {
-		return nil, errorf(KindInvalidRequest, "%s: malformed msgpack: %v", what, err)
+		return nil, undecodable(what, "malformed msgpack: %v", err)
 	}
 	defer func() {
 		if r := recover(); r != nil { // never let a decoder bug take the host down
-			m, err = nil, errorf(KindInvalidRequest, "%s: undecodable msgpack: %v", what, r)
+			m, err = nil, undecodable(what, "undecodable msgpack: %v", r)
 		}
 	}()
 	dec := msgpack.NewDecoder(bytes.NewReader(b))
@@ -34,13 +34,20 @@ func DecodeMap(b []byte, what string) (m map[string]any, err error) {
 	dec.UseLooseInterfaceDecoding(true)
 	v, err := dec.DecodeInterface()
 	if err != nil {
-		return nil, errorf(KindInvalidRequest, "%s: malformed msgpack: %v", what, err)
+		return nil, undecodable(what, "malformed msgpack: %v", err)
 	}
 	m, err = stringKeys(v)
 	if err != nil {
-		return nil, errorf(KindInvalidRequest, "%s: %v", what, err)
+		return nil, undecodable(what, "%v", err)
 	}
 	return m, nil
+}
+
+// undecodable is the invalid_request error of input that is not a msgpack map: one
+// problem, about the input as a whole.
+func undecodable(what, format string, a ...any) *Error {
+	msg := fmt.Sprintf(format, a...)
+	return &Error{Kind: KindInvalidRequest, Message: what + ": " + msg, Problems: []policy.Problem{{Message: msg}}}
 }
 
 // decodeStringMap decodes a map whose keys must be strings.
@@ -142,15 +149,28 @@ func Encode(v any) []byte {
 
 // ErrorResponse is the response for a request that could not run at all.
 func ErrorResponse(err error) []byte {
-	kind := KindInternal
-	if e, ok := err.(*Error); ok {
-		kind = e.Kind
-	}
-	return Encode(map[string]any{"success": false, "error": ErrorInfo{Kind: kind, Message: err.Error()}})
+	return Encode(map[string]any{"success": false, "error": errorInfo(err)})
 }
 
-// fields checks a request map for unknown keys.
-func fields(m map[string]any, what string, allowed ...string) policy.Problems {
+// errorInfo is err as a response's error: its kind, message and problems.
+func errorInfo(err error) ErrorInfo {
+	if e, ok := err.(*Error); ok {
+		return ErrorInfo{Kind: e.Kind, Message: e.Message, Problems: e.Problems}
+	}
+	return ErrorInfo{Kind: KindInternal, Message: err.Error()}
+}
+
+// kindOf is the kind of an engine error (internal for any other error).
+func kindOf(err error) string {
+	if e, ok := err.(*Error); ok {
+		return e.Kind
+	}
+	return KindInternal
+}
+
+// fields checks a request map for unknown keys; at prefixes the problems' field
+// ("stages[2]." inside a pipeline stage).
+func fields(m map[string]any, at, what string, allowed ...string) policy.Problems {
 	var probs policy.Problems
 	ok := map[string]bool{}
 	for _, a := range allowed {
@@ -164,15 +184,15 @@ func fields(m map[string]any, what string, allowed ...string) policy.Problems {
 	}
 	sort.Strings(unknown)
 	for _, k := range unknown {
-		probs.Addf("%s: unknown field %q (known: %s)", what, k, strings.Join(allowed, ", "))
+		probs.Add(at+k, "unknown field of %s (known: %s)", what, strings.Join(allowed, ", "))
 	}
 	return probs
 }
 
-func argv(v any, what string, probs *policy.Problems) []string {
+func argv(v any, at string, probs *policy.Problems) []string {
 	list, ok := v.([]any)
 	if !ok || len(list) == 0 {
-		probs.Addf("%s: argv must be a non-empty list of strings", what)
+		probs.Add(at+"argv", "must be a non-empty list of strings")
 		return nil
 	}
 	out := make([]string, 0, len(list))
@@ -184,27 +204,28 @@ func argv(v any, what string, probs *policy.Problems) []string {
 		case []byte:
 			s = string(t)
 		default:
-			probs.Addf("%s: argv[%d] is %T, not a string", what, i, a)
+			probs.Add(at+"argv", "element %d is %T, not a string", i, a)
 			continue
 		}
 		if strings.ContainsRune(s, 0) {
-			probs.Addf("%s: argv[%d] contains a NUL byte", what, i)
+			probs.Add(at+"argv", "element %d contains a NUL byte", i)
 			continue
 		}
 		out = append(out, s)
 	}
 	if len(out) > 0 && out[0] == "" {
-		probs.Addf("%s: argv[0] is empty", what)
+		probs.Add(at+"argv", "element 0 (the program) is empty")
 	}
 	return out
 }
 
-// parseRun reads the fields of a run request (or of a pipeline stage).
-func parseRun(m map[string]any, what string, probs *policy.Problems, extra ...string) *RunRequest {
+// parseRun reads the fields of a run request (or of a pipeline stage, at
+// "stages[i].").
+func parseRun(m map[string]any, at, what string, probs *policy.Problems, extra ...string) *RunRequest {
 	allowed := append([]string{"op", "argv", "stdin", "timeout", "env", "cwd", "tag", "max_output"}, extra...)
-	*probs = append(*probs, fields(m, what, allowed...)...)
+	*probs = append(*probs, fields(m, at, what, allowed...)...)
 	req := &RunRequest{StdinFD: -1, StdoutFD: -1}
-	req.Argv = argv(m["argv"], what, probs)
+	req.Argv = argv(m["argv"], at, probs)
 	switch s := m["stdin"].(type) {
 	case nil:
 	case []byte:
@@ -212,7 +233,7 @@ func parseRun(m map[string]any, what string, probs *policy.Problems, extra ...st
 	case string:
 		req.Stdin = []byte(s)
 	default:
-		probs.Addf("%s: stdin must be bytes or a string, got %T", what, s)
+		probs.Add(at+"stdin", "must be bytes or a string, got %T", s)
 	}
 	// reuse the policy reader for typed scalar fields
 	sub := map[string]any{}
@@ -221,10 +242,10 @@ func parseRun(m map[string]any, what string, probs *policy.Problems, extra ...st
 			sub[k] = v
 		}
 	}
-	p, err := policy.FromMap(sub)
-	if err != nil {
-		for _, pr := range err.(*policy.Error).Problems {
-			probs.Addf("%s: %s", what, pr)
+	p, sp := policy.Decode(sub)
+	if len(sp) > 0 {
+		for _, pr := range sp {
+			probs.Add(at+pr.Field, "%s", pr.Message)
 		}
 	} else {
 		req.Timeout, req.Env, req.Cwd = p.Timeout, p.Env, p.Cwd
@@ -235,7 +256,7 @@ func parseRun(m map[string]any, what string, probs *policy.Problems, extra ...st
 	if t, ok := m["tag"]; ok {
 		s, isStr := t.(string)
 		if !isStr {
-			probs.Addf("%s: tag must be a string", what)
+			probs.Add(at+"tag", "must be a string")
 		}
 		req.Tag = s
 	}
@@ -253,16 +274,16 @@ func (s *Sandbox) Exec(b []byte) ([]byte, string) {
 	switch op {
 	case "run":
 		var probs policy.Problems
-		req := parseRun(m, "run", &probs)
-		if err := probs.Err(); err != nil {
-			return ErrorResponse(requestError(err)), KindInvalidRequest
+		req := parseRun(m, "", "run", &probs)
+		if len(probs) > 0 {
+			return ErrorResponse(requestError(probs)), KindInvalidRequest
 		}
 		res := s.Run(req)
 		return Encode(res), CallKind(res.Error)
 	case "pipeline":
 		res, err := s.pipelineRequest(m)
 		if err != nil {
-			return ErrorResponse(err), err.(*Error).Kind
+			return ErrorResponse(err), kindOf(err)
 		}
 		return Encode(res), CallKind(res.Error)
 	case "isolation":
@@ -279,13 +300,13 @@ func (s *Sandbox) Exec(b []byte) ([]byte, string) {
 			out, err = s.sessionClose(m)
 		}
 		if err != nil {
-			return ErrorResponse(err), err.(*Error).Kind
+			return ErrorResponse(err), kindOf(err)
 		}
 		return Encode(out), ""
 	case "":
-		return ErrorResponse(errorf(KindInvalidRequest, "request: missing \"op\" (run, pipeline, isolation)")), KindInvalidRequest
+		return ErrorResponse(invalidRequest("op", "missing (run, pipeline, isolation, session_open, session_send, session_close)")), KindInvalidRequest
 	}
-	return ErrorResponse(errorf(KindInvalidRequest, "request: unknown op %q (run, pipeline, isolation, session_open, session_send, session_close)", op)), KindInvalidRequest
+	return ErrorResponse(invalidRequest("op", "unknown op %q (run, pipeline, isolation, session_open, session_send, session_close)", op)), KindInvalidRequest
 }
 
 // CallKind maps a result error to a call status: errors about the run's own fate
@@ -303,10 +324,14 @@ func CallKind(e *ErrorInfo) string {
 }
 
 // requestError turns collected problems into an invalid_request error.
-func requestError(err error) *Error {
-	pe := err.(*policy.Error)
-	if len(pe.Problems) == 1 {
-		return errorf(KindInvalidRequest, "invalid request: %s", pe.Problems[0])
-	}
-	return errorf(KindInvalidRequest, "invalid request (%d problems):\n- %s", len(pe.Problems), strings.Join(pe.Problems, "\n- "))
+func requestError(probs policy.Problems) *Error {
+	return &Error{Kind: KindInvalidRequest, Message: policy.FormatProblems("invalid request", probs),
+		Problems: append([]policy.Problem(nil), probs...)}
+}
+
+// invalidRequest is an invalid_request error with one problem.
+func invalidRequest(field, format string, a ...any) *Error {
+	var probs policy.Problems
+	probs.Add(field, format, a...)
+	return requestError(probs)
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sandtrap/sandtrap/core/cgroup"
+	"github.com/sandtrap/sandtrap/core/policy"
 	"github.com/sandtrap/sandtrap/core/spawn"
 	"golang.org/x/sys/unix"
 )
@@ -45,8 +46,9 @@ type Usage struct {
 
 // ErrorInfo is a result's error.
 type ErrorInfo struct {
-	Kind    string `msgpack:"kind"`
-	Message string `msgpack:"message"`
+	Kind     string           `msgpack:"kind"`
+	Message  string           `msgpack:"message"`
+	Problems []policy.Problem `msgpack:"problems,omitempty"` // invalid_policy, invalid_request: field by field
 }
 
 // Result is the outcome of a run.

@@ -47,8 +47,9 @@ const (
 
 // Error is an engine error with a stable kind.
 type Error struct {
-	Kind    string
-	Message string
+	Kind     string
+	Message  string
+	Problems []policy.Problem // what was wrong, field by field (invalid_policy, invalid_request)
 }
 
 func (e *Error) Error() string { return e.Message }
@@ -105,19 +106,23 @@ func build(p *policy.Policy, probs policy.Problems) (*Sandbox, error) {
 	resolvePaths(p, &probs)
 	if p.Cwd != "" {
 		if st, err := os.Stat(p.Cwd); err != nil {
-			probs.Addf("cwd %s: %v", p.Cwd, unwrapPathErr(err))
+			probs.Add("cwd", "%s: %v", p.Cwd, unwrapPathErr(err))
 		} else if !st.IsDir() {
-			probs.Addf("cwd %s: not a directory", p.Cwd)
+			probs.Add("cwd", "%s is not a directory", p.Cwd)
 		}
 	}
-	for _, m := range seccomp.Validate("extra_allow_syscalls", p.ExtraAllowSyscalls) {
-		probs.Addf("%s", m)
-	}
-	for _, m := range seccomp.Validate("extra_deny_syscalls", p.ExtraDenySyscalls) {
-		probs.Addf("%s", m)
+	for _, names := range []struct {
+		field string
+		list  []string
+	}{{"extra_allow_syscalls", p.ExtraAllowSyscalls}, {"extra_deny_syscalls", p.ExtraDenySyscalls}} {
+		for _, n := range names.list {
+			if len(seccomp.Validate(names.field, []string{n})) > 0 {
+				probs.Add(names.field, "unknown syscall %q", n)
+			}
+		}
 	}
 	if p.UID != nil && !f.Root {
-		probs.Addf("uid/gid: switching users needs a host running as root")
+		probs.Add("uid", "switching users needs a host running as root")
 	}
 	np := planNet(p, &probs)
 	devices := devicePaths(p)
@@ -125,11 +130,11 @@ func build(p *policy.Policy, probs policy.Problems) (*Sandbox, error) {
 	if err := probs.Err(); err == nil {
 		var verr error
 		if view, verr = fsview.Build(fsview.Spec{Readable: p.FSReadable, Writable: p.FSWritable, Devices: devices}); verr != nil {
-			probs.Addf("%v", verr)
+			probs.Add("", "%v", verr)
 		}
 	}
 	if err := probs.Err(); err != nil {
-		return nil, &Error{Kind: KindInvalidPolicy, Message: err.Error()}
+		return nil, &Error{Kind: KindInvalidPolicy, Message: err.Error(), Problems: err.Problems}
 	}
 
 	nullFD()
@@ -172,7 +177,7 @@ func resolvePaths(p *policy.Policy, probs *policy.Problems) {
 		for _, path := range list {
 			real, err := filepath.EvalSymlinks(path)
 			if err != nil {
-				probs.Addf("%s: %s: %v%s", field, path, unwrapPathErr(err), mustExist)
+				probs.Add(field, "%s: %v%s", path, unwrapPathErr(err), mustExist)
 				continue
 			}
 			out = append(out, real)
@@ -184,7 +189,7 @@ func resolvePaths(p *policy.Policy, probs *policy.Problems) {
 	p.FSDenied = resolve("fs_denied", p.FSDenied, " (a denied path must exist: check its spelling)")
 	for _, w := range p.FSWritable {
 		if fsview.ReadOnlyMount(w) {
-			probs.Addf("fs_writable: %s is on a read-only mount", w)
+			probs.Add("fs_writable", "%s is on a read-only mount", w)
 		}
 	}
 	allowed := append(append([]string{}, p.FSReadable...), p.FSWritable...)
@@ -195,11 +200,11 @@ func resolvePaths(p *policy.Policy, probs *policy.Problems) {
 				inside = true
 			}
 			if d != a && policy.Within(a, d) {
-				probs.Addf("%q is allowed but lies inside fs_denied %q", a, d)
+				probs.Add("fs_denied", "%s contains %s, which is granted: deny a narrower path", d, a)
 			}
 		}
 		if !inside {
-			probs.Addf("fs_denied: %s lies outside every fs_readable and fs_writable tree: it would deny nothing", d)
+			probs.Add("fs_denied", "%s lies outside every readable and writable tree: it would deny nothing", d)
 		}
 	}
 }

@@ -33,25 +33,25 @@ const MaxFrame = 256 << 20
 
 func (s *Sandbox) sessionOpen(m map[string]any) (map[string]any, error) {
 	var probs policy.Problems
-	req := parseRun(m, "session_open", &probs, "template", "spawn")
+	req := parseRun(m, "", "session_open", &probs, "template", "spawn")
 	start, hasTpl := m["template"]
 	startFrame, ok := start.([]byte)
 	if hasTpl && !ok {
-		probs.Addf("session_open: template must be bytes (the frame that prepares the template)")
+		probs.Add("template", "must be bytes (the frame that prepares the template)")
 	}
 	spawn := true
 	if v, has := m["spawn"]; has {
 		b, isBool := v.(bool)
 		switch {
 		case !isBool:
-			probs.Addf("session_open: spawn must be a boolean")
+			probs.Add("spawn", "must be a boolean")
 		case !hasTpl:
-			probs.Addf("session_open: spawn applies to template forks only")
+			probs.Add("spawn", "applies to template forks only")
 		}
 		spawn = b
 	}
-	if err := probs.Err(); err != nil {
-		return nil, requestError(err)
+	if len(probs) > 0 {
+		return nil, requestError(probs)
 	}
 	if hasTpl {
 		return s.sessionFork(req, startFrame, spawn)
@@ -123,13 +123,13 @@ func closeAll(fds ...int) {
 func (s *Sandbox) getSession(m map[string]any) (*session, error) {
 	n, ok := policy.AsInt(m["session"])
 	if !ok {
-		return nil, errorf(KindInvalidRequest, "invalid request: session must be the id session_open returned")
+		return nil, invalidRequest("session", "must be the id session_open returned")
 	}
 	s.mu.Lock()
 	ss := s.sessions[uint64(n)]
 	s.mu.Unlock()
 	if ss == nil {
-		return nil, errorf(KindInvalidRequest, "invalid request: session %d is not open", n)
+		return nil, invalidRequest("session", "%d is not open", n)
 	}
 	return ss, nil
 }
@@ -139,22 +139,22 @@ func (s *Sandbox) getSession(m map[string]any) (*session, error) {
 // response says so, with the run's result.
 func (s *Sandbox) sessionSend(m map[string]any) (map[string]any, error) {
 	var probs policy.Problems
-	probs = append(probs, fields(m, "session_send", "op", "session", "frame", "timeout", "tag")...)
+	probs = append(probs, fields(m, "", "session_send", "op", "session", "frame", "timeout", "tag")...)
 	frame, ok := m["frame"].([]byte)
 	if !ok {
-		probs.Addf("session_send: frame must be bytes")
+		probs.Add("frame", "must be bytes")
 	}
 	timeout := 0.0
 	if t, has := m["timeout"]; has {
-		p, err := policy.FromMap(map[string]any{"timeout": t})
-		if err != nil {
-			probs.Addf("session_send: %v", err)
+		p, tp := policy.Decode(map[string]any{"timeout": t})
+		if len(tp) > 0 {
+			probs = append(probs, tp...)
 		} else {
 			timeout = p.Timeout
 		}
 	}
-	if err := probs.Err(); err != nil {
-		return nil, requestError(err)
+	if len(probs) > 0 {
+		return nil, requestError(probs)
 	}
 	ss, err := s.getSession(m)
 	if err != nil {
@@ -163,7 +163,7 @@ func (s *Sandbox) sessionSend(m map[string]any) (map[string]any, error) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if ss.closed {
-		return nil, errorf(KindInvalidRequest, "invalid request: session is closed")
+		return nil, invalidRequest("session", "is closed")
 	}
 	if ss.gen != confineGen.Load() {
 		// the frame is not delivered: the program predates the host's confinement
@@ -219,8 +219,8 @@ func (s *Sandbox) finishSession(ss *session) *Result {
 }
 
 func (s *Sandbox) sessionClose(m map[string]any) (map[string]any, error) {
-	if probs := fields(m, "session_close", "op", "session", "tag"); len(probs) > 0 {
-		return nil, requestError(probs.Err())
+	if probs := fields(m, "", "session_close", "op", "session", "tag"); len(probs) > 0 {
+		return nil, requestError(probs)
 	}
 	ss, err := s.getSession(m)
 	if err != nil {

@@ -60,7 +60,7 @@ func ParseNetRules(field string, items []any, probs *Problems) []NetRule {
 	for _, it := range items {
 		if n, ok := asInt(it); ok {
 			if n < 1 || n > 65535 {
-				probs.Addf("%s: port %d out of range 1-65535", field, n)
+				probs.Add(field, "port %d out of range 1-65535", n)
 				continue
 			}
 			out = append(out, NetRule{Proto: "tcp", Any: true, Ports: []PortRange{{uint16(n), uint16(n)}}, Text: strconv.FormatInt(n, 10)})
@@ -68,12 +68,12 @@ func ParseNetRules(field string, items []any, probs *Problems) []NetRule {
 		}
 		s, ok := it.(string)
 		if !ok {
-			probs.Addf("%s: %v: want a string or a port number", field, it)
+			probs.Add(field, "%v: want a string or a port number", it)
 			continue
 		}
 		r, err := parseNetRule(s)
 		if err != nil {
-			probs.Addf("%s: %q: %v", field, s, err)
+			probs.Add(field, "%q: %v", s, err)
 			continue
 		}
 		out = append(out, r)

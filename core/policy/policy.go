@@ -43,34 +43,55 @@ type Policy struct {
 // DefaultMaxOutput caps each captured stream unless the policy says otherwise.
 const DefaultMaxOutput = 16 << 20
 
-// Error lists every problem found in a policy or request.
-type Error struct{ Problems []string }
+// Problem is one validation problem: the field (or request key) it is about,
+// "" for the input as a whole, and what is wrong with it. Messages do not name
+// other fields, except uid and gid, whose names are the same in every binding:
+// a binding shows a problem under its own name for Field.
+type Problem struct {
+	Field   string `msgpack:"field"`
+	Message string `msgpack:"message"`
+}
 
-func (e *Error) Error() string {
-	if len(e.Problems) == 1 {
-		return "invalid policy: " + e.Problems[0]
+func (p Problem) String() string {
+	if p.Field == "" {
+		return p.Message
 	}
-	return fmt.Sprintf("invalid policy (%d problems):\n- %s", len(e.Problems), strings.Join(e.Problems, "\n- "))
+	return p.Field + ": " + p.Message
+}
+
+// Error lists every problem found in a policy or request.
+type Error struct{ Problems []Problem }
+
+func (e *Error) Error() string { return FormatProblems("invalid policy", e.Problems) }
+
+// FormatProblems is the human message of a list of problems: "what: problem" for
+// one, "what (N problems):\n- a\n- b" for more.
+func FormatProblems(what string, probs []Problem) string {
+	if len(probs) == 1 {
+		return what + ": " + probs[0].String()
+	}
+	lines := make([]string, len(probs))
+	for i, p := range probs {
+		lines[i] = p.String()
+	}
+	return fmt.Sprintf("%s (%d problems):\n- %s", what, len(probs), strings.Join(lines, "\n- "))
 }
 
 // Problems collects validation failures.
-type Problems []string
+type Problems []Problem
 
-func (p *Problems) Addf(format string, a ...any) { *p = append(*p, fmt.Sprintf(format, a...)) }
+// Add records a problem of field.
+func (p *Problems) Add(field, format string, a ...any) {
+	*p = append(*p, Problem{Field: field, Message: fmt.Sprintf(format, a...)})
+}
 
 // Err returns nil or an *Error holding every problem.
-func (p Problems) Err() error {
+func (p Problems) Err() *Error {
 	if len(p) == 0 {
 		return nil
 	}
-	return &Error{Problems: append([]string(nil), p...)}
+	return &Error{Problems: append([]Problem(nil), p...)}
 }
-
-// Fields lists every policy key accepted in a msgpack policy map.
-var Fields = []string{"fs_readable", "fs_writable", "fs_denied", "net_allow", "net_deny", "net_allow_bind",
-	"net_allow_udp", "net_allow_unix", "max_memory", "max_processes", "max_open_files",
-	"max_disk", "max_cpu", "max_cpu_time", "timeout", "max_output", "env", "clean_env", "cwd",
-	"uid", "gid", "extra_allow_syscalls", "extra_deny_syscalls", "allow_degraded"}
 
 // FromMap decodes and validates a policy map (as decoded from msgpack). Unknown keys,
 // wrong types and invalid values are all reported together.
@@ -83,69 +104,53 @@ func FromMap(m map[string]any) (*Policy, error) {
 }
 
 // Decode is FromMap that returns the policy read so far with every problem, so that
-// callers can add their own checks to the same list.
+// callers can add their own checks to the same list. Every field is read as its
+// Schema entry says.
 func Decode(m map[string]any) (*Policy, Problems) {
 	var p Policy
 	var probs Problems
-	known := map[string]bool{}
-	for _, f := range Fields {
-		known[f] = true
-	}
-	var unknown []string
+	var other []string
 	for k := range m {
-		if !known[k] {
-			unknown = append(unknown, k)
+		if f := Lookup(k); f == nil || !f.Supported() {
+			other = append(other, k)
 		}
 	}
-	sort.Strings(unknown)
-	for _, k := range unknown {
-		probs.Addf("unknown field %q", k)
+	sort.Strings(other)
+	for _, k := range other {
+		if f := Lookup(k); f != nil {
+			probs.Add(k, "%s", f.UnsupportedMessage(func(f *Field) string { return f.Key }))
+		} else {
+			probs.Add(k, "%s", UnknownMessage(k, Fields))
+		}
 	}
 	r := reader{m: m, probs: &probs}
-	p.FSReadable = r.paths("fs_readable")
-	p.FSWritable = r.paths("fs_writable")
-	p.FSDenied = r.paths("fs_denied")
-	p.NetAllow = ParseNetRules("net_allow", r.list("net_allow"), &probs)
-	p.NetDeny = ParseNetRules("net_deny", r.list("net_deny"), &probs)
-	p.NetAllowBind = r.ports("net_allow_bind")
-	p.NetAllowUDP = r.boolean("net_allow_udp")
-	p.NetAllowUnix = r.boolean("net_allow_unix")
-	if len(p.NetAllow) > 0 && len(p.NetDeny) > 0 {
-		probs.Addf("net_allow and net_deny are mutually exclusive: give what may be reached, or what may not")
+	for i := range Schema {
+		if f := &Schema[i]; f.Supported() {
+			f.bind.read(r, f.Key, &p)
+		}
 	}
-	if len(p.NetDeny) > 0 && p.NetAllowUDP {
-		probs.Addf("net_allow_udp means nothing with net_deny: UDP is allowed wherever net_deny does not refuse it")
-	}
-	p.MaxMemory = r.size("max_memory")
-	p.MaxProcesses = r.count("max_processes")
-	p.MaxOpenFiles = r.count("max_open_files")
-	p.MaxDisk = r.size("max_disk")
-	p.MaxCPU = r.count("max_cpu")
-	if p.MaxCPU > 100*1024 {
-		probs.Addf("max_cpu: %d%% is more than any machine has", p.MaxCPU)
-	}
-	p.MaxCPUTime = r.seconds("max_cpu_time")
-	p.Timeout = r.seconds("timeout")
-	p.MaxOutput = r.size("max_output")
 	if _, ok := m["max_output"]; !ok {
 		p.MaxOutput = DefaultMaxOutput
 	}
-	p.Env = r.env("env")
-	p.CleanEnv = r.boolean("clean_env")
-	p.Cwd = r.path("cwd")
-	p.UID = r.id("uid")
-	p.GID = r.id("gid")
-	if (p.UID == nil) != (p.GID == nil) {
-		probs.Addf("uid and gid must be given together")
+	if len(p.NetAllow) > 0 && len(p.NetDeny) > 0 {
+		probs.Add("net_deny", "cannot be combined with an allow list: give the destinations that may be reached, or those that may not")
 	}
-	p.ExtraAllowSyscalls = r.names("extra_allow_syscalls")
-	p.ExtraDenySyscalls = r.names("extra_deny_syscalls")
-	p.AllowDegraded = r.boolean("allow_degraded")
-
+	if len(p.NetDeny) > 0 && p.NetAllowUDP {
+		probs.Add("net_allow_udp", "means nothing with a deny list: UDP is allowed wherever the deny list does not refuse it")
+	}
+	if p.MaxCPU > 100*1024 {
+		probs.Add("max_cpu", "%d%% is more than any machine has", p.MaxCPU)
+	}
+	switch {
+	case p.UID != nil && p.GID == nil:
+		probs.Add("uid", "must be given together with gid")
+	case p.UID == nil && p.GID != nil:
+		probs.Add("gid", "must be given together with uid")
+	}
 	for _, a := range p.ExtraAllowSyscalls {
 		for _, d := range p.ExtraDenySyscalls {
 			if a == d {
-				probs.Addf("syscall %q is in both extra_allow_syscalls and extra_deny_syscalls", a)
+				probs.Add("extra_deny_syscalls", "syscall %q is both allowed and denied", a)
 			}
 		}
 	}
@@ -286,11 +291,11 @@ func asFloat(v any) (float64, bool) {
 func CheckPath(field, s string, probs *Problems) string {
 	switch {
 	case s == "":
-		probs.Addf("%s: empty path", field)
+		probs.Add(field, "empty path")
 	case strings.ContainsRune(s, 0):
-		probs.Addf("%s: path %q contains a NUL byte", field, s)
+		probs.Add(field, "path %q contains a NUL byte", s)
 	case !filepath.IsAbs(s):
-		probs.Addf("%s: path %q is relative; give an absolute path", field, s)
+		probs.Add(field, "path %q is relative; give an absolute path", s)
 	default:
 		return filepath.Clean(s)
 	}

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"errors"
 	"fmt"
 	"reflect"
 	"strings"
@@ -41,10 +42,18 @@ func TestFromMapCollectsEverything(t *testing.T) {
 		t.Fatal("accepted")
 	}
 	msg := err.Error()
-	for _, want := range []string{"fs_readable: want a list", "clean_env", "A=B", "env[\"C\"]", "uid and gid", "\"nope\"", "host:notaport"} {
+	for _, want := range []string{"fs_readable: want a list", "clean_env", "A=B", `env: the value of "C" is an integer, not a string`,
+		"uid: must be given together with gid", "nope: unknown field", "host:notaport"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("missing %q in %s", want, msg)
 		}
+	}
+	var pe *Error
+	if !errors.As(err, &pe) || len(pe.Problems) != 7 {
+		t.Fatalf("want 7 problems, got %#v", err)
+	}
+	if pe.Problems[0] != (Problem{Field: "nope", Message: "unknown field"}) {
+		t.Errorf("unknown keys come first, by name: %+v", pe.Problems[0])
 	}
 }
 
@@ -63,7 +72,7 @@ func TestNetAllowAndDeny(t *testing.T) {
 		t.Fatalf("got %q", got)
 	}
 	_, err = FromMap(map[string]any{"net_allow": []any{"a.example:1"}, "net_deny": []any{"10.0.0.0/8"}, "net_allow_udp": true})
-	if err == nil || !strings.Contains(err.Error(), "mutually exclusive") || !strings.Contains(err.Error(), "net_allow_udp means nothing") {
+	if err == nil || !strings.Contains(err.Error(), "cannot be combined") || !strings.Contains(err.Error(), "net_allow_udp: means nothing") {
 		t.Fatalf("both lists: %v", err)
 	}
 }

@@ -5,6 +5,34 @@ import (
 	"strings"
 )
 
+// typeName names the type of a decoded msgpack value, for messages that every
+// binding shows as they are ("want a list, got a string").
+func typeName(v any) string {
+	switch v.(type) {
+	case nil:
+		return "nil"
+	case string:
+		return "a string"
+	case []byte:
+		return "bytes"
+	case bool:
+		return "a boolean"
+	case float32, float64:
+		return "a float"
+	case []any:
+		return "a list"
+	case map[string]any:
+		return "a map"
+	}
+	if _, ok := asInt(v); ok {
+		return "an integer"
+	}
+	if _, ok := v.(uint64); ok {
+		return "an integer"
+	}
+	return "a value of another type"
+}
+
 // reader extracts typed fields from a decoded map, recording every problem.
 type reader struct {
 	m     map[string]any
@@ -26,7 +54,7 @@ func (r reader) list(k string) []any {
 	}
 	l, isList := v.([]any)
 	if !isList {
-		r.probs.Addf("%s: want a list, got %T", k, v)
+		r.probs.Add(k, "want a list, got %s", typeName(v))
 		return nil
 	}
 	return l
@@ -39,7 +67,7 @@ func (r reader) str(k string, v any) (string, bool) {
 	case []byte:
 		return string(s), true
 	}
-	r.probs.Addf("%s: want a string, got %T", k, v)
+	r.probs.Add(k, "want a string, got %s", typeName(v))
 	return "", false
 }
 
@@ -71,7 +99,7 @@ func (r reader) names(k string) []string {
 	for _, it := range r.list(k) {
 		if s, ok := r.str(k, it); ok {
 			if s == "" || strings.ContainsAny(s, "\x00 /") {
-				r.probs.Addf("%s: %q is not a syscall name", k, s)
+				r.probs.Add(k, "%q is not a syscall name", s)
 				continue
 			}
 			out = append(out, s)
@@ -87,7 +115,7 @@ func (r reader) boolean(k string) bool {
 	}
 	b, isBool := v.(bool)
 	if !isBool {
-		r.probs.Addf("%s: want true or false, got %T", k, v)
+		r.probs.Add(k, "want true or false, got %s", typeName(v))
 	}
 	return b
 }
@@ -99,7 +127,7 @@ func (r reader) size(k string) int64 {
 	}
 	if n, isInt := asInt(v); isInt {
 		if n < 0 {
-			r.probs.Addf("%s: %d is negative", k, n)
+			r.probs.Add(k, "%d is negative", n)
 			return 0
 		}
 		return n
@@ -107,11 +135,15 @@ func (r reader) size(k string) int64 {
 	if s, isStr := v.(string); isStr {
 		n, err := ParseSize(s)
 		if err != nil {
-			r.probs.Addf("%s: %v", k, err)
+			r.probs.Add(k, "%v", err)
 		}
 		return n
 	}
-	r.probs.Addf("%s: want a byte count or a size string like \"256M\", got %T", k, v)
+	if u, isU := v.(uint64); isU {
+		r.probs.Add(k, "%d bytes is too large", u)
+		return 0
+	}
+	r.probs.Add(k, "want a byte count or a size string like \"256M\", got %s", typeName(v))
 	return 0
 }
 
@@ -122,11 +154,11 @@ func (r reader) count(k string) int64 {
 	}
 	n, isInt := asInt(v)
 	if !isInt {
-		r.probs.Addf("%s: want an integer, got %T", k, v)
+		r.probs.Add(k, "want an integer, got %s", typeName(v))
 		return 0
 	}
 	if n <= 0 {
-		r.probs.Addf("%s: %d must be positive", k, n)
+		r.probs.Add(k, "%d must be positive", n)
 		return 0
 	}
 	return n
@@ -139,11 +171,11 @@ func (r reader) seconds(k string) float64 {
 	}
 	f, isNum := asFloat(v)
 	if !isNum {
-		r.probs.Addf("%s: want seconds as a number, got %T", k, v)
+		r.probs.Add(k, "want seconds as a number, got %s", typeName(v))
 		return 0
 	}
 	if f <= 0 || math.IsNaN(f) || math.IsInf(f, 0) || f > 1e7 {
-		r.probs.Addf("%s: %v must be a positive number of seconds", k, f)
+		r.probs.Add(k, "%v must be a positive number of seconds", f)
 		return 0
 	}
 	return f
@@ -156,7 +188,7 @@ func (r reader) id(k string) *uint32 {
 	}
 	n, isInt := asInt(v)
 	if !isInt || n < 0 || n >= math.MaxUint32 {
-		r.probs.Addf("%s: want a non-negative integer id, got %v", k, v)
+		r.probs.Add(k, "want a non-negative integer id, got %v", v)
 		return nil
 	}
 	u := uint32(n)
@@ -170,7 +202,7 @@ func (r reader) env(k string) map[string]string {
 	}
 	m, isMap := v.(map[string]any)
 	if !isMap {
-		r.probs.Addf("%s: want a map of strings, got %T", k, v)
+		r.probs.Add(k, "want a map of strings, got %s", typeName(v))
 		return nil
 	}
 	out := map[string]string{}
@@ -178,11 +210,11 @@ func (r reader) env(k string) map[string]string {
 		s, isStr := val.(string)
 		switch {
 		case !isStr:
-			r.probs.Addf("%s[%q]: want a string value, got %T", k, name, val)
+			r.probs.Add(k, "the value of %q is %s, not a string", name, typeName(val))
 		case name == "" || strings.ContainsAny(name, "=\x00"):
-			r.probs.Addf("%s: %q is not a valid variable name", k, name)
+			r.probs.Add(k, "%q is not a valid variable name", name)
 		case strings.ContainsRune(s, 0):
-			r.probs.Addf("%s[%q]: value contains a NUL byte", k, name)
+			r.probs.Add(k, "the value of %q contains a NUL byte", name)
 		default:
 			out[name] = s
 		}
@@ -194,8 +226,10 @@ func (r reader) ports(k string) []uint16 {
 	items := r.list(k)
 	out, probs := ParsePorts(items)
 	for _, p := range probs {
-		r.probs.Addf("%s: %s", k, p)
+		r.probs.Add(k, "%s", p)
 	}
 	return out
 }
 
+// netRules reads net_allow and net_deny (the grammar is net.go's).
+func (r reader) netRules(k string) []NetRule { return ParseNetRules(k, r.list(k), r.probs) }

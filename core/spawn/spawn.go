@@ -182,9 +182,9 @@ type ZygoteSpec struct {
 	// answer through signals (only a fatal one ends it): a call performed for the
 	// caller is then never also restarted by it.
 	Killable bool
-	Cookie      uint64 // lets the zygote's clone and pid 1's proc mount through the filter
-	NewPidNS    bool
-	NewIPCNS    bool
+	Cookie   uint64 // lets the zygote's clone and pid 1's proc mount through the filter
+	NewPidNS bool
+	NewIPCNS bool
 }
 
 // Zygote serves the runs of one sandbox.

@@ -303,7 +303,9 @@ func loopback4(proto string, port int) NetDest {
 		Text: proto + "://127.0.0.1:" + itoa(port)}
 }
 
-func itoa(n int) string { return netip.AddrPortFrom(netip.IPv4Unspecified(), uint16(n)).String()[len("0.0.0.0:"):] }
+func itoa(n int) string {
+	return netip.AddrPortFrom(netip.IPv4Unspecified(), uint16(n)).String()[len("0.0.0.0:"):]
+}
 
 func netSandbox(t *testing.T, pol *NetPolicy, override map[string]handlerFunc) *sandbox {
 	return newSandbox(t, sandboxOpts{cfgFor: func(sb *sandbox) Config {

@@ -47,7 +47,7 @@ static int run(sandtrap_sandbox *sb, const char **argv, int argc, unsigned char 
 int main(void) {
 	sandtrap_sandbox_builder *b;
 	sandtrap_sandbox *sb = NULL;
-	char *err = NULL;
+	sandtrap_error *err = NULL;
 	unsigned char *resp = NULL;
 	size_t len = 0;
 	const unsigned char *v;
@@ -59,18 +59,59 @@ int main(void) {
 	sandtrap_sandbox_builder_free(NULL);
 	sandtrap_string_free(NULL);
 	sandtrap_buffer_free(NULL);
+	sandtrap_error_free(NULL);
+	CHECK(sandtrap_error_problem_count(NULL) == 0 && sandtrap_error_kind(NULL) == NULL &&
+	      sandtrap_error_status(NULL) == SANDTRAP_OK, "NULL error");
 
 	/* an invalid policy names every problem at once */
 	b = sandtrap_sandbox_builder_new();
 	sandtrap_sandbox_builder_fs_readable(b, "relative/path");
 	sandtrap_sandbox_builder_fs_readable(b, "/no/such/dir");
 	sandtrap_sandbox_builder_extra_deny_syscall(b, "not_a_syscall");
+	sandtrap_sandbox_builder_max_processes(b, 0);
 	rc = sandtrap_sandbox_builder_build(b, &sb, &err);
 	CHECK(rc == SANDTRAP_E_INVALID_POLICY, "rc=%d (%s)", rc, sandtrap_status_name(rc));
 	CHECK(sb == NULL, "sb set on failure");
-	CHECK(err && strstr(err, "relative") && strstr(err, "not_a_syscall"), "errmsg: %s", err ? err : "(null)");
-	sandtrap_string_free(err);
+	CHECK(sandtrap_error_status(err) == rc && strcmp(sandtrap_error_kind(err), "invalid_policy") == 0, "error status and kind");
+	CHECK(strstr(sandtrap_error_message(err), "invalid policy (4 problems)"), "message: %s", sandtrap_error_message(err));
+	CHECK(sandtrap_error_problem_count(err) == 4, "%zu problems", sandtrap_error_problem_count(err));
+	{
+		/* every problem: (field, message); the decoder's (in field order), then the checks against this machine */
+		static const char *const want[][2] = {
+			{"fs_readable", "path \"relative/path\" is relative; give an absolute path"},
+			{"max_processes", "0 must be positive"},
+			{"fs_readable", "/no/such/dir: no such file or directory"},
+			{"extra_deny_syscalls", "unknown syscall \"not_a_syscall\""},
+		};
+		size_t i;
+		for (i = 0; i < 4; i++) {
+			const char *f = sandtrap_error_problem_field(err, i), *m = sandtrap_error_problem_message(err, i);
+			CHECK(f && m && strcmp(f, want[i][0]) == 0 && strcmp(m, want[i][1]) == 0, "problem %zu: %s: %s", i, f, m);
+		}
+		CHECK(sandtrap_error_problem_field(err, 4) == NULL && sandtrap_error_problem_message(err, 99) == NULL, "out of range");
+	}
+	sandtrap_error_free(err);
 	sandtrap_sandbox_builder_free(b);
+
+	/* a misspelled field (msgpack policy): the same (field, message) as in every binding */
+	{
+		struct buf p = {{0}, 0};
+		map(&p, 1);
+		str(&p, "fs_readble"); arr(&p, 1); str(&p, "/usr");
+		rc = sandtrap_sandbox_new(p.d, p.n, &sb, &err);
+		CHECK(rc == SANDTRAP_E_INVALID_POLICY && sb == NULL, "misspelled rc=%d", rc);
+		CHECK(sandtrap_error_problem_count(err) == 1 && strcmp(sandtrap_error_problem_field(err, 0), "fs_readble") == 0 &&
+		      strcmp(sandtrap_error_problem_message(err, 0), "unknown field; did you mean fs_readable?") == 0,
+		      "misspelled: %s", sandtrap_error_message(err));
+		sandtrap_error_free(err);
+		err = NULL;
+		/* not msgpack at all: one problem about the whole input */
+		rc = sandtrap_sandbox_new((const uint8_t *)"\xc1", 1, &sb, &err);
+		CHECK(rc == SANDTRAP_E_INVALID_POLICY && sandtrap_error_problem_count(err) == 1 &&
+		      strcmp(sandtrap_error_problem_field(err, 0), "") == 0, "undecodable: %s", sandtrap_error_message(err));
+		sandtrap_error_free(err);
+		err = NULL;
+	}
 
 	/* a working policy */
 	b = sandtrap_sandbox_builder_new();
@@ -80,14 +121,18 @@ int main(void) {
 	sandtrap_sandbox_builder_max_memory(b, 256u << 20);
 	sandtrap_sandbox_builder_max_processes(b, 16);
 	sandtrap_sandbox_builder_clean_env(b, 1);
-	sandtrap_sandbox_builder_timeout(b, 10);
+	sandtrap_sandbox_builder_timeout_ms(b, 10000);
+	/* sizes cross as integers, exactly: 2^55 + 511 bytes is 2^46 blocks of 512 (a
+	 * double would have rounded it up to 2^46 + 1 blocks) */
+	sandtrap_sandbox_builder_max_disk(b, ((uint64_t)1 << 55) + 511);
 	rc = sandtrap_sandbox_builder_build(b, &sb, &err);
 	sandtrap_sandbox_builder_free(b);
 	if (rc != SANDTRAP_OK) {
-		fprintf(stderr, "build: %s: %s\n", sandtrap_status_name(rc), err ? err : "");
-		sandtrap_string_free(err);
+		fprintf(stderr, "build: %s: %s\n", sandtrap_status_name(rc), sandtrap_error_message(err));
+		sandtrap_error_free(err);
 		return 1;
 	}
+	CHECK(err == NULL, "no error on success");
 	CHECK(sandtrap_sandbox_id(sb) > 0, "id");
 
 	{
@@ -98,6 +143,14 @@ int main(void) {
 		CHECK(v && memmem(v, len - (v - resp), "hello from C", 12), "stdout");
 		v = find(resp, len, "success");
 		CHECK(v && *v == 0xc3, "success true");
+		sandtrap_buffer_free(resp);
+	}
+	{
+		const char *argv[] = {"sh", "-c", "ulimit -f"};
+		rc = run(sb, argv, 3, &resp, &len);
+		CHECK(rc == SANDTRAP_OK, "ulimit rc=%d", rc);
+		v = find(resp, len, "stdout");
+		CHECK(v && memmem(v, len - (v - resp), "70368744177664\n", 15), "max_disk is exact");
 		sandtrap_buffer_free(resp);
 	}
 	{

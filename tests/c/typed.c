@@ -45,7 +45,7 @@ static int exec_status(sandtrap_sandbox *sb, const char *const *argv, double t)
 static int run(sandtrap_sandbox *sb, const char *const *argv, const sandtrap_run_options *o, sandtrap_result **r)
 {
 	int rc = sandtrap_sandbox_run(sb, argv, o, r);
-	int want = exec_status(sb, argv, o ? o->timeout : 0);
+	int want = exec_status(sb, argv, o ? (double)o->timeout_ms / 1000 : 0);
 	CHECK(rc == want, "%s: typed status %d != exec status %d", argv[0], rc, want);
 	return rc;
 }
@@ -63,7 +63,7 @@ int main(void)
 	sandtrap_sandbox *sb = NULL;
 	sandtrap_result *r = NULL;
 	sandtrap_run_options o;
-	char *err = NULL;
+	sandtrap_error *err = NULL;
 	size_t n = 12345;
 	int rc;
 
@@ -75,7 +75,8 @@ int main(void)
 	rc = sandtrap_sandbox_builder_build(b, &sb, &err);
 	sandtrap_sandbox_builder_free(b);
 	if (rc != SANDTRAP_OK) {
-		fprintf(stderr, "build: %s: %s\n", sandtrap_status_name(rc), err ? err : "");
+		fprintf(stderr, "build: %s: %s\n", sandtrap_status_name(rc), sandtrap_error_message(err));
+		sandtrap_error_free(err);
 		return 1;
 	}
 
@@ -84,9 +85,10 @@ int main(void)
 	CHECK(sandtrap_result_exit_code(NULL) == -1 && sandtrap_result_signal(NULL) == 0 &&
 	      sandtrap_result_success(NULL) == 0 && sandtrap_result_error_kind(NULL) == NULL, "NULL result");
 	CHECK(sandtrap_result_stdout(NULL, &n) != NULL && n == 0, "NULL result stdout");
-	CHECK(sandtrap_run_options_init(&o, SANDTRAP_RUN_OPTIONS_VERSION) == SANDTRAP_OK && o.timeout == 0 && !o.stdin_data, "options init");
+	CHECK(sandtrap_run_options_init(&o, SANDTRAP_RUN_OPTIONS_VERSION) == SANDTRAP_OK && o.timeout_ms == 0 && !o.stdin_data, "options init");
 	CHECK(sandtrap_run_options_init(&o, 99) == SANDTRAP_E_INVALID_ARGUMENT, "options init bad version");
-	CHECK(sandtrap_run_options_init(NULL, 1) == SANDTRAP_E_INVALID_ARGUMENT, "options init NULL");
+	CHECK(sandtrap_run_options_init(NULL, SANDTRAP_RUN_OPTIONS_VERSION) == SANDTRAP_E_INVALID_ARGUMENT, "options init NULL");
+	CHECK(sandtrap_run_options_init(&o, 1) == SANDTRAP_E_INVALID_ARGUMENT, "version 1 (a double timeout) is refused");
 
 	{ /* success, stdout */
 		const char *argv[] = {"echo", "hello from C", NULL};
@@ -127,7 +129,7 @@ int main(void)
 	{ /* timeout: a result, not a call failure */
 		const char *argv[] = {"sleep", "10", NULL};
 		sandtrap_run_options to = SANDTRAP_RUN_OPTIONS_INIT;
-		to.timeout = 0.3;
+		to.timeout_ms = 300;
 		rc = run(sb, argv, &to, &r);
 		CHECK(rc == SANDTRAP_OK, "timeout rc=%d", rc);
 		CHECK(sandtrap_result_timed_out(r) == 1 && sandtrap_result_success(r) == 0, "timed out");
@@ -163,9 +165,9 @@ int main(void)
 		CHECK(sandtrap_sandbox_run(NULL, argv, NULL, &r) == SANDTRAP_E_INVALID_ARGUMENT && r == NULL, "NULL sandbox");
 		CHECK(sandtrap_sandbox_run(sb, NULL, NULL, &r) == SANDTRAP_E_INVALID_ARGUMENT, "NULL argv");
 		CHECK(sandtrap_sandbox_run(sb, argv, NULL, NULL) == SANDTRAP_E_INVALID_ARGUMENT, "NULL out");
-		bad.timeout = -1;
-		CHECK(sandtrap_sandbox_run(sb, argv, &bad, &r) == SANDTRAP_E_INVALID_ARGUMENT && r == NULL, "negative timeout");
-		bad.timeout = 0;
+		bad.timeout_ms = 10000000001ull;
+		CHECK(sandtrap_sandbox_run(sb, argv, &bad, &r) == SANDTRAP_E_INVALID_ARGUMENT && r == NULL, "timeout beyond 10^7 s");
+		bad.timeout_ms = 0;
 		bad.stdin_len = 4;
 		CHECK(sandtrap_sandbox_run(sb, argv, &bad, &r) == SANDTRAP_E_INVALID_ARGUMENT, "stdin NULL with a length");
 		bad.stdin_len = 0;

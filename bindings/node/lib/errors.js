@@ -3,17 +3,47 @@
 // `code`: the engine's status name (docs/protocol.md, "Status codes") or, for an
 // aborted operation, Node's own 'ABORT_ERR'.
 
+/**
+ * One problem of a policy or a request, as the engine reports it: `field`, the
+ * option (or request key) it is about, '' when it is about the input as a whole,
+ * and `message`, what is wrong with it. As a string it reads "field: message".
+ */
+class Problem {
+  /** @param {string} field @param {string} message */
+  constructor(field, message) {
+    this.field = field;
+    this.message = message;
+  }
+
+  toString() {
+    return this.field ? `${this.field}: ${this.message}` : this.message;
+  }
+}
+
+/** A Problem from a string (a problem of the input as a whole) or an engine {field, message}. */
+function toProblem(p, rename = (f) => f) {
+  if (p instanceof Problem) return p;
+  if (p !== null && typeof p === 'object') return new Problem(rename(String(p.field ?? '')), String(p.message ?? ''));
+  return new Problem('', String(p));
+}
+
+/** The human message of a list of problems, as the engine writes it. */
+function problemsMessage(what, problems) {
+  if (problems.length === 1) return `${what}: ${problems[0]}`;
+  return `${what} (${problems.length} problems):\n${problems.map((p) => `- ${p}`).join('\n')}`;
+}
+
 class SandtrapError extends Error {
   /**
    * @param {string} message
-   * @param {{code?: string, status?: number, problems?: string[], result?: object, cause?: unknown}} [info]
+   * @param {{code?: string, status?: number, problems?: Array<Problem|string>, result?: object, cause?: unknown}} [info]
    */
   constructor(message, info = {}) {
     super(message, info.cause !== undefined ? { cause: info.cause } : undefined);
     this.code = info.code ?? this.constructor.code ?? 'internal';
     if (info.status !== undefined) this.status = info.status;
-    // every problem found at once (policy and request validation)
-    this.problems = info.problems ?? [message];
+    // every problem found at once (policy and request validation), as {field, message}
+    this.problems = (info.problems && info.problems.length ? info.problems : [message]).map((p) => toProblem(p));
     // the engine's result when there was one (e.g. a spawn failure, an abort)
     if (info.result !== undefined) this.result = info.result;
   }
@@ -72,15 +102,22 @@ function makeError(code, message, info = {}) {
   return new C(message, { code, ...info });
 }
 
-/** Convert an Error thrown by the addon ({code, status, message}) into its class. */
-function fromNative(e, info = {}) {
+/**
+ * Convert an Error thrown by the addon ({code, status, message, problems}) into its
+ * class; `rename` maps the engine's field names to this binding's.
+ */
+function fromNative(e, info = {}, rename = undefined) {
   if (e instanceof SandtrapError || !(e instanceof Error) || typeof e.code !== 'string' || !(e.code in byCode)) {
     return e;
   }
-  return makeError(e.code, e.message, { status: e.status, ...info });
+  const problems = Array.isArray(e.problems) ? e.problems.map((p) => toProblem(p, rename)) : undefined;
+  return makeError(e.code, e.message, { status: e.status, problems, ...info });
 }
 
 module.exports = {
+  Problem,
+  toProblem,
+  problemsMessage,
   SandtrapError,
   InvalidArgument,
   InvalidRequest,

@@ -1,8 +1,15 @@
 'use strict';
-// camelCase options <-> the engine's snake_case msgpack keys, and the type checks
-// done in JavaScript. Value checks (absolute paths that exist, positive limits, port
-// ranges, …) are the engine's: its problems are merged into the same list, renamed
-// to the JavaScript option names, so one PolicyError lists every problem.
+// camelCase options <-> the engine's snake_case msgpack keys. The policy table is
+// generated from the engine's schema (fields.js); the engine judges every value and
+// reports each problem as {field, message}, shown here under the option's name.
+// What stays here is naming: unknown and unsupported option names (they never reach
+// the engine, whose names are not JavaScript's) and the run options' table.
+
+const { Encoder } = require('@msgpack/msgpack');
+const { POLICY, UNSUPPORTED } = require('./fields');
+const { Problem } = require('./errors');
+
+const encoder = new Encoder({ ignoreUndefined: true, useBigInt64: true });
 
 const isPlainObject = (v) =>
   v !== null && typeof v === 'object' && (Object.getPrototypeOf(v) === Object.prototype || Object.getPrototypeOf(v) === null);
@@ -16,123 +23,133 @@ const describe = (v) => {
   return `${typeof v} ${JSON.stringify(v)}`;
 };
 
-// Checkers return a problem string (without the option name) or null.
+/** msgpack key -> option name, for the engine's problems. */
+const OPTION_OF = Object.fromEntries(Object.entries(POLICY).map(([name, [key]]) => [key, name]));
+
+// Checkers of the run options (request keys, not policy fields): a problem
+// message (without the option name) or null.
 const checks = {
   string: (v) => (typeof v === 'string' ? null : `want a string, got ${describe(v)}`),
   bool: (v) => (typeof v === 'boolean' ? null : `want true or false, got ${describe(v)}`),
-  int: (v) => (Number.isSafeInteger(v) ? null : `want an integer, got ${describe(v)}`),
   number: (v) => (typeof v === 'number' && Number.isFinite(v) ? null : `want a number of seconds, got ${describe(v)}`),
   size: (v) =>
     Number.isSafeInteger(v) || typeof v === 'string'
       ? null
       : `want a byte count or a size string like "256M", got ${describe(v)}`,
-  strings: (v) => listOf(v, (x) => typeof x === 'string', 'strings'),
-  ports: (v) =>
-    listOf(v, (x) => typeof x === 'string' || Number.isSafeInteger(x), 'port numbers or strings like "8000-8005"'),
-  targets: (v) =>
-    listOf(v, (x) => typeof x === 'string' || Number.isSafeInteger(x), 'ports, "host:port" strings or "*"'),
   env: (v) => {
     if (!isPlainObject(v)) return `want an object of strings, got ${describe(v)}`;
     const bad = Object.entries(v).filter(([, x]) => typeof x !== 'string');
-    if (bad.length) return bad.map(([k, x]) => `[${JSON.stringify(k)}] want a string value, got ${describe(x)}`).join('; ');
+    if (bad.length) return bad.map(([k, x]) => `the value of ${JSON.stringify(k)} is ${describe(x)}, not a string`).join('; ');
     return null;
   },
 };
 
-function listOf(v, ok, what) {
-  if (!Array.isArray(v)) return `want an array of ${what}, got ${describe(v)}`;
-  const bad = [];
-  v.forEach((x, i) => {
-    if (!ok(x)) bad.push(`[${i}] is ${describe(x)}`);
-  });
-  return bad.length ? `want an array of ${what}: ${bad.join(', ')}` : null;
-}
-
-/** Every policy option: JavaScript name -> [engine key, checker]. */
-const POLICY = {
-  fsReadable: ['fs_readable', 'strings'],
-  fsWritable: ['fs_writable', 'strings'],
-  fsDenied: ['fs_denied', 'strings'],
-  netAllow: ['net_allow', 'targets'],
-  netDeny: ['net_deny', 'targets'],
-  netAllowBind: ['net_allow_bind', 'ports'],
-  netAllowUdp: ['net_allow_udp', 'bool'],
-  netAllowUnix: ['net_allow_unix', 'bool'],
-  maxMemory: ['max_memory', 'size'],
-  maxProcesses: ['max_processes', 'int'],
-  maxOpenFiles: ['max_open_files', 'int'],
-  maxDisk: ['max_disk', 'size'],
-  maxCpu: ['max_cpu', 'int'],
-  maxCpuTime: ['max_cpu_time', 'number'],
-  timeout: ['timeout', 'number'],
-  maxOutput: ['max_output', 'size'],
-  env: ['env', 'env'],
-  cleanEnv: ['clean_env', 'bool'],
-  cwd: ['cwd', 'string'],
-  uid: ['uid', 'int'],
-  gid: ['gid', 'int'],
-  extraAllowSyscalls: ['extra_allow_syscalls', 'strings'],
-  extraDenySyscalls: ['extra_deny_syscalls', 'strings'],
-  allowDegraded: ['allow_degraded', 'bool'],
-};
-
-/** Options of run() and cmd(): JavaScript name -> [request key, checker]. */
+/** Options of run() and cmd(): option name -> [request key, checker]. */
 const RUN = {
   timeout: ['timeout', 'number'],
   env: ['env', 'env'],
   cwd: ['cwd', 'string'],
   maxOutput: ['max_output', 'size'],
 };
+const RUN_OPTION_OF = Object.fromEntries(Object.entries(RUN).map(([name, [key]]) => [key, name]));
 
 const snakeToCamel = (s) => s.replace(/_([a-z])/g, (_, c) => c.toUpperCase());
-const camelToSnake = (s) => s.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
 
-function suggest(name, table) {
-  const camel = snakeToCamel(name);
-  if (camel !== name && camel in table) return ` (did you mean ${camel}?)`;
-  const lower = name.toLowerCase();
-  const near = Object.keys(table).find((k) => k.toLowerCase() === lower || editDistance(k.toLowerCase(), lower) <= 2);
-  return near ? ` (did you mean ${near}?)` : '';
+// The nearest of names (case-insensitive, ignoring underscores) when at most
+// 1 + len/3 edits away, the first on a tie: the engine's rule (policy.Suggest).
+function suggest(given, names) {
+  const norm = (s) => s.replace(/_/g, '').toLowerCase();
+  const g = norm(given);
+  let best = '';
+  let bestD = -1;
+  for (const n of names) {
+    const nn = norm(n);
+    const d = editDistance(g, nn);
+    if (d <= 1 + Math.floor(nn.length / 3) && (bestD < 0 || d < bestD)) {
+      best = n;
+      bestD = d;
+    }
+  }
+  return best;
 }
 
 function editDistance(a, b) {
-  if (Math.abs(a.length - b.length) > 2) return 3;
-  const d = Array.from({ length: a.length + 1 }, (_, i) => [i, ...Array(b.length).fill(0)]);
-  for (let j = 1; j <= b.length; j++) d[0][j] = j;
+  let prev = Array.from({ length: b.length + 1 }, (_, j) => j);
   for (let i = 1; i <= a.length; i++) {
+    const cur = [i];
     for (let j = 1; j <= b.length; j++) {
-      d[i][j] = Math.min(d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] === b[j - 1] ? 0 : 1));
+      cur[j] = Math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] === b[j - 1] ? 0 : 1));
     }
+    prev = cur;
   }
-  return d[a.length][b.length];
+  return prev[b.length];
+}
+
+/** The problem of a name that is not an option: the engine's wording, with JavaScript names. */
+function unknownOption(name, names) {
+  const near = suggest(name, names);
+  return new Problem(name, near ? `unknown field; did you mean ${near}?` : 'unknown field');
 }
 
 /**
- * Map an options object through a table. Returns {map, problems}: `map` holds the
- * engine keys of every option that passed its type check (undefined and null mean
- * "not set"), `problems` one line per problem, prefixed by the option name.
- * `extra` names keys the caller handles itself.
+ * The engine's policy map for Sandbox options. Returns {map, problems}: `map`
+ * holds the engine key of every option given (undefined and null mean "not set"),
+ * `problems` the options that never reach the engine: unknown or unsupported
+ * names, and values msgpack cannot carry.
+ */
+function policyOptions(opts) {
+  const problems = [];
+  const map = {};
+  if (opts === undefined || opts === null) return { map, problems };
+  if (!isPlainObject(opts)) {
+    problems.push(new Problem('', `options must be a plain object, got ${describe(opts)}`));
+    return { map, problems };
+  }
+  const names = Object.keys(POLICY);
+  for (const name of Object.keys(opts)) {
+    const spec = POLICY[name];
+    if (!spec) {
+      problems.push(name in UNSUPPORTED ? new Problem(name, UNSUPPORTED[name]) : unknownOption(name, names));
+      continue;
+    }
+    const v = opts[name];
+    if (v === undefined || v === null) continue;
+    try {
+      encoder.encode(v);
+    } catch (e) {
+      problems.push(new Problem(name, `${describe(v)} cannot be sent to the engine (${e && e.message})`));
+      continue;
+    }
+    map[spec[0]] = isPlainObject(v) ? { ...v } : v;
+  }
+  return { map, problems };
+}
+
+/**
+ * Map run options through a table. Returns {map, problems}: `map` holds the
+ * request keys of every option that passed its type check (undefined and null mean
+ * "not set"), `problems` one per problem. `extra` names keys the caller handles.
  */
 function mapOptions(opts, table, what, extra = []) {
   const problems = [];
   const map = {};
   if (opts === undefined || opts === null) return { map, problems };
   if (!isPlainObject(opts)) {
-    problems.push(`${what} must be a plain object, got ${describe(opts)}`);
+    problems.push(new Problem('', `${what} options must be a plain object, got ${describe(opts)}`));
     return { map, problems };
   }
   for (const key of Object.keys(opts)) {
     if (extra.includes(key)) continue;
     const spec = table[key];
     if (!spec) {
-      problems.push(`unknown ${what === 'options' ? 'option' : `${what} option`} ${JSON.stringify(key)}${suggest(key, table)}`);
+      problems.push(unknownOption(key, [...Object.keys(table), ...extra]));
       continue;
     }
     const v = opts[key];
     if (v === undefined || v === null) continue;
     const p = checks[spec[1]](v);
     if (p) {
-      problems.push(`${key}: ${p}`);
+      problems.push(new Problem(key, p));
       continue;
     }
     map[spec[0]] = spec[1] === 'env' ? { ...v } : v;
@@ -140,28 +157,15 @@ function mapOptions(opts, table, what, extra = []) {
   return { map, problems };
 }
 
-const ENGINE_NAMES = new RegExp(
-  `\\b(${Object.values(POLICY)
-    .map(([k]) => k)
-    .filter((k) => k.includes('_'))
-    .join('|')})\\b`,
-  'g',
-);
-
-/** Split an engine validation message into its problems, with JavaScript names. */
-function engineProblems(message) {
-  let text = String(message);
-  let list = [text];
-  const many = /^invalid (?:policy|request) \((\d+) problems\):\s*([\s\S]*)$/.exec(text);
-  const one = /^invalid (?:policy|request): ([\s\S]*)$/.exec(text);
-  if (many) {
-    // the engine lists one problem per line, each after "- "
-    const parts = many[2].replace(/^- /, '').split('\n- ');
-    list = parts.length === Number(many[1]) ? parts : [many[2]];
-  } else if (one) {
-    list = [one[1]];
-  }
-  return list.map((p) => p.replace(ENGINE_NAMES, (k) => snakeToCamel(k)));
+/**
+ * The option name of an engine problem's field: a policy key, a request key, or
+ * "stages[i].key" in a pipeline (the key renamed).
+ */
+function optionName(field) {
+  const dot = field.lastIndexOf('.');
+  const key = field.slice(dot + 1);
+  const name = OPTION_OF[key] ?? RUN_OPTION_OF[key] ?? key;
+  return field.slice(0, dot + 1) + name;
 }
 
 /** Deep-convert the keys of an engine map to camelCase (results, reports). */
@@ -176,11 +180,11 @@ function camelKeys(v) {
 module.exports = {
   POLICY,
   RUN,
+  policyOptions,
   mapOptions,
-  engineProblems,
+  optionName,
   camelKeys,
   snakeToCamel,
-  camelToSnake,
   isPlainObject,
   describe,
 };

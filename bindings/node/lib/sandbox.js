@@ -9,14 +9,17 @@
 const { Encoder, Decoder } = require('@msgpack/msgpack');
 const native = require('./native');
 const {
+  Problem,
   SandtrapError,
   PolicyError,
   InvalidRequest,
   AbortError,
   makeError,
   fromNative,
+  problemsMessage,
+  toProblem,
 } = require('./errors');
-const { POLICY, RUN, mapOptions, engineProblems, camelKeys, isPlainObject, describe } = require('./options');
+const { RUN, policyOptions, mapOptions, optionName, camelKeys, isPlainObject, describe } = require('./options');
 
 // useBigInt64: a BigInt is encoded as a 64-bit integer (sandbox ids are uint64)
 const encoder = new Encoder({ ignoreUndefined: true, useBigInt64: true });
@@ -48,12 +51,19 @@ function runResult(r) {
     stderr: toBuffer(r.stderr),
     stdoutTruncated: r.stdout_truncated === true,
     stderrTruncated: r.stderr_truncated === true,
-    error: r.error ? { kind: String(r.error.kind), message: String(r.error.message) } : null,
+    error: r.error ? runError(r.error) : null,
     timedOut: r.timed_out === true,
     cancelled: r.cancelled === true,
     isolation: r.isolation ? camelKeys(r.isolation) : null,
     usage: r.usage ? camelKeys(r.usage) : null,
   };
+}
+
+/** A result's error: {kind, message}, and the problems of a request that could not run. */
+function runError(e) {
+  const out = { kind: String(e.kind), message: String(e.message) };
+  if (Array.isArray(e.problems) && e.problems.length) out.problems = e.problems.map((p) => toProblem(p, optionName));
+  return out;
 }
 
 function pipelineResult(r) {
@@ -82,33 +92,29 @@ function stdinBytes(v, problems, what = 'stdin') {
   if (typeof v === 'string') return v;
   if (ArrayBuffer.isView(v)) return new Uint8Array(v.buffer, v.byteOffset, v.byteLength);
   if (v instanceof ArrayBuffer) return new Uint8Array(v);
-  problems.push(`${what}: want a string, Buffer or Uint8Array, got ${describe(v)}`);
+  problems.push(new Problem(what, `want a string, Buffer or Uint8Array, got ${describe(v)}`));
   return undefined;
 }
 
-function checkArgv(argv, problems, what = 'argv') {
+function checkArgv(argv, problems) {
   if (!Array.isArray(argv) || argv.length === 0) {
-    problems.push(`${what}: want a non-empty array of strings, got ${describe(argv)}`);
+    problems.push(new Problem('argv', `want a non-empty array of strings, got ${describe(argv)}`));
     return [];
   }
   argv.forEach((a, i) => {
-    if (typeof a !== 'string') problems.push(`${what}[${i}]: want a string, got ${describe(a)}`);
-    else if (a.includes('\0')) problems.push(`${what}[${i}]: contains a NUL byte`);
+    if (typeof a !== 'string') problems.push(new Problem('argv', `element ${i}: want a string, got ${describe(a)}`));
+    else if (a.includes('\0')) problems.push(new Problem('argv', `element ${i} contains a NUL byte`));
   });
-  if (typeof argv[0] === 'string' && argv[0] === '') problems.push(`${what}[0] is empty`);
+  if (typeof argv[0] === 'string' && argv[0] === '') problems.push(new Problem('argv', 'element 0 (the program) is empty'));
   return argv.slice();
 }
 
 function requestError(problems) {
-  const message =
-    problems.length === 1 ? `invalid request: ${problems[0]}` : `invalid request (${problems.length} problems): ${problems.join('; ')}`;
-  return new InvalidRequest(message, { problems });
+  return new InvalidRequest(problemsMessage('invalid request', problems), { problems });
 }
 
 function policyError(problems) {
-  const message =
-    problems.length === 1 ? `invalid policy: ${problems[0]}` : `invalid policy (${problems.length} problems):\n  - ${problems.join('\n  - ')}`;
-  return new PolicyError(message, { problems });
+  return new PolicyError(problemsMessage('invalid policy', problems), { problems });
 }
 
 /**
@@ -182,14 +188,14 @@ class Sandbox {
    * @param {object} [options] policy options (camelCase; see index.d.ts)
    */
   constructor(options = {}) {
-    const { map, problems } = mapOptions(options, POLICY, 'options');
+    const { map, problems } = policyOptions(options);
     let handle = null;
     try {
       handle = native.newSandbox(encode(map));
     } catch (e) {
-      const err = fromNative(e);
+      const err = fromNative(e, {}, optionName);
       if (err.code === 'invalid_policy' || err.code === 'invalid_request') {
-        problems.push(...engineProblems(err.message));
+        problems.push(...err.problems); // the message is rewritten with the option names
       } else if (problems.length === 0) {
         throw err; // e.g. IsolationUnavailable
       }
@@ -308,7 +314,7 @@ class Sandbox {
     problems.push(...optProblems);
     const o = isPlainObject(opts) ? opts : {};
     const stdin = stdinBytes(o.stdin, problems);
-    if (o.signal != null && !isAbortSignal(o.signal)) problems.push(`signal: want an AbortSignal, got ${describe(o.signal)}`);
+    if (o.signal != null && !isAbortSignal(o.signal)) problems.push(new Problem('signal', `want an AbortSignal, got ${describe(o.signal)}`));
     if (problems.length) throw requestError(problems);
     return finishRun(await this._requestShaped({ op: 'run', argv: args, stdin, ...map }, o.signal, runResult));
   }
@@ -367,7 +373,10 @@ function finishRun(res) {
   // the pipeline's own error first: the engine names the stage in it
   const failed = callFailure(res.stages ? [res, ...res.stages] : [res]);
   if (failed) {
-    throw makeError(failed.error.kind, failed.error.message, { result: res });
+    const { kind, message, problems } = failed.error;
+    // a request the engine refused: its message again, with the option names
+    const text = problems ? problemsMessage(kind === 'invalid_policy' ? 'invalid policy' : 'invalid request', problems) : message;
+    throw makeError(kind, text, { result: res, problems });
   }
   return res;
 }
@@ -418,7 +427,7 @@ class Pipeline {
     problems.push(...optProblems);
     const o = isPlainObject(opts) ? opts : {};
     const stdin = stdinBytes(o.stdin, problems);
-    if (o.signal != null && !isAbortSignal(o.signal)) problems.push(`signal: want an AbortSignal, got ${describe(o.signal)}`);
+    if (o.signal != null && !isAbortSignal(o.signal)) problems.push(new Problem('signal', `want an AbortSignal, got ${describe(o.signal)}`));
     if (problems.length) throw requestError(problems);
     const first = this.commands[0].sandbox;
     if (this.commands.length === 1) {

@@ -10,7 +10,7 @@
 //   version()                       -> {version, abi, headerAbi}
 //   probe()                         -> Buffer (msgpack map)
 //   statusName(code)                -> string
-//   newSandbox(policy: Uint8Array)  -> handle (throws {code, status, message})
+//   newSandbox(policy: Uint8Array)  -> handle (throws {code, status, message, problems})
 //   sandboxId(handle)               -> number
 //   exec(handle, req, [handles])    -> Promise<Buffer> (msgpack response)
 //   cancel(handle, tag|null)        -> number of operations cancelled
@@ -84,10 +84,22 @@ Napi::Error StatusError(Napi::Env env, int status, const std::string& message) {
   return err;
 }
 
-Napi::Error StatusError(Napi::Env env, int status, char* errmsg) {
-  std::string message = errmsg ? errmsg : sandtrap_status_name(status);
-  sandtrap_string_free(errmsg);
-  return StatusError(env, status, message);
+// The error of a failed call from its sandtrap_error (then freed): the message, and
+// `problems`, every problem as {field, message} (engine names: lib/ renames them).
+Napi::Error StatusError(Napi::Env env, int status, sandtrap_error* e) {
+  std::string message = sandtrap_error_message(e) ? sandtrap_error_message(e) : sandtrap_status_name(status);
+  Napi::Error err = StatusError(env, status, message);
+  size_t n = sandtrap_error_problem_count(e);
+  Napi::Array problems = Napi::Array::New(env, n);
+  for (size_t i = 0; i < n; i++) {
+    Napi::Object p = Napi::Object::New(env);
+    p.Set("field", Napi::String::New(env, sandtrap_error_problem_field(e, i)));
+    p.Set("message", Napi::String::New(env, sandtrap_error_problem_message(e, i)));
+    problems.Set(static_cast<uint32_t>(i), p);
+  }
+  err.Set("problems", problems);
+  sandtrap_error_free(e);
+  return err;
 }
 
 // The Handle behind a JS handle value; throws a TypeError for anything else.
@@ -141,12 +153,12 @@ Napi::Value NewSandbox(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Napi::Uint8Array policy = GetBytes(info[0], "policy");
   sandtrap_sandbox* sb = nullptr;
-  char* errmsg = nullptr;
-  int st = sandtrap_sandbox_new(policy.Data(), policy.ByteLength(), &sb, &errmsg);
+  sandtrap_error* err = nullptr;
+  int st = sandtrap_sandbox_new(policy.Data(), policy.ByteLength(), &sb, &err);
   if (st != SANDTRAP_OK) {
-    throw StatusError(env, st, errmsg);
+    throw StatusError(env, st, err);
   }
-  sandtrap_string_free(errmsg);
+  sandtrap_error_free(err);
   Handle* h = new Handle();
   h->sb = sb;
   h->id = sandtrap_sandbox_id(sb);
@@ -265,10 +277,10 @@ Napi::Value Free(const Napi::CallbackInfo& info) {
 Napi::Value Confine(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Handle* h = GetHandle(info[0]);
-  char* errmsg = nullptr;
-  int st = sandtrap_confine(h->sb, info[1].ToBoolean().Value() ? 1 : 0, &errmsg);
-  if (st != SANDTRAP_OK) throw StatusError(env, st, errmsg);
-  sandtrap_string_free(errmsg);
+  sandtrap_error* err = nullptr;
+  int st = sandtrap_confine(h->sb, info[1].ToBoolean().Value() ? 1 : 0, &err);
+  if (st != SANDTRAP_OK) throw StatusError(env, st, err);
+  sandtrap_error_free(err);
   return env.Undefined();
 }
 

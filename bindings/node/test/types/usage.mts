@@ -11,6 +11,7 @@ import sandtrap, {
   type RunResult,
   type PipelineResult,
   type SandboxOptions,
+  Problem,
 } from 'sandtrap';
 
 const options: SandboxOptions = {
@@ -57,7 +58,12 @@ export async function main(): Promise<void> {
   try {
     new Sandbox({ maxMemory: '1G' });
   } catch (e) {
-    if (e instanceof PolicyError) console.log(e.problems);
+    if (e instanceof PolicyError) {
+      const first: Problem | undefined = e.problems[0];
+      const field: string | undefined = first?.field;
+      const text: string | undefined = first?.message;
+      console.log(e.problems.join('\n'), field, text);
+    }
   }
 
   const features = probe();
@@ -75,5 +81,7 @@ export async function main(): Promise<void> {
 new Sandbox({ fsReadble: ['/usr'] });
 // @ts-expect-error: wrong type
 new Sandbox({ maxProcesses: '10' });
+// @ts-expect-error: not supported yet (refused at run time too)
+new Sandbox({ chroot: '/' });
 // @ts-expect-error: argv is a list of strings
 void new Sandbox().run('ls');

@@ -25,10 +25,12 @@ from ._errors import (
     IsolationUnavailable,
     NotFound,
     PolicyError,
+    Problem,
     SandboxClosed,
     SandtrapError,
     SpawnFailed,
 )
+from ._fields import PolicyOptions
 from ._policy import parse_ports
 from ._result import ErrorInfo, Result
 from ._sandbox import Command, Pipeline, Sandbox, confine, probe
@@ -66,6 +68,8 @@ __all__ = [
     "Pipeline",
     "Result",
     "ErrorInfo",
+    "PolicyOptions",
+    "Problem",
     "parse_ports",
     "confine",
     "probe",

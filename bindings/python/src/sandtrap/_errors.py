@@ -8,9 +8,10 @@ limit does not raise: its fate is in the returned :class:`~sandtrap.Result`.
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Any, Iterable, Union
 
 __all__ = [
+    "Problem",
     "SandtrapError",
     "InvalidArgument",
     "InvalidRequest",
@@ -25,6 +26,43 @@ __all__ = [
 ]
 
 
+class Problem(str):
+    """One problem of a policy or a request, as the engine reports it: ``field``,
+    the field (keyword, request key) it is about, ``""`` when it is about the input
+    as a whole, and ``message``, what is wrong with it. As a ``str`` it reads
+    ``"field: message"``."""
+
+    field: str
+    message: str
+
+    def __new__(cls, field: str, message: str) -> Problem:
+        self = super().__new__(cls, f"{field}: {message}" if field else message)
+        self.field = field
+        self.message = message
+        return self
+
+    def __repr__(self) -> str:
+        return f"Problem(field={self.field!r}, message={self.message!r})"
+
+    def __reduce__(self) -> tuple[Any, tuple[str, str]]:
+        return (Problem, (self.field, self.message))
+
+    @classmethod
+    def from_engine(cls, p: Any) -> Problem:
+        """A problem of an engine response ({field, message})."""
+        if isinstance(p, dict):
+            return cls(str(p.get("field") or ""), str(p.get("message") or ""))
+        return cls("", str(p))
+
+
+def problems_message(what: str, problems: list[Problem]) -> str:
+    """The human message of a list of problems, as the engine writes it:
+    ``"what: problem"``, or ``"what (N problems):"`` and one ``"- problem"`` a line."""
+    if len(problems) == 1:
+        return f"{what}: {problems[0]}"
+    return f"{what} ({len(problems)} problems):\n" + "\n".join(f"- {p}" for p in problems)
+
+
 class SandtrapError(Exception):
     """Base class of every sandtrap error.
 
@@ -32,16 +70,19 @@ class SandtrapError(Exception):
         kind: stable status name (``"invalid_policy"``, ``"isolation_unavailable"``…).
         code: the C ABI status code (``-3``…).
         message: the human-readable message (also ``str(err)``).
-        problems: every problem found, for validation errors (else ``[message]``).
+        problems: every problem found, for validation errors, each a
+            :class:`Problem` (``field``, ``message``); else one problem, the message.
     """
 
     kind: str = "internal"
     code: int = -99
 
-    def __init__(self, message: str, problems: Iterable[str] | None = None) -> None:
+    def __init__(self, message: str, problems: Iterable[Union[Problem, str]] | None = None) -> None:
         super().__init__(message)
         self.message = message
-        self.problems: list[str] = list(problems) if problems is not None else [message]
+        self.problems: list[Problem] = [
+            p if isinstance(p, Problem) else Problem("", p) for p in (problems if problems is not None else [message])
+        ]
 
     def __str__(self) -> str:
         return self.message
@@ -129,7 +170,7 @@ FORKED_CHILD_MESSAGE = (
 
 
 def error_for(kind: str | None = None, code: int | None = None, message: str = "",
-              problems: Iterable[str] | None = None) -> SandtrapError:
+              problems: Iterable[Union[Problem, str]] | None = None) -> SandtrapError:
     """The exception matching an engine status name or code."""
     cls: type[SandtrapError] = SandtrapError
     if kind and kind in _BY_KIND:

@@ -16,15 +16,15 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
-from ctypes import POINTER, byref, c_char_p, c_double, c_int, c_size_t, c_uint16, c_uint32, c_uint64, c_void_p
+from ctypes import POINTER, byref, c_char_p, c_int, c_size_t, c_uint64, c_void_p
 from pathlib import Path
 from typing import Any
 
 import msgpack
 
-from ._errors import ForkedChildError, InternalError, SandtrapError, error_for
+from ._errors import ForkedChildError, InternalError, Problem, SandtrapError, error_for
 
-ABI_VERSION = 1  # SANDTRAP_ABI_VERSION of the header this binding was written for
+ABI_VERSION = 2  # SANDTRAP_ABI_VERSION of the header this binding was written for
 
 OK = 0
 E_INVALID_ARGUMENT = -1
@@ -47,33 +47,15 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "sandtrap_string_free": (None, [c_void_p]),
     "sandtrap_buffer_free": (None, [c_void_p]),
     "sandtrap_probe": (c_int, [POINTER(c_void_p), POINTER(c_size_t)]),
-    "sandtrap_sandbox_builder_new": (c_void_p, []),
-    "sandtrap_sandbox_builder_free": (None, [c_void_p]),
-    "sandtrap_sandbox_builder_fs_readable": (c_int, [c_void_p, c_char_p]),
-    "sandtrap_sandbox_builder_fs_writable": (c_int, [c_void_p, c_char_p]),
-    "sandtrap_sandbox_builder_fs_denied": (c_int, [c_void_p, c_char_p]),
-    "sandtrap_sandbox_builder_net_allow": (c_int, [c_void_p, c_char_p]),
-    "sandtrap_sandbox_builder_net_deny": (c_int, [c_void_p, c_char_p]),
-    "sandtrap_sandbox_builder_net_allow_bind": (c_int, [c_void_p, c_uint16]),
-    "sandtrap_sandbox_builder_net_allow_bind_str": (c_int, [c_void_p, c_char_p]),
-    "sandtrap_sandbox_builder_net_allow_udp": (c_int, [c_void_p, c_int]),
-    "sandtrap_sandbox_builder_net_allow_unix": (c_int, [c_void_p, c_int]),
-    "sandtrap_sandbox_builder_max_memory": (c_int, [c_void_p, c_uint64]),
-    "sandtrap_sandbox_builder_max_processes": (c_int, [c_void_p, c_uint32]),
-    "sandtrap_sandbox_builder_max_open_files": (c_int, [c_void_p, c_uint32]),
-    "sandtrap_sandbox_builder_max_disk": (c_int, [c_void_p, c_uint64]),
-    "sandtrap_sandbox_builder_max_cpu": (c_int, [c_void_p, c_uint32]),
-    "sandtrap_sandbox_builder_max_cpu_time": (c_int, [c_void_p, c_double]),
-    "sandtrap_sandbox_builder_timeout": (c_int, [c_void_p, c_double]),
-    "sandtrap_sandbox_builder_max_output": (c_int, [c_void_p, c_uint64]),
-    "sandtrap_sandbox_builder_env": (c_int, [c_void_p, c_char_p, c_char_p]),
-    "sandtrap_sandbox_builder_clean_env": (c_int, [c_void_p, c_int]),
-    "sandtrap_sandbox_builder_cwd": (c_int, [c_void_p, c_char_p]),
-    "sandtrap_sandbox_builder_ids": (c_int, [c_void_p, c_uint32, c_uint32]),
-    "sandtrap_sandbox_builder_extra_allow_syscall": (c_int, [c_void_p, c_char_p]),
-    "sandtrap_sandbox_builder_extra_deny_syscall": (c_int, [c_void_p, c_char_p]),
-    "sandtrap_sandbox_builder_allow_degraded": (c_int, [c_void_p, c_int]),
-    "sandtrap_sandbox_builder_build": (c_int, [c_void_p, POINTER(c_void_p), POINTER(c_void_p)]),
+    # the builder (sandtrap_sandbox_builder_*) is for C callers: the binding sends
+    # one msgpack policy map
+    "sandtrap_error_status": (c_int, [c_void_p]),
+    "sandtrap_error_kind": (c_char_p, [c_void_p]),
+    "sandtrap_error_message": (c_char_p, [c_void_p]),
+    "sandtrap_error_problem_count": (c_size_t, [c_void_p]),
+    "sandtrap_error_problem_field": (c_char_p, [c_void_p, c_size_t]),
+    "sandtrap_error_problem_message": (c_char_p, [c_void_p, c_size_t]),
+    "sandtrap_error_free": (None, [c_void_p]),
     "sandtrap_sandbox_new": (c_int, [c_char_p, c_size_t, POINTER(c_void_p), POINTER(c_void_p)]),
     "sandtrap_sandbox_free": (None, [c_void_p]),
     "sandtrap_sandbox_id": (c_uint64, [c_void_p]),
@@ -151,16 +133,6 @@ def _declare(h: ctypes.CDLL) -> None:
         fn.argtypes = argtypes
 
 
-def take_string(ptr: c_void_p) -> str:
-    """Copy and free a char* the library returned."""
-    if not ptr.value:
-        return ""
-    try:
-        return ctypes.string_at(ptr.value).decode("utf-8", "replace")
-    finally:
-        lib().sandtrap_string_free(ptr)
-
-
 def take_buffer(ptr: c_void_p, size: c_size_t) -> dict[str, Any] | None:
     """Decode and free a msgpack buffer the library returned."""
     if not ptr.value:
@@ -186,12 +158,38 @@ def pack(obj: Any) -> bytes:
     return msgpack.packb(obj, use_bin_type=True)
 
 
+def _text(b: bytes | None) -> str:
+    return b.decode("utf-8", "replace") if b else ""
+
+
+def take_error(ptr: c_void_p) -> SandtrapError | None:
+    """The exception for a sandtrap_error the library returned (then freed), with
+    its kind, message and every problem; None for NULL."""
+    if not ptr.value:
+        return None
+    h = lib()
+    try:
+        problems = [
+            Problem(_text(h.sandtrap_error_problem_field(ptr, i)), _text(h.sandtrap_error_problem_message(ptr, i)))
+            for i in range(h.sandtrap_error_problem_count(ptr))
+        ]
+        return error_for(kind=_text(h.sandtrap_error_kind(ptr)) or None, code=h.sandtrap_error_status(ptr),
+                         message=_text(h.sandtrap_error_message(ptr)), problems=problems or None)
+    finally:
+        h.sandtrap_error_free(ptr)
+
+
 def status_error(rc: int, resp: dict[str, Any] | None = None, message: str = "") -> SandtrapError:
-    """The exception for a failed call: kind from the response when there is one."""
+    """The exception for a failed call: kind, message and problems from the
+    response's error when there is one."""
     kind = None
+    problems: list[Problem] | None = None
     if resp and isinstance(resp.get("error"), dict):
-        kind = resp["error"].get("kind")
-        message = message or str(resp["error"].get("message") or "")
+        e = resp["error"]
+        kind = e.get("kind")
+        message = message or str(e.get("message") or "")
+        if isinstance(e.get("problems"), list) and e["problems"]:
+            problems = [Problem.from_engine(p) for p in e["problems"]]
     if rc == E_FORKED_CHILD:
         return error_for(code=rc)
     if not kind:
@@ -199,7 +197,8 @@ def status_error(rc: int, resp: dict[str, Any] | None = None, message: str = "")
             kind = lib().sandtrap_status_name(rc).decode()
         except SandtrapError:
             kind = None
-    return error_for(kind=kind, code=rc, message=message or f"sandtrap call failed with status {rc}")
+    return error_for(kind=kind, code=rc, message=message or f"sandtrap call failed with status {rc}",
+                     problems=problems)
 
 
 def version() -> str:
@@ -232,12 +231,26 @@ def guest_dir() -> str | None:
     return d
 
 
-def sandbox_new(policy: bytes) -> tuple[int, int, str]:
-    """(status, handle, error message)."""
+def new_sandbox(policy: bytes) -> int:
+    """A sandbox handle for a msgpack policy; raises the engine's error (a
+    :class:`PolicyError` lists every problem)."""
     out, err = c_void_p(), c_void_p()
     rc = lib().sandtrap_sandbox_new(policy, len(policy), byref(out), byref(err))
-    msg = take_string(err)
-    return rc, (out.value or 0), msg
+    e = take_error(err)
+    if rc != OK:
+        if out.value:
+            sandbox_free(out.value)
+        raise e or status_error(rc)
+    return out.value or 0
+
+
+def sandbox_new(policy: bytes) -> tuple[int, int, str]:
+    """(status, handle, error message): new_sandbox for callers that only need
+    the message."""
+    try:
+        return OK, new_sandbox(policy), ""
+    except SandtrapError as e:
+        return e.code, 0, e.message
 
 
 def sandbox_free(handle: int) -> None:
@@ -259,10 +272,13 @@ def sandbox_cancel(handle: int, tag: str | None) -> int:
     return int(lib().sandtrap_sandbox_cancel(handle, None if tag is None else tag.encode()))
 
 
-def confine(handle: int, with_seccomp: bool) -> tuple[int, str]:
+def confine(handle: int, with_seccomp: bool) -> None:
+    """Confine the calling process; raises the engine's error."""
     err = c_void_p()
     rc = lib().sandtrap_confine(handle, 1 if with_seccomp else 0, byref(err))
-    return rc, take_string(err)
+    e = take_error(err)
+    if rc != OK:
+        raise e or status_error(rc)
 
 
 __all__ = ["lib", "lib_path", "candidates", "probe", "version", "ForkedChildError"]

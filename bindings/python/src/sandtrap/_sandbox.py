@@ -9,12 +9,17 @@ import threading
 import uuid
 import weakref
 from collections.abc import Mapping, Sequence
-from typing import Any, Callable, Iterable, NoReturn, Union
+from typing import TYPE_CHECKING, Any, Callable, NoReturn, Union
 
 from . import _fork, _native
-from ._errors import InvalidArgument, InvalidRequest, PolicyError, SandboxClosed, SandtrapError, error_for
-from ._policy import FIELDS, check_policy, format_problems, split_problems
+from ._errors import (InvalidArgument, InvalidRequest, PolicyError, Problem, SandboxClosed, SandtrapError, error_for,
+                      problems_message)
+from ._fields import KEYWORDS
+from ._policy import PolicyOptions, to_engine
 from ._result import Result
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 StrPath = Union[str, "os.PathLike[str]"]
 Arg = Union[str, bytes, "os.PathLike[str]"]
@@ -175,10 +180,7 @@ def _outcome(rc: int, resp: dict[str, Any] | None) -> Result:
         if resp is None:
             raise error_for(kind="internal", message="the engine returned no response")
         return Result.from_response(resp)
-    err = _native.status_error(rc, resp)
-    if isinstance(err, InvalidRequest):
-        err.problems = split_problems(err.message)
-    raise err
+    raise _native.status_error(rc, resp)
 
 
 def _wait_sync(call: _Call, req: bytes) -> Result:
@@ -230,78 +232,86 @@ async def _wait_async(call: _Call, req: bytes) -> Result:
 # Request checks
 
 
-def _fs_str(what: str, v: Any, probs: list[str], allow_bytes: bool) -> Any:
+def _fs_str(field: str, v: Any, probs: list[Problem], allow_bytes: bool, element: int | None = None) -> Any:
+    """v as a str (or bytes, when allowed) without NUL bytes; element: its index in
+    a list (argv)."""
+    def bad(msg: str) -> None:
+        probs.append(Problem(field, msg if element is None else f"element {element}: {msg}"))
+
+    def nul() -> None:
+        probs.append(Problem(field, "contains a NUL byte" if element is None else f"element {element} contains a NUL byte"))
+
     if isinstance(v, os.PathLike):
         v = os.fspath(v)
     if isinstance(v, (bytes, bytearray)):
         if not allow_bytes:
-            probs.append(f"{what}: {bytes(v)!r} is bytes; give a str (decode with os.fsdecode())")
+            bad(f"{bytes(v)!r} is bytes; give a str (decode with os.fsdecode())")
             return None
         v = bytes(v)
         if b"\0" in v:
-            probs.append(f"{what} contains a NUL byte")
+            nul()
             return None
         return v
     if not isinstance(v, str):
-        probs.append(f"{what}: want a str, got {type(v).__name__}")
+        bad(f"want a str, got {type(v).__name__}")
         return None
     if "\0" in v:
-        probs.append(f"{what} contains a NUL byte")
+        nul()
         return None
     return v
 
 
 def _run_fields(argv: Any, timeout: Any, env: Any, cwd: Any, max_output: Any,
-                probs: list[str], what: str = "") -> dict[str, Any]:
-    """Type-check the fields shared by run requests and pipeline stages."""
-    p = f"{what}: " if what else ""
+                probs: list[Problem], at: str = "") -> dict[str, Any]:
+    """Type-check the fields shared by run requests and pipeline stages (whose
+    problems are about ``stages[i].key``, as the engine's)."""
     req: dict[str, Any] = {}
     if isinstance(argv, (str, bytes, os.PathLike)):
-        probs.append(f"{p}argv must be a list like ['ls', '-l'], not a single {type(argv).__name__}")
+        probs.append(Problem(f"{at}argv", f"must be a list like ['ls', '-l'], not a single {type(argv).__name__}"))
     elif not isinstance(argv, Sequence):
-        probs.append(f"{p}argv must be a list of strings, got {type(argv).__name__}")
+        probs.append(Problem(f"{at}argv", f"must be a list of strings, got {type(argv).__name__}"))
     elif len(argv) == 0:
-        probs.append(f"{p}argv must not be empty")
+        probs.append(Problem(f"{at}argv", "must not be empty"))
     else:
-        args = [_fs_str(f"{p}argv[{i}]", a, probs, allow_bytes=True) for i, a in enumerate(argv)]
+        args = [_fs_str(f"{at}argv", a, probs, allow_bytes=True, element=i) for i, a in enumerate(argv)]
         req["argv"] = args
     if timeout is not None:
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-            probs.append(f"{p}timeout: want seconds as an int or float, got {type(timeout).__name__}")
+            probs.append(Problem(f"{at}timeout", f"want seconds as an int or float, got {type(timeout).__name__}"))
         else:
             req["timeout"] = float(timeout)
     if env is not None:
         if not isinstance(env, Mapping):
-            probs.append(f"{p}env: want a dict of str to str, got {type(env).__name__}")
+            probs.append(Problem(f"{at}env", f"want a dict of str to str, got {type(env).__name__}"))
         else:
             for k, v in env.items():
                 if not isinstance(k, str) or not isinstance(v, str):
-                    probs.append(f"{p}env: {k!r}: {v!r}: names and values must be str")
+                    probs.append(Problem(f"{at}env", f"{k!r}: {v!r}: names and values must be str"))
             req["env"] = dict(env)
     if cwd is not None:
-        c = _fs_str(f"{p}cwd", cwd, probs, allow_bytes=False)
+        c = _fs_str(f"{at}cwd", cwd, probs, allow_bytes=False)
         if c is not None:
             req["cwd"] = c
     if max_output is not None:
         if isinstance(max_output, bool) or not isinstance(max_output, (int, str)):
-            probs.append(f"{p}max_output: want a byte count or a size like \"1M\", got "
-                         f"{type(max_output).__name__}")
+            probs.append(Problem(f"{at}max_output", "want a byte count or a size like \"1M\", got "
+                                 f"{type(max_output).__name__}"))
         else:
             req["max_output"] = max_output
     return req
 
 
-def _stdin(stdin: Any, probs: list[str]) -> bytes | str | None:
+def _stdin(stdin: Any, probs: list[Problem]) -> bytes | str | None:
     if stdin is None or isinstance(stdin, (bytes, str)):
         return stdin
     if isinstance(stdin, (bytearray, memoryview)):
         return bytes(stdin)
-    probs.append(f"stdin: want bytes or str, got {type(stdin).__name__}")
+    probs.append(Problem("stdin", f"want bytes or str, got {type(stdin).__name__}"))
     return None
 
 
-def _raise_request(probs: list[str]) -> NoReturn:
-    raise InvalidRequest(format_problems("invalid request", probs), probs)
+def _raise_request(probs: list[Problem]) -> NoReturn:
+    raise InvalidRequest(problems_message("invalid request", probs), probs)
 
 
 def _with_host_env(policy: dict[str, Any]) -> dict[str, Any]:
@@ -313,7 +323,7 @@ def _with_host_env(policy: dict[str, Any]) -> dict[str, Any]:
     passes it explicitly; the policy's own ``env`` still wins. Variables whose value is
     not valid UTF-8 are left out.
     """
-    if policy.get("clean_env"):
+    if policy.get("clean_env") or not isinstance(policy.get("env", {}), dict):
         return policy
     env: dict[str, str] = {}
     for k, v in os.environ.items():
@@ -334,35 +344,16 @@ def _with_host_env(policy: dict[str, Any]) -> dict[str, Any]:
 class Sandbox:
     """A policy, validated and compiled once, that runs many commands.
 
-    Every field is optional; leaving one out means "not granted" for permissions
-    (files, network) and "no limit" for limits. Construction validates everything at
-    once and raises one :class:`PolicyError` listing every problem (unknown or
-    unsupported fields, wrong types, relative or missing paths, bad sizes…), or
-    :class:`IsolationUnavailable` when a requested protection cannot be applied here
-    and ``allow_degraded`` is not set.
+    The keyword arguments are the policy fields of :class:`PolicyOptions`
+    (docs/protocol.md, "Policy map"): every one is optional; leaving one out (or
+    passing ``None``) means "not granted" for permissions (files, network) and "no
+    limit" for limits. ``init_fn`` and ``work_fn`` prepare :meth:`fork`.
 
-    Args:
-        fs_readable: paths (str or pathlib.Path) readable and executable.
-        fs_writable: paths readable, writable and creatable.
-        fs_denied: paths inside allowed trees that stay denied.
-        net_allow: where sockets may connect and send: ``443``, ``":443"``,
-            ``"api.example.com:443"``, ``"10.0.0.0/8:22,443"``, ``"[::1]:8080"``,
-            ``"udp://1.1.1.1:53"``, ``"icmp://8.8.8.8"``, ``"*"``. Host names are
-            resolved when the sandbox is built.
-        net_deny: or where they may not (everything else may); not with net_allow.
-        net_allow_bind: TCP ports that may be bound: ``8080``, ``"8000-8005"``.
-        net_allow_udp: allow UDP sockets. net_allow_unix: allow AF_UNIX sockets.
-        max_memory: bytes for the whole tree, int or ``"256M"``.
-        max_processes: tasks in the sandbox. max_open_files: per process.
-        max_disk: largest file the run may write (int or ``"1G"``).
-        max_cpu: percent of one CPU (throttled). max_cpu_time: CPU seconds, then killed.
-        timeout: default wall-clock seconds of a run.
-        max_output: bytes kept of each of stdout and stderr (default 16 MiB).
-        env: variables set for the program. clean_env: start from an empty environment.
-        cwd: working directory. uid, gid: run as this user (host must be root).
-        extra_allow_syscalls, extra_deny_syscalls: adjust the seccomp deny list.
-        allow_degraded: run even when a requested protection is unavailable; results
-            say what was not applied.
+    Construction validates everything at once and raises one :class:`PolicyError`
+    whose ``problems`` list every problem, each a :class:`Problem` (``field``,
+    ``message``): unknown or unsupported fields, wrong types, relative or missing
+    paths, bad sizes… It raises :class:`IsolationUnavailable` when a requested
+    protection cannot be applied here and ``allow_degraded`` is not set.
 
     A sandbox is thread-safe: many threads (and ``arun`` coroutines) may run commands
     in it at once. ``close()`` (or leaving a ``with`` block) frees it; runs in flight
@@ -372,60 +363,37 @@ class Sandbox:
     def __init__(
         self,
         *_positional: Any,
-        fs_readable: Iterable[StrPath] | None = None,
-        fs_writable: Iterable[StrPath] | None = None,
-        fs_denied: Iterable[StrPath] | None = None,
-        net_allow: Iterable[int | str] | None = None,
-        net_deny: Iterable[int | str] | None = None,
-        net_allow_bind: Iterable[int | str] | None = None,
-        net_allow_udp: bool | None = None,
-        net_allow_unix: bool | None = None,
-        max_memory: int | str | None = None,
-        max_processes: int | None = None,
-        max_open_files: int | None = None,
-        max_disk: int | str | None = None,
-        max_cpu: int | None = None,
-        max_cpu_time: float | None = None,
-        timeout: float | None = None,
-        max_output: int | str | None = None,
-        env: Mapping[str, str] | None = None,
-        clean_env: bool | None = None,
-        cwd: StrPath | None = None,
-        uid: int | None = None,
-        gid: int | None = None,
-        extra_allow_syscalls: Iterable[str] | None = None,
-        extra_deny_syscalls: Iterable[str] | None = None,
-        allow_degraded: bool | None = None,
         init_fn: Callable[[], Any] | str | None = None,
         work_fn: Callable[[int], Any] | str | None = None,
-        **_other: Any,
+        **fields: Unpack[PolicyOptions],
     ) -> None:
         self._handle: _Handle | None = None
-        given = {k: v for k, v in locals().items() if k in FIELDS}
-        given.update(_other)
-        policy, probs = check_policy(given, _positional)
-        self._policy = policy
-        readable = [os.path.realpath(p) for p in policy.get("fs_readable", []) + policy.get("fs_writable", [])
-                    if isinstance(p, str) and "\0" not in p]
-        self._init = _fork.describe_fn("init_fn", init_fn, readable, probs)
-        self._work = _fork.describe_fn("work_fn", work_fn, readable, probs)
+        probs: list[Problem] = []
+        if _positional:
+            probs.append(Problem("", f"Sandbox takes keyword arguments only (got {len(_positional)} positional)"))
+        policy, conversion = to_engine(fields)
+        probs.extend(conversion)
+        self._policy = {k: v for k, v in policy.items() if v is not None}
+        readable = [os.path.realpath(p) for key in ("fs_readable", "fs_writable")
+                    if isinstance(self._policy.get(key), list)
+                    for p in self._policy[key] if isinstance(p, str) and "\0" not in p]
+        init_probs: list[str] = []
+        work_probs: list[str] = []
+        self._init = _fork.describe_fn("init_fn", init_fn, readable, init_probs)
+        self._work = _fork.describe_fn("work_fn", work_fn, readable, work_probs)
+        # describe_fn words each problem "<name>: ..."
+        probs.extend(Problem("init_fn", m.removeprefix("init_fn: ")) for m in init_probs)
+        probs.extend(Problem("work_fn", m.removeprefix("work_fn: ")) for m in work_probs)
         if probs:
-            # let the engine judge the well-typed fields too: one list of everything
+            # let the engine judge the convertible fields too: one list of everything
             try:
-                rc, ptr, msg = _native.sandbox_new(_native.pack(policy))
-            except ImportError:
-                rc, ptr, msg = 0, 0, ""
-            if ptr:
-                _native.sandbox_free(ptr)
-            if rc == _native.E_INVALID_POLICY:
-                probs.extend(split_problems(msg))
-            raise PolicyError(format_problems("invalid policy", probs), probs)
-        rc, ptr, msg = _native.sandbox_new(_native.pack(_with_host_env(policy)))
-        if rc != _native.OK:
-            if rc == _native.E_INVALID_POLICY:
-                problems = split_problems(msg)
-                raise PolicyError(format_problems("invalid policy", problems), problems)
-            raise _native.status_error(rc, message=msg)
+                _native.sandbox_free(_native.new_sandbox(_native.pack(policy)))
+            except PolicyError as e:
+                probs.extend(e.problems)
+            except (SandtrapError, ImportError):
+                pass
+            raise PolicyError(problems_message("invalid policy", probs), probs)
+        ptr = _native.new_sandbox(_native.pack(_with_host_env(policy)))
         self._handle = _Handle(ptr)
         self._finalizer = weakref.finalize(self, self._handle.close)
 
@@ -459,7 +427,7 @@ class Sandbox:
 
     def _run_request(self, argv: Any, timeout: Any, stdin: Any, env: Any, cwd: Any,
                      max_output: Any) -> tuple[_Call, bytes]:
-        probs: list[str] = []
+        probs: list[Problem] = []
         req: dict[str, Any] = {"op": "run"}
         req.update(_run_fields(argv, timeout, env, cwd, max_output, probs))
         data = _stdin(stdin, probs)
@@ -601,7 +569,7 @@ class Sandbox:
 
 
 def _restore(policy: dict[str, Any]) -> Sandbox:
-    return Sandbox(**policy)
+    return Sandbox(**{KEYWORDS.get(k, k): v for k, v in policy.items()})
 
 
 class Command:
@@ -614,7 +582,7 @@ class Command:
                  max_output: int | str | None = None) -> None:
         if not isinstance(sandbox, Sandbox):
             raise InvalidRequest(f"a command needs a Sandbox, got {type(sandbox).__name__}")
-        probs: list[str] = []
+        probs: list[Problem] = []
         _run_fields(argv, timeout, env, cwd, max_output, probs)
         if probs:
             _raise_request(probs)
@@ -642,9 +610,9 @@ class Command:
                                        stdin=stdin, env=self.env, cwd=self.cwd,
                                        max_output=self.max_output)
 
-    def _stage(self, probs: list[str], i: int) -> dict[str, Any]:
+    def _stage(self, probs: list[Problem], i: int) -> dict[str, Any]:
         st = _run_fields(self.argv, self.timeout, self.env, self.cwd, self.max_output, probs,
-                         what=f"stage {i}")
+                         at=f"stages[{i}].")
         st["sandbox"] = self.sandbox._live().id
         return st
 
@@ -682,7 +650,7 @@ class Pipeline:
     def _request(self, stdin: Any, timeout: Any) -> tuple[_Call, bytes]:
         if not self.stages:
             raise InvalidRequest("an empty pipeline has nothing to run")
-        probs: list[str] = []
+        probs: list[Problem] = []
         stages = [s._stage(probs, i) for i, s in enumerate(self.stages)]
         req: dict[str, Any] = {"op": "pipeline", "stages": stages}
         data = _stdin(stdin, probs)
@@ -690,7 +658,7 @@ class Pipeline:
             req["stdin"] = data
         if timeout is not None:
             if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-                probs.append(f"timeout: want seconds as an int or float, got {type(timeout).__name__}")
+                probs.append(Problem("timeout", f"want seconds as an int or float, got {type(timeout).__name__}"))
             else:
                 req["timeout"] = float(timeout)
         if probs:
@@ -743,11 +711,9 @@ def confine(sandbox: Sandbox, seccomp: bool = False) -> None:
     h = sandbox._live()
     h.acquire()
     try:
-        rc, msg = _native.confine(h.ptr, bool(seccomp))
+        _native.confine(h.ptr, bool(seccomp))
     finally:
         h.release()
-    if rc != _native.OK:
-        raise _native.status_error(rc, message=msg)
 
 
 def probe() -> dict[str, Any]:

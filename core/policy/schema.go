@@ -1,0 +1,359 @@
+package policy
+
+//go:generate go run ./gen
+
+// The policy field schema: the one list of policy fields. Everything else that
+// names the fields is generated from it by core/policy/gen (`go generate
+// ./core/policy`; a test fails when a generated file is out of date): the C
+// header's builder setters and their definitions (capi/builder_gen.c), the table
+// of docs/protocol.md, the Python binding's table and its typed keyword arguments,
+// the Node binding's table and its TypeScript types. The Go decoder (Decode) reads
+// this table directly.
+//
+// A field that the API we follow has and sandtrap does not is listed too, with
+// Unsupported saying why: every binding refuses it the same way.
+
+// Kind is how a field's value is read, checked and converted.
+type Kind string
+
+const (
+	KindPaths   Kind = "paths"   // a list of absolute paths
+	KindPath    Kind = "path"    // one absolute path
+	KindTargets Kind = "targets" // network rules: 443, "host:443", "10.0.0.0/8", "udp://…", "*" (net.go)
+	KindPorts   Kind = "ports"   // ports and ranges: 8080, "8000-8005"
+	KindBool    Kind = "bool"
+	KindSize    Kind = "size"    // bytes: an integer or "256M" (binary suffixes)
+	KindCount   Kind = "count"   // a positive integer
+	KindSeconds Kind = "seconds" // a positive number of seconds
+	KindID      Kind = "id"      // a uid or gid
+	KindEnv     Kind = "env"     // a map of variable names to values
+	KindNames   Kind = "names"   // syscall names
+)
+
+// Kinds lists every kind, in a stable order.
+var Kinds = []Kind{KindPaths, KindPath, KindTargets, KindPorts, KindBool, KindSize, KindCount,
+	KindSeconds, KindID, KindEnv, KindNames}
+
+// List reports whether values of the kind are lists (a C setter appends to them).
+func (k Kind) List() bool {
+	switch k {
+	case KindPaths, KindTargets, KindPorts, KindNames:
+		return true
+	}
+	return false
+}
+
+// CKind is how a C builder setter passes its value to the engine.
+type CKind string
+
+const (
+	CString CKind = "string" // const char *: a string (appended to a list field)
+	CU64    CKind = "u64"    // an unsigned integer: bytes, a count, a port
+	CBool   CKind = "bool"   // int: 0 false, anything else true
+	CMillis CKind = "ms"     // uint64_t milliseconds, for a field in seconds
+	CEnv    CKind = "env"    // (const char *name, const char *value)
+	CIDs    CKind = "ids"    // (uint32_t uid, uint32_t gid): sets uid and gid together
+)
+
+// CSetter is one sandtrap_sandbox_builder_<Name> function of include/sandtrap.h.
+type CSetter struct {
+	Name   string // after sandtrap_sandbox_builder_
+	Params string // its C parameters after the builder
+	Kind   CKind
+	Doc    string // its comment in the header (the field's Doc when empty)
+}
+
+// Field is one policy field.
+type Field struct {
+	Key     string // the msgpack key (docs/protocol.md)
+	Default string // as documented: "[]", "none", "16 MiB"…
+	Doc     string // one line, for every generated document; {key} names another field
+	Python  string // the Python keyword, when it is not Key
+	Node    string // the Node option name, when it is not Key in camelCase
+	C       []CSetter
+	// Unsupported, for a field sandtrap does not support yet: why, and what to use
+	// instead. {key} names another field (each binding writes its own name for it).
+	Unsupported string
+
+	bind binding // how Decode reads it (supported fields)
+}
+
+// Kind is how the field's value is read ("" for an unsupported field).
+func (f *Field) Kind() Kind { return f.bind.kind }
+
+// Supported reports whether sandtrap implements the field.
+func (f *Field) Supported() bool { return f.Unsupported == "" }
+
+// PythonName is the field's keyword argument in the Python binding.
+func (f *Field) PythonName() string {
+	if f.Python != "" {
+		return f.Python
+	}
+	return f.Key
+}
+
+// NodeName is the field's option name in the Node binding.
+func (f *Field) NodeName() string {
+	if f.Node != "" {
+		return f.Node
+	}
+	return CamelCase(f.Key)
+}
+
+// CamelCase turns a snake_case key into camelCase ("max_cpu_time" -> "maxCpuTime").
+func CamelCase(s string) string {
+	out := make([]byte, 0, len(s))
+	up := false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '_' && i > 0:
+			up = true
+		case up && c >= 'a' && c <= 'z':
+			out = append(out, c-'a'+'A')
+			up = false
+		default:
+			out = append(out, c)
+			up = false
+		}
+	}
+	return string(out)
+}
+
+// binding reads one field of a policy map into a Policy.
+type binding struct {
+	kind Kind
+	read func(r reader, key string, p *Policy)
+}
+
+// kindReader is a Kind with its typed reader; into binds it to a Policy field of
+// the same Go type, so that a kind and its destination cannot disagree.
+type kindReader[T any] struct {
+	kind Kind
+	read func(reader, string) T
+}
+
+func (k kindReader[T]) into(dst func(*Policy) *T) binding {
+	return binding{kind: k.kind, read: func(r reader, key string, p *Policy) { *dst(p) = k.read(r, key) }}
+}
+
+var (
+	paths    = kindReader[[]string]{KindPaths, reader.paths}
+	path     = kindReader[string]{KindPath, reader.path}
+	netRules = kindReader[[]NetRule]{KindTargets, reader.netRules}
+	ports    = kindReader[[]uint16]{KindPorts, reader.ports}
+	boolean  = kindReader[bool]{KindBool, reader.boolean}
+	size     = kindReader[int64]{KindSize, reader.size}
+	count    = kindReader[int64]{KindCount, reader.count}
+	seconds  = kindReader[float64]{KindSeconds, reader.seconds}
+	id       = kindReader[*uint32]{KindID, reader.id}
+	env      = kindReader[map[string]string]{KindEnv, reader.env}
+	sysnames = kindReader[[]string]{KindNames, reader.names}
+)
+
+func str(name, param, doc string) CSetter { return CSetter{name, "const char *" + param, CString, doc} }
+
+// Schema is every policy field, in the order of docs/protocol.md.
+var Schema = []Field{
+	{Key: "fs_readable", Default: "[]", Doc: "absolute paths (files or directories) readable and executable; they must exist",
+		C: []CSetter{str("fs_readable", "path", "")}, bind: paths.into(func(p *Policy) *[]string { return &p.FSReadable })},
+	{Key: "fs_writable", Default: "[]", Doc: "absolute paths readable, writable, executable, creatable, removable; they must exist",
+		C: []CSetter{str("fs_writable", "path", "")}, bind: paths.into(func(p *Policy) *[]string { return &p.FSWritable })},
+	{Key: "fs_denied", Default: "[]", Doc: "paths inside allowed trees that stay denied (see docs/security.md)",
+		C: []CSetter{str("fs_denied", "path", "")}, bind: paths.into(func(p *Policy) *[]string { return &p.FSDenied })},
+	{Key: "net_allow", Default: "[]", Doc: "where sockets may connect and send: `443`, `\":443\"`, `\"api.example.com:443\"`, `\"10.0.0.0/8:22,443\"`, `\"[::1]:8080\"`, `\"udp://1.1.1.1:53\"`, `\"icmp://8.8.8.8\"`, `\"*\"` (host names resolved at build)",
+		C:    []CSetter{str("net_allow", "target", "Where sockets may connect and send, one rule per call: \"443\", \":443\", \"api.example.com:443\", \"10.0.0.0/8:22,443\", \"[::1]:8080\", \"udp://1.1.1.1:53\", \"icmp://8.8.8.8\", \"*\". Host names are resolved when the sandbox is built.")},
+		bind: netRules.into(func(p *Policy) *[]NetRule { return &p.NetAllow })},
+	{Key: "net_deny", Default: "[]", Doc: "or where they may not (everything else may), in the same grammar; not with an allow list",
+		C:    []CSetter{str("net_deny", "target", "Where sockets may not connect or send (everything else may); not together with net_allow.")},
+		bind: netRules.into(func(p *Policy) *[]NetRule { return &p.NetDeny })},
+	{Key: "net_allow_bind", Default: "[]", Doc: "TCP ports that may be bound: `8080`, `\"8000-8005\"`",
+		C: []CSetter{{"net_allow_bind", "uint16_t port", CU64, "TCP bind: one port."},
+			str("net_allow_bind_str", "ports", "TCP bind: a port or a range, \"8000-8005\".")},
+		bind: ports.into(func(p *Policy) *[]uint16 { return &p.NetAllowBind })},
+	{Key: "net_allow_udp", Default: "false", Doc: "UDP to any host and port",
+		C: []CSetter{{"net_allow_udp", "int allow", CBool, ""}}, bind: boolean.into(func(p *Policy) *bool { return &p.NetAllowUDP })},
+	{Key: "net_allow_unix", Default: "false", Doc: "allow `socket(AF_UNIX)` (pathname sockets; abstract ones stay scoped)",
+		C: []CSetter{{"net_allow_unix", "int allow", CBool, ""}}, bind: boolean.into(func(p *Policy) *bool { return &p.NetAllowUnix })},
+	{Key: "max_memory", Default: "none", Doc: "bytes for the whole process tree (`\"256M\"`): memory cgroup, else RLIMIT_AS per process",
+		C: []CSetter{{"max_memory", "uint64_t bytes", CU64, "Bytes of memory for the whole process tree: memory cgroup, else RLIMIT_AS per process."}}, bind: size.into(func(p *Policy) *int64 { return &p.MaxMemory })},
+	{Key: "max_processes", Default: "none", Doc: "tasks in the sandbox: pids cgroup, else RLIMIT_NPROC (non-root)",
+		C: []CSetter{{"max_processes", "uint32_t n", CU64, ""}}, bind: count.into(func(p *Policy) *int64 { return &p.MaxProcesses })},
+	{Key: "max_open_files", Default: "none", Doc: "RLIMIT_NOFILE per process",
+		C: []CSetter{{"max_open_files", "uint32_t n", CU64, ""}}, bind: count.into(func(p *Policy) *int64 { return &p.MaxOpenFiles })},
+	{Key: "max_disk", Default: "none", Doc: "RLIMIT_FSIZE: the largest file the run may write (`\"1G\"`)",
+		C: []CSetter{{"max_disk", "uint64_t bytes", CU64, "RLIMIT_FSIZE: the largest file the run may write, in bytes."}}, bind: size.into(func(p *Policy) *int64 { return &p.MaxDisk })},
+	{Key: "max_cpu", Default: "none", Doc: "percent of one CPU, throttled (cpu cgroup): 50, 200",
+		C: []CSetter{{"max_cpu", "uint32_t percent", CU64, ""}}, bind: count.into(func(p *Policy) *int64 { return &p.MaxCPU })},
+	{Key: "max_cpu_time", Default: "none", Doc: "CPU seconds for the whole process tree, then it is killed",
+		C:    []CSetter{{"max_cpu_time_ms", "uint64_t ms", CMillis, "CPU time for the whole process tree, in milliseconds, then it is killed."}},
+		bind: seconds.into(func(p *Policy) *float64 { return &p.MaxCPUTime })},
+	{Key: "timeout", Default: "none", Doc: "default wall-clock seconds of a run",
+		C:    []CSetter{{"timeout_ms", "uint64_t ms", CMillis, "Default wall-clock timeout of a run, in milliseconds."}},
+		bind: seconds.into(func(p *Policy) *float64 { return &p.Timeout })},
+	{Key: "max_output", Default: "16 MiB", Doc: "bytes kept of each of stdout and stderr; the rest is drained and dropped",
+		C: []CSetter{{"max_output", "uint64_t bytes", CU64, "Bytes kept of each of stdout and stderr (default 16 MiB); the rest is drained and dropped."}}, bind: size.into(func(p *Policy) *int64 { return &p.MaxOutput })},
+	{Key: "env", Default: "{}", Doc: "variables set for the program",
+		C: []CSetter{{"env", "const char *name, const char *value", CEnv, "Sets one variable for the program."}}, bind: env.into(func(p *Policy) *map[string]string { return &p.Env })},
+	{Key: "clean_env", Default: "false", Doc: "start from an empty environment (PATH set to the system default)",
+		C: []CSetter{{"clean_env", "int clean", CBool, ""}}, bind: boolean.into(func(p *Policy) *bool { return &p.CleanEnv })},
+	{Key: "cwd", Default: "inherited", Doc: "working directory (absolute)",
+		C: []CSetter{str("cwd", "path", "")}, bind: path.into(func(p *Policy) *string { return &p.Cwd })},
+	{Key: "uid", Default: "none", Doc: "run the program as this user (the host must be root; give {gid} too)",
+		C:    []CSetter{{"ids", "uint32_t uid, uint32_t gid", CIDs, "Run the program as uid/gid (the host must be root)."}},
+		bind: id.into(func(p *Policy) **uint32 { return &p.UID })},
+	{Key: "gid", Default: "none", Doc: "run the program as this group (with {uid})",
+		C: []CSetter{{"ids", "uint32_t uid, uint32_t gid", CIDs, ""}}, bind: id.into(func(p *Policy) **uint32 { return &p.GID })},
+	{Key: "extra_allow_syscalls", Default: "[]", Doc: "syscall names removed from the deny list",
+		C: []CSetter{str("extra_allow_syscall", "name", "")}, bind: sysnames.into(func(p *Policy) *[]string { return &p.ExtraAllowSyscalls })},
+	{Key: "extra_deny_syscalls", Default: "[]", Doc: "syscall names answered with EPERM",
+		C: []CSetter{str("extra_deny_syscall", "name", "")}, bind: sysnames.into(func(p *Policy) *[]string { return &p.ExtraDenySyscalls })},
+	{Key: "allow_degraded", Default: "false", Doc: "run even when a requested protection is unavailable; results say what was not applied",
+		C: []CSetter{{"allow_degraded", "int allow", CBool, ""}}, bind: boolean.into(func(p *Policy) *bool { return &p.AllowDegraded })},
+
+	// Not supported yet (the seed API's full constructor).
+	{Key: "http_ca", Unsupported: "sandtrap has no HTTP proxy"},
+	{Key: "http_key", Unsupported: "sandtrap has no HTTP proxy"},
+	{Key: "http_ports", Unsupported: "sandtrap has no HTTP proxy; use {net_allow}"},
+	{Key: "http_allow", Unsupported: "sandtrap has no HTTP ACL; use {net_allow} (ports)"},
+	{Key: "http_deny", Unsupported: "sandtrap has no HTTP ACL; use {net_allow} (ports)"},
+	{Key: "fs_storage", Unsupported: "sandtrap has no copy-on-write storage layer"},
+	{Key: "workdir", Unsupported: "sandtrap has no copy-on-write workdir (and no dry run); use {cwd}"},
+	{Key: "random_seed", Unsupported: "determinism controls are not supported"},
+	{Key: "time_start", Unsupported: "determinism controls are not supported"},
+	{Key: "deterministic_dirs", Unsupported: "determinism controls are not supported"},
+	{Key: "no_randomize_memory", Unsupported: "determinism controls are not supported"},
+	{Key: "no_coredump", Unsupported: "core dumps are always disabled in sandtrap; drop the field"},
+	{Key: "no_huge_pages", Unsupported: "huge pages cannot be turned off"},
+	{Key: "no_supervisor", Unsupported: "the syscall supervisor cannot be turned off"},
+	{Key: "chroot", Unsupported: "sandtrap does not chroot; grant paths with {fs_readable} and {fs_writable}"},
+	{Key: "fs_mount", Unsupported: "sandtrap does not mount; grant paths with {fs_readable} and {fs_writable}"},
+	{Key: "on_exit", Unsupported: "sandtrap has no copy-on-write branches"},
+	{Key: "on_error", Unsupported: "sandtrap has no copy-on-write branches"},
+	{Key: "port_remap", Unsupported: "port virtualization is not supported"},
+	{Key: "gpu_devices", Unsupported: "GPU devices cannot be granted"},
+	{Key: "cpu_cores", Unsupported: "CPU pinning is not supported; use {max_cpu}"},
+	{Key: "num_cpus", Unsupported: "CPU counts are not supported; use {max_cpu}"},
+	{Key: "name", Unsupported: "sandboxes have no names"},
+	{Key: "policy_fn", Unsupported: "dynamic syscall policies are not supported; use {extra_deny_syscalls}"},
+	{Key: "handlers", Unsupported: "syscall handlers are not supported"},
+}
+
+var byKey = func() map[string]*Field {
+	m := make(map[string]*Field, len(Schema))
+	for i := range Schema {
+		m[Schema[i].Key] = &Schema[i]
+	}
+	return m
+}()
+
+// Lookup returns the field with msgpack key k, or nil.
+func Lookup(k string) *Field { return byKey[k] }
+
+// Fields lists the keys of every supported field, in schema order.
+var Fields = func() []string {
+	var out []string
+	for i := range Schema {
+		if Schema[i].Supported() {
+			out = append(out, Schema[i].Key)
+		}
+	}
+	return out
+}()
+
+// DocFor is the field's Doc with each {key} written by name.
+func (f *Field) DocFor(name func(*Field) string) string { return expandRefs(f.Doc, name) }
+
+// UnsupportedMessage is the problem reported for an unsupported field, with each
+// {key} of the reason written by name (a binding's name for that field).
+func (f *Field) UnsupportedMessage(name func(*Field) string) string {
+	return "not supported by sandtrap yet: " + expandRefs(f.Unsupported, name)
+}
+
+// expandRefs replaces each {key} in s by name(Lookup(key)); an unknown key stays.
+func expandRefs(s string, name func(*Field) string) string {
+	out := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		if s[i] == '{' {
+			if j := indexByte(s[i:], '}'); j > 0 {
+				if f := Lookup(s[i+1 : i+j]); f != nil {
+					out = append(out, name(f)...)
+					i += j
+					continue
+				}
+			}
+		}
+		out = append(out, s[i])
+	}
+	return string(out)
+}
+
+func indexByte(s string, c byte) int {
+	for i := 0; i < len(s); i++ {
+		if s[i] == c {
+			return i
+		}
+	}
+	return -1
+}
+
+// UnknownMessage is the problem reported for a field name that is not in the
+// schema: "unknown field", with the nearest name of names when one is close.
+func UnknownMessage(given string, names []string) string {
+	if s := Suggest(given, names); s != "" {
+		return "unknown field; did you mean " + s + "?"
+	}
+	return "unknown field"
+}
+
+// Suggest returns the name of names nearest to given (case-insensitive, ignoring
+// underscores) when it is at most 1 + len/3 edits away (len: the name's, so
+// normalised), the first in names on a tie; "" when none is that close. The
+// Python binding sends unknown names to the engine; the Node binding implements
+// the same rule for its own names (lib/options.js).
+func Suggest(given string, names []string) string {
+	norm := func(s string) string {
+		out := make([]byte, 0, len(s))
+		for i := 0; i < len(s); i++ {
+			c := s[i]
+			if c == '_' {
+				continue
+			}
+			if c >= 'A' && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			out = append(out, c)
+		}
+		return string(out)
+	}
+	g := norm(given)
+	best, bestD := "", -1
+	for _, n := range names {
+		nn := norm(n)
+		if d := editDistance(g, nn); d <= 1+len(nn)/3 && (bestD < 0 || d < bestD) {
+			best, bestD = n, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance of a and b (bytes).
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}

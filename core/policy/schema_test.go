@@ -1,0 +1,144 @@
+package policy
+
+import (
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// A valid value of every kind, as msgpack decodes it.
+var sample = map[Kind]any{
+	KindPaths: []any{"/usr"}, KindPath: "/tmp", KindTargets: []any{int64(443), "example.com:80"},
+	KindPorts: []any{int64(8080), "9000-9001"}, KindBool: true, KindSize: "1M", KindCount: int64(4),
+	KindSeconds: 1.5, KindID: int64(1000), KindEnv: map[string]any{"A": "b"}, KindNames: []any{"getcpu"},
+}
+
+func TestSchemaIsConsistent(t *testing.T) {
+	seen := map[string]bool{}
+	setters := map[string]CSetter{}
+	for i := range Schema {
+		f := &Schema[i]
+		if seen[f.Key] || f.Key == "" || f.Key != strings.ToLower(f.Key) {
+			t.Errorf("field %q: empty, repeated or not snake_case", f.Key)
+		}
+		seen[f.Key] = true
+		if f.Supported() {
+			if f.bind.read == nil || f.Kind() == "" || f.Doc == "" || f.Default == "" || len(f.C) == 0 {
+				t.Errorf("%s: a supported field needs a reader, a doc, a default and a C setter", f.Key)
+			}
+			if _, ok := sample[f.Kind()]; !ok {
+				t.Errorf("%s: kind %q has no sample", f.Key, f.Kind())
+			}
+		} else if f.bind.read != nil || len(f.C) > 0 || f.Doc != "" {
+			t.Errorf("%s: an unsupported field has no reader, doc or setter", f.Key)
+		}
+		for _, ref := range regexp.MustCompile(`\{([^}]*)\}`).FindAllStringSubmatch(f.Unsupported, -1) {
+			if g := Lookup(ref[1]); g == nil || !g.Supported() {
+				t.Errorf("%s: the reason names {%s}, which is not a supported field", f.Key, ref[1])
+			}
+		}
+		for _, c := range f.C {
+			if prev, ok := setters[c.Name]; ok && (prev.Kind != CIDs || c.Kind != CIDs) {
+				t.Errorf("setter %s is given twice", c.Name)
+			}
+			setters[c.Name] = c
+		}
+	}
+	if len(Kinds) != len(sample) {
+		t.Errorf("Kinds has %d kinds, the samples %d", len(Kinds), len(sample))
+	}
+}
+
+// Every supported field is read into its own Policy field: setting one field alone
+// changes the decoded policy, and no two fields change the same thing.
+func TestEveryFieldIsDecoded(t *testing.T) {
+	empty, probs := Decode(map[string]any{})
+	if len(probs) != 0 {
+		t.Fatal(probs)
+	}
+	for i := range Schema {
+		f := &Schema[i]
+		if !f.Supported() {
+			continue
+		}
+		m := map[string]any{f.Key: sample[f.Kind()]}
+		if f.Kind() == KindID { // uid and gid go together
+			m = map[string]any{"uid": int64(1000), "gid": int64(1000)}
+		}
+		p, probs := Decode(m)
+		if len(probs) != 0 {
+			t.Errorf("%s: %v", f.Key, probs)
+			continue
+		}
+		if reflect.DeepEqual(p, empty) {
+			t.Errorf("%s: decoding it changes nothing", f.Key)
+		}
+	}
+}
+
+func TestUnknownAndUnsupportedFields(t *testing.T) {
+	_, probs := Decode(map[string]any{"fs_readble": nil, "chroot": "/", "max_mem": "1G", "zzz": 1})
+	want := Problems{
+		{"chroot", "not supported by sandtrap yet: sandtrap does not chroot; grant paths with fs_readable and fs_writable"},
+		{"fs_readble", "unknown field; did you mean fs_readable?"},
+		{"max_mem", "unknown field; did you mean max_memory?"},
+		{"zzz", "unknown field"},
+	}
+	if !reflect.DeepEqual(probs, want) {
+		t.Fatalf("got %#v", probs)
+	}
+	if s := Suggest("maxMemory", Fields); s != "max_memory" {
+		t.Errorf("Suggest(maxMemory) = %q", s)
+	}
+	if s := Suggest("timeout", []string{"timeout", "max_cpu_time"}); s != "timeout" {
+		t.Errorf("an exact name suggests itself, got %q", s)
+	}
+}
+
+// Problems name their field in Field and no other field in the message (except
+// uid and gid, spelt alike everywhere), so that a binding can show every problem
+// under its own names without rewriting text.
+func TestMessagesNameNoOtherField(t *testing.T) {
+	bad := []map[string]any{
+		{"fs_readable": "/usr", "fs_writable": []any{"rel", int64(1)}, "fs_denied": []any{""}, "net_allow": []any{"x:y", int64(0)},
+			"net_allow_bind": []any{"9-1", 1.5}, "net_allow_udp": 1, "max_memory": "lots", "max_processes": int64(0),
+			"max_open_files": "x", "max_disk": int64(-1), "max_cpu": int64(1 << 30), "max_cpu_time": -1.0, "timeout": "x",
+			"max_output": uint64(1 << 63), "env": map[string]any{"A=": "x", "B": int64(1), "C": "\x00"}, "clean_env": "no",
+			"cwd": "rel", "uid": int64(-1), "extra_allow_syscalls": []any{"a b", "ptrace"}, "extra_deny_syscalls": []any{"ptrace"},
+			"allow_degraded": nil, "chroot": "/", "cpu_cores": 2, "policy_fn": nil, "fs_mount": nil},
+		{"gid": int64(5)},
+	}
+	var names []string
+	for i := range Schema {
+		if f := &Schema[i]; f.Key != f.NodeName() && f.Key != "uid" && f.Key != "gid" {
+			names = append(names, f.Key)
+		}
+	}
+	n := 0
+	for _, m := range bad {
+		_, probs := Decode(m)
+		for _, p := range probs {
+			n++
+			if f := Lookup(p.Field); f != nil && !f.Supported() {
+				continue // its reason names fields by each binding's names ({key})
+			}
+			for _, k := range names {
+				if strings.Contains(p.Message, k) {
+					t.Errorf("%s: the message names %s: %q", p.Field, k, p.Message)
+				}
+			}
+		}
+	}
+	if n < 25 {
+		t.Errorf("only %d problems: the bad policies should break every field", n)
+	}
+}
+
+func TestCamelCase(t *testing.T) {
+	for in, want := range map[string]string{"max_cpu_time": "maxCpuTime", "cwd": "cwd", "net_allow_udp": "netAllowUdp", "http_ca": "httpCa"} {
+		if got := CamelCase(in); got != want {
+			t.Errorf("CamelCase(%q) = %q", in, got)
+		}
+	}
+}
