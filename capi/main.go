@@ -21,6 +21,7 @@ import (
 	"github.com/sandtrap/sandtrap/core/engine"
 	"github.com/sandtrap/sandtrap/core/guest"
 	"github.com/sandtrap/sandtrap/core/kernel"
+	_ "github.com/sandtrap/sandtrap/core/session" // the cooperative sandbox's and map-reduce's ops
 	"golang.org/x/sys/unix"
 )
 

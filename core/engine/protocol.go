@@ -245,6 +245,9 @@ func parseRun(m map[string]any, what string, probs *policy.Problems, extra ...st
 // Exec runs one msgpack request against the sandbox and returns the msgpack
 // response and the error kind ("" when the call itself succeeded).
 func (s *Sandbox) Exec(b []byte) ([]byte, string) {
+	if resp, kind, ok := s.execRaw(b); ok { // host-call answers, ops of other packages
+		return resp, kind
+	}
 	m, err := DecodeMap(b, "request")
 	if err != nil {
 		return ErrorResponse(err), KindInvalidRequest
@@ -285,7 +288,7 @@ func (s *Sandbox) Exec(b []byte) ([]byte, string) {
 	case "":
 		return ErrorResponse(errorf(KindInvalidRequest, "request: missing \"op\" (run, pipeline, isolation)")), KindInvalidRequest
 	}
-	return ErrorResponse(errorf(KindInvalidRequest, "request: unknown op %q (run, pipeline, isolation, session_open, session_send, session_close)", op)), KindInvalidRequest
+	return ErrorResponse(errorf(KindInvalidRequest, "request: unknown op %q (%s)", op, strings.Join(knownOps(), ", "))), KindInvalidRequest
 }
 
 // CallKind maps a result error to a call status: errors about the run's own fate
