@@ -324,15 +324,23 @@ export declare class AbortError extends SandtrapError {
   readonly code: 'ABORT_ERR';
 }
 
-/** Limits of the cooperative Python sandbox (grants are a Python-host feature). */
+/** Limits and granted functions of the cooperative Python sandbox. */
 export interface PythonPolicy {
-  timeout?: number;
+  /** Seconds an exec may run, host calls included (default 30; null: no limit). */
+  timeout?: number | null;
   tickLimit?: number;
   memoryLimit?: number;
   maxStdout?: number;
   allowNetwork?: boolean;
   /** At 'kernel', let the worker create processes and run programs (refused with EPERM otherwise). */
   allowSubprocess?: boolean;
+  /**
+   * Host functions the sandboxed code may call by name: they run here, in JavaScript,
+   * with the call's arguments (and its keyword arguments as one last object, when
+   * there are any); their result (or a promise of it) crosses back as msgpack data,
+   * an exception as a Python exception (HostError) whose message is `<name>: <message>`.
+   */
+  functions?: Record<string, (...args: any[]) => unknown>;
 }
 
 export interface PythonSandboxOptions {
@@ -342,23 +350,36 @@ export interface PythonSandboxOptions {
   filesystem?: string;
   echo?: boolean | 'all';
   allowDegraded?: boolean;
+  /** The Python interpreter (default: the engine's pick: the first python3 program on PATH). */
+  python?: string;
 }
 
 export interface PythonExecResult {
   stdout: string;
   stderr: string;
   namespace: Record<string, unknown>;
-  error: { type: string; message: string; traceback?: string } | null;
+  error: { type: string; module: string; message: string; traceback: string | null } | null;
   ticks: number;
   traceback: string | null;
-  isolation: 'kernel' | 'process';
+  /** Characters of stdout dropped (the tail is kept). */
+  stdoutTruncated: number;
+  duration: number;
+  /** What took effect: the level, the engine's isolation report, the worker's Python and subprocess rules. */
+  isolation: { level: 'kernel' | 'process'; [key: string]: unknown };
   /** A fresh worker ran this call (the previous one crashed or was killed). */
   restarted: boolean;
 }
 
 export declare class PythonSandbox {
   constructor(policy?: PythonPolicy, options?: PythonSandboxOptions);
-  exec(code: string, options?: { namespace?: Record<string, unknown>; stdin?: string; argv?: string[] }): Promise<PythonExecResult>;
+  /** Resolves with the isolation report once the engine built the worker's sandbox (rejects as exec would). */
+  open(): Promise<Record<string, unknown>>;
+  exec(
+    code: string,
+    options?: { namespace?: Record<string, unknown>; modules?: Record<string, Record<string, unknown>>; stdin?: string; argv?: string[] },
+  ): Promise<PythonExecResult>;
+  /** Stop the running exec (its worker is killed); with none running, nothing happens. */
+  cancel(): void;
   close(): void;
 }
 

@@ -177,6 +177,7 @@ func openCoop(s *engine.Sandbox, req []byte) (*coop, error) {
 		for _, d := range moduleDirs {
 			granted = append(granted, Grant{d, "a granted module's directory (the worker imports it)"})
 		}
+		granted = dedupe(granted)
 		var paths []string
 		for _, g := range granted {
 			paths = append(paths, g.Path)
@@ -238,6 +239,19 @@ func openCoop(s *engine.Sandbox, req []byte) (*coop, error) {
 	coopsMu.Unlock()
 	s.OnClose(c.close)
 	return c, nil
+}
+
+// dedupe keeps the first grant of each path.
+func dedupe(gs []Grant) []Grant {
+	seen := map[string]bool{}
+	out := gs[:0]
+	for _, g := range gs {
+		if !seen[g.Path] {
+			seen[g.Path] = true
+			out = append(out, g)
+		}
+	}
+	return out
 }
 
 func unwrap(err error) error {

@@ -20,7 +20,12 @@ const { POLICY, RUN, mapOptions, engineProblems, camelKeys, isPlainObject, descr
 
 // useBigInt64: a BigInt is encoded as a 64-bit integer (sandbox ids are uint64)
 const encoder = new Encoder({ ignoreUndefined: true, useBigInt64: true });
-const decoder = new Decoder();
+// keys that are not strings or numbers (a Python namespace may have None, bool or
+// bytes keys) become strings: JavaScript objects hold nothing else
+const decoder = new Decoder({
+  mapKeyConverter: (k) =>
+    typeof k === 'string' || typeof k === 'number' ? k : ArrayBuffer.isView(k) ? Buffer.from(k).toString() : String(k),
+});
 const encode = (v) => encoder.encode(v);
 const decode = (buf) => decoder.decode(buf);
 
