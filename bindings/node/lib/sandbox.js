@@ -237,8 +237,9 @@ class Sandbox {
     }
     for (const sb of involved) sb._live();
     if (signal?.aborted) throw abortError(signal);
-    // Every request carries a unique tag: it names the operation for cancel().
-    req = { ...req, tag: newTag() };
+    // Every request carries a tag: it names the operation for cancel() (unique, unless
+    // the caller names it: the requests of one operation answering host calls share it).
+    req = { ...req, tag: req.tag ?? newTag() };
     const gen = this._cancelGen;
     // pin every sandbox involved: close() frees the engine's side only after
     // the requests already made (queued ones included) are done
@@ -307,6 +308,11 @@ class Sandbox {
    *   an AbortError (err.result) when opts.signal aborted it.
    */
   async run(argv, opts = {}) {
+    return this._run({ op: 'run' }, argv, opts);
+  }
+
+  // run(), or an op whose request and result are a run's plus the keys of `base`.
+  async _run(base, argv, opts) {
     const problems = [];
     const args = checkArgv(argv, problems);
     const { map, problems: optProblems } = mapOptions(opts, RUN, 'run', ['stdin', 'signal']);
@@ -315,7 +321,7 @@ class Sandbox {
     const stdin = stdinBytes(o.stdin, problems);
     if (o.signal != null && !isAbortSignal(o.signal)) problems.push(`signal: want an AbortSignal, got ${describe(o.signal)}`);
     if (problems.length) throw requestError(problems);
-    return finishRun(await this._requestShaped({ op: 'run', argv: args, stdin, ...map }, o.signal, runResult));
+    return finishRun(await this._requestShaped({ ...base, argv: args, stdin, ...map }, o.signal, runResult));
   }
 
   /** A command for a pipeline: sb.cmd(a).pipe(sb2.cmd(b)).run(). */
@@ -481,4 +487,4 @@ function version() {
   return { binding: pkg.version, library: v.version, abi: v.abi, headerAbi: v.headerAbi };
 }
 
-module.exports = { Sandbox, Command, Pipeline, confine, probe, version, SandtrapError };
+module.exports = { Sandbox, Command, Pipeline, confine, probe, version, SandtrapError, newTag };
