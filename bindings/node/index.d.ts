@@ -216,9 +216,10 @@ export declare class Sandbox {
   readonly closed: boolean;
   /**
    * Run argv in the sandbox, on the libuv thread pool. Resolves with the result
-   * (also when the program fails, times out or hits a limit); rejects with
-   * NotFound, SpawnFailed, IsolationUnavailable… when it could not run, and with
-   * an AbortError (result in `err.result`) when `signal` aborted it.
+   * (also when the program fails, is missing — `error.kind` 'not_found' — or could
+   * not start — 'spawn_failed' —, times out or hits a limit); rejects with
+   * IsolationUnavailable, SandboxClosed… when the sandbox cannot run anything, and
+   * with an AbortError (result in `err.result`) when `signal` aborted it.
    */
   run(argv: readonly string[], options?: RunOptions): Promise<RunResult>;
   /** A command for a pipeline: `a.cmd(x).pipe(b.cmd(y)).run()`. */

@@ -30,7 +30,9 @@ const encode = (v) => encoder.encode(v);
 const decode = (buf) => decoder.decode(buf);
 
 // Error kinds that are a run's fate (the call itself worked): resolved, not rejected.
-const OUTCOME_KINDS = new Set(['timeout', 'cancelled', 'cpu_time_limit', 'memory_limit', 'stage_failed']);
+// A program that is missing or could not start is one (as in Python and C: the
+// result's error says so); a sandbox that cannot isolate or is closed is not.
+const OUTCOME_KINDS = new Set(['timeout', 'cancelled', 'cpu_time_limit', 'memory_limit', 'stage_failed', 'not_found', 'spawn_failed']);
 
 let tagSeq = 0;
 const newTag = () => `node:${process.pid}:${++tagSeq}`;
@@ -58,6 +60,9 @@ function runResult(r) {
     cancelled: r.cancelled === true,
     isolation: r.isolation ? camelKeys(r.isolation) : null,
     usage: r.usage ? camelKeys(r.usage) : null,
+    // a pipeline's (below); a run has none, as in Python
+    stages: [],
+    failedStage: null,
   };
 }
 
@@ -120,7 +125,8 @@ function policyError(problems) {
  * How many engine calls run at once. Each one holds a thread for as long as its
  * program runs; beyond this, requests wait (in order) for a slot. The Go runtime
  * aborts the whole process past 10000 threads, so this must stay well below.
- * SANDTRAP_MAX_CONCURRENT overrides the default of 256.
+ * SANDTRAP_MAX_CONCURRENT overrides the default of 256 (the same variable and default
+ * bound the Python binding's asyncio calls).
  */
 const slots = {
   max: Math.max(1, Math.min(Number(process.env.SANDTRAP_MAX_CONCURRENT) || 256, 4096)),
@@ -155,6 +161,15 @@ const slots = {
   },
 };
 
+/** process.env now, without what the engine cannot carry (NUL bytes). */
+function hostEnv() {
+  const env = {};
+  for (const [k, v] of Object.entries(process.env)) {
+    if (typeof v === 'string' && !k.includes('\0') && !v.includes('\0') && !k.includes('=')) env[k] = v;
+  }
+  return env;
+}
+
 /** A deep, frozen copy of plain options data. */
 function snapshot(v) {
   if (Array.isArray(v)) return Object.freeze(v.map(snapshot));
@@ -188,6 +203,12 @@ class Sandbox {
    */
   constructor(options = {}) {
     const { map, problems } = mapOptions(options, POLICY, 'options');
+    if (!map.clean_env) {
+      // as in Python: the program inherits this process's environment as it is now
+      // (snapshotted per sandbox; the engine alone would see it as it was at load),
+      // under the policy's own env
+      map.env = { ...hostEnv(), ...(map.env ?? {}) };
+    }
     let handle = null;
     try {
       handle = native.newSandbox(encode(map));

@@ -143,7 +143,9 @@ def _async_executor() -> concurrent.futures.ThreadPoolExecutor:
     global _async_pool
     with _pool_lock:
         if _async_pool is None:
-            n = int(os.environ.get("SANDTRAP_ASYNC_WORKERS", "64") or 64)
+            # engine calls of arun() at once: each holds a thread while its program
+            # runs (the Node binding reads the same variable, with the same default)
+            n = int(os.environ.get("SANDTRAP_MAX_CONCURRENT", "256") or 256)
             _async_pool = concurrent.futures.ThreadPoolExecutor(
                 max_workers=max(1, n), thread_name_prefix="sandtrap-async")
         return _async_pool
