@@ -166,12 +166,16 @@ export interface RunResult {
   stderr: Buffer;
   stdoutTruncated: boolean;
   stderrTruncated: boolean;
-  /** Why the engine stopped the run (timeout, cancelled, limits), else null. */
+  /** Why the engine stopped the run (timeout, cancelled, limits) or could not start it (not_found, spawn_failed), else null. */
   error: RunError | null;
   timedOut: boolean;
   cancelled: boolean;
   isolation: IsolationReport | null;
   usage: Usage | null;
+  /** A pipeline's stages (empty for a run, as in Python). */
+  stages: RunResult[];
+  /** A pipeline's first failed stage (null for a run). */
+  failedStage: number | null;
 }
 
 /** The last stage's result plus every stage's result, in order. It succeeds only
@@ -204,7 +208,7 @@ export interface VersionInfo {
 
 export declare class Sandbox {
   /** COW-fork map: init once in a confined template, then n clones of it, each running work. */
-  fork(n: number, options: ForkOptions): Promise<CloneResult[]>;
+  fork(n: number, options: ForkOptions): Promise<Clones>;
   /** Run argv here with the clones' stdout, in clone order, on stdin. */
   reduce(argv: string[], clones: CloneResult[], options?: RunOptions): Promise<RunResult>;
   /** Validates every option at once: throws one PolicyError listing every problem. */
@@ -403,10 +407,17 @@ export interface ForkOptions {
   init?: string;
   /** Python source run in each clone (sees CLONE_ID). */
   work: string;
-  /** Seconds before a clone is killed. */
+  /** Seconds before a clone is killed (default: the mapper's timeout). */
   timeout?: number;
   /** Clones alive at once (default: 4 per CPU). */
   parallel?: number;
-  /** Called as each clone finishes (progress). */
+  /** Called as each clone finishes (progress); if it throws, forking stops and fork() rejects with that error. */
   onClone?: (clone: CloneResult) => void;
+  /** Aborting stops forking (the template and its clones are killed); fork() rejects with an AbortError, `err.result` the clones so far. */
+  signal?: AbortSignal;
+  /** The Python interpreter of the template (default: the engine's pick, as for sandbox()). */
+  python?: string;
 }
+
+/** The clones of a fork in clone order, and the template's isolation report (with `python.granted`: what the engine added to the mapper's policy for the Python runtime). */
+export type Clones = CloneResult[] & { readonly isolation: Record<string, unknown> | null };
