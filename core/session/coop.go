@@ -1,6 +1,7 @@
 package session
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -64,6 +65,7 @@ type coop struct {
 	base    []byte             // the worker sandbox's isolation report, encoded
 	extra   map[string]any     // what the report adds to it: level, python, subprocess
 	encoded msgpack.RawMessage // the report: base with extra
+	sent    bool               // the binding has the report as it is (responses omit it)
 	closed  bool
 }
 
@@ -92,6 +94,7 @@ func coopOpen(s *engine.Sandbox, req []byte) ([]byte, string) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.sent = true
 	return engine.Encode(map[string]any{"isolation": c.encoded}), ""
 }
 
@@ -389,7 +392,9 @@ func (c *coop) reportSubprocess(engineLayer rawmsg.Value) error {
 		}
 	}
 	c.extra["subprocess"] = sub
-	c.encoded = mapWith(c.base, c.extra)
+	if enc := mapWith(c.base, c.extra); !bytes.Equal(enc, c.encoded) {
+		c.encoded, c.sent = enc, false
+	}
 	return err
 }
 
@@ -727,7 +732,10 @@ func (x *execState) result(f frame) hostcall.Step {
 
 func (x *execState) respond(out map[string]any) hostcall.Step {
 	x.c.mu.Lock()
-	out["isolation"] = x.c.encoded
+	if !x.c.sent { // the report changed (a worker started): the binding keeps the last one
+		out["isolation"] = x.c.encoded
+		x.c.sent = true
+	}
 	x.c.mu.Unlock()
 	out["restarted"] = x.restarted
 	return hostcall.Final(engine.Encode(out), "")

@@ -81,7 +81,10 @@ func TestCoopExecWithAHostCall(t *testing.T) {
 			if kind != "" || resp["error"] != nil || resp["stdout"] != "42\n" || num(resp["namespace"].(map[string]any)["x"]) != 42 {
 				t.Fatalf("exec: %v", resp)
 			}
-			sub := resp["isolation"].(map[string]any)["subprocess"].(map[string]any)
+			if r, ok := resp["isolation"].(map[string]any); ok { // sent when it changed
+				iso = r
+			}
+			sub := iso["subprocess"].(map[string]any)
 			if sub["allowed"] != (level == "process") {
 				t.Fatalf("subprocess: %v", sub)
 			}

@@ -53,13 +53,18 @@ class PythonSandbox {
     this.opening = this.sandbox
       .request({ op: 'coop_open', level: isolation, policy: portable, interpreter: python, filesystem_root: filesystem,
         echo, allow_degraded: allowDegraded })
-      .then(check);
+      .then(check)
+      .then((r) => {
+        this.report = camelKeys(r.isolation);
+        return r;
+      });
     this.opening.catch(() => {});
   }
 
   /** Resolves with the isolation report once the engine has built the worker's sandbox. */
   async open() {
-    return camelKeys((await this.opening).isolation);
+    await this.opening;
+    return this.report;
   }
 
   // Run the granted function a host call names; the answer's value or error.
@@ -87,6 +92,7 @@ class PythonSandbox {
       const { call, pending } = resp;
       resp = check(await this.sandbox.request({ op: 'answer', pending, call: call.id, ...(await this._answer(call)) }));
     }
+    if (resp.isolation) this.report = camelKeys(resp.isolation); // sent when it changed
     return {
       stdout: resp.stdout,
       stderr: resp.stderr,
@@ -96,7 +102,7 @@ class PythonSandbox {
       traceback: resp.traceback ?? null,
       stdoutTruncated: resp.stdout_truncated,
       duration: resp.duration,
-      isolation: camelKeys(resp.isolation),
+      isolation: { ...this.report },
       restarted: resp.restarted === true,
     };
   }

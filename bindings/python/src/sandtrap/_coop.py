@@ -199,12 +199,12 @@ class CoopSandbox:
                     answer = self._host_call(call)
                 finally:  # interrupted (Ctrl-C): abort the exec, which ends the worker
                     resp = self._request({"op": "answer", "pending": resp["pending"], "call": call["id"], **answer})
-        self._report = resp["isolation"]
+        self._report = resp.get("isolation", self._report)  # sent when it changed
         e = resp["error"]
         return ExecResult(resp["stdout"], resp["namespace"], _error_from_wire(e), resp["ticks"],
                           stderr=resp["stderr"], traceback=resp["traceback"],
                           stdout_truncated=resp["stdout_truncated"], duration=float(resp["duration"]),
-                          error_message=e["message"] if e else None, isolation=resp["isolation"],
+                          error_message=e["message"] if e else None, isolation=dict(self._report),
                           restarted=resp["restarted"])
 
     async def aexec(self, code: str, **kwargs: Any) -> ExecResult:
