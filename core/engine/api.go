@@ -74,7 +74,11 @@ func (s *Sandbox) OpenSession(req *RunRequest, template []byte, spawn bool) (uin
 		if err != nil {
 			return 0, err
 		}
-		return out["session"].(uint64), nil
+		id, ok := out["session"].(uint64)
+		if !ok {
+			return 0, errorf(KindInternal, "BUG(engine): a fork's session id is a %T", out["session"])
+		}
+		return id, nil
 	}
 	ss, err := s.startSession(req, false)
 	if err != nil {
@@ -140,13 +144,6 @@ func (s *Sandbox) runClosers() {
 	for i := len(fs) - 1; i >= 0; i-- {
 		fs[i]()
 	}
-}
-
-// Closed is true once Close was called.
-func (s *Sandbox) Closed() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.closed
 }
 
 // Enter registers an operation in flight (Close waits for it); false once the
