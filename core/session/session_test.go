@@ -1,6 +1,7 @@
 package session
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -226,5 +227,18 @@ func TestRuntimePathsOfAVirtualEnvironment(t *testing.T) {
 	}
 	if p, err := interpreter(""); err != nil || script(p) {
 		t.Fatalf("the engine's pick: %q %v", p, err)
+	}
+}
+
+// The engine's default exec timeout is the guest runtime's Policy() default: a
+// binding that leaves it out (Node) and one that sends Policy().timeout (Python) agree.
+func TestTheDefaultTimeoutIsPolicys(t *testing.T) {
+	src, err := os.ReadFile("../guest/python/sandtrap_guest/policy.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("timeout: float | None = %.1f", DefaultTimeout)
+	if !strings.Contains(string(src), want) {
+		t.Fatalf("policy.py's Policy() does not default to %gs (%q)", DefaultTimeout, want)
 	}
 }
