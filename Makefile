@@ -24,7 +24,7 @@ INCLUDEDIR ?= $(PREFIX)/include
 BINDIR     ?= $(PREFIX)/bin
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 
-.PHONY: all lib init generate install uninstall wheel sdist npm-pack packages test test-go test-c test-guest test-python test-node test-packaging fuzz bench deps demo clean
+.PHONY: all lib init generate install uninstall wheel sdist npm-pack packages test test-go test-c test-guest test-python test-node test-cross test-packaging fuzz bench deps demo clean
 
 all: lib
 
@@ -109,7 +109,7 @@ deps:
 # The whole suite; installs what it needs first (README's test command).
 test: deps
 	$(MAKE) lib
-	$(MAKE) test-go test-c fuzz test-guest test-python test-node test-packaging
+	$(MAKE) test-go test-c fuzz test-guest test-python test-node test-cross test-packaging
 
 # the tests' builds carry the SANDTRAP_TEST_DISABLE hook (core/kernel/testhook.go);
 # the shipped library does not
@@ -143,6 +143,13 @@ test-python: lib $(TESTHOOK_LIB)
 
 test-node: lib
 	cd bindings/node && npm install --no-audit --no-fund && npm test
+
+# the same scenarios through Python and Node, compared field by field (tests/cross);
+# Python from this tree's sources, Node's addon as test-node builds it
+test-cross: lib
+	$(PYTHON) -m pip install -q pytest msgpack
+	cd bindings/node && npm install --no-audit --no-fund && node scripts/build.js
+	PYTHONPATH=$(CURDIR)/bindings/python/src SANDTRAP_LIB=$(CURDIR)/$(LIB) $(PYTHON) -m pytest -q tests/cross
 
 # the wheel, sdist, npm tarball and C library installed away from the hidden
 # repository, and every README code block run against them (tests/packaging/run.sh)

@@ -22,6 +22,7 @@ import (
 	"github.com/sandtrap/sandtrap/core/guest"
 	"github.com/sandtrap/sandtrap/core/kernel"
 	"github.com/sandtrap/sandtrap/core/policy"
+	_ "github.com/sandtrap/sandtrap/core/session" // the cooperative sandbox's and map-reduce's ops
 	"golang.org/x/sys/unix"
 )
 

@@ -173,12 +173,16 @@ export interface RunResult {
   stderr: Buffer;
   stdoutTruncated: boolean;
   stderrTruncated: boolean;
-  /** Why the engine stopped the run (timeout, cancelled, limits), else null. */
+  /** Why the engine stopped the run (timeout, cancelled, limits) or could not start it (not_found, spawn_failed), else null. */
   error: RunError | null;
   timedOut: boolean;
   cancelled: boolean;
   isolation: IsolationReport | null;
   usage: Usage | null;
+  /** A pipeline's stages (empty for a run, as in Python). */
+  stages: RunResult[];
+  /** A pipeline's first failed stage (null for a run). */
+  failedStage: number | null;
 }
 
 /** The last stage's result plus every stage's result, in order. It succeeds only
@@ -211,7 +215,7 @@ export interface VersionInfo {
 
 export declare class Sandbox {
   /** COW-fork map: init once in a confined template, then n clones of it, each running work. */
-  fork(n: number, options: ForkOptions): Promise<CloneResult[]>;
+  fork(n: number, options: ForkOptions): Promise<Clones>;
   /** Run argv here with the clones' stdout, in clone order, on stdin. */
   reduce(argv: string[], clones: CloneResult[], options?: RunOptions): Promise<RunResult>;
   /** Validates every option at once: throws one PolicyError listing every problem. */
@@ -223,9 +227,10 @@ export declare class Sandbox {
   readonly closed: boolean;
   /**
    * Run argv in the sandbox, on the libuv thread pool. Resolves with the result
-   * (also when the program fails, times out or hits a limit); rejects with
-   * NotFound, SpawnFailed, IsolationUnavailable… when it could not run, and with
-   * an AbortError (result in `err.result`) when `signal` aborted it.
+   * (also when the program fails, is missing — `error.kind` 'not_found' — or could
+   * not start — 'spawn_failed' —, times out or hits a limit); rejects with
+   * IsolationUnavailable, SandboxClosed… when the sandbox cannot run anything, and
+   * with an AbortError (result in `err.result`) when `signal` aborted it.
    */
   run(argv: readonly string[], options?: RunOptions): Promise<RunResult>;
   /** A command for a pipeline: `a.cmd(x).pipe(b.cmd(y)).run()`. */
@@ -343,15 +348,23 @@ export declare class AbortError extends SandtrapError {
   readonly code: 'ABORT_ERR';
 }
 
-/** Limits of the cooperative Python sandbox (grants are a Python-host feature). */
+/** Limits and granted functions of the cooperative Python sandbox. */
 export interface PythonPolicy {
-  timeout?: number;
+  /** Seconds an exec may run, host calls included (default 30; null: no limit). */
+  timeout?: number | null;
   tickLimit?: number;
   memoryLimit?: number;
   maxStdout?: number;
   allowNetwork?: boolean;
   /** At 'kernel', let the worker create processes and run programs (refused with EPERM otherwise). */
   allowSubprocess?: boolean;
+  /**
+   * Host functions the sandboxed code may call by name: they run here, in JavaScript,
+   * with the call's arguments (and its keyword arguments as one last object, when
+   * there are any); their result (or a promise of it) crosses back as msgpack data,
+   * an exception as a Python exception (HostError) whose message is `<name>: <message>`.
+   */
+  functions?: Record<string, (...args: any[]) => unknown>;
 }
 
 export interface PythonSandboxOptions {
@@ -361,23 +374,36 @@ export interface PythonSandboxOptions {
   filesystem?: string;
   echo?: boolean | 'all';
   allowDegraded?: boolean;
+  /** The Python interpreter (default: the engine's pick: the first python3 program on PATH). */
+  python?: string;
 }
 
 export interface PythonExecResult {
   stdout: string;
   stderr: string;
   namespace: Record<string, unknown>;
-  error: { type: string; message: string; traceback?: string } | null;
+  error: { type: string; module: string; message: string; traceback: string | null } | null;
   ticks: number;
   traceback: string | null;
-  isolation: 'kernel' | 'process';
+  /** Characters of stdout dropped (the tail is kept). */
+  stdoutTruncated: number;
+  duration: number;
+  /** What took effect: the level, the engine's isolation report, the worker's Python and subprocess rules. */
+  isolation: { level: 'kernel' | 'process'; [key: string]: unknown };
   /** A fresh worker ran this call (the previous one crashed or was killed). */
   restarted: boolean;
 }
 
 export declare class PythonSandbox {
   constructor(policy?: PythonPolicy, options?: PythonSandboxOptions);
-  exec(code: string, options?: { namespace?: Record<string, unknown>; stdin?: string; argv?: string[] }): Promise<PythonExecResult>;
+  /** Resolves with the isolation report once the engine built the worker's sandbox (rejects as exec would). */
+  open(): Promise<Record<string, unknown>>;
+  exec(
+    code: string,
+    options?: { namespace?: Record<string, unknown>; modules?: Record<string, Record<string, unknown>>; stdin?: string; argv?: string[] },
+  ): Promise<PythonExecResult>;
+  /** Stop the running exec (its worker is killed); with none running, nothing happens. */
+  cancel(): void;
   close(): void;
 }
 
@@ -400,10 +426,17 @@ export interface ForkOptions {
   init?: string;
   /** Python source run in each clone (sees CLONE_ID). */
   work: string;
-  /** Seconds before a clone is killed. */
+  /** Seconds before a clone is killed (default: the mapper's timeout). */
   timeout?: number;
   /** Clones alive at once (default: 4 per CPU). */
   parallel?: number;
-  /** Called as each clone finishes (progress). */
+  /** Called as each clone finishes (progress); if it throws, forking stops and fork() rejects with that error. */
   onClone?: (clone: CloneResult) => void;
+  /** Aborting stops forking (the template and its clones are killed); fork() rejects with an AbortError, `err.result` the clones so far. */
+  signal?: AbortSignal;
+  /** The Python interpreter of the template (default: the engine's pick, as for sandbox()). */
+  python?: string;
 }
+
+/** The clones of a fork in clone order, and the template's isolation report (with `python.granted`: what the engine added to the mapper's policy for the Python runtime). */
+export type Clones = CloneResult[] & { readonly isolation: Record<string, unknown> | null };

@@ -266,6 +266,9 @@ func parseRun(m map[string]any, at, what string, probs *policy.Problems, extra .
 // Exec runs one msgpack request against the sandbox and returns the msgpack
 // response and the error kind ("" when the call itself succeeded).
 func (s *Sandbox) Exec(b []byte) ([]byte, string) {
+	if resp, kind, ok := s.execRaw(b); ok { // host-call answers, ops of other packages
+		return resp, kind
+	}
 	m, err := DecodeMap(b, "request")
 	if err != nil {
 		return ErrorResponse(err), KindInvalidRequest
@@ -304,9 +307,9 @@ func (s *Sandbox) Exec(b []byte) ([]byte, string) {
 		}
 		return Encode(out), ""
 	case "":
-		return ErrorResponse(invalidRequest("op", "missing (run, pipeline, isolation, session_open, session_send, session_close)")), KindInvalidRequest
+		return ErrorResponse(invalidRequest("op", "missing (%s)", strings.Join(knownOps(), ", "))), KindInvalidRequest
 	}
-	return ErrorResponse(invalidRequest("op", "unknown op %q (run, pipeline, isolation, session_open, session_send, session_close)", op)), KindInvalidRequest
+	return ErrorResponse(invalidRequest("op", "unknown op %q (%s)", op, strings.Join(knownOps(), ", "))), KindInvalidRequest
 }
 
 // CallKind maps a result error to a call status: errors about the run's own fate

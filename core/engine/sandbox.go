@@ -89,6 +89,7 @@ type Sandbox struct {
 	closed   bool
 	running  map[string]map[uint64]func() // cancel tag -> run id -> cancel
 	sessions map[uint64]*session
+	closers  []func() // OnClose
 }
 
 // NewFromMap decodes a policy map, validates it (as data and against this machine,
@@ -363,6 +364,7 @@ func (s *Sandbox) Close() {
 	liveMu.Lock()
 	delete(live, s)
 	liveMu.Unlock()
+	s.runClosers()
 	s.closeSessions()
 	s.inflight.Wait() // runs in flight still need the zygote
 	s.zmu.Lock()

@@ -160,45 +160,72 @@ func (s *Sandbox) sessionSend(m map[string]any) (map[string]any, error) {
 	if err != nil {
 		return nil, err
 	}
+	reply, end, err := s.send(ss, frame, timeout)
+	if err != nil {
+		return nil, err
+	}
+	if end != nil {
+		out := map[string]any{"ended": true, "reason": end.Reason, "result": end.Result}
+		if end.Confined {
+			out["confined"] = true
+		}
+		return out, nil
+	}
+	return map[string]any{"frame": reply}, nil
+}
+
+// send writes one frame to ss and waits (up to timeout seconds; 0: no limit) for
+// one frame back, or says why the session ended.
+func (s *Sandbox) send(ss *session, frame []byte, timeout float64) ([]byte, *SessionEnd, error) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if ss.closed {
-		return nil, invalidRequest("session", "is closed")
+		return nil, nil, invalidRequest("session", "is closed")
 	}
 	if ss.gen != confineGen.Load() {
 		// the frame is not delivered: the program predates the host's confinement
-		out := s.sessionEnded(ss, "the host process confined itself after this session started; "+
+		end := s.sessionEnded(ss, "the host process confined itself after this session started; "+
 			"the session was ended (a new one is confined too)")
-		out["confined"] = true
-		return out, nil
+		end.Confined = true
+		return nil, end, nil
 	}
 	var deadline time.Time
 	if timeout > 0 {
 		deadline = time.Now().Add(time.Duration(timeout * float64(time.Second)))
 	}
-	hdr := make([]byte, 4)
-	binary.BigEndian.PutUint32(hdr, uint32(len(frame)))
-	if err := writeAll(ss.in, append(hdr, frame...), deadline); err != nil {
-		return s.sessionEnded(ss, "the session's program stopped reading: "+err.Error()), nil
+	buf := make([]byte, 4+len(frame))
+	binary.BigEndian.PutUint32(buf, uint32(len(frame)))
+	copy(buf[4:], frame)
+	if err := writeAll(ss.in, buf, deadline); err != nil {
+		return nil, s.sessionEnded(ss, "the session's program stopped reading: "+err.Error()), nil
 	}
+	hdr := buf[:4]
 	if err := readFull(ss.out, hdr, deadline); err != nil {
-		return s.sessionEnded(ss, err.Error()), nil
+		return nil, s.sessionEnded(ss, err.Error()), nil
 	}
 	n := binary.BigEndian.Uint32(hdr)
 	if n > MaxFrame {
-		return s.sessionEnded(ss, fmt.Sprintf("the program sent a %d-byte frame (limit %d)", n, MaxFrame)), nil
+		return nil, s.sessionEnded(ss, fmt.Sprintf("the program sent a %d-byte frame (limit %d)", n, MaxFrame)), nil
 	}
 	reply := make([]byte, n)
 	if err := readFull(ss.out, reply, deadline); err != nil {
-		return s.sessionEnded(ss, err.Error()), nil
+		return nil, s.sessionEnded(ss, err.Error()), nil
 	}
-	return map[string]any{"frame": reply}, nil
+	return reply, nil, nil
+}
+
+// SessionEnd is why a session ended: its program exited, crashed or overran the
+// timeout (it was killed), or the host confined itself after it started (the frame
+// was not delivered). Result is the program's run result.
+type SessionEnd struct {
+	Reason   string
+	Confined bool
+	Result   *Result
 }
 
 // sessionEnded kills the session's tree, collects its result and forgets it.
-func (s *Sandbox) sessionEnded(ss *session, why string) map[string]any {
-	res := s.finishSession(ss)
-	return map[string]any{"ended": true, "reason": why, "result": res}
+func (s *Sandbox) sessionEnded(ss *session, why string) *SessionEnd {
+	return &SessionEnd{Reason: why, Result: s.finishSession(ss)}
 }
 
 func (s *Sandbox) finishSession(ss *session) *Result {

@@ -4,80 +4,68 @@
 //   const clones = await mapper.fork(4, { init: 'data = load()', work: 'print(sum(data[CLONE_ID::4]))' });
 //   const result = await reducer.reduce(['python3', '-c', '...'], clones);
 //
-// The template is the engine's `python3 -m sandtrap_guest.template`, run as a session
-// under the mapper's own options (plus read access to the embedded guest runtime);
-// each clone is an os.fork() of it inside the sandbox, with CLONE_ID set.
+// The engine drives it (docs/protocol.md, "map-reduce": the template, its policy and
+// limits, the stream of clones); this file maps names and takes the clones the
+// engine hands over (host calls of kind "clones"), which an abort stops.
 
-const fs = require('node:fs');
-const { Encoder, Decoder } = require('@msgpack/msgpack');
-const { Sandbox, probe } = require('./sandbox');
-const { SandtrapError, InvalidArgument, IsolationUnavailable } = require('./errors');
+const { Sandbox, newTag } = require('./sandbox');
+const { InvalidArgument, AbortError, makeError } = require('./errors');
+const { camelKeys } = require('./options');
 
-const encoder = new Encoder({ ignoreUndefined: true });
-const decoder = new Decoder();
+function clone(it) {
+  const c = {
+    id: it.id,
+    stdout: Buffer.from(it.stdout),
+    stderr: Buffer.from(it.stderr),
+    exitCode: it.exit_code ?? null,
+    signal: it.signal ?? null,
+    timedOut: it.timed_out === true,
+    stdoutTruncated: it.stdout_truncated === true,
+  };
+  c.success = c.exitCode === 0 && !c.timedOut;
+  return c;
+}
 
-async function fork(mapper, n, { init, work, timeout, parallel, onClone } = {}) {
+async function fork(mapper, n, { init, work, timeout, parallel, onClone, signal, python } = {}) {
   if (!Number.isInteger(n) || n < 1) throw new InvalidArgument(`fork: n must be a positive integer, got ${n}`);
   if (typeof work !== 'string') throw new InvalidArgument('fork: work must be Python source (a string)');
   if (init != null && typeof init !== 'string') throw new InvalidArgument('fork: init must be Python source (a string)');
-  const info = probe();
-  if (!info.guestDir) throw new IsolationUnavailable(`the engine has no guest runtime: ${info.guestDirError}`);
-  const opts = { ...mapper.options };
-  timeout ??= opts.timeout; // the policy's timeout is every clone's, as it is every run's
-  opts.fsReadable = [...(opts.fsReadable ?? []), info.guestDir];
-  opts.env = { ...(opts.env ?? {}), PYTHONPATH: info.guestDir, PYTHONDONTWRITEBYTECODE: '1' };
-  delete opts.timeout;
-  // a system interpreter the mapper's policy lets the template execute
-  const readable = (opts.fsReadable ?? []).map((p) => fs.realpathSync(p));
-  const python = ['/usr/local/bin/python3', '/usr/bin/python3', '/bin/python3']
-    .filter((p) => fs.existsSync(p))
-    .find((p) => readable.some((r) => fs.realpathSync(p).startsWith(`${r.replace(/\/$/, '')}/`)));
-  if (!python) throw new InvalidArgument('fork: no python3 under fsReadable (add /usr)');
-  const tpl = new Sandbox(opts);
+  const tag = newTag(); // every request of this fork: an abort cancels it
+  const out = [];
+  let resp = await mapper.request(
+    { op: 'fork', n, init_src: init ?? undefined, work_src: work, timeout, parallel, interpreter: python, tag },
+    { signal },
+  );
+  let asking = null;
   try {
-    const open = await tpl.request({ op: 'session_open', argv: [python, '-m', 'sandtrap_guest.template'] });
-    if (open.error) throw new SandtrapError(open.error.message, { code: open.error.kind });
-    const exchange = async (frame, t) => {
-      const resp = await tpl.request({ op: 'session_send', session: open.session, frame: encoder.encode(frame), timeout: t });
-      if (resp.error) throw new SandtrapError(resp.error.message, { code: resp.error.kind });
-      if (resp.ended) {
-        const stderr = Buffer.from(resp.result?.stderr ?? []).toString().slice(-2000);
-        throw new SandtrapError(`the fork template ended: ${resp.reason}; stderr: ${stderr}`);
-      }
-      return decoder.decode(resp.frame);
-    };
-    let reply = await exchange({ op: 'init', init_src: init ?? null, work_src: work, sys_path: [] }, 3600);
-    if (reply.op !== 'ready') throw new SandtrapError(`init failed in the template: ${reply.message}\n${reply.traceback ?? ''}`);
-    reply = await exchange({ op: 'fork', n, parallel: parallel ?? null, timeout: timeout ?? null }, 60);
-    if (reply.op !== 'forking') throw new SandtrapError(`fork failed: ${reply.message}`);
-    const out = new Array(n);
-    for (;;) {
-      reply = await exchange({ op: 'next' }, (timeout ?? 3600) + 60);
-      for (const it of reply.items) {
-        const c = {
-          id: it.id,
-          stdout: Buffer.from(it.stdout),
-          stderr: Buffer.from(it.stderr),
-          exitCode: it.exit_code ?? null,
-          signal: it.signal ?? null,
-          timedOut: it.timed_out === true,
-          stdoutTruncated: it.stdout_truncated === true,
-        };
-        c.success = c.exitCode === 0 && !c.timedOut;
+    while (resp.call) {
+      asking = { op: 'answer', pending: resp.pending, call: resp.call.id, tag };
+      for (const it of resp.call.items) {
+        const c = clone(it);
         out[c.id] = c;
         if (onClone) onClone(c); // progress, in the order clones finish
       }
-      if (reply.done) return out;
+      resp = await mapper.request(asking, { signal });
+      asking = null;
     }
-  } finally {
-    tpl.close();
+  } catch (e) {
+    // the engine still holds a batch for us: stop it (the template and clones die)
+    if (asking) await mapper.request({ ...asking, abort: true }).catch(() => {});
+    if (e instanceof AbortError) e.result = out;
+    throw e;
   }
+  Object.defineProperty(out, 'isolation', { value: resp.isolation ? camelKeys(resp.isolation) : null });
+  if (resp.error?.kind === 'cancelled' && signal?.aborted) {
+    throw new AbortError('The operation was aborted', { cause: signal.reason, result: out });
+  }
+  if (resp.error) throw makeError(resp.error.kind, resp.error.message, { result: out });
+  return out;
 }
 
 /** Run argv in the reducer with the clones' stdout, in clone order, on its stdin. */
 function reduce(reducer, argv, clones, opts = {}) {
-  const stdin = Buffer.concat(clones.map((c) => c.stdout));
-  return reducer.run(argv, { ...opts, stdin });
+  const list = clones.filter(Boolean).map((c) => ({ id: c.id, stdout: c.stdout }));
+  return reducer._run({ op: 'reduce', clones: list }, argv, opts);
 }
 
 Sandbox.prototype.fork = function forkMethod(n, options) {

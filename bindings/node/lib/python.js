@@ -1,149 +1,130 @@
 'use strict';
 // The cooperative Python sandbox from JavaScript: sandbox(policy, {isolation}).exec(code).
 //
-// The engine runs the guest runtime it embeds (probe().guest_dir) in a worker —
-// `python3 -m sandtrap_guest.worker` — as a session: an ordinary sandboxed run
-// ("kernel": Landlock, seccomp, limits; "process": a separate process) spoken to in
-// msgpack frames. Python code only: host functions cannot be granted from
-// JavaScript, so the policy carries limits, not grants.
+// The engine drives the worker (docs/protocol.md, "cooperative sandbox": its policy,
+// interpreter, frames, deadline, restarts); this file maps names and answers the
+// engine's host calls: `policy.functions` run here, in JavaScript, when the
+// sandboxed code calls them (arguments and results cross as msgpack data).
 
-const fs = require('node:fs');
-const { Encoder, Decoder } = require('@msgpack/msgpack');
-const { Sandbox, probe } = require('./sandbox');
-const { SandtrapError, InvalidArgument, IsolationUnavailable } = require('./errors');
+const { encode } = require('@msgpack/msgpack');
+const native = require('./native');
+const { Sandbox } = require('./sandbox');
+const { InvalidArgument, makeError } = require('./errors');
+const { camelKeys } = require('./options');
 
-const encoder = new Encoder({ ignoreUndefined: true });
-const decoder = new Decoder();
-const GRACE = 2; // seconds a worker may overrun the policy's timeout before it is killed
 const LEVELS = ['process', 'kernel'];
-
-function portablePolicy(p) {
-  const known = ['timeout', 'tickLimit', 'memoryLimit', 'maxStdout', 'allowNetwork'];
-  const problems = Object.keys(p).filter((k) => !known.includes(k)).map((k) => `policy: unknown option "${k}"`);
-  for (const k of ['timeout', 'tickLimit', 'memoryLimit', 'maxStdout']) {
-    if (p[k] != null && !(typeof p[k] === 'number' && p[k] > 0)) problems.push(`policy.${k}: want a positive number`);
-  }
-  if (problems.length) throw new InvalidArgument(problems.join('\n'), { problems });
-  return {
-    version: 1,
-    timeout: p.timeout ?? 30,
-    tick_limit: p.tickLimit ?? null,
-    memory_limit: p.memoryLimit ?? null,
-    max_stdout: p.maxStdout ?? null,
-    allow_network: p.allowNetwork === true,
-    grants: [],
-  };
-}
+// policy option -> the portable policy's key (Policy.to_portable in the guest runtime)
+const LIMITS = {
+  timeout: 'timeout',
+  tickLimit: 'tick_limit',
+  memoryLimit: 'memory_limit',
+  maxStdout: 'max_stdout',
+  allowNetwork: 'allow_network',
+  allowSubprocess: 'allow_subprocess',
+};
 
 class PythonSandbox {
-  constructor(policy = {}, { isolation = 'kernel', filesystem, echo = false, allowDegraded = false } = {}) {
+  constructor(policy = {}, { isolation = 'kernel', filesystem, echo = false, allowDegraded = false, python } = {}) {
     if (!LEVELS.includes(isolation)) {
       throw new InvalidArgument(`isolation must be one of ${LEVELS.join(', ')} from JavaScript (got ${isolation})`);
     }
-    this.policy = portablePolicy(policy);
-    this.allowSubprocess = policy.allowSubprocess === true;
-    this.level = isolation;
-    this.root = filesystem ? fs.realpathSync(filesystem) : null;
-    this.echo = echo;
-    const info = probe();
-    if (!info.guestDir) throw new IsolationUnavailable(`the engine has no guest runtime: ${info.guestDirError}`);
-    const env = { PYTHONPATH: info.guestDir, PYTHONDONTWRITEBYTECODE: '1', PYTHONNOUSERSITE: '1', PYTHONSAFEPATH: '1' };
-    const opts = isolation === 'process'
-      ? { fsReadable: ['/'], fsWritable: ['/'], netAllow: ['*'], netAllowUdp: true, netAllowUnix: true, allowDegraded: true, env }
-      : {
-          fsReadable: ['/usr', '/lib', info.guestDir, ...['/lib64'].filter((d) => fs.existsSync(d))],
-          cleanEnv: true,
-          env: { ...env, HOME: '/nonexistent' }, // the worker's init sets HOME to the root
-          maxProcesses: 64,
-          allowDegraded,
-          ...(this.root ? { fsWritable: [this.root] } : {}),
-          ...(policy.allowNetwork ? { netAllow: ['*'], netAllowUdp: true } : {}),
-          ...(policy.memoryLimit ? { maxMemory: policy.memoryLimit + 256 * 1024 * 1024 } : {}),
-        };
-    if (this.root) opts.cwd = this.root;
-    this.sandbox = new Sandbox(opts);
-    this.session = null;
-    this.started = false;
-    this.queue = Promise.resolve();
-  }
-
-  async _exchange(frame, timeout) {
-    const resp = await this.sandbox.request({ op: 'session_send', session: this.session, frame: encoder.encode(frame), timeout });
-    if (resp.error) throw new SandtrapError(resp.error.message, { code: resp.error.kind });
-    if (resp.ended) {
-      this.session = null;
-      this.stale = resp.confined === true; // the frame was not delivered
-      const stderr = Buffer.from(resp.result?.stderr ?? []).toString().slice(-2000);
-      this.lastEnd = `${resp.reason}; stderr: ${stderr}`;
-      return null;
+    const problems = [];
+    const portable = { grants: [] };
+    this.functions = {};
+    for (const [k, v] of Object.entries(policy ?? {})) {
+      if (k === 'functions') {
+        for (const [name, fn] of Object.entries(v ?? {})) {
+          if (typeof fn !== 'function') problems.push(`policy.functions.${name}: want a function`);
+          this.functions[name] = fn;
+          portable.grants.push({ kind: 'host_fn', name, ref: name });
+        }
+      } else if (k in LIMITS) {
+        if (v !== undefined) portable[LIMITS[k]] = v;
+      } else {
+        problems.push(`policy: unknown option "${k}"`);
+      }
     }
-    return decoder.decode(resp.frame);
+    if (problems.length) throw new InvalidArgument(problems.join('\n'), { problems });
+    this.level = isolation;
+    // a handle for the ops: the engine builds the worker's own policy
+    this.sandbox = new Sandbox({ allowDegraded: true });
+    // opened on a thread: what the engine refuses (IsolationUnavailable, a missing
+    // filesystem) rejects open() and every exec
+    this.opening = this.sandbox
+      .request({ op: 'coop_open', level: isolation, policy: portable, interpreter: python, filesystem_root: filesystem,
+        echo, allow_degraded: allowDegraded })
+      .then(check)
+      .then((r) => {
+        this.report = camelKeys(r.isolation);
+        return r;
+      });
+    this.opening.catch(() => {});
   }
 
-  async _start() {
-    // a fork of this configuration's template (started once per process by the
-    // engine, confined like this sandbox; the fork joins this sandbox's cgroup)
-    // one template serves sandboxes that differ only in paths: the fork gets init
-    const template = encoder.encode({ op: 'template', policy: this.policy });
-    // at kernel the fork's seccomp layer refuses new processes and programs, as in
-    // Python, unless the policy allows them (allowSubprocess)
-    const spawn = this.level !== 'kernel' || this.allowSubprocess;
-    const resp = await this.sandbox.request({ op: 'session_open', argv: ['python3', '-S', '-m', 'sandtrap_guest.worker'], template, spawn });
-    if (resp.error) throw new IsolationUnavailable(`the sandbox worker did not start: ${resp.error.message}`);
-    this.session = resp.session;
-    const reply = await this._exchange({ op: 'init', policy: this.policy, filesystem_root: this.root, echo: this.echo }, 30);
-    if (!reply || reply.op !== 'ready') {
-      this.session = null;
-      throw new IsolationUnavailable(`the sandbox worker did not start: ${reply?.message ?? this.lastEnd}`);
+  /** Resolves with the isolation report once the engine has built the worker's sandbox. */
+  async open() {
+    await this.opening;
+    return this.report;
+  }
+
+  // Run the granted function a host call names; the answer's value or error.
+  async _answer(call) {
+    const fn = call.kind === 'fn' ? this.functions[call.name] : undefined;
+    if (!fn) return { error: { type: 'NotImplemented', message: `no host call ${call.kind}:${call.name}` } };
+    try {
+      const args = [...call.args];
+      if (Object.keys(call.kwargs).length) args.push(call.kwargs); // keyword arguments: one last object
+      const value = (await fn(...args)) ?? null;
+      encode(value); // what msgpack cannot carry is the function's error, not the exec's
+      return { value };
+    } catch (e) {
+      return { error: { type: e?.name ?? 'Error', message: String(e?.message ?? e) } };
     }
   }
 
   /** Run Python code; resolves with {stdout, namespace, error, ticks, ...}; never rejects for the code's faults. */
-  exec(code, { namespace, stdin, argv } = {}) {
-    if (typeof code !== 'string') return Promise.reject(new InvalidArgument('code must be a string'));
-    const run = async () => {
-      let restarted = false;
-      if (this.session === null) {
-        await this._start();
-        restarted = this.started;
-        this.started = true;
-      }
-      const timeout = this.policy.timeout + GRACE;
-      const frame = { op: 'exec', code, namespace: namespace ?? null, stdin: stdin ?? null, argv: argv ?? null };
-      this.stale = false;
-      let reply = await this._exchange(frame, timeout);
-      if (!reply && this.stale) {
-        // the worker predates this process's confine(): it ended before the code ran
-        await this._start();
-        restarted = true;
-        reply = await this._exchange(frame, timeout);
-      }
-      const base = { isolation: this.level, restarted };
-      if (!reply) {
-        const kind = this.lastEnd.includes('timed out') ? 'StTimeout' : 'WorkerCrashed';
-        return { ...base, stdout: '', stderr: '', namespace: {}, ticks: 0, traceback: null, error: { type: kind, message: this.lastEnd } };
-      }
-      return {
-        ...base,
-        stdout: reply.stdout,
-        stderr: reply.stderr,
-        namespace: reply.namespace ?? {},
-        ticks: reply.ticks,
-        traceback: reply.traceback ?? null,
-        error: reply.error ? { type: reply.error.type, message: reply.error.message, traceback: reply.error.traceback } : null,
-      };
+  async exec(code, { namespace, modules, stdin, argv } = {}) {
+    if (typeof code !== 'string') throw new InvalidArgument('code must be a string');
+    await this.opening;
+    const req = { op: 'coop_exec', code, namespace: namespace ?? null, modules: modules ?? null, stdin: stdin ?? null, argv: argv ?? null };
+    let resp = check(await this.sandbox.request(req));
+    while (resp.call) {
+      const { call, pending } = resp;
+      resp = check(await this.sandbox.request({ op: 'answer', pending, call: call.id, ...(await this._answer(call)) }));
+    }
+    if (resp.isolation) this.report = camelKeys(resp.isolation); // sent when it changed
+    return {
+      stdout: resp.stdout,
+      stderr: resp.stderr,
+      namespace: resp.namespace,
+      error: resp.error ? { ...resp.error, traceback: resp.error.traceback ?? null } : null,
+      ticks: resp.ticks,
+      traceback: resp.traceback ?? null,
+      stdoutTruncated: resp.stdout_truncated,
+      duration: resp.duration,
+      isolation: { ...this.report },
+      restarted: resp.restarted === true,
     };
-    const p = this.queue.then(run, run); // one exec at a time: the namespace is shared
-    this.queue = p.catch(() => {});
-    return p;
+  }
+
+  /** Stop the running exec (its worker is killed); with none running, nothing happens. */
+  cancel() {
+    if (!this.sandbox.closed) native.cancel(this.sandbox._handle, null);
   }
 
   close() {
+    this.cancel();
     this.sandbox.close();
   }
 }
 
-/** sandbox(policy, {isolation: 'kernel' | 'process', filesystem, echo, allowDegraded}) */
+// An engine error response (it has error.kind; an exec's own error has error.type).
+function check(resp) {
+  if (resp.error && resp.error.kind) throw makeError(resp.error.kind, resp.error.message);
+  return resp;
+}
+
+/** sandbox(policy, {isolation: 'kernel' | 'process', filesystem, echo, allowDegraded, python}) */
 function sandbox(policy, options) {
   return new PythonSandbox(policy, options);
 }

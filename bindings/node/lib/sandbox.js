@@ -23,12 +23,19 @@ const { RUN, policyOptions, mapOptions, optionName, camelKeys, isPlainObject, de
 
 // useBigInt64: a BigInt is encoded as a 64-bit integer (sandbox ids are uint64)
 const encoder = new Encoder({ ignoreUndefined: true, useBigInt64: true });
-const decoder = new Decoder();
+// keys that are not strings or numbers (a Python namespace may have None, bool or
+// bytes keys) become strings: JavaScript objects hold nothing else
+const decoder = new Decoder({
+  mapKeyConverter: (k) =>
+    typeof k === 'string' || typeof k === 'number' ? k : ArrayBuffer.isView(k) ? Buffer.from(k).toString() : String(k),
+});
 const encode = (v) => encoder.encode(v);
 const decode = (buf) => decoder.decode(buf);
 
 // Error kinds that are a run's fate (the call itself worked): resolved, not rejected.
-const OUTCOME_KINDS = new Set(['timeout', 'cancelled', 'cpu_time_limit', 'memory_limit', 'stage_failed']);
+// A program that is missing or could not start is one (as in Python and C: the
+// result's error says so); a sandbox that cannot isolate or is closed is not.
+const OUTCOME_KINDS = new Set(['timeout', 'cancelled', 'cpu_time_limit', 'memory_limit', 'stage_failed', 'not_found', 'spawn_failed']);
 
 let tagSeq = 0;
 const newTag = () => `node:${process.pid}:${++tagSeq}`;
@@ -56,6 +63,9 @@ function runResult(r) {
     cancelled: r.cancelled === true,
     isolation: r.isolation ? camelKeys(r.isolation) : null,
     usage: r.usage ? camelKeys(r.usage) : null,
+    // a pipeline's (below); a run has none, as in Python
+    stages: [],
+    failedStage: null,
   };
 }
 
@@ -121,7 +131,8 @@ function policyError(problems) {
  * How many engine calls run at once. Each one holds a thread for as long as its
  * program runs; beyond this, requests wait (in order) for a slot. The Go runtime
  * aborts the whole process past 10000 threads, so this must stay well below.
- * SANDTRAP_MAX_CONCURRENT overrides the default of 256.
+ * SANDTRAP_MAX_CONCURRENT overrides the default of 256 (the same variable and default
+ * bound the Python binding's asyncio calls).
  */
 const slots = {
   max: Math.max(1, Math.min(Number(process.env.SANDTRAP_MAX_CONCURRENT) || 256, 4096)),
@@ -156,6 +167,15 @@ const slots = {
   },
 };
 
+/** process.env now, without what the engine cannot carry (NUL bytes). */
+function hostEnv() {
+  const env = {};
+  for (const [k, v] of Object.entries(process.env)) {
+    if (typeof v === 'string' && !k.includes('\0') && !v.includes('\0') && !k.includes('=')) env[k] = v;
+  }
+  return env;
+}
+
 /** A deep, frozen copy of plain options data. */
 function snapshot(v) {
   if (Array.isArray(v)) return Object.freeze(v.map(snapshot));
@@ -189,6 +209,12 @@ class Sandbox {
    */
   constructor(options = {}) {
     const { map, problems } = policyOptions(options);
+    if (!map.clean_env && (map.env === undefined || isPlainObject(map.env))) {
+      // as in Python: the program inherits this process's environment as it is now
+      // (snapshotted per sandbox; the engine alone would see it as it was at load),
+      // under the policy's own env
+      map.env = { ...hostEnv(), ...(map.env ?? {}) };
+    }
     let handle = null;
     try {
       handle = native.newSandbox(encode(map));
@@ -238,8 +264,9 @@ class Sandbox {
     }
     for (const sb of involved) sb._live();
     if (signal?.aborted) throw abortError(signal);
-    // Every request carries a unique tag: it names the operation for cancel().
-    req = { ...req, tag: newTag() };
+    // Every request carries a tag: it names the operation for cancel() (unique, unless
+    // the caller names it: the requests of one operation answering host calls share it).
+    req = { ...req, tag: req.tag ?? newTag() };
     const gen = this._cancelGen;
     // pin every sandbox involved: close() frees the engine's side only after
     // the requests already made (queued ones included) are done
@@ -308,6 +335,11 @@ class Sandbox {
    *   an AbortError (err.result) when opts.signal aborted it.
    */
   async run(argv, opts = {}) {
+    return this._run({ op: 'run' }, argv, opts);
+  }
+
+  // run(), or an op whose request and result are a run's plus the keys of `base`.
+  async _run(base, argv, opts) {
     const problems = [];
     const args = checkArgv(argv, problems);
     const { map, problems: optProblems } = mapOptions(opts, RUN, 'run', ['stdin', 'signal']);
@@ -316,7 +348,7 @@ class Sandbox {
     const stdin = stdinBytes(o.stdin, problems);
     if (o.signal != null && !isAbortSignal(o.signal)) problems.push(new Problem('signal', `want an AbortSignal, got ${describe(o.signal)}`));
     if (problems.length) throw requestError(problems);
-    return finishRun(await this._requestShaped({ op: 'run', argv: args, stdin, ...map }, o.signal, runResult));
+    return finishRun(await this._requestShaped({ ...base, argv: args, stdin, ...map }, o.signal, runResult));
   }
 
   /** A command for a pipeline: sb.cmd(a).pipe(sb2.cmd(b)).run(). */
@@ -485,4 +517,4 @@ function version() {
   return { binding: pkg.version, library: v.version, abi: v.abi, headerAbi: v.headerAbi };
 }
 
-module.exports = { Sandbox, Command, Pipeline, confine, probe, version, SandtrapError };
+module.exports = { Sandbox, Command, Pipeline, confine, probe, version, SandtrapError, newTag };

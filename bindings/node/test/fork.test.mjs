@@ -37,3 +37,42 @@ test('fork: a failing clone is reported on its own', async () => {
   assert.equal(clones[2].stdout.toString(), '2\n');
   sb.close();
 });
+
+test('fork: the mapper\'s limits hold for the clones (maxOutput, maxProcesses)', async () => {
+  const sb = new Sandbox({ fsReadable: SYS, maxOutput: 100, maxProcesses: 3 });
+  try {
+    const clones = await sb.fork(6, { work: "print('x' * 1000)" });
+    assert.deepEqual(clones.map((c) => [c.stdout.length, c.stdoutTruncated, c.exitCode]), Array(6).fill([100, true, 0]));
+    assert.equal(clones.isolation.limits.maxProcesses.value > 0, true);
+    assert.equal(typeof clones.isolation.python.interpreter, 'string');
+  } finally {
+    sb.close();
+  }
+});
+
+test('fork: an abort stops forking (the template and its clones are killed)', async () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'st-abort-'));
+  const sb = new Sandbox({ fsReadable: SYS, fsWritable: [dir] });
+  const ac = new AbortController();
+  setTimeout(() => ac.abort(), 500);
+  const t0 = Date.now();
+  let err;
+  await assert.rejects(
+    sb.fork(1000, {
+      work: `import time\nopen(${JSON.stringify(dir)} + '/' + str(CLONE_ID), 'w').close()\ntime.sleep(0.1)\nprint(CLONE_ID)`,
+      parallel: 2,
+      signal: ac.signal,
+    }),
+    (e) => {
+      err = e;
+      return e.name === 'AbortError';
+    },
+  );
+  assert.ok(Date.now() - t0 < 5000, `took ${Date.now() - t0} ms`);
+  const started = fs.readdirSync(dir).length;
+  await new Promise((r) => setTimeout(r, 1000));
+  assert.equal(fs.readdirSync(dir).length, started, 'clones went on after the abort');
+  assert.ok(started < 100, `${started} clones started`);
+  assert.ok(err.result.filter(Boolean).length <= started);
+  sb.close();
+});

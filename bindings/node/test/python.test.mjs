@@ -53,3 +53,67 @@ test('python exec in kernel mode: files only under the root', async () => {
     sb.close();
   }
 });
+
+for (const isolation of ['process', 'kernel']) {
+  test(`python exec at ${isolation}: granted JavaScript functions run here, with msgpack values`, async () => {
+    const seen = [];
+    const functions = {
+      add: (a, b) => a + b,
+      later: async (x, kw) => {
+        seen.push([x, kw]);
+        return { got: x, kw };
+      },
+      boom: () => {
+        throw new RangeError('no');
+      },
+    };
+    const sb = sandbox({ timeout: 10, functions }, { isolation });
+    try {
+      const r = await sb.exec(
+        "x = add(2, 3)\ny = later([1, 'a'], k=True)\ntry:\n    boom()\nexcept Exception as e:\n    m = str(e)\ntry:\n    missing()\nexcept NameError as e:\n    n = 'NameError'\n",
+      );
+      assert.equal(r.error, null, JSON.stringify(r.error));
+      assert.deepEqual(r.namespace, { x: 5, y: { got: [1, 'a'], kw: { k: true } }, m: 'RangeError: no', n: 'NameError' });
+      assert.deepEqual(seen, [[[1, 'a'], { k: true }]]);
+      assert.equal(r.isolation.level, isolation);
+      assert.equal(typeof r.isolation.python.interpreter, 'string');
+      assert.equal(r.isolation.subprocess.allowed, isolation === 'process');
+    } finally {
+      sb.close();
+    }
+  });
+}
+
+test('python: the interpreter is the one named, else the engine picks a python3 program', async () => {
+  const named = sandbox({ timeout: 5 }, { isolation: 'kernel', python: '/usr/bin/python3' });
+  const picked = sandbox({ timeout: 5 }, { isolation: 'kernel' });
+  try {
+    assert.equal((await named.open()).python.interpreter, '/usr/bin/python3');
+    const p = (await picked.open()).python.interpreter;
+    assert.ok(!fs.readFileSync(p).subarray(0, 2).equals(Buffer.from('#!')), `${p} is a script`);
+    assert.equal((await picked.exec('x = 1')).namespace.x, 1);
+  } finally {
+    named.close();
+    picked.close();
+  }
+  const missing = sandbox({}, { python: '/nonexistent/python3' });
+  await assert.rejects(missing.exec('x = 1'), (e) => e.code === 'invalid_request' && /nonexistent/.test(e.message));
+  missing.close();
+});
+
+test('python: cancel() stops a running exec; the next exec gets a fresh worker', async () => {
+  const sb = sandbox({ timeout: 30 }, { isolation: 'kernel' });
+  try {
+    await sb.exec('x = 1');
+    setTimeout(() => sb.cancel(), 300);
+    const t0 = Date.now();
+    const r = await sb.exec('while True:\n    pass');
+    assert.equal(r.error.type, 'StCancelled');
+    assert.ok(Date.now() - t0 < 10000);
+    const r2 = await sb.exec('y = 2');
+    assert.equal(r2.restarted, true);
+    assert.deepEqual(r2.namespace, { y: 2 });
+  } finally {
+    sb.close();
+  }
+});

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from sandtrap import Clones, PolicyError, Sandbox
+from sandtrap import Clones, PolicyError, Sandbox, SpawnFailed
 
 HERE = str(Path(__file__).resolve().parent)
 SYS = ["/usr", "/lib", "/bin"]
@@ -96,11 +98,92 @@ def test_lambdas_and_closures_are_refused_at_construction() -> None:
     assert "init_fn" in str(e.value) and "work_fn" in str(e.value) and "closure" in str(e.value)
 
 
-def test_module_must_be_readable(data_dir: Path) -> None:
+def test_the_engine_grants_what_the_template_imports(data_dir: Path) -> None:
+    # the module of a function passed by reference, the interpreter, the guest
+    # runtime: granted by the engine (not by the user), and reported
     import fork_helpers
 
-    with pytest.raises(PolicyError, match="not under fs_readable"):
-        Sandbox(fs_readable=SYS, work_fn=fork_helpers.trivial)
+    clones = Sandbox(fs_readable=SYS, work_fn=fork_helpers.trivial).fork(2)
+    assert [c.stdout for c in clones.results()] == [b"0\n", b"1\n"]
+    py = clones.isolation["python"]
+    assert py["interpreter"] == sys.executable
+    granted = {g["path"]: g["why"] for g in py["granted"]}
+    assert "function" in granted[HERE], granted
+    assert any("guest runtime" in why for why in granted.values()), granted
+    assert clones.isolation["landlock"]["abi"] >= 1
+
+
+def test_a_failing_init_names_what_failed() -> None:
+    import fork_fail_import
+
+    with pytest.raises(SpawnFailed) as e:
+        Sandbox(fs_readable=SYS, init_fn="raise ValueError('boom')", work_fn="print(1)").fork(1)
+    assert str(e.value).startswith("init_fn failed in the template: ValueError: boom"), e.value
+    # only work_fn given: its module fails to import in the template
+    with pytest.raises(SpawnFailed) as e:
+        Sandbox(fs_readable=SYS, env={"FAIL_IMPORT": "1"}, work_fn=fork_fail_import.work).fork(1)
+    assert str(e.value).startswith("work_fn could not be loaded in the template: ImportError: refused"), e.value
+    assert "init_fn" not in str(e.value)
+
+
+VENV_SCRIPT = """\
+import json
+import sys
+
+import sandtrap  # at the top, as scripts do: loaded again in the template (__mp_main__)
+from sandtrap import Sandbox
+
+
+def init():
+    global data
+    data = list(range(100))
+
+
+def work(cid):
+    print(sum(data[cid::4]))
+
+
+if __name__ == "__main__":
+    mapper = Sandbox(fs_readable=["/usr", "/lib", "/bin", "/etc"], init_fn=init, work_fn=work)
+    clones = mapper.fork(4)
+    res = clones.results()
+    print(json.dumps({"out": [c.stdout.decode() for c in res], "err": [c.stderr.decode() for c in res],
+                      "python": clones.isolation["python"]}))
+"""
+
+
+def test_map_reduce_from_a_virtual_environment(tmp_path: Path) -> None:
+    # issue 12: a venv (pyvenv.cfg, its site-packages) and a script importing sandtrap at
+    # its top, with the seed's fs_readable: the engine grants the venv and the base
+    # interpreter's prefix, and says so
+    import shutil
+    import subprocess
+
+    import msgpack
+
+    import sandtrap
+    import sandtrap_guest
+    from sandtrap import _native
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next(venv.glob("lib/python3*/site-packages"))
+    for pkg in (sandtrap, sandtrap_guest, msgpack):  # "installed" in the venv
+        src = Path(pkg.__file__).resolve().parent
+        shutil.copytree(src, site / src.name, ignore=shutil.ignore_patterns("_lib", "__pycache__"))
+    script = tmp_path / "job.py"
+    script.write_text(VENV_SCRIPT)
+    _native.lib()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    env["SANDTRAP_LIB"] = str(_native.lib_path())
+    p = subprocess.run([str(venv / "bin" / "python"), str(script)], capture_output=True, text=True, env=env,
+                       timeout=120, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.splitlines()[-1])
+    assert out["out"] == ["1200\n", "1225\n", "1250\n", "1275\n"], out
+    granted = {g["path"]: g["why"] for g in out["python"]["granted"]}
+    assert str(venv) in granted and "pyvenv.cfg" in granted[str(venv)], granted
+    assert str(tmp_path) in granted, granted  # the script's directory (__main__)
 
 
 def test_clone_exit_status_stdin_and_environment() -> None:
@@ -143,3 +226,29 @@ def test_fork_within_a_process_limit(limit: int) -> None:
     sb = Sandbox(fs_readable=SYS, max_processes=limit, work_fn="print(CLONE_ID)")
     res = sb.fork(12).results()
     assert [c.stdout for c in res] == [b"%d\n" % i for i in range(12)], [c.stderr for c in res if not c.success]
+
+
+def test_cancel_stops_forking(tmp_path: Path) -> None:
+    import threading
+
+    work = (f"import time\nopen({str(tmp_path)!r} + '/' + str(CLONE_ID), 'w').close()\n"
+            "time.sleep(0.1)\nprint(CLONE_ID)")
+    sb = Sandbox(fs_readable=SYS, fs_writable=[str(tmp_path)], work_fn=work)
+    t0 = time.monotonic()
+    clones = sb.fork(1000, parallel=2)
+    threading.Timer(0.5, clones.cancel).start()
+    res = clones.results()
+    assert clones.cancelled and time.monotonic() - t0 < 5
+    started = len(os.listdir(tmp_path))
+    time.sleep(1)
+    assert len(os.listdir(tmp_path)) == started and started < 100, started  # nothing went on
+    assert len(res) <= started and all(c.success for c in res)
+
+
+def test_closing_clones_early_stops_the_template() -> None:
+    sb = Sandbox(fs_readable=SYS, work_fn="import time\ntime.sleep(0.05)\nprint(CLONE_ID)")
+    clones = sb.fork(200, parallel=2)
+    first = next(iter(clones))
+    clones.close()  # the engine kills the template: no batch after the one taken
+    assert first.success and clones.cancelled and len(clones.results()) < 10
+    assert sb.run(["true"]) is not None  # the mapper is still usable

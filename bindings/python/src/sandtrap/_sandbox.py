@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import os
+import sys
 import threading
 import uuid
 import weakref
@@ -147,7 +148,9 @@ def _async_executor() -> concurrent.futures.ThreadPoolExecutor:
     global _async_pool
     with _pool_lock:
         if _async_pool is None:
-            n = int(os.environ.get("SANDTRAP_ASYNC_WORKERS", "64") or 64)
+            # engine calls of arun() at once: each holds a thread while its program
+            # runs (the Node binding reads the same variable, with the same default)
+            n = int(os.environ.get("SANDTRAP_MAX_CONCURRENT", "256") or 256)
             _async_pool = concurrent.futures.ThreadPoolExecutor(
                 max_workers=max(1, n), thread_name_prefix="sandtrap-async")
         return _async_pool
@@ -374,13 +377,10 @@ class Sandbox:
         policy, conversion = to_engine(fields)
         probs.extend(conversion)
         self._policy = {k: v for k, v in policy.items() if v is not None}
-        readable = [os.path.realpath(p) for key in ("fs_readable", "fs_writable")
-                    if isinstance(self._policy.get(key), list)
-                    for p in self._policy[key] if isinstance(p, str) and "\0" not in p]
         init_probs: list[str] = []
         work_probs: list[str] = []
-        self._init = _fork.describe_fn("init_fn", init_fn, readable, init_probs)
-        self._work = _fork.describe_fn("work_fn", work_fn, readable, work_probs)
+        self._init = _fork.describe_fn("init_fn", init_fn, init_probs)
+        self._work = _fork.describe_fn("work_fn", work_fn, work_probs)
         # describe_fn words each problem "<name>: ..."
         probs.extend(Problem("init_fn", m.removeprefix("init_fn: ")) for m in init_probs)
         probs.extend(Problem("work_fn", m.removeprefix("work_fn: ")) for m in work_probs)
@@ -426,9 +426,9 @@ class Sandbox:
     # -- running -----------------------------------------------------------------
 
     def _run_request(self, argv: Any, timeout: Any, stdin: Any, env: Any, cwd: Any,
-                     max_output: Any) -> tuple[_Call, bytes]:
+                     max_output: Any, op: str = "run", **extra: Any) -> tuple[_Call, bytes]:
         probs: list[Problem] = []
-        req: dict[str, Any] = {"op": "run"}
+        req: dict[str, Any] = {"op": op, **extra}
         req.update(_run_fields(argv, timeout, env, cwd, max_output, probs))
         data = _stdin(stdin, probs)
         if data is not None:
@@ -521,26 +521,28 @@ class Sandbox:
         ``CLONE_ID`` set and their own stdout. Iterate the returned :class:`Clones` to
         get clones as they finish; ``.results()`` waits and returns them in order.
         ``timeout`` kills a clone that runs longer (default: the policy's ``timeout``, as
-        for a run); ``parallel`` bounds clones alive at once (default: 4 per CPU)."""
-        self._live()
+        for a run); ``parallel`` bounds clones alive at once (default: 4 per CPU). The
+        template may also read this interpreter's files, the guest runtime and the
+        functions' modules: ``Clones.isolation["python"]`` says what was added."""
+        h = self._live()
         if not self._work:
             raise InvalidArgument("fork needs work_fn (a module-level function or Python source)")
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise InvalidArgument(f"fork: n must be a positive int, got {n!r}")
-        max_output = self._policy.get("max_output")
-        if isinstance(max_output, str):
-            max_output = None
-        if timeout is None:
-            timeout = self._policy.get("timeout")
-        return _fork.Clones(self._policy, n, self._init, self._work, timeout, parallel, max_output)
+        req: dict[str, Any] = {"op": "fork", "n": n, "interpreter": sys.executable, "timeout": timeout,
+                               "parallel": parallel, **self._init, **self._work,
+                               "sys_path": self._init.get("sys_path", []) + self._work.get("sys_path", [])}
+        return _fork.Clones(self, h, req)
 
     def reduce(self, argv: Sequence[Arg], clones: Any, timeout: float | None = None) -> Result:
         """Run ``argv`` here with the clones' outputs, in clone order, on its stdin.
         This sandbox holds its own policy: none of the mapper's access."""
         if isinstance(clones, _fork.Clones):
             clones = clones.results()
-        data = b"".join(c.stdout if isinstance(c, _fork.CloneResult) else bytes(c) for c in clones)
-        return self.run(argv, timeout=timeout, stdin=data)
+        items = [{"id": c.id, "stdout": c.stdout} if isinstance(c, _fork.CloneResult) else {"id": i, "stdout": bytes(c)}
+                 for i, c in enumerate(clones)]
+        call, req = self._run_request(argv, timeout, None, None, None, None, op="reduce", clones=items)
+        return _wait_sync(call, req)
 
     # -- lifetime ------------------------------------------------------------------
 

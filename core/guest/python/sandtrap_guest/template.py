@@ -10,7 +10,9 @@ worker.py):
 
     host → {"op": "init", "init_src"|"init_ref", "work_src"|"work_ref", "sys_path": [str],
             "main_path": str (the host's __main__ file, loaded as __mp_main__)}
-         ← {"op": "ready"} | {"op": "error", "message", "traceback"}
+         ← {"op": "ready"} | {"op": "error", "message", "traceback", "step"}
+           (step: what failed — "main" loading main_path, "init" the init function,
+           "work" loading the work function)
     host → {"op": "fork", "n": int, "parallel": int, "timeout": float|None, "max_output": int,
             "forkers": int|None (default: one per CPU this process may run on),
             "max_processes": int|None (the sandbox's process limit, if any: forkers and
@@ -721,15 +723,19 @@ def main() -> int:
         if msg is None:
             return 0
         op = msg.get("op")
+        step = None  # what an init error is about: "main", "init" or "work"
         try:
             if op == "init":
                 sys.path[:0] = [p for p in msg.get("sys_path") or [] if p not in sys.path]
                 if msg.get("main_path"):
+                    step = "main"
                     _load_main(msg["main_path"])
+                step = "init"
                 if msg.get("init_ref"):
                     _resolve(msg["init_ref"])()
                 elif msg.get("init_src"):
                     exec(compile(msg["init_src"], "<init>", "exec"), g)
+                step = "work"
                 work = _resolve(msg["work_ref"]) if msg.get("work_ref") else compile(msg.get("work_src") or "", "<work>", "exec")
                 _write_frame({"op": "ready"})
             elif op == "fork" and work is not None:
@@ -745,7 +751,8 @@ def main() -> int:
         except Exception as e:  # noqa: BLE001 - reported to the host
             import traceback
 
-            _write_frame({"op": "error", "message": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()})
+            _write_frame({"op": "error", "message": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(),
+                          "step": step})
 
 
 if __name__ == "__main__":

@@ -1,0 +1,154 @@
+package engine
+
+import (
+	"sort"
+	"sync"
+
+	"github.com/sandtrap/sandtrap/core/hostcall"
+	"github.com/sandtrap/sandtrap/core/rawmsg"
+)
+
+// The engine's API for the drivers built on it outside this package (core/session:
+// the cooperative sandbox and map-reduce): ops they add to the protocol, sessions as
+// Go calls, the isolation report, cancel tags and close hooks.
+
+// OpFunc handles a request of an op registered with RegisterOp. It gets the request
+// as it came (its own decoding: values it forwards stay raw msgpack) and returns the
+// response and its error kind, as Exec does.
+type OpFunc func(s *Sandbox, req []byte) ([]byte, string)
+
+var (
+	opsMu  sync.RWMutex
+	extOps = map[string]OpFunc{}
+)
+
+// RegisterOp adds an op to the protocol (from an init function).
+func RegisterOp(name string, fn OpFunc) {
+	opsMu.Lock()
+	defer opsMu.Unlock()
+	extOps[name] = fn
+}
+
+// coreOps are the ops Exec decodes itself.
+var coreOps = []string{"run", "pipeline", "isolation", "session_open", "session_send", "session_close", "answer"}
+
+func knownOps() []string {
+	opsMu.RLock()
+	defer opsMu.RUnlock()
+	out := append([]string{}, coreOps...)
+	for k := range extOps {
+		out = append(out, k)
+	}
+	sort.Strings(out[len(coreOps):])
+	return out
+}
+
+// execRaw handles the requests that are not decoded into Go maps: host-call
+// answers (hostcall) and registered ops. ok is false for every other request.
+func (s *Sandbox) execRaw(b []byte) (resp []byte, kind string, ok bool) {
+	op := rawmsg.Peek(b, "op")
+	if op == "" {
+		return nil, "", false
+	}
+	if op == "answer" {
+		resp, kind = hostcall.Resume(s, b)
+		return resp, kind, true
+	}
+	opsMu.RLock()
+	fn := extOps[op]
+	opsMu.RUnlock()
+	if fn == nil {
+		return nil, "", false
+	}
+	resp, kind = fn(s, b)
+	return resp, kind, true
+}
+
+// OpenSession starts req as a session (docs/protocol.md, "sessions"), or — with a
+// template start frame — opens a fork of that template; spawn false makes the fork
+// refuse new processes and programs. It returns the session's id.
+func (s *Sandbox) OpenSession(req *RunRequest, template []byte, spawn bool) (uint64, error) {
+	req.StdinFD, req.StdoutFD = -1, -1
+	if template != nil {
+		out, err := s.sessionFork(req, template, spawn)
+		if err != nil {
+			return 0, err
+		}
+		id, ok := out["session"].(uint64)
+		if !ok {
+			return 0, errorf(KindInternal, "BUG(engine): a fork's session id is a %T", out["session"])
+		}
+		return id, nil
+	}
+	ss, err := s.startSession(req, false)
+	if err != nil {
+		return 0, err
+	}
+	return ss.id, nil
+}
+
+func (s *Sandbox) session(id uint64) (*session, error) {
+	s.mu.Lock()
+	ss := s.sessions[id]
+	s.mu.Unlock()
+	if ss == nil {
+		return nil, errorf(KindInvalidRequest, "invalid request: session %d is not open", id)
+	}
+	return ss, nil
+}
+
+// SendFrame writes one frame to a session and waits up to timeout seconds (0: no
+// limit) for one back. When the session ended instead (its program exited or
+// overran the timeout and was killed, or the host confined itself since), the reply
+// is nil and end says why.
+func (s *Sandbox) SendFrame(id uint64, frame []byte, timeout float64) (reply []byte, end *SessionEnd, err error) {
+	ss, err := s.session(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	return s.send(ss, frame, timeout)
+}
+
+// CloseSession ends a session (its program is killed) and returns its result.
+func (s *Sandbox) CloseSession(id uint64) (*Result, error) {
+	ss, err := s.session(id)
+	if err != nil {
+		return nil, err
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return s.finishSession(ss), nil
+}
+
+// Isolation is what every run of this sandbox enforces (the isolation report).
+func (s *Sandbox) Isolation() *Isolation { return s.isolation() }
+
+// Track registers cancel under tag until untrack is called: Cancel(tag) and
+// Cancel("", true) (sandtrap_sandbox_cancel) call it, as they do for runs.
+func (s *Sandbox) Track(tag string, cancel func()) (untrack func()) { return s.track(tag, cancel) }
+
+// OnClose registers f to run when the sandbox closes, before it waits for what is in
+// flight (f should end what it started: sessions, other sandboxes).
+func (s *Sandbox) OnClose(f func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closers = append(s.closers, f)
+}
+
+func (s *Sandbox) runClosers() {
+	s.mu.Lock()
+	fs := s.closers
+	s.closers = nil
+	s.mu.Unlock()
+	hostcall.Drop(s) // operations waiting for an answer from the host
+	for i := len(fs) - 1; i >= 0; i-- {
+		fs[i]()
+	}
+}
+
+// Enter registers an operation in flight (Close waits for it); false once the
+// sandbox is closed. Leave ends it.
+func (s *Sandbox) Enter() bool { return s.enter() }
+
+// Leave ends an operation Enter registered.
+func (s *Sandbox) Leave() { s.inflight.Done() }

@@ -1,0 +1,130 @@
+package session
+
+import (
+	"fmt"
+
+	"github.com/sandtrap/sandtrap/core/rawmsg"
+)
+
+// A frame from a worker or a template is the word of a program that runs
+// untrusted code: it is checked whole before anything of it is used or forwarded.
+// Whatever fails — not one well-formed msgpack value, nested deeper than MaxDepth,
+// a string that is not UTF-8, an array or map as a map key, an extension type, a
+// missing field or one of the wrong type — is a protocolError, and the program is
+// ended.
+
+type protocolError struct{ msg string }
+
+func (e *protocolError) Error() string { return e.msg }
+
+func protof(format string, a ...any) error { return &protocolError{fmt.Sprintf(format, a...)} }
+
+// frame is a checked frame's fields, raw.
+type frame map[string]rawmsg.Value
+
+// parseFrame checks b and splits it: a map with string keys and a string "op".
+func parseFrame(b []byte) (frame, string, error) {
+	if err := rawmsg.Check(b, MaxDepth); err != nil {
+		return nil, "", protof("the frame does not decode: %v", err)
+	}
+	f, ok := rawmsg.Value(b).Fields()
+	if !ok {
+		return nil, "", protof("the frame is not a map with string keys: %s", rawmsg.Value(b).Kind())
+	}
+	op, ok := f["op"].Str()
+	if !ok {
+		return nil, "", protof("the frame has no op")
+	}
+	return frame(f), op, nil
+}
+
+// want checks that f[key] has one of kinds (optional: it may be absent or nil).
+func (f frame) want(key string, optional bool, kinds ...rawmsg.Kind) error {
+	v, has := f[key]
+	if !has || v.IsNil() {
+		if optional {
+			return nil
+		}
+		if !has {
+			return protof("missing %q", key)
+		}
+	}
+	k := v.Kind()
+	for _, w := range kinds {
+		if k == w {
+			return nil
+		}
+	}
+	return protof("%q is a %s", key, k)
+}
+
+func (f frame) checkAll(checks ...error) error {
+	for _, e := range checks {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+// checkResult: a worker's exec result (worker.py "result").
+func (f frame) checkResult() error {
+	const S, I, F, M = rawmsg.Str, rawmsg.Int, rawmsg.Float, rawmsg.Map
+	if err := f.checkAll(f.want("stdout", false, S), f.want("stderr", false, S), f.want("namespace", false, M),
+		f.want("traceback", true, S), f.want("ticks", false, I), f.want("stdout_truncated", false, I),
+		f.want("duration", false, I, F), f.want("error", true, M)); err != nil {
+		return err
+	}
+	if _, ok := f["namespace"].Fields(); !ok {
+		return protof("namespace names must be str (and distinct)")
+	}
+	if e := f["error"]; !e.IsNil() {
+		ef, ok := e.Fields()
+		if !ok {
+			return protof("'error' is not a map with string keys")
+		}
+		ee := frame(ef)
+		return ee.checkAll(ee.want("type", false, S), ee.want("module", false, S), ee.want("message", false, S),
+			ee.want("traceback", true, S))
+	}
+	return nil
+}
+
+// checkCall: a worker's call of a host function (worker.py "call").
+func (f frame) checkCall() error {
+	if err := f.checkAll(f.want("name", false, rawmsg.Str), f.want("args", false, rawmsg.Array),
+		f.want("kwargs", false, rawmsg.Map)); err != nil {
+		return err
+	}
+	if _, ok := f["kwargs"].Fields(); !ok {
+		return protof("keyword names must be str")
+	}
+	return nil
+}
+
+// checkClones: a fork template's batch of finished clones (template.py "clones").
+func (f frame) checkClones() error {
+	if err := f.checkAll(f.want("items", false, rawmsg.Array), f.want("done", false, rawmsg.Bool)); err != nil {
+		return err
+	}
+	items, _ := f["items"].Items()
+	for i, it := range items {
+		m, ok := it.Fields()
+		if !ok {
+			return protof("clone item %d is not a map with string keys", i)
+		}
+		c := frame(m)
+		const I, B = rawmsg.Int, rawmsg.Bool
+		if err := c.checkAll(c.want("id", false, I), c.want("stdout", false, rawmsg.Bin), c.want("stderr", false, rawmsg.Bin),
+			c.want("exit_code", true, I), c.want("signal", true, I), c.want("timed_out", false, B),
+			c.want("stdout_truncated", false, B)); err != nil {
+			return protof("clone item %d: %v", i, err)
+		}
+	}
+	return nil
+}
+
+func (f frame) str(key string) string {
+	s, _ := f[key].Str()
+	return s
+}
