@@ -23,7 +23,6 @@ package supervise
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -533,17 +532,6 @@ func loadFilter(traps []Trap) (int, error) {
 		return -1, fmt.Errorf("seccomp(SET_MODE_FILTER, NEW_LISTENER|TSYNC): %w", e)
 	}
 	return int(fd), nil
-}
-
-func errnoOf(err error) syscall.Errno {
-	if err == nil {
-		return 0
-	}
-	var e syscall.Errno
-	if errors.As(err, &e) {
-		return e
-	}
-	return unix.EIO
 }
 
 func raw(nr uintptr, a ...uintptr) (int64, syscall.Errno) {

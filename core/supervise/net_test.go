@@ -635,3 +635,54 @@ func TestNetUnixAsCaller(t *testing.T) {
 		})
 	}
 }
+
+// A connect the supervisor performs keeps the caller's blocking semantics: the
+// socket is left as blocking as it was, a refused port is ECONNREFUSED, and a connect
+// that cannot complete at once (the listener's queue is full: the SYN is dropped and
+// sent again) waits, off the loop, until it does.
+func TestNetConnectBlocking(t *testing.T) {
+	// a listener with a queue of one that accepts nothing until told
+	lfd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(lfd)
+	if err := unix.Bind(lfd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Listen(lfd, 0); err != nil {
+		t.Fatal(err)
+	}
+	sa, _ := unix.Getsockname(lfd)
+	port := sa.(*unix.SockaddrInet4).Port
+	closed, _ := tcpListener(t, "tcp4", "127.0.0.1:0")
+	sb := netSandbox(t, &NetPolicy{Rules: []NetDest{loopback4("tcp", port), loopback4("tcp", closed+1)}}, nil)
+
+	// fill the queue (a backlog of 0 holds one connection), then one more waits
+	var fds []int
+	for i := 0; i < 1; i++ {
+		fd := sb.socket(t, unix.AF_INET, unix.SOCK_STREAM)
+		wantErrno(t, "connect to fill the queue", sb.do(t, req{Op: "connect", FD: fd, Path: "127.0.0.1", Arg: int64(port)}).Errno, 0)
+		fds = append(fds, fd)
+	}
+	if fl := sb.do(t, req{Op: "fcntl", FD: fds[0], Arg: unix.F_GETFL}).Val; fl&unix.O_NONBLOCK != 0 {
+		t.Errorf("the socket was left non-blocking: flags %#x", fl)
+	}
+	fd := sb.socket(t, unix.AF_INET, unix.SOCK_STREAM)
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		for i := 0; i < 3; i++ { // make room: the retransmitted SYN then gets in
+			if c, _, err := unix.Accept(lfd); err == nil {
+				defer unix.Close(c)
+			}
+		}
+	}()
+	start := time.Now()
+	wantErrno(t, "connect that waits for room in the queue", sb.do(t, req{Op: "connect", FD: fd, Path: "127.0.0.1", Arg: int64(port)}).Errno, 0)
+	if d := time.Since(start); d < 250*time.Millisecond {
+		t.Errorf("the connect returned after %v, before the queue had room: it did not wait", d)
+	}
+	// the loop served other calls meanwhile: (measured by the test finishing at all)
+	rfd := sb.socket(t, unix.AF_INET, unix.SOCK_STREAM)
+	wantErrno(t, "connect to an allowed port nobody listens on", sb.do(t, req{Op: "connect", FD: rfd, Path: "127.0.0.1", Arg: int64(closed + 1)}).Errno, unix.ECONNREFUSED)
+}

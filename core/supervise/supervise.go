@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/sandtrap/sandtrap/core/seccomp"
-	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -69,8 +69,8 @@ type Denial struct {
 // Supervisor answers the trapped calls of one sandbox.
 type Supervisor struct {
 	cfg    Config
-	file   *os.File
-	raw    syscall.RawConn
+	fd     int // the listener, closed by Close once no call can use it
+	wake   int // an eventfd: Close wakes the loop's poll with it
 	table  map[int32]*handler
 	pidfds map[uint32]int // by thread id; used by the loop goroutine only (call.openPidfd)
 
@@ -84,6 +84,7 @@ type Supervisor struct {
 	blocked   atomic.Int64   // calls performed on blocking sockets (net.go: maxBlocked)
 
 	privileged bool // calls performed for the caller take its credentials (unix.go)
+	syncWake   bool // SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP took
 	sockMu     sync.Mutex
 	socks      map[int]int // the supervisor's duplicates of sockets a blocked call uses (shut down at Close)
 
@@ -124,19 +125,18 @@ func start(listenerFD int, cfg Config, override map[string]handlerFunc) (*Superv
 		s.table[h.nr] = &h
 	}
 	unix.CloseOnExec(listenerFD)
+	// Synchronous wake-ups (6.6+): the kernel switches from the trapping thread to
+	// the supervisor's and back on the same CPU. Older kernels refuse the ioctl and
+	// keep the ordinary wake-ups.
+	s.syncWake = setFlags(uintptr(listenerFD), unix.SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP) == nil
 	if err := unix.SetNonblock(listenerFD, true); err != nil {
 		return fail(fmt.Errorf("supervise: listener: %w", err))
 	}
-	// Non-blocking, so os.NewFile registers it with the runtime's poller: an idle
-	// sandbox costs a parked goroutine, not an OS thread.
-	s.file = os.NewFile(uintptr(listenerFD), "seccomp-listener")
-	raw, err := s.file.SyscallConn()
+	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
-		s.file.Close()
-		listenerFD = -1
-		return fail(fmt.Errorf("supervise: listener: %w", err))
+		return fail(fmt.Errorf("supervise: eventfd: %w", err))
 	}
-	s.raw = raw
+	s.fd, s.wake = listenerFD, wake
 	go s.loop()
 	return s, nil
 }
@@ -148,7 +148,8 @@ func start(listenerFD int, cfg Config, override map[string]handlerFunc) (*Superv
 func (s *Supervisor) Close() {
 	s.closeOnce.Do(func() {
 		s.closing.Store(true)
-		s.file.Close() // wakes the loop; the fd closes once no ioctl holds it
+		one := [8]byte{1}
+		unix.Write(s.wake, one[:]) // wakes the loop
 		<-s.loopDone
 		s.sockMu.Lock()
 		for fd := range s.socks {
@@ -157,6 +158,10 @@ func (s *Supervisor) Close() {
 		s.sockMu.Unlock()
 		s.handling.Wait()
 		s.dropPidfds()
+		// no call can answer any more: the kernel fails the calls still waiting,
+		// and every later trapped call, with ENOSYS
+		unix.Close(s.fd)
+		unix.Close(s.wake)
 	})
 }
 
@@ -190,37 +195,38 @@ func (s *Supervisor) Denials() []Denial { return s.denials.list() }
 func (s *Supervisor) loop() {
 	defer close(s.loopDone)
 	defer s.abortIfNotClosing()
+	// A thread of its own, blocked in poll: the kernel wakes it directly (on the
+	// trapping thread's CPU, with synchronous wake-ups), without the runtime's
+	// poller and a goroutine hand-off in between. An idle sandbox costs that thread.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	fds := []unix.PollFd{{Fd: int32(s.fd), Events: unix.POLLIN}, {Fd: int32(s.wake), Events: unix.POLLIN}}
 	for {
-		var (
-			n      seccompNotif
-			rerr   error
-			orphan bool
-		)
-		err := s.raw.Read(func(fd uintptr) bool {
-			in, hup, err := pending(fd)
-			switch {
-			case err != nil:
-				rerr = err
-			case in:
-				n, rerr = recv(fd)
-			case hup:
-				orphan = true
-			default:
-				return false // wait for the poller
+		fds[0].Revents, fds[1].Revents = 0, 0
+		if _, err := unix.Poll(fds, -1); err != nil {
+			if err == unix.EINTR {
+				continue
 			}
-			return true
-		})
+			s.denials.add("supervisor", "notification loop: poll: "+err.Error(), unix.ENOSYS)
+			return
+		}
 		switch {
-		case err != nil: // closed
+		case fds[1].Revents != 0 || s.closing.Load(): // Close
 			return
-		case orphan: // the filter has no user left: nothing can trap any more
-			return
-		case rerr == nil:
+		case fds[0].Revents&unix.POLLIN != 0:
+		case fds[0].Revents&(unix.POLLHUP|unix.POLLERR) != 0:
+			return // the filter has no user left: nothing can trap any more
+		default:
+			continue
+		}
+		n, err := recv(uintptr(s.fd))
+		switch err {
+		case nil:
 			s.handle(n)
-		case rerr == unix.ENOENT || rerr == unix.EINTR:
+		case unix.ENOENT, unix.EINTR, unix.EAGAIN:
 			// the caller died (or was interrupted) between poll and RECV
 		default:
-			s.denials.add("supervisor", "notification loop: "+rerr.Error(), unix.ENOSYS)
+			s.denials.add("supervisor", "notification loop: "+err.Error(), unix.ENOSYS)
 			return
 		}
 	}
@@ -258,11 +264,7 @@ func (s *Supervisor) idValid(id uint64) bool {
 	if s.closing.Load() {
 		return false
 	}
-	var err error
-	if cerr := s.raw.Control(func(fd uintptr) { err = idValid(fd, id) }); cerr != nil {
-		return false
-	}
-	return err == nil
+	return idValid(uintptr(s.fd), id) == nil
 }
 
 func (s *Supervisor) handle(n seccompNotif) {
@@ -327,11 +329,7 @@ func (s *Supervisor) answer(c *call, r reply) {
 	case replyValue:
 		resp.Val = r.val
 	}
-	var err error
-	if cerr := s.raw.Control(func(fd uintptr) { err = send(fd, resp) }); cerr != nil {
-		err = cerr
-	}
-	if err != nil && r.undo != nil {
+	if err := send(uintptr(s.fd), resp); err != nil && r.undo != nil {
 		// not delivered (the caller died or was interrupted, or we are closing): what
 		// was done on its behalf must not outlive the call
 		r.undo()
