@@ -163,6 +163,7 @@ bench: deps lib
 	$(PYTHON) bench/python/bench_coop.py
 	$(PYTHON) bench/python/bench_ticks.py
 	$(PYTHON) bench/python/bench_fork.py
+	$(PYTHON) bench/python/bench_supervise.py
 	cd bindings/node && npm install --no-audit --no-fund
 	node bench/node/bench_run.mjs
 
