@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/sandtrap/sandtrap/core/kernel"
 	"github.com/sandtrap/sandtrap/core/policy"
+	"github.com/sandtrap/sandtrap/core/spawn"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -442,5 +444,31 @@ func TestPipelineFailureShows(t *testing.T) {
 		if r.Success != c.success || failed != c.failed || kind != c.kind {
 			t.Errorf("%s: success %v failed_stage %d kind %q (%+v), want %v %d %q", c.name, r.Success, failed, kind, r.Error, c.success, c.failed, c.kind)
 		}
+	}
+}
+
+// A denied path deep in a crowded tree, under a grant whose Landlock table pid 1
+// builds (a run's own /proc), expands into more rules than the table holds: the
+// policy is refused with the reason, not the run with an internal error.
+func TestTooManyLandlockRules(t *testing.T) {
+	dir := t.TempDir()
+	for i := 0; i < spawn.MaxLandlockRules+10; i++ {
+		if err := os.Mkdir(filepath.Join(dir, "d"+strconv.Itoa(i)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sb, err := NewFromMap(map[string]any{"fs_readable": []any{"/"}, "fs_denied": []any{filepath.Join(dir, "d0")}})
+	if err == nil {
+		defer sb.Close()
+		if v := sb.isolation().View; v == nil {
+			t.Skip("no view of its own here: the engine builds the ruleset itself, with no table")
+		}
+		res := sb.Run(&RunRequest{Argv: []string{"/bin/true"}, StdinFD: -1, StdoutFD: -1})
+		t.Fatalf("built; the run gave %+v", res.Error)
+	}
+	e, _ := err.(*Error)
+	if e == nil || e.Kind != KindInvalidPolicy || len(e.Problems) != 1 || e.Problems[0].Field != "fs_denied" ||
+		!strings.Contains(e.Message, "Landlock rules, more than") {
+		t.Fatalf("want invalid_policy on fs_denied naming the rule count, got %v", err)
 	}
 }

@@ -307,6 +307,13 @@ func (s *Sandbox) compile(gen uint64) (*plan, error) {
 		if pl.view != nil && pl.view.ProcOwn {
 			// a rule for each run's /proc can only be made in the run: pid 1 builds
 			// its ruleset from the table (the O_PATH fds of its paths live with the plan)
+			if n := len(pl.ruleset.Table.Paths) + len(pl.ruleset.Table.Ports); n > spawn.MaxLandlockRules {
+				// each entry beside the way from a grant down to a denied path is a
+				// rule of its own: a denied path deep in a crowded tree makes many
+				var probs policy.Problems
+				probs.Add("fs_denied", "the grants and denied paths expand to %d Landlock rules, more than %d: every entry beside the way from a granted tree down to a denied path is a rule of its own; grant narrower trees or deny a path nearer to a grant", n, spawn.MaxLandlockRules)
+				return fail(&Error{Kind: KindInvalidPolicy, Message: policy.FormatProblems("invalid policy", probs), Problems: probs})
+			}
 			if err := pl.keepLandlockTable(zs); err != nil {
 				return fail(errorf(KindIsolation, "landlock: %v", err))
 			}

@@ -576,6 +576,9 @@ var initSteps = map[C.__u32]string{C.ST_STEP_PROC: "mounting its /proc", C.ST_ST
 // StatusSize is the size of one status record.
 const StatusSize = C.sizeof_struct_st_status
 
+// MaxLandlockRules bounds the rules of a Landlock table that pid 1 builds (wire.h).
+const MaxLandlockRules = C.ST_MAX_RULES
+
 // ReadStatus decodes the status records.
 func ReadStatus(b []byte) Status {
 	var st Status
