@@ -472,3 +472,38 @@ func TestTooManyLandlockRules(t *testing.T) {
 		t.Fatalf("want invalid_policy on fs_denied naming the rule count, got %v", err)
 	}
 }
+
+// icmp:// rules on a host whose ping_group_range leaves the sandbox's group out
+// reach nothing: the report says so, rather than letting the rule look effective.
+func TestNetICMPNote(t *testing.T) {
+	const sysctl = "/proc/sys/net/ipv4/ping_group_range"
+	old, err := os.ReadFile(sysctl)
+	if err != nil {
+		t.Skip(err)
+	}
+	note := func() []string {
+		sb, err := NewFromMap(map[string]any{"fs_readable": []any{"/usr"}, "net_allow": []any{"icmp://127.0.0.1"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sb.Close()
+		return sb.isolation().Net.Notes
+	}
+	if os.Geteuid() != 0 {
+		t.Logf("%s is %q; notes: %q", sysctl, old, note())
+		return
+	}
+	t.Cleanup(func() { os.WriteFile(sysctl, old, 0) })
+	if err := os.WriteFile(sysctl, []byte("1 0"), 0); err != nil {
+		t.Skip(err)
+	}
+	if n := note(); len(n) != 1 || !strings.Contains(n[0], "ping_group_range") {
+		t.Errorf("ping sockets off: notes %q", n)
+	}
+	if err := os.WriteFile(sysctl, []byte("0 2147483647"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if n := note(); len(n) != 0 {
+		t.Errorf("ping sockets on: notes %q", n)
+	}
+}

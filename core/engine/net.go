@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/sandtrap/sandtrap/core/policy"
@@ -34,6 +36,7 @@ type NetReport struct {
 	Supervised bool                `msgpack:"supervised"` // destinations checked by the supervisor
 	Floor      string              `msgpack:"floor"`      // what the kernel enforces underneath
 	Resolved   map[string][]string `msgpack:"resolved,omitempty"`
+	Notes      []string            `msgpack:"notes,omitempty"` // what the rules allow that this host will not do
 }
 
 // maxFloorPorts: more TCP ports than this in the rules make the Landlock floor
@@ -147,7 +150,36 @@ func planNet(p *policy.Policy, probs *policy.Problems) netPlan {
 	if len(np.resolved) > 0 {
 		rep.Resolved = np.resolved
 	}
+	if np.icmp && !deny {
+		gid := int64(os.Getegid())
+		if p.GID != nil {
+			gid = int64(*p.GID)
+		}
+		if note := pingNote(gid); note != "" {
+			rep.Notes = append(rep.Notes, note)
+		}
+	}
 	return np
+}
+
+// pingNote says why icmp:// rules reach nothing here, if they do not: ping sockets
+// need the sandbox's group (gid, as the host sees it: the sandbox's user namespace
+// maps this process's group to itself) inside net.ipv4.ping_group_range, which only
+// the host's administrator can widen.
+func pingNote(gid int64) string {
+	const sysctl = "/proc/sys/net/ipv4/ping_group_range"
+	b, err := os.ReadFile(sysctl)
+	if err != nil {
+		return ""
+	}
+	var lo, hi int64
+	if _, err := fmt.Sscan(string(b), &lo, &hi); err != nil {
+		return ""
+	}
+	if gid >= lo && gid <= hi {
+		return ""
+	}
+	return fmt.Sprintf("icmp rules reach nothing on this host: ping sockets need group %d inside net.ipv4.ping_group_range (%q)", gid, strings.TrimSpace(string(b)))
 }
 
 func field(deny bool) string {
