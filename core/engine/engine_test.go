@@ -507,3 +507,51 @@ func TestNetICMPNote(t *testing.T) {
 		t.Errorf("ping sockets on: notes %q", n)
 	}
 }
+
+// No run outlives its supervisor: one that fails (Abort, as an error of its loop
+// would) takes the zygote and its runs with it; the next run gets a new one.
+func TestSupervisorFailureKillsTheRun(t *testing.T) {
+	sb, err := NewFromMap(map[string]any{"fs_readable": []any{"/usr", "/lib", "/lib64", "/bin"}, "net_allow": []any{"127.0.0.1:9"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	done := make(chan *Result, 1)
+	go func() {
+		done <- sb.Run(&RunRequest{Argv: []string{"/bin/sleep", "30"}, StdinFD: -1, StdoutFD: -1})
+	}()
+	var sup interface{ Abort(string) }
+	for i := 0; i < 200 && sup == nil; i++ {
+		time.Sleep(10 * time.Millisecond)
+		sb.zmu.Lock()
+		if sb.sup != nil {
+			sup = sb.sup
+		}
+		sb.zmu.Unlock()
+	}
+	if sup == nil {
+		t.Fatal("no supervisor started")
+	}
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	sup.Abort("test")
+	select {
+	case res := <-done:
+		if res.Error == nil && res.Signal == nil && res.ExitCode != nil && *res.ExitCode == 0 {
+			t.Fatalf("the run succeeded: %+v", res)
+		}
+		t.Logf("the run ended %v after the abort: signal %v, error %+v", time.Since(start), ptrVal(res.Signal), res.Error)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the run outlived its supervisor")
+	}
+	if res := sb.Run(&RunRequest{Argv: []string{"/bin/true"}, StdinFD: -1, StdoutFD: -1}); res.Error != nil || res.ExitCode == nil || *res.ExitCode != 0 {
+		t.Fatalf("the next run: %+v", res.Error)
+	}
+}
+
+func ptrVal(p *int) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}

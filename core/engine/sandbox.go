@@ -80,8 +80,9 @@ type Sandbox struct {
 	pl         *plan      // the plan for the process's current confinement
 	retiredPls []*plan    // plans from before a confine(), kept for their runs in flight
 	zyg        *spawn.Zygote
-	zygPlan    *plan           // the plan zyg serves
-	retired    []*spawn.Zygote // zygotes from before a confine(), kept for their runs in flight
+	zygPlan    *plan                 // the plan zyg serves
+	sup        *supervise.Supervisor // zyg's supervisor, if it has one (tests)
+	retired    []*spawn.Zygote       // zygotes from before a confine(), kept for their runs in flight
 
 	id       uint64
 	inflight sync.WaitGroup
@@ -522,6 +523,9 @@ func (s *Sandbox) zygote(fresh *spawn.Zygote) (*spawn.Zygote, *plan, error) {
 				return nil, nil, errorf(KindIsolation, "isolation unavailable: the supervisor: %v", err)
 			}
 			z.OnClose(sup.Close)
+			// no run outlives its supervisor: the zygote's runs die with it
+			sup.OnFail(z.Close)
+			s.sup = sup
 		}
 		s.zyg, s.zygPlan = z, pl
 	}

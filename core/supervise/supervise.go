@@ -76,6 +76,8 @@ type Supervisor struct {
 
 	closing   atomic.Bool
 	closeOnce sync.Once
+	failMu    sync.Mutex
+	onFail    []func()
 	loopDone  chan struct{}
 	handling  sync.WaitGroup // detached calls
 	waiting   atomic.Int64   // detached calls waiting for a lock (locks.go: maxWaiting)
@@ -161,7 +163,10 @@ func (s *Supervisor) Close() {
 		// no call can answer any more: the kernel fails the calls still waiting,
 		// and every later trapped call, with ENOSYS
 		unix.Close(s.fd)
+		s.failMu.Lock()
 		unix.Close(s.wake)
+		s.wake = -1
+		s.failMu.Unlock()
 	})
 }
 
@@ -214,8 +219,11 @@ func (s *Supervisor) loop() {
 		case fds[1].Revents != 0 || s.closing.Load(): // Close
 			return
 		case fds[0].Revents&unix.POLLIN != 0:
-		case fds[0].Revents&(unix.POLLHUP|unix.POLLERR) != 0:
+		case fds[0].Revents&unix.POLLHUP != 0:
 			return // the filter has no user left: nothing can trap any more
+		case fds[0].Revents != 0:
+			s.denials.add("supervisor", fmt.Sprintf("notification loop: the listener polled %#x", fds[0].Revents), unix.ENOSYS)
+			return
 		default:
 			continue
 		}
@@ -232,11 +240,43 @@ func (s *Supervisor) loop() {
 	}
 }
 
-// abortIfNotClosing: a loop that stops on an error closes the listener, so trapped
-// calls fail (ENOSYS) instead of waiting forever for an answer.
+// abortIfNotClosing: a loop that stops on an error (or Abort) tells the OnFail
+// callbacks — the engine kills the sandbox's processes: no run outlives its
+// supervisor — and closes the listener, so trapped calls fail (ENOSYS) instead of
+// waiting forever for an answer.
 func (s *Supervisor) abortIfNotClosing() {
-	if !s.closing.Load() {
-		go s.Close()
+	if s.closing.Load() {
+		return
+	}
+	s.failMu.Lock()
+	fs := s.onFail
+	s.onFail = nil
+	s.failMu.Unlock()
+	go func() {
+		for _, f := range fs {
+			f()
+		}
+		s.Close()
+	}()
+}
+
+// OnFail registers f, called (once, on a goroutine of its own) when the supervisor
+// stops for any reason but Close: an error of its loop, the listener gone bad, or
+// Abort. The calls the sandbox makes afterwards could not be judged.
+func (s *Supervisor) OnFail(f func()) {
+	s.failMu.Lock()
+	defer s.failMu.Unlock()
+	s.onFail = append(s.onFail, f)
+}
+
+// Abort stops the supervisor as a failure (OnFail runs), recording why.
+func (s *Supervisor) Abort(reason string) {
+	s.denials.add("supervisor", "aborted: "+reason, unix.ENOSYS)
+	s.failMu.Lock()
+	defer s.failMu.Unlock()
+	if s.wake >= 0 { // not closed yet
+		one := [8]byte{1}
+		unix.Write(s.wake, one[:])
 	}
 }
 
