@@ -91,6 +91,7 @@ type Supervisor struct {
 	socks      map[int]int // the supervisor's duplicates of sockets a blocked call uses (shut down at Close)
 
 	denials denialLog
+	audit   posixAudit // POSIX locks continued: looked at soon after (posixaudit.go)
 }
 
 // Start takes ownership of listenerFD (the fd SECCOMP_FILTER_FLAG_NEW_LISTENER
