@@ -19,6 +19,7 @@ from conftest import SYS_RO
 
 # -- Running a command --------------------------------------------------------------
 
+
 def test_running_a_command(world_tmp: Path) -> None:
     sandbox_dir = world_tmp / "sandbox"  # the page's /tmp/sandbox
     sandbox_dir.mkdir()
@@ -47,33 +48,62 @@ def test_output_is_bytes_even_when_not_utf8() -> None:
 
 SEED_UNSUPPORTED = {
     # [config]
-    "http_ca": None, "http_key": None, "fs_storage": None, "workdir": None,
+    "http_ca": None,
+    "http_key": None,
+    "fs_storage": None,
+    "workdir": None,
     # [determinism]
-    "random_seed": None, "time_start": None, "deterministic_dirs": False, "no_randomize_memory": False,
+    "random_seed": None,
+    "time_start": None,
+    "deterministic_dirs": False,
+    "no_randomize_memory": False,
     # [program]
-    "no_coredump": False, "no_huge_pages": False, "no_supervisor": False,
+    "no_coredump": False,
+    "no_huge_pages": False,
+    "no_supervisor": False,
     # [filesystem]
-    "chroot": None, "fs_mount": {}, "on_exit": "commit", "on_error": "abort",
+    "chroot": None,
+    "fs_mount": {},
+    "on_exit": "commit",
+    "on_error": "abort",
     # [network]
     "port_remap": False,
     # [http]
-    "http_ports": (), "http_allow": (), "http_deny": (),
+    "http_ports": (),
+    "http_allow": (),
+    "http_deny": (),
     # [limits]
-    "gpu_devices": None, "cpu_cores": None, "num_cpus": None,
+    "gpu_devices": None,
+    "cpu_cores": None,
+    "num_cpus": None,
     # runtime kwargs
-    "name": None, "policy_fn": None,
+    "name": None,
+    "policy_fn": None,
 }
 
 
 def test_full_constructor_supported_fields() -> None:
     # every field of the page that sandtrap has, at the page's defaults
     sb = Sandbox(
-        init_fn=None, work_fn=None,
-        env={}, cwd=None, uid=None, gid=None, clean_env=False,
-        fs_readable=(), fs_writable=(), fs_denied=(),
-        net_allow_bind=(), net_allow=(),
-        extra_allow_syscalls=(), extra_deny_syscalls=(),
-        max_memory=None, max_processes=64, max_open_files=None, max_cpu=None, max_disk=None,
+        init_fn=None,
+        work_fn=None,
+        env={},
+        cwd=None,
+        uid=None,
+        gid=None,
+        clean_env=False,
+        fs_readable=(),
+        fs_writable=(),
+        fs_denied=(),
+        net_allow_bind=(),
+        net_allow=(),
+        extra_allow_syscalls=(),
+        extra_deny_syscalls=(),
+        max_memory=None,
+        max_processes=64,
+        max_open_files=None,
+        max_cpu=None,
+        max_disk=None,
     )
     assert sb.policy["max_processes"] == 64
     sb.close()
@@ -91,6 +121,7 @@ def test_full_constructor_names_every_unsupported_field() -> None:
 
 # -- HTTP ACL (not in sandtrap) ---------------------------------------------------------
 
+
 def test_http_acl_is_refused_by_name() -> None:
     with pytest.raises(PolicyError) as ei:
         Sandbox(
@@ -102,6 +133,7 @@ def test_http_acl_is_refused_by_name() -> None:
 
 
 # -- chroot and mounts (not in sandtrap) -------------------------------------------------
+
 
 def test_chroot_and_mounts_are_refused_by_name() -> None:
     with pytest.raises(PolicyError) as ei:
@@ -117,6 +149,7 @@ def test_chroot_and_mounts_are_refused_by_name() -> None:
 
 # -- Dry-run (not in sandtrap) -----------------------------------------------------------
 
+
 def test_dry_run_is_refused_by_name() -> None:
     with pytest.raises(PolicyError) as ei:
         Sandbox(fs_writable=["."], workdir=".", fs_readable=["/usr", "/lib", "/bin", "/etc"])
@@ -127,6 +160,7 @@ def test_dry_run_is_refused_by_name() -> None:
 
 
 # -- Pipelines -----------------------------------------------------------------------------
+
 
 @pytest.fixture
 def opt_data(world_tmp: Path) -> Path:
@@ -141,10 +175,7 @@ def test_pipeline_example(opt_data: Path) -> None:
     restricted = Sandbox(fs_readable=["/usr", "/lib", "/bin", "/etc"])
 
     # reader can access the data, processor cannot
-    result = (
-        trusted.cmd(["cat", f"{opt_data}/secret.csv"])
-        | restricted.cmd(["tr", "a-z", "A-Z"])
-    ).run()
+    result = (trusted.cmd(["cat", f"{opt_data}/secret.csv"]) | restricted.cmd(["tr", "a-z", "A-Z"])).run()
     assert b"SECRET" in result.stdout
     assert result.success
     assert len(result.stages) == 2 and all(s.success for s in result.stages)
@@ -157,6 +188,7 @@ def test_pipeline_example(opt_data: Path) -> None:
 
 # -- The XOA pattern -------------------------------------------------------------------------
 
+
 def test_xoa_example(world_tmp: Path) -> None:
     data = world_tmp / "data"  # stands in for /data
     data.mkdir()
@@ -165,10 +197,7 @@ def test_xoa_example(world_tmp: Path) -> None:
     planner = Sandbox(fs_readable=["/usr", "/lib", "/bin", "/etc"])
     executor = Sandbox(fs_readable=["/usr", "/lib", "/bin", "/etc", str(data)])
 
-    result = (
-        planner.cmd(["python3", "-c", f"print('cat {data}/input.txt')"])
-        | executor.cmd(["sh"])
-    ).run()
+    result = (planner.cmd(["python3", "-c", f"print('cat {data}/input.txt')"]) | executor.cmd(["sh"])).run()
     assert result.success, result.stages
     assert result.stdout == b"the input\n", [s.error for s in result.stages]
 
@@ -180,6 +209,7 @@ def test_xoa_example(world_tmp: Path) -> None:
 
 
 # -- COW fork and map-reduce (a later issue) -----------------------------------------------------
+
 
 def test_cow_fork_example_needs_importable_functions() -> None:
     # The page's example works as written with module-level functions (see
@@ -198,6 +228,7 @@ def test_cow_fork_example_needs_importable_functions() -> None:
 
 
 # -- Confining the current process ---------------------------------------------------------------
+
 
 def test_confine_example_in_subprocess(world_tmp: Path) -> None:
     writable = world_tmp / "w"
@@ -221,6 +252,7 @@ def test_confine_example_in_subprocess(world_tmp: Path) -> None:
 
 # -- Port virtualization (not in sandtrap) ---------------------------------------------------------
 
+
 def test_port_remap_is_refused_by_name() -> None:
     with pytest.raises(PolicyError) as ei:
         Sandbox(port_remap=True, net_allow_bind=[8080], fs_readable=["/usr", "/lib", "/etc"], name="api.local")
@@ -228,6 +260,7 @@ def test_port_remap_is_refused_by_name() -> None:
 
 
 # -- Dynamic policy and handlers (not in sandtrap) --------------------------------------------------
+
 
 def test_policy_fn_is_refused_by_name() -> None:
     def on_event(event, ctx):  # type: ignore[no-untyped-def]
@@ -242,6 +275,7 @@ def test_policy_fn_is_refused_by_name() -> None:
 
 
 # -- Helpers and types --------------------------------------------------------------------------------
+
 
 def test_parse_ports_example() -> None:
     assert parse_ports([80, "443", "8000-8005"]) == [80, 443, 8000, 8001, 8002, 8003, 8004, 8005]
@@ -260,6 +294,17 @@ def test_parse_ports_feeds_net_allow_bind() -> None:
 
 
 def test_package_exports() -> None:
-    for name in ("Sandbox", "Result", "ErrorInfo", "Pipeline", "Command", "parse_ports", "confine",
-                 "SandtrapError", "PolicyError", "IsolationUnavailable", "ForkedChildError"):
+    for name in (
+        "Sandbox",
+        "Result",
+        "ErrorInfo",
+        "Pipeline",
+        "Command",
+        "parse_ports",
+        "confine",
+        "SandtrapError",
+        "PolicyError",
+        "IsolationUnavailable",
+        "ForkedChildError",
+    ):
         assert hasattr(sandtrap, name), name
