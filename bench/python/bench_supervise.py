@@ -127,8 +127,11 @@ def main() -> int:
             assert r.success, (name, r.stderr)
             add(f"sandtrap {name}", float(r.stdout))
         if args.sandlock_python:
-            r = subprocess.run([args.sandlock_python, "-c", SANDLOCK, LOOP, json.dumps(fs), json.dumps(peer_cases)],
-                               capture_output=True, text=True)
+            r = subprocess.run(
+                [args.sandlock_python, "-c", SANDLOCK, LOOP, json.dumps(fs), json.dumps(peer_cases)],
+                capture_output=True,
+                text=True,
+            )
             if r.returncode != 0:
                 print("sandlock failed:", r.stderr[-2000:], file=sys.stderr)
                 args.sandlock_python = None
