@@ -496,12 +496,17 @@ func (l *denialLog) list() []Denial {
 // fileID is an inode: what Landlock attaches a path rule to.
 type fileID struct{ dev, ino uint64 }
 
-// allowedIDs are the inodes the Allowed paths name now.
+// allowedIDs are the inodes the Allowed paths name now. A path that is gone since the
+// sandbox was built (an entry of an expanded directory, removed on the host) allows
+// nothing here; Landlock still holds the inode it was built with.
 func allowedIDs(paths []string) (map[fileID]bool, error) {
 	ids := make(map[fileID]bool, len(paths))
 	for _, p := range paths {
 		var st unix.Stat_t
 		if err := unix.Stat(p, &st); err != nil {
+			if err == unix.ENOENT || err == unix.ENOTDIR {
+				continue
+			}
 			return nil, fmt.Errorf("supervise: allowed path %s: %w", p, err)
 		}
 		ids[fileID{uint64(st.Dev), st.Ino}] = true
