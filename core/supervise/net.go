@@ -218,7 +218,7 @@ func (p *NetPolicy) WatchesSends() bool {
 }
 
 func connectTraps(cfg Config) []Trap {
-	if cfg.Net == nil {
+	if cfg.Net == nil && cfg.Ports == nil {
 		return nil
 	}
 	return []Trap{{Syscall: "connect", Arg: -1}}
@@ -433,8 +433,13 @@ func handleConnect(c *call) reply {
 	if err != nil {
 		return c.failure("read the address", err, unix.EFAULT, unix.EINVAL)
 	}
-	if r := c.destination(k, a); r != nil {
-		return *r
+	if !c.remapConnect(k, a) { // a virtual port of the sandbox's own (ports.go)
+		if c.s.cfg.Net == nil {
+			return cont() // trapped for port_remap alone: the kernel's floor decides (ports.go)
+		}
+		if r := c.destination(k, a); r != nil {
+			return *r
+		}
 	}
 	return c.perform(k, true, true, func() reply {
 		return c.asCaller(k, []*addr{a}, func() reply {
