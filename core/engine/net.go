@@ -23,7 +23,7 @@ type netPlan struct {
 	anyConnect   bool     // Landlock allows every TCP connect (the supervisor, if any, decides)
 	udp, icmp    bool     // the filter allows such sockets
 	sup          *supervise.NetPolicy
-	ports        *supervise.PortMap // port_remap (ports.go)
+	ports        *supervise.PortMap  // port_remap (ports.go)
 	resolved     map[string][]string // host name -> addresses found at build
 	report       *NetReport
 }

@@ -52,7 +52,7 @@ func init() {
 	RegisterOp("ports", func(s *Sandbox, req []byte) ([]byte, string) {
 		if m, ok := rawmsg.Value(req).Fields(); ok {
 			for k := range m {
-				if k != "op" {
+				if k != "op" && k != "tag" { // bindings tag every request (nothing to cancel here)
 					return ErrorResponse(errorf(KindInvalidRequest, "invalid request: ports takes no %q", k)), KindInvalidRequest
 				}
 			}

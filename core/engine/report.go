@@ -19,8 +19,8 @@ type Isolation struct {
 	Spawn          string           `msgpack:"spawn,omitempty"` // template forks: "allowed" or "refused" (new processes and programs)
 	Net            *NetReport       `msgpack:"net"`
 	Hostname       string           `msgpack:"hostname,omitempty"` // the sandbox's own (name), in a UTS namespace of its own
-	TreeKill       string           `msgpack:"tree_kill"` // pid_namespace | cgroup | process_group
-	Cgroup         string           `msgpack:"cgroup"`    // "" | cgroup_v1 | cgroup_v2
+	TreeKill       string           `msgpack:"tree_kill"`          // pid_namespace | cgroup | process_group
+	Cgroup         string           `msgpack:"cgroup"`             // "" | cgroup_v1 | cgroup_v2
 	UID            *uint32          `msgpack:"uid,omitempty"`
 	GID            *uint32          `msgpack:"gid,omitempty"`
 	Limits         map[string]Limit `msgpack:"limits"`

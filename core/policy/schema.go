@@ -22,12 +22,12 @@ const (
 	KindTargets Kind = "targets" // network rules: 443, "host:443", "10.0.0.0/8", "udp://…", "*" (net.go)
 	KindPorts   Kind = "ports"   // ports and ranges: 8080, "8000-8005"
 	KindBool    Kind = "bool"
-	KindSize    Kind = "size"    // bytes: an integer or "256M" (binary suffixes)
-	KindCount   Kind = "count"   // a positive integer
-	KindSeconds Kind = "seconds" // a positive number of seconds
-	KindID      Kind = "id"      // a uid or gid
-	KindEnv     Kind = "env"     // a map of variable names to values
-	KindNames   Kind = "names"   // syscall names
+	KindSize    Kind = "size"     // bytes: an integer or "256M" (binary suffixes)
+	KindCount   Kind = "count"    // a positive integer
+	KindSeconds Kind = "seconds"  // a positive number of seconds
+	KindID      Kind = "id"       // a uid or gid
+	KindEnv     Kind = "env"      // a map of variable names to values
+	KindNames   Kind = "names"    // syscall names
 	KindHost    Kind = "hostname" // a host name: 1-64 characters, letters, digits, '-' and '.'
 )
 

@@ -367,6 +367,7 @@ class Sandbox {
    */
   async ports() {
     const r = await this.request({ op: 'ports' });
+    if (r.error && r.error.kind) throw makeError(r.error.kind, r.error.message);
     const out = {};
     for (const [k, v] of Object.entries(r.ports || {})) out[Number(k)] = Number(v);
     return out;
