@@ -25,6 +25,7 @@ type netPlan struct {
 	anyConnect   bool     // Landlock allows every TCP connect (the supervisor, if any, decides)
 	udp, icmp    bool     // the filter allows such sockets
 	sup          *supervise.NetPolicy
+	ports        *supervise.PortMap  // port_remap (ports.go)
 	resolved     map[string][]string // host name -> addresses found at build
 	report       *NetReport
 }
@@ -36,7 +37,8 @@ type NetReport struct {
 	Supervised bool                `msgpack:"supervised"` // destinations checked by the supervisor
 	Floor      string              `msgpack:"floor"`      // what the kernel enforces underneath
 	Resolved   map[string][]string `msgpack:"resolved,omitempty"`
-	Notes      []string            `msgpack:"notes,omitempty"` // what the rules allow that this host will not do
+	Notes      []string            `msgpack:"notes,omitempty"`      // what the rules allow that this host will not do
+	PortRemap  bool                `msgpack:"port_remap,omitempty"` // binds of the bind ports remapped (ports.go)
 }
 
 // maxFloorPorts: more TCP ports than this in the rules make the Landlock floor
@@ -159,6 +161,8 @@ func planNet(p *policy.Policy, probs *policy.Problems) netPlan {
 			rep.Notes = append(rep.Notes, note)
 		}
 	}
+	np.ports = planPorts(p, probs)
+	rep.PortRemap = np.ports != nil
 	return np
 }
 

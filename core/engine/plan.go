@@ -231,6 +231,7 @@ func (s *Sandbox) compile(gen uint64) (*plan, error) {
 			}
 		}
 		pl.supervise.ListenNeedsBind = netWanted
+		pl.supervise.Ports = np.ports
 		if np.sup != nil {
 			pl.supervise.Net = np.sup
 			pl.supervise.AbstractScoped = rep.Landlock != nil && f.LandlockABI >= 6
@@ -267,6 +268,13 @@ func (s *Sandbox) compile(gen uint64) (*plan, error) {
 			ForeignArch: "kill", Unreviewed: fmt.Sprintf("ENOSYS from syscall %d on", seccomp.Reviewed),
 			InetSockets: netWanted, UDP: np.udp, ICMP: np.icmp, UnixSockets: p.NetAllowUnix}
 	}
+	// The hostname: a UTS namespace the zygote makes (it holds CAP_SYS_ADMIN in the
+	// sandbox's user namespace, or as root), which every run shares.
+	zygoteUserNS := (pl.view != nil && userNS) || unmapped
+	hostname := ""
+	if p.Name != "" && need(zygoteUserNS || f.Root, "a hostname of its own (name): a UTS namespace needs a user namespace of the sandbox's or a root host") {
+		hostname, rep.Hostname = p.Name, p.Name
+	}
 	if len(missing) > 0 {
 		if !p.AllowDegraded {
 			return fail(errorf(KindIsolation, "isolation unavailable: %s (pass allow_degraded to run without it)", strings.Join(missing, "; ")))
@@ -279,7 +287,7 @@ func (s *Sandbox) compile(gen uint64) (*plan, error) {
 
 	// 6. The zygote that applies it all.
 	zs := &spawn.ZygoteSpec{RulesetFD: -1, Cookie: cloneCookie(), NewPidNS: pl.pidNS,
-		NewIPCNS: rep.IPCNamespace, UserNS: (pl.view != nil && userNS) || unmapped, Unmapped: unmapped,
+		NewIPCNS: rep.IPCNamespace, UserNS: zygoteUserNS, Unmapped: unmapped, Hostname: hostname,
 		MountNS: pl.view != nil && !userNS,
 		View:    pl.view, DropGroups: f.Root,
 		// pid 1 of each run needs these (in the sandbox's user namespace) until it

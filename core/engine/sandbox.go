@@ -572,6 +572,9 @@ func (s *Sandbox) Confine(withSeccomp bool) error {
 			return errorf(KindIsolation, "isolation unavailable: seccomp")
 		}
 	} else {
+		if cur.supervise.Ports != nil {
+			return errorf(KindIsolation, "isolation unavailable: confine() has no supervisor, which port_remap needs")
+		}
 		if cur.supervise.Net != nil {
 			return errorf(KindIsolation, "isolation unavailable: confine() has no supervisor, which network rules by destination (addresses, UDP or ICMP rules, net_deny) need; only port rules for any host can confine this process")
 		}

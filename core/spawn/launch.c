@@ -177,6 +177,12 @@ static int child(void *arg)
 	} else if (l->new_mountns && syscall(SYS_unshare, CLONE_NEWNS) < 0) {
 		return fail(l, ST_STAGE_USERNS);
 	}
+	/* The sandbox's hostname, in a UTS namespace every run shares (owned by the
+	 * sandbox's user namespace, or the host's on a root host: the target, without
+	 * capabilities, cannot change it). */
+	if (l->hostname && (syscall(SYS_unshare, CLONE_NEWUTS) < 0 ||
+			    syscall(SYS_sethostname, l->hostname, strlen(l->hostname)) < 0))
+		return fail(l, ST_STAGE_UTS);
 	if (l->n_mount_ops > 0) {
 		if (view(l) < 0)
 			return fail(l, ST_STAGE_VIEW);

@@ -53,7 +53,7 @@ type Sysctl struct {
 var stageNames = map[C.int]string{
 	C.ST_STAGE_NONE: "none", C.ST_STAGE_CLONE: "clone", C.ST_STAGE_SETSID: "setsid",
 	C.ST_STAGE_CGROUP: "cgroup", C.ST_STAGE_RLIMIT: "rlimit", C.ST_STAGE_IDS: "ids", C.ST_STAGE_SHARES: "shares",
-	C.ST_STAGE_USERNS: "user_namespace", C.ST_STAGE_SYSCTL: "sysctl", C.ST_STAGE_VIEW: "view",
+	C.ST_STAGE_USERNS: "user_namespace", C.ST_STAGE_SYSCTL: "sysctl", C.ST_STAGE_UTS: "uts_namespace", C.ST_STAGE_VIEW: "view",
 	C.ST_STAGE_CAPS: "capabilities", C.ST_STAGE_NO_NEW_PRIVS: "no_new_privs",
 	C.ST_STAGE_PDEATHSIG: "pdeathsig", C.ST_STAGE_STDIO: "stdio", C.ST_STAGE_CLOSE_FDS: "close_fds",
 	C.ST_STAGE_EXEC: "exec",
@@ -163,6 +163,8 @@ type ZygoteSpec struct {
 	MountNS  bool
 	Sysctls  []Sysctl
 	View     *fsview.Plan
+
+	Hostname string // non-empty: the zygote's own UTS namespace with this hostname
 
 	KeepCaps uint64 // capabilities (in the sandbox's user namespace) pid 1 of each run still needs
 
@@ -362,6 +364,9 @@ func StartZygote(zs *ZygoteSpec) (*Zygote, error) {
 			l.sysctl_path[i], l.sysctl_value[i] = mem.str(s.Path), mem.str(s.Value)
 		}
 		l.n_sysctls = C.int(len(zs.Sysctls))
+	}
+	if zs.Hostname != "" {
+		l.hostname = mem.str(zs.Hostname)
 	}
 	l.new_mountns = cbool(zs.MountNS && !zs.UserNS)
 	if zs.UserNS || zs.MountNS {

@@ -27,6 +27,8 @@ type Config struct {
 	ListenNeedsBind bool
 	// Net: where inet sockets may connect and send (net.go); nil: not supervised.
 	Net *NetPolicy
+	// Ports: port virtualization (ports.go); nil: none.
+	Ports *PortMap
 	// AbstractScoped: Landlock keeps the sandbox from abstract unix sockets outside
 	// its domain; the supervisor, outside every domain, then performs no connect or
 	// send to an abstract address on its behalf (net.go).
@@ -441,6 +443,8 @@ var handlers = []handler{
 	{name: "sendto", nr: unix.SYS_SENDTO, traps: sendtoTraps, fn: handleSendto},
 	{name: "sendmsg", nr: unix.SYS_SENDMSG, traps: sendmsgTraps, fn: handleSendmsg},
 	{name: "sendmmsg", nr: unix.SYS_SENDMMSG, traps: sendmmsgTraps, fn: handleSendmmsg},
+	{name: "bind", nr: unix.SYS_BIND, traps: portTraps, fn: handleBind},
+	{name: "getsockname", nr: unix.SYS_GETSOCKNAME, traps: getsocknameTraps, fn: handleGetsockname},
 }
 
 // denialLog keeps at most maxDenials distinct entries; the rest are counted in one.

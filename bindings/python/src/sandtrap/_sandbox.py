@@ -531,6 +531,21 @@ class Sandbox:
             raise _native.status_error(rc, resp)
         return resp
 
+    def ports(self) -> dict[int, int]:
+        """``{virtual_port: real_port}`` for the sockets this sandbox's runs hold
+        bound now (``port_remap``; ``{}`` without it, or when nothing is bound). A
+        host client reaches a sandbox's server on the real port; inside, the
+        virtual port is what ``bind``, ``getsockname`` and loopback ``connect`` see."""
+        h = self._live()
+        h.acquire()
+        try:
+            rc, resp = _native.sandbox_exec(h.ptr, _native.pack({"op": "ports"}))
+        finally:
+            h.release()
+        if rc != _native.OK or resp is None:
+            raise _native.status_error(rc, resp)
+        return {int(k): int(v) for k, v in resp.get("ports", {}).items()}
+
     def cancel(self) -> int:
         """Kill every run of this sandbox in flight; returns how many."""
         h = self._live()
