@@ -1,10 +1,8 @@
 package engine
 
 import (
-	"sort"
-	"sync"
-
 	"github.com/sandtrap/sandtrap/core/hostcall"
+	"github.com/sandtrap/sandtrap/core/protocol"
 	"github.com/sandtrap/sandtrap/core/rawmsg"
 )
 
@@ -15,33 +13,14 @@ import (
 // OpFunc handles a request of an op registered with RegisterOp. It gets the request
 // as it came (its own decoding: values it forwards stay raw msgpack) and returns the
 // response and its error kind, as Exec does.
-type OpFunc func(s *Sandbox, req []byte) ([]byte, string)
+type OpFunc = protocol.OpFunc[*Sandbox]
 
-var (
-	opsMu  sync.RWMutex
-	extOps = map[string]OpFunc{}
-)
+// ops are the protocol's ops: the ones Exec decodes itself, and those other
+// packages register.
+var ops = &protocol.Registry[*Sandbox]{Core: []string{"run", "pipeline", "isolation", "session_open", "session_send", "session_close", "answer"}}
 
 // RegisterOp adds an op to the protocol (from an init function).
-func RegisterOp(name string, fn OpFunc) {
-	opsMu.Lock()
-	defer opsMu.Unlock()
-	extOps[name] = fn
-}
-
-// coreOps are the ops Exec decodes itself.
-var coreOps = []string{"run", "pipeline", "isolation", "session_open", "session_send", "session_close", "answer"}
-
-func knownOps() []string {
-	opsMu.RLock()
-	defer opsMu.RUnlock()
-	out := append([]string{}, coreOps...)
-	for k := range extOps {
-		out = append(out, k)
-	}
-	sort.Strings(out[len(coreOps):])
-	return out
-}
+func RegisterOp(name string, fn OpFunc) { ops.Register(name, fn) }
 
 // execRaw handles the requests that are not decoded into Go maps: host-call
 // answers (hostcall) and registered ops. ok is false for every other request.
@@ -54,9 +33,7 @@ func (s *Sandbox) execRaw(b []byte) (resp []byte, kind string, ok bool) {
 		resp, kind = hostcall.Resume(s, b)
 		return resp, kind, true
 	}
-	opsMu.RLock()
-	fn := extOps[op]
-	opsMu.RUnlock()
+	fn := ops.Lookup(op)
 	if fn == nil {
 		return nil, "", false
 	}

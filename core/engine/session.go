@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/sandtrap/sandtrap/core/policy"
+	"github.com/sandtrap/sandtrap/core/protocol"
+	runs "github.com/sandtrap/sandtrap/core/run"
 	"golang.org/x/sys/unix"
 )
 
@@ -81,10 +83,10 @@ func (s *Sandbox) startSession(req *RunRequest, sock bool) (*session, error) {
 		}
 	} else {
 		var err error
-		if inR, inW, err = pipe(); err != nil {
+		if inR, inW, err = runs.Pipe(); err != nil {
 			return nil, errorf(KindSpawn, "pipe: %v", err)
 		}
-		if outR, outW, err = pipe(); err != nil {
+		if outR, outW, err = runs.Pipe(); err != nil {
 			closeAll(inR, inW)
 			return nil, errorf(KindSpawn, "pipe: %v", err)
 		}
@@ -139,7 +141,7 @@ func (s *Sandbox) getSession(m map[string]any) (*session, error) {
 // response says so, with the run's result.
 func (s *Sandbox) sessionSend(m map[string]any) (map[string]any, error) {
 	var probs policy.Problems
-	probs = append(probs, fields(m, "", "session_send", "op", "session", "frame", "timeout", "tag")...)
+	probs = append(probs, protocol.Fields(m, "", "session_send", "op", "session", "frame", "timeout", "tag")...)
 	frame, ok := m["frame"].([]byte)
 	if !ok {
 		probs.Add("frame", "must be bytes")
@@ -246,7 +248,7 @@ func (s *Sandbox) finishSession(ss *session) *Result {
 }
 
 func (s *Sandbox) sessionClose(m map[string]any) (map[string]any, error) {
-	if probs := fields(m, "", "session_close", "op", "session", "tag"); len(probs) > 0 {
+	if probs := protocol.Fields(m, "", "session_close", "op", "session", "tag"); len(probs) > 0 {
 		return nil, requestError(probs)
 	}
 	ss, err := s.getSession(m)
@@ -286,7 +288,7 @@ func writeAll(fd int, b []byte, deadline time.Time) error {
 		if err == unix.EAGAIN {
 			wait := -1
 			if !deadline.IsZero() {
-				if wait = msUntil(time.Now(), deadline); wait == 0 {
+				if wait = runs.MsUntil(time.Now(), deadline); wait == 0 {
 					return fmt.Errorf("timed out writing to the program; the session was killed")
 				}
 			}
@@ -306,7 +308,7 @@ func readFull(fd int, b []byte, deadline time.Time) error {
 	for len(b) > 0 {
 		wait := -1
 		if !deadline.IsZero() {
-			wait = msUntil(time.Now(), deadline)
+			wait = runs.MsUntil(time.Now(), deadline)
 			if wait == 0 {
 				return fmt.Errorf("timed out waiting for the program; the session was killed")
 			}

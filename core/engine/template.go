@@ -16,7 +16,9 @@ import (
 
 	"github.com/sandtrap/sandtrap/core/cgroup"
 	"github.com/sandtrap/sandtrap/core/kernel"
+	"github.com/sandtrap/sandtrap/core/plan"
 	"github.com/sandtrap/sandtrap/core/policy"
+	runs "github.com/sandtrap/sandtrap/core/run"
 	"github.com/sandtrap/sandtrap/core/seccomp"
 	"github.com/vmihailenco/msgpack/v5"
 	"golang.org/x/sys/unix"
@@ -198,7 +200,7 @@ func (s *Sandbox) sessionFork(req *RunRequest, startFrame []byte, spawn bool) (m
 				return nil, err
 			}
 			if s.group() != nil { // for its first waiting fork
-				t.prepareStage(s.features.Cgroup, cgroupLimits(s.Policy))
+				t.prepareStage(s.in.Features.Cgroup, plan.CgroupLimits(s.Policy))
 			}
 		}
 		ss, err, templateDied := s.forkFrom(t, req, spawn)
@@ -223,7 +225,7 @@ func (s *Sandbox) forkFrom(t *template, req *RunRequest, spawn bool) (*session, 
 		return nil, err, false
 	}
 	var layer *seccomp.Program
-	if pl.bpf != nil { // (without seccomp at all — allow_degraded — there is no layer either)
+	if pl.BPF != nil { // (without seccomp at all — allow_degraded — there is no layer either)
 		if layer, err = seccomp.Layer(seccomp.LayerConfig{DenySpawn: !spawn}); err != nil {
 			return nil, errorf(KindIsolation, "seccomp: %v", err), false
 		}
@@ -233,8 +235,8 @@ func (s *Sandbox) forkFrom(t *template, req *RunRequest, spawn bool) (*session, 
 		return nil, errorf(KindSpawn, "socketpair: %v", err), false
 	}
 	send := []int{p[1]}
-	if pl.ruleset != nil {
-		send = append(send, pl.ruleset.FD)
+	if pl.Ruleset != nil {
+		send = append(send, pl.Ruleset.FD)
 	}
 	// A cgroup for the template's next spare fork to join while it waits: a fork
 	// joining a cgroup can wait ~10 ms for the kernel (an RCU grace period), so the
@@ -245,17 +247,17 @@ func (s *Sandbox) forkFrom(t *template, req *RunRequest, spawn bool) (*session, 
 			send = append(send, stage.ProcFDs()...)
 		}
 		// made off this path, for the request after this one
-		defer func() { go t.prepareStage(s.features.Cgroup, cgroupLimits(s.Policy)) }()
+		defer func() { go t.prepareStage(s.in.Features.Cgroup, plan.CgroupLimits(s.Policy)) }()
 	}
 	nstage := len(send) - 1
-	if pl.ruleset != nil {
+	if pl.Ruleset != nil {
 		nstage--
 	}
 	cwd := s.Policy.Cwd
 	if req.Cwd != "" {
 		cwd = req.Cwd
 	}
-	frame := map[string]any{"op": "fork", "landlock": pl.ruleset != nil, "stage": nstage, "cwd": cwd, "env": s.runEnv(req)}
+	frame := map[string]any{"op": "fork", "landlock": pl.Ruleset != nil, "stage": nstage, "cwd": cwd, "env": runs.Env(s, req)}
 	if layer != nil {
 		frame["seccomp"] = layer.BPF
 	}
@@ -308,7 +310,7 @@ func (s *Sandbox) forkFrom(t *template, req *RunRequest, spawn bool) (*session, 
 	}
 	untrack := s.track(ss.tag, proc.kill)
 	t.forks.Add(1)
-	iso := pl.isolation()
+	iso := pl.Isolation()
 	switch {
 	case spawn:
 		iso.Spawn = "allowed"
@@ -533,7 +535,7 @@ func waitReadable(fd int, deadline time.Time) error {
 	for {
 		wait := -1
 		if !deadline.IsZero() {
-			if wait = msUntil(time.Now(), deadline); wait == 0 {
+			if wait = runs.MsUntil(time.Now(), deadline); wait == 0 {
 				return fmt.Errorf("timed out waiting for the program")
 			}
 		}

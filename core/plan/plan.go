@@ -1,4 +1,4 @@
-package engine
+package plan
 
 import (
 	"fmt"
@@ -10,6 +10,7 @@ import (
 	"github.com/sandtrap/sandtrap/core/fsview"
 	"github.com/sandtrap/sandtrap/core/landlock"
 	"github.com/sandtrap/sandtrap/core/policy"
+	"github.com/sandtrap/sandtrap/core/protocol"
 	"github.com/sandtrap/sandtrap/core/seccomp"
 	"github.com/sandtrap/sandtrap/core/spawn"
 	"github.com/sandtrap/sandtrap/core/supervise"
@@ -19,36 +20,49 @@ import (
 // plan is what a sandbox enforces for the process's current confinement (a host
 // that confined itself cannot mount any more, so its later runs need another
 // plan): the steps below, in order, and the report derived from them.
-type plan struct {
-	gen      uint64 // confineGen it was made for
+type Plan struct {
+	Gen      uint64 // the confinement generation it was made for (engine: confine())
 	report   Isolation
-	ruleset  *landlock.Ruleset
-	llspec   landlock.Spec
-	sccfg    seccomp.Config
-	bpf      *seccomp.Program
-	view     *fsview.Plan // nil: no view of its own
-	zspec    *spawn.ZygoteSpec
-	pidNS    bool
+	Ruleset  *landlock.Ruleset
+	LLSpec   landlock.Spec
+	SCCfg    seccomp.Config
+	BPF      *seccomp.Program
+	View     *fsview.Plan // nil: no view of its own
+	Zygote   *spawn.ZygoteSpec
+	PidNS    bool
 	tableFDs []int // O_PATH fds of the Landlock table's paths (runs with their own /proc)
-	// supervise is what the supervisor of each zygote of this plan enforces
-	supervise supervise.Config
+	// Supervise is what the supervisor of each zygote of this plan enforces
+	Supervise supervise.Config
 }
 
-func (pl *plan) close() {
+// Close releases the plan's ruleset and descriptors (nil: nothing).
+func (pl *Plan) Close() {
 	if pl == nil {
 		return
 	}
-	pl.ruleset.Close()
-	closeAll(pl.tableFDs...)
+	pl.Ruleset.Close()
+	for _, fd := range pl.tableFDs {
+		unix.Close(fd)
+	}
 	pl.tableFDs = nil
 }
 
-// compile makes the plan for confinement generation gen. A protection that cannot
-// be applied fails it (isolation_unavailable) unless allow_degraded, and then the
-// report says so.
-func (s *Sandbox) compile(gen uint64) (*plan, error) {
-	p, f := s.Policy, s.features
-	pl := &plan{gen: gen}
+// Isolation returns a copy of the plan's report for one run (nil plan: an empty one).
+func (pl *Plan) Isolation() *Isolation {
+	if pl == nil {
+		return &Isolation{Degraded: []string{}}
+	}
+	c := pl.report
+	c.Degraded = append([]string{}, pl.report.Degraded...)
+	return &c
+}
+
+// Compile makes the plan of in for confinement generation gen (0: the host
+// process has not confined itself). A protection that cannot be applied fails it
+// (isolation_unavailable) unless allow_degraded, and then the report says so.
+func Compile(in *Input, gen uint64) (*Plan, error) {
+	p, f := in.Policy, in.Features
+	pl := &Plan{Gen: gen}
 	rep := &pl.report
 	rep.Degraded = []string{}
 	var missing []string
@@ -58,9 +72,13 @@ func (s *Sandbox) compile(gen uint64) (*plan, error) {
 		}
 		return ok
 	}
-	fail := func(err error) (*plan, error) {
-		pl.close()
+	fail := func(err error) (*Plan, error) {
+		pl.Close()
 		return nil, err
+	}
+	cookie, err := cloneCookie()
+	if err != nil {
+		return fail(err)
 	}
 
 	// 1. The view: the sandbox's own user and mount namespaces, in which whatever
@@ -74,9 +92,9 @@ func (s *Sandbox) compile(gen uint64) (*plan, error) {
 	hideProc, unmapped := false, false
 	canMount := (userNS || (f.Root && f.PidNS)) && f.MountAPI && gen == 0
 	if canMount {
-		pl.view = s.viewPlan
+		pl.View = in.ViewPlan
 		rep.UserNamespace, rep.MountNamespace, rep.IPCNamespace = userNS, true, true
-		rep.View = pl.view.Mounts
+		rep.View = pl.View.Mounts
 	} else {
 		why := "no user namespaces"
 		switch {
@@ -90,7 +108,7 @@ func (s *Sandbox) compile(gen uint64) (*plan, error) {
 		allowed := append(append([]string{}, p.FSReadable...), p.FSWritable...)
 		_, err := os.ReadDir("/proc")
 		switch {
-		case !s.viewPlan.ProcOwn:
+		case !in.ViewPlan.ProcOwn:
 		case err != nil && gen > 0:
 			// this process (confined) cannot read the host's /proc: nor can its sandbox
 			rep.NotApplied = append(rep.NotApplied, "a /proc of each run's own pid namespace ("+why+"): this process cannot read /proc, nor can the sandbox")
@@ -112,30 +130,30 @@ func (s *Sandbox) compile(gen uint64) (*plan, error) {
 	// 2. Landlock: files always; TCP ports when any are allowed (otherwise seccomp
 	// refuses inet sockets outright, which holds without Landlock's network rules):
 	// the floor under the supervisor's checks of destinations (net.go).
-	np := s.net
+	np := in.Net
 	anyConnect, connect, netWanted := np.anyConnect, np.connectPorts, np.wanted
 	rep.Net = np.report
 	if need(f.LandlockABI > 0, "landlock (filesystem rules)") {
 		if netWanted {
 			need(f.LandlockABI >= 4, fmt.Sprintf("landlock network rules (kernel ABI %d < 4)", f.LandlockABI))
 		}
-		pl.llspec = landlock.Spec{
+		pl.LLSpec = landlock.Spec{
 			Readable: p.FSReadable, Writable: p.FSWritable, Denied: p.FSDenied,
-			Devices: s.devices, ConnectPorts: connect, BindPorts: p.NetAllowBind,
+			Devices: in.Devices, ConnectPorts: connect, BindPorts: p.NetAllowBind,
 			AnyConnect: anyConnect, Scope: true,
 		}
-		if pl.view == nil {
+		if pl.View == nil {
 			// no nodev view: a device node inside a granted tree is carved out
-			pl.llspec.Denied = append(append([]string{}, p.FSDenied...), unnamedDevices(pl.llspec)...)
+			pl.LLSpec.Denied = append(append([]string{}, p.FSDenied...), UnnamedDevices(pl.LLSpec)...)
 			if hideProc {
-				pl.llspec.Denied = append(pl.llspec.Denied, "/proc")
+				pl.LLSpec.Denied = append(pl.LLSpec.Denied, "/proc")
 			}
 		}
-		rs, err := landlock.Build(f.LandlockABI, pl.llspec)
+		rs, err := landlock.Build(f.LandlockABI, pl.LLSpec)
 		if err != nil {
-			return fail(errorf(KindIsolation, "landlock: %v", err))
+			return fail(protocol.Errorf(protocol.KindIsolation, "landlock: %v", err))
 		}
-		pl.ruleset = rs
+		pl.Ruleset = rs
 		r := rs.Report
 		rep.Landlock = &r
 		if f.LandlockABI < 6 {
@@ -145,9 +163,9 @@ func (s *Sandbox) compile(gen uint64) (*plan, error) {
 
 	// 3. The process tree: a pid namespace per run kills every descendant with the
 	// main process and when the host dies.
-	pl.pidNS = f.PidNS && (f.Root || canMount || unmapped)
-	rep.PidNamespace = pl.pidNS
-	if pl.pidNS {
+	pl.PidNS = f.PidNS && (f.Root || canMount || unmapped)
+	rep.PidNamespace = pl.PidNS
+	if pl.PidNS {
 		rep.TreeKill = "pid_namespace"
 	} else {
 		need(false, "process-tree containment (no pid namespace)")
@@ -166,18 +184,18 @@ func (s *Sandbox) compile(gen uint64) (*plan, error) {
 		cgVia = fmt.Sprintf("cgroup_v%d", f.Cgroup.Version)
 	}
 	has := func(c string) bool {
-		if f.Cgroup == nil || s.cg == nil {
+		if f.Cgroup == nil || in.Group == nil {
 			return false
 		}
 		_, ok := f.Cgroup.Dirs[c]
 		return ok
 	}
-	if s.cgErr != "" {
-		rep.Degraded = append(rep.Degraded, "cgroup: "+s.cgErr)
+	if in.GroupErr != "" {
+		rep.Degraded = append(rep.Degraded, "cgroup: "+in.GroupErr)
 	}
-	if s.cg != nil {
+	if in.Group != nil {
 		rep.Cgroup = cgVia
-		for _, n := range s.cg.Notes() {
+		for _, n := range in.Group.Notes() {
 			need(false, n)
 		}
 	}
@@ -208,7 +226,7 @@ func (s *Sandbox) compile(gen uint64) (*plan, error) {
 	}
 	if p.MaxCPUTime > 0 {
 		via := "rlimit_cpu+proc_tree"
-		if s.cg != nil && s.cg.HasCPUTime() {
+		if in.Group != nil && in.Group.HasCPUTime() {
 			via = "rlimit_cpu+" + cgVia
 		}
 		rep.Limits["max_cpu_time"] = Limit{Seconds: p.MaxCPUTime, Via: via, Note: "the whole run's CPU time, checked every 20 ms"}
@@ -225,21 +243,21 @@ func (s *Sandbox) compile(gen uint64) (*plan, error) {
 	// supervise: locks on what is read-only, listen without bind, inotify outside the
 	// policy). Without a view, locks are refused by the filter itself.
 	if need(f.Seccomp, "seccomp") {
-		if pl.ruleset != nil {
-			for _, pr := range pl.ruleset.Table.Paths {
-				pl.supervise.Allowed = append(pl.supervise.Allowed, pr.Path)
+		if pl.Ruleset != nil {
+			for _, pr := range pl.Ruleset.Table.Paths {
+				pl.Supervise.Allowed = append(pl.Supervise.Allowed, pr.Path)
 			}
 		}
-		pl.supervise.ListenNeedsBind = netWanted
+		pl.Supervise.ListenNeedsBind = netWanted
 		if np.sup != nil {
-			pl.supervise.Net = np.sup
-			pl.supervise.AbstractScoped = rep.Landlock != nil && f.LandlockABI >= 6
+			pl.Supervise.Net = np.sup
+			pl.Supervise.AbstractScoped = rep.Landlock != nil && f.LandlockABI >= 6
 			// a send performed for the caller must not also be restarted by it
-			pl.supervise.Killable = np.sup.WatchesSends()
+			pl.Supervise.Killable = np.sup.WatchesSends()
 		}
 		var traps []supervise.Trap
-		for _, t := range supervise.Traps(pl.supervise) {
-			if (t.Syscall == "flock" || t.Syscall == "fcntl") && pl.view == nil {
+		for _, t := range supervise.Traps(pl.Supervise) {
+			if (t.Syscall == "flock" || t.Syscall == "fcntl") && pl.View == nil {
 				continue // locks are refused outright (NoMetadata)
 			}
 			if t.Syscall == "fcntl" {
@@ -248,28 +266,28 @@ func (s *Sandbox) compile(gen uint64) (*plan, error) {
 			}
 			traps = append(traps, t)
 		}
-		pl.sccfg = seccomp.Config{
+		pl.SCCfg = seccomp.Config{
 			NoInet: !netWanted, AllowUDP: np.udp, AllowICMP: np.icmp, AllowUnix: p.NetAllowUnix,
 			ExtraAllow: p.ExtraAllowSyscalls, ExtraDeny: p.ExtraDenySyscalls,
 			// no TCP Fast Open where connect is limited (its implicit connect is
 			// seen by neither Landlock nor the supervisor's connect)
-			CloneCookie: cloneCookie(), RestrictConnect: netWanted && (!anyConnect || np.sup != nil),
+			CloneCookie: cookie, RestrictConnect: netWanted && (!anyConnect || np.sup != nil),
 			NoSourceRoute: np.sup != nil,
-			MaxDisk:       p.MaxDisk > 0, NoSysVMemory: rlimitAS, NoMetadata: pl.view == nil,
+			MaxDisk:       p.MaxDisk > 0, NoSysVMemory: rlimitAS, NoMetadata: pl.View == nil,
 			Traps: traps,
 		}
-		prog, err := seccomp.Compile(pl.sccfg)
+		prog, err := seccomp.Compile(pl.SCCfg)
 		if err != nil {
-			return fail(errorf(KindIsolation, "seccomp: %v", err))
+			return fail(protocol.Errorf(protocol.KindIsolation, "seccomp: %v", err))
 		}
-		pl.bpf = prog
+		pl.BPF = prog
 		rep.Seccomp = &SeccompReport{Enforced: true, Action: "EPERM", Denied: prog.Denied, Supervised: prog.Notified,
 			ForeignArch: "kill", Unreviewed: fmt.Sprintf("ENOSYS from syscall %d on", seccomp.Reviewed),
 			InetSockets: netWanted, UDP: np.udp, ICMP: np.icmp, UnixSockets: p.NetAllowUnix}
 	}
 	if len(missing) > 0 {
 		if !p.AllowDegraded {
-			return fail(errorf(KindIsolation, "isolation unavailable: %s (pass allow_degraded to run without it)", strings.Join(missing, "; ")))
+			return fail(protocol.Errorf(protocol.KindIsolation, "isolation unavailable: %s (pass allow_degraded to run without it)", strings.Join(missing, "; ")))
 		}
 		for _, m := range missing {
 			rep.Degraded = append(rep.Degraded, "not applied: "+m)
@@ -278,16 +296,16 @@ func (s *Sandbox) compile(gen uint64) (*plan, error) {
 	rep.Disabled = f.Disabled
 
 	// 6. The zygote that applies it all.
-	zs := &spawn.ZygoteSpec{RulesetFD: -1, Cookie: cloneCookie(), NewPidNS: pl.pidNS,
-		NewIPCNS: rep.IPCNamespace, UserNS: (pl.view != nil && userNS) || unmapped, Unmapped: unmapped,
-		MountNS: pl.view != nil && !userNS,
-		View:    pl.view, DropGroups: f.Root,
+	zs := &spawn.ZygoteSpec{RulesetFD: -1, Cookie: cookie, NewPidNS: pl.PidNS,
+		NewIPCNS: rep.IPCNamespace, UserNS: (pl.View != nil && userNS) || unmapped, Unmapped: unmapped,
+		MountNS: pl.View != nil && !userNS,
+		View:    pl.View, DropGroups: f.Root,
 		// pid 1 of each run needs these (in the sandbox's user namespace) until it
 		// drops everything before the target: new namespaces, the /proc mount, and
 		// emptying the bounding set
 		KeepCaps: 1<<unix.CAP_SYS_ADMIN | 1<<unix.CAP_SETPCAP}
 	switch {
-	case !pl.pidNS:
+	case !pl.PidNS:
 		zs.KeepCaps = 0
 	case p.UID != nil:
 		zs.KeepCaps |= 1<<unix.CAP_SETUID | 1<<unix.CAP_SETGID
@@ -302,20 +320,20 @@ func (s *Sandbox) compile(gen uint64) (*plan, error) {
 	} else {
 		rep.NotApplied = append(rep.NotApplied, fmt.Sprintf("a per-sandbox share of the host user's inotify instances and watches (%d, %d), pending signals and message queue bytes: it needs the sandbox's own user namespace", InotifyInstances, InotifyWatches))
 	}
-	if pl.ruleset != nil {
-		zs.RulesetFD = pl.ruleset.FD
-		if pl.view != nil && pl.view.ProcOwn {
+	if pl.Ruleset != nil {
+		zs.RulesetFD = pl.Ruleset.FD
+		if pl.View != nil && pl.View.ProcOwn {
 			// a rule for each run's /proc can only be made in the run: pid 1 builds
 			// its ruleset from the table (the O_PATH fds of its paths live with the plan)
 			if err := pl.keepLandlockTable(zs); err != nil {
-				return fail(errorf(KindIsolation, "landlock: %v", err))
+				return fail(protocol.Errorf(protocol.KindIsolation, "landlock: %v", err))
 			}
 		}
 	}
-	if pl.bpf != nil {
-		zs.BPF = pl.bpf.BPF
-		zs.Listener = len(pl.bpf.Notified) > 0
-		zs.Killable = pl.supervise.Killable
+	if pl.BPF != nil {
+		zs.BPF = pl.BPF.BPF
+		zs.Listener = len(pl.BPF.Notified) > 0
+		zs.Killable = pl.Supervise.Killable
 	}
 	rl := func(res int, v int64) {
 		zs.Rlimits = append(zs.Rlimits, spawn.Rlimit{Resource: res, Cur: uint64(v), Max: uint64(v)})
@@ -328,14 +346,14 @@ func (s *Sandbox) compile(gen uint64) (*plan, error) {
 		rl(unix.RLIMIT_NPROC, p.MaxProcesses+helperProcesses)
 	}
 	rl(unix.RLIMIT_CORE, 0) // no core dumps of sandbox memory
-	pl.zspec = zs
+	pl.Zygote = zs
 	return pl, nil
 }
 
 // keepLandlockTable opens the paths of the plan's Landlock table for its zygote
 // (runs with a /proc of their own build their ruleset from it).
-func (pl *plan) keepLandlockTable(zs *spawn.ZygoteSpec) error {
-	t := pl.ruleset.Table
+func (pl *Plan) keepLandlockTable(zs *spawn.ZygoteSpec) error {
+	t := pl.Ruleset.Table
 	for _, pr := range t.Paths {
 		fd, err := unix.Open(pr.Path, unix.O_PATH|unix.O_CLOEXEC, 0)
 		if err != nil {
@@ -352,9 +370,9 @@ func (pl *plan) keepLandlockTable(zs *spawn.ZygoteSpec) error {
 	return nil
 }
 
-// unnamedDevices are the device nodes under /dev that a grant of s covers without
+// UnnamedDevices are the device nodes under /dev that a grant of s covers without
 // naming them (for a sandbox without a nodev view).
-func unnamedDevices(s landlock.Spec) []string {
+func UnnamedDevices(s landlock.Spec) []string {
 	covered := false
 	for _, a := range append(append([]string{}, s.Readable...), s.Writable...) {
 		if policy.Within("/dev", a) {
@@ -403,28 +421,4 @@ func carvable(allowed []string, path string) bool {
 		}
 	}
 	return true
-}
-
-// current is the sandbox's plan for the process's current confinement, made anew
-// (and the old one kept for runs in flight) after a confine().
-func (s *Sandbox) current() (*plan, error) {
-	s.zmu.Lock()
-	defer s.zmu.Unlock()
-	return s.currentLocked()
-}
-
-func (s *Sandbox) currentLocked() (*plan, error) {
-	gen := confineGen.Load()
-	if s.pl != nil && s.pl.gen == gen {
-		return s.pl, nil
-	}
-	pl, err := s.compile(gen)
-	if err != nil {
-		return nil, err
-	}
-	if s.pl != nil {
-		s.retiredPls = append(s.retiredPls, s.pl)
-	}
-	s.pl = pl
-	return pl, nil
 }
