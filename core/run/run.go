@@ -319,7 +319,7 @@ func Run(h Host, req *Request) *Result {
 
 	res := &Result{Isolation: iso}
 	st := spawn.ReadStatus(readAll(statusR))
-	if st.InitFailed != "" {
+	if st.InitFailed != spawn.StepNone {
 		return failed(protocol.KindIsolation, fmt.Sprintf("isolation unavailable: the run failed at %s: %v", st.InitFailed, st.InitErrno), iso)
 	}
 	if st.ExecErrno != 0 {
@@ -327,7 +327,7 @@ func Run(h Host, req *Request) *Result {
 		if st.ExecErrno == unix.ENOENT || st.ExecErrno == unix.ENOTDIR {
 			kind = protocol.KindNotFound
 		}
-		return failed(kind, spawnErrMessage(path, &spawn.Error{Stage: "exec", Errno: st.ExecErrno}), iso)
+		return failed(kind, spawnErrMessage(path, &spawn.Error{Stage: spawn.StageExec, Errno: st.ExecErrno}), iso)
 	}
 	ws := unix.WaitStatus(unix.SIGKILL) // pid 1 was killed before it could report
 	if st.Ended {
@@ -634,12 +634,10 @@ func spawnErrKind(err error) string {
 	}
 	var se *spawn.Error
 	if errors.As(err, &se) {
-		switch se.Stage {
-		case "exec":
-			if se.Errno == unix.ENOENT || se.Errno == unix.ENOTDIR {
-				return protocol.KindNotFound
-			}
-		case "capabilities", "no_new_privs", "cgroup", "ids", "user_namespace", "sysctl", "view", "pdeathsig":
+		switch {
+		case se.Stage == spawn.StageExec && (se.Errno == unix.ENOENT || se.Errno == unix.ENOTDIR):
+			return protocol.KindNotFound
+		case se.Protection():
 			return protocol.KindIsolation // a protection that could not be applied
 		}
 	}
@@ -652,15 +650,12 @@ func spawnErrMessage(path string, err error) string {
 		return ee.Message
 	}
 	var se *spawn.Error
-	if errors.As(err, &se) && se.Stage == "exec" {
+	if errors.As(err, &se) && se.Stage == spawn.StageExec {
 		hint := ""
 		if se.Errno == unix.EACCES {
 			hint = " (is it, and every library it loads, under fs_readable?)"
 		}
 		return fmt.Sprintf("exec %s: %v%s", path, se.Errno, hint)
-	}
-	if errors.As(err, &se) && se.Stage == "chdir" {
-		return fmt.Sprintf("cwd: %v", se.Errno)
 	}
 	return fmt.Sprintf("starting %s failed at %v", path, err)
 }
