@@ -149,10 +149,22 @@ func ErrorResponse(err error) []byte {
 // Info is err as a response's error: its kind, message and problems.
 func Info(err error) ErrorInfo {
 	if e, ok := err.(*Error); ok {
-		return ErrorInfo{Kind: e.Kind, Message: e.Message, Problems: e.Problems}
+		probs := make([]policy.Problem, len(e.Problems))
+		for i, p := range e.Problems {
+			probs[i] = policy.Problem{Field: Text(p.Field), Message: Text(p.Message)}
+		}
+		if len(probs) == 0 {
+			probs = nil
+		}
+		return ErrorInfo{Kind: e.Kind, Message: Text(e.Message), Problems: probs}
 	}
-	return ErrorInfo{Kind: KindInternal, Message: err.Error()}
+	return ErrorInfo{Kind: KindInternal, Message: Text(err.Error())}
 }
+
+// Text is s as a msgpack str may carry it: valid UTF-8 (a message that quotes
+// the request's bytes — a key, an argv element — is decoded as text by every
+// binding, and one invalid byte would fail the whole response there).
+func Text(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }
 
 // KindOf is the kind of an engine error (internal for any other error).
 func KindOf(err error) string {

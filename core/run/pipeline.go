@@ -79,7 +79,7 @@ func pipelineResult(stages []Stage, results []*Result) *PipelineResult {
 		idx := i
 		out.FailedStage = &idx
 		out.Success = false
-		what := fmt.Sprintf("stage %d (%s)", i, stages[i].Req.Argv[0])
+		what := fmt.Sprintf("stage %d (%s)", i, protocol.Text(stages[i].Req.Argv[0]))
 		switch {
 		case r.Error != nil:
 			out.Error = &ErrorInfo{Kind: r.Error.Kind, Message: what + ": " + r.Error.Message}

@@ -89,7 +89,7 @@ type Host interface {
 }
 
 func failed(kind, msg string, iso *Isolation) *Result {
-	return &Result{Error: &ErrorInfo{Kind: kind, Message: msg}, Isolation: iso, Stdout: []byte{}, Stderr: []byte{}}
+	return &Result{Error: &ErrorInfo{Kind: kind, Message: protocol.Text(msg)}, Isolation: iso, Stdout: []byte{}, Stderr: []byte{}}
 }
 
 var (
