@@ -500,7 +500,7 @@ type execState struct {
 	untrack   func()
 	began     time.Time
 	lastEnd   string
-	abandoned bool // the host abandoned the exec during a host call (lastEnd says which)
+	abandoned bool   // the host abandoned the exec during a host call (lastEnd says which)
 	call      string // the host function being called
 	done      bool
 }

@@ -22,7 +22,7 @@ func wireLayout() map[string]uintptr {
 		"st_config.as_limit": unsafe.Offsetof(cfg.as_limit), "st_config.cookie": unsafe.Offsetof(cfg.cookie),
 		"st_config.bpf_len": unsafe.Offsetof(cfg.bpf_len), "st_config.uid": unsafe.Offsetof(cfg.uid), "st_config.gid": unsafe.Offsetof(cfg.gid),
 		"st_config.test_fail": unsafe.Offsetof(cfg.test_fail),
-		"st_landlock_table": unsafe.Sizeof(lt), "st_landlock_table.handled_fs": unsafe.Offsetof(lt.handled_fs),
+		"st_landlock_table":   unsafe.Sizeof(lt), "st_landlock_table.handled_fs": unsafe.Offsetof(lt.handled_fs),
 		"st_landlock_table.handled_net": unsafe.Offsetof(lt.handled_net), "st_landlock_table.scoped": unsafe.Offsetof(lt.scoped),
 		"st_landlock_table.attr_size": unsafe.Offsetof(lt.attr_size), "st_landlock_table.proc_rights": unsafe.Offsetof(lt.proc_rights),
 		"st_landlock_table.npaths": unsafe.Offsetof(lt.npaths), "st_landlock_table.nports": unsafe.Offsetof(lt.nports),
