@@ -5,6 +5,7 @@ import (
 
 	"github.com/sandtrap/sandtrap/core/policy"
 	runs "github.com/sandtrap/sandtrap/core/run"
+	"github.com/sandtrap/sandtrap/core/template"
 )
 
 // Exec runs one msgpack request against the sandbox and returns the msgpack
@@ -40,11 +41,11 @@ func (s *Sandbox) Exec(b []byte) ([]byte, string) {
 		var err error
 		switch op {
 		case "session_open":
-			out, err = s.sessionOpen(m)
+			out, err = template.Open(s, m)
 		case "session_send":
-			out, err = s.sessionSend(m)
+			out, err = template.Send(s, m)
 		default:
-			out, err = s.sessionClose(m)
+			out, err = template.CloseRequest(s, m)
 		}
 		if err != nil {
 			return ErrorResponse(err), kindOf(err)

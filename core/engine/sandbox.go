@@ -1,7 +1,7 @@
 // Package engine is the façade capi/ calls: the sandbox registry and lifecycle
 // (one Sandbox per policy, many concurrent runs; its plan from core/plan, its runs
-// through core/run), the dispatch of protocol ops (core/protocol), sessions and
-// templates, cancellation and confine(). Every protection is either applied before
+// through core/run, its sessions and templates through core/template), the
+// dispatch of protocol ops (core/protocol), cancellation and confine(). Every protection is either applied before
 // the target's first instruction or reported (and, unless allow_degraded, refused).
 package engine
 
@@ -19,6 +19,7 @@ import (
 	"github.com/sandtrap/sandtrap/core/seccomp"
 	"github.com/sandtrap/sandtrap/core/spawn"
 	"github.com/sandtrap/sandtrap/core/supervise"
+	"github.com/sandtrap/sandtrap/core/template"
 )
 
 // Sandbox is a compiled policy. It is safe for concurrent use.
@@ -40,8 +41,8 @@ type Sandbox struct {
 	cg       *cgroup.Group // the sandbox's cgroup (nil: no limit needs one; see adoptGroup)
 	closed   bool
 	running  map[string]map[uint64]func() // cancel tag -> run id -> cancel
-	sessions map[uint64]*session
-	closers  []func() // OnClose
+	sessions template.Table               // its open sessions (core/template)
+	closers  []func()                     // OnClose
 }
 
 // NewFromMap decodes a policy map, validates it (as data and against this machine,
@@ -145,7 +146,7 @@ func (s *Sandbox) Close() {
 	delete(live, s)
 	liveMu.Unlock()
 	s.runClosers()
-	s.closeSessions()
+	template.CloseAll(s)
 	s.inflight.Wait() // runs in flight still need the zygote
 	s.zmu.Lock()
 	if s.zyg != nil {
@@ -387,7 +388,7 @@ var (
 // stopEverything kills every run, session and template of this process and retires
 // every zygote (for confine).
 func stopEverything() {
-	closeTemplates()
+	template.CloseTemplates()
 	liveMu.Lock()
 	all := make([]*Sandbox, 0, len(live))
 	for s := range live {
@@ -455,6 +456,31 @@ func (s *Sandbox) Group() *cgroup.Group { return s.group() }
 // Zygote is its zygote for its current plan (core/run).
 func (s *Sandbox) Zygote(fresh *spawn.Zygote) (*spawn.Zygote, *plan.Plan, error) {
 	return s.zygote(fresh)
+}
+
+// The sandbox as the host of sessions and templates (core/template).
+
+// Sessions are its open sessions.
+func (s *Sandbox) Sessions() *template.Table { return &s.sessions }
+
+// Plan is its plan for the process's current confinement.
+func (s *Sandbox) Plan() (*plan.Plan, error) { return s.current() }
+
+// Features are what this machine enforces (as probed when it was built).
+func (s *Sandbox) Features() kernel.Features { return s.in.Features }
+
+// AdoptGroup makes g its cgroup in place of its own (see adoptGroup).
+func (s *Sandbox) AdoptGroup(g *cgroup.Group) bool { return s.adoptGroup(g) }
+
+func init() {
+	template.NewHost = func(p *policy.Policy) (template.Host, error) {
+		sb, err := New(p)
+		if err != nil {
+			return nil, err
+		}
+		return sb, nil
+	}
+	template.ConfineGen = confineGen.Load
 }
 
 // Run runs one command to completion under the sandbox.
