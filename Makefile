@@ -130,6 +130,7 @@ test-c: lib
 
 fuzz: $(INIT)
 	$(GO) test -run '^$$' -fuzz FuzzDecodeRequest -fuzztime 150000x ./core/engine
+	$(GO) test $(TESTTAGS) -run '^$$' -fuzz FuzzExec -fuzztime 20000x ./core/engine
 	$(GO) test -run '^$$' -fuzz FuzzPolicy -fuzztime 150000x ./core/policy
 
 # the cooperative Python sandbox's guest runtime (pure Python)

@@ -1,26 +1,13 @@
 package engine
 
 import (
-	"github.com/sandtrap/sandtrap/core/policy"
 	"github.com/sandtrap/sandtrap/core/rawmsg"
-	"github.com/sandtrap/sandtrap/core/supervise"
 )
 
 // Port virtualization (port_remap): the policy's bind ports are virtual, the
-// supervisor binds real ones (core/supervise/ports.go), shared by every zygote,
-// run, session and fork of the sandbox; the "ports" op answers {virtual: real}.
-
-// planPorts is the sandbox's port map (nil without port_remap).
-func planPorts(p *policy.Policy, probs *policy.Problems) *supervise.PortMap {
-	if !p.PortRemap {
-		return nil
-	}
-	if len(p.NetAllowBind) == 0 {
-		probs.Add("port_remap", "needs the virtual ports: give them as net_allow_bind")
-		return nil
-	}
-	return supervise.NewPortMap(p.NetAllowBind)
-}
+// supervisor binds real ones (core/supervise/ports.go; core/plan plans it), shared
+// by every zygote, run, session and fork of the sandbox; the "ports" op answers
+// {virtual: real}.
 
 // PortSocket is one remapped socket in the ports op's answer.
 type PortSocket struct {
@@ -35,10 +22,11 @@ type PortSocket struct {
 func (s *Sandbox) Ports() (map[uint16]uint16, []PortSocket, error) {
 	out := map[uint16]uint16{}
 	socks := []PortSocket{}
-	if s.net.ports == nil {
+	pm := s.in.Net.Ports()
+	if pm == nil {
 		return out, socks, nil
 	}
-	m, live, err := s.net.ports.Ports()
+	m, live, err := pm.Ports()
 	if err != nil {
 		return nil, nil, errorf(KindInternal, "ports: %v", err)
 	}

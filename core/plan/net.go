@@ -1,4 +1,4 @@
-package engine
+package plan
 
 import (
 	"context"
@@ -15,11 +15,11 @@ import (
 	"github.com/sandtrap/sandtrap/core/supervise"
 )
 
-// netPlan is what the policy's network rules need from the kernel and the
+// NetPlan is what the policy's network rules need from the kernel and the
 // supervisor. Landlock enforces TCP ports (the floor, always); the supervisor
 // enforces everything about a destination's address, UDP and ICMP, and a deny
 // list. A policy the floor alone enforces (ports, any host) traps nothing.
-type netPlan struct {
+type NetPlan struct {
 	wanted       bool     // inet sockets at all
 	connectPorts []uint16 // Landlock TCP connect rules
 	anyConnect   bool     // Landlock allows every TCP connect (the supervisor, if any, decides)
@@ -54,8 +54,8 @@ func lookupHost(ctx context.Context, host string) ([]netip.Addr, error) {
 
 // planNet resolves the rules' host names (every failure is a problem) and decides
 // who enforces what.
-func planNet(p *policy.Policy, probs *policy.Problems) netPlan {
-	np := netPlan{resolved: map[string][]string{}}
+func planNet(p *policy.Policy, probs *policy.Problems) NetPlan {
+	np := NetPlan{resolved: map[string][]string{}}
 	deny := len(p.NetDeny) > 0
 	rules := p.NetAllow
 	if deny {
@@ -192,3 +192,20 @@ func field(deny bool) string {
 	}
 	return "net_allow"
 }
+
+// planPorts is the sandbox's port map (nil without port_remap): the policy's bind
+// ports are virtual, the supervisor binds real ones (core/supervise/ports.go).
+func planPorts(p *policy.Policy, probs *policy.Problems) *supervise.PortMap {
+	if !p.PortRemap {
+		return nil
+	}
+	if len(p.NetAllowBind) == 0 {
+		probs.Add("port_remap", "needs the virtual ports: give them as net_allow_bind")
+		return nil
+	}
+	return supervise.NewPortMap(p.NetAllowBind)
+}
+
+// Ports is the sandbox's port map (nil without port_remap), shared by every zygote,
+// run, session and fork of the sandbox.
+func (np NetPlan) Ports() *supervise.PortMap { return np.ports }
