@@ -316,17 +316,6 @@ func unwrapPathErr(err error) error {
 	return err
 }
 
-func uniq(ps []uint16) []uint16 {
-	sort.Slice(ps, func(i, j int) bool { return ps[i] < ps[j] })
-	out := ps[:0]
-	for i, p := range ps {
-		if i == 0 || p != ps[i-1] {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
 func baseEnv(p *policy.Policy) []string {
 	env := map[string]string{}
 	if p.CleanEnv {
