@@ -10,11 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import SYS_RO, open_fds
 
 import sandtrap
 from sandtrap import ErrorInfo, Result, Sandbox
-
-from conftest import SYS_RO, open_fds
 
 
 def test_version() -> None:
@@ -93,7 +92,7 @@ def test_stdin_env_cwd(tmp_path: Path) -> None:
 
 def test_clean_env() -> None:
     with Sandbox(fs_readable=SYS_RO, clean_env=True, env={"ONLY": "1"}) as sb:
-        names = sorted(l.split("=")[0] for l in sb.run(["env"]).stdout.decode().splitlines())
+        names = sorted(line.split("=")[0] for line in sb.run(["env"]).stdout.decode().splitlines())
         assert "ONLY" in names and "PATH" in names and "HOME" not in names
 
 

@@ -8,7 +8,8 @@ limit does not raise: its fate is in the returned :class:`~sandtrap.Result`.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Union
+from collections.abc import Iterable
+from typing import Any
 
 __all__ = [
     "Problem",
@@ -77,7 +78,7 @@ class SandtrapError(Exception):
     kind: str = "internal"
     code: int = -99
 
-    def __init__(self, message: str, problems: Iterable[Union[Problem, str]] | None = None) -> None:
+    def __init__(self, message: str, problems: Iterable[Problem | str] | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.problems: list[Problem] = [
@@ -173,7 +174,7 @@ def error_for(
     kind: str | None = None,
     code: int | None = None,
     message: str = "",
-    problems: Iterable[Union[Problem, str]] | None = None,
+    problems: Iterable[Problem | str] | None = None,
 ) -> SandtrapError:
     """The exception matching an engine status name or code."""
     cls: type[SandtrapError] = SandtrapError

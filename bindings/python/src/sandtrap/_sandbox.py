@@ -9,8 +9,8 @@ import sys
 import threading
 import uuid
 import weakref
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Callable, NoReturn, Union
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn, Union
 
 from . import _fork, _native
 from ._errors import (
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 StrPath = Union[str, "os.PathLike[str]"]
 Arg = Union[str, bytes, "os.PathLike[str]"]
-Stdin = Union[bytes, bytearray, memoryview, str, None]
+Stdin = bytes | bytearray | memoryview | str | None
 
 # ---------------------------------------------------------------------------
 # Handles and calls
@@ -210,7 +210,7 @@ def _wait_sync(call: _Call, req: bytes) -> Result:
             call.cancel()
             try:
                 concurrent.futures.wait([fut], timeout=_CANCEL_RETRY)
-            except BaseException:  # a second Ctrl-C: keep winding down
+            except BaseException:  # noqa: BLE001 - a second Ctrl-C: keep winding down
                 continue
             if fut.done():
                 break

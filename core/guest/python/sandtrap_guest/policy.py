@@ -14,12 +14,13 @@ import inspect
 import keyword
 import sys
 import types
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Union
+from typing import Any
 
 from .errors import StPolicyNotPortable
 
-PatternSpec = Union[str, Iterable[str], Callable[[str], bool], None]
+PatternSpec = str | Iterable[str] | Callable[[str], bool] | None
 
 PORTABLE_VERSION = 1
 
@@ -419,7 +420,7 @@ class Policy:
         }
 
     @classmethod
-    def from_portable(cls, d: dict, host_call: Callable | None = None) -> "Policy":
+    def from_portable(cls, d: dict, host_call: Callable | None = None) -> Policy:
         """Rebuild a policy from ``to_portable()`` output, re-importing every reference.
 
         Raises StPolicyNotPortable listing every reference that failed to resolve."""
