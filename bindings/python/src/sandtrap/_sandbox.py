@@ -26,6 +26,7 @@ from ._errors import (
 from ._fields import KEYWORDS
 from ._policy import PolicyOptions, to_engine
 from ._result import Result
+from ._typing import ArgSequence
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -33,6 +34,8 @@ if TYPE_CHECKING:
 StrPath = Union[str, "os.PathLike[str]"]
 Arg = Union[str, bytes, "os.PathLike[str]"]
 Stdin = bytes | bytearray | memoryview | str | None
+# the program and its arguments: a list or tuple, never a single string (run("ls") is a type error)
+Argv = ArgSequence[Arg]
 
 # ---------------------------------------------------------------------------
 # Handles and calls
@@ -48,8 +51,8 @@ class _Handle:
     __slots__ = ("ptr", "id", "_lock", "_users", "_closed", "__weakref__")
 
     def __init__(self, ptr: int) -> None:
-        self.ptr = ptr
-        self.id = _native.sandbox_id(ptr)
+        self.ptr: int = ptr
+        self.id: int = _native.sandbox_id(ptr)
         self._lock = threading.Lock()
         self._users = 0
         self._closed = False
@@ -462,7 +465,7 @@ class Sandbox:
 
     def run(
         self,
-        argv: Sequence[Arg],
+        argv: Argv,
         timeout: float | None = None,
         stdin: Stdin = None,
         env: Mapping[str, str] | None = None,
@@ -491,7 +494,7 @@ class Sandbox:
 
     async def arun(
         self,
-        argv: Sequence[Arg],
+        argv: Argv,
         timeout: float | None = None,
         stdin: Stdin = None,
         env: Mapping[str, str] | None = None,
@@ -507,7 +510,7 @@ class Sandbox:
 
     def cmd(
         self,
-        argv: Sequence[Arg],
+        argv: Argv,
         *,
         timeout: float | None = None,
         env: Mapping[str, str] | None = None,
@@ -573,7 +576,7 @@ class Sandbox:
         }
         return _fork.Clones(self, h, req)
 
-    def reduce(self, argv: Sequence[Arg], clones: Any, timeout: float | None = None) -> Result:
+    def reduce(self, argv: Argv, clones: Any, timeout: float | None = None) -> Result:
         """Run ``argv`` here with the clones' outputs, in clone order, on its stdin.
         This sandbox holds its own policy: none of the mapper's access."""
         if isinstance(clones, _fork.Clones):
@@ -623,7 +626,7 @@ class Command:
     def __init__(
         self,
         sandbox: Sandbox,
-        argv: Sequence[Arg],
+        argv: Argv,
         *,
         timeout: float | None = None,
         env: Mapping[str, str] | None = None,
@@ -636,12 +639,12 @@ class Command:
         _run_fields(argv, timeout, env, cwd, max_output, probs)
         if probs:
             _raise_request(probs)
-        self.sandbox = sandbox
-        self.argv = list(argv)
-        self.timeout = timeout
-        self.env = dict(env) if env is not None else None
-        self.cwd = cwd
-        self.max_output = max_output
+        self.sandbox: Sandbox = sandbox
+        self.argv: list[Arg] = list(argv)
+        self.timeout: float | None = timeout
+        self.env: dict[str, str] | None = dict(env) if env is not None else None
+        self.cwd: StrPath | None = cwd
+        self.max_output: int | str | None = max_output
 
     def __or__(self, other: Command | Pipeline) -> Pipeline:
         return Pipeline(self) | other

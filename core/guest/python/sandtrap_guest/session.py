@@ -207,10 +207,10 @@ BUILTIN_NAMES = tuple(
 @dataclass
 class ExecResult:
     stdout: str
-    namespace: dict
+    namespace: dict[str, Any]
     error: BaseException | None
     ticks: int
-    isolation: str = "none"
+    isolation: str | dict[str, Any] = "none"  # the level; the binding's results: its report
     stderr: str = ""
     traceback: str | None = None
     stdout_truncated: int = 0
