@@ -2,9 +2,10 @@
 GO      ?= go
 PYTHON  ?= python3
 BUILD   := build
-# The library's version (capi/abi.c, the one place it is written) and its soname:
-# build/libsandtrap.so.$(VERSION) with links libsandtrap.so.0 and libsandtrap.so.
-VERSION := $(shell sed -n 's/^\#define SANDTRAP_VERSION_STRING "\(.*\)"$$/\1/p' capi/abi.c)
+# The version of the library, both packages and the guest runtime: the file VERSION
+# (scripts/version.sh writes it into each of them; make lint checks they agree). The
+# library is build/libsandtrap.so.$(VERSION) with links libsandtrap.so.0 and libsandtrap.so.
+VERSION := $(shell cat VERSION)
 SONAME  := libsandtrap.so.0
 LIBFILE := $(BUILD)/libsandtrap.so.$(VERSION)
 LIB     := $(BUILD)/libsandtrap.so
@@ -134,6 +135,7 @@ $(LINT)/venv/.ok-$(word 1,$(LINT_PY))-$(word 2,$(LINT_PY))-$(word 3,$(LINT_PY)):
 	@touch $@
 
 lint: $(INIT) $(LINT)/bin/staticcheck-$(STATICCHECK_VERSION) $(LINT)/venv/.ok-$(word 1,$(LINT_PY))-$(word 2,$(LINT_PY))-$(word 3,$(LINT_PY))
+	bash scripts/version.sh --check
 	@echo "lint: gofmt"; out=$$(gofmt -l core capi cmd bench); [ -z "$$out" ] || { echo "gofmt would change: $$out"; exit 1; }
 	$(GO) vet ./...
 	$(GO) vet $(TESTTAGS) ./...

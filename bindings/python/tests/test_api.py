@@ -13,14 +13,19 @@ import pytest
 from conftest import SYS_RO, open_fds
 
 import sandtrap
+import sandtrap_guest
 from sandtrap import ErrorInfo, Result, Sandbox
 
 
 def test_version() -> None:
-    assert sandtrap.__version__ == "0.1.0"
-    assert sandtrap.library_version() == "0.1.0"
+    """One version (the repository's VERSION file) for the package, the library it
+    loaded, the guest runtime and the CLI."""
+    version = (Path(__file__).resolve().parents[3] / "VERSION").read_text().strip()
+    assert sandtrap.__version__ == version
+    assert sandtrap.library_version() == version
+    assert sandtrap_guest.__version__ == version
     p = subprocess.run([sys.executable, "-m", "sandtrap", "--version"], capture_output=True, text=True)
-    assert p.returncode == 0 and p.stdout.strip() == "0.1.0"
+    assert p.returncode == 0 and p.stdout.strip() == version
 
 
 def test_probe_cli() -> None:
