@@ -10,9 +10,9 @@ import sys
 import time
 from pathlib import Path
 
+import coop_bypass
 import pytest
 
-import coop_bypass
 from sandtrap._coop import IsolatedFS, Policy, sandbox
 from sandtrap_guest import StTimeout
 
