@@ -522,6 +522,7 @@ func (s *Sandbox) zygote(fresh *spawn.Zygote) (*spawn.Zygote, *plan, error) {
 				return nil, nil, errorf(KindIsolation, "isolation unavailable: the supervisor: %v", err)
 			}
 			z.OnClose(sup.Close)
+			addSupervisor(z, sup, pl.pidNS)
 		}
 		s.zyg, s.zygPlan = z, pl
 	}

@@ -72,7 +72,8 @@ type Supervisor struct {
 	file   *os.File
 	raw    syscall.RawConn
 	table  map[int32]*handler
-	pidfds map[uint32]int // by thread id; used by the loop goroutine only (call.openPidfd)
+	pidfds map[uint32]int     // by thread id; used by the loop goroutine only (call.openPidfd)
+	nsof   map[uint32]nsEntry // the pid namespaces of pidfds (denials.go), as pidfds
 
 	closing   atomic.Bool
 	closeOnce sync.Once
@@ -87,7 +88,9 @@ type Supervisor struct {
 	sockMu     sync.Mutex
 	socks      map[int]int // the supervisor's duplicates of sockets a blocked call uses (shut down at Close)
 
-	denials denialLog
+	denials    denialLog
+	runs       runLogs     // denials by run (denials.go)
+	attributes atomic.Bool // attribute denials to runs (AttributeRuns)
 }
 
 // Start takes ownership of listenerFD (the fd SECCOMP_FILTER_FLAG_NEW_LISTENER
@@ -100,7 +103,7 @@ func Start(listenerFD int, cfg Config) (*Supervisor, error) {
 }
 
 func start(listenerFD int, cfg Config, override map[string]handlerFunc) (*Supervisor, error) {
-	s := &Supervisor{cfg: cfg, pidfds: map[uint32]int{}, loopDone: make(chan struct{}), socks: map[int]int{},
+	s := &Supervisor{cfg: cfg, pidfds: map[uint32]int{}, nsof: map[uint32]nsEntry{}, loopDone: make(chan struct{}), socks: map[int]int{},
 		privileged: privileged()}
 	fail := func(err error) (*Supervisor, error) {
 		unix.Close(listenerFD)
@@ -157,6 +160,7 @@ func (s *Supervisor) Close() {
 		s.sockMu.Unlock()
 		s.handling.Wait()
 		s.dropPidfds()
+		s.closeRuns()
 	})
 }
 
@@ -239,6 +243,7 @@ func (s *Supervisor) abortIfNotClosing() {
 const maxPidfds = 8
 
 func (s *Supervisor) cachePidfd(tid uint32, fd int) {
+	delete(s.nsof, tid) // it was the old pidfd's
 	if old, ok := s.pidfds[tid]; ok {
 		unix.Close(old)
 	} else if len(s.pidfds) >= maxPidfds {
@@ -248,6 +253,7 @@ func (s *Supervisor) cachePidfd(tid uint32, fd int) {
 }
 
 func (s *Supervisor) dropPidfds() {
+	clear(s.nsof)
 	for tid, fd := range s.pidfds {
 		unix.Close(fd)
 		delete(s.pidfds, tid)
@@ -315,8 +321,9 @@ func (s *Supervisor) answer(c *call, r reply) {
 	if r.kind == replyGone {
 		return
 	}
+	var unrecord func()
 	if r.denied != "" {
-		s.denials.add(c.name, r.denied, r.errno)
+		unrecord = s.record(c, c.name, r.denied, r.errno, false)
 	}
 	resp := seccompNotifResp{ID: c.n.ID}
 	switch r.kind {
@@ -330,6 +337,9 @@ func (s *Supervisor) answer(c *call, r reply) {
 	var err error
 	if cerr := s.raw.Control(func(fd uintptr) { err = send(fd, resp) }); cerr != nil {
 		err = cerr
+	}
+	if err != nil && unrecord != nil {
+		unrecord() // not delivered: not the program's (denials.go)
 	}
 	if err != nil && r.undo != nil {
 		// not delivered (the caller died or was interrupted, or we are closing): what
@@ -422,7 +432,9 @@ const (
 	maxDenialDetail = 512
 )
 
-func (l *denialLog) add(sc, detail string, e syscall.Errno) {
+func (l *denialLog) add(sc, detail string, e syscall.Errno) { l.addN(sc, detail, e, 1) }
+
+func (l *denialLog) addN(sc, detail string, e syscall.Errno, n int) {
 	if len(detail) > maxDenialDetail {
 		detail = detail[:maxDenialDetail] + "…"
 	}
@@ -430,18 +442,18 @@ func (l *denialLog) add(sc, detail string, e syscall.Errno) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if i, ok := l.index[k]; ok {
-		l.entries[i].Count++
+		l.entries[i].Count += n
 		return
 	}
 	if len(l.entries) >= maxDenials {
-		l.more++
+		l.more += n
 		return
 	}
 	if l.index == nil {
 		l.index = map[denialKey]int{}
 	}
 	l.index[k] = len(l.entries)
-	l.entries = append(l.entries, Denial{Syscall: sc, Detail: detail, Errno: e, Count: 1})
+	l.entries = append(l.entries, Denial{Syscall: sc, Detail: detail, Errno: e, Count: n})
 }
 
 func (l *denialLog) list() []Denial {
