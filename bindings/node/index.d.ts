@@ -183,6 +183,28 @@ export interface RunResult {
   stages: RunResult[];
   /** A pipeline's first failed stage (null for a run). */
   failedStage: number | null;
+  /** What the run was refused, at most 256 entries (docs/protocol.md "denials"). */
+  denials: Denial[];
+  /** Denials beyond the 256 entries kept. */
+  denialsDropped: number;
+  /** By source (supervisor, landlock, seccomp): "reported", or why its denials are not in denials. */
+  denialsSources: Record<string, string>;
+}
+
+/** One access the sandbox refused a run, counted. */
+export interface Denial {
+  syscall: string;
+  /** The file, for calls about files. */
+  path: string | null;
+  /** The destination, for calls about sockets. */
+  address: string | null;
+  /** Why the supervisor could not decide (and so refused). */
+  reason: string | null;
+  /** The errno's name, e.g. "EACCES". */
+  errno: string;
+  errnoNr: number;
+  count: number;
+  source: 'supervisor' | 'landlock' | 'seccomp' | (string & {});
 }
 
 /** The last stage's result plus every stage's result, in order. It succeeds only

@@ -231,6 +231,7 @@ func (s *Sandbox) compile(gen uint64) (*plan, error) {
 			}
 		}
 		pl.supervise.ListenNeedsBind = netWanted
+		pl.supervise.Learn = s.learn
 		if np.sup != nil {
 			pl.supervise.Net = np.sup
 			pl.supervise.AbstractScoped = rep.Landlock != nil && f.LandlockABI >= 6

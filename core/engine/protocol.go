@@ -289,6 +289,12 @@ func (s *Sandbox) Exec(b []byte) ([]byte, string) {
 			return ErrorResponse(err), kindOf(err)
 		}
 		return Encode(res), CallKind(res.Error)
+	case "learn":
+		res, err := s.learnRequest(m)
+		if err != nil {
+			return ErrorResponse(err), kindOf(err)
+		}
+		return Encode(res), CallKind(res.Result.Error)
 	case "isolation":
 		return Encode(s.isolation()), ""
 	case "session_open", "session_send", "session_close":

@@ -76,6 +76,8 @@ type Sandbox struct {
 	env      []string      // base environment (policy applied)
 	net      netPlan       // who enforces the network rules (net.go)
 
+	learn func(kind, path string) // learn mode: told every path call (learn.go)
+
 	zmu        sync.Mutex // guards the fields below
 	pl         *plan      // the plan for the process's current confinement
 	retiredPls []*plan    // plans from before a confine(), kept for their runs in flight
@@ -102,7 +104,7 @@ func NewFromMap(m map[string]any) (*Sandbox, error) {
 // New validates p against this machine and compiles its plan.
 func New(p *policy.Policy) (*Sandbox, error) { return build(p, nil) }
 
-func build(p *policy.Policy, probs policy.Problems) (*Sandbox, error) {
+func build(p *policy.Policy, probs policy.Problems, opts ...func(*Sandbox)) (*Sandbox, error) {
 	f := kernel.Probe()
 	resolvePaths(p, &probs)
 	if p.Cwd != "" {
@@ -151,6 +153,9 @@ func build(p *policy.Policy, probs policy.Problems) (*Sandbox, error) {
 		} else {
 			sb.cg = cg
 		}
+	}
+	for _, o := range opts {
+		o(sb)
 	}
 	pl, err := sb.compile(confineGen.Load())
 	if err != nil {

@@ -37,6 +37,9 @@ type Config struct {
 	// blocking lock) then ends with EINTR when the caller has a caught signal pending,
 	// as the kernel's own wait would.
 	Killable bool
+	// Learn, when set, is told every path the sandbox opens, executes, creates or
+	// removes (learn.go): learn mode; those calls are then continued.
+	Learn func(kind, path string)
 }
 
 // Trap is one filter rule whose action must be SECCOMP_RET_USER_NOTIF: the filter's
@@ -54,7 +57,7 @@ func Traps(cfg Config) []Trap {
 			ts = append(ts, h.traps(cfg)...)
 		}
 	}
-	return ts
+	return append(ts, learnTraps(cfg)...)
 }
 
 // Denial is what the supervisor refused: one entry per distinct (Syscall, Detail,
@@ -126,6 +129,7 @@ func start(listenerFD int, cfg Config, override map[string]handlerFunc) (*Superv
 		}
 		s.table[h.nr] = &h
 	}
+	s.addLearnHandlers()
 	unix.CloseOnExec(listenerFD)
 	if err := unix.SetNonblock(listenerFD, true); err != nil {
 		return fail(fmt.Errorf("supervise: listener: %w", err))

@@ -66,6 +66,24 @@ function runResult(r) {
     // a pipeline's (below); a run has none, as in Python
     stages: [],
     failedStage: null,
+    denials: Array.isArray(r.denials) ? r.denials.map(toDenial) : [],
+    denialsDropped: typeof r.denials_dropped === 'number' ? r.denials_dropped : 0,
+    denialsSources: r.denials_sources && typeof r.denials_sources === 'object' ? { ...r.denials_sources } : {},
+  };
+}
+
+/** One refused access (docs/protocol.md "denials"); absent path/address/reason are null. */
+function toDenial(d) {
+  const opt = (v) => (v ? String(v) : null);
+  return {
+    syscall: String(d.syscall ?? ''),
+    path: opt(d.path),
+    address: opt(d.address),
+    reason: opt(d.reason),
+    errno: String(d.errno ?? ''),
+    errnoNr: Number(d.errno_nr ?? 0),
+    count: Number(d.count ?? 0),
+    source: String(d.source ?? ''),
   };
 }
 
