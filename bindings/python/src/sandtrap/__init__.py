@@ -32,7 +32,7 @@ from ._errors import (
 )
 from ._fields import PolicyOptions
 from ._policy import parse_ports
-from ._result import Denial, ErrorInfo, Result
+from ._result import Denial, ErrorInfo, LearnResult, Result
 from ._sandbox import Command, Pipeline, Sandbox, confine, probe
 from ._version import __version__
 from ._fork import CloneResult, Clones
@@ -68,6 +68,7 @@ __all__ = [
     "Pipeline",
     "Result",
     "Denial",
+    "LearnResult",
     "ErrorInfo",
     "PolicyOptions",
     "Problem",

@@ -128,3 +128,37 @@ def _bytes(v: Any) -> bytes:
     if isinstance(v, str):
         return v.encode("utf-8", "surrogateescape")
     return bytes(v)
+
+
+@dataclass
+class LearnResult:
+    """What :meth:`Sandbox.learn` found.
+
+    ``policy`` is the smallest policy the command needed (``fs_readable``,
+    ``fs_writable``, ``net_allow``), as keyword arguments for ``Sandbox(**policy)``;
+    ``profile`` is the same as TOML text in the profile format. ``observed`` lists
+    every access recorded (``read``, ``write``, ``exec``, ``create``, ``connect``),
+    paths as the program named them; ``dropped`` counts paths beyond the record's
+    cap. ``result`` is the learning run's own :class:`Result`; ``mode`` says what
+    that run was allowed.
+    """
+
+    result: Result
+    policy: dict[str, Any]
+    profile: str
+    observed: dict[str, list[str]] = field(default_factory=dict, repr=False)
+    dropped: int = 0
+    mode: str = ""
+
+    @classmethod
+    def from_response(cls, m: dict[str, Any], keywords: dict[str, str] | None = None) -> LearnResult:
+        kw = keywords or {}
+        pol = m.get("policy") or {}
+        return cls(
+            result=Result.from_response(m.get("result") or {}),
+            policy={kw.get(str(k), str(k)): list(v) for k, v in pol.items()},
+            profile=str(m.get("profile") or ""),
+            observed={str(k): [str(x) for x in (v or [])] for k, v in (m.get("observed") or {}).items()},
+            dropped=int(m.get("dropped") or 0),
+            mode=str(m.get("mode") or ""),
+        )
