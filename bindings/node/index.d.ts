@@ -191,6 +191,22 @@ export interface RunResult {
   denialsSources: Record<string, string>;
 }
 
+/** What learn() found. */
+export interface LearnResult {
+  /** The learning run's own result. */
+  result: RunResult;
+  /** The smallest policy the command needed, as options for `new Sandbox(policy)`. */
+  policy: Pick<SandboxOptions, 'fsReadable' | 'fsWritable' | 'netAllow'>;
+  /** The same policy as TOML text in the profile format (policy field names as keys). */
+  profile: string;
+  /** Every access recorded: read, write, exec, create (paths as named), connect. */
+  observed: Record<string, string[]>;
+  /** Paths not recorded beyond the record's cap. */
+  dropped: number;
+  /** What the learning run was allowed. */
+  mode: string;
+}
+
 /** One access the sandbox refused a run, counted. */
 export interface Denial {
   syscall: string;
@@ -255,6 +271,12 @@ export declare class Sandbox {
    * with an AbortError (result in `err.result`) when `signal` aborted it.
    */
   run(argv: readonly string[], options?: RunOptions): Promise<RunResult>;
+  /**
+   * Run argv permissively but recorded (every file readable through a read-only
+   * view, writes only in fsWritable, every destination netAllow does not allow
+   * refused and recorded) and resolve with the smallest policy it needed.
+   */
+  learn(argv: readonly string[], options?: RunOptions): Promise<LearnResult>;
   /** A command for a pipeline: `a.cmd(x).pipe(b.cmd(y)).run()`. */
   cmd(argv: readonly string[], options?: CommandOptions): Command;
   /** What this sandbox enforces on this machine, without running anything. */

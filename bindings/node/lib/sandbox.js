@@ -72,6 +72,22 @@ function runResult(r) {
   };
 }
 
+/** A learn response: the learning run's result and the policy it needed, as options. */
+function learnResult(r) {
+  const policy = {};
+  for (const [k, v] of Object.entries(r.policy ?? {})) policy[optionName(k)] = Array.isArray(v) ? v.map(String) : v;
+  const observed = {};
+  for (const [k, v] of Object.entries(r.observed ?? {})) observed[k] = Array.isArray(v) ? v.map(String) : [];
+  return {
+    result: runResult(r.result ?? {}),
+    policy,
+    profile: String(r.profile ?? ''),
+    observed,
+    dropped: typeof r.dropped === 'number' ? r.dropped : 0,
+    mode: String(r.mode ?? ''),
+  };
+}
+
 /** One refused access (docs/protocol.md "denials"); absent path/address/reason are null. */
 function toDenial(d) {
   const opt = (v) => (v ? String(v) : null);
@@ -356,8 +372,17 @@ class Sandbox {
     return this._run({ op: 'run' }, argv, opts);
   }
 
+  /**
+   * Run argv permissively but recorded, and resolve with the smallest policy it
+   * needed: {result, policy (options for new Sandbox(policy)), profile (TOML),
+   * observed, dropped, mode} (docs/protocol.md "learn").
+   */
+  async learn(argv, opts = {}) {
+    return this._run({ op: 'learn' }, argv, opts, learnResult);
+  }
+
   // run(), or an op whose request and result are a run's plus the keys of `base`.
-  async _run(base, argv, opts) {
+  async _run(base, argv, opts, shape = runResult) {
     const problems = [];
     const args = checkArgv(argv, problems);
     const { map, problems: optProblems } = mapOptions(opts, RUN, 'run', ['stdin', 'signal']);
@@ -366,7 +391,7 @@ class Sandbox {
     const stdin = stdinBytes(o.stdin, problems);
     if (o.signal != null && !isAbortSignal(o.signal)) problems.push(new Problem('signal', `want an AbortSignal, got ${describe(o.signal)}`));
     if (problems.length) throw requestError(problems);
-    return finishRun(await this._requestShaped({ ...base, argv: args, stdin, ...map }, o.signal, runResult));
+    return finishRun(await this._requestShaped({ ...base, argv: args, stdin, ...map }, o.signal, shape));
   }
 
   /** A command for a pipeline: sb.cmd(a).pipe(sb2.cmd(b)).run(). */
