@@ -199,7 +199,7 @@ func (s *Supervisor) record(c *call, sc, detail string, e syscall.Errno, checked
 		return nil
 	}
 	if c.detached {
-		c.pidfd = -1 // its own was closed with what the call opened (release): open another
+		c.pidfd, c.live = -1, false // its own was closed with what the call opened (release): open another
 	}
 	ino, ok := c.callerNS()
 	if !ok {
@@ -261,7 +261,8 @@ func (c *call) callerNS() (uint64, bool) {
 	s := c.s
 	if c.openPidfd(false) == nil && !c.detached {
 		if n, ok := s.nsof[c.n.Pid]; ok && n.pidfd == c.pidfd {
-			if unix.PidfdSendSignal(c.pidfd, 0, nil, 0) == nil {
+			// alive: shown by the handler's pidfd_getfd on it, else asked
+			if c.live || unix.PidfdSendSignal(c.pidfd, 0, nil, 0) == nil {
 				return n.ino, true
 			}
 			delete(s.nsof, c.n.Pid)

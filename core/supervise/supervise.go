@@ -39,7 +39,7 @@ type Config struct {
 	Killable bool
 	// Learn, when set, is told every path the sandbox opens, executes, creates or
 	// removes (learn.go): learn mode; those calls are then continued.
-	Learn func(kind, path string)
+	Learn func(kind, path string) `json:"-"`
 }
 
 // Trap is one filter rule whose action must be SECCOMP_RET_USER_NOTIF: the filter's
