@@ -108,6 +108,9 @@ func attachRun(z *spawn.Zygote, pl *plan, proc *spawn.Process) *runDenials {
 	if sup == nil {
 		return &runDenials{none: true}
 	}
+	if noAttribution {
+		return &runDenials{why: "not reported (test hook: no attribution)"}
+	}
 	if !pl.pidNS {
 		return &runDenials{why: "not reported: runs share a pid namespace here (no pid namespace per run), so the supervisor cannot tell them apart"}
 	}
