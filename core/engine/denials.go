@@ -114,11 +114,7 @@ func attachRun(z *spawn.Zygote, pl *plan, proc *spawn.Process) *runDenials {
 	if !pl.pidNS {
 		return &runDenials{why: "not reported: runs share a pid namespace here (no pid namespace per run), so the supervisor cannot tell them apart"}
 	}
-	nsfd, err := supervise.PidNamespaceFD(proc.PidFD, proc.Pid)
-	if err != nil {
-		return &runDenials{why: "not reported: the run's pid namespace: " + err.Error()}
-	}
-	log, err := sup.Attach(nsfd)
+	log, err := sup.Attach(proc.PidFD, proc.Pid) // proc.PidFD stays open until fill or detach
 	if err != nil {
 		return &runDenials{why: "not reported: " + err.Error()}
 	}

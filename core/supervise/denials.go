@@ -7,10 +7,12 @@ package supervise
 // unshare, setns and namespace flags on clone without the zygote's cookie). A denial
 // is attributed to the run whose pid namespace its caller is in:
 //
-//   - The engine attaches a run with an fd of its pid namespace, taken from the
-//     pidfd of its pid 1 (so no pid number is involved) and held until Detach: a
-//     namespace that is open cannot be freed, so no other namespace can have its inode
-//     number (nsfs numbers are reused) while the run is attached.
+//   - The engine attaches a run with the pidfd of its pid 1. Its pid namespace is
+//     opened from that pidfd (no pid number involved) only when needed — at the
+//     first denial the supervisor cannot place, or at Attach when denials wait —
+//     so a run refused nothing pays nothing; once open it is held until Detach: a
+//     namespace that is open cannot be freed, so no other namespace can have its
+//     inode number (nsfs numbers are reused) while the run is attached.
 //   - For a denial, the supervisor stats /proc/<tid>/ns/pid of the caller, then checks
 //     that the notification is still valid (SECCOMP_IOCTL_NOTIF_ID_VALID): valid, the
 //     caller was alive throughout, so the tid was still its and the namespace its own
@@ -24,6 +26,7 @@ package supervise
 //     dropped from the per-run logs (the sandbox's log keeps it).
 
 import (
+	"fmt"
 	"strconv"
 	"sync"
 	"syscall"
@@ -34,10 +37,12 @@ import (
 
 // RunLog collects the denials of one run (one pid namespace).
 type RunLog struct {
-	log  denialLog
-	ino  uint64
-	nsfd int
-	at   time.Time // pending since (unattached)
+	log   denialLog
+	ino   uint64
+	nsfd  int       // -1: not opened yet (unresolved)
+	pidfd int       // its pid 1 (the engine's, open until Detach)
+	pid   int       // its number, for kernels without PIDFD_GET_PID_NAMESPACE
+	at    time.Time // pending since (unattached)
 }
 
 // DenialList is what a run was refused: at most maxDenials distinct entries in the
@@ -56,9 +61,10 @@ const (
 )
 
 type runLogs struct {
-	mu       sync.Mutex
-	attached map[uint64]*RunLog
-	pending  map[uint64]*RunLog
+	mu         sync.Mutex
+	attached   map[uint64]*RunLog   // by namespace inode
+	unresolved map[*RunLog]struct{} // attached, namespace not opened yet
+	pending    map[uint64]*RunLog
 }
 
 // nsIno is the inode of the pid namespace fd names.
@@ -93,26 +99,50 @@ func PidNamespaceFD(pidfd, pid int) (int, error) {
 	return nsfd, nil
 }
 
-// Attach starts collecting the denials of the run in the pid namespace nsfd names
-// (the supervisor takes the fd and closes it at Detach), with those its processes
-// were refused before.
-func (s *Supervisor) Attach(nsfd int) (*RunLog, error) {
+// Attach starts collecting the denials of the run whose pid 1 pidfd names (pid is
+// its number, used only where the kernel cannot open a namespace from a pidfd), with
+// those its processes were refused before. The caller keeps pidfd open until Detach.
+func (s *Supervisor) Attach(pidfd, pid int) (*RunLog, error) {
+	r := &RunLog{nsfd: -1, pidfd: pidfd, pid: pid}
+	s.runs.mu.Lock()
+	defer s.runs.mu.Unlock()
+	if s.runs.unresolved == nil {
+		s.runs.unresolved = map[*RunLog]struct{}{}
+	}
+	s.runs.unresolved[r] = struct{}{}
+	if len(s.runs.pending) > 0 {
+		// denials wait: they may be this run's
+		s.expirePendingLocked(time.Now())
+		if err := s.resolveLocked(r); err != nil {
+			delete(s.runs.unresolved, r)
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// resolveLocked opens r's pid namespace and files r under its inode, with the
+// denials that waited for it.
+func (s *Supervisor) resolveLocked(r *RunLog) error {
+	nsfd, err := PidNamespaceFD(r.pidfd, r.pid)
+	if err != nil {
+		return err
+	}
 	ino, err := nsIno(nsfd)
 	if err != nil {
 		unix.Close(nsfd)
-		return nil, err
+		return err
 	}
-	s.runs.mu.Lock()
-	defer s.runs.mu.Unlock()
+	delete(s.runs.unresolved, r)
 	if s.runs.attached == nil {
 		s.runs.attached = map[uint64]*RunLog{}
 	}
 	if old := s.runs.attached[ino]; old != nil {
 		// both fds are open, so both name this one namespace: attached twice
 		unix.Close(nsfd)
-		return old, nil
+		return fmt.Errorf("supervise: the pid namespace of pid %d is attached already", r.pid)
 	}
-	r := &RunLog{ino: ino, nsfd: nsfd}
+	r.ino, r.nsfd = ino, nsfd
 	if p := s.runs.pending[ino]; p != nil {
 		// p's fd held its namespace alive: it is this one
 		r.log.take(&p.log)
@@ -120,8 +150,17 @@ func (s *Supervisor) Attach(nsfd int) (*RunLog, error) {
 		delete(s.runs.pending, ino)
 	}
 	s.runs.attached[ino] = r
-	s.expirePendingLocked(time.Now())
-	return r, nil
+	return nil
+}
+
+// resolveAllLocked resolves every unresolved run (a denial no attached run owns);
+// a run whose pid 1 is gone is left so: its processes are being killed.
+func (s *Supervisor) resolveAllLocked() {
+	for r := range s.runs.unresolved {
+		if s.resolveLocked(r) != nil {
+			delete(s.runs.unresolved, r)
+		}
+	}
 }
 
 // Detach stops collecting for r and returns what it was refused.
@@ -130,7 +169,8 @@ func (s *Supervisor) Detach(r *RunLog) DenialList {
 		return DenialList{}
 	}
 	s.runs.mu.Lock()
-	if s.runs.attached[r.ino] == r {
+	delete(s.runs.unresolved, r)
+	if r.nsfd >= 0 && s.runs.attached[r.ino] == r {
 		delete(s.runs.attached, r.ino)
 		unix.Close(r.nsfd)
 		r.nsfd = -1
@@ -169,6 +209,7 @@ func (s *Supervisor) closeRuns() {
 		r.nsfd = -1
 		delete(s.runs.attached, ino)
 	}
+	clear(s.runs.unresolved)
 	for ino, r := range s.runs.pending {
 		unix.Close(r.nsfd)
 		delete(s.runs.pending, ino)
@@ -207,6 +248,10 @@ func (s *Supervisor) record(c *call, sc, detail string, e syscall.Errno, checked
 	}
 	s.runs.mu.Lock()
 	r := s.runs.attached[ino]
+	if r == nil && len(s.runs.unresolved) > 0 {
+		s.resolveAllLocked()
+		r = s.runs.attached[ino]
+	}
 	s.runs.mu.Unlock()
 	if r != nil {
 		if checked && !c.valid() {

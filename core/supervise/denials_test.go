@@ -13,11 +13,13 @@ func selfCall(s *Supervisor) *call {
 	return &call{s: s, n: seccompNotif{Pid: uint32(unix.Gettid())}, pidfd: -1}
 }
 
-func selfNS(t testing.TB) int {
-	fd, err := unix.Open("/proc/self/ns/pid", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+// selfPidfd is a pidfd of this process (in the test's pid namespace), closed at the end.
+func selfPidfd(t testing.TB) int {
+	fd, err := unix.PidfdOpen(unix.Getpid(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { unix.Close(fd) })
 	return fd
 }
 
@@ -30,7 +32,7 @@ func TestRecordAttributes(t *testing.T) {
 	s.AttributeRuns()
 	defer func() { s.dropPidfds(); s.closeRuns() }()
 	c := selfCall(s)
-	r, err := s.Attach(selfNS(t))
+	r, err := s.Attach(selfPidfd(t), unix.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +69,7 @@ func BenchmarkRecord(b *testing.B) {
 			defer func() { s.dropPidfds(); s.closeRuns() }()
 			if attributed {
 				s.AttributeRuns()
-				if _, err := s.Attach(selfNS(b)); err != nil {
+				if _, err := s.Attach(selfPidfd(b), unix.Getpid()); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -78,6 +80,31 @@ func BenchmarkRecord(b *testing.B) {
 				// per-run-pidfd-used: the handler's pidfd_getfd showed the pidfd alive
 				c.live = mode == "per-run-pidfd-used"
 				s.record(c, "connect", "tcp 10.0.0.1:80 (not allowed)", unix.EACCES, false)
+			}
+		})
+	}
+}
+
+// BenchmarkAttach: what attributing costs a run that is refused nothing (attach and
+// detach; its namespace is never opened), and one that is refused (opened once).
+func BenchmarkAttach(b *testing.B) {
+	for _, denied := range []bool{false, true} {
+		b.Run(map[bool]string{false: "refused-nothing", true: "refused-once"}[denied], func(b *testing.B) {
+			s := &Supervisor{pidfds: map[uint32]int{}, nsof: map[uint32]nsEntry{}}
+			s.AttributeRuns()
+			defer func() { s.dropPidfds(); s.closeRuns() }()
+			pidfd := selfPidfd(b)
+			for i := 0; i < b.N; i++ {
+				r, err := s.Attach(pidfd, unix.Getpid())
+				if err != nil {
+					b.Fatal(err)
+				}
+				if denied {
+					s.record(selfCall(s), "connect", "x", unix.EACCES, false)
+				}
+				if l := s.Detach(r); denied && len(l.Entries) != 1 {
+					b.Fatalf("%+v", l)
+				}
 			}
 		})
 	}
