@@ -1,6 +1,10 @@
 package engine
 
-import "testing"
+import (
+	"testing"
+
+	runs "github.com/sandtrap/sandtrap/core/run"
+)
 
 func benchRun(b *testing.B, extra map[string]any) {
 	m := map[string]any{"fs_readable": []any{"/usr", "/lib", "/bin"}}
@@ -32,8 +36,8 @@ func BenchmarkRunCPUTime(b *testing.B)  { benchRun(b, map[string]any{"max_cpu_ti
 func BenchmarkRunDenials(b *testing.B) {
 	for _, off := range []bool{false, true} {
 		b.Run(map[bool]string{false: "per-run", true: "sandbox-log-only"}[off], func(b *testing.B) {
-			noAttribution = off
-			defer func() { noAttribution = false }()
+			runs.NoAttribution = off
+			defer func() { runs.NoAttribution = false }()
 			benchRun(b, nil)
 		})
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	runs "github.com/sandtrap/sandtrap/core/run"
 	"golang.org/x/sys/unix"
 )
 
@@ -176,10 +177,10 @@ func TestDenialsCap(t *testing.T) {
 	// The log's cost: CPU time of this process (the supervisor) and of the run per
 	// denied call, with the per-run log and with the sandbox's log only, interleaved
 	// (CPU time, not wall time: the machine is shared).
-	noAttribution = true
+	runs.NoAttribution = true
 	plain := denySandbox(t, dir)
 	run(plain, "/bin/true") // its zygote (and supervisor) start without attribution
-	noAttribution = false
+	runs.NoAttribution = false
 	const m = 10000
 	var cpu [2]time.Duration
 	for i := 0; i < 3; i++ {

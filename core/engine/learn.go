@@ -92,7 +92,7 @@ func (r *learnRecorder) add(kind, path string) {
 // Learn runs req under the learning policy derived from the sandbox's and returns
 // what it needed.
 func (s *Sandbox) Learn(req *RunRequest) (*LearnResult, error) {
-	if !s.features.Seccomp {
+	if !s.in.Features.Seccomp {
 		return nil, errorf(KindIsolation, "isolation unavailable: learn mode records through the supervisor, which needs seccomp user notification")
 	}
 	lp := *s.Policy
@@ -115,7 +115,7 @@ func (s *Sandbox) Learn(req *RunRequest) (*LearnResult, error) {
 		mode += "; the network as net_deny says (destinations it allows are not recorded)"
 	}
 	rec := &learnRecorder{}
-	lsb, err := build(&lp, nil, func(sb *Sandbox) { sb.learn = rec.add })
+	lsb, err := build(&lp, nil, func(sb *Sandbox) { sb.in.Learn = rec.add })
 	if err != nil {
 		return nil, err
 	}
@@ -378,4 +378,18 @@ func (s *Sandbox) learnRequest(m map[string]any) (*LearnResult, error) {
 		return nil, requestError(probs)
 	}
 	return s.Learn(req)
+}
+
+func init() {
+	RegisterOp("learn", func(s *Sandbox, b []byte) ([]byte, string) {
+		m, err := DecodeMap(b, "request")
+		if err != nil {
+			return ErrorResponse(err), KindInvalidRequest
+		}
+		res, err := s.learnRequest(m)
+		if err != nil {
+			return ErrorResponse(err), kindOf(err)
+		}
+		return Encode(res), CallKind(res.Result.Error)
+	})
 }

@@ -8,9 +8,9 @@ import threading
 from pathlib import Path
 
 import pytest
+from conftest import SYS_RO, SYSTEM_PYTHON
 
 from sandtrap import Denial, LearnResult, Result, Sandbox
-from conftest import SYS_RO, SYSTEM_PYTHON
 
 CONNECT = "import socket,sys\ns=socket.socket()\nsys.exit(s.connect_ex((sys.argv[1], int(sys.argv[2]))))"
 
@@ -67,7 +67,9 @@ def test_concurrent_runs_keep_their_own(net_sandbox: Sandbox) -> None:
     for t in threads:
         t.join()
     for i, r in results.items():
-        assert [(d.count, d.address is not None and f"10.8.0.{i}:80" in d.address) for d in r.denials] == [(10 * i, True)], r.denials
+        assert [(d.count, d.address is not None and f"10.8.0.{i}:80" in d.address) for d in r.denials] == [
+            (10 * i, True)
+        ], r.denials
 
 
 def test_learn_then_run(tmp_path: Path) -> None:
@@ -104,7 +106,11 @@ def test_learn_then_run(tmp_path: Path) -> None:
             r = good.run(argv)
         assert r.success and r.stdout == b"ok\n", r.stderr
         assert (out / "r.txt").read_text() == "42\n"
-        for drop_field, drop in (("fs_readable", str(data)), ("fs_writable", str(out)), ("net_allow", f"127.0.0.1:{port}")):
+        for drop_field, drop in (
+            ("fs_readable", str(data)),
+            ("fs_writable", str(out)),
+            ("net_allow", f"127.0.0.1:{port}"),
+        ):
             pol = {k: [p for p in v if p != drop] for k, v in lr.policy.items()}
             with Sandbox(**pol, timeout=30) as bad:
                 assert not bad.run(argv).success, f"ran without {drop_field} {drop}"

@@ -1,4 +1,4 @@
-package engine
+package run
 
 // What was denied, per run: the supervisor's refusals attributed to the run that
 // made the call (core/supervise/denials.go: by the caller's pid namespace), and a
@@ -11,6 +11,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/sandtrap/sandtrap/core/plan"
 	"github.com/sandtrap/sandtrap/core/spawn"
 	"github.com/sandtrap/sandtrap/core/supervise"
 	"golang.org/x/sys/unix"
@@ -64,8 +65,9 @@ func errnoName(e syscall.Errno) string {
 	return fmt.Sprintf("errno %d", int(e))
 }
 
-// noAttribution (tests: the cost of the per-run log) keeps the sandbox's log only.
-var noAttribution bool
+// NoAttribution (tests: the cost of the per-run log) keeps the sandbox's log only;
+// it takes effect for supervisors registered after it is set.
+var NoAttribution bool
 
 // supervisors are the sandbox's zygotes' supervisors.
 var (
@@ -73,9 +75,11 @@ var (
 	sups  = map[*spawn.Zygote]*supervise.Supervisor{}
 )
 
-// addSupervisor registers z's supervisor, until z closes.
-func addSupervisor(z *spawn.Zygote, sup *supervise.Supervisor, pidNS bool) {
-	if pidNS && !noAttribution {
+// AddSupervisor registers z's supervisor (the engine, when it starts one), until z
+// closes; pidNS says each run has a pid namespace of its own (denials are then
+// attributed to runs).
+func AddSupervisor(z *spawn.Zygote, sup *supervise.Supervisor, pidNS bool) {
+	if pidNS && !NoAttribution {
 		sup.AttributeRuns()
 	}
 	supMu.Lock()
@@ -103,15 +107,15 @@ type runDenials struct {
 }
 
 // attachRun starts collecting the denials of the run whose pid 1 is proc.
-func attachRun(z *spawn.Zygote, pl *plan, proc *spawn.Process) *runDenials {
+func attachRun(z *spawn.Zygote, pl *plan.Plan, proc *spawn.Process) *runDenials {
 	sup := supervisorOf(z)
 	if sup == nil {
 		return &runDenials{none: true}
 	}
-	if noAttribution {
+	if NoAttribution {
 		return &runDenials{why: "not reported (test hook: no attribution)"}
 	}
-	if !pl.pidNS {
+	if !pl.PidNS {
 		return &runDenials{why: "not reported: runs share a pid namespace here (no pid namespace per run), so the supervisor cannot tell them apart"}
 	}
 	log, err := sup.Attach(proc.PidFD, proc.Pid) // proc.PidFD stays open until fill or detach
