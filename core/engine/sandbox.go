@@ -6,6 +6,8 @@
 package engine
 
 import (
+	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -320,7 +322,8 @@ func (s *Sandbox) Confine(withSeccomp bool) error {
 		// psx re-reads /proc/self/task while it walks the threads, some of them
 		// already restricted: that one directory stays readable, or the host dies.
 		spec := cur.LLSpec
-		spec.Readable = append(append([]string{}, spec.Readable...), "/proc/self/task")
+		// (by its real path: rule paths are opened without following symlinks)
+		spec.Readable = append(append([]string{}, spec.Readable...), "/proc/"+strconv.Itoa(os.Getpid())+"/task")
 		spec.Denied = append(append([]string{}, spec.Denied...), plan.UnnamedDevices(spec)...) // no nodev view here
 		rs, err := landlock.Build(s.in.Features.LandlockABI, spec)
 		if err != nil {

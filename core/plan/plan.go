@@ -540,11 +540,16 @@ func (pl *Plan) derive(p *policy.Policy) Isolation {
 // (runs with a /proc of their own build their ruleset from it).
 func (pl *Plan) keepLandlockTable(zs *spawn.ZygoteSpec) error {
 	t := pl.Ruleset.Table
+	kept := t.Paths[:0:0]
 	for _, pr := range t.Paths {
-		fd, err := unix.Open(pr.Path, unix.O_PATH|unix.O_CLOEXEC, 0)
+		fd, err := landlock.OpenRulePath(pr.Path)
+		if err == landlock.ErrGone {
+			continue // removed, or made a symlink, since it was listed: it allows nothing
+		}
 		if err != nil {
 			return fmt.Errorf("%s: %v", pr.Path, err)
 		}
+		kept = append(kept, pr)
 		high, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 10)
 		unix.Close(fd)
 		if err != nil {
@@ -552,6 +557,7 @@ func (pl *Plan) keepLandlockTable(zs *spawn.ZygoteSpec) error {
 		}
 		pl.tableFDs = append(pl.tableFDs, high)
 	}
+	t.Paths = kept
 	zs.Landlock, zs.LandlockFDs, zs.ProcRights = t, pl.tableFDs, t.DirRights(landlock.ReadOnly)
 	return nil
 }

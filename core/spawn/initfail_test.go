@@ -54,7 +54,7 @@ func TestSpareFailureIsAnswered(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer z.Close()
-	_, _, status := run(t, z)
+	_, status, _ := run(t, z)
 	_ = status
 }
 
@@ -67,7 +67,7 @@ func TestPid1ReportsFailedStep(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer z.Close()
-	proc, err, st := run(t, z)
+	proc, st, err := run(t, z)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +79,7 @@ func TestPid1ReportsFailedStep(t *testing.T) {
 
 // run spawns /bin/true in z and reads its status (nil process: the spawn failed,
 // and for the spare test that is checked here).
-func run(t *testing.T, z *Zygote) (*Process, error, Status) {
+func run(t *testing.T, z *Zygote) (*Process, Status, error) {
 	t.Helper()
 	var p [2]int
 	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
@@ -96,9 +96,9 @@ func run(t *testing.T, z *Zygote) (*Process, error, Status) {
 			if !errors.As(err, &se) || se.Stage != StageZygote || se.Step != StepSpare || se.Errno != unix.EPERM || se.Protection() {
 				t.Fatalf("err %#v (%v)", err, err)
 			}
-			return nil, err, Status{}
+			return nil, Status{}, err
 		}
-		return nil, err, Status{}
+		return nil, Status{}, err
 	}
 	if t.Name() == "TestSpareFailureIsAnswered" {
 		t.Fatal("the run started although its pid 1 could not be made")
@@ -112,5 +112,5 @@ func run(t *testing.T, z *Zygote) (*Process, error, Status) {
 		}
 		buf = append(buf, b[:n]...)
 	}
-	return proc, nil, ReadStatus(buf)
+	return proc, ReadStatus(buf), nil
 }

@@ -38,7 +38,7 @@ type NetPolicy struct {
 	// Resolve looks a host name up again (a destination no rule matches makes the
 	// rules with host names be resolved again, at most once per refreshEvery); nil:
 	// never.
-	Resolve func(ctx context.Context, host string) ([]netip.Addr, error)
+	Resolve func(ctx context.Context, host string) ([]netip.Addr, error) `json:"-"`
 
 	mu        sync.RWMutex
 	refreshed time.Time

@@ -10,12 +10,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import SYS_RO
 
 import sandtrap
 from sandtrap import InvalidArgument, PolicyError, Sandbox, parse_ports
-
-from conftest import SYS_RO
-
 
 # -- Running a command --------------------------------------------------------------
 
