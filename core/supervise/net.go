@@ -796,7 +796,7 @@ func handleSendmmsg(c *call) reply {
 		return ret(0)
 	}
 	if stop != nil && stop.denied != "" {
-		c.s.denials.add(c.name, stop.denied, stop.errno) // recorded, though the batch answers with its count
+		c.s.record(c, c.name, stop.denied, stop.errno, true) // recorded, though the batch answers with its count
 	}
 	base := c.arg(1)
 	var names []*addr
