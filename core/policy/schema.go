@@ -17,8 +17,8 @@ package policy
 type Kind string
 
 const (
-	KindPaths   Kind = "paths"   // a list of absolute paths
-	KindPath    Kind = "path"    // one absolute path
+	KindPaths   Kind = "paths"   // a list of paths (relative ones: against the builder's working directory)
+	KindPath    Kind = "path"    // one path (absolute, except workdir's, which resolves like fs_*)
 	KindTargets Kind = "targets" // network rules: 443, "host:443", "10.0.0.0/8", "udp://…", "*" (net.go)
 	KindPorts   Kind = "ports"   // ports and ranges: 8080, "8000-8005"
 	KindBool    Kind = "bool"
@@ -29,11 +29,12 @@ const (
 	KindEnv     Kind = "env"      // a map of variable names to values
 	KindNames   Kind = "names"    // syscall names
 	KindHost    Kind = "hostname" // a host name: 1-64 characters, letters, digits, '-' and '.'
+	KindBranch  Kind = "branch"   // what becomes of a copy-on-write workdir's changes: "commit", "abort" or "keep"
 )
 
 // Kinds lists every kind, in a stable order.
 var Kinds = []Kind{KindPaths, KindPath, KindTargets, KindPorts, KindBool, KindSize, KindCount,
-	KindSeconds, KindID, KindEnv, KindNames, KindHost}
+	KindSeconds, KindID, KindEnv, KindNames, KindHost, KindBranch}
 
 // List reports whether values of the kind are lists (a C setter appends to them).
 func (k Kind) List() bool {
@@ -151,15 +152,17 @@ var (
 	env      = kindReader[map[string]string]{KindEnv, reader.env}
 	sysnames = kindReader[[]string]{KindNames, reader.names}
 	hostname = kindReader[string]{KindHost, reader.hostname}
+	dirPath  = kindReader[string]{KindPath, reader.dirPath}
+	branch   = kindReader[string]{KindBranch, reader.branch}
 )
 
 func str(name, param, doc string) CSetter { return CSetter{name, "const char *" + param, CString, doc} }
 
 // Schema is every policy field, in the order of docs/protocol.md.
 var Schema = []Field{
-	{Key: "fs_readable", Default: "[]", Doc: "absolute paths (files or directories) readable and executable; they must exist",
+	{Key: "fs_readable", Default: "[]", Doc: "paths (files or directories) readable and executable; they must exist (a relative path resolves against the working directory when the sandbox is built)",
 		C: []CSetter{str("fs_readable", "path", "")}, bind: paths.into(func(p *Policy) *[]string { return &p.FSReadable })},
-	{Key: "fs_writable", Default: "[]", Doc: "absolute paths readable, writable, executable, creatable, removable; they must exist",
+	{Key: "fs_writable", Default: "[]", Doc: "paths readable, writable, executable, creatable, removable; they must exist (relative: as {fs_readable})",
 		C: []CSetter{str("fs_writable", "path", "")}, bind: paths.into(func(p *Policy) *[]string { return &p.FSWritable })},
 	{Key: "fs_denied", Default: "[]", Doc: "paths inside allowed trees that stay denied (see docs/security.md)",
 		C: []CSetter{str("fs_denied", "path", "")}, bind: paths.into(func(p *Policy) *[]string { return &p.FSDenied })},
@@ -214,6 +217,12 @@ var Schema = []Field{
 		C: []CSetter{str("extra_deny_syscall", "name", "")}, bind: sysnames.into(func(p *Policy) *[]string { return &p.ExtraDenySyscalls })},
 	{Key: "name", Default: "none", Doc: "the sandbox's hostname (`uname -n`), in a UTS namespace of its own: 1-64 letters, digits, `-` and `.`",
 		C: []CSetter{str("name", "hostname", "")}, bind: hostname.into(func(p *Policy) *string { return &p.Name })},
+	{Key: "workdir", Default: "none", Doc: "a directory seen copy-on-write: each run's writes under it land in a layer of the run's own (a tmpfs, sized {max_disk}), listed as the result's `changes`, then committed or discarded ({on_exit}, {on_error}); relative: as {fs_readable}",
+		C: []CSetter{str("workdir", "path", "")}, bind: dirPath.into(func(p *Policy) *string { return &p.Workdir })},
+	{Key: "on_exit", Default: "\"commit\"", Doc: "with {workdir}: what becomes of a successful run's changes: `\"commit\"` (applied to the workdir, file by file), `\"abort\"` (discarded) or `\"keep\"` (held for the `commit`/`abort` ops)",
+		C: []CSetter{str("on_exit", "action", "With workdir: \"commit\", \"abort\" or \"keep\" for a successful run's changes.")}, bind: branch.into(func(p *Policy) *string { return &p.OnExit })},
+	{Key: "on_error", Default: "\"abort\"", Doc: "with {workdir}: the same for a run that failed (non-zero exit, signal, timeout, any error)",
+		C: []CSetter{str("on_error", "action", "With workdir: \"commit\", \"abort\" or \"keep\" for a failed run's changes.")}, bind: branch.into(func(p *Policy) *string { return &p.OnError })},
 	{Key: "allow_degraded", Default: "false", Doc: "run even when a requested protection is unavailable; results say what was not applied",
 		C: []CSetter{{"allow_degraded", "int allow", CBool, ""}}, bind: boolean.into(func(p *Policy) *bool { return &p.AllowDegraded })},
 
@@ -223,8 +232,7 @@ var Schema = []Field{
 	{Key: "http_ports", Unsupported: "sandtrap has no HTTP proxy; use {net_allow}"},
 	{Key: "http_allow", Unsupported: "sandtrap has no HTTP ACL; use {net_allow} (ports)"},
 	{Key: "http_deny", Unsupported: "sandtrap has no HTTP ACL; use {net_allow} (ports)"},
-	{Key: "fs_storage", Unsupported: "sandtrap has no copy-on-write storage layer"},
-	{Key: "workdir", Unsupported: "sandtrap has no copy-on-write workdir (and no dry run); use {cwd}"},
+	{Key: "fs_storage", Unsupported: "the copy-on-write layer of {workdir} is a tmpfs private to each run (its size is {max_disk}); on-disk storage is not supported yet"},
 	{Key: "random_seed", Unsupported: "determinism controls are not supported"},
 	{Key: "time_start", Unsupported: "determinism controls are not supported"},
 	{Key: "deterministic_dirs", Unsupported: "determinism controls are not supported"},
@@ -234,8 +242,6 @@ var Schema = []Field{
 	{Key: "no_supervisor", Unsupported: "the syscall supervisor cannot be turned off"},
 	{Key: "chroot", Unsupported: "sandtrap does not chroot; grant paths with {fs_readable} and {fs_writable}"},
 	{Key: "fs_mount", Unsupported: "sandtrap does not mount; grant paths with {fs_readable} and {fs_writable}"},
-	{Key: "on_exit", Unsupported: "sandtrap has no copy-on-write branches"},
-	{Key: "on_error", Unsupported: "sandtrap has no copy-on-write branches"},
 	{Key: "gpu_devices", Unsupported: "GPU devices cannot be granted"},
 	{Key: "cpu_cores", Unsupported: "CPU pinning is not supported; use {max_cpu}"},
 	{Key: "num_cpus", Unsupported: "CPU counts are not supported; use {max_cpu}"},

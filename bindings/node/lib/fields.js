@@ -29,6 +29,9 @@ const POLICY = {
   extraAllowSyscalls: ['extra_allow_syscalls', 'names'],
   extraDenySyscalls: ['extra_deny_syscalls', 'names'],
   name: ['name', 'hostname'],
+  workdir: ['workdir', 'path'],
+  onExit: ['on_exit', 'branch'],
+  onError: ['on_error', 'branch'],
   allowDegraded: ['allow_degraded', 'bool'],
 };
 
@@ -39,8 +42,7 @@ const UNSUPPORTED = {
   httpPorts: 'not supported by sandtrap yet: sandtrap has no HTTP proxy; use netAllow',
   httpAllow: 'not supported by sandtrap yet: sandtrap has no HTTP ACL; use netAllow (ports)',
   httpDeny: 'not supported by sandtrap yet: sandtrap has no HTTP ACL; use netAllow (ports)',
-  fsStorage: 'not supported by sandtrap yet: sandtrap has no copy-on-write storage layer',
-  workdir: 'not supported by sandtrap yet: sandtrap has no copy-on-write workdir (and no dry run); use cwd',
+  fsStorage: 'not supported by sandtrap yet: the copy-on-write layer of workdir is a tmpfs private to each run (its size is maxDisk); on-disk storage is not supported yet',
   randomSeed: 'not supported by sandtrap yet: determinism controls are not supported',
   timeStart: 'not supported by sandtrap yet: determinism controls are not supported',
   deterministicDirs: 'not supported by sandtrap yet: determinism controls are not supported',
@@ -50,8 +52,6 @@ const UNSUPPORTED = {
   noSupervisor: 'not supported by sandtrap yet: the syscall supervisor cannot be turned off',
   chroot: 'not supported by sandtrap yet: sandtrap does not chroot; grant paths with fsReadable and fsWritable',
   fsMount: 'not supported by sandtrap yet: sandtrap does not mount; grant paths with fsReadable and fsWritable',
-  onExit: 'not supported by sandtrap yet: sandtrap has no copy-on-write branches',
-  onError: 'not supported by sandtrap yet: sandtrap has no copy-on-write branches',
   gpuDevices: 'not supported by sandtrap yet: GPU devices cannot be granted',
   cpuCores: 'not supported by sandtrap yet: CPU pinning is not supported; use maxCpu',
   numCpus: 'not supported by sandtrap yet: CPU counts are not supported; use maxCpu',
