@@ -37,6 +37,7 @@ type Request struct {
 	Cwd       string
 	Tag       string
 	MaxOutput int64
+	DryRun    bool // with a workdir: list the changes, then always abort them
 }
 
 // Usage is what a run consumed.
@@ -76,6 +77,14 @@ type Result struct {
 	Denials        []Denial          `msgpack:"denials"`
 	DenialsDropped int               `msgpack:"denials_dropped"`
 	DenialsSources map[string]string `msgpack:"denials_sources"`
+	// With a workdir (cow.go): every path the run changed, what became of the
+	// changes ("committed", "aborted", "kept": BranchID names them for the
+	// commit and abort ops), what a commit applied and what it refused.
+	Changes       []Change `msgpack:"changes,omitempty"`
+	Branch        string   `msgpack:"branch,omitempty"`
+	BranchID      uint64   `msgpack:"branch_id,omitempty"`
+	Committed     []Change `msgpack:"committed,omitempty"`
+	CommitRefused []Change `msgpack:"commit_refused,omitempty"`
 }
 
 // Host is the sandbox a run belongs to (core/engine's Sandbox).
@@ -287,8 +296,15 @@ func Run(h Host, req *Request) *Result {
 	start := time.Now()
 	zyg, pl, err := h.Zygote(nil)
 	var proc *spawn.Process
+	var cow *cowRun
+	defer func() { cow.close() }()
 	if err == nil {
 		iso = pl.Isolation()
+		if cow, err = newCOW(pl); err == nil && cow != nil {
+			rs.COWSock = cow.theirs
+		}
+	}
+	if err == nil {
 		proc, err = zyg.Spawn(rs)
 		if err == spawn.ErrZygoteGone { // it died (killed, out of memory): once more with a new one
 			if zyg, pl, err = h.Zygote(zyg); err == nil {
@@ -298,6 +314,7 @@ func Run(h Host, req *Request) *Result {
 	}
 	spawnDur := time.Since(start)
 	childEnds.closeAll() // EOF reaches us once every process of the run is gone
+	cow.started()
 	if err != nil {
 		return failed(spawnErrKind(err), spawnErrMessage(path, err), iso)
 	}
@@ -391,6 +408,7 @@ func Run(h Host, req *Request) *Result {
 		res.Error = &ErrorInfo{Kind: kind, Message: fmt.Sprintf("memory limit of %d bytes exceeded; killed by the kernel", p.MaxMemory)}
 	}
 	res.Success = res.Error == nil && res.ExitCode != nil && *res.ExitCode == 0
+	cow.finish(h, p, res, req.DryRun)
 	denied.fill(res)
 	return res
 }

@@ -47,6 +47,7 @@ from ._fork import CloneResult, Clones
 from ._policy import parse_ports
 from ._result import Denial, ErrorInfo, LearnResult, Result
 from ._sandbox import Command, Pipeline, Sandbox, confine, probe
+from ._view import BranchAction, Change, CommitResult, DryRunResult
 from ._version import __version__
 
 ForkedChild = ForkedChildError  # the engine's name for it
@@ -68,6 +69,10 @@ __all__ = [
     "Denial",
     "LearnResult",
     "ErrorInfo",
+    "BranchAction",
+    "Change",
+    "DryRunResult",
+    "CommitResult",
     "PolicyOptions",
     "Problem",
     "parse_ports",
