@@ -411,3 +411,22 @@ func TestCOWWorkdirWithUIDSwitchAsRoot(t *testing.T) {
 		t.Fatal("the dry run changed the workdir")
 	}
 }
+
+// A run whose working directory is inside the workdir (the caller's, inherited)
+// works in the overlay, not in the directory under it (which no rule covers).
+func TestCOWDefaultCwdInsideTheWorkdir(t *testing.T) {
+	wd := cowTree(t)
+	prev, _ := os.Getwd()
+	if err := os.Chdir(wd); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Chdir(prev)
+	sb := mustSandbox(t, cowPolicy(".", nil))
+	res := shRun(sb, `cat keep.txt && echo here > new && ls new`, true)
+	if !res.Success || string(res.Stdout) != "keep\nnew\n" || fmt.Sprint(res.Changes) != "[{A new}]" {
+		t.Fatalf("%+v %q %s %v", res.Error, res.Stdout, res.Stderr, res.Changes)
+	}
+	if iso := sb.Isolation(); iso.Workdir != wd || iso.Landlock == nil || !strings.Contains(fmt.Sprint(iso.Landlock.Rules), wd) {
+		t.Fatalf("the report names the absolute workdir: %+v", iso.Landlock)
+	}
+}

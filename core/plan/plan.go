@@ -482,7 +482,7 @@ func (pl *Plan) derive(p *policy.Policy) Isolation {
 
 	rep := Isolation{Degraded: []string{}, Net: pl.Net, Disabled: pl.disabled,
 		UserNamespace: pl.Namespaces.User, MountNamespace: pl.Namespaces.Mount, IPCNamespace: pl.Namespaces.IPC,
-		PidNamespace: pl.PidNS, NoNewPrivs: true, Capabilities: "dropped", Cgroup: pl.Limits.Cgroup,
+		PidNamespace: pl.PidNS, NoNewPrivs: true, Capabilities: "dropped", Cgroup: pl.Limits.Cgroup, Workdir: p.Workdir,
 		Limits: map[string]Limit{}}
 	if pl.View != nil {
 		rep.View = pl.View.Mounts
