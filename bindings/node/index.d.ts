@@ -199,6 +199,46 @@ export interface RunResult {
   denialsDropped: number;
   /** By source (supervisor, landlock, seccomp): "reported", or why its denials are not in denials. */
   denialsSources: Record<string, string>;
+  /** With a workdir: every path the run changed under it (relative), sorted. */
+  changes: Change[];
+  /** With a workdir: what became of the changes ("committed", "aborted", "kept"), else null. */
+  branch: string | null;
+  /** With a kept branch: what `commit()` and `abort()` take (or the result itself). */
+  branchId: number | null;
+  /** What a commit applied, in order (deletions first). */
+  committed: Change[];
+  /** Changes a commit refused: paths the run could not write (modes or times changed: Landlock does not govern them). */
+  commitRefused: Change[];
+}
+
+/** What becomes of a run's workdir changes (onExit, onError). */
+export declare const BranchAction: { readonly COMMIT: 'commit'; readonly ABORT: 'abort'; readonly KEEP: 'keep' };
+export type BranchAction = (typeof BranchAction)[keyof typeof BranchAction];
+
+/** One path a run changed: A added, M modified, D deleted (a rename is a D and an A; directories too). */
+export interface Change {
+  kind: 'A' | 'M' | 'D' | string;
+  /** Relative to the workdir. */
+  path: string;
+}
+
+/** What dryRun() found: the run's outcome and its changes, none of which reached the workdir. */
+export interface DryRunResult {
+  success: boolean;
+  exitCode: number | null;
+  stdout: Buffer;
+  stderr: Buffer;
+  changes: Change[];
+  error: RunError | null;
+  /** The run's full result. */
+  result: RunResult;
+}
+
+/** What commit() applied and refused; error: why it stopped (what is in committed was applied). */
+export interface CommitResult {
+  committed: Change[];
+  commitRefused: Change[];
+  error: RunError | null;
 }
 
 /** What learn() found. */
@@ -287,6 +327,12 @@ export declare class Sandbox {
    * refused and recorded) and resolve with the smallest policy it needed.
    */
   learn(argv: readonly string[], options?: RunOptions): Promise<LearnResult>;
+  /** Run argv, list what it changed under the workdir, and discard it all (the workdir is left byte for byte as it was). */
+  dryRun(argv: readonly string[], options?: RunOptions): Promise<DryRunResult>;
+  /** Apply a kept result's changes (onExit/onError 'keep') to the workdir, file by file. */
+  commit(result: RunResult | number): Promise<CommitResult>;
+  /** Discard a kept result's changes. */
+  abort(result: RunResult | number): Promise<void>;
   /** A command for a pipeline: `a.cmd(x).pipe(b.cmd(y)).run()`. */
   cmd(argv: readonly string[], options?: CommandOptions): Command;
   /** What this sandbox enforces on this machine, without running anything. */

@@ -12,6 +12,7 @@ const errors = require('./lib/errors');
 const { Sandbox, Command, Pipeline, confine, probe, version } = require('./lib/sandbox');
 const { sandbox, PythonSandbox } = require('./lib/python');
 require('./lib/fork'); // Sandbox.prototype.fork / reduce
+const { BranchAction } = require('./lib/view'); // Sandbox.prototype.dryRun / commit / abort
 
 module.exports = {
   Sandbox,
@@ -22,6 +23,7 @@ module.exports = {
   confine,
   probe,
   version,
+  BranchAction,
   Problem: errors.Problem,
   SandtrapError: errors.SandtrapError,
   InvalidArgument: errors.InvalidArgument,

@@ -13,6 +13,7 @@ export const {
   confine,
   probe,
   version,
+  BranchAction,
   Problem,
   SandtrapError,
   InvalidArgument,
