@@ -326,14 +326,16 @@ func TestCommitRefusesASymlinkSwappedInAfterTheRun(t *testing.T) {
 func TestCommitRefusesChangesToReadOnlyPaths(t *testing.T) {
 	wd := cowTree(t)
 	ro := filepath.Join(wd, "dir")
-	sb := mustSandbox(t, cowPolicy(wd, map[string]any{"fs_readable": []any{"/usr", "/lib", "/bin", ro}}))
+	sb := mustSandbox(t, cowPolicy(wd, map[string]any{"fs_readable": []any{"/usr", "/lib", "/bin", ro}, "net_allow_unix": true}))
 	res := sb.Run(&RunRequest{Argv: []string{sysPython, "-c", fmt.Sprintf(`import os
 fd = os.open(%q, os.O_RDONLY); os.fchmod(fd, 0o777); print(oct(os.fstat(fd).st_mode))
-open(%q, "w").write("allowed")`, filepath.Join(ro, "a"), filepath.Join(wd, "new"))}, StdinFD: -1, StdoutFD: -1})
+open(%q, "w").write("allowed")
+import socket; socket.socket(socket.AF_UNIX).bind(%q)`, filepath.Join(ro, "a"), filepath.Join(wd, "new"), filepath.Join(wd, "sock"))}, StdinFD: -1, StdoutFD: -1})
 	if !res.Success || !strings.Contains(string(res.Stdout), "0o100777") {
 		t.Fatalf("%+v %s %s", res.Error, res.Stdout, res.Stderr)
 	}
-	if fmt.Sprint(res.Changes) != "[{M dir/a} {A new}]" || fmt.Sprint(res.CommitRefused) != "[{M dir/a}]" || fmt.Sprint(res.Committed) != "[{A new}]" {
+	// and a socket is never committed
+	if fmt.Sprint(res.Changes) != "[{M dir/a} {A new} {A sock}]" || fmt.Sprint(res.CommitRefused) != "[{M dir/a} {A sock}]" || fmt.Sprint(res.Committed) != "[{A new}]" {
 		t.Fatalf("changes %v refused %v committed %v", res.Changes, res.CommitRefused, res.Committed)
 	}
 	if st, _ := os.Stat(filepath.Join(ro, "a")); st.Mode().Perm() != 0o644 {

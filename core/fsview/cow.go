@@ -416,6 +416,10 @@ func (c *committer) dir(up, dst int, rel string) error {
 		if !changed {
 			continue
 		}
+		if t := st.Mode & unix.S_IFMT; t == unix.S_IFSOCK || t == unix.S_IFCHR || t == unix.S_IFBLK {
+			c.res.Refused = append(c.res.Refused, Change{kind, r}) // sockets and device nodes are never committed
+			continue
+		}
 		if err := c.file(up, dst, name, &st); err != nil {
 			return fmt.Errorf("commit: %q: %w", r, err)
 		}

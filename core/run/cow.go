@@ -146,7 +146,7 @@ func (c *cowRun) finish(h Host, p *policy.Policy, res *Result, dry bool) {
 			res.Success = false
 		}
 	}
-	l.Abort()
+	go l.Abort() // the tmpfs's teardown is no one's wait
 	c.layer = nil
 }
 
