@@ -16,13 +16,16 @@ const BranchAction = Object.freeze({ COMMIT: 'commit', ABORT: 'abort', KEEP: 'ke
 
 /** @typedef {import('./sandbox').Wire} Wire */
 
+const proto = /** @type {any} */ (Sandbox.prototype);
+
 /**
  * Run argv as run() does, list what it changed under the workdir and discard it
  * all: {success, exitCode, stdout, stderr, changes, error, result}.
+ * @this {Sandbox}
  * @param {string[]} argv
  * @param {Record<string, unknown>} [opts] index.d.ts's RunOptions
  */
-Sandbox.prototype.dryRun = async function dryRun(argv, opts = {}) {
+proto.dryRun = async function dryRun(argv, opts = {}) {
   const r = await this._run({ op: 'dry_run' }, argv, opts);
   return { success: r.success, exitCode: r.exitCode, stdout: r.stdout, stderr: r.stderr, changes: r.changes, error: r.error, result: r };
 };
@@ -46,18 +49,20 @@ async function branchOp(sb, op, result) {
 /**
  * Apply a kept result's changes to the workdir, file by file: {committed,
  * commitRefused, error} (error: why it stopped; what is in committed was applied).
+ * @this {Sandbox}
  * @param {unknown} result
  */
-Sandbox.prototype.commit = async function commit(result) {
+proto.commit = async function commit(result) {
   const r = await branchOp(this, 'commit', result);
   return { committed: toChanges(r.committed), commitRefused: toChanges(r.commit_refused), error: r.error ? runError(r.error) : null };
 };
 
 /**
  * Discard a kept result's changes.
+ * @this {Sandbox}
  * @param {unknown} result
  */
-Sandbox.prototype.abort = async function abort(result) {
+proto.abort = async function abort(result) {
   await branchOp(this, 'abort', result);
 };
 

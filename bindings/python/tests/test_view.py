@@ -92,7 +92,12 @@ def test_keep_then_commit_or_abort(workdir: Path) -> None:
         r2 = sb.run(["sh", "-c", SCRIPT + "; exit 2"])  # on_error keep
         assert r2.branch == "kept"
         c = sb.commit(r2)
-        assert isinstance(c, CommitResult) and c.success and sorted(c.committed, key=lambda c: c.path) == WANT and c.commit_refused == []
+        assert (
+            isinstance(c, CommitResult)
+            and c.success
+            and sorted(c.committed, key=lambda c: c.path) == WANT
+            and c.commit_refused == []
+        )
     assert (workdir / "added").read_text() == "new\n"
 
 

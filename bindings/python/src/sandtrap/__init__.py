@@ -47,8 +47,8 @@ from ._fork import CloneResult, Clones
 from ._policy import parse_ports
 from ._result import Denial, ErrorInfo, LearnResult, Result
 from ._sandbox import Command, Pipeline, Sandbox, confine, probe
-from ._view import BranchAction, Change, CommitResult, DryRunResult
 from ._version import __version__
+from ._view import BranchAction, Change, CommitResult, DryRunResult
 
 ForkedChild = ForkedChildError  # the engine's name for it
 

@@ -26,8 +26,8 @@ from ._errors import (
 from ._fields import KEYWORDS
 from ._policy import PolicyOptions, to_engine
 from ._result import ErrorInfo, LearnResult, Result
-from ._view import CommitResult, DryRunResult, changes_of
 from ._typing import ArgSequence
+from ._view import CommitResult, DryRunResult, changes_of
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
