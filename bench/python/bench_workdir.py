@@ -114,7 +114,9 @@ def main() -> int:
         assert os.listdir(wd) == ["README"], os.listdir(wd)
         print(f"dry run, 1,000 files     sandtrap median {ms(med(ours))}")
         if theirs:
-            print(f"                         sandlock median {ms(med(theirs))}   sandtrap/sandlock = {med(ours) / med(theirs):.2f}")
+            print(
+                f"                         sandlock median {ms(med(theirs))}   sandtrap/sandlock = {med(ours) / med(theirs):.2f}"
+            )
         for sb in (plain, cow, dry):
             sb.close()
     finally:
