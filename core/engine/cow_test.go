@@ -432,3 +432,18 @@ func TestCOWDefaultCwdInsideTheWorkdir(t *testing.T) {
 		t.Fatalf("the report names the absolute workdir: %+v", iso.Landlock)
 	}
 }
+
+// The next run sees what the run before it committed: its overlay is mounted
+// when its request arrives, not ahead (an overlay made ahead keeps the dentries
+// it looked up — pid 1 opens the rule paths inside the workdir — of the
+// workdir as it was: a file a commit replaced would show its old content).
+func TestCOWNextRunSeesTheCommit(t *testing.T) {
+	wd := cowTree(t)
+	sb := mustSandbox(t, cowPolicy(wd, map[string]any{"env": map[string]any{"W": wd}, "fs_denied": []any{filepath.Join(wd, "dir", "a")}}))
+	for i, want := range []string{"old\nmore1\n", "old\nmore1\nmore2\n", "old\nmore1\nmore2\nmore3\n"} {
+		res := shRun(sb, fmt.Sprintf(`cd "$W" && echo more%d >> edit.txt && cat edit.txt`, i+1), false)
+		if !res.Success || string(res.Stdout) != want || res.Branch != "committed" {
+			t.Fatalf("run %d: %+v %q %s (want %q)", i+1, res.Error, res.Stdout, res.Stderr, want)
+		}
+	}
+}

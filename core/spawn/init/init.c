@@ -401,10 +401,11 @@ static long own_ruleset(void)
 static unsigned int prep_step;
 static long prep_err;
 
+static void confine_self(void);
+
 static void prepare(void)
 {
 	long r;
-	int i;
 
 	if ((r = TRY(ST_STEP_PDEATHSIG, sys2(__NR_prctl, PR_SET_PDEATHSIG, SIGKILL))) < 0) {
 		prep_step = ST_STEP_PDEATHSIG, prep_err = r;
@@ -426,13 +427,21 @@ static void prepare(void)
 			return;
 		}
 	}
-	if (cow) {
-		r = mount_cow();
-		if (r < 0) {
-			prep_step = ST_STEP_COW, prep_err = r;
-			return;
-		}
-	}
+	if (!cow)
+		confine_self();
+}
+
+/* The rest of what pid 1 does before its target: the Landlock domain, the
+ * run's user, the capabilities dropped. Ahead of the request (prepare), except
+ * with a copy-on-write workdir: its overlay is mounted once the request
+ * arrived (an overlay made ahead would keep what it looked up of the workdir
+ * as it was then: a commit of the run before would not show), and the rules
+ * inside the workdir are made on it. */
+static void confine_self(void)
+{
+	long r;
+	int i;
+
 	if (cflags & ST_CF_LANDLOCK) {
 		/* a domain of its own: the run's processes reach no other run's */
 		long rs = ST_FD_RULESET;
@@ -521,6 +530,11 @@ static void run_child(struct st_request *rq, int *fds, char *path, char *cwd,
 	if (prep_step)
 		step_failed(status_fd, prep_step, prep_err);
 	if (cow) {
+		if ((r = mount_cow()) < 0)
+			step_failed(status_fd, ST_STEP_COW, r);
+		confine_self();
+		if (prep_step)
+			step_failed(status_fd, prep_step, prep_err);
 		/* the upper layer, to the engine (before the target can run) */
 		r = send_fd(fds[4], (int)cow_upper);
 		if (r < 0)
