@@ -204,12 +204,15 @@ static long fsconfig_str(long fs, const char *key, const char *value)
 	return sys6(__NR_fsconfig, fs, FSCONFIG_SET_STRING, (long)key, (long)value, 0, (long)cookie);
 }
 
-/* The copy-on-write workdir (struct st_cow): a tmpfs of the run's own holding
- * upper/ and work/, an overlay of the workdir and upper/ mounted over the
- * workdir. Every layer is given by descriptor (no option string to escape).
- * Keeps upper/ open in cow_upper for the engine, which reads the run's changes
- * there after it (the tmpfs lives as long as a descriptor of it does). */
-static long mount_cow(void)
+/* The copy-on-write workdir (struct st_cow), made ahead: a tmpfs of the run's
+ * own holding upper/ and work/, an overlay of the workdir and upper/, detached
+ * (cow_mnt) until attach_cow puts it over the workdir. Every layer is given by
+ * descriptor (no option string to escape). Keeps upper/ open in cow_upper for
+ * the engine, which reads the run's changes there after it (the tmpfs lives as
+ * long as a descriptor of it does). */
+static long cow_mnt = -1;
+
+static long make_cow(void)
 {
 	unsigned long attr = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
 	char size[24];
@@ -278,14 +281,24 @@ static long mount_cow(void)
 	omnt = sys6(__NR_fsmount, ofs, FSMOUNT_CLOEXEC, (long)attr, 0, 0, (long)cookie);
 	if (omnt < 0)
 		return omnt;
-	r = sys6(__NR_move_mount, omnt, (long)"", -100, (long)cow_str, MOVE_MOUNT_F_EMPTY_PATH, (long)cookie);
-	sys1(__NR_close, omnt);
+	cow_mnt = omnt;
 	sys1(__NR_close, ofs);
 	sys1(__NR_close, work);
 	sys1(__NR_close, lower);
 	/* only now: closing the tmpfs's mount fd unmounts it (its anonymous
 	 * namespace dissolves), which the overlay's creation needs mounted */
 	sys1(__NR_close, mnt);
+	return 0;
+}
+
+/* Once the run's request arrived: the overlay made ahead (detached) goes over
+ * the workdir. Nothing of the workdir was looked up through it before: what
+ * the run before committed shows. */
+static long attach_cow(void)
+{
+	long r = sys6(__NR_move_mount, cow_mnt, (long)"", -100, (long)cow_str, MOVE_MOUNT_F_EMPTY_PATH, (long)cookie);
+	sys1(__NR_close, cow_mnt);
+	cow_mnt = -1;
 	if (r < 0)
 		return r;
 	{
@@ -427,16 +440,23 @@ static void prepare(void)
 			return;
 		}
 	}
-	if (!cow)
+	if (cow) {
+		r = make_cow();
+		if (r < 0) {
+			prep_step = ST_STEP_COW, prep_err = r;
+			return;
+		}
+	} else {
 		confine_self();
+	}
 }
 
 /* The rest of what pid 1 does before its target: the Landlock domain, the
  * run's user, the capabilities dropped. Ahead of the request (prepare), except
- * with a copy-on-write workdir: its overlay is mounted once the request
- * arrived (an overlay made ahead would keep what it looked up of the workdir
- * as it was then: a commit of the run before would not show), and the rules
- * inside the workdir are made on it. */
+ * with a copy-on-write workdir: its overlay goes over the workdir once the
+ * request arrived, and the rules inside the workdir are made on it then (an
+ * overlay looked up ahead would keep what it found of the workdir as it was:
+ * a file the run before committed would show its old content). */
 static void confine_self(void)
 {
 	long r;
@@ -530,7 +550,7 @@ static void run_child(struct st_request *rq, int *fds, char *path, char *cwd,
 	if (prep_step)
 		step_failed(status_fd, prep_step, prep_err);
 	if (cow) {
-		if ((r = mount_cow()) < 0)
+		if ((r = attach_cow()) < 0)
 			step_failed(status_fd, ST_STEP_COW, r);
 		confine_self();
 		if (prep_step)
