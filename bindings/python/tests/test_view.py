@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 import pytest
@@ -22,9 +23,18 @@ def tree_hash(root: Path) -> str:
     return h.hexdigest()
 
 
+@pytest.fixture(scope="module")
+def view_tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # one directory for the module: the broad-grant vectors carve every entry
+    # beside the way down to their own temp directory (1024 rules at most)
+    d = tmp_path_factory.mktemp("view")
+    os.chmod(d, 0o755)
+    return d
+
+
 @pytest.fixture
-def workdir(world_tmp: Path) -> Path:
-    w = world_tmp / "w"
+def workdir(view_tmp: Path, request: pytest.FixtureRequest) -> Path:
+    w = view_tmp / request.node.name
     (w / "dir").mkdir(parents=True)
     (w / "edit.txt").write_text("old\n")
     (w / "gone.txt").write_text("bye\n")
