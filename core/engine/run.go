@@ -31,6 +31,7 @@ type RunRequest struct {
 	Cwd       string
 	Tag       string
 	MaxOutput int64
+	host      *hostRun // calls judged by the host (handlers.go); nil: none
 }
 
 // Usage is what a run consumed.
@@ -254,14 +255,20 @@ func (s *Sandbox) Run(req *RunRequest) *Result {
 	defer untrack()
 
 	start := time.Now()
-	zyg, pl, err := s.zygote(nil)
+	pick := s.zygote
+	if req.host != nil {
+		pick = func(fresh *spawn.Zygote) (*spawn.Zygote, *plan, error) { return s.hostZygote(req.host, fresh) }
+		req.host.setCancel(cancel.fire)
+		defer req.host.end()
+	}
+	zyg, pl, err := pick(nil)
 	var proc *spawn.Process
 	if err == nil {
 		iso = pl.isolation()
-		proc, err = zyg.Spawn(rs)
+		proc, err = req.host.spawn(zyg, rs)
 		if err == spawn.ErrZygoteGone { // it died (killed, out of memory): once more with a new one
-			if zyg, pl, err = s.zygote(zyg); err == nil {
-				proc, err = zyg.Spawn(rs)
+			if zyg, pl, err = pick(zyg); err == nil {
+				proc, err = req.host.spawn(zyg, rs)
 			}
 		}
 	}

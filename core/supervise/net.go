@@ -424,14 +424,20 @@ func (c *call) perform(k sock, wouldBlock bool, isConnect bool, f func() reply) 
 }
 
 // handleConnect: connect(fd, addr, addrlen).
-func handleConnect(c *call) reply {
+func handleConnect(c *call) reply { return connectCopy(c, nil) }
+
+// connectCopy performs connect with the address a copied before (nil: copy it now),
+// on the socket the argument names now (host.go: the host judged that copy).
+func connectCopy(c *call, a *addr) reply {
 	k, r := c.socket(0)
 	if r != nil {
 		return *r
 	}
-	a, err := c.readAddr(c.arg(1), uint64(uint32(c.arg(2))))
-	if err != nil {
-		return c.failure("read the address", err, unix.EFAULT, unix.EINVAL)
+	if a == nil {
+		var err error
+		if a, err = c.readAddr(c.arg(1), uint64(uint32(c.arg(2)))); err != nil {
+			return c.failure("read the address", err, unix.EFAULT, unix.EINVAL)
+		}
 	}
 	if r := c.destination(k, a); r != nil {
 		return *r
