@@ -650,7 +650,10 @@ func (s *Sandbox) hostZygote(r *hostRun, fresh *spawn.Zygote) (*spawn.Zygote, *p
 	}
 	pl := *base
 	rt := &router{runs: map[uint64]*hostRun{}, changed: make(chan struct{})}
-	pl.supervise.Host = &supervise.Host{Syscalls: r.syscalls, Base: base.bpf.BPF, Route: rt.route}
+	pl.supervise.Host = &supervise.Host{Syscalls: r.syscalls, Base: base.bpf.BPF, Route: rt.route, RulesetFD: -1}
+	if base.ruleset != nil {
+		pl.supervise.Host.RulesetFD = base.ruleset.FD
+	}
 	cfg := base.sccfg
 	whole := map[string]bool{}
 	for _, t := range base.sccfg.Traps {

@@ -251,7 +251,14 @@ static volatile int stop;
 static size_t off;
 static void *flip(void *a) {
 	(void)a;
-	while (!stop) { path[off] = 'n'; path[off+1] = 'o'; path[off] = 'o'; path[off+1] = 'k'; }
+	volatile int i;
+	volatile char *p = path;
+	while (!stop) {
+		p[off] = 'n'; p[off+1] = 'o';
+		for (i = 0; i < 2000; i++) ;
+		p[off] = 'o'; p[off+1] = 'k';
+		for (i = 0; i < 2000; i++) ;
+	}
 	return 0;
 }
 int main(int argc, char **argv) {

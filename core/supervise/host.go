@@ -44,6 +44,9 @@ type Host struct {
 	// Route finds the run of a pid namespace (its inode), waiting a little for a
 	// run being started; nil: no run (the call is refused).
 	Route func(ns uint64) HostRun
+	// RulesetFD is the sandbox's Landlock ruleset (-1: none): an open the host
+	// allowed is performed in its domain (hostopen.go).
+	RulesetFD int
 }
 
 // HostRun is one run whose calls the host judges.
@@ -275,6 +278,8 @@ func (c *call) askHost(name string, builtin handlerFunc, builtinTraps bool) repl
 			return connectCopy(c, ev.adr) // the address the host judged, checked and performed here
 		case builtinTraps:
 			return builtin(c)
+		case openTarget(ev):
+			return c.openForCaller(ev) // the path the host judged, opened here
 		}
 		return cont()
 	case ActErrno:
