@@ -208,7 +208,11 @@ class Sandbox {
    * @param {object} [options] policy options (camelCase; see index.d.ts)
    */
   constructor(options = {}) {
+    // policyFn is a host callable, not a policy value (lib/handlers.js)
+    let policyFn = null;
+    if (isPlainObject(options) && 'policyFn' in options) ({ policyFn = null, ...options } = options);
     const { map, problems } = policyOptions(options);
+    if (policyFn != null && typeof policyFn !== 'function') problems.push(new Problem('policyFn', `want a function (event, ctx), got ${describe(policyFn)}`));
     if (!map.clean_env && (map.env === undefined || isPlainObject(map.env))) {
       // as in Python: the program inherits this process's environment as it is now
       // (snapshotted per sandbox; the engine alone would see it as it was at load),
@@ -237,6 +241,7 @@ class Sandbox {
     for (const k of ['_handle', '_closed', '_pending', '_cancelGen']) Object.defineProperty(this, k, { enumerable: false });
     // The engine's id of this sandbox (names it as a pipeline stage).
     Object.defineProperty(this, 'id', { value: native.sandboxId(handle), enumerable: true });
+    Object.defineProperty(this, '_policyFn', { value: policyFn, enumerable: false });
     // A frozen snapshot of the options (confine() rebuilds the policy from it).
     Object.defineProperty(this, 'options', { value: snapshot(options), enumerable: true });
   }
@@ -335,6 +340,7 @@ class Sandbox {
    *   an AbortError (err.result) when opts.signal aborted it.
    */
   async run(argv, opts = {}) {
+    if (this._policyFn) return this.runWithHandlers(argv, [], opts); // lib/handlers.js
     return this._run({ op: 'run' }, argv, opts);
   }
 
