@@ -654,6 +654,13 @@ func (s *Sandbox) hostZygote(r *hostRun, fresh *spawn.Zygote) (*spawn.Zygote, *p
 	if base.ruleset != nil {
 		pl.supervise.Host.RulesetFD = base.ruleset.FD
 	}
+	if pl.supervise.Net == nil && s.net.wanted && (slices.Contains(r.syscalls, "connect") || slices.Contains(r.syscalls, "sendto")) {
+		// the host judges destinations: connect and sendto are performed with the
+		// address it saw (a racing thread cannot change it), so the supervisor
+		// enforces the Landlock floor itself (the calls it performs are not the
+		// sandbox's: Landlock does not see them)
+		pl.supervise.Net = floorPolicy(s.net)
+	}
 	cfg := base.sccfg
 	whole := map[string]bool{}
 	for _, t := range base.sccfg.Traps {
@@ -777,3 +784,29 @@ func (rt *router) route(ns uint64) supervise.HostRun {
 }
 
 const routeWait = 5 * time.Second
+
+// floorPolicy is what the kernel enforces for a sandbox without rules by
+// destination, as supervisor rules: TCP to the Landlock connect ports (every port
+// when it allows any), UDP and ICMP anywhere when the filter allows such sockets.
+func floorPolicy(np netPlan) *supervise.NetPolicy {
+	tcp := supervise.NetDest{Proto: "tcp", Any: true, Text: "the Landlock floor"}
+	if !np.anyConnect {
+		if len(np.connectPorts) == 0 {
+			tcp.Any = false // no TCP connect at all
+		}
+		for _, p := range np.connectPorts {
+			tcp.Ports = append(tcp.Ports, [2]uint16{p, p})
+		}
+	}
+	pol := &supervise.NetPolicy{}
+	if tcp.Any {
+		pol.Rules = append(pol.Rules, tcp)
+	}
+	if np.udp {
+		pol.Rules = append(pol.Rules, supervise.NetDest{Proto: "udp", Any: true, Text: "udp"})
+	}
+	if np.icmp {
+		pol.Rules = append(pol.Rules, supervise.NetDest{Proto: "icmp", Any: true, Text: "icmp"})
+	}
+	return pol
+}

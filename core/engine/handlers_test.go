@@ -1,11 +1,15 @@
 package engine
 
 import (
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -282,3 +286,95 @@ int main(int argc, char **argv) {
 `
 
 var _ = msgpack.Marshal
+
+// A second thread flips the connect address between an allowed and a refused host
+// while the host judges it: no connection the host refused reaches its listener.
+func TestHandlerConnectRace(t *testing.T) {
+	okL, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer okL.Close()
+	port := okL.Addr().(*net.TCPAddr).Port
+	noL, err := net.Listen("tcp", fmt.Sprintf("127.0.0.2:%d", port))
+	if err != nil {
+		t.Skipf("127.0.0.2: %v", err)
+	}
+	defer noL.Close()
+	var leaks, oks atomic.Int64
+	for _, l := range []struct {
+		l net.Listener
+		n *atomic.Int64
+	}{{okL, &oks}, {noL, &leaks}} {
+		go func() {
+			for {
+				c, err := l.l.Accept()
+				if err != nil {
+					return
+				}
+				l.n.Add(1)
+				c.Close()
+			}
+		}()
+	}
+	dir := t.TempDir()
+	src := filepath.Join(dir, "c.c")
+	os.WriteFile(src, []byte(connectRaceC), 0o644)
+	bin := filepath.Join(dir, "c")
+	if out, err := exec.Command("gcc", "-O2", "-pthread", "-o", bin, src).CombinedOutput(); err != nil {
+		t.Skipf("gcc: %v %s", err, out)
+	}
+	os.Chmod(dir, 0o755)
+	sb := newSB(t, map[string]any{"fs_readable": []any{"/usr", "/lib", "/bin", dir}, "net_allow": []any{fmt.Sprintf(":%d", port)}})
+	res := drive(t, sb, map[string]any{"argv": []any{bin, strconv.Itoa(port)}, "policy_fn": map[string]any{}},
+		func(c map[string]any) map[string]any {
+			if c["syscall"] == "connect" && c["host"] == "127.0.0.2" {
+				return map[string]any{"action": "errno", "errno": 13}
+			}
+			return map[string]any{"action": "continue"}
+		})
+	time.Sleep(200 * time.Millisecond)
+	t.Logf("connect race: %s; accepted ok=%d refused-host=%d", res["stdout"], oks.Load(), leaks.Load())
+	if leaks.Load() > 0 {
+		t.Fatalf("a racing thread reached the refused host %d times", leaks.Load())
+	}
+	if oks.Load() == 0 {
+		t.Fatalf("no connection got through at all: %v", res)
+	}
+}
+
+const connectRaceC = `
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+static struct sockaddr_in sa;
+static volatile int stop;
+static void *flip(void *a) {
+	volatile unsigned char *p = (unsigned char *)&sa.sin_addr;
+	volatile int i;
+	(void)a;
+	while (!stop) {
+		p[3] = 2; for (i = 0; i < 2000; i++) ;
+		p[3] = 1; for (i = 0; i < 2000; i++) ;
+	}
+	return 0;
+}
+int main(int argc, char **argv) {
+	pthread_t t; int i, ok = 0;
+	sa.sin_family = AF_INET; sa.sin_port = htons(atoi(argv[1]));
+	sa.sin_addr.s_addr = htonl(0x7f000001);
+	pthread_create(&t, 0, flip, 0);
+	for (i = 0; i < 1500; i++) {
+		int s = socket(AF_INET, SOCK_STREAM, 0);
+		if (connect(s, (struct sockaddr *)&sa, sizeof sa) == 0) ok++;
+		close(s);
+	}
+	stop = 1; pthread_join(t, 0);
+	printf("connected=%d\n", ok);
+	return 0;
+}
+`

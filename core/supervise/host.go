@@ -274,8 +274,10 @@ func (c *call) askHost(name string, builtin handlerFunc, builtinTraps bool) repl
 	switch act.Kind {
 	case ActContinue:
 		switch {
-		case builtinTraps && name == "connect" && c.s.cfg.Net != nil:
+		case name == "connect" && c.s.cfg.Net != nil:
 			return connectCopy(c, ev.adr) // the address the host judged, checked and performed here
+		case name == "sendto" && c.s.cfg.Net != nil && ev.adr != nil:
+			return sendtoCopy(c, ev.adr)
 		case builtinTraps:
 			return builtin(c)
 		case openTarget(ev):
