@@ -141,8 +141,12 @@ func TestHandlerExceptionPolicies(t *testing.T) {
 		want   func(m map[string]any) bool
 	}{
 		{"kill", func(m map[string]any) bool { s, _ := toInt(m["signal"]); return s == 9 || exitCode(m) == 137 }},
-		{"deny_eperm", func(m map[string]any) bool { return strings.Contains(string(m["stderr"].([]byte)), "Operation not permitted") }},
-		{"deny_eio", func(m map[string]any) bool { return strings.Contains(string(m["stderr"].([]byte)), "Input/output error") }},
+		{"deny_eperm", func(m map[string]any) bool {
+			return strings.Contains(string(m["stderr"].([]byte)), "Operation not permitted")
+		}},
+		{"deny_eio", func(m map[string]any) bool {
+			return strings.Contains(string(m["stderr"].([]byte)), "Input/output error")
+		}},
 		{"continue", func(m map[string]any) bool { return exitCode(m) == 0 && string(m["stdout"].([]byte)) == "x\n" }},
 	} {
 		res := drive(t, sb, map[string]any{"argv": []any{"/bin/sh", "-c", "/bin/echo x"},

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import errno as _errno
 import inspect
 import os
@@ -181,7 +182,8 @@ class HandlerCtx:
         resp = self._run.request({"op": "handler_read", "run": self._run.token, "event": self.id, **req})
         if not resp or not resp.get("success"):
             return None
-        return resp.get("data")
+        data = resp.get("data")
+        return data if isinstance(data, bytes) else None
 
     def read(self, addr: int, length: int) -> bytes | None:
         """``length`` bytes of the caller's memory at ``addr`` (at most 1 MiB), read now."""
@@ -361,7 +363,7 @@ class _Run:
                           family=call.get("family"), host=call.get("host"), port=call.get("port", 0), _run=self)
         if inspect.iscoroutinefunction(h.handle):
             fut = asyncio.run_coroutine_threadsafe(h.handle(hctx), self.loop())
-            fut.add_done_callback(lambda f, c=call: self._decided(c, f))
+            fut.add_done_callback(functools.partial(self._decided, call))
             return {"value": {"action": "defer"}}
         try:
             act = h.handle(hctx)

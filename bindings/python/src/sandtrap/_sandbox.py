@@ -518,7 +518,7 @@ class Sandbox:
         if self._policy_fn is not None:
             extra["policy_fn"] = {"on_exception": "deny_eperm"}
         call, req = self._run_request(argv, timeout, stdin, env, cwd, max_output, op="run_handlers")
-        import msgpack
+        import msgpack  # type: ignore[import-untyped]
 
         m = msgpack.unpackb(req, raw=False)
         m.update(extra)
