@@ -58,6 +58,7 @@ type hostRun struct {
 	done     chan struct{}
 	doneOnce sync.Once
 	eventSeq atomic.Uint64
+	pid1     atomic.Int64
 
 	mu          sync.Mutex
 	cancel      func()
@@ -214,6 +215,8 @@ func (r *hostRun) end() { r.doneOnce.Do(func() { close(r.done) }) }
 
 func (r *hostRun) Done() <-chan struct{} { return r.done }
 
+func (r *hostRun) Pid1() int { return int(r.pid1.Load()) }
+
 // spawn starts rs on zyg; for a host run, registered with the zygote's router by its
 // pid namespace before any call of it is served.
 func (r *hostRun) spawn(zyg *spawn.Zygote, rs *spawn.RunSpec) (*spawn.Process, error) {
@@ -235,10 +238,11 @@ func (r *hostRun) spawn(zyg *spawn.Zygote, rs *spawn.RunSpec) (*spawn.Process, e
 		unix.Kill(proc.Pid, unix.SIGKILL)
 		return proc, nil // the run is dead: it reports how
 	}
+	r.pid1.Store(int64(proc.Pid))
 	hz.router.add(st.Ino, r)
 	go func() {
 		<-r.done
-		hz.router.remove(st.Ino)
+		hz.router.remove(st.Ino, r)
 	}()
 	return proc, nil
 }
@@ -754,15 +758,19 @@ func (rt *router) add(ns uint64, r *hostRun) {
 	rt.mu.Unlock()
 }
 
-func (rt *router) remove(ns uint64) {
+// remove forgets ns for r (only: a namespace inode freed with r's run can already
+// name a newer run's).
+func (rt *router) remove(ns uint64, r *hostRun) {
 	rt.mu.Lock()
-	delete(rt.runs, ns)
+	if rt.runs[ns] == r {
+		delete(rt.runs, ns)
+	}
 	rt.mu.Unlock()
 }
 
 // route: the run of ns; a call made before its run was registered (its target
 // starts before Spawn returns) waits for that, at most routeWait.
-func (rt *router) route(ns uint64) supervise.HostRun {
+func (rt *router) route(ns uint64, wait bool) supervise.HostRun {
 	deadline := time.Now().Add(routeWait)
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
@@ -770,7 +778,7 @@ func (rt *router) route(ns uint64) supervise.HostRun {
 		if r := rt.runs[ns]; r != nil {
 			return r
 		}
-		if rt.starting == 0 || time.Now().After(deadline) {
+		if !wait || rt.starting == 0 || time.Now().After(deadline) {
 			return nil
 		}
 		ch := rt.changed

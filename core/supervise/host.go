@@ -41,9 +41,9 @@ type Host struct {
 	// Base is the sandbox's filter without these traps: what the kernel answers
 	// when the host is not asked.
 	Base []byte
-	// Route finds the run of a pid namespace (its inode), waiting a little for a
-	// run being started; nil: no run (the call is refused).
-	Route func(ns uint64) HostRun
+	// Route finds the run of a pid namespace (its inode) — with wait, waiting a
+	// little for a run being started; nil: no run (the call is refused).
+	Route func(ns uint64, wait bool) HostRun
 	// RulesetFD is the sandbox's Landlock ruleset (-1: none): an open the host
 	// allowed is performed in its domain (hostopen.go).
 	RulesetFD int
@@ -59,6 +59,8 @@ type HostRun interface {
 	Decide(ev *Event) Action
 	// Done is closed when the run ends (a held call waits for it).
 	Done() <-chan struct{}
+	// Pid1 is the host pid of the run's pid 1 (sandtrap's init).
+	Pid1() int
 }
 
 // Event is a trapped call as the host sees it: the registers, and what the
@@ -214,15 +216,20 @@ func (c *call) detachHost(f func() reply) reply {
 	return reply{kind: replyPending}
 }
 
-// pidNS is the inode of the calling thread's pid namespace and its pid there.
-func (c *call) pidNS() (uint64, int, error) {
+// pidNS is the inode of the calling thread's pid namespace.
+func (c *call) pidNS() (uint64, error) {
 	var st unix.Stat_t
 	if err := unix.Stat(c.proc("ns/pid"), &st); err != nil {
-		return 0, 0, err
+		return 0, err
 	}
+	return st.Ino, nil
+}
+
+// innerPid is the calling thread's pid in its own pid namespace.
+func (c *call) innerPid() (int, error) {
 	b, err := os.ReadFile(c.proc("status"))
 	if err != nil {
-		return 0, 0, err
+		return 0, err
 	}
 	for _, l := range strings.Split(string(b), "\n") {
 		if v, ok := strings.CutPrefix(l, "NSpid:"); ok {
@@ -230,18 +237,32 @@ func (c *call) pidNS() (uint64, int, error) {
 			if len(f) == 0 {
 				break
 			}
-			n, err := strconv.Atoi(f[len(f)-1])
-			return st.Ino, n, err
+			return strconv.Atoi(f[len(f)-1])
 		}
 	}
-	return 0, 0, errors.New("no NSpid in status")
+	return 0, errors.New("no NSpid in status")
 }
 
 func (c *call) askHost(name string, builtin handlerFunc, builtinTraps bool) reply {
 	h := c.s.cfg.Host
-	ns, inner, err := c.pidNS()
+	ns, err := c.pidNS()
 	if err != nil {
 		return c.failure("the caller's pid namespace", err)
+	}
+	// pid 1 of a run is the one whose host pid the run knows; a namespace not yet
+	// registered may be the next run's pid 1 setting itself up (its status says)
+	run := h.Route(ns, false)
+	inner := 0
+	switch {
+	case run != nil && int(c.n.Pid) == run.Pid1():
+		inner = 1
+	case run == nil:
+		if inner, err = c.innerPid(); err != nil {
+			return c.failure("the caller's pid namespace", err)
+		}
+		if inner != 1 {
+			run = h.Route(ns, true)
+		}
 	}
 	if inner == 1 {
 		if !c.valid() {
@@ -253,7 +274,6 @@ func (c *call) askHost(name string, builtin handlerFunc, builtinTraps bool) repl
 		}
 		return cont()
 	}
-	run := h.Route(ns)
 	if run == nil {
 		if !c.valid() {
 			return gone()
