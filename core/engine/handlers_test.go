@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
+	"golang.org/x/sys/unix"
 )
 
 // drive runs a run_handlers request, answering each host call with decide (nil:
@@ -382,3 +383,42 @@ int main(int argc, char **argv) {
 	return 0;
 }
 `
+
+// Closing the sandbox while a call waits for the host kills the run (fail closed):
+// nothing of it survives, and the operation is gone.
+func TestHandlerCloseWhileParked(t *testing.T) {
+	m := map[string]any{}
+	for k, v := range basePolicy {
+		m[k] = v
+	}
+	sb, err := NewFromMap(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, _ := request(t, sb, map[string]any{"op": "run_handlers", "argv": []any{"/bin/sh", "-c", "/bin/sleep 30"},
+		"handlers": []any{map[string]any{"syscall": "execve", "id": 1}}})
+	var pids []int
+	for {
+		c, ok := resp["call"].(map[string]any)
+		if !ok {
+			t.Fatalf("the run ended: %v", resp)
+		}
+		if a, _ := c["argv"].([]any); len(a) > 0 && a[0] == "/bin/sleep" {
+			pid, _ := toInt(c["pid"])
+			pids = append(pids, int(pid))
+			break
+		}
+		resp, _ = request(t, sb, map[string]any{"op": "answer", "pending": resp["pending"], "call": c["id"],
+			"value": map[string]any{"action": "continue"}})
+	}
+	start := time.Now()
+	sb.Close() // the call still waits for its answer
+	if time.Since(start) > 5*time.Second {
+		t.Fatalf("close took %v", time.Since(start))
+	}
+	for _, p := range pids {
+		if err := unix.Kill(p, 0); err == nil {
+			t.Fatalf("pid %d outlived its closed sandbox", p)
+		}
+	}
+}

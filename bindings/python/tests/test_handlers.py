@@ -194,3 +194,36 @@ def test_ctx_reads_and_presets(tmp_path: Path) -> None:
     r = sb.run_with_handlers(["/bin/cat", str(f), "/bin/sh"], [(s, allow) for s in COMMON_PATH_SYSCALLS])
     assert r.stdout == b"A" and b"Permission denied" in r.stderr, r
     sb.close()
+
+
+def test_killed_host_kills_the_run(tmp_path: Path) -> None:
+    # the host process dies while a handler holds a call: the run dies with it, also
+    # a process of it that runs on untrapped (the sleep)
+    marker = tmp_path / "pid"
+    script = tmp_path / "host.py"
+    script.write_text(
+        "import os, sys\n"
+        "from sandtrap import Handler, NotifAction, Sandbox\n"
+        "import time\n"
+        "class Die(Handler):\n"
+        "    def handle(self, ctx):\n"
+        "        if ctx.argv == ('/bin/sleep', '30'):\n"
+        f"            open({str(marker)!r}, 'w').write(str(ctx.pid))\n"
+        "        if ctx.argv and ctx.argv[0] == '/bin/true':\n"
+        "            time.sleep(0.3)\n"
+        "            os._exit(3)\n"
+        "        return NotifAction.continue_()\n"
+        "Sandbox(fs_readable=['/usr', '/lib', '/bin']).run_with_handlers(['/bin/sh', '-c', '/bin/sleep 30 & /bin/sleep 0.5; /bin/true; wait'], [('execve', Die())])\n")
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, str(script)], timeout=60, env=dict(os.environ))
+    assert r.returncode == 3
+    pid = int(marker.read_text())
+    for _ in range(100):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError(f"pid {pid} outlived its host")
