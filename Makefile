@@ -130,6 +130,7 @@ test-c: lib
 
 fuzz: $(INIT)
 	$(GO) test -run '^$$' -fuzz FuzzDecodeRequest -fuzztime 150000x ./core/engine
+	$(GO) test $(TESTTAGS) -run '^$$' -fuzz FuzzExec -fuzztime 20000x ./core/engine
 	$(GO) test -run '^$$' -fuzz FuzzPolicy -fuzztime 150000x ./core/policy
 
 # the cooperative Python sandbox's guest runtime (pure Python)
@@ -163,6 +164,7 @@ bench: deps lib
 	$(PYTHON) bench/python/bench_coop.py
 	$(PYTHON) bench/python/bench_ticks.py
 	$(PYTHON) bench/python/bench_fork.py
+	$(PYTHON) bench/python/bench_supervise.py
 	cd bindings/node && npm install --no-audit --no-fund
 	node bench/node/bench_run.mjs
 

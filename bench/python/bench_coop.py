@@ -13,6 +13,7 @@ without the extra its "kernel" level fails closed): pypi_sandtrap_coop.py runs
 under that interpreter and reports JSON, and each of its numbers is printed under
 the matching one of ours, as a ratio to the spawn baseline measured here.
 """
+
 import json
 import os
 import statistics
@@ -29,7 +30,7 @@ PYPI_PYTHON = None
 for _i, _a in enumerate(ARGS):
     if _a == "--pypi-python" and _i + 1 < len(ARGS):
         PYPI_PYTHON = ARGS[_i + 1]
-        del ARGS[_i:_i + 2]
+        del ARGS[_i : _i + 2]
         break
     if _a.startswith("--pypi-python="):
         PYPI_PYTHON = _a.split("=", 1)[1]
@@ -56,8 +57,7 @@ def run_pypi(python):
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pypi_sandtrap_coop.py")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     try:
-        p = subprocess.run([python, script, str(N)], capture_output=True, text=True,
-                           env=env, timeout=1800)
+        p = subprocess.run([python, script, str(N)], capture_output=True, text=True, env=env, timeout=1800)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return {"error": f"not installable: {type(exc).__name__}: {exc}"}
     lines = [ln for ln in p.stdout.splitlines() if ln.strip()]
@@ -80,9 +80,11 @@ if pypi is not None:
         PV = f"PyPI sandtrap {pypi['version']}"
         mine = os.path.dirname(os.path.realpath(sandtrap.__file__))
         theirs = os.path.dirname(os.path.realpath(pypi["module"]))
-        print(f"{PV} from {theirs} ({PYPI_PYTHON}); levels: {', '.join(pypi['levels'])}; "
-              f"spawn in its process {pypi['spawn_s'] * 1e3:.3f} ms"
-              + ("  WARNING: that is our own package" if mine == theirs else ""))
+        print(
+            f"{PV} from {theirs} ({PYPI_PYTHON}); levels: {', '.join(pypi['levels'])}; "
+            f"spawn in its process {pypi['spawn_s'] * 1e3:.3f} ms"
+            + ("  WARNING: that is our own package" if mine == theirs else "")
+        )
 
 
 def pypi_line(label, entry, width=44):
@@ -95,6 +97,7 @@ def pypi_line(label, entry, width=44):
     t = entry["s"]
     note = f"  [{entry['isolation']}]" if entry.get("isolation") else ""
     return f"{head}{t * 1e3:8.3f} ms  ({t / spawn:.2f}x the spawn){note}"
+
 
 root = tempfile.mkdtemp()
 for level in ("none", "process", "kernel"):
@@ -152,8 +155,10 @@ def first_of_config():
 
 
 f = median(first_of_config, 3)
-print(f"  first sandbox of a new configuration         {f * 1e3:8.3f} ms  ({f / spawn:.1f}x the spawn; "
-      "starts the configuration's template)")
+print(
+    f"  first sandbox of a new configuration         {f * 1e3:8.3f} ms  ({f / spawn:.1f}x the spawn; "
+    "starts the configuration's template)"
+)
 if pypi is not None:
     pc = pypi.get("cold")
     if pc is None:
@@ -161,22 +166,27 @@ if pypi is not None:
     elif "error" in pc:
         print(pypi_line(f"cold {pc['level']}", pc, 45))
     else:
-        print(f"  {PV} cold {pc['level']} ".ljust(45)
-              + f"{pc['s'] * 1e3:8.3f} ms  ({pc['s'] / spawn:.1f}x the spawn; "
-                "construct + enter + first exec + shutdown)")
+        print(
+            f"  {PV} cold {pc['level']} ".ljust(45) + f"{pc['s'] * 1e3:8.3f} ms  ({pc['s'] / spawn:.1f}x the spawn; "
+            "construct + enter + first exec + shutdown)"
+        )
 
 LOOP = "s = 0\nfor i in range(1_000_000):\n    s += i * 2 % 7\n"
 plain = min(median(lambda: exec(LOOP, {}), 3) for _ in range(3))
 sb = sandbox(Policy(timeout=60), isolation="none")
 guarded = min(median(lambda: sb.exec(LOOP), 3) for _ in range(3))
-print(f"CPU-bound loop: plain exec {plain * 1e3:.1f} ms, sandboxed {guarded * 1e3:.1f} ms "
-      f"({guarded / plain:.2f}x; target <= 1.5x)")
+print(
+    f"CPU-bound loop: plain exec {plain * 1e3:.1f} ms, sandboxed {guarded * 1e3:.1f} ms "
+    f"({guarded / plain:.2f}x; target <= 1.5x)"
+)
 if pypi is not None:
     pl = pypi["loop"]
     if "error" in pl:
         print(f"  {PV} CPU-bound loop: unavailable: {pl['error']}")
     else:
-        print(f"  {PV} CPU-bound loop: plain exec {pl['plain_s'] * 1e3:.1f} ms, "
-              f"sandboxed {pl['sandboxed_s'] * 1e3:.1f} ms "
-              f"({pl['sandboxed_s'] / pl['plain_s']:.2f}x; {pl['ticks']} ticks; "
-              f"{pl['sandboxed_s'] / guarded:.2f}x ours sandboxed)")
+        print(
+            f"  {PV} CPU-bound loop: plain exec {pl['plain_s'] * 1e3:.1f} ms, "
+            f"sandboxed {pl['sandboxed_s'] * 1e3:.1f} ms "
+            f"({pl['sandboxed_s'] / pl['plain_s']:.2f}x; {pl['ticks']} ticks; "
+            f"{pl['sandboxed_s'] / guarded:.2f}x ours sandboxed)"
+        )

@@ -10,6 +10,7 @@ the seed page describes, installed into its own venv) is timed in the same run,
 beside the same fork + reduce through sandtrap. --repeat K times both K times,
 alternating, and reports the medians (for a machine that others share).
 """
+
 import os
 import resource
 import sys
@@ -86,8 +87,10 @@ stop = True
 assert len(results) == N and all(c.success for c in results)
 fork_time = done - ready
 print(f"plain os.fork() loop of {N}:              {loop * 1e3:8.1f} ms")
-print(f"sandtrap fork({N}) (template ready -> all collected): {fork_time * 1e3:8.1f} ms  "
-      f"({fork_time / loop:.2f}x the loop; target <= 1.5x), {N / fork_time:.0f} clones/s")
+print(
+    f"sandtrap fork({N}) (template ready -> all collected): {fork_time * 1e3:8.1f} ms  "
+    f"({fork_time / loop:.2f}x the loop; target <= 1.5x), {N / fork_time:.0f} clones/s"
+)
 print(f"template start + init: {(ready - t) * 1e3:.1f} ms")
 print(f"host peak fds {peak_fds}, peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024} MiB")
 
@@ -103,6 +106,7 @@ def ours_once():
 
 def theirs_once(script):
     import subprocess
+
     out = subprocess.run([SANDLOCK, script, str(N)], capture_output=True, text=True, timeout=600)
     if out.returncode != 0:
         print(f"sandlock did not run: {out.stderr.strip()[-500:]}")
@@ -113,6 +117,7 @@ def theirs_once(script):
 script = None
 if SANDLOCK:
     import tempfile
+
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
         f.write(SANDLOCK_SCRIPT)
     script = f.name
@@ -129,8 +134,10 @@ print(f"sandtrap fork({N}) + reduce, from construction: {ours * 1e3:8.1f} ms{eac
 if script and None not in theirs_all:
     theirs = sorted(theirs_all)[len(theirs_all) // 2]
     each = f" (median of {', '.join(f'{x * 1e3:.0f}' for x in theirs_all)})" if REPEAT > 1 else ""
-    print(f"sandlock fork({N}) + reduce, from construction: {theirs * 1e3:8.1f} ms{each} "
-          f"(sandtrap / sandlock = {ours / theirs:.2f}; target <= 0.5)")
+    print(
+        f"sandlock fork({N}) + reduce, from construction: {theirs * 1e3:8.1f} ms{each} "
+        f"(sandtrap / sandlock = {ours / theirs:.2f}; target <= 0.5)"
+    )
     if REPEAT > 1:
         ratios = sorted(a / b for a, b in zip(ours_all, theirs_all))
         print(f"per-round ratios {', '.join(f'{x:.2f}' for x in ratios)}; median {ratios[len(ratios) // 2]:.2f}")

@@ -90,11 +90,13 @@ def main() -> None:
         print(f"{k:45s} {v * 1e3:9.3f} ms")
     for who in ["sandtrap"] + (["sandlock"] if peers else []):
         per = (med[f"{who} loop, handler on getppid"] - med[f"{who} loop untrapped"]) / N
-        print(f"{who}: per host-judged call {per * 1e6:.1f} µs; "
-              f"handler zygote / plain /bin/true {med[f'{who} true, handler (not called)'] / med[f'{who} true']:.2f}")
+        print(
+            f"{who}: per host-judged call {per * 1e6:.1f} µs; "
+            f"handler zygote / plain /bin/true {med[f'{who} true, handler (not called)'] / med[f'{who} true']:.2f}"
+        )
     if peers:
-        a = (med["sandtrap loop, handler on getppid"] - med["sandtrap loop untrapped"])
-        b = (med["sandlock loop, handler on getppid"] - med["sandlock loop untrapped"])
+        a = med["sandtrap loop, handler on getppid"] - med["sandtrap loop untrapped"]
+        b = med["sandlock loop, handler on getppid"] - med["sandlock loop untrapped"]
         print(f"per-call ratio sandtrap/sandlock: {a / b:.2f}")
         print(f"/bin/true ratio sandtrap/sandlock: {med['sandtrap true'] / med['sandlock true']:.2f}")
 

@@ -83,29 +83,38 @@ def main() -> int:
         t_new.append(time.perf_counter() - t)
 
     base = statistics.median(t_sub)
-    print(f"sandtrap {sandtrap.__version__}, Python {sys.version.split()[0]}, n={args.n}, "
-          f"isolation: tree_kill={r.isolation.get('tree_kill')} cgroup={r.isolation.get('cgroup') or '-'}")
+    print(
+        f"sandtrap {sandtrap.__version__}, Python {sys.version.split()[0]}, n={args.n}, "
+        f"isolation: tree_kill={r.isolation.get('tree_kill')} cgroup={r.isolation.get('cgroup') or '-'}"
+    )
     print(f"{'':38} {'median':>10} {'p90':>10}  ratio")
-    rows = [("subprocess.run(['/bin/true'])", t_sub),
-            ("sb.run(['/bin/true'])  (sandbox reused)", t_run),
-            ("Sandbox(...).run(['/bin/true'])", t_new)]
+    rows = [
+        ("subprocess.run(['/bin/true'])", t_sub),
+        ("sb.run(['/bin/true'])  (sandbox reused)", t_run),
+        ("Sandbox(...).run(['/bin/true'])", t_new),
+    ]
     for label, xs in rows:
         print(f"{label:38} {ms(statistics.median(xs))} {ms(pct(xs, 0.9))}  {statistics.median(xs) / base:5.2f}x")
     print(f"engine-reported spawn (median): {statistics.median(spawn_us):.0f} us")
-    out = {"subprocess_ms": base * 1e3, "run_ms": statistics.median(t_run) * 1e3,
-           "new_and_run_ms": statistics.median(t_new) * 1e3,
-           "ratio_run": statistics.median(t_run) / base, "ratio_new_and_run": statistics.median(t_new) / base}
+    out = {
+        "subprocess_ms": base * 1e3,
+        "run_ms": statistics.median(t_run) * 1e3,
+        "new_and_run_ms": statistics.median(t_new) * 1e3,
+        "ratio_run": statistics.median(t_run) / base,
+        "ratio_new_and_run": statistics.median(t_new) / base,
+    }
 
     if args.sandlock_python:
-        p = subprocess.run([args.sandlock_python, "-c", SANDLOCK_SNIPPET, str(args.n)],
-                           capture_output=True, text=True)
+        p = subprocess.run([args.sandlock_python, "-c", SANDLOCK_SNIPPET, str(args.n)], capture_output=True, text=True)
         if p.returncode != 0:
             print(f"sandlock: failed to run: {p.stderr.strip()[-500:]}")
         else:
             d = json.loads(p.stdout)
             sl, sp = statistics.median(d["sandlock"]), statistics.median(d["subprocess"])
-            print(f"{'sandlock sb.run([/bin/true])':38} {ms(sl)} {ms(pct(d['sandlock'], 0.9))}  "
-                  f"{sl / sp:5.2f}x (vs subprocess in its own run: {ms(sp)})")
+            print(
+                f"{'sandlock sb.run([/bin/true])':38} {ms(sl)} {ms(pct(d['sandlock'], 0.9))}  "
+                f"{sl / sp:5.2f}x (vs subprocess in its own run: {ms(sp)})"
+            )
             out.update(sandlock_ms=sl * 1e3, ratio_sandlock=sl / sp)
     if args.json:
         print(json.dumps(out))

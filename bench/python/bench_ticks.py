@@ -4,6 +4,7 @@ other load matters less).
 
     python3 bench/python/bench_ticks.py            # REPS=31 python3 ... for a noisy machine
 """
+
 import os
 import sys
 import time
@@ -12,11 +13,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../
 from sandtrap_guest import GuestSession, Policy  # noqa: E402
 
 CASES = {
- "for loop at module level": "s = 0\nfor i in range(1_000_000):\n    s += i * 2 % 7\n",
- "for loop inside a function": "def f():\n    s = 0\n    for i in range(1_000_000):\n        s += i * 2 % 7\n    return s\nr = f()\n",
- "while loop at module level": "s = 0\ni = 0\nwhile i < 1_000_000:\n    s += i * 2 % 7\n    i += 1\n",
- "list comprehension": "x = [i * 2 % 7 for i in range(1_000_000)]\n",
- "attribute-heavy loop": "class P:\n    pass\np = P()\np.x = 0\nout = []\nfor i in range(200_000):\n    p.x = p.x + 1\n    out.append(i)\n",
+    "for loop at module level": "s = 0\nfor i in range(1_000_000):\n    s += i * 2 % 7\n",
+    "for loop inside a function": "def f():\n    s = 0\n    for i in range(1_000_000):\n        s += i * 2 % 7\n    return s\nr = f()\n",
+    "while loop at module level": "s = 0\ni = 0\nwhile i < 1_000_000:\n    s += i * 2 % 7\n    i += 1\n",
+    "list comprehension": "x = [i * 2 % 7 for i in range(1_000_000)]\n",
+    "attribute-heavy loop": "class P:\n    pass\np = P()\np.x = 0\nout = []\nfor i in range(200_000):\n    p.x = p.x + 1\n    out.append(i)\n",
 }
 
 

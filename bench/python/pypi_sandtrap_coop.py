@@ -29,6 +29,7 @@ monkeyfs. "kernel" fails closed with ``IsolationUnavailable`` unless the
 checkpoint counts a tick whether or not ``tick_limit`` is set
 (sandtrap/gates.py, ``__st_checkpoint__``).
 """
+
 import json
 import statistics
 import subprocess

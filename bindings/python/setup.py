@@ -93,14 +93,17 @@ def check_tools(root: Path) -> None:
     r = subprocess.run(["bash", str(script), "-v", "--make"], capture_output=True, text=True)
     text = (r.stderr + r.stdout).strip()
     if r.returncode != 0:
-        sys.exit(text + "\n(or install the prebuilt wheel instead: `make wheel` in the repository, see docs/install.md)")
+        sys.exit(
+            text + "\n(or install the prebuilt wheel instead: `make wheel` in the repository, see docs/install.md)"
+        )
     _log(text.removeprefix("sandtrap: "))
 
 
 def _go_packages(root: Path, env: dict[str, str]) -> int:
     """How many packages libsandtrap.so is made of (0 if go list fails)."""
-    r = subprocess.run([env.get("GO", "go"), "list", "-e", "-deps", "./capi"], cwd=root, env=env,
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [env.get("GO", "go"), "list", "-e", "-deps", "./capi"], cwd=root, env=env, capture_output=True, text=True
+    )
     return len(r.stdout.split()) if r.returncode == 0 else 0
 
 
@@ -112,14 +115,17 @@ def _run_make(root: Path, env: dict[str, str]) -> None:
     total = _go_packages(root, env)
     cmd = ["make", "-C", str(root), "lib", f"GO={env.get('GO', 'go')}", "GOBUILDFLAGS=-v"]
     _log(" ".join(cmd))
-    _log(f"compiling the engine ({total or 'about 130'} Go packages; a cold build takes one to two minutes "
-         "on two cores, a warm one seconds)")
+    _log(
+        f"compiling the engine ({total or 'about 130'} Go packages; a cold build takes one to two minutes "
+        "on two cores, a warm one seconds)"
+    )
     start = last = time.monotonic()
     done = 0
     current = ""
     tail: list[str] = []
-    proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, bufsize=1)
+    proc = subprocess.Popen(
+        cmd, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+    )
     assert proc.stdout is not None
     for line in proc.stdout:
         print(line, end="", file=sys.stderr, flush=True)
@@ -131,7 +137,9 @@ def _run_make(root: Path, env: dict[str, str]) -> None:
         if now - last >= 5:
             last = now
             of = f" of {total}" if total else ""
-            _log(f"  {now - start:.0f}s: {done}{of} packages compiled" + (f" (last: {current[:60]})" if current else ""))
+            _log(
+                f"  {now - start:.0f}s: {done}{of} packages compiled" + (f" (last: {current[:60]})" if current else "")
+            )
     rc = proc.wait()
     if rc != 0:
         _fail("make lib failed (exit %d); its last lines:\n%s" % (rc, "\n".join(tail)))

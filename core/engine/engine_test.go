@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/sandtrap/sandtrap/core/kernel"
 	"github.com/sandtrap/sandtrap/core/policy"
+	"github.com/sandtrap/sandtrap/core/spawn"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -443,4 +445,113 @@ func TestPipelineFailureShows(t *testing.T) {
 			t.Errorf("%s: success %v failed_stage %d kind %q (%+v), want %v %d %q", c.name, r.Success, failed, kind, r.Error, c.success, c.failed, c.kind)
 		}
 	}
+}
+
+// A denied path deep in a crowded tree, under a grant whose Landlock table pid 1
+// builds (a run's own /proc), expands into more rules than the table holds: the
+// policy is refused with the reason, not the run with an internal error.
+func TestTooManyLandlockRules(t *testing.T) {
+	dir := t.TempDir()
+	for i := 0; i < spawn.MaxLandlockRules+10; i++ {
+		if err := os.Mkdir(filepath.Join(dir, "d"+strconv.Itoa(i)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sb, err := NewFromMap(map[string]any{"fs_readable": []any{"/"}, "fs_denied": []any{filepath.Join(dir, "d0")}})
+	if err == nil {
+		defer sb.Close()
+		if v := sb.isolation().View; v == nil {
+			t.Skip("no view of its own here: the engine builds the ruleset itself, with no table")
+		}
+		res := sb.Run(&RunRequest{Argv: []string{"/bin/true"}, StdinFD: -1, StdoutFD: -1})
+		t.Fatalf("built; the run gave %+v", res.Error)
+	}
+	e, _ := err.(*Error)
+	if e == nil || e.Kind != KindInvalidPolicy || len(e.Problems) != 1 || e.Problems[0].Field != "fs_denied" ||
+		!strings.Contains(e.Message, "Landlock rules, more than") {
+		t.Fatalf("want invalid_policy on fs_denied naming the rule count, got %v", err)
+	}
+}
+
+// icmp:// rules on a host whose ping_group_range leaves the sandbox's group out
+// reach nothing: the report says so, rather than letting the rule look effective.
+func TestNetICMPNote(t *testing.T) {
+	const sysctl = "/proc/sys/net/ipv4/ping_group_range"
+	old, err := os.ReadFile(sysctl)
+	if err != nil {
+		t.Skip(err)
+	}
+	note := func() []string {
+		sb, err := NewFromMap(map[string]any{"fs_readable": []any{"/usr"}, "net_allow": []any{"icmp://127.0.0.1"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sb.Close()
+		return sb.isolation().Net.Notes
+	}
+	if os.Geteuid() != 0 {
+		t.Logf("%s is %q; notes: %q", sysctl, old, note())
+		return
+	}
+	t.Cleanup(func() { os.WriteFile(sysctl, old, 0) })
+	if err := os.WriteFile(sysctl, []byte("1 0"), 0); err != nil {
+		t.Skip(err)
+	}
+	if n := note(); len(n) != 1 || !strings.Contains(n[0], "ping_group_range") {
+		t.Errorf("ping sockets off: notes %q", n)
+	}
+	if err := os.WriteFile(sysctl, []byte("0 2147483647"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if n := note(); len(n) != 0 {
+		t.Errorf("ping sockets on: notes %q", n)
+	}
+}
+
+// No run outlives its supervisor: one that fails (Abort, as an error of its loop
+// would) takes the zygote and its runs with it; the next run gets a new one.
+func TestSupervisorFailureKillsTheRun(t *testing.T) {
+	sb, err := NewFromMap(map[string]any{"fs_readable": []any{"/usr", "/lib", "/lib64", "/bin"}, "net_allow": []any{"127.0.0.1:9"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	done := make(chan *Result, 1)
+	go func() {
+		done <- sb.Run(&RunRequest{Argv: []string{"/bin/sleep", "30"}, StdinFD: -1, StdoutFD: -1})
+	}()
+	var sup interface{ Abort(string) }
+	for i := 0; i < 200 && sup == nil; i++ {
+		time.Sleep(10 * time.Millisecond)
+		sb.zmu.Lock()
+		if sb.sup != nil {
+			sup = sb.sup
+		}
+		sb.zmu.Unlock()
+	}
+	if sup == nil {
+		t.Fatal("no supervisor started")
+	}
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	sup.Abort("test")
+	select {
+	case res := <-done:
+		if res.Error == nil && res.Signal == nil && res.ExitCode != nil && *res.ExitCode == 0 {
+			t.Fatalf("the run succeeded: %+v", res)
+		}
+		t.Logf("the run ended %v after the abort: signal %v, error %+v", time.Since(start), ptrVal(res.Signal), res.Error)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the run outlived its supervisor")
+	}
+	if res := sb.Run(&RunRequest{Argv: []string{"/bin/true"}, StdinFD: -1, StdoutFD: -1}); res.Error != nil || res.ExitCode == nil || *res.ExitCode != 0 {
+		t.Fatalf("the next run: %+v", res.Error)
+	}
+}
+
+func ptrVal(p *int) any {
+	if p == nil {
+		return nil
+	}
+	return *p
 }

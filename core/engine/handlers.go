@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sandtrap/sandtrap/core/hostcall"
+	"github.com/sandtrap/sandtrap/core/plan"
 	"github.com/sandtrap/sandtrap/core/policy"
 	"github.com/sandtrap/sandtrap/core/seccomp"
 	"github.com/sandtrap/sandtrap/core/spawn"
@@ -217,12 +218,24 @@ func (r *hostRun) Done() <-chan struct{} { return r.done }
 
 func (r *hostRun) Pid1() int { return int(r.pid1.Load()) }
 
-// spawn starts rs on zyg; for a host run, registered with the zygote's router by its
-// pid namespace before any call of it is served.
-func (r *hostRun) spawn(zyg *spawn.Zygote, rs *spawn.RunSpec) (*spawn.Process, error) {
-	if r == nil {
-		return zyg.Spawn(rs)
-	}
+// hostHooks run a host run on its trap set's zygote (core/run's Hooks).
+type hostHooks struct {
+	s *Sandbox
+	r *hostRun
+}
+
+func (h *hostHooks) Zygote(fresh *spawn.Zygote) (*spawn.Zygote, *plan.Plan, error) {
+	return h.s.hostZygote(h.r, fresh)
+}
+
+func (h *hostHooks) Started(cancel func()) { h.r.setCancel(cancel) }
+
+func (h *hostHooks) Ended() { h.r.end() }
+
+// Spawn starts rs on zyg, registered with the zygote's router by its pid namespace
+// before any call of it is served.
+func (h *hostHooks) Spawn(zyg *spawn.Zygote, rs *spawn.RunSpec) (*spawn.Process, error) {
+	r := h.r
 	hz := hostZygFor(zyg)
 	if hz == nil {
 		return nil, errorf(KindInternal, "BUG(engine): a host run on a zygote without a router")
@@ -516,7 +529,7 @@ func runHandlersOp(s *Sandbox, b []byte) ([]byte, string) {
 		return ErrorResponse(requestError(probs)), KindInvalidRequest
 	}
 	r.token = hostSeq.Add(1)
-	req.host = r
+	req.Hooks = &hostHooks{s: s, r: r}
 	hostRunsMu.Lock()
 	hostRuns[r.token] = r
 	hostRunsMu.Unlock()
@@ -605,8 +618,8 @@ func handlerReadOp(s *Sandbox, b []byte) ([]byte, string) {
 type hostZyg struct {
 	key    string
 	zyg    *spawn.Zygote
-	pl     *plan
-	base   *plan
+	pl     *plan.Plan
+	base   *plan.Plan
 	router *router
 }
 
@@ -624,15 +637,15 @@ func hostZygFor(z *spawn.Zygote) *hostZyg {
 
 // hostZygote is the sandbox's zygote for r's trapped syscalls (started when none
 // is, or when fresh died).
-func (s *Sandbox) hostZygote(r *hostRun, fresh *spawn.Zygote) (*spawn.Zygote, *plan, error) {
+func (s *Sandbox) hostZygote(r *hostRun, fresh *spawn.Zygote) (*spawn.Zygote, *plan.Plan, error) {
 	base, err := s.current()
 	if err != nil {
 		return nil, nil, err
 	}
-	if base.bpf == nil {
+	if base.BPF == nil {
 		return nil, nil, errorf(KindIsolation, "isolation unavailable: handlers and policy_fn need seccomp")
 	}
-	if !base.pidNS {
+	if !base.PidNS {
 		return nil, nil, errorf(KindIsolation, "isolation unavailable: handlers and policy_fn need a pid namespace per run (to tell runs apart)")
 	}
 	key := strings.Join(r.syscalls, ",")
@@ -652,47 +665,36 @@ func (s *Sandbox) hostZygote(r *hostRun, fresh *spawn.Zygote) (*spawn.Zygote, *p
 		delete(m, key)
 		go hz.zyg.Close()
 	}
-	pl := *base
 	rt := &router{runs: map[uint64]*hostRun{}, changed: make(chan struct{})}
-	pl.supervise.Host = &supervise.Host{Syscalls: r.syscalls, Base: base.bpf.BPF, Route: rt.route, RulesetFD: -1}
-	if base.ruleset != nil {
-		pl.supervise.Host.RulesetFD = base.ruleset.FD
+	sup := base.Supervise
+	sup.Host = &supervise.Host{Syscalls: r.syscalls, Base: base.BPF.BPF, Route: rt.route, RulesetFD: -1}
+	if base.Ruleset != nil {
+		sup.Host.RulesetFD = base.Ruleset.FD
 	}
-	if pl.supervise.Net == nil && s.net.wanted && (slices.Contains(r.syscalls, "connect") || slices.Contains(r.syscalls, "sendto")) {
+	if sup.Net == nil && s.in.Net.Wanted() && (slices.Contains(r.syscalls, "connect") || slices.Contains(r.syscalls, "sendto")) {
 		// the host judges destinations: connect and sendto are performed with the
 		// address it saw (a racing thread cannot change it), so the supervisor
 		// enforces the Landlock floor itself (the calls it performs are not the
 		// sandbox's: Landlock does not see them)
-		pl.supervise.Net = floorPolicy(s.net)
+		sup.Net = s.in.Net.Floor()
 	}
-	cfg := base.sccfg
 	whole := map[string]bool{}
-	for _, t := range base.sccfg.Traps {
+	for _, t := range base.SCCfg.Traps {
 		if t.Arg < 0 && !t.NonZero {
 			whole[t.Syscall] = true
 		}
 	}
-	cfg.Traps = append([]seccomp.Trap{}, base.sccfg.Traps...)
-	for _, t := range supervise.HostTraps(pl.supervise.Host) {
+	traps := append([]seccomp.Trap{}, base.SCCfg.Traps...)
+	for _, t := range supervise.HostTraps(sup.Host) {
 		if !whole[t.Syscall] {
-			cfg.Traps = append(cfg.Traps, t)
+			traps = append(traps, t)
 		}
 	}
-	prog, err := seccomp.Compile(cfg)
+	pl, err := base.WithTraps(traps, sup)
 	if err != nil {
-		return nil, nil, errorf(KindIsolation, "seccomp: %v", err)
+		return nil, nil, err
 	}
-	pl.bpf = prog
-	zs := *base.zspec
-	zs.BPF, zs.Listener = prog.BPF, true
-	pl.zspec = &zs
-	rep := base.report
-	if rep.Seccomp != nil {
-		sr := *rep.Seccomp
-		sr.Supervised = prog.Notified
-		rep.Seccomp = &sr
-	}
-	pl.report = rep
+	zs := *pl.Zygote
 	if cg := s.group(); cg != nil {
 		zs.CgroupFDs = cg.ProcFDs()
 	}
@@ -700,16 +702,18 @@ func (s *Sandbox) hostZygote(r *hostRun, fresh *spawn.Zygote) (*spawn.Zygote, *p
 	if err != nil {
 		return nil, nil, err
 	}
-	sup, err := supervise.Start(z.Listener, pl.supervise)
+	sv, err := supervise.Start(z.Listener, pl.Supervise)
 	if err != nil {
 		z.Close()
 		return nil, nil, errorf(KindIsolation, "isolation unavailable: the supervisor: %v", err)
 	}
-	z.OnClose(sup.Close)
-	hz := &hostZyg{key: key, zyg: z, pl: &pl, base: base, router: rt}
+	z.OnClose(sv.Close)
+	// no run outlives its supervisor: the zygote's runs die with it
+	sv.OnFail(z.Close)
+	hz := &hostZyg{key: key, zyg: z, pl: pl, base: base, router: rt}
 	m[key] = hz
 	byZygote[z] = hz
-	return z, &pl, nil
+	return z, pl, nil
 }
 
 func closeHostZygotes(s *Sandbox) {
@@ -792,29 +796,3 @@ func (rt *router) route(ns uint64, wait bool) supervise.HostRun {
 }
 
 const routeWait = 5 * time.Second
-
-// floorPolicy is what the kernel enforces for a sandbox without rules by
-// destination, as supervisor rules: TCP to the Landlock connect ports (every port
-// when it allows any), UDP and ICMP anywhere when the filter allows such sockets.
-func floorPolicy(np netPlan) *supervise.NetPolicy {
-	tcp := supervise.NetDest{Proto: "tcp", Any: true, Text: "the Landlock floor"}
-	if !np.anyConnect {
-		if len(np.connectPorts) == 0 {
-			tcp.Any = false // no TCP connect at all
-		}
-		for _, p := range np.connectPorts {
-			tcp.Ports = append(tcp.Ports, [2]uint16{p, p})
-		}
-	}
-	pol := &supervise.NetPolicy{}
-	if tcp.Any {
-		pol.Rules = append(pol.Rules, tcp)
-	}
-	if np.udp {
-		pol.Rules = append(pol.Rules, supervise.NetDest{Proto: "udp", Any: true, Text: "udp"})
-	}
-	if np.icmp {
-		pol.Rules = append(pol.Rules, supervise.NetDest{Proto: "icmp", Any: true, Text: "icmp"})
-	}
-	return pol
-}

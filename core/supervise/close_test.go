@@ -217,3 +217,60 @@ func TestTraps(t *testing.T) {
 		}
 	}
 }
+
+// A supervisor that stops for any reason but Close (here Abort, as a loop error
+// would) tells OnFail — the engine kills the sandbox with it — and fails every later
+// trapped call closed.
+func TestAbortFailsClosed(t *testing.T) {
+	sb := newSandbox(t, sandboxOpts{})
+	fd := sb.open(t, filepath.Join(sb.rw, "f"), unix.O_RDWR)
+	if e := sb.do(t, req{Op: "flock", FD: fd, Arg: unix.LOCK_EX | unix.LOCK_NB}).Errno; e != 0 {
+		t.Fatalf("before: %s", errnoName(e))
+	}
+	failed := make(chan struct{}, 2)
+	sb.sup.OnFail(func() { failed <- struct{}{} })
+	sb.sup.Abort("test")
+	select {
+	case <-failed:
+	case <-time.After(3 * time.Second):
+		t.Fatal("OnFail was not called")
+	}
+	<-sb.sup.loopDone
+	for i := 0; sb.sup.fd >= 0 && i < 300 && !closedFD(sb.sup); i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	for op, e := range trappedCalls(t, sb) {
+		if e != unix.ENOSYS {
+			t.Errorf("%s after the abort: %s, want ENOSYS", op, errnoName(e))
+		}
+	}
+	if !sb.denied("aborted: test") {
+		t.Errorf("the abort is not recorded: %+v", sb.sup.Denials())
+	}
+	sb.sup.Close() // still fine
+	if len(failed) != 0 {
+		t.Error("OnFail called twice")
+	}
+	// Close alone is no failure
+	sb2 := newSandbox(t, sandboxOpts{})
+	sb2.sup.OnFail(func() { t.Error("OnFail called on Close") })
+	sb2.sup.Close()
+}
+
+func closedFD(s *Supervisor) bool {
+	s.failMu.Lock()
+	defer s.failMu.Unlock()
+	return s.wake < 0
+}
+
+// An allowed path removed on the host after the sandbox was built (an entry of an
+// expanded directory) allows nothing, and does not stop the supervisor from starting.
+func TestAllowedPathGone(t *testing.T) {
+	sb := newSandbox(t, sandboxOpts{cfgFor: func(sb *sandbox) Config {
+		return Config{Allowed: []string{sb.ro, sb.rw, filepath.Join(sb.rw, "gone-since-the-build")}, ListenNeedsBind: true}
+	}})
+	fd := sb.open(t, filepath.Join(sb.rw, "f"), unix.O_RDWR)
+	if e := sb.do(t, req{Op: "flock", FD: fd, Arg: unix.LOCK_EX | unix.LOCK_NB}).Errno; e != 0 {
+		t.Fatalf("flock: %s", errnoName(e))
+	}
+}

@@ -29,7 +29,9 @@
 //     flock does). POSIX record locks are owned by the process and cannot be taken on
 //     its behalf: on a read-only mount a lock gets EACCES and an unlock is answered 0
 //     here (no lock can exist there; continuing it would let another thread turn the
-//     struct into a lock before the kernel re-reads it); elsewhere the call continues.
+//     struct into a lock before the kernel re-reads it); elsewhere the call continues,
+//     and the process is audited 2, 20 and 200 ms later (posixaudit.go): a POSIX lock
+//     it then holds on a file open through read-only mounts only kills it.
 //   - fcntl(fd, F_SETLEASE, type): EACCES on a read-only mount, else continued (a
 //     lease cannot be taken on the child's behalf: its break signal would go to the
 //     supervisor). F_UNLCK continues.
@@ -101,9 +103,10 @@
 //   - POSIX record locks and leases are checked, then continued: another thread can
 //     dup2 a read-only fd over that number between the check and the kernel's call,
 //     and lock (or lease) a read-only file. POSIX locks belong to the process and
-//     leases signal their owner, so neither can be taken on the child's behalf; the
-//     race needs a second thread (or a process sharing the fd table) winning a window
-//     of microseconds.
+//     leases signal their owner, so neither can be taken on the child's behalf. A
+//     POSIX lock won that way lasts until the audit kills the process (≤200 ms); a
+//     lease (only with F_SETLEASE re-allowed: the filter refuses it by default) is
+//     not audited.
 //   - Blocking flock and F_OFD_SETLKW are emulated by polling (≤10 ms): waiters are
 //     not served in order, a waiter can starve under contention, and a lock may be
 //     taken up to 10 ms after it is released. A lock taken for a call that then proves

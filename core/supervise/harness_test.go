@@ -23,7 +23,6 @@ package supervise
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -535,17 +534,6 @@ func loadFilter(traps []Trap) (int, error) {
 	return int(fd), nil
 }
 
-func errnoOf(err error) syscall.Errno {
-	if err == nil {
-		return 0
-	}
-	var e syscall.Errno
-	if errors.As(err, &e) {
-		return e
-	}
-	return unix.EIO
-}
-
 func raw(nr uintptr, a ...uintptr) (int64, syscall.Errno) {
 	for len(a) < 3 {
 		a = append(a, 0)
@@ -676,6 +664,8 @@ func execute(r req) (resp, []int) {
 		return raceOpen(r), nil
 	case "race_fcntl":
 		return raceFcntl(r), nil
+	case "race_posix_fd":
+		return racePosixFD(r), nil
 	case "race_listen":
 		return raceListen(r), nil
 	case "bench":
@@ -689,6 +679,9 @@ func execute(r req) (resp, []int) {
 	default:
 		if a, fds, ok := executeNet(r); ok {
 			return a, fds
+		}
+		if a, ok := executePorts(r); ok {
+			return a, nil
 		}
 	}
 	return resp{Errno: unix.ENOSYS, Text: []string{"unknown op " + r.Op}}, nil
@@ -944,4 +937,62 @@ func kernelID(t testing.TB, path string, follow bool) string {
 	}
 	must(t, err)
 	return fmt.Sprintf("ino:%x sdev:%x", st.Ino, uint64(unix.Major(st.Dev))<<20|uint64(unix.Minor(st.Dev)))
+}
+
+// racePosixFD: fcntl(X, F_SETLK, read lock) up to N times while another thread
+// points fd number X at FD (a writable file) and FD2 (a read-only one) in turn, never
+// unlocking; as an attacker would, it stops at the first lock that lands on FD2's
+// file and keeps X open there (closing any fd of that file would drop the lock).
+// Vals: [successes, EACCES, other, 1 if a lock on FD2's file was seen].
+func racePosixFD(r req) resp {
+	x, err := unix.Dup(r.FD)
+	if err != nil {
+		return resp{Errno: errnoOf(err)}
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(r.FD2, &st); err != nil {
+		return resp{Errno: errnoOf(err)}
+	}
+	mine := fmt.Sprintf(" %d ", os.Getpid())
+	inode := fmt.Sprintf(":%d ", st.Ino)
+	var got atomic.Bool
+	var mu sync.Mutex // the flipper's dup3 and the check of /proc/locks do not interleave
+	stop := flipper(func(i int) {
+		mu.Lock()
+		defer mu.Unlock()
+		if got.Load() {
+			return
+		}
+		if i%2 == 0 {
+			unix.Dup3(r.FD2, x, unix.O_CLOEXEC)
+		} else {
+			unix.Dup3(r.FD, x, unix.O_CLOEXEC)
+		}
+	})
+	lk := &unix.Flock_t{Type: unix.F_RDLCK, Whence: io.SeekStart}
+	var ok, acces, other, ro int64
+	for i := 0; i < r.N && ro == 0; i++ {
+		_, e := raw(unix.SYS_FCNTL, uintptr(x), unix.F_SETLK, uintptr(unsafe.Pointer(lk)))
+		switch e {
+		case 0:
+			ok++
+			mu.Lock()
+			locks, _ := os.ReadFile("/proc/locks")
+			for _, line := range strings.Split(string(locks), "\n") {
+				if strings.Contains(line, "POSIX") && strings.Contains(line, mine) && strings.Contains(line, inode) {
+					ro = 1
+					got.Store(true)
+					break
+				}
+			}
+			mu.Unlock()
+		case unix.EACCES:
+			acces++
+		default:
+			other++
+		}
+	}
+	stop()
+	runtime.KeepAlive(lk)
+	return resp{Vals: []int64{ok, acces, other, ro}}
 }

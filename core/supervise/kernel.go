@@ -89,22 +89,17 @@ func send(fd uintptr, r seccompNotifResp) error {
 	return ioctlPtr(fd, unix.SECCOMP_IOCTL_NOTIF_SEND, unsafe.Pointer(&buf[0]))
 }
 
-func idValid(fd uintptr, id uint64) error {
-	return ioctlPtr(fd, unix.SECCOMP_IOCTL_NOTIF_ID_VALID, unsafe.Pointer(&id))
+// SECCOMP_IOCTL_NOTIF_SET_FLAGS: _IOW('!', 4, __u64)
+const ioctlNotifSetFlags = 0x40082104
+
+func setFlags(fd uintptr, flags uint64) error {
+	_, _, e := unix.Syscall(unix.SYS_IOCTL, fd, ioctlNotifSetFlags, uintptr(flags))
+	if e != 0 {
+		return e
+	}
+	return nil
 }
 
-// pending reports, without blocking, whether a notification can be received and
-// whether the filter lost its last user (POLLHUP: no task can trap any more).
-func pending(fd uintptr) (in, hup bool, err error) {
-	for {
-		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		_, err = unix.Poll(pfd, 0)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return false, false, err
-		}
-		return pfd[0].Revents&unix.POLLIN != 0, pfd[0].Revents&(unix.POLLHUP|unix.POLLERR) != 0, nil
-	}
+func idValid(fd uintptr, id uint64) error {
+	return ioctlPtr(fd, unix.SECCOMP_IOCTL_NOTIF_ID_VALID, unsafe.Pointer(&id))
 }

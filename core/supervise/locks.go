@@ -144,11 +144,17 @@ func handleFcntl(c *call) reply {
 	//    unlock succeeds without the kernel (no lock can exist there; continuing it
 	//    would let another thread turn the struct into a lock after this check);
 	//  - elsewhere the kernel runs it, whatever the struct then says.
-	// What remains (package doc): another thread can dup2 a read-only fd over the
-	// number between this check and the kernel's call.
+	// Another thread can dup2 a read-only fd over the number between this check and
+	// the kernel's call: the process is audited soon after (posixaudit.go) and killed
+	// if it then holds a lock on a read-only file.
 	ro, err := readOnly(fd)
 	if err != nil {
 		return c.failure("fstatfs", err)
+	}
+	if !ro { // whatever l_type said: the kernel reads the struct again
+		if err := c.auditPosixLock(); err != nil {
+			return c.failure("audit the lock", err)
+		}
 	}
 	if !c.valid() {
 		return gone()

@@ -469,3 +469,68 @@ func TestWaitingLocksAreCapped(t *testing.T) {
 		t.Fatal("the waiters never got their locks")
 	}
 }
+
+// POSIX locks are continued after the check, so a thread that dup2s a read-only file
+// over the fd number in between gets a lock on it; the audit that follows every
+// continued lock kills that process (its locks go with it) and says why. Without the
+// audit (the handler as it was: check, continue), the lock stays.
+func TestPosixLockFDSwapIsAudited(t *testing.T) {
+	noAudit := map[string]handlerFunc{"fcntl": func(c *call) reply {
+		cmd := uint32(c.arg(1))
+		if cmd != unix.F_SETLK && cmd != unix.F_SETLKW {
+			return handleFcntl(c)
+		}
+		fd, r := c.childFD(c.argInt(0))
+		if r != nil {
+			return *r
+		}
+		if ro, _ := readOnly(fd); ro {
+			return deny(unix.EACCES, "read-only")
+		}
+		return cont()
+	}}
+	for _, mode := range []string{"supervised", "no audit"} {
+		t.Run(mode, func(t *testing.T) {
+			o := sandboxOpts{}
+			if mode == "no audit" {
+				o.override = noAudit
+			}
+			var a resp
+			var died bool
+			var held bool
+			for round := 0; round < 5 && !died && !held; round++ { // the race is won now and then
+				sb := newSandbox(t, o)
+				rof, rwf := filepath.Join(sb.ro, "f"), filepath.Join(sb.rw, "f")
+				rw := sb.open(t, rwf, unix.O_RDWR)
+				ro := sb.open(t, rof, unix.O_RDONLY)
+				select {
+				case r, ok := <-sb.async(req{Op: "race_posix_fd", FD: rw, FD2: ro, N: 20000}):
+					died, a = !ok, r
+				case <-time.After(60 * time.Second):
+					t.Fatal("no answer")
+				}
+				time.Sleep(300 * time.Millisecond) // past the audit's last look
+				held = posixHeld(t, rof)
+				t.Logf("%s, round %d: died %v, vals %v, a lock on the read-only file at the end: %v; denials %+v", mode, round, died, a.Vals, held, sb.sup.Denials())
+				if mode == "supervised" {
+					if held {
+						t.Fatal("a lock on the read-only file outlived the audit")
+					}
+					won := died || a.Vals[3] != 0
+					if won && !sb.denied("a POSIX lock on a read-only file") {
+						t.Fatalf("the race was won and the audit says nothing: %+v", sb.sup.Denials())
+					}
+					if won {
+						died = true // killed by the audit (after its answer, or before)
+					}
+				}
+			}
+			if mode == "no audit" && !held {
+				t.Skip("the race was not won in 5 rounds: the test cannot tell here")
+			}
+			if mode == "supervised" && !died {
+				t.Log("the race was not won: nothing to audit this time")
+			}
+		})
+	}
+}

@@ -5,6 +5,7 @@ package supervise
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net/netip"
 	"sync"
@@ -218,7 +219,7 @@ func (p *NetPolicy) WatchesSends() bool {
 }
 
 func connectTraps(cfg Config) []Trap {
-	if cfg.Net == nil {
+	if cfg.Net == nil && cfg.Ports == nil {
 		return nil
 	}
 	return []Trap{{Syscall: "connect", Arg: -1}}
@@ -384,11 +385,24 @@ const maxBlocked = 64
 // not stall the loop. A blocked call is woken when the supervisor closes (the socket
 // is shut down: the sandbox is over) and, for a connect, when the caller dies.
 func (c *call) perform(k sock, wouldBlock bool, isConnect bool, f func() reply) reply {
+	return c.performSend(k, wouldBlock, isConnect, func(uint32) reply { return f() })
+}
+
+// performSend is perform for a send whose flags f ORs with its argument: a datagram
+// (sent whole or not at all) on a blocking socket is first tried with MSG_DONTWAIT
+// here, and handed to a goroutine only when it would block — most datagrams never
+// wait, and the hand-off costs more than the send.
+func (c *call) performSend(k sock, wouldBlock bool, isConnect bool, f func(extra uint32) reply) reply {
 	if !c.valid() {
 		return gone()
 	}
 	if !wouldBlock || !blocking(k.fd) {
-		return f()
+		return f(0)
+	}
+	if !isConnect && !k.stream() {
+		if r := f(unix.MSG_DONTWAIT); r.kind != replyErrno || (r.errno != unix.EAGAIN && r.errno != unix.EWOULDBLOCK) {
+			return r
+		}
 	}
 	if c.s.blocked.Add(1) > maxBlocked {
 		c.s.blocked.Add(-1)
@@ -419,7 +433,7 @@ func (c *call) perform(k sock, wouldBlock bool, isConnect bool, f func() reply) 
 				}
 			}()
 		}
-		return f()
+		return f(0)
 	})
 }
 
@@ -439,8 +453,19 @@ func connectCopy(c *call, a *addr) reply {
 			return c.failure("read the address", err, unix.EFAULT, unix.EINVAL)
 		}
 	}
-	if r := c.destination(k, a); r != nil {
-		return *r
+	if !c.remapConnect(k, a) { // a virtual port of the sandbox's own (ports.go)
+		if c.s.cfg.Net == nil {
+			return cont() // trapped for port_remap alone: the kernel's floor decides (ports.go)
+		}
+		if r := c.destination(k, a); r != nil {
+			return *r
+		}
+	}
+	if k.family != unix.AF_UNIX && blocking(k.fd) {
+		if !c.valid() {
+			return gone()
+		}
+		return c.connectInet(k, a)
 	}
 	return c.perform(k, true, true, func() reply {
 		return c.asCaller(k, []*addr{a}, func() reply {
@@ -452,6 +477,94 @@ func connectCopy(c *call, a *addr) reply {
 			return ret(0)
 		})
 	})
+}
+
+// connectInet performs a blocking connect of an inet socket without blocking the
+// loop: the connect is started non-blocking (O_NONBLOCK on the socket's open file
+// description for the length of the call, then its flags as they were — the
+// caller's other threads could see the flag in between, on a socket that is not
+// connected yet), and answered at once when it completes at once (loopback, a
+// refused port) — a hand-off to a goroutine costs more than the connect — or
+// else by a goroutine that waits for it as the caller's blocking connect would.
+func (c *call) connectInet(k sock, a *addr) reply {
+	fl, err := unix.FcntlInt(uintptr(k.fd), unix.F_GETFL, 0)
+	if err != nil {
+		return c.failure("fcntl", err)
+	}
+	if _, err := unix.FcntlInt(uintptr(k.fd), unix.F_SETFL, fl|unix.O_NONBLOCK); err != nil {
+		return c.failure("fcntl", err)
+	}
+	p, n := a.ptr()
+	_, _, e := unix.Syscall(unix.SYS_CONNECT, uintptr(k.fd), uintptr(p), uintptr(n))
+	if now, err := unix.FcntlInt(uintptr(k.fd), unix.F_GETFL, 0); err == nil && now == fl|unix.O_NONBLOCK {
+		unix.FcntlInt(uintptr(k.fd), unix.F_SETFL, fl) // unless the caller changed them meanwhile
+	}
+	switch e {
+	case 0:
+		return ret(0)
+	case unix.EINPROGRESS:
+	default:
+		return fail(e)
+	}
+	if r, done := connectDone(k.fd, 0); done {
+		return r
+	}
+	if c.s.blocked.Add(1) > maxBlocked {
+		c.s.blocked.Add(-1)
+		return deny(unix.ENOBUFS, fmt.Sprintf("more than %d calls of this sandbox already block in connect or send", maxBlocked))
+	}
+	return c.detach(func() reply {
+		defer c.s.blocked.Add(-1)
+		if !c.s.track(k.fd) {
+			return gone() // closing
+		}
+		defer c.s.untrack(k.fd)
+		for {
+			if r, done := connectDone(k.fd, 250); done {
+				return r
+			}
+			if !c.valid() {
+				return gone() // the caller died or was interrupted: the connect goes on, as the kernel's would
+			}
+		}
+	})
+}
+
+// errnoOf is err's errno (0 for nil, EIO for an error that carries none).
+func errnoOf(err error) unix.Errno {
+	if err == nil {
+		return 0
+	}
+	var e unix.Errno
+	if errors.As(err, &e) {
+		return e
+	}
+	return unix.EIO
+}
+
+// connectDone waits up to ms for a connect in progress on fd and gives its result.
+func connectDone(fd int, ms int) (reply, bool) {
+	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
+	for {
+		nr, err := unix.Poll(pfd, ms)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return fail(errnoOf(err)), true
+		}
+		if nr == 0 {
+			return reply{}, false
+		}
+		soerr, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR)
+		if err != nil {
+			return fail(errnoOf(err)), true
+		}
+		if soerr != 0 {
+			return fail(unix.Errno(soerr)), true
+		}
+		return ret(0), true
+	}
 }
 
 // Bounds on what is copied for one send: a datagram is copied whole (more is
@@ -510,14 +623,14 @@ func sendtoCopy(c *call, a *addr) reply {
 	if err := c.read(c.arg(1), buf); err != nil && size > 0 {
 		return c.failure("read the data", err, unix.EFAULT)
 	}
-	return c.perform(k, flags&unix.MSG_DONTWAIT == 0, false, func() reply {
+	return c.performSend(k, flags&unix.MSG_DONTWAIT == 0, false, func(extra uint32) reply {
 		return c.asCaller(k, []*addr{a}, func() reply {
 			var p unsafe.Pointer
 			if len(buf) > 0 {
 				p = unsafe.Pointer(&buf[0])
 			}
 			ap, an := a.ptr()
-			v, _, e := unix.Syscall6(unix.SYS_SENDTO, uintptr(k.fd), uintptr(p), uintptr(len(buf)), uintptr(flags), uintptr(ap), uintptr(an))
+			v, _, e := unix.Syscall6(unix.SYS_SENDTO, uintptr(k.fd), uintptr(p), uintptr(len(buf)), uintptr(flags|extra), uintptr(ap), uintptr(an))
 			if e != 0 {
 				return fail(e)
 			}
@@ -636,9 +749,9 @@ func handleSendmsg(c *call) reply {
 	if r != nil {
 		return *r
 	}
-	return c.perform(k, flags&unix.MSG_DONTWAIT == 0, false, func() reply {
+	return c.performSend(k, flags&unix.MSG_DONTWAIT == 0, false, func(extra uint32) reply {
 		return c.asCaller(k, []*addr{m.name}, func() reply {
-			n, e := sendMsg(k, m, control, flags)
+			n, e := sendMsg(k, m, control, flags|extra)
 			if e != 0 {
 				return fail(e)
 			}
@@ -701,11 +814,11 @@ func handleSendmmsg(c *call) reply {
 	for _, o := range msgs {
 		names = append(names, o.m.name)
 	}
-	return c.perform(k, flags&unix.MSG_DONTWAIT == 0, false, func() reply {
+	return c.performSend(k, flags&unix.MSG_DONTWAIT == 0, false, func(extra uint32) reply {
 		return c.asCaller(k, names, func() reply {
 			sent := 0
 			for i, o := range msgs {
-				n, e := sendMsg(k, o.m, o.control, flags)
+				n, e := sendMsg(k, o.m, o.control, flags|extra)
 				if e != 0 {
 					if sent == 0 {
 						return fail(e)

@@ -105,6 +105,23 @@ func executeNet(r req) (resp, []int, bool) {
 		data := []byte("x")
 		v, _, e := unix.Syscall6(unix.SYS_SENDTO, uintptr(r.FD), uintptr(unsafe.Pointer(&data[0])), 1, uintptr(r.Arg2), uintptr(unsafe.Pointer(&b[0])), uintptr(n))
 		return resp{Val: int64(v), Errno: e}, nil, true
+	case "ping": // sendto(FD, an ICMP echo request, Path), then the reply within 2 s; Val: bytes received
+		b, n := rawAddr(r.Path, 0)
+		echo := []byte{8, 0, 0, 0, 0, 0, 0, 1, 'p', 'i', 'n', 'g'} // type 8 (echo), the kernel sets id and checksum
+		if r.Arg == unix.AF_INET6 {
+			echo[0] = 128
+		}
+		_, _, e := unix.Syscall6(unix.SYS_SENDTO, uintptr(r.FD), uintptr(unsafe.Pointer(&echo[0])), uintptr(len(echo)), 0, uintptr(unsafe.Pointer(&b[0])), uintptr(n))
+		if e != 0 {
+			return resp{Errno: e}, nil, true
+		}
+		pfd := []unix.PollFd{{Fd: int32(r.FD), Events: unix.POLLIN}}
+		if nr, err := unix.Poll(pfd, 2000); err != nil || nr == 0 {
+			return resp{Errno: unix.ETIMEDOUT}, nil, true
+		}
+		buf := make([]byte, 256)
+		got, _, err := unix.Recvfrom(r.FD, buf, 0)
+		return resp{Val: int64(got), Errno: errnoOf(err)}, nil, true
 	case "sendmsg": // sendmsg(FD, {Path:Arg, "x"}, Arg2); Path "" is no name
 		var names [][]byte
 		var lens []int
@@ -634,4 +651,92 @@ func TestNetUnixAsCaller(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A connect the supervisor performs keeps the caller's blocking semantics: the
+// socket is left as blocking as it was, a refused port is ECONNREFUSED, and a connect
+// that cannot complete at once (the listener's queue is full: the SYN is dropped and
+// sent again) waits, off the loop, until it does.
+func TestNetConnectBlocking(t *testing.T) {
+	// a listener with a queue of one that accepts nothing until told
+	lfd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(lfd)
+	if err := unix.Bind(lfd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Listen(lfd, 0); err != nil {
+		t.Fatal(err)
+	}
+	sa, _ := unix.Getsockname(lfd)
+	port := sa.(*unix.SockaddrInet4).Port
+	closed, _ := tcpListener(t, "tcp4", "127.0.0.1:0")
+	sb := netSandbox(t, &NetPolicy{Rules: []NetDest{loopback4("tcp", port), loopback4("tcp", closed+1)}}, nil)
+
+	// fill the queue (a backlog of 0 holds one connection), then one more waits
+	var fds []int
+	for i := 0; i < 1; i++ {
+		fd := sb.socket(t, unix.AF_INET, unix.SOCK_STREAM)
+		wantErrno(t, "connect to fill the queue", sb.do(t, req{Op: "connect", FD: fd, Path: "127.0.0.1", Arg: int64(port)}).Errno, 0)
+		fds = append(fds, fd)
+	}
+	if fl := sb.do(t, req{Op: "fcntl", FD: fds[0], Arg: unix.F_GETFL}).Val; fl&unix.O_NONBLOCK != 0 {
+		t.Errorf("the socket was left non-blocking: flags %#x", fl)
+	}
+	fd := sb.socket(t, unix.AF_INET, unix.SOCK_STREAM)
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		for i := 0; i < 3; i++ { // make room: the retransmitted SYN then gets in
+			if c, _, err := unix.Accept(lfd); err == nil {
+				defer unix.Close(c)
+			}
+		}
+	}()
+	start := time.Now()
+	wantErrno(t, "connect that waits for room in the queue", sb.do(t, req{Op: "connect", FD: fd, Path: "127.0.0.1", Arg: int64(port)}).Errno, 0)
+	if d := time.Since(start); d < 250*time.Millisecond {
+		t.Errorf("the connect returned after %v, before the queue had room: it did not wait", d)
+	}
+	// the loop served other calls meanwhile: (measured by the test finishing at all)
+	rfd := sb.socket(t, unix.AF_INET, unix.SOCK_STREAM)
+	wantErrno(t, "connect to an allowed port nobody listens on", sb.do(t, req{Op: "connect", FD: rfd, Path: "127.0.0.1", Arg: int64(closed + 1)}).Errno, unix.ECONNREFUSED)
+}
+
+// ICMP by destination: an icmp:// rule lets a ping socket reach the hosts it names
+// and no other (echo requests are sends with an address: the supervisor performs
+// them), and gives no TCP or UDP. Ping sockets need the caller's group inside
+// net.ipv4.ping_group_range: as root the test widens it for its duration.
+func TestNetICMP(t *testing.T) {
+	const sysctl = "/proc/sys/net/ipv4/ping_group_range"
+	old, err := os.ReadFile(sysctl)
+	if err != nil {
+		t.Skipf("%s: %v", sysctl, err)
+	}
+	if os.Geteuid() == 0 {
+		if err := os.WriteFile(sysctl, []byte("0 2147483647"), 0); err != nil {
+			t.Skipf("widen %s: %v", sysctl, err)
+		}
+		t.Cleanup(func() { os.WriteFile(sysctl, old, 0) })
+	}
+	probe, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM, unix.IPPROTO_ICMP)
+	if err != nil {
+		t.Skipf("no ping sockets for this user (%s is %q): %v", sysctl, strings.TrimSpace(string(old)), err)
+	}
+	unix.Close(probe)
+	ok := NetDest{Proto: "icmp", Nets: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}, Text: "icmp://127.0.0.1"}
+	sb := netSandbox(t, &NetPolicy{Rules: []NetDest{ok}}, nil)
+	fd := int(sb.do(t, req{Op: "socket_proto", Arg: unix.AF_INET, Arg2: unix.SOCK_DGRAM, N: unix.IPPROTO_ICMP}).Val)
+	if a := sb.do(t, req{Op: "ping", FD: fd, Path: "127.0.0.1", Arg: unix.AF_INET}); a.Errno != 0 || a.Val < 8 {
+		t.Errorf("ping the allowed host: %s, %d bytes", errnoName(a.Errno), a.Val)
+	}
+	for _, ip := range []string{"127.0.0.2", "192.0.2.1"} {
+		wantErrno(t, "ping "+ip, sb.do(t, req{Op: "ping", FD: fd, Path: ip, Arg: unix.AF_INET}).Errno, unix.EACCES)
+	}
+	// the icmp rule is no udp or tcp rule to that host
+	u := sb.socket(t, unix.AF_INET, unix.SOCK_DGRAM)
+	wantErrno(t, "udp to the icmp host", sb.do(t, req{Op: "sendto", FD: u, Path: "127.0.0.1", Arg: 9}).Errno, unix.EACCES)
+	c := sb.socket(t, unix.AF_INET, unix.SOCK_STREAM)
+	wantErrno(t, "tcp to the icmp host", sb.do(t, req{Op: "connect", FD: c, Path: "127.0.0.1", Arg: 9}).Errno, unix.EACCES)
 }

@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/sandtrap/sandtrap/core/seccomp"
-	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -27,6 +27,8 @@ type Config struct {
 	ListenNeedsBind bool
 	// Net: where inet sockets may connect and send (net.go); nil: not supervised.
 	Net *NetPolicy
+	// Ports: port virtualization (ports.go); nil: none.
+	Ports *PortMap
 	// AbstractScoped: Landlock keeps the sandbox from abstract unix sockets outside
 	// its domain; the supervisor, outside every domain, then performs no connect or
 	// send to an abstract address on its behalf (net.go).
@@ -82,13 +84,15 @@ type Denial struct {
 // Supervisor answers the trapped calls of one sandbox.
 type Supervisor struct {
 	cfg    Config
-	file   *os.File
-	raw    syscall.RawConn
+	fd     int // the listener, closed by Close once no call can use it
+	wake   int // an eventfd: Close wakes the loop's poll with it
 	table  map[int32]*handler
 	pidfds map[uint32]int // by thread id; used by the loop goroutine only (call.openPidfd)
 
 	closing   atomic.Bool
 	closeOnce sync.Once
+	failMu    sync.Mutex
+	onFail    []func()
 	loopDone  chan struct{}
 	handling  sync.WaitGroup // detached calls
 	waiting   atomic.Int64   // detached calls waiting for a lock (locks.go: maxWaiting)
@@ -97,10 +101,12 @@ type Supervisor struct {
 	blocked   atomic.Int64   // calls performed on blocking sockets (net.go: maxBlocked)
 
 	privileged bool // calls performed for the caller take its credentials (unix.go)
+	syncWake   bool // SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP took
 	sockMu     sync.Mutex
 	socks      map[int]int // the supervisor's duplicates of sockets a blocked call uses (shut down at Close)
 
 	denials denialLog
+	audit   posixAudit // POSIX locks continued: looked at soon after (posixaudit.go)
 }
 
 // Start takes ownership of listenerFD (the fd SECCOMP_FILTER_FLAG_NEW_LISTENER
@@ -150,19 +156,18 @@ func start(listenerFD int, cfg Config, override map[string]handlerFunc) (*Superv
 		}
 	}
 	unix.CloseOnExec(listenerFD)
+	// Synchronous wake-ups (6.6+): the kernel switches from the trapping thread to
+	// the supervisor's and back on the same CPU. Older kernels refuse the ioctl and
+	// keep the ordinary wake-ups.
+	s.syncWake = setFlags(uintptr(listenerFD), unix.SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP) == nil
 	if err := unix.SetNonblock(listenerFD, true); err != nil {
 		return fail(fmt.Errorf("supervise: listener: %w", err))
 	}
-	// Non-blocking, so os.NewFile registers it with the runtime's poller: an idle
-	// sandbox costs a parked goroutine, not an OS thread.
-	s.file = os.NewFile(uintptr(listenerFD), "seccomp-listener")
-	raw, err := s.file.SyscallConn()
+	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
-		s.file.Close()
-		listenerFD = -1
-		return fail(fmt.Errorf("supervise: listener: %w", err))
+		return fail(fmt.Errorf("supervise: eventfd: %w", err))
 	}
-	s.raw = raw
+	s.fd, s.wake = listenerFD, wake
 	go s.loop()
 	return s, nil
 }
@@ -174,7 +179,8 @@ func start(listenerFD int, cfg Config, override map[string]handlerFunc) (*Superv
 func (s *Supervisor) Close() {
 	s.closeOnce.Do(func() {
 		s.closing.Store(true)
-		s.file.Close() // wakes the loop; the fd closes once no ioctl holds it
+		one := [8]byte{1}
+		unix.Write(s.wake, one[:]) // wakes the loop
 		<-s.loopDone
 		s.sockMu.Lock()
 		for fd := range s.socks {
@@ -183,6 +189,13 @@ func (s *Supervisor) Close() {
 		s.sockMu.Unlock()
 		s.handling.Wait()
 		s.dropPidfds()
+		// no call can answer any more: the kernel fails the calls still waiting,
+		// and every later trapped call, with ENOSYS
+		unix.Close(s.fd)
+		s.failMu.Lock()
+		unix.Close(s.wake)
+		s.wake = -1
+		s.failMu.Unlock()
 	})
 }
 
@@ -216,47 +229,83 @@ func (s *Supervisor) Denials() []Denial { return s.denials.list() }
 func (s *Supervisor) loop() {
 	defer close(s.loopDone)
 	defer s.abortIfNotClosing()
+	// A thread of its own, blocked in poll: the kernel wakes it directly (on the
+	// trapping thread's CPU, with synchronous wake-ups), without the runtime's
+	// poller and a goroutine hand-off in between. An idle sandbox costs that thread.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	fds := []unix.PollFd{{Fd: int32(s.fd), Events: unix.POLLIN}, {Fd: int32(s.wake), Events: unix.POLLIN}}
 	for {
-		var (
-			n      seccompNotif
-			rerr   error
-			orphan bool
-		)
-		err := s.raw.Read(func(fd uintptr) bool {
-			in, hup, err := pending(fd)
-			switch {
-			case err != nil:
-				rerr = err
-			case in:
-				n, rerr = recv(fd)
-			case hup:
-				orphan = true
-			default:
-				return false // wait for the poller
+		fds[0].Revents, fds[1].Revents = 0, 0
+		if _, err := unix.Poll(fds, -1); err != nil {
+			if err == unix.EINTR {
+				continue
 			}
-			return true
-		})
+			s.denials.add("supervisor", "notification loop: poll: "+err.Error(), unix.ENOSYS)
+			return
+		}
 		switch {
-		case err != nil: // closed
+		case fds[1].Revents != 0 || s.closing.Load(): // Close
 			return
-		case orphan: // the filter has no user left: nothing can trap any more
+		case fds[0].Revents&unix.POLLIN != 0:
+		case fds[0].Revents&unix.POLLHUP != 0:
+			return // the filter has no user left: nothing can trap any more
+		case fds[0].Revents != 0:
+			s.denials.add("supervisor", fmt.Sprintf("notification loop: the listener polled %#x", fds[0].Revents), unix.ENOSYS)
 			return
-		case rerr == nil:
+		default:
+			continue
+		}
+		n, err := recv(uintptr(s.fd))
+		switch err {
+		case nil:
 			s.handle(n)
-		case rerr == unix.ENOENT || rerr == unix.EINTR:
+		case unix.ENOENT, unix.EINTR, unix.EAGAIN:
 			// the caller died (or was interrupted) between poll and RECV
 		default:
-			s.denials.add("supervisor", "notification loop: "+rerr.Error(), unix.ENOSYS)
+			s.denials.add("supervisor", "notification loop: "+err.Error(), unix.ENOSYS)
 			return
 		}
 	}
 }
 
-// abortIfNotClosing: a loop that stops on an error closes the listener, so trapped
-// calls fail (ENOSYS) instead of waiting forever for an answer.
+// abortIfNotClosing: a loop that stops on an error (or Abort) tells the OnFail
+// callbacks — the engine kills the sandbox's processes: no run outlives its
+// supervisor — and closes the listener, so trapped calls fail (ENOSYS) instead of
+// waiting forever for an answer.
 func (s *Supervisor) abortIfNotClosing() {
-	if !s.closing.Load() {
-		go s.Close()
+	if s.closing.Load() {
+		return
+	}
+	s.failMu.Lock()
+	fs := s.onFail
+	s.onFail = nil
+	s.failMu.Unlock()
+	go func() {
+		for _, f := range fs {
+			f()
+		}
+		s.Close()
+	}()
+}
+
+// OnFail registers f, called (once, on a goroutine of its own) when the supervisor
+// stops for any reason but Close: an error of its loop, the listener gone bad, or
+// Abort. The calls the sandbox makes afterwards could not be judged.
+func (s *Supervisor) OnFail(f func()) {
+	s.failMu.Lock()
+	defer s.failMu.Unlock()
+	s.onFail = append(s.onFail, f)
+}
+
+// Abort stops the supervisor as a failure (OnFail runs), recording why.
+func (s *Supervisor) Abort(reason string) {
+	s.denials.add("supervisor", "aborted: "+reason, unix.ENOSYS)
+	s.failMu.Lock()
+	defer s.failMu.Unlock()
+	if s.wake >= 0 { // not closed yet
+		one := [8]byte{1}
+		unix.Write(s.wake, one[:])
 	}
 }
 
@@ -284,11 +333,7 @@ func (s *Supervisor) idValid(id uint64) bool {
 	if s.closing.Load() {
 		return false
 	}
-	var err error
-	if cerr := s.raw.Control(func(fd uintptr) { err = idValid(fd, id) }); cerr != nil {
-		return false
-	}
-	return err == nil
+	return idValid(uintptr(s.fd), id) == nil
 }
 
 func (s *Supervisor) handle(n seccompNotif) {
@@ -353,11 +398,7 @@ func (s *Supervisor) answer(c *call, r reply) {
 	case replyValue:
 		resp.Val = r.val
 	}
-	var err error
-	if cerr := s.raw.Control(func(fd uintptr) { err = send(fd, resp) }); cerr != nil {
-		err = cerr
-	}
-	if err != nil && r.undo != nil {
+	if err := send(uintptr(s.fd), resp); err != nil && r.undo != nil {
 		// not delivered (the caller died or was interrupted, or we are closing): what
 		// was done on its behalf must not outlive the call
 		r.undo()
@@ -428,6 +469,8 @@ var handlers = []handler{
 	{name: "sendto", nr: unix.SYS_SENDTO, traps: sendtoTraps, fn: handleSendto},
 	{name: "sendmsg", nr: unix.SYS_SENDMSG, traps: sendmsgTraps, fn: handleSendmsg},
 	{name: "sendmmsg", nr: unix.SYS_SENDMMSG, traps: sendmmsgTraps, fn: handleSendmmsg},
+	{name: "bind", nr: unix.SYS_BIND, traps: portTraps, fn: handleBind},
+	{name: "getsockname", nr: unix.SYS_GETSOCKNAME, traps: getsocknameTraps, fn: handleGetsockname},
 }
 
 // denialLog keeps at most maxDenials distinct entries; the rest are counted in one.
@@ -483,12 +526,17 @@ func (l *denialLog) list() []Denial {
 // fileID is an inode: what Landlock attaches a path rule to.
 type fileID struct{ dev, ino uint64 }
 
-// allowedIDs are the inodes the Allowed paths name now.
+// allowedIDs are the inodes the Allowed paths name now. A path that is gone since the
+// sandbox was built (an entry of an expanded directory, removed on the host) allows
+// nothing here; Landlock still holds the inode it was built with.
 func allowedIDs(paths []string) (map[fileID]bool, error) {
 	ids := make(map[fileID]bool, len(paths))
 	for _, p := range paths {
 		var st unix.Stat_t
 		if err := unix.Stat(p, &st); err != nil {
+			if err == unix.ENOENT || err == unix.ENOTDIR {
+				continue
+			}
 			return nil, fmt.Errorf("supervise: allowed path %s: %w", p, err)
 		}
 		ids[fileID{uint64(st.Dev), st.Ino}] = true

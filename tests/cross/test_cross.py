@@ -52,12 +52,14 @@ def scenarios_python(cfg: dict) -> dict:
     scenario("environment", environment)
 
     def limits():
-        with Sandbox(fs_readable=SYS, max_memory="256M", max_processes=10, max_open_files=64, max_disk="1M",
-                     max_cpu_time=5) as lim:
+        with Sandbox(
+            fs_readable=SYS, max_memory="256M", max_processes=10, max_open_files=64, max_disk="1M", max_cpu_time=5
+        ) as lim:
             return lim.isolation()
 
     scenario("limits", limits)
     for level in ("process", "kernel"):
+
         def coop(level=level):
             policy = Policy(timeout=10)
 
@@ -73,21 +75,28 @@ def scenarios_python(cfg: dict) -> dict:
                 raise HostFailure("from the host")
 
             with sandbox(policy, isolation=level, filesystem=cfg["root"]) as py:
-                code = ("x = add(2, 3)\nprint('x is', x)\ntry:\n    fail()\nexcept Exception as e:\n    m = str(e)\n"
-                        "with open('f.txt', 'w') as f:\n    f.write('hi')\n")
+                code = (
+                    "x = add(2, 3)\nprint('x is', x)\ntry:\n    fail()\nexcept Exception as e:\n    m = str(e)\n"
+                    "with open('f.txt', 'w') as f:\n    f.write('hi')\n"
+                )
                 return {"first": py.exec(code), "second": py.exec("y = x + 1\n1/0")}
 
         scenario(f"coop {level}", coop)
 
     def fork_and_reduce():
-        work = ("import sys\nprint(base + CLONE_ID)\nif CLONE_ID == 2:\n    print('x' * 200)\n"
-                "if CLONE_ID == 3:\n    sys.exit(5)")
-        with Sandbox(fs_readable=SYS, max_output=100, init_fn="base = 40", work_fn=work) as mapper, \
-                Sandbox(fs_readable=SYS) as reducer:
+        work = (
+            "import sys\nprint(base + CLONE_ID)\nif CLONE_ID == 2:\n    print('x' * 200)\n"
+            "if CLONE_ID == 3:\n    sys.exit(5)"
+        )
+        with (
+            Sandbox(fs_readable=SYS, max_output=100, init_fn="base = 40", work_fn=work) as mapper,
+            Sandbox(fs_readable=SYS) as reducer,
+        ):
             clones = mapper.fork(4)
             res = clones.results()
-            reduced = reducer.reduce([REDUCER_PYTHON, "-c", "import sys; print(sum(int(l) for l in sys.stdin if len(l) < 10))"],
-                                     res)
+            reduced = reducer.reduce(
+                [REDUCER_PYTHON, "-c", "import sys; print(sum(int(l) for l in sys.stdin if len(l) < 10))"], res
+            )
             return {"clones": res, "isolation": clones.isolation, "reduced": reduced}
 
     scenario("fork and reduce", fork_and_reduce)
@@ -105,10 +114,16 @@ def plain(v):
     if isinstance(v, sandtrap.ExecResult):
         d = {f.name: getattr(v, f.name) for f in fields(v) if f.name != "error_message"}
         e = v.error
-        d["error"] = None if e is None else {
-            "type": e.type_name if isinstance(e, WorkerError) else type(e).__name__,
-            "module": "builtins" if isinstance(e, WorkerError) else type(e).__module__,
-            "message": v.error_message, "traceback": getattr(e, "__sandtrap_traceback__", None)}
+        d["error"] = (
+            None
+            if e is None
+            else {
+                "type": e.type_name if isinstance(e, WorkerError) else type(e).__name__,
+                "module": "builtins" if isinstance(e, WorkerError) else type(e).__module__,
+                "message": v.error_message,
+                "traceback": getattr(e, "__sandtrap_traceback__", None),
+            }
+        )
         return plain(d)
     if isinstance(v, sandtrap.CloneResult):
         return plain({**{f.name: getattr(v, f.name) for f in fields(v)}, "success": v.success})
@@ -156,12 +171,19 @@ def diff(a, b, where="", out=None):
 
 @pytest.mark.skipif(NODE is None, reason="node is not installed")
 def test_python_and_node_agree_field_by_field(tmp_path):
-    if not (HERE.parents[1] / "bindings/node/build/Release/sandtrap.node").exists() and not os.environ.get("SANDTRAP_ADDON"):
+    if not (HERE.parents[1] / "bindings/node/build/Release/sandtrap.node").exists() and not os.environ.get(
+        "SANDTRAP_ADDON"
+    ):
         pytest.fail("the Node addon is not built: run `make test-node` first (make test-cross does)")
     cfg = {"root": os.path.realpath(tmp_path), "python": sys.executable, "sys": SYS, "reducer_python": REDUCER_PYTHON}
     py = norm(plain(scenarios_python(cfg)))
-    p = subprocess.run([NODE, str(HERE / "scenarios.mjs"), json.dumps(cfg)], capture_output=True, text=True,
-                       timeout=300, env={k: v for k, v in os.environ.items() if k != "SANDTRAP_CROSS_VAR"})
+    p = subprocess.run(
+        [NODE, str(HERE / "scenarios.mjs"), json.dumps(cfg)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={k: v for k, v in os.environ.items() if k != "SANDTRAP_CROSS_VAR"},
+    )
     assert p.returncode == 0, p.stderr
     node = norm(json.loads(p.stdout))
     assert sorted(py) == sorted(node), "the two scenario lists differ"

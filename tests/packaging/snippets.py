@@ -31,8 +31,18 @@ import sys
 from pathlib import Path
 
 FENCE = re.compile(r"^```(\w*)\s*$")
-LANGS = {"python": "py", "py": "py", "js": "js", "javascript": "js", "mjs": "js", "cjs": "js", "c": "c",
-         "sh": "sh", "bash": "sh", "shell": "sh"}
+LANGS = {
+    "python": "py",
+    "py": "py",
+    "js": "js",
+    "javascript": "js",
+    "mjs": "js",
+    "cjs": "js",
+    "c": "c",
+    "sh": "sh",
+    "bash": "sh",
+    "shell": "sh",
+}
 TIMEOUT = 180
 
 
@@ -98,7 +108,9 @@ def extract(out: Path, files: list[Path]) -> int:
             if kind == "sh":
                 err = check_sh(code, where, targets)
                 checked += 1
-                print(f"{'FAIL' if err else 'ok  '} {where} sh: {err or 'bash -n, make targets exist (checked, not run)'}")
+                print(
+                    f"{'FAIL' if err else 'ok  '} {where} sh: {err or 'bash -n, make targets exist (checked, not run)'}"
+                )
                 failed += bool(err)
                 continue
             ext = js_kind(code) if kind == "js" else kind
@@ -129,8 +141,18 @@ def run(out: Path, python: str | None, node_project: Path | None, cflags: str, o
             cmd, cwd = ["node", str(dst)], node_project
         else:
             exe = out / (s["file"] + ".bin")
-            cc = ["cc", "-std=c99", "-pedantic", "-Wall", "-Wextra", "-Werror", "-o", str(exe), str(src),
-                  *shlex.split(cflags)]
+            cc = [
+                "cc",
+                "-std=c99",
+                "-pedantic",
+                "-Wall",
+                "-Wextra",
+                "-Werror",
+                "-o",
+                str(exe),
+                str(src),
+                *shlex.split(cflags),
+            ]
             r = subprocess.run(cc, capture_output=True, text=True)
             if r.returncode != 0:
                 print(f"FAIL {s['where']} c: {' '.join(cc)}\n{r.stdout}{r.stderr}")
@@ -142,8 +164,10 @@ def run(out: Path, python: str | None, node_project: Path | None, cflags: str, o
             ok, detail = r.returncode == 0, (r.stdout + r.stderr).strip()
         except subprocess.TimeoutExpired:
             ok, detail = False, f"timed out after {TIMEOUT}s"
-        print(f"{'ok  ' if ok else 'FAIL'} {s['where']} {s['file'].rsplit('.', 1)[1]}: "
-              + (detail.splitlines()[-1][:100] if ok and detail else detail if not ok else "(no output)"))
+        print(
+            f"{'ok  ' if ok else 'FAIL'} {s['where']} {s['file'].rsplit('.', 1)[1]}: "
+            + (detail.splitlines()[-1][:100] if ok and detail else detail if not ok else "(no output)")
+        )
         passed += ok
         failed += not ok
     print(f"snippets: {passed} passed, {failed} failed")

@@ -7,6 +7,7 @@ worked, or the errno name (EPERM, EACCES, ...) when the kernel refused it. The t
 vectors assert on that line, so every refusal is checked by its exact errno.
 Standard library only; raw syscalls go through ctypes.
 """
+
 import ctypes
 import errno
 import mmap
@@ -22,16 +23,49 @@ libc.syscall.restype = ctypes.c_long
 
 # x86_64 syscall numbers
 NR = {
-    "mount": 165, "umount2": 166, "pivot_root": 155, "swapon": 167, "swapoff": 168,
-    "reboot": 169, "sethostname": 170, "setdomainname": 171, "kexec_load": 246,
-    "kexec_file_load": 320, "init_module": 175, "finit_module": 313, "delete_module": 176,
-    "unshare": 272, "setns": 308, "perf_event_open": 298, "bpf": 321, "userfaultfd": 323,
-    "keyctl": 250, "add_key": 248, "request_key": 249, "ptrace": 101,
-    "process_vm_readv": 310, "process_vm_writev": 311, "open_by_handle_at": 304,
-    "name_to_handle_at": 303, "ioperm": 173, "iopl": 172, "quotactl": 179, "acct": 163,
-    "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
-    "memfd_create": 319, "execveat": 322, "clone": 56, "clone3": 435, "personality": 135,
-    "fsopen": 430, "open_tree": 428, "move_mount": 429, "pidfd_getfd": 438, "kcmp": 312,
+    "mount": 165,
+    "umount2": 166,
+    "pivot_root": 155,
+    "swapon": 167,
+    "swapoff": 168,
+    "reboot": 169,
+    "sethostname": 170,
+    "setdomainname": 171,
+    "kexec_load": 246,
+    "kexec_file_load": 320,
+    "init_module": 175,
+    "finit_module": 313,
+    "delete_module": 176,
+    "unshare": 272,
+    "setns": 308,
+    "perf_event_open": 298,
+    "bpf": 321,
+    "userfaultfd": 323,
+    "keyctl": 250,
+    "add_key": 248,
+    "request_key": 249,
+    "ptrace": 101,
+    "process_vm_readv": 310,
+    "process_vm_writev": 311,
+    "open_by_handle_at": 304,
+    "name_to_handle_at": 303,
+    "ioperm": 173,
+    "iopl": 172,
+    "quotactl": 179,
+    "acct": 163,
+    "io_uring_setup": 425,
+    "io_uring_enter": 426,
+    "io_uring_register": 427,
+    "memfd_create": 319,
+    "execveat": 322,
+    "clone": 56,
+    "clone3": 435,
+    "personality": 135,
+    "fsopen": 430,
+    "open_tree": 428,
+    "move_mount": 429,
+    "pidfd_getfd": 438,
+    "kcmp": 312,
 }
 
 
@@ -118,6 +152,7 @@ def int80():
 def tiocsti():
     import fcntl
     import termios
+
     fcntl.ioctl(0, termios.TIOCSTI, b"x")
 
 
@@ -178,14 +213,39 @@ def disk_fill(path, mb):
 AT_FDCWD = -100
 AT_EMPTY_PATH = 0x1000
 IPC_CREAT = 0o1000
-NR.update({
-    "open": 2, "creat": 85, "mkdir": 83, "mknod": 133, "openat": 257, "mkdirat": 258,
-    "mknodat": 259, "fchownat": 260, "linkat": 265, "openat2": 437, "fchmodat2": 452,
-    "setxattrat": 463, "getxattrat": 464, "listxattrat": 465, "removexattrat": 466,
-    "file_getattr": 468, "file_setattr": 469, "inotify_init1": 294, "inotify_add_watch": 254,
-    "fallocate": 285, "sendmmsg": 307, "listen": 50, "shmget": 29, "shmat": 30, "shmdt": 67,
-    "semget": 64, "msgget": 68, "msgsnd": 69, "mq_open": 240,
-})
+NR.update(
+    {
+        "open": 2,
+        "creat": 85,
+        "mkdir": 83,
+        "mknod": 133,
+        "openat": 257,
+        "mkdirat": 258,
+        "mknodat": 259,
+        "fchownat": 260,
+        "linkat": 265,
+        "openat2": 437,
+        "fchmodat2": 452,
+        "setxattrat": 463,
+        "getxattrat": 464,
+        "listxattrat": 465,
+        "removexattrat": 466,
+        "file_getattr": 468,
+        "file_setattr": 469,
+        "inotify_init1": 294,
+        "inotify_add_watch": 254,
+        "fallocate": 285,
+        "sendmmsg": 307,
+        "listen": 50,
+        "shmget": 29,
+        "shmat": 30,
+        "shmdt": 67,
+        "semget": 64,
+        "msgget": 68,
+        "msgsnd": 69,
+        "mq_open": 240,
+    }
+)
 
 
 def raw(name, *args):
@@ -215,6 +275,7 @@ def on_fd(path, fn, flags=os.O_RDONLY):
 
 
 # class 1: changing or locking what a read-only grant exposes (the fd is O_RDONLY)
+
 
 def fchmod(path, mode):
     on_fd(path, lambda fd: os.fchmod(fd, int(mode, 8)))
@@ -261,6 +322,7 @@ def chattr(path, flag):
         fcntl.ioctl(fd, 0x80086601, buf, True)  # FS_IOC_GETFLAGS
         buf[0] |= CHATTR[flag]
         fcntl.ioctl(fd, 0x40086602, buf, True)  # FS_IOC_SETFLAGS
+
     on_fd(path, go)
 
 
@@ -272,16 +334,19 @@ def fsxattr_ioctl(path):
         fcntl.ioctl(fd, 0x801C581F, buf, True)  # FS_IOC_FSGETXATTR
         struct.pack_into("<I", buf, 0, struct.unpack_from("<I", buf)[0] | 0x80)  # FS_XFLAG_NODUMP
         fcntl.ioctl(fd, 0x401C5820, bytes(buf))  # FS_IOC_FSSETXATTR
+
     on_fd(path, go)
 
 
 def flock(path):
     import fcntl
+
     on_fd(path, lambda fd: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB))
 
 
 def setlease(path):
     import fcntl
+
     on_fd(path, lambda fd: fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK))
 
 
@@ -291,8 +356,13 @@ def flock_struct(kind):
 
 def setlk(path, cmd):
     import fcntl
-    c = {"setlk": fcntl.F_SETLK, "setlkw": fcntl.F_SETLKW, "ofd_setlk": fcntl.F_OFD_SETLK,
-         "ofd_setlkw": fcntl.F_OFD_SETLKW}[cmd]
+
+    c = {
+        "setlk": fcntl.F_SETLK,
+        "setlkw": fcntl.F_SETLKW,
+        "ofd_setlk": fcntl.F_OFD_SETLK,
+        "ofd_setlkw": fcntl.F_OFD_SETLKW,
+    }[cmd]
     on_fd(path, lambda fd: fcntl.fcntl(fd, c, flock_struct(fcntl.F_RDLCK)))
 
 
@@ -310,9 +380,11 @@ def open_trunc(path):
 
 # class 2: set-uid and set-gid files in the writable tree
 
+
 def create_mode(how, path, mode):
     """Create path with the given mode through one system call; prints the mode it got."""
     import stat
+
     os.umask(0o022)
     m, p = int(mode, 8), path.encode()
     wr = os.O_CREAT | os.O_WRONLY | os.O_EXCL
@@ -343,6 +415,7 @@ def create_mode(how, path, mode):
 
 
 # class 3: SysV and POSIX IPC (keys are decimal; the POSIX queue of key K is "sandtrap-K")
+
 
 def shmget(key):
     raw("shmget", int(key), 0, 0)
@@ -403,14 +476,24 @@ def shm_hog(key, mb, chunk):
 
 # class 4: every way of opening a TCP connection or a listening socket
 
+
 class SockaddrIn(ctypes.Structure):
-    _fields_ = [("family", ctypes.c_uint16), ("port", ctypes.c_uint16), ("addr", ctypes.c_uint8 * 4),
-                ("zero", ctypes.c_uint8 * 8)]
+    _fields_ = [
+        ("family", ctypes.c_uint16),
+        ("port", ctypes.c_uint16),
+        ("addr", ctypes.c_uint8 * 4),
+        ("zero", ctypes.c_uint8 * 8),
+    ]
 
 
 class SockaddrIn6(ctypes.Structure):
-    _fields_ = [("family", ctypes.c_uint16), ("port", ctypes.c_uint16), ("flow", ctypes.c_uint32),
-                ("addr", ctypes.c_uint8 * 16), ("scope", ctypes.c_uint32)]
+    _fields_ = [
+        ("family", ctypes.c_uint16),
+        ("port", ctypes.c_uint16),
+        ("flow", ctypes.c_uint32),
+        ("addr", ctypes.c_uint8 * 16),
+        ("scope", ctypes.c_uint32),
+    ]
 
 
 class Iovec(ctypes.Structure):
@@ -418,9 +501,15 @@ class Iovec(ctypes.Structure):
 
 
 class Msghdr(ctypes.Structure):
-    _fields_ = [("name", ctypes.c_void_p), ("namelen", ctypes.c_uint32), ("iov", ctypes.POINTER(Iovec)),
-                ("iovlen", ctypes.c_size_t), ("control", ctypes.c_void_p), ("controllen", ctypes.c_size_t),
-                ("flags", ctypes.c_int)]
+    _fields_ = [
+        ("name", ctypes.c_void_p),
+        ("namelen", ctypes.c_uint32),
+        ("iov", ctypes.POINTER(Iovec)),
+        ("iovlen", ctypes.c_size_t),
+        ("control", ctypes.c_void_p),
+        ("controllen", ctypes.c_size_t),
+        ("flags", ctypes.c_int),
+    ]
 
 
 class Mmsghdr(ctypes.Structure):
@@ -429,14 +518,21 @@ class Mmsghdr(ctypes.Structure):
 
 def sendmmsg_to(sock, data, port, v6):
     if v6:
-        sa = SockaddrIn6(socket.AF_INET6, socket.htons(port), 0,
-                         (ctypes.c_uint8 * 16)(*socket.inet_pton(socket.AF_INET6, "::ffff:127.0.0.1")), 0)
+        sa = SockaddrIn6(
+            socket.AF_INET6,
+            socket.htons(port),
+            0,
+            (ctypes.c_uint8 * 16)(*socket.inet_pton(socket.AF_INET6, "::ffff:127.0.0.1")),
+            0,
+        )
     else:
         sa = SockaddrIn(socket.AF_INET, socket.htons(port), (ctypes.c_uint8 * 4)(127, 0, 0, 1))
     buf = ctypes.create_string_buffer(data, len(data))
     iov = Iovec(ctypes.cast(buf, ctypes.c_void_p), len(data))
-    mm = Mmsghdr(Msghdr(ctypes.cast(ctypes.pointer(sa), ctypes.c_void_p), ctypes.sizeof(sa),
-                        ctypes.pointer(iov), 1, None, 0, 0), 0)
+    mm = Mmsghdr(
+        Msghdr(ctypes.cast(ctypes.pointer(sa), ctypes.c_void_p), ctypes.sizeof(sa), ctypes.pointer(iov), 1, None, 0, 0),
+        0,
+    )
     raw("sendmmsg", sock.fileno(), ctypes.byref(mm), 1, socket.MSG_FASTOPEN)
     return mm.len
 
@@ -489,6 +585,7 @@ def tfo_connect(port):
 
 # class 5: /proc
 
+
 def proc_pids():
     return ",".join(str(p) for p in sorted(int(e) for e in os.listdir("/proc") if e.isdigit()))
 
@@ -532,6 +629,7 @@ def read_dev(path):
 
 # class 8: limits
 
+
 def fallocate(path, mb, mode):
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     fl = {"keep": 1, "plain": 0}[mode]  # FALLOC_FL_KEEP_SIZE
@@ -559,6 +657,7 @@ def cpu_chain(n, secs):
 def outq(s):
     import fcntl
     import termios
+
     return struct.unpack("i", fcntl.ioctl(s.fileno(), termios.TIOCOUTQ, b"\0" * 4))[0]  # SIOCOUTQ
 
 
@@ -636,9 +735,9 @@ def fork_hold(n, secs, tag=""):
 # per-user kernel budgets a run shares with the host user (the host probes them while
 # a run holds them: core/engine/attack_test.go)
 
+
 class Siginfo(ctypes.Structure):
-    _fields_ = [("signo", ctypes.c_int), ("errno", ctypes.c_int), ("code", ctypes.c_int),
-                ("pad", ctypes.c_byte * 116)]
+    _fields_ = [("signo", ctypes.c_int), ("errno", ctypes.c_int), ("code", ctypes.c_int), ("pad", ctypes.c_byte * 116)]
 
 
 def sigqueue_one():
@@ -669,7 +768,9 @@ def mq_hold(tag, secs):
     n, err = 0, "none"
     while n < 1000:
         try:
-            os.close(raw("mq_open", ("sandtrap-%s-%d" % (tag, n)).encode(), os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600, 0))
+            os.close(
+                raw("mq_open", ("sandtrap-%s-%d" % (tag, n)).encode(), os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600, 0)
+            )
         except OSError as e:
             if e.errno != errno.EACCES:
                 err = err_name(e.errno)
@@ -716,6 +817,7 @@ def inotify_watch_hold(secs, *roots):
 
 # class 9: reads outside the policy, and the xattr/attr calls libseccomp may not know
 
+
 class XattrArgs(ctypes.Structure):
     _fields_ = [("value", ctypes.c_uint64), ("size", ctypes.c_uint32), ("flags", ctypes.c_uint32)]
 
@@ -736,8 +838,13 @@ def getxattrat(path, name, empty=""):
     buf = ctypes.create_string_buffer(256)
     args = XattrArgs(ctypes.addressof(buf), 256, 0)
     if empty:  # an O_PATH fd of path, AT_EMPTY_PATH
-        n = on_fd(path, lambda fd: raw("getxattrat", fd, b"", AT_EMPTY_PATH, name.encode(), ctypes.byref(args),
-                                       ctypes.sizeof(args)), os.O_PATH)
+        n = on_fd(
+            path,
+            lambda fd: raw(
+                "getxattrat", fd, b"", AT_EMPTY_PATH, name.encode(), ctypes.byref(args), ctypes.sizeof(args)
+            ),
+            os.O_PATH,
+        )
     else:
         n = raw("getxattrat", AT_FDCWD, path.encode(), 0, name.encode(), ctypes.byref(args), ctypes.sizeof(args))
     return buf.raw[:n].decode()
@@ -777,6 +884,7 @@ def inotify_watch(path):
 
 def inotify_event(d):
     import select
+
     ifd = raw("inotify_init1", 0)
     raw("inotify_add_watch", ifd, d.encode(), 0x100)  # IN_CREATE
     open(os.path.join(d, "ino_new"), "w").close()
@@ -784,20 +892,23 @@ def inotify_event(d):
         return "no event"
     data = os.read(ifd, 4096)
     _wd, _mask, _cookie, ln = struct.unpack_from("iIII", data)
-    return "event " + data[16:16 + ln].rstrip(b"\0").decode()
+    return "event " + data[16 : 16 + ln].rstrip(b"\0").decode()
 
 
 # races against a supervisor that checks an argument and then lets the call go on
 
+
 def flipper(a, b):
     """A thread that keeps swapping: calls a() then b() until stopped."""
     import threading
+
     stop = threading.Event()
 
     def loop():
         while not stop.is_set():
             a()
             b()
+
     t = threading.Thread(target=loop, daemon=True)
     t.start()
     return lambda: (stop.set(), t.join())
@@ -810,6 +921,7 @@ def race_ofd_lock(ro, rw):
     """F_OFD_SETLK on an fd number that another thread keeps pointing at a file of the
     writable tree and at a read-only one (dup2): a lock must never land on the latter."""
     import fcntl
+
     lk = flock_struct(fcntl.F_RDLCK)
     r0, w0 = os.open(ro, os.O_RDONLY), os.open(rw, os.O_RDONLY)
     try:
@@ -892,7 +1004,6 @@ def abstract_listen(name, secs):
         return "nobody came"
 
 
-
 def connect_to(host, port):
     """TCP to host:port (an IPv6 address goes on an IPv6 socket); the greeting."""
     fam = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -922,8 +1033,12 @@ def udp_send(via, host, port):
         sa = SockaddrIn(socket.AF_INET, socket.htons(int(port)), (ctypes.c_uint8 * 4)(*socket.inet_aton(host)))
         buf = ctypes.create_string_buffer(b"U", 1)
         iov = Iovec(ctypes.cast(buf, ctypes.c_void_p), 1)
-        mm = Mmsghdr(Msghdr(ctypes.cast(ctypes.pointer(sa), ctypes.c_void_p), ctypes.sizeof(sa),
-                            ctypes.pointer(iov), 1, None, 0, 0), 0)
+        mm = Mmsghdr(
+            Msghdr(
+                ctypes.cast(ctypes.pointer(sa), ctypes.c_void_p), ctypes.sizeof(sa), ctypes.pointer(iov), 1, None, 0, 0
+            ),
+            0,
+        )
         raw("sendmmsg", s.fileno(), ctypes.byref(mm), 1, 0)
     s.close()
 
@@ -941,34 +1056,80 @@ def source_route(fam):
         s.setsockopt(socket.IPPROTO_IP, socket.IP_OPTIONS, bytes([1, 0x83, 7, 4, 127, 0, 0, 2]))
     s.close()
 
+
 MORE = {
-    "connect_to": connect_to, "udp_send": udp_send, "source_route": source_route,
-    "fchmod": fchmod, "fchown_group": fchown_group, "futimens": futimens, "fsetxattr": fsetxattr,
-    "fsetxattr_caps": fsetxattr_caps, "fsetxattr_acl": fsetxattr_acl, "fremovexattr": fremovexattr,
-    "chattr": chattr, "fsxattr_ioctl": fsxattr_ioctl, "flock": flock, "setlease": setlease,
-    "setlk": lambda p: setlk(p, "setlk"), "setlkw": lambda p: setlk(p, "setlkw"),
-    "ofd_setlk": lambda p: setlk(p, "ofd_setlk"), "ofd_setlkw": lambda p: setlk(p, "ofd_setlkw"),
-    "opath_fchownat": opath_fchownat, "opath_fchmodat2": opath_fchmodat2, "open_trunc": open_trunc,
+    "connect_to": connect_to,
+    "udp_send": udp_send,
+    "source_route": source_route,
+    "fchmod": fchmod,
+    "fchown_group": fchown_group,
+    "futimens": futimens,
+    "fsetxattr": fsetxattr,
+    "fsetxattr_caps": fsetxattr_caps,
+    "fsetxattr_acl": fsetxattr_acl,
+    "fremovexattr": fremovexattr,
+    "chattr": chattr,
+    "fsxattr_ioctl": fsxattr_ioctl,
+    "flock": flock,
+    "setlease": setlease,
+    "setlk": lambda p: setlk(p, "setlk"),
+    "setlkw": lambda p: setlk(p, "setlkw"),
+    "ofd_setlk": lambda p: setlk(p, "ofd_setlk"),
+    "ofd_setlkw": lambda p: setlk(p, "ofd_setlkw"),
+    "opath_fchownat": opath_fchownat,
+    "opath_fchmodat2": opath_fchmodat2,
+    "open_trunc": open_trunc,
     "create_mode": create_mode,
-    "shmget": shmget, "msgget": msgget, "semget": semget, "mq_open": mq_open, "ipc_leak": ipc_leak,
-    "ipc_hold": ipc_hold, "shm_hog": shm_hog,
-    "fastopen": fastopen, "listen_unbound": listen_unbound, "bind_listen": bind_listen,
-    "bind_zero_listen": bind_zero_listen, "tfo_connect": tfo_connect,
-    "proc_pids": proc_pids, "stat": stat_path, "open_ro": open_ro, "open_wo": open_wo,
+    "shmget": shmget,
+    "msgget": msgget,
+    "semget": semget,
+    "mq_open": mq_open,
+    "ipc_leak": ipc_leak,
+    "ipc_hold": ipc_hold,
+    "shm_hog": shm_hog,
+    "fastopen": fastopen,
+    "listen_unbound": listen_unbound,
+    "bind_listen": bind_listen,
+    "bind_zero_listen": bind_zero_listen,
+    "tfo_connect": tfo_connect,
+    "proc_pids": proc_pids,
+    "stat": stat_path,
+    "open_ro": open_ro,
+    "open_wo": open_wo,
     "read_dev": read_dev,
-    "fallocate": fallocate, "cpu_chain": cpu_chain,
-    "inotify_hold": inotify_hold, "fork_hold": fork_hold,
-    "getxattr": getxattr, "lgetxattr": lambda p, n: getxattr(p, n, "0"), "listxattr": listxattr,
-    "llistxattr": lambda p: listxattr(p, "0"), "fgetxattr": fgetxattr, "getxattrat": getxattrat,
-    "opath_getxattrat": lambda p, n: getxattrat(p, n, "empty"), "listxattrat": listxattrat,
-    "setxattrat": setxattrat, "removexattrat": removexattrat, "file_setattr": file_setattr,
-    "inotify_watch": inotify_watch, "inotify_event": inotify_event, "abstract_listen": abstract_listen,
-    "sigqueue_hold": sigqueue_hold, "sigqueue_probe": sigqueue_one, "mq_hold": mq_hold, "mq_probe": mq_probe,
+    "fallocate": fallocate,
+    "cpu_chain": cpu_chain,
+    "inotify_hold": inotify_hold,
+    "fork_hold": fork_hold,
+    "getxattr": getxattr,
+    "lgetxattr": lambda p, n: getxattr(p, n, "0"),
+    "listxattr": listxattr,
+    "llistxattr": lambda p: listxattr(p, "0"),
+    "fgetxattr": fgetxattr,
+    "getxattrat": getxattrat,
+    "opath_getxattrat": lambda p, n: getxattrat(p, n, "empty"),
+    "listxattrat": listxattrat,
+    "setxattrat": setxattrat,
+    "removexattrat": removexattrat,
+    "file_setattr": file_setattr,
+    "inotify_watch": inotify_watch,
+    "inotify_event": inotify_event,
+    "abstract_listen": abstract_listen,
+    "sigqueue_hold": sigqueue_hold,
+    "sigqueue_probe": sigqueue_one,
+    "mq_hold": mq_hold,
+    "mq_probe": mq_probe,
     "inotify_watch_hold": inotify_watch_hold,
 }
 # actions that print their own line (not "OK ..." / errno)
-RAW_LINE = {"proc_fd_write": proc_fd_write, "tcp_fill": tcp_fill, "unix_fill": unix_fill,
-            "race_ofd_lock": race_ofd_lock, "race_inotify": race_inotify, "race_listen": race_listen}
+RAW_LINE = {
+    "proc_fd_write": proc_fd_write,
+    "tcp_fill": tcp_fill,
+    "unix_fill": unix_fill,
+    "race_ofd_lock": race_ofd_lock,
+    "race_inotify": race_inotify,
+    "race_listen": race_listen,
+}
 
 
 def main():

@@ -18,6 +18,7 @@ Usage: python3 host_fixtures.py COMMAND [ARGS...]
   rootdev                 print the block device node holding "/" (empty if none)
   mknod PATH MAJOR MINOR  make a character device node, mode 0666 (needs root)
 """
+
 import ctypes
 import errno
 import json
@@ -29,8 +30,19 @@ import sys
 
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
-NR = {"shmget": 29, "shmat": 30, "shmdt": 67, "shmctl": 31, "semget": 64, "semctl": 66,
-      "msgget": 68, "msgsnd": 69, "msgctl": 71, "mq_open": 240, "mq_unlink": 241}
+NR = {
+    "shmget": 29,
+    "shmat": 30,
+    "shmdt": 67,
+    "shmctl": 31,
+    "semget": 64,
+    "semctl": 66,
+    "msgget": 68,
+    "msgsnd": 69,
+    "msgctl": 71,
+    "mq_open": 240,
+    "mq_unlink": 241,
+}
 IPC_CREAT, IPC_EXCL, IPC_RMID = 0o1000, 0o2000, 0
 SPAN = 64
 
@@ -50,8 +62,11 @@ def mq_name(k):
 def find(k):
     """Objects with key k (and the POSIX queue of k): [(kind, id)]."""
     out = []
-    for kind, call in (("shm", lambda: sc("shmget", k, 0, 0)), ("msg", lambda: sc("msgget", k, 0)),
-                       ("sem", lambda: sc("semget", k, 0, 0))):
+    for kind, call in (
+        ("shm", lambda: sc("shmget", k, 0, 0)),
+        ("msg", lambda: sc("msgget", k, 0)),
+        ("sem", lambda: sc("semget", k, 0, 0)),
+    ):
         try:
             out.append((kind, call()))
         except OSError as e:
@@ -138,8 +153,11 @@ def main():
         print(json.dumps(ipc_sweep(int(args[0]), int(args[1]))))
     elif cmd == "xattrs":
         t = args[0]
-        for rel, val in (("outside/secret.txt", b"XATTRSECRET"), ("work/public.txt", b"XATTRPUBLIC"),
-                         ("bin/attack.py", b"XATTRRO")):
+        for rel, val in (
+            ("outside/secret.txt", b"XATTRSECRET"),
+            ("work/public.txt", b"XATTRPUBLIC"),
+            ("bin/attack.py", b"XATTRRO"),
+        ):
             os.setxattr(os.path.join(t, rel), "user.sandtrap", val)
         print("OK")
     elif cmd == "mq-unlink":

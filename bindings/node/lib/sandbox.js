@@ -367,6 +367,18 @@ class Sandbox {
     return camelKeys(await this.request({ op: 'isolation' }));
   }
 
+  /**
+   * {virtualPort: realPort} for the sockets this sandbox's runs hold bound now
+   * (portRemap; {} without it): a host client reaches a server on the real port.
+   */
+  async ports() {
+    const r = await this.request({ op: 'ports' });
+    if (r.error && r.error.kind) throw makeError(r.error.kind, r.error.message);
+    const out = {};
+    for (const [k, v] of Object.entries(r.ports || {})) out[Number(k)] = Number(v);
+    return out;
+  }
+
   // request() that turns an abort into an AbortError carrying the shaped result.
   async _requestShaped(req, signal, shape, sandboxes) {
     try {

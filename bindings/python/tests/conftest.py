@@ -87,7 +87,7 @@ def children_of_self() -> list[int]:
         except OSError:
             continue
         # pid (comm) state ppid ...: comm may contain spaces and parentheses
-        fields = stat[stat.rfind(")") + 2:].split()
+        fields = stat[stat.rfind(")") + 2 :].split()
         if int(fields[1]) == me:
             out.append(int(e))
     return out
@@ -114,4 +114,3 @@ def ro_sandbox():
 
 def have_python_in_sandbox() -> bool:
     return shutil.which(SYSTEM_PYTHON) is not None
-

@@ -1,5 +1,6 @@
 """Granted to sandboxed code by test_coop.py to model a bypassed Python layer: plain
 functions that make the raw system calls the guest runtime would refuse."""
+
 import os
 import signal
 

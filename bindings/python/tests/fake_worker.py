@@ -5,6 +5,7 @@ code names what it does to the host instead of running: flood the host with call
 send frames that do not decode, are nested 100,000 deep, have the wrong shape or
 types, say nothing, or die. ``ok`` runs the code after it for real.
 """
+
 import os
 import sys
 import time
@@ -28,8 +29,17 @@ def read_frame():
 
 
 def result(**over):
-    r = {"op": "result", "stdout": "", "stderr": "", "namespace": {}, "error": None, "traceback": None,
-         "ticks": 0, "stdout_truncated": 0, "duration": 0.0}
+    r = {
+        "op": "result",
+        "stdout": "",
+        "stderr": "",
+        "namespace": {},
+        "error": None,
+        "traceback": None,
+        "ticks": 0,
+        "stdout_truncated": 0,
+        "duration": 0.0,
+    }
     r.update(over)
     return r
 
@@ -38,7 +48,7 @@ def evil(session, msg):
     mode, _, rest = msg.get("code", "").partition("\n")
     if mode == "ok":
         return real(session, dict(msg, code=rest))
-    if mode == "flood":          # calls, forever: the host's deadline must still end it
+    if mode == "flood":  # calls, forever: the host's deadline must still end it
         while True:
             send_raw(mp.packb({"op": "call", "name": "noop", "args": [], "kwargs": {}}))
             read_frame()
@@ -67,7 +77,7 @@ def evil(session, msg):
         "system_exit": mp.packb(result(error={"type": "SystemExit", "module": "builtins", "message": "0"})),
     }[mode]
     send_raw(raw)
-    read_frame()                 # whatever the host does next (it should end us)
+    read_frame()  # whatever the host does next (it should end us)
     time.sleep(3600)
 
 

@@ -1,5 +1,6 @@
 """The real worker on a kernel that refuses seccomp filters (for test_coop_protocol.py):
 its process-creation filter cannot be installed."""
+
 import errno
 import sys
 

@@ -1,4 +1,5 @@
 """Module-level init/work functions for the fork tests (imported by the template)."""
+
 import os
 
 data = None
@@ -30,6 +31,7 @@ def misbehave(clone_id):
         os.kill(os.getpid(), 9)
     if clone_id == 3:
         import time
+
         time.sleep(60)
     print("ok", clone_id, os.environ["CLONE_ID"])
 

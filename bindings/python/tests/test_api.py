@@ -116,8 +116,11 @@ def test_isolation_report(ro_sandbox: Sandbox) -> None:
 
 def test_pipeline_stages_and_stderr(ro_sandbox: Sandbox) -> None:
     other = Sandbox(fs_readable=SYS_RO)
-    pipe = ro_sandbox.cmd(["sh", "-c", "echo one; echo e1 >&2"]) | other.cmd(["sh", "-c", "cat; echo e2 >&2"]) \
+    pipe = (
+        ro_sandbox.cmd(["sh", "-c", "echo one; echo e1 >&2"])
+        | other.cmd(["sh", "-c", "cat; echo e2 >&2"])
         | ro_sandbox.cmd(["tr", "a-z", "A-Z"])
+    )
     assert isinstance(pipe, sandtrap.Pipeline) and len(pipe) == 3
     r = pipe.run()
     assert r.stdout == b"ONE\n" and r.success

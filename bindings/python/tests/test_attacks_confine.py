@@ -34,8 +34,9 @@ def attempt(fn):
 
 
 def run_py(code: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", PRELUDE + textwrap.dedent(code)], capture_output=True, text=True, timeout=120
+    )
 
 
 class UnixListener:
@@ -124,7 +125,9 @@ def test_confine_refuses_netlink(socket_rules: dict[str, Any]) -> None:
 
 
 @needs_landlock()
-@pytest.mark.skipif(not IS_ROOT, reason="packet sockets need CAP_NET_RAW: as an ordinary user the kernel refuses them anyway")
+@pytest.mark.skipif(
+    not IS_ROOT, reason="packet sockets need CAP_NET_RAW: as an ordinary user the kernel refuses them anyway"
+)
 def test_confine_refuses_packet_sockets_as_root(socket_rules: dict[str, Any]) -> None:
     assert socket_rules["packet"] == "EPERM", socket_rules
 
@@ -152,6 +155,7 @@ def test_confine_refuses_a_process_with_children() -> None:
 
 
 # -- beyond the list: the rest of "what the policy says holds by default" ------
+
 
 @needs_landlock()
 def test_confine_refuses_chmod_outside_the_policy(tmp_path: Path) -> None:
@@ -195,7 +199,9 @@ def test_confine_holds_the_port_rules_against_msg_fastopen() -> None:
         except OSError:
             got = b""
         lines = p.stdout.split()
-        assert lines[0] == "EPERM" and got == b"", f"MSG_FASTOPEN to a port outside net_allow: {lines[0]}, received {got!r}"
+        assert lines[0] == "EPERM" and got == b"", (
+            f"MSG_FASTOPEN to a port outside net_allow: {lines[0]}, received {got!r}"
+        )
         assert lines[1] == "EACCES", f"listen() on an unbound socket after confine(): {lines[1]}"
     finally:
         allowed.close()

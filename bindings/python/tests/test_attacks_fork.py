@@ -21,7 +21,7 @@ SYS = ["/usr", "/lib", "/bin"]
 # It attacks the processes whose environment carries this test's tag (its template,
 # forkers and siblings) and those whose environment it cannot read at all; it leaves
 # alone a process it can read that is not of this sandbox.
-ATTACK = r'''
+ATTACK = r"""
 import errno, json, os, signal, time
 
 def name(e):
@@ -85,7 +85,7 @@ if CLONE_ID == 0:
 else:
     time.sleep(1.5)
     print("genuine", CLONE_ID)
-'''
+"""
 
 
 def test_a_clone_cannot_forge_results_or_touch_its_peers_through_proc() -> None:
@@ -101,7 +101,9 @@ def test_a_clone_cannot_forge_results_or_touch_its_peers_through_proc() -> None:
     assert all(b"FORGED" not in o for o in outs), f"a forged result reached the host: {outs}"
     assert outs[1:] == [b"genuine %d\n" % i for i in range(1, n)], outs
     report = json.loads(res[0].stdout)
-    assert report["wrote"] == 0, f"clone 0 wrote into {report['wrote']} pipes of its template, forkers or siblings: {report}"
+    assert report["wrote"] == 0, (
+        f"clone 0 wrote into {report['wrote']} pipes of its template, forkers or siblings: {report}"
+    )
     assert set(report["mem"]) <= {"EACCES", "ENOENT"}, f"clone 0 opened a peer's /proc/<pid>/mem: {report}"
     assert report["kill"]["template"] in ("EPERM", "ESRCH"), f"clone 0 signalled the template: {report}"
     assert report["kill"]["parent"] in ("EPERM", "ESRCH"), f"clone 0 signalled the process that forked it: {report}"
@@ -110,8 +112,11 @@ def test_a_clone_cannot_forge_results_or_touch_its_peers_through_proc() -> None:
 def test_reduce_sees_only_genuine_output() -> None:
     n = 4
     tag = uuid.uuid4().hex
-    mapper = Sandbox(fs_readable=SYS + ["/proc"], env={"ATTACK_TAG": tag},
-                     work_fn=f"N = {n}\n" + ATTACK.replace("print(json.dumps(", "0 and print(json.dumps("))
+    mapper = Sandbox(
+        fs_readable=SYS + ["/proc"],
+        env={"ATTACK_TAG": tag},
+        work_fn=f"N = {n}\n" + ATTACK.replace("print(json.dumps(", "0 and print(json.dumps("),
+    )
     reducer = Sandbox(fs_readable=SYS)
     try:
         r = reducer.reduce(["cat"], mapper.fork(n, timeout=20))

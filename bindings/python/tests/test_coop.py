@@ -21,7 +21,7 @@ from sandtrap_guest import StCancelled, StTimeout
 
 LEVELS = ["none", "process", "kernel"]
 GUEST_TESTS = Path(__file__).resolve().parents[3] / "core/guest/python/tests"
-sys.path.insert(0, str(GUEST_TESTS))   # corpus.py and escape_helpers.py (granted by the corpus)
+sys.path.insert(0, str(GUEST_TESTS))  # corpus.py and escape_helpers.py (granted by the corpus)
 import corpus  # noqa: E402
 
 CORPUS = corpus.load()
@@ -127,6 +127,7 @@ def test_a_runaway_worker_is_killed_at_the_timeout(tmp_path):
 def test_kernel_fails_closed_without_landlock(tmp_path, monkeypatch):
     import subprocess
     import sys
+
     code = (
         "import sys\n"
         "from sandtrap._coop import sandbox, Policy\n"
@@ -141,7 +142,9 @@ def test_kernel_fails_closed_without_landlock(tmp_path, monkeypatch):
     )
     hook = os.environ.get("SANDTRAP_TESTHOOK_LIB")
     if not hook:
-        pytest.skip("needs the library built with the test hook (make test-python builds it and sets SANDTRAP_TESTHOOK_LIB)")
+        pytest.skip(
+            "needs the library built with the test hook (make test-python builds it and sets SANDTRAP_TESTHOOK_LIB)"
+        )
     env = dict(os.environ, SANDTRAP_TEST_DISABLE="landlock", SANDTRAP_LIB=hook)
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert "REFUSED" in out.stdout and "landlock" in out.stdout, out.stdout + out.stderr
@@ -193,6 +196,7 @@ def test_cancel_from_another_thread(level, tmp_path):
 # session_open with a "template" frame). Forks must share nothing but the template's
 # pristine state, and must not reach each other or the template.
 
+
 def _same_config(tmp_path, n=2, timeout=10):
     import coop_bypass
 
@@ -206,8 +210,10 @@ def test_forks_of_one_template_share_no_namespace(tmp_path):
     a, b = _same_config(tmp_path)
     with a, b:
         assert a.exec("secret = 41\nimport coop_bypass\npid = coop_bypass.getpid()").error is None
-        r = b.exec("import coop_bypass\npid = coop_bypass.getpid()\ntry:\n    secret\n    seen = True\n"
-                   "except NameError:\n    seen = False\n")
+        r = b.exec(
+            "import coop_bypass\npid = coop_bypass.getpid()\ntry:\n    secret\n    seen = True\n"
+            "except NameError:\n    seen = False\n"
+        )
         assert r.error is None, r.traceback
         assert r.namespace["seen"] is False
         ra = a.exec("x = secret + 1")
@@ -250,8 +256,10 @@ def test_a_worker_holds_only_its_stdio(tmp_path):
     # cgroup.procs fd, not the template's channel — first fork of a template or later
     policy = Policy(timeout=10)
     policy.module(os)
-    probe = ("import os\nfds = []\nfor f in os.listdir('/proc/self/fd'):\n    try:\n"
-             "        os.fstat(int(f))\n        fds.append(int(f))\n    except OSError:\n        pass\n")
+    probe = (
+        "import os\nfds = []\nfor f in os.listdir('/proc/self/fd'):\n    try:\n"
+        "        os.fstat(int(f))\n        fds.append(int(f))\n    except OSError:\n        pass\n"
+    )
     seen = []
     for _ in range(3):
         with sandbox(policy, isolation="process", filesystem=IsolatedFS(tmp_path)) as sb:
@@ -275,18 +283,20 @@ def test_sandboxes_with_different_roots_share_a_template_not_their_files(tmp_pat
     for r in roots:
         r.mkdir()
         (r / "secret.txt").write_text(f"secret of {r.name}")
-    probe = ("import os, coop_bypass\n"
-             "def try_read(p):\n"
-             "    try:\n"
-             "        fd = os.open(p, os.O_RDONLY)\n"
-             "        return os.read(fd, 100).decode()\n"
-             "    except OSError as e:\n"
-             "        return e.errno\n"
-             "mine = try_read('secret.txt')\n"
-             "theirs = try_read(OTHER + '/secret.txt')\n"
-             "hostname = try_read('/etc/hostname')\n"
-             "home = os.environ.get('HOME')\n"
-             "ppid = coop_bypass.getppid()\n")
+    probe = (
+        "import os, coop_bypass\n"
+        "def try_read(p):\n"
+        "    try:\n"
+        "        fd = os.open(p, os.O_RDONLY)\n"
+        "        return os.read(fd, 100).decode()\n"
+        "    except OSError as e:\n"
+        "        return e.errno\n"
+        "mine = try_read('secret.txt')\n"
+        "theirs = try_read(OTHER + '/secret.txt')\n"
+        "hostname = try_read('/etc/hostname')\n"
+        "home = os.environ.get('HOME')\n"
+        "ppid = coop_bypass.getppid()\n"
+    )
     a = sandbox(policy, isolation="kernel", filesystem=IsolatedFS(roots[0]))
     b = sandbox(policy, isolation="kernel", filesystem=IsolatedFS(roots[1]))
     with a, b:

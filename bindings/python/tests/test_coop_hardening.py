@@ -19,15 +19,17 @@ from sandtrap_guest import StTimeout
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "core/guest/python/tests"))  # escape_helpers
 WORKERS = ["process", "kernel"]
 GRACE = 0.5  # the engine kills a worker this long after its timeout (docs/protocol.md)
-PROBE = ("import subprocess, coop_bypass\n"
-         "def run():\n"
-         "    try:\n"
-         "        return subprocess.run(['/usr/bin/id'], capture_output=True).returncode\n"
-         "    except OSError as e:\n"
-         "        return e.errno\n"
-         "run_id = run()\n"
-         "fork = coop_bypass.fork()\n"
-         "execv = coop_bypass.execv()\n")
+PROBE = (
+    "import subprocess, coop_bypass\n"
+    "def run():\n"
+    "    try:\n"
+    "        return subprocess.run(['/usr/bin/id'], capture_output=True).returncode\n"
+    "    except OSError as e:\n"
+    "        return e.errno\n"
+    "run_id = run()\n"
+    "fork = coop_bypass.fork()\n"
+    "execv = coop_bypass.execv()\n"
+)
 
 
 def spawn_policy(**kw):
@@ -119,13 +121,15 @@ def test_cancel_on_an_idle_sandbox_keeps_the_worker_and_the_namespace(level, tmp
 @pytest.mark.parametrize("level", WORKERS)
 def test_any_namespace_round_trips(level, tmp_path):
     with sandbox(Policy(timeout=10), isolation=level, filesystem=IsolatedFS(tmp_path)) as sb:
-        r = sb.exec("d = {1: 'a', (1, 2): 'b', None: 3, 2.5: 4, b'k': 5, False: 6}\ns = chr(0xd800) + 'x'\n"
-                    "print(s)\nbig = 2 ** 100\n")
+        r = sb.exec(
+            "d = {1: 'a', (1, 2): 'b', None: 3, 2.5: 4, b'k': 5, False: 6}\ns = chr(0xd800) + 'x'\n"
+            "print(s)\nbig = 2 ** 100\n"
+        )
         assert r.error is None, r.error
         assert r.namespace["d"] == {1: "a", "(1, 2)": "b", None: 3, 2.5: 4, b"k": 5, False: 6}
         assert r.namespace["s"] == "\ufffdx" and r.stdout == "\ufffdx\n"
         assert r.namespace["big"]["__st_placeholder__"] == "int"
-        r = sb.exec("e = len(d)")              # and every later exec still works
+        r = sb.exec("e = len(d)")  # and every later exec still works
         assert r.error is None and r.namespace["e"] == 6
 
 
@@ -137,15 +141,18 @@ def test_a_namespace_exponentially_larger_than_its_graph_is_bounded(level, tmp_p
         took = time.monotonic() - start
         assert r.error is None, r.error
         assert took < 10, took
-        assert r.namespace["shared"] == [[1, 2], [1, 2]]     # small sharing is kept
+        assert r.namespace["shared"] == [[1, 2], [1, 2]]  # small sharing is kept
         assert "__st_placeholder__" in str(r.namespace["t"])[:100000] or "too" in str(r.namespace["t"])[-2000:]
 
 
 def test_class_grants_are_readable_by_the_kernel_worker(tmp_path):
     import escape_helpers
+
     policy = Policy(timeout=10)
     policy.cls(escape_helpers.Counter, include=("value",))
     with sandbox(policy, isolation="kernel", filesystem=IsolatedFS(tmp_path)) as sb:
-        r = sb.exec("v = Counter(3).value\ntry:\n    Counter(3)._secret\nexcept AttributeError as e:\n    msg = str(e)\n")
+        r = sb.exec(
+            "v = Counter(3).value\ntry:\n    Counter(3)._secret\nexcept AttributeError as e:\n    msg = str(e)\n"
+        )
     assert r.error is None, r.traceback
     assert r.namespace["v"] == 3 and "_secret" in r.namespace["msg"]

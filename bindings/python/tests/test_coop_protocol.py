@@ -37,9 +37,26 @@ def policy(timeout=3.0):
     return p
 
 
-CRASHES = ["deep", "garbage", "trailing", "bad_utf8", "not_map", "no_op", "ready", "ticks_str", "ticks_bool",
-           "namespace_list", "namespace_int_name", "error_type_int", "error_missing", "stdout_bytes",
-           "call_name_int", "call_kwargs_int_keys", "call_args_map", "exit"]
+CRASHES = [
+    "deep",
+    "garbage",
+    "trailing",
+    "bad_utf8",
+    "not_map",
+    "no_op",
+    "ready",
+    "ticks_str",
+    "ticks_bool",
+    "namespace_list",
+    "namespace_int_name",
+    "error_type_int",
+    "error_missing",
+    "stdout_bytes",
+    "call_name_int",
+    "call_kwargs_int_keys",
+    "call_args_map",
+    "exit",
+]
 
 
 @pytest.mark.parametrize("level", LEVELS)
@@ -52,7 +69,7 @@ def test_every_protocol_fault_is_a_clean_worker_crash(fake, level, tmp_path):
             took = time.monotonic() - start
             assert isinstance(r.error, WorkerCrashed), (mode, r.error)
             assert took < 3.0, (mode, took)
-            r = sb.exec("ok\ny = 2")   # a fresh worker (the namespace was reset)
+            r = sb.exec("ok\ny = 2")  # a fresh worker (the namespace was reset)
             assert r.error is None and r.restarted and r.namespace == {"y": 2}, (mode, r)
 
 

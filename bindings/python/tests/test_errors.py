@@ -20,28 +20,50 @@ def problems_of(exc: pytest.ExceptionInfo[SandtrapError]) -> str:
 def test_policy_error_lists_every_problem_at_once(tmp_path: Path) -> None:
     with pytest.raises(PolicyError) as ei:
         Sandbox(
-            fs_readable="/usr",               # a str, not a list
-            fs_writable=[b"/tmp"],            # bytes path
-            max_memory=1.5,                   # float size
-            max_processes="10",               # str count
-            net_allow_udp="yes",              # not a bool
-            env={"A": 1},                     # non-str value
-            chroot="/",                       # unsupported
-            fs_readble=["/usr"],              # typo: unknown
-            cwd="relative/dir",               # engine: relative
-            max_disk="lots",                  # engine: bad size
+            fs_readable="/usr",  # a str, not a list
+            fs_writable=[b"/tmp"],  # bytes path
+            max_memory=1.5,  # float size
+            max_processes="10",  # str count
+            net_allow_udp="yes",  # not a bool
+            env={"A": 1},  # non-str value
+            chroot="/",  # unsupported
+            fs_readble=["/usr"],  # typo: unknown
+            cwd="relative/dir",  # engine: relative
+            max_disk="lots",  # engine: bad size
         )
     text = problems_of(ei)
-    for needle in ("fs_readable", "fs_writable", "bytes", "max_memory", "max_processes",
-                   "net_allow_udp", "env", "chroot", "fs_readble", "did you mean fs_readable",
-                   "relative", "max_disk"):
+    for needle in (
+        "fs_readable",
+        "fs_writable",
+        "bytes",
+        "max_memory",
+        "max_processes",
+        "net_allow_udp",
+        "env",
+        "chroot",
+        "fs_readble",
+        "did you mean fs_readable",
+        "relative",
+        "max_disk",
+    ):
         assert needle in text, (needle, text)
     assert len(ei.value.problems) == 10, text
     assert str(ei.value).startswith("invalid policy (10 problems)")
     # every problem is a (field, message) pair, found in Python or by the engine
-    assert sorted(p.field for p in ei.value.problems) == sorted([
-        "fs_writable", "chroot", "fs_readble", "fs_readable", "max_memory", "max_processes",
-        "max_disk", "net_allow_udp", "env", "cwd"])
+    assert sorted(p.field for p in ei.value.problems) == sorted(
+        [
+            "fs_writable",
+            "chroot",
+            "fs_readble",
+            "fs_readable",
+            "max_memory",
+            "max_processes",
+            "max_disk",
+            "net_allow_udp",
+            "env",
+            "cwd",
+        ]
+    )
     for p in ei.value.problems:
         assert p == f"{p.field}: {p.message}" and not p.message.startswith(p.field)
     assert isinstance(ei.value, ValueError) and isinstance(ei.value, SandtrapError)
@@ -51,8 +73,13 @@ def test_policy_error_lists_every_problem_at_once(tmp_path: Path) -> None:
 def test_engine_validation_lists_every_problem(tmp_path: Path) -> None:
     missing = tmp_path / "missing"
     with pytest.raises(PolicyError) as ei:
-        Sandbox(fs_readable=["usr", str(missing)], max_memory="12Q", net_allow=["nope"],
-                extra_deny_syscalls=["not a syscall"], timeout=-1)
+        Sandbox(
+            fs_readable=["usr", str(missing)],
+            max_memory="12Q",
+            net_allow=["nope"],
+            extra_deny_syscalls=["not a syscall"],
+            timeout=-1,
+        )
     text = problems_of(ei)
     assert "relative" in text and str(missing) in text and "12Q" in text
     assert "nope" in text and "not a syscall" in text and "timeout" in text
@@ -91,7 +118,8 @@ def test_misspelled_field_is_one_structured_problem() -> None:
     with pytest.raises(PolicyError) as ei:
         Sandbox(fs_readble=["/usr"])  # type: ignore[call-arg]
     assert [(p.field, p.message) for p in ei.value.problems] == [
-        ("fs_readble", "unknown field; did you mean fs_readable?")]
+        ("fs_readble", "unknown field; did you mean fs_readable?")
+    ]
     assert str(ei.value) == "invalid policy: fs_readble: unknown field; did you mean fs_readable?"
     assert isinstance(ei.value.problems[0], sandtrap.Problem)
 
@@ -101,7 +129,8 @@ def test_problems_of_a_request_are_structured(ro_sandbox: Sandbox) -> None:
         ro_sandbox.run(["true"], cwd="relative", timeout=-3)
     assert [(p.field, p.message) for p in ei.value.problems] == [
         ("timeout", "-3 must be a positive number of seconds"),
-        ("cwd", 'path "relative" is relative; give an absolute path')]
+        ("cwd", 'path "relative" is relative; give an absolute path'),
+    ]
 
 
 def test_positional_arguments_refused() -> None:
@@ -133,6 +162,7 @@ def test_human_sizes_pass_through() -> None:
 
 
 # -- run() --------------------------------------------------------------------------------
+
 
 def test_run_argv_must_be_a_list(ro_sandbox: Sandbox) -> None:
     with pytest.raises(InvalidRequest, match="not a single str"):

@@ -75,11 +75,13 @@ def test_run_in_forked_child_raises(loaded_sandbox: Sandbox) -> None:
 def test_other_calls_in_forked_child_raise(loaded_sandbox: Sandbox) -> None:
     def child() -> str:
         seen = []
-        for call in (lambda: Sandbox(fs_readable=SYS_RO),
-                     lambda: (loaded_sandbox.cmd(["true"]) | loaded_sandbox.cmd(["true"])).run(),
-                     lambda: loaded_sandbox.isolation(),
-                     lambda: asyncio.run(loaded_sandbox.arun(["true"])),
-                     lambda: sandtrap.probe()):
+        for call in (
+            lambda: Sandbox(fs_readable=SYS_RO),
+            lambda: (loaded_sandbox.cmd(["true"]) | loaded_sandbox.cmd(["true"])).run(),
+            lambda: loaded_sandbox.isolation(),
+            lambda: asyncio.run(loaded_sandbox.arun(["true"])),
+            lambda: sandtrap.probe(),
+        ):
             try:
                 call()
                 seen.append("ran")

@@ -49,12 +49,15 @@ def test_returns_inject_bytes_and_errno(tmp_path: Path) -> None:
     f = tmp_path / "real.txt"
     f.write_text("real")
     sb = Sandbox(fs_readable=RO + [str(tmp_path)])
-    r = sb.run_with_handlers(["/bin/cat", str(f)], [("openat", Fixed(NotifAction.inject_bytes(b"virtual\n"), "real.txt"))])
+    r = sb.run_with_handlers(
+        ["/bin/cat", str(f)], [("openat", Fixed(NotifAction.inject_bytes(b"virtual\n"), "real.txt"))]
+    )
     assert r.stdout == b"virtual\n", r
     r = sb.run_with_handlers(["/bin/cat", str(f)], [("openat", Fixed(NotifAction.errno(errno.ENOENT), "real.txt"))])
     assert b"No such file" in r.stderr, r
-    r = sb.run_with_handlers(["/usr/bin/python3", "-c", "import os; print(os.getppid())"],
-                             [("getppid", Fixed(NotifAction.returns(4242)))])
+    r = sb.run_with_handlers(
+        ["/usr/bin/python3", "-c", "import os; print(os.getppid())"], [("getppid", Fixed(NotifAction.returns(4242)))]
+    )
     assert r.stdout == b"4242\n", r
     sb.close()
 
@@ -112,7 +115,9 @@ def test_restrict_network_tightens_from_then_on() -> None:
             ctx.restrict_network([])
         return 0
 
-    code = ("import socket\ns=socket.socket()\ntry:\n s.connect(('127.0.0.1', 9))\nexcept OSError as e:\n print(e.errno)\n")
+    code = (
+        "import socket\ns=socket.socket()\ntry:\n s.connect(('127.0.0.1', 9))\nexcept OSError as e:\n print(e.errno)\n"
+    )
     sb = Sandbox(fs_readable=RO, net_allow=["127.0.0.1:9"], policy_fn=on_event)
     r = sb.run(["/usr/bin/python3", "-c", code])
     assert r.stdout == b"13\n", r  # EACCES from the restriction, not ECONNREFUSED
@@ -141,11 +146,15 @@ def test_async_handler_does_not_stall_other_calls(tmp_path: Path) -> None:
                 marks["fast_asked"] = time.monotonic()
             return NotifAction.continue_()
 
-    code = ("import threading,time\n"
-            "def slow():\n open(%r).read()\n" % str(tmp_path / "slow") +
-            "t=threading.Thread(target=slow); t.start(); time.sleep(0.2)\n"
-            "a=time.monotonic(); open(%r).read(); b=time.monotonic()\n" % str(tmp_path / "fast") +
-            "t.join(); print(round(b-a, 3))\n")
+    code = (
+        "import threading,time\n"
+        "def slow():\n open(%r).read()\n"
+        % str(tmp_path / "slow")
+        + "t=threading.Thread(target=slow); t.start(); time.sleep(0.2)\n"
+        "a=time.monotonic(); open(%r).read(); b=time.monotonic()\n"
+        % str(tmp_path / "fast")
+        + "t.join(); print(round(b-a, 3))\n"
+    )
     sb = Sandbox(fs_readable=RO + [str(tmp_path)])
     r = sb.run_with_handlers(["/usr/bin/python3", "-c", code], [("openat", Slow())])
     assert r.success, r
@@ -185,8 +194,9 @@ def test_ctx_reads_and_presets(tmp_path: Path) -> None:
 
     paths: list = []
     sb = Sandbox(fs_readable=RO + [str(tmp_path)])
-    r = sb.run_with_handlers(["/bin/cat", str(f)], [("openat", Reader()),
-                                                    ("openat", AuditPathsHandler(lambda p, c: paths.append(p)))])
+    r = sb.run_with_handlers(
+        ["/bin/cat", str(f)], [("openat", Reader()), ("openat", AuditPathsHandler(lambda p, c: paths.append(p)))]
+    )
     assert r.stdout == b"A"
     assert got == [(str(f), str(f).encode()[:3], str(f))], got
     assert str(f) in paths
@@ -213,9 +223,11 @@ def test_killed_host_kills_the_run(tmp_path: Path) -> None:
         "            time.sleep(0.3)\n"
         "            os._exit(3)\n"
         "        return NotifAction.continue_()\n"
-        "Sandbox(fs_readable=['/usr', '/lib', '/bin']).run_with_handlers(['/bin/sh', '-c', '/bin/sleep 30 & /bin/sleep 0.5; /bin/true; wait'], [('execve', Die())])\n")
+        "Sandbox(fs_readable=['/usr', '/lib', '/bin']).run_with_handlers(['/bin/sh', '-c', '/bin/sleep 30 & /bin/sleep 0.5; /bin/true; wait'], [('execve', Die())])\n"
+    )
     import subprocess
     import sys
+
     r = subprocess.run([sys.executable, str(script)], timeout=60, env=dict(os.environ))
     assert r.returncode == 3
     pid = int(marker.read_text())

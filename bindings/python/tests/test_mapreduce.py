@@ -27,8 +27,13 @@ def data_dir(tmp_path: Path) -> Path:
 def mapper(data_dir: Path, **kw) -> Sandbox:
     import fork_helpers  # noqa: F401 - imported from this directory by the template too
 
-    return Sandbox(fs_readable=SYS + [HERE, str(data_dir)], env={"DATA_DIR": str(data_dir)},
-                   init_fn=kw.pop("init_fn", fork_helpers.init), work_fn=kw.pop("work_fn", fork_helpers.work), **kw)
+    return Sandbox(
+        fs_readable=SYS + [HERE, str(data_dir)],
+        env={"DATA_DIR": str(data_dir)},
+        init_fn=kw.pop("init_fn", fork_helpers.init),
+        work_fn=kw.pop("work_fn", fork_helpers.work),
+        **kw,
+    )
 
 
 def test_seed_example(data_dir: Path) -> None:
@@ -176,8 +181,9 @@ def test_map_reduce_from_a_virtual_environment(tmp_path: Path) -> None:
     _native.lib()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     env["SANDTRAP_LIB"] = str(_native.lib_path())
-    p = subprocess.run([str(venv / "bin" / "python"), str(script)], capture_output=True, text=True, env=env,
-                       timeout=120, cwd=tmp_path)
+    p = subprocess.run(
+        [str(venv / "bin" / "python"), str(script)], capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path
+    )
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout.splitlines()[-1])
     assert out["out"] == ["1200\n", "1225\n", "1250\n", "1275\n"], out
@@ -187,12 +193,14 @@ def test_map_reduce_from_a_virtual_environment(tmp_path: Path) -> None:
 
 
 def test_clone_exit_status_stdin_and_environment() -> None:
-    work = ("import os, sys\n"
-            "assert sys.stdin.read() == ''\n"  # not the template's frame channel
-            "print(os.environ['CLONE_ID'])\n"
-            "if CLONE_ID == 1: sys.exit()\n"
-            "if CLONE_ID == 2: sys.exit(4)\n"
-            "if CLONE_ID == 3: sys.exit('bye')\n")
+    work = (
+        "import os, sys\n"
+        "assert sys.stdin.read() == ''\n"  # not the template's frame channel
+        "print(os.environ['CLONE_ID'])\n"
+        "if CLONE_ID == 1: sys.exit()\n"
+        "if CLONE_ID == 2: sys.exit(4)\n"
+        "if CLONE_ID == 3: sys.exit('bye')\n"
+    )
     res = Sandbox(fs_readable=SYS, work_fn=work).fork(4).results()
     assert [c.stdout for c in res] == [b"0\n", b"1\n", b"2\n", b"3\n"]
     assert [c.exit_code for c in res] == [0, 0, 4, 1]
@@ -231,8 +239,7 @@ def test_fork_within_a_process_limit(limit: int) -> None:
 def test_cancel_stops_forking(tmp_path: Path) -> None:
     import threading
 
-    work = (f"import time\nopen({str(tmp_path)!r} + '/' + str(CLONE_ID), 'w').close()\n"
-            "time.sleep(0.1)\nprint(CLONE_ID)")
+    work = f"import time\nopen({str(tmp_path)!r} + '/' + str(CLONE_ID), 'w').close()\ntime.sleep(0.1)\nprint(CLONE_ID)"
     sb = Sandbox(fs_readable=SYS, fs_writable=[str(tmp_path)], work_fn=work)
     t0 = time.monotonic()
     clones = sb.fork(1000, parallel=2)

@@ -27,6 +27,7 @@ def test_problem_vector(case: dict[str, Any]) -> None:
     with pytest.raises(PolicyError) as ei:
         Sandbox(**{name(k): v for k, v in case["policy"].items()})
     got = sorted((p.field, p.message) for p in ei.value.problems)
-    want = sorted((name(p["field"]), re.sub(r"\{(\w+)\}", lambda m: name(m.group(1)), p["message"]))
-                  for p in case["problems"])
+    want = sorted(
+        (name(p["field"]), re.sub(r"\{(\w+)\}", lambda m: name(m.group(1)), p["message"])) for p in case["problems"]
+    )
     assert got == want

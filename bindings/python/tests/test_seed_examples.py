@@ -1,6 +1,6 @@
 """Every example of the API page we follow (sandlock's Python SDK page, package
 renamed sandtrap). Features sandtrap does not offer (HTTP ACL, chroot/mounts,
-dry-run, port virtualization) must be refused by name."""
+dry-run) must be refused by name."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from conftest import SYS_RO
 
 
 # -- Running a command --------------------------------------------------------------
+
 
 def test_running_a_command(world_tmp: Path) -> None:
     sandbox_dir = world_tmp / "sandbox"  # the page's /tmp/sandbox
@@ -47,33 +48,59 @@ def test_output_is_bytes_even_when_not_utf8() -> None:
 
 SEED_UNSUPPORTED = {
     # [config]
-    "http_ca": None, "http_key": None, "fs_storage": None, "workdir": None,
+    "http_ca": None,
+    "http_key": None,
+    "fs_storage": None,
+    "workdir": None,
     # [determinism]
-    "random_seed": None, "time_start": None, "deterministic_dirs": False, "no_randomize_memory": False,
+    "random_seed": None,
+    "time_start": None,
+    "deterministic_dirs": False,
+    "no_randomize_memory": False,
     # [program]
-    "no_coredump": False, "no_huge_pages": False, "no_supervisor": False,
+    "no_coredump": False,
+    "no_huge_pages": False,
+    "no_supervisor": False,
     # [filesystem]
-    "chroot": None, "fs_mount": {}, "on_exit": "commit", "on_error": "abort",
-    # [network]
-    "port_remap": False,
+    "chroot": None,
+    "fs_mount": {},
+    "on_exit": "commit",
+    "on_error": "abort",
     # [http]
-    "http_ports": (), "http_allow": (), "http_deny": (),
+    "http_ports": (),
+    "http_allow": (),
+    "http_deny": (),
     # [limits]
-    "gpu_devices": None, "cpu_cores": None, "num_cpus": None,
-    # runtime kwargs
-    "name": None,
+    "gpu_devices": None,
+    "cpu_cores": None,
+    "num_cpus": None,
 }
 
 
 def test_full_constructor_supported_fields() -> None:
     # every field of the page that sandtrap has, at the page's defaults
     sb = Sandbox(
-        init_fn=None, work_fn=None,
-        env={}, cwd=None, uid=None, gid=None, clean_env=False,
-        fs_readable=(), fs_writable=(), fs_denied=(),
-        net_allow_bind=(), net_allow=(),
-        extra_allow_syscalls=(), extra_deny_syscalls=(),
-        max_memory=None, max_processes=64, max_open_files=None, max_cpu=None, max_disk=None,
+        init_fn=None,
+        work_fn=None,
+        env={},
+        cwd=None,
+        uid=None,
+        gid=None,
+        clean_env=False,
+        fs_readable=(),
+        fs_writable=(),
+        fs_denied=(),
+        net_allow_bind=(),
+        net_allow=(),
+        port_remap=False,
+        name=None,
+        extra_allow_syscalls=(),
+        extra_deny_syscalls=(),
+        max_memory=None,
+        max_processes=64,
+        max_open_files=None,
+        max_cpu=None,
+        max_disk=None,
     )
     assert sb.policy["max_processes"] == 64
     sb.close()
@@ -91,6 +118,7 @@ def test_full_constructor_names_every_unsupported_field() -> None:
 
 # -- HTTP ACL (not in sandtrap) ---------------------------------------------------------
 
+
 def test_http_acl_is_refused_by_name() -> None:
     with pytest.raises(PolicyError) as ei:
         Sandbox(
@@ -102,6 +130,7 @@ def test_http_acl_is_refused_by_name() -> None:
 
 
 # -- chroot and mounts (not in sandtrap) -------------------------------------------------
+
 
 def test_chroot_and_mounts_are_refused_by_name() -> None:
     with pytest.raises(PolicyError) as ei:
@@ -117,6 +146,7 @@ def test_chroot_and_mounts_are_refused_by_name() -> None:
 
 # -- Dry-run (not in sandtrap) -----------------------------------------------------------
 
+
 def test_dry_run_is_refused_by_name() -> None:
     with pytest.raises(PolicyError) as ei:
         Sandbox(fs_writable=["."], workdir=".", fs_readable=["/usr", "/lib", "/bin", "/etc"])
@@ -127,6 +157,7 @@ def test_dry_run_is_refused_by_name() -> None:
 
 
 # -- Pipelines -----------------------------------------------------------------------------
+
 
 @pytest.fixture
 def opt_data(world_tmp: Path) -> Path:
@@ -141,10 +172,7 @@ def test_pipeline_example(opt_data: Path) -> None:
     restricted = Sandbox(fs_readable=["/usr", "/lib", "/bin", "/etc"])
 
     # reader can access the data, processor cannot
-    result = (
-        trusted.cmd(["cat", f"{opt_data}/secret.csv"])
-        | restricted.cmd(["tr", "a-z", "A-Z"])
-    ).run()
+    result = (trusted.cmd(["cat", f"{opt_data}/secret.csv"]) | restricted.cmd(["tr", "a-z", "A-Z"])).run()
     assert b"SECRET" in result.stdout
     assert result.success
     assert len(result.stages) == 2 and all(s.success for s in result.stages)
@@ -157,6 +185,7 @@ def test_pipeline_example(opt_data: Path) -> None:
 
 # -- The XOA pattern -------------------------------------------------------------------------
 
+
 def test_xoa_example(world_tmp: Path) -> None:
     data = world_tmp / "data"  # stands in for /data
     data.mkdir()
@@ -165,10 +194,7 @@ def test_xoa_example(world_tmp: Path) -> None:
     planner = Sandbox(fs_readable=["/usr", "/lib", "/bin", "/etc"])
     executor = Sandbox(fs_readable=["/usr", "/lib", "/bin", "/etc", str(data)])
 
-    result = (
-        planner.cmd(["python3", "-c", f"print('cat {data}/input.txt')"])
-        | executor.cmd(["sh"])
-    ).run()
+    result = (planner.cmd(["python3", "-c", f"print('cat {data}/input.txt')"]) | executor.cmd(["sh"])).run()
     assert result.success, result.stages
     assert result.stdout == b"the input\n", [s.error for s in result.stages]
 
@@ -180,6 +206,7 @@ def test_xoa_example(world_tmp: Path) -> None:
 
 
 # -- COW fork and map-reduce (a later issue) -----------------------------------------------------
+
 
 def test_cow_fork_example_needs_importable_functions() -> None:
     # The page's example works as written with module-level functions (see
@@ -198,6 +225,7 @@ def test_cow_fork_example_needs_importable_functions() -> None:
 
 
 # -- Confining the current process ---------------------------------------------------------------
+
 
 def test_confine_example_in_subprocess(world_tmp: Path) -> None:
     writable = world_tmp / "w"
@@ -219,25 +247,87 @@ def test_confine_example_in_subprocess(world_tmp: Path) -> None:
     assert (writable / "ok.txt").read_text() == "ok"
 
 
-# -- Port virtualization (not in sandtrap) ---------------------------------------------------------
+# -- Port virtualization ------------------------------------------------------------------------
 
-def test_port_remap_is_refused_by_name() -> None:
+SERVER = """import socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", 8080))
+s.listen(8)
+c = socket.create_connection(("127.0.0.1", 8080), timeout=5)   # its own server, by the virtual port
+for _ in range(2):  # its own client and the host's, in either order
+    a, _ = s.accept(); a.sendall(sys.argv[1].encode()); a.close()
+assert c.recv(64).decode() == sys.argv[1]
+print(s.getsockname()[1], socket.gethostname(), flush=True)
+"""
+
+
+def test_port_virtualization() -> None:
+    import socket
+    import threading
+    import time
+
+    sbs = [
+        Sandbox(
+            port_remap=True,
+            net_allow_bind=[8080],
+            fs_readable=["/usr", "/lib", "/etc"],
+            name="api.local",
+        )
+        for _ in range(2)
+    ]
+    results: list = [None, None]
+    threads = [
+        threading.Thread(
+            target=lambda i=i: results.__setitem__(
+                i, sbs[i].run(["/usr/bin/python3", "-c", SERVER, f"server{i}"], timeout=30)
+            )
+        )
+        for i in range(2)
+    ]
+    for t in threads:
+        t.start()
+    reals = []
+    for sb in sbs:  # sb.ports() returns {virtual_port: real_port} while running
+        for _ in range(200):
+            ports = sb.ports()
+            if ports:
+                break
+            time.sleep(0.05)
+        assert list(ports) == [8080], ports
+        reals.append(ports[8080])
+    assert reals[0] != reals[1]
+    for i, real in enumerate(reals):
+        with socket.create_connection(("127.0.0.1", real), timeout=10) as c:
+            assert c.recv(64) == f"server{i}".encode()
+    for t in threads:
+        t.join(30)
+    for r in results:
+        assert r is not None and r.success, r and r.stderr
+        assert r.stdout == b"8080 api.local\n"
+    assert [sb.ports() for sb in sbs] == [{}, {}]
+    assert sbs[0].isolation()["hostname"] == "api.local"
+    assert Sandbox(fs_readable=["/usr"]).ports() == {}
+
+
+def test_port_remap_needs_bind_ports() -> None:
     with pytest.raises(PolicyError) as ei:
-        Sandbox(port_remap=True, net_allow_bind=[8080], fs_readable=["/usr", "/lib", "/etc"], name="api.local")
+        Sandbox(port_remap=True, fs_readable=["/usr"], name="bad name")
     assert "port_remap" in str(ei.value) and "name" in str(ei.value)
 
 
 # -- Dynamic policy and handlers ---------------------------------------------------------------------
+
 
 def test_policy_fn_example() -> None:
     # the page's example as written (it denies every execve whose argv names curl,
     # and locks the network down after the first exec)
     def on_event(event, ctx):  # type: ignore[no-untyped-def]
         if event.syscall == "execve" and event.argv_contains("curl"):
-            return True              # deny with EPERM
+            return True  # deny with EPERM
         if event.syscall == "execve":
-            ctx.restrict_network([])   # lock down after startup
-        return 0                       # allow
+            ctx.restrict_network([])  # lock down after startup
+        return 0  # allow
 
     sandbox = Sandbox(fs_readable=["/usr", "/lib"], policy_fn=on_event)
     r = sandbox.run(["/bin/sh", "-c", "echo ok; c=cu; ${c}rl --version; echo $?"])
@@ -265,6 +355,7 @@ def test_handlers_example(world_tmp: Path) -> None:
 
 # -- Helpers and types --------------------------------------------------------------------------------
 
+
 def test_parse_ports_example() -> None:
     assert parse_ports([80, "443", "8000-8005"]) == [80, 443, 8000, 8001, 8002, 8003, 8004, 8005]
 
@@ -282,6 +373,17 @@ def test_parse_ports_feeds_net_allow_bind() -> None:
 
 
 def test_package_exports() -> None:
-    for name in ("Sandbox", "Result", "ErrorInfo", "Pipeline", "Command", "parse_ports", "confine",
-                 "SandtrapError", "PolicyError", "IsolationUnavailable", "ForkedChildError"):
+    for name in (
+        "Sandbox",
+        "Result",
+        "ErrorInfo",
+        "Pipeline",
+        "Command",
+        "parse_ports",
+        "confine",
+        "SandtrapError",
+        "PolicyError",
+        "IsolationUnavailable",
+        "ForkedChildError",
+    ):
         assert hasattr(sandtrap, name), name

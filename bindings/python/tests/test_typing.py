@@ -35,9 +35,24 @@ def test_mypy_strict_refuses_the_mistakes(tmp_path: Path) -> None:
     pkg_root = Path(sandtrap.__file__).resolve().parents[1]
     if "site-packages" not in pkg_root.parts:  # a checkout on PYTHONPATH
         env["MYPYPATH"] = str(pkg_root)
-    r = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--follow-imports=silent",
-                        "--cache-dir", str(tmp_path / "cache"), str(src)],
-                       capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--strict",
+            "--no-incremental",
+            "--follow-imports=silent",
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            str(src),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
     out = r.stdout + r.stderr
     errors = [line for line in out.splitlines() if ": error:" in line]
     assert [line.split(":")[1] for line in errors] == ["4", "5", "6"], out

@@ -228,13 +228,25 @@ def setid_files(root: str) -> list[str]:
     return out
 
 
-def check(vec: dict[str, Any], res: sandtrap.Result, wall: float, host: subprocess.Popen[bytes] | None,
-          repl: dict[str, str], env: dict[str, Any] | None = None) -> list[str]:
+def check(
+    vec: dict[str, Any],
+    res: sandtrap.Result,
+    wall: float,
+    host: subprocess.Popen[bytes] | None,
+    repl: dict[str, str],
+    env: dict[str, Any] | None = None,
+) -> list[str]:
     return check_expect(vec["expect"], res, wall, host, repl, env or {})
 
 
-def check_expect(expect: dict[str, Any], res: sandtrap.Result, wall: float, host: subprocess.Popen[bytes] | None,
-                 repl: dict[str, str], env: dict[str, Any]) -> list[str]:
+def check_expect(
+    expect: dict[str, Any],
+    res: sandtrap.Result,
+    wall: float,
+    host: subprocess.Popen[bytes] | None,
+    repl: dict[str, str],
+    env: dict[str, Any],
+) -> list[str]:
     out = res.stdout.decode(errors="replace").strip()
     errors = []
     for key, want in expect.items():

@@ -60,8 +60,6 @@ def library_version() -> str:
     return _native.version()
 
 
-
-
 __all__ = [
     "__version__",
     "Sandbox",

@@ -12,14 +12,12 @@ from ._version import __version__
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m sandtrap", description="sandtrap process sandbox")
     ap.add_argument("--version", action="version", version=__version__)
-    ap.add_argument("--probe", action="store_true",
-                    help="print what this kernel and process can enforce (JSON)")
+    ap.add_argument("--probe", action="store_true", help="print what this kernel and process can enforce (JSON)")
     args = ap.parse_args(argv)
     if args.probe:
         from . import _native
 
-        info = {"package": __version__, "library": _native.version(), "path": None,
-                "probe": _native.probe()}
+        info = {"package": __version__, "library": _native.version(), "path": None, "probe": _native.probe()}
         info["path"] = _native.lib_path()
         json.dump(info, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")

@@ -95,8 +95,11 @@ def _error_from_wire(e: dict | None) -> BaseException | None:
     elif module == "sandtrap" and name == "WorkerCrashed":
         cls = WorkerCrashed
     err: BaseException
-    if isinstance(cls, type) and issubclass(cls, BaseException) and not issubclass(cls, (SystemExit,
-                                                                                        KeyboardInterrupt)):
+    if (
+        isinstance(cls, type)
+        and issubclass(cls, BaseException)
+        and not issubclass(cls, (SystemExit, KeyboardInterrupt))
+    ):
         try:
             err = cls(message)
         except Exception:  # noqa: BLE001 - odd constructors
@@ -118,8 +121,9 @@ def _module_dirs(policy: Policy) -> list[str]:
 class CoopSandbox:
     """A persistent sandboxed namespace; see :func:`sandbox`."""
 
-    def __init__(self, policy: Policy, isolation: str, filesystem: IsolatedFS | None,
-                 echo: bool | str, allow_degraded: bool) -> None:
+    def __init__(
+        self, policy: Policy, isolation: str, filesystem: IsolatedFS | None, echo: bool | str, allow_degraded: bool
+    ) -> None:
         from ._sandbox import _Handle
 
         self.policy = policy
@@ -127,7 +131,7 @@ class CoopSandbox:
         self.filesystem = filesystem
         self.echo = echo
         self.allow_degraded = allow_degraded
-        self._lock = threading.Lock()      # one exec at a time (the engine also serialises)
+        self._lock = threading.Lock()  # one exec at a time (the engine also serialises)
         self._local: GuestSession | None = None
         self._handle: _Handle | None = None
         self._report: dict = {"level": isolation}
@@ -136,10 +140,16 @@ class CoopSandbox:
             self._local = GuestSession(policy, filesystem_root=root, echo=echo)
             return
         req: dict[str, Any] = {
-            "op": "coop_open", "level": isolation, "policy": policy.to_portable(host_fns=True),  # StPolicyNotPortable
-            "interpreter": sys.executable, "sys_path": [os.path.abspath(p) for p in sys.path if p],
-            "module_dirs": _module_dirs(policy), "filesystem_root": root, "echo": echo,
-            "allow_degraded": allow_degraded}
+            "op": "coop_open",
+            "level": isolation,
+            "policy": policy.to_portable(host_fns=True),  # StPolicyNotPortable
+            "interpreter": sys.executable,
+            "sys_path": [os.path.abspath(p) for p in sys.path if p],
+            "module_dirs": _module_dirs(policy),
+            "filesystem_root": root,
+            "echo": echo,
+            "allow_degraded": allow_degraded,
+        }
         if _WORKER_MODULE:
             req.update(worker_module=_WORKER_MODULE, worker_path=list(_WORKER_PATH))
         # a handle for the ops: the engine builds the worker's own policy (docs/protocol.md)
@@ -169,29 +179,51 @@ class CoopSandbox:
         """Run the granted function a host call names; the answer's value or error."""
         grant = self.policy.fns.get(call.get("name")) if call.get("kind") == "fn" else None
         if grant is None:
-            return {"error": {"type": "NotImplemented", "message": f"no host call {call.get('kind')}:{call.get('name')}"}}
+            return {
+                "error": {"type": "NotImplemented", "message": f"no host call {call.get('kind')}:{call.get('name')}"}
+            }
         try:
             return {"value": to_wire(grant.fn(*call["args"], **call["kwargs"]))}
         except Exception as e:  # noqa: BLE001 - handed back to the sandboxed code
             return {"error": {"type": type(e).__name__, "message": str(e)}}
 
     # ----------------------------------------------------------------- exec
-    def exec(self, code: str, namespace: dict | None = None, modules: dict | None = None,
-             stdin: str | None = None, argv: list[str] | None = None) -> ExecResult:
+    def exec(
+        self,
+        code: str,
+        namespace: dict | None = None,
+        modules: dict | None = None,
+        stdin: str | None = None,
+        argv: list[str] | None = None,
+    ) -> ExecResult:
         """Run ``code``; never raises for the code's own faults (see ``result.error``)."""
         if not isinstance(code, str):
             raise InvalidArgument("code must be a str")
         with self._lock:
             if self._local is not None:
                 r = self._local.exec(code, namespace=namespace, modules=modules, stdin=stdin, argv=argv)
-                return ExecResult(r.stdout, r.namespace, r.error, r.ticks, stderr=r.stderr,
-                                  traceback=r.traceback, stdout_truncated=r.stdout_truncated,
-                                  duration=r.duration, error_message=r.error_message,
-                                  isolation=dict(self._report))
-            resp = self._request({"op": "coop_exec", "code": code,
-                                  "namespace": to_wire(namespace) if namespace else None,
-                                  "modules": to_wire(modules) if modules else None, "stdin": stdin,
-                                  "argv": list(argv) if argv is not None else None})
+                return ExecResult(
+                    r.stdout,
+                    r.namespace,
+                    r.error,
+                    r.ticks,
+                    stderr=r.stderr,
+                    traceback=r.traceback,
+                    stdout_truncated=r.stdout_truncated,
+                    duration=r.duration,
+                    error_message=r.error_message,
+                    isolation=dict(self._report),
+                )
+            resp = self._request(
+                {
+                    "op": "coop_exec",
+                    "code": code,
+                    "namespace": to_wire(namespace) if namespace else None,
+                    "modules": to_wire(modules) if modules else None,
+                    "stdin": stdin,
+                    "argv": list(argv) if argv is not None else None,
+                }
+            )
             while "call" in resp:  # the worker called a granted function: it runs here
                 call = resp["call"]
                 answer: dict[str, Any] = {"abort": True}
@@ -201,11 +233,19 @@ class CoopSandbox:
                     resp = self._request({"op": "answer", "pending": resp["pending"], "call": call["id"], **answer})
         self._report = resp.get("isolation", self._report)  # sent when it changed
         e = resp["error"]
-        return ExecResult(resp["stdout"], resp["namespace"], _error_from_wire(e), resp["ticks"],
-                          stderr=resp["stderr"], traceback=resp["traceback"],
-                          stdout_truncated=resp["stdout_truncated"], duration=float(resp["duration"]),
-                          error_message=e["message"] if e else None, isolation=dict(self._report),
-                          restarted=resp["restarted"])
+        return ExecResult(
+            resp["stdout"],
+            resp["namespace"],
+            _error_from_wire(e),
+            resp["ticks"],
+            stderr=resp["stderr"],
+            traceback=resp["traceback"],
+            stdout_truncated=resp["stdout_truncated"],
+            duration=float(resp["duration"]),
+            error_message=e["message"] if e else None,
+            isolation=dict(self._report),
+            restarted=resp["restarted"],
+        )
 
     async def aexec(self, code: str, **kwargs: Any) -> ExecResult:
         """``exec`` on a worker thread; the event loop keeps running."""
@@ -245,8 +285,13 @@ class CoopSandbox:
             pass
 
 
-def sandbox(policy: Policy | None = None, isolation: str = "none", filesystem: IsolatedFS | None = None,
-            echo: bool | str = False, allow_degraded: bool = False) -> CoopSandbox:
+def sandbox(
+    policy: Policy | None = None,
+    isolation: str = "none",
+    filesystem: IsolatedFS | None = None,
+    echo: bool | str = False,
+    allow_degraded: bool = False,
+) -> CoopSandbox:
     """A cooperative Python sandbox.
 
     ``isolation``:

@@ -169,8 +169,12 @@ FORKED_CHILD_MESSAGE = (
 )
 
 
-def error_for(kind: str | None = None, code: int | None = None, message: str = "",
-              problems: Iterable[Union[Problem, str]] | None = None) -> SandtrapError:
+def error_for(
+    kind: str | None = None,
+    code: int | None = None,
+    message: str = "",
+    problems: Iterable[Union[Problem, str]] | None = None,
+) -> SandtrapError:
     """The exception matching an engine status name or code."""
     cls: type[SandtrapError] = SandtrapError
     if kind and kind in _BY_KIND:

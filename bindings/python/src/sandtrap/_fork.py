@@ -75,8 +75,10 @@ def describe_fn(what: str, fn: Fn, probs: list[str]) -> dict[str, Any]:
         return {}
     qual = fn.__qualname__
     if "<lambda>" in qual or "<locals>" in qual:
-        probs.append(f"{what}: {qual} is a lambda or a closure; the template imports functions by "
-                     "name: define it at module level, or pass its source as a string")
+        probs.append(
+            f"{what}: {qual} is a lambda or a closure; the template imports functions by "
+            "name: define it at module level, or pass its source as a string"
+        )
         return {}
     mod = sys.modules.get(fn.__module__)
     obj: Any = mod
@@ -135,8 +137,15 @@ class Clones:
             return
         self._asking = (resp["pending"], call["id"])
         for it in call["items"]:
-            c = CloneResult(it["id"], it["stdout"], it["stderr"], it["exit_code"], it["signal"],
-                            it["timed_out"], it["stdout_truncated"])
+            c = CloneResult(
+                it["id"],
+                it["stdout"],
+                it["stderr"],
+                it["exit_code"],
+                it["signal"],
+                it["timed_out"],
+                it["stdout_truncated"],
+            )
             self._done[c.id] = c
             self._pending.append(c)
 

@@ -41,8 +41,12 @@ class ExceptionPolicy(enum.IntEnum):
     DENY_EIO = 3
 
 
-_POLICY_WIRE = {ExceptionPolicy.KILL: "kill", ExceptionPolicy.DENY_EPERM: "deny_eperm",
-                ExceptionPolicy.CONTINUE: "continue", ExceptionPolicy.DENY_EIO: "deny_eio"}
+_POLICY_WIRE = {
+    ExceptionPolicy.KILL: "kill",
+    ExceptionPolicy.DENY_EPERM: "deny_eperm",
+    ExceptionPolicy.CONTINUE: "continue",
+    ExceptionPolicy.DENY_EIO: "deny_eio",
+}
 
 
 @dataclass(frozen=True)
@@ -109,11 +113,14 @@ class NotifAction:
         try:
             view = memoryview(bytes(data))
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
             os.lseek(fd, 0, os.SEEK_SET)
             if seal:
-                fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SEAL | fcntl.F_SEAL_WRITE
-                            | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK)
+                fcntl.fcntl(
+                    fd,
+                    fcntl.F_ADD_SEALS,
+                    fcntl.F_SEAL_SEAL | fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK,
+                )
         except BaseException:
             os.close(fd)
             raise
@@ -147,10 +154,29 @@ class Handler:
 
 # name -> index of the path argument (single-path calls)
 _PATH_ARG = {
-    "openat": 1, "open": 0, "creat": 0, "unlinkat": 1, "unlink": 0, "mkdirat": 1, "mkdir": 0,
-    "rmdir": 0, "newfstatat": 1, "statx": 1, "stat": 0, "lstat": 0, "faccessat": 1, "faccessat2": 1,
-    "access": 0, "readlinkat": 1, "readlink": 0, "execve": 0, "execveat": 1, "truncate": 0,
-    "chdir": 0, "mknodat": 1, "mknod": 0,
+    "openat": 1,
+    "open": 0,
+    "creat": 0,
+    "unlinkat": 1,
+    "unlink": 0,
+    "mkdirat": 1,
+    "mkdir": 0,
+    "rmdir": 0,
+    "newfstatat": 1,
+    "statx": 1,
+    "stat": 0,
+    "lstat": 0,
+    "faccessat": 1,
+    "faccessat2": 1,
+    "access": 0,
+    "readlinkat": 1,
+    "readlink": 0,
+    "execve": 0,
+    "execveat": 1,
+    "truncate": 0,
+    "chdir": 0,
+    "mknodat": 1,
+    "mknod": 0,
 }
 _MULTI_PATH = {"renameat2", "renameat", "rename", "linkat", "link", "symlinkat", "symlink"}
 
@@ -323,8 +349,7 @@ class _Run:
         with self._lock:
             if self._loop is None:
                 self._loop = asyncio.new_event_loop()
-                self._thread = threading.Thread(target=self._loop.run_forever, name="sandtrap-handlers",
-                                                daemon=True)
+                self._thread = threading.Thread(target=self._loop.run_forever, name="sandtrap-handlers", daemon=True)
                 self._thread.start()
             return self._loop
 
@@ -346,9 +371,15 @@ class _Run:
         if hid == 0:
             if self.policy_fn is None:
                 return {"error": {"type": "NotImplemented", "message": "no policy_fn"}}
-            ev = SyscallEvent(syscall=call["syscall"], category=call.get("category", "file"), pid=call.get("pid", 0),
-                              host=call.get("host"), port=call.get("port", 0),
-                              argv=tuple(argv) if argv is not None else None, path=call.get("path"))
+            ev = SyscallEvent(
+                syscall=call["syscall"],
+                category=call.get("category", "file"),
+                pid=call.get("pid", 0),
+                host=call.get("host"),
+                port=call.get("port", 0),
+                argv=tuple(argv) if argv is not None else None,
+                path=call.get("path"),
+            )
             ctx = PolicyContext()
             try:
                 return {"value": _policy_answer(self.policy_fn(ev, ctx), ctx)}
@@ -357,10 +388,19 @@ class _Run:
         h = self.handlers.get(hid)
         if h is None:
             return {"error": {"type": "NotImplemented", "message": f"no handler {hid}"}}
-        hctx = HandlerCtx(id=call["event"], pid=call.get("pid", 0), syscall=call["syscall"],
-                          syscall_nr=call.get("nr", -1), args=tuple(call.get("args") or (0,) * 6),
-                          path=call.get("path"), argv=tuple(argv) if argv is not None else None,
-                          family=call.get("family"), host=call.get("host"), port=call.get("port", 0), _run=self)
+        hctx = HandlerCtx(
+            id=call["event"],
+            pid=call.get("pid", 0),
+            syscall=call["syscall"],
+            syscall_nr=call.get("nr", -1),
+            args=tuple(call.get("args") or (0,) * 6),
+            path=call.get("path"),
+            argv=tuple(argv) if argv is not None else None,
+            family=call.get("family"),
+            host=call.get("host"),
+            port=call.get("port", 0),
+            _run=self,
+        )
         if inspect.iscoroutinefunction(h.handle):
             fut = asyncio.run_coroutine_threadsafe(h.handle(hctx), self.loop())
             fut.add_done_callback(functools.partial(self._decided, call))
@@ -372,7 +412,9 @@ class _Run:
         except Exception as e:
             return _error(e)
         if not isinstance(act, NotifAction):
-            return {"error": {"type": "TypeError", "message": f"handle() returned {type(act).__name__}, not a NotifAction"}}
+            return {
+                "error": {"type": "TypeError", "message": f"handle() returned {type(act).__name__}, not a NotifAction"}
+            }
         return {"value": act._wire()}
 
     def _decided(self, call: dict[str, Any], fut: Any) -> None:
@@ -382,7 +424,10 @@ class _Run:
             if isinstance(act, NotifAction):
                 req["value"] = act._wire()
             else:
-                req["error"] = {"type": "TypeError", "message": f"handle() returned {type(act).__name__}, not a NotifAction"}
+                req["error"] = {
+                    "type": "TypeError",
+                    "message": f"handle() returned {type(act).__name__}, not a NotifAction",
+                }
         except BaseException as e:
             req["error"] = {"type": type(e).__name__, "message": str(e)}
         try:
@@ -391,8 +436,9 @@ class _Run:
             pass
 
 
-def drive(ptr: int, req: dict[str, Any], handlers: dict[int, Handler],
-          policy_fn: Callable[..., Any] | None) -> tuple[int, dict[str, Any] | None]:
+def drive(
+    ptr: int, req: dict[str, Any], handlers: dict[int, Handler], policy_fn: Callable[..., Any] | None
+) -> tuple[int, dict[str, Any] | None]:
     """Run a run_handlers request to its end, answering its host calls here. A
     KeyboardInterrupt (or any BaseException) while answering aborts the run (its
     process tree is killed) and is re-raised once the engine has finished it."""
@@ -411,8 +457,9 @@ def drive(ptr: int, req: dict[str, Any], handlers: dict[int, Handler],
             except BaseException as e:
                 pending_exc = e
                 ans = {"abort": True}
-            rc, resp = _native.sandbox_exec(ptr, _native.pack(
-                {"op": "answer", "pending": resp["pending"], "call": call["id"], **ans}))
+            rc, resp = _native.sandbox_exec(
+                ptr, _native.pack({"op": "answer", "pending": resp["pending"], "call": call["id"], **ans})
+            )
     finally:
         run.close()
     if pending_exc is not None:

@@ -116,7 +116,8 @@ def lib() -> ctypes.CDLL:
             _lib, _lib_path = handle, str(path)
             return handle
         raise ImportError(
-            "libsandtrap.so not found; looked at: " + ", ".join(tried)
+            "libsandtrap.so not found; looked at: "
+            + ", ".join(tried)
             + ". Install the package with pip (it builds the library with Go) or set SANDTRAP_LIB"
         )
 
@@ -173,8 +174,12 @@ def take_error(ptr: c_void_p) -> SandtrapError | None:
             Problem(_text(h.sandtrap_error_problem_field(ptr, i)), _text(h.sandtrap_error_problem_message(ptr, i)))
             for i in range(h.sandtrap_error_problem_count(ptr))
         ]
-        return error_for(kind=_text(h.sandtrap_error_kind(ptr)) or None, code=h.sandtrap_error_status(ptr),
-                         message=_text(h.sandtrap_error_message(ptr)), problems=problems or None)
+        return error_for(
+            kind=_text(h.sandtrap_error_kind(ptr)) or None,
+            code=h.sandtrap_error_status(ptr),
+            message=_text(h.sandtrap_error_message(ptr)),
+            problems=problems or None,
+        )
     finally:
         h.sandtrap_error_free(ptr)
 
@@ -197,8 +202,7 @@ def status_error(rc: int, resp: dict[str, Any] | None = None, message: str = "")
             kind = lib().sandtrap_status_name(rc).decode()
         except SandtrapError:
             kind = None
-    return error_for(kind=kind, code=rc, message=message or f"sandtrap call failed with status {rc}",
-                     problems=problems)
+    return error_for(kind=kind, code=rc, message=message or f"sandtrap call failed with status {rc}", problems=problems)
 
 
 def version() -> str:

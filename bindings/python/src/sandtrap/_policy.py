@@ -37,8 +37,9 @@ def _bytes_paths(key: str, kind: str, v: Any) -> Problem | None:
     items = v if kind == "paths" and isinstance(v, list) else [v] if kind == "path" else []
     for it in items:
         if isinstance(it, (bytes, bytearray)):
-            return Problem(key, f"{bytes(it)!r} is a bytes path; sandtrap takes str paths "
-                                "(decode it with os.fsdecode())")
+            return Problem(
+                key, f"{bytes(it)!r} is a bytes path; sandtrap takes str paths (decode it with os.fsdecode())"
+            )
     return None
 
 
@@ -102,14 +103,14 @@ def parse_ports(ports: Iterable[int | str] | int | str) -> list[int]:
                 bad(f"port {it!r} out of range 1-65535")
             continue
         if not isinstance(it, str):
-            bad(f"port {it!r}: want an int or a string like \"8000-8005\"")
+            bad(f'port {it!r}: want an int or a string like "8000-8005"')
             continue
         lo, sep, hi = it.strip().partition("-")
         try:
             a = int(lo.strip())
             b = int(hi.strip()) if sep else a
         except ValueError:
-            bad(f"port {it!r}: want \"N\" or \"LOW-HIGH\"")
+            bad(f'port {it!r}: want "N" or "LOW-HIGH"')
             continue
         if b < a:
             bad(f"port {it!r}: range ends before it starts")

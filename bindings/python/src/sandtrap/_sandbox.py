@@ -13,8 +13,16 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Callable, NoReturn, Union
 
 from . import _fork, _native
-from ._errors import (InvalidArgument, InvalidRequest, PolicyError, Problem, SandboxClosed, SandtrapError, error_for,
-                      problems_message)
+from ._errors import (
+    InvalidArgument,
+    InvalidRequest,
+    PolicyError,
+    Problem,
+    SandboxClosed,
+    SandtrapError,
+    error_for,
+    problems_message,
+)
 from ._fields import KEYWORDS
 from ._policy import PolicyOptions, to_engine
 from ._result import Result
@@ -152,7 +160,8 @@ def _async_executor() -> concurrent.futures.ThreadPoolExecutor:
             # runs (the Node binding reads the same variable, with the same default)
             n = int(os.environ.get("SANDTRAP_MAX_CONCURRENT", "256") or 256)
             _async_pool = concurrent.futures.ThreadPoolExecutor(
-                max_workers=max(1, n), thread_name_prefix="sandtrap-async")
+                max_workers=max(1, n), thread_name_prefix="sandtrap-async"
+            )
         return _async_pool
 
 
@@ -160,8 +169,7 @@ def _sync_executor() -> concurrent.futures.ThreadPoolExecutor:
     global _sync_pool
     with _pool_lock:
         if _sync_pool is None:
-            _sync_pool = concurrent.futures.ThreadPoolExecutor(
-                max_workers=2, thread_name_prefix="sandtrap-run")
+            _sync_pool = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="sandtrap-run")
         return _sync_pool
 
 
@@ -238,11 +246,14 @@ async def _wait_async(call: _Call, req: bytes) -> Result:
 def _fs_str(field: str, v: Any, probs: list[Problem], allow_bytes: bool, element: int | None = None) -> Any:
     """v as a str (or bytes, when allowed) without NUL bytes; element: its index in
     a list (argv)."""
+
     def bad(msg: str) -> None:
         probs.append(Problem(field, msg if element is None else f"element {element}: {msg}"))
 
     def nul() -> None:
-        probs.append(Problem(field, "contains a NUL byte" if element is None else f"element {element} contains a NUL byte"))
+        probs.append(
+            Problem(field, "contains a NUL byte" if element is None else f"element {element} contains a NUL byte")
+        )
 
     if isinstance(v, os.PathLike):
         v = os.fspath(v)
@@ -264,8 +275,9 @@ def _fs_str(field: str, v: Any, probs: list[Problem], allow_bytes: bool, element
     return v
 
 
-def _run_fields(argv: Any, timeout: Any, env: Any, cwd: Any, max_output: Any,
-                probs: list[Problem], at: str = "") -> dict[str, Any]:
+def _run_fields(
+    argv: Any, timeout: Any, env: Any, cwd: Any, max_output: Any, probs: list[Problem], at: str = ""
+) -> dict[str, Any]:
     """Type-check the fields shared by run requests and pipeline stages (whose
     problems are about ``stages[i].key``, as the engine's)."""
     req: dict[str, Any] = {}
@@ -297,8 +309,9 @@ def _run_fields(argv: Any, timeout: Any, env: Any, cwd: Any, max_output: Any,
             req["cwd"] = c
     if max_output is not None:
         if isinstance(max_output, bool) or not isinstance(max_output, (int, str)):
-            probs.append(Problem(f"{at}max_output", "want a byte count or a size like \"1M\", got "
-                                 f"{type(max_output).__name__}"))
+            probs.append(
+                Problem(f"{at}max_output", f'want a byte count or a size like "1M", got {type(max_output).__name__}')
+            )
         else:
             req["max_output"] = max_output
     return req
@@ -429,8 +442,9 @@ class Sandbox:
 
     # -- running -----------------------------------------------------------------
 
-    def _run_request(self, argv: Any, timeout: Any, stdin: Any, env: Any, cwd: Any,
-                     max_output: Any, op: str = "run", **extra: Any) -> tuple[_Call, bytes]:
+    def _run_request(
+        self, argv: Any, timeout: Any, stdin: Any, env: Any, cwd: Any, max_output: Any, op: str = "run", **extra: Any
+    ) -> tuple[_Call, bytes]:
         probs: list[Problem] = []
         req: dict[str, Any] = {"op": op, **extra}
         req.update(_run_fields(argv, timeout, env, cwd, max_output, probs))
@@ -450,9 +464,15 @@ class Sandbox:
             raise
         return call, packed
 
-    def run(self, argv: Sequence[Arg], timeout: float | None = None, stdin: Stdin = None,
-            env: Mapping[str, str] | None = None, cwd: StrPath | None = None,
-            max_output: int | str | None = None) -> Result:
+    def run(
+        self,
+        argv: Sequence[Arg],
+        timeout: float | None = None,
+        stdin: Stdin = None,
+        env: Mapping[str, str] | None = None,
+        cwd: StrPath | None = None,
+        max_output: int | str | None = None,
+    ) -> Result:
         """Run ``argv`` in the sandbox and wait for it.
 
         Args:
@@ -471,15 +491,23 @@ class Sandbox:
         Pressing Ctrl-C kills the run's whole process tree.
         """
         if self._policy_fn is not None:
-            return self.run_with_handlers(argv, [], timeout=timeout, stdin=stdin, env=env, cwd=cwd,
-                                          max_output=max_output)
+            return self.run_with_handlers(
+                argv, [], timeout=timeout, stdin=stdin, env=env, cwd=cwd, max_output=max_output
+            )
         call, req = self._run_request(argv, timeout, stdin, env, cwd, max_output)
         return _wait_sync(call, req)
 
-    def run_with_handlers(self, argv: Sequence[Arg], handlers: Sequence[tuple[str | int, Any]],
-                          timeout: float | None = None, stdin: Stdin = None,
-                          env: Mapping[str, str] | None = None, cwd: StrPath | None = None,
-                          max_output: int | str | None = None, name: str | None = None) -> Result:
+    def run_with_handlers(
+        self,
+        argv: Sequence[Arg],
+        handlers: Sequence[tuple[str | int, Any]],
+        timeout: float | None = None,
+        stdin: Stdin = None,
+        env: Mapping[str, str] | None = None,
+        cwd: StrPath | None = None,
+        max_output: int | str | None = None,
+        name: str | None = None,
+    ) -> Result:
         """Run ``argv`` with syscall handlers: ``handlers`` is a sequence of
         ``(syscall, Handler)`` pairs (a name such as ``"openat"`` or a number). The
         sandbox's own rules judge each call first; a handler only sees what they let
@@ -529,9 +557,15 @@ class Sandbox:
             h.release()
         return _outcome(rc, resp)
 
-    async def arun(self, argv: Sequence[Arg], timeout: float | None = None, stdin: Stdin = None,
-                   env: Mapping[str, str] | None = None, cwd: StrPath | None = None,
-                   max_output: int | str | None = None) -> Result:
+    async def arun(
+        self,
+        argv: Sequence[Arg],
+        timeout: float | None = None,
+        stdin: Stdin = None,
+        env: Mapping[str, str] | None = None,
+        cwd: StrPath | None = None,
+        max_output: int | str | None = None,
+    ) -> Result:
         """``run`` for asyncio: the engine call runs on a worker thread, the event loop
         keeps going. Cancelling the task (``task.cancel()``, ``asyncio.wait_for``
         expiring) kills the run's whole process tree, waits until it is gone, and
@@ -539,9 +573,15 @@ class Sandbox:
         call, req = self._run_request(argv, timeout, stdin, env, cwd, max_output)
         return await _wait_async(call, req)
 
-    def cmd(self, argv: Sequence[Arg], *, timeout: float | None = None,
-            env: Mapping[str, str] | None = None, cwd: StrPath | None = None,
-            max_output: int | str | None = None) -> Command:
+    def cmd(
+        self,
+        argv: Sequence[Arg],
+        *,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: StrPath | None = None,
+        max_output: int | str | None = None,
+    ) -> Command:
         """A command to run under this sandbox, to chain with ``|`` into a
         :class:`Pipeline` (or to ``.run()`` alone)."""
         return Command(self, argv, timeout=timeout, env=env, cwd=cwd, max_output=max_output)
@@ -558,6 +598,21 @@ class Sandbox:
         if rc != _native.OK or resp is None:
             raise _native.status_error(rc, resp)
         return resp
+
+    def ports(self) -> dict[int, int]:
+        """``{virtual_port: real_port}`` for the sockets this sandbox's runs hold
+        bound now (``port_remap``; ``{}`` without it, or when nothing is bound). A
+        host client reaches a sandbox's server on the real port; inside, the
+        virtual port is what ``bind``, ``getsockname`` and loopback ``connect`` see."""
+        h = self._live()
+        h.acquire()
+        try:
+            rc, resp = _native.sandbox_exec(h.ptr, _native.pack({"op": "ports"}))
+        finally:
+            h.release()
+        if rc != _native.OK or resp is None:
+            raise _native.status_error(rc, resp)
+        return {int(k): int(v) for k, v in resp.get("ports", {}).items()}
 
     def cancel(self) -> int:
         """Kill every run of this sandbox in flight; returns how many."""
@@ -589,9 +644,16 @@ class Sandbox:
             raise InvalidArgument("fork needs work_fn (a module-level function or Python source)")
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise InvalidArgument(f"fork: n must be a positive int, got {n!r}")
-        req: dict[str, Any] = {"op": "fork", "n": n, "interpreter": sys.executable, "timeout": timeout,
-                               "parallel": parallel, **self._init, **self._work,
-                               "sys_path": self._init.get("sys_path", []) + self._work.get("sys_path", [])}
+        req: dict[str, Any] = {
+            "op": "fork",
+            "n": n,
+            "interpreter": sys.executable,
+            "timeout": timeout,
+            "parallel": parallel,
+            **self._init,
+            **self._work,
+            "sys_path": self._init.get("sys_path", []) + self._work.get("sys_path", []),
+        }
         return _fork.Clones(self, h, req)
 
     def reduce(self, argv: Sequence[Arg], clones: Any, timeout: float | None = None) -> Result:
@@ -599,8 +661,10 @@ class Sandbox:
         This sandbox holds its own policy: none of the mapper's access."""
         if isinstance(clones, _fork.Clones):
             clones = clones.results()
-        items = [{"id": c.id, "stdout": c.stdout} if isinstance(c, _fork.CloneResult) else {"id": i, "stdout": bytes(c)}
-                 for i, c in enumerate(clones)]
+        items = [
+            {"id": c.id, "stdout": c.stdout} if isinstance(c, _fork.CloneResult) else {"id": i, "stdout": bytes(c)}
+            for i, c in enumerate(clones)
+        ]
         call, req = self._run_request(argv, timeout, None, None, None, None, op="reduce", clones=items)
         return _wait_sync(call, req)
 
@@ -639,9 +703,16 @@ class Command:
 
     __slots__ = ("sandbox", "argv", "timeout", "env", "cwd", "max_output")
 
-    def __init__(self, sandbox: Sandbox, argv: Sequence[Arg], *, timeout: float | None = None,
-                 env: Mapping[str, str] | None = None, cwd: StrPath | None = None,
-                 max_output: int | str | None = None) -> None:
+    def __init__(
+        self,
+        sandbox: Sandbox,
+        argv: Sequence[Arg],
+        *,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: StrPath | None = None,
+        max_output: int | str | None = None,
+    ) -> None:
         if not isinstance(sandbox, Sandbox):
             raise InvalidRequest(f"a command needs a Sandbox, got {type(sandbox).__name__}")
         probs: list[Problem] = []
@@ -663,18 +734,28 @@ class Command:
 
     def run(self, stdin: Stdin = None, timeout: float | None = None) -> Result:
         """Run this command alone."""
-        return self.sandbox.run(self.argv, timeout=timeout if timeout is not None else self.timeout,
-                                stdin=stdin, env=self.env, cwd=self.cwd, max_output=self.max_output)
+        return self.sandbox.run(
+            self.argv,
+            timeout=timeout if timeout is not None else self.timeout,
+            stdin=stdin,
+            env=self.env,
+            cwd=self.cwd,
+            max_output=self.max_output,
+        )
 
     async def arun(self, stdin: Stdin = None, timeout: float | None = None) -> Result:
         """``run`` for asyncio."""
-        return await self.sandbox.arun(self.argv, timeout=timeout if timeout is not None else self.timeout,
-                                       stdin=stdin, env=self.env, cwd=self.cwd,
-                                       max_output=self.max_output)
+        return await self.sandbox.arun(
+            self.argv,
+            timeout=timeout if timeout is not None else self.timeout,
+            stdin=stdin,
+            env=self.env,
+            cwd=self.cwd,
+            max_output=self.max_output,
+        )
 
     def _stage(self, probs: list[Problem], i: int) -> dict[str, Any]:
-        st = _run_fields(self.argv, self.timeout, self.env, self.cwd, self.max_output, probs,
-                         at=f"stages[{i}].")
+        st = _run_fields(self.argv, self.timeout, self.env, self.cwd, self.max_output, probs, at=f"stages[{i}].")
         st["sandbox"] = self.sandbox._live().id
         return st
 
@@ -692,8 +773,7 @@ class Pipeline:
     def __init__(self, *stages: Command) -> None:
         for s in stages:
             if not isinstance(s, Command):
-                raise InvalidRequest(f"pipeline stages must be Commands (sandbox.cmd(...)), "
-                                     f"got {type(s).__name__}")
+                raise InvalidRequest(f"pipeline stages must be Commands (sandbox.cmd(...)), got {type(s).__name__}")
         self.stages: tuple[Command, ...] = tuple(stages)
 
     def __or__(self, other: Command | Pipeline) -> Pipeline:

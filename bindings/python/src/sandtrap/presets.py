@@ -23,7 +23,14 @@ __all__ = ["COMMON_PATH_SYSCALLS", "AuditPathsHandler", "PathDenyHandler", "Path
 # deny list of every sandbox (a memfd could be executed): registering a handler on
 # it is an error, so it is not here.
 COMMON_PATH_SYSCALLS: list[str] = [
-    "openat", "unlinkat", "newfstatat", "statx", "faccessat", "readlinkat", "mkdirat", "execve",
+    "openat",
+    "unlinkat",
+    "newfstatat",
+    "statx",
+    "faccessat",
+    "readlinkat",
+    "mkdirat",
+    "execve",
 ]
 
 

@@ -20,11 +20,27 @@ __version__ = "0.1.0"
 # package, and the map-reduce template must stay lean — every clone copies what it
 # holds, and threading's at-fork hook alone costs each clone ~130 page faults.
 _WHERE = {
-    "Policy": "policy", "GuestSession": "session", "ExecResult": "session",
-    "BUILTIN_NAMES": "session", "to_wire": "wire", "error_to_wire": "wire",
-    **{n: "errors" for n in ("StError", "StValidationError", "StAttributeDenied", "StImportDenied",
-                             "StCallDenied", "StPolicyNotPortable", "StTimeout", "StTickLimit",
-                             "StCancelled", "StOutsideExec")},
+    "Policy": "policy",
+    "GuestSession": "session",
+    "ExecResult": "session",
+    "BUILTIN_NAMES": "session",
+    "to_wire": "wire",
+    "error_to_wire": "wire",
+    **{
+        n: "errors"
+        for n in (
+            "StError",
+            "StValidationError",
+            "StAttributeDenied",
+            "StImportDenied",
+            "StCallDenied",
+            "StPolicyNotPortable",
+            "StTimeout",
+            "StTickLimit",
+            "StCancelled",
+            "StOutsideExec",
+        )
+    },
 }
 
 __all__ = list(_WHERE)

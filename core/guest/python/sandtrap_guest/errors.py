@@ -36,8 +36,7 @@ class StValidationError(StError, Exception):
     ``lineno`` is 1-based, ``col`` is the 0-based column (as in :mod:`ast`).
     """
 
-    def __init__(self, message: str, lineno: int | None = None, col: int | None = None,
-                 text: str | None = None):
+    def __init__(self, message: str, lineno: int | None = None, col: int | None = None, text: str | None = None):
         self.message = message
         self.lineno = lineno
         self.col = col
@@ -99,6 +98,14 @@ class StOutsideExec(StError, GeneratorExit, Exception):
 
 
 __all__ = [
-    "StError", "StValidationError", "StAttributeDenied", "StImportDenied",
-    "StCallDenied", "StPolicyNotPortable", "StTimeout", "StTickLimit", "StCancelled", "StOutsideExec",
+    "StError",
+    "StValidationError",
+    "StAttributeDenied",
+    "StImportDenied",
+    "StCallDenied",
+    "StPolicyNotPortable",
+    "StTimeout",
+    "StTickLimit",
+    "StCancelled",
+    "StOutsideExec",
 ]

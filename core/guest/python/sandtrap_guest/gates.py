@@ -48,78 +48,264 @@ from .errors import StAttributeDenied, StCallDenied
 SANDBOX_FILENAME = "<sandbox>"
 _PREFIX = "__st_"
 
-SAFE_DUNDER_ATTRS = frozenset({
-    "__name__", "__qualname__", "__doc__", "__module__", "__version__", "__all__",
-    "__members__",
-})
-SAFE_DUNDER_METHODS = frozenset({
-    "__len__", "__iter__", "__next__", "__reversed__", "__contains__", "__getitem__",
-    "__setitem__", "__delitem__", "__missing__", "__enter__", "__exit__", "__aenter__",
-    "__aexit__", "__aiter__", "__anext__", "__repr__", "__str__", "__bytes__", "__format__",
-    "__hash__", "__bool__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__",
-    "__add__", "__radd__", "__iadd__", "__sub__", "__rsub__", "__isub__", "__mul__",
-    "__rmul__", "__imul__", "__matmul__", "__rmatmul__", "__imatmul__", "__truediv__",
-    "__rtruediv__", "__itruediv__", "__floordiv__", "__rfloordiv__", "__ifloordiv__",
-    "__mod__", "__rmod__", "__imod__", "__divmod__", "__rdivmod__", "__pow__", "__rpow__",
-    "__ipow__", "__lshift__", "__rlshift__", "__ilshift__", "__rshift__", "__rrshift__",
-    "__irshift__", "__and__", "__rand__", "__iand__", "__xor__", "__rxor__", "__ixor__",
-    "__or__", "__ror__", "__ior__", "__neg__", "__pos__", "__abs__", "__invert__",
-    "__complex__", "__int__", "__float__", "__index__", "__round__", "__trunc__",
-    "__floor__", "__ceil__", "__call__", "__length_hint__", "__fspath__", "__sizeof__",
-    "__copy__", "__deepcopy__", "__class_getitem__",
-})
+SAFE_DUNDER_ATTRS = frozenset(
+    {
+        "__name__",
+        "__qualname__",
+        "__doc__",
+        "__module__",
+        "__version__",
+        "__all__",
+        "__members__",
+    }
+)
+SAFE_DUNDER_METHODS = frozenset(
+    {
+        "__len__",
+        "__iter__",
+        "__next__",
+        "__reversed__",
+        "__contains__",
+        "__getitem__",
+        "__setitem__",
+        "__delitem__",
+        "__missing__",
+        "__enter__",
+        "__exit__",
+        "__aenter__",
+        "__aexit__",
+        "__aiter__",
+        "__anext__",
+        "__repr__",
+        "__str__",
+        "__bytes__",
+        "__format__",
+        "__hash__",
+        "__bool__",
+        "__eq__",
+        "__ne__",
+        "__lt__",
+        "__le__",
+        "__gt__",
+        "__ge__",
+        "__add__",
+        "__radd__",
+        "__iadd__",
+        "__sub__",
+        "__rsub__",
+        "__isub__",
+        "__mul__",
+        "__rmul__",
+        "__imul__",
+        "__matmul__",
+        "__rmatmul__",
+        "__imatmul__",
+        "__truediv__",
+        "__rtruediv__",
+        "__itruediv__",
+        "__floordiv__",
+        "__rfloordiv__",
+        "__ifloordiv__",
+        "__mod__",
+        "__rmod__",
+        "__imod__",
+        "__divmod__",
+        "__rdivmod__",
+        "__pow__",
+        "__rpow__",
+        "__ipow__",
+        "__lshift__",
+        "__rlshift__",
+        "__ilshift__",
+        "__rshift__",
+        "__rrshift__",
+        "__irshift__",
+        "__and__",
+        "__rand__",
+        "__iand__",
+        "__xor__",
+        "__rxor__",
+        "__ixor__",
+        "__or__",
+        "__ror__",
+        "__ior__",
+        "__neg__",
+        "__pos__",
+        "__abs__",
+        "__invert__",
+        "__complex__",
+        "__int__",
+        "__float__",
+        "__index__",
+        "__round__",
+        "__trunc__",
+        "__floor__",
+        "__ceil__",
+        "__call__",
+        "__length_hint__",
+        "__fspath__",
+        "__sizeof__",
+        "__copy__",
+        "__deepcopy__",
+        "__class_getitem__",
+    }
+)
 # Structural dunders: never readable, even when found in a sandbox class's __dict__
 # (``__dict__`` and ``__weakref__`` are descriptors Python puts there itself).
-NEVER_DUNDERS = frozenset({
-    "__dict__", "__weakref__", "__class__", "__bases__", "__base__", "__mro__",
-    "__subclasses__", "__globals__", "__code__", "__closure__", "__builtins__", "__self__",
-    "__func__", "__wrapped__", "__traceback__", "__defaults__", "__kwdefaults__",
-    "__objclass__", "__loader__", "__spec__", "__path__", "__file__", "__cached__",
-})
-ALWAYS_DENIED = frozenset({
-    "gi_frame", "gi_code", "gi_yieldfrom", "gi_running", "gi_suspended",
-    "cr_frame", "cr_code", "cr_await", "cr_origin", "cr_running", "cr_suspended",
-    "ag_frame", "ag_code", "ag_await", "ag_running",
-    "tb_frame", "tb_next", "tb_lasti", "tb_lineno",
-    "f_back", "f_globals", "f_locals", "f_builtins", "f_code", "f_trace", "f_lasti",
-    "func_globals", "func_code", "func_closure", "func_defaults", "func_dict",
-    "im_func", "im_self", "im_class", "cell_contents", "mro",
-})
+NEVER_DUNDERS = frozenset(
+    {
+        "__dict__",
+        "__weakref__",
+        "__class__",
+        "__bases__",
+        "__base__",
+        "__mro__",
+        "__subclasses__",
+        "__globals__",
+        "__code__",
+        "__closure__",
+        "__builtins__",
+        "__self__",
+        "__func__",
+        "__wrapped__",
+        "__traceback__",
+        "__defaults__",
+        "__kwdefaults__",
+        "__objclass__",
+        "__loader__",
+        "__spec__",
+        "__path__",
+        "__file__",
+        "__cached__",
+    }
+)
+ALWAYS_DENIED = frozenset(
+    {
+        "gi_frame",
+        "gi_code",
+        "gi_yieldfrom",
+        "gi_running",
+        "gi_suspended",
+        "cr_frame",
+        "cr_code",
+        "cr_await",
+        "cr_origin",
+        "cr_running",
+        "cr_suspended",
+        "ag_frame",
+        "ag_code",
+        "ag_await",
+        "ag_running",
+        "tb_frame",
+        "tb_next",
+        "tb_lasti",
+        "tb_lineno",
+        "f_back",
+        "f_globals",
+        "f_locals",
+        "f_builtins",
+        "f_code",
+        "f_trace",
+        "f_lasti",
+        "func_globals",
+        "func_code",
+        "func_closure",
+        "func_defaults",
+        "func_dict",
+        "im_func",
+        "im_self",
+        "im_class",
+        "cell_contents",
+        "mro",
+    }
+)
 WRITABLE_DUNDERS = frozenset({"__doc__", "__name__", "__qualname__", "__module__"})
 # Dunders never written on sandbox classes: structural, or read by host helpers
 # that would act on them (``dataclasses`` builds source code from
 # ``__annotations__``; ``__del__`` would run in the host's garbage collector,
 # outside every limit).
-STRUCTURAL_WRITES = frozenset({
-    "__new__", "__getattribute__", "__setattr__", "__delattr__", "__init_subclass__", "__set_name__",
-    "__get__", "__set__", "__delete__", "__class_getitem__", "__del__", "__annotations__",
-    "__dataclass_fields__", "__dataclass_params__", "__slots__", "__prepare__", "__mro_entries__",
-})
+STRUCTURAL_WRITES = frozenset(
+    {
+        "__new__",
+        "__getattribute__",
+        "__setattr__",
+        "__delattr__",
+        "__init_subclass__",
+        "__set_name__",
+        "__get__",
+        "__set__",
+        "__delete__",
+        "__class_getitem__",
+        "__del__",
+        "__annotations__",
+        "__dataclass_fields__",
+        "__dataclass_params__",
+        "__slots__",
+        "__prepare__",
+        "__mro_entries__",
+    }
+)
 # Names of the object/type slot wrappers that reach past the gate (the reduce
 # protocol builds objects without their constructor, ``__getattribute__`` and
 # ``__setattr__`` read and write past it, ``__dir__`` lists what it hides ...).
 # A C-level method or slot wrapper of one of these names is refused as a value,
 # wherever it was read from and whoever stored it there.
-SLOT_DENIED = frozenset({
-    "__getattribute__", "__setattr__", "__delattr__", "__reduce__", "__reduce_ex__",
-    "__getstate__", "__setstate__", "__getnewargs__", "__getnewargs_ex__", "__subclasshook__",
-    "__dir__", "__prepare__", "__instancecheck__", "__subclasscheck__", "__set_name__",
-    "__get__", "__set__", "__delete__", "__new__", "__subclasses__", "mro",
-})
-_C_METHOD_TYPES = (types.WrapperDescriptorType, types.MethodWrapperType, types.MethodDescriptorType,
-                   types.ClassMethodDescriptorType, types.BuiltinFunctionType)
-_C_DESCRIPTOR_TYPES = frozenset({types.WrapperDescriptorType, types.MethodWrapperType,
-                                 types.MethodDescriptorType, types.ClassMethodDescriptorType})
+SLOT_DENIED = frozenset(
+    {
+        "__getattribute__",
+        "__setattr__",
+        "__delattr__",
+        "__reduce__",
+        "__reduce_ex__",
+        "__getstate__",
+        "__setstate__",
+        "__getnewargs__",
+        "__getnewargs_ex__",
+        "__subclasshook__",
+        "__dir__",
+        "__prepare__",
+        "__instancecheck__",
+        "__subclasscheck__",
+        "__set_name__",
+        "__get__",
+        "__set__",
+        "__delete__",
+        "__new__",
+        "__subclasses__",
+        "mro",
+    }
+)
+_C_METHOD_TYPES = (
+    types.WrapperDescriptorType,
+    types.MethodWrapperType,
+    types.MethodDescriptorType,
+    types.ClassMethodDescriptorType,
+    types.BuiltinFunctionType,
+)
+_C_DESCRIPTOR_TYPES = frozenset(
+    {types.WrapperDescriptorType, types.MethodWrapperType, types.MethodDescriptorType, types.ClassMethodDescriptorType}
+)
 # Names whose reads are decided per object (gated replacements, definer-dependent):
 # never cached.
-_SPECIAL_NAMES = frozenset({"format", "format_map", "__new__", "__setattr__", "__delattr__", "register",
-                            "__init_subclass__", "__init__", "__call__"})
+_SPECIAL_NAMES = frozenset(
+    {
+        "format",
+        "format_map",
+        "__new__",
+        "__setattr__",
+        "__delattr__",
+        "register",
+        "__init_subclass__",
+        "__init__",
+        "__call__",
+    }
+)
 
 OPAQUE_TYPES = (types.FrameType, types.TracebackType, types.CodeType, types.CellType)
 _OPAQUE = frozenset(OPAQUE_TYPES)
 _MATCH_SELF = 1 << 22  # _Py_TPFLAGS_MATCH_SELF
 
-_type_dict = type.__dict__["__dict__"].__get__          # C-level, cannot be overridden
+_type_dict = type.__dict__["__dict__"].__get__  # C-level, cannot be overridden
 # the super type under another name: a function that names ``super`` gets a __class__
 # cell, and a C callback could then make a zero-argument super() of the gate
 _SUPER = super
@@ -131,6 +317,7 @@ _func_code = types.FunctionType.__dict__["__code__"].__get__
 
 class _Marker:
     """The sentinel sandbox class bodies assign to ``__st_user__``."""
+
     __slots__ = ()
 
     def __repr__(self):
@@ -180,8 +367,12 @@ def runtime_opaque(t: type) -> bool:
             mro = t.__mro__
         except (TypeError, AttributeError):
             return False
-        r = isinstance(mod, str) and (mod == _PKG or mod.startswith(_PKG + ".")) \
-            and not issubclass(t, BaseException) and not any("_st_open" in _type_dict(c) for c in mro)
+        r = (
+            isinstance(mod, str)
+            and (mod == _PKG or mod.startswith(_PKG + "."))
+            and not issubclass(t, BaseException)
+            and not any("_st_open" in _type_dict(c) for c in mro)
+        )
         if len(_runtime_cache) > 4096:
             _runtime_cache.clear()
         _runtime_cache[t] = r
@@ -266,10 +457,12 @@ class _SafeTypeMeta(type):
                     ok = cls.__dict__.get("_st_meta_ok")
                     return ok(r) if ok is not None else cls
                 if runtime_opaque(r):
-                    return cls   # the runtime's own classes are not handed out
+                    return cls  # the runtime's own classes are not handed out
                 return r
-            raise StCallDenied("type() with three arguments (dynamic class creation) is not "
-                               "allowed in the sandbox; use a class statement")
+            raise StCallDenied(
+                "type() with three arguments (dynamic class creation) is not "
+                "allowed in the sandbox; use a class statement"
+            )
         raise StCallDenied("custom metaclasses are not supported in the sandbox")
 
     def __instancecheck__(cls, inst):
@@ -289,11 +482,16 @@ class _SafeTypeMeta(type):
 def make_safe_type(real_to_proxy: dict | None = None) -> type:
     """A sandbox ``type``: ``type(x)`` works, ``type(name, bases, ns)`` and metaclasses
     derived from it raise StCallDenied."""
-    st = _SafeTypeMeta("type", (), {
-        "__doc__": "type(object) -> the object's type (dynamic class creation is not available)",
-        "__module__": "builtins", "__qualname__": "type",
-        "_st_proxies": dict(real_to_proxy or {}),
-    })
+    st = _SafeTypeMeta(
+        "type",
+        (),
+        {
+            "__doc__": "type(object) -> the object's type (dynamic class creation is not available)",
+            "__module__": "builtins",
+            "__qualname__": "type",
+            "_st_proxies": dict(real_to_proxy or {}),
+        },
+    )
     type.__setattr__(st, "_st_base", st)
     return st
 
@@ -315,8 +513,9 @@ def _no_construct_proxy(C: type):
         def __repr__(cls):
             return repr(C)
 
-    return _NoConstructMeta(C.__name__, (), {"__doc__": C.__doc__, "__module__": C.__module__,
-                                             "__qualname__": C.__qualname__})
+    return _NoConstructMeta(
+        C.__name__, (), {"__doc__": C.__doc__, "__module__": C.__module__, "__qualname__": C.__qualname__}
+    )
 
 
 def _meta_proxy(M: type):
@@ -330,8 +529,10 @@ def _meta_proxy(M: type):
         _st_meta_of = M
 
         def __call__(cls, *a, **k):
-            raise StCallDenied(f"the metaclass {M.__name__} cannot be called in the sandbox; "
-                               f"write a class statement (class X(metaclass={M.__name__}))")
+            raise StCallDenied(
+                f"the metaclass {M.__name__} cannot be called in the sandbox; "
+                f"write a class statement (class X(metaclass={M.__name__}))"
+            )
 
         def __instancecheck__(cls, inst):
             return isinstance(inst, M)
@@ -342,12 +543,14 @@ def _meta_proxy(M: type):
         def __repr__(cls):
             return repr(M)
 
-    return _MetaProxyMeta(M.__name__, (), {"__doc__": M.__doc__, "__module__": M.__module__,
-                                           "__qualname__": M.__qualname__})
+    return _MetaProxyMeta(
+        M.__name__, (), {"__doc__": M.__doc__, "__module__": M.__module__, "__qualname__": M.__qualname__}
+    )
 
 
 class ExecToken:
     """Liveness of one exec's per-exec modules: revoked when the exec returns."""
+
     __slots__ = ("alive", "what")
 
     def __init__(self, what: str):
@@ -361,6 +564,7 @@ class ExecRef:
     through the gate on the value and hand back refs for what they return that is
     not plain data; calls and operators check liveness first. What a call returns
     is a result and stays the sandbox's."""
+
     __slots__ = ("_st_target", "_st_token")
 
     def __init__(self, *a, **k):
@@ -442,8 +646,23 @@ _REF_TARGET = ExecRef.__dict__["_st_target"].__get__
 _REF_TOKEN = ExecRef.__dict__["_st_token"].__get__
 _SET_TARGET = ExecRef.__dict__["_st_target"].__set__
 _SET_TOKEN = ExecRef.__dict__["_st_token"].__set__
-_PLAIN_DATA = (type(None), bool, int, float, complex, str, bytes, bytearray, tuple, list, dict, set, frozenset,
-               range, slice)
+_PLAIN_DATA = (
+    type(None),
+    bool,
+    int,
+    float,
+    complex,
+    str,
+    bytes,
+    bytearray,
+    tuple,
+    list,
+    dict,
+    set,
+    frozenset,
+    range,
+    slice,
+)
 
 
 def _ref_live(r):
@@ -485,8 +704,9 @@ def _exec_class_proxy(C: type, token: ExecToken, construct):
         def __repr__(cls):
             return repr(C)
 
-    return _ExecClassMeta(C.__name__, (), {"__doc__": C.__doc__, "__module__": C.__module__,
-                                           "__qualname__": C.__qualname__})
+    return _ExecClassMeta(
+        C.__name__, (), {"__doc__": C.__doc__, "__module__": C.__module__, "__qualname__": C.__qualname__}
+    )
 
 
 class _MatchVals:
@@ -530,20 +750,20 @@ class Gate:
             self.proxies[p] = real
         self.SafeType = make_safe_type({real: p for p, real in self.proxies.items()})
         type.__setattr__(self.SafeType, "_st_meta_ok", self.metaclass_for)
-        self.session_modules: dict[int, types.ModuleType] = {}   # synthetic parents (session-long)
-        self.exec_modules: dict[int, types.ModuleType] = {}      # per-exec modules
+        self.session_modules: dict[int, types.ModuleType] = {}  # synthetic parents (session-long)
+        self.exec_modules: dict[int, types.ModuleType] = {}  # per-exec modules
         self._fast_read: dict[type, set] = {}
         self._user_written: dict[type, set] = {}
         self._fast_write: dict[type, set] = {}
         self._class_read: dict[type, dict] = {}
         self._match_guards: dict[tuple, type] = {}
         self._subst: dict[int, tuple[Any, Any]] = {}
-        self._module_subst: dict[int, tuple[Any, Any]] = {}   # module attributes of any type
+        self._module_subst: dict[int, tuple[Any, Any]] = {}  # module attributes of any type
         self._meta_ok: dict[type, bool] = {}
         self._exec_classes: dict[type, tuple] = {}
-        self.meta_proxies: dict[type, type] = {}     # stand-in -> host metaclass
+        self.meta_proxies: dict[type, type] = {}  # stand-in -> host metaclass
         self._meta_proxy_of: dict[type, type] = {}
-        self._shared: set[int] | None = None   # ids of granted modules' module-level objects
+        self._shared: set[int] | None = None  # ids of granted modules' module-level objects
         self._shared_types: set[type] = set()
         self._build_substitutions()
         self.ga = self._make_ga()
@@ -551,8 +771,23 @@ class Gate:
     # ----------------------------------------------------------- substitutions
     def _build_substitutions(self):
         deny = _DENY
-        for n in ("eval", "exec", "compile", "__import__", "globals", "locals", "vars",
-                  "breakpoint", "input", "open", "help", "exit", "quit", "memoryview", "dir"):
+        for n in (
+            "eval",
+            "exec",
+            "compile",
+            "__import__",
+            "globals",
+            "locals",
+            "vars",
+            "breakpoint",
+            "input",
+            "open",
+            "help",
+            "exit",
+            "quit",
+            "memoryview",
+            "dir",
+        ):
             obj = getattr(builtins, n, None)
             if obj is not None:
                 self._subst[id(obj)] = (obj, deny)
@@ -568,10 +803,12 @@ class Gate:
         if op is not None:
             self._subst[id(op.attrgetter)] = (op.attrgetter, self.attrgetter)
             self._subst[id(op.methodcaller)] = (op.methodcaller, self.methodcaller)
-        for mod_name, attrs in (("sys", ("_getframe", "settrace", "setprofile", "exit")),
-                                ("inspect", ("currentframe", "stack", "trace")),
-                                ("gc", ("get_objects", "get_referrers", "get_referents")),
-                                ("os", ("system", "popen", "execv", "execve", "fork", "kill"))):
+        for mod_name, attrs in (
+            ("sys", ("_getframe", "settrace", "setprofile", "exit")),
+            ("inspect", ("currentframe", "stack", "trace")),
+            ("gc", ("get_objects", "get_referrers", "get_referents")),
+            ("os", ("system", "popen", "execv", "execve", "fork", "kill")),
+        ):
             m = sys.modules.get(mod_name)
             for a in attrs:
                 obj = getattr(m, a, None) if m is not None else None
@@ -580,14 +817,25 @@ class Gate:
         # granted stdlib helpers that read or write attributes, build classes or
         # code, or change process-wide state: gated versions (helpers.py)
         from . import helpers
+
         for real, repl in helpers.substitutions(self):
             entry = (real, deny if repl is None else repl)
             self._subst[id(real)] = entry
             self._module_subst[id(real)] = entry
-        self._post_types = frozenset({type, _SafeTypeMeta, types.BuiltinFunctionType, types.FunctionType,
-                                      types.MethodType, types.ModuleType, *OPAQUE_TYPES, *_C_DESCRIPTOR_TYPES,
-                                      type(builtins.help) if hasattr(builtins, "help") else type(None),
-                                      type(getattr(builtins, "exit", None))})
+        self._post_types = frozenset(
+            {
+                type,
+                _SafeTypeMeta,
+                types.BuiltinFunctionType,
+                types.FunctionType,
+                types.MethodType,
+                types.ModuleType,
+                *OPAQUE_TYPES,
+                *_C_DESCRIPTOR_TYPES,
+                type(builtins.help) if hasattr(builtins, "help") else type(None),
+                type(getattr(builtins, "exit", None)),
+            }
+        )
 
     def _post(self, v, obj, name):
         t = type(v)
@@ -611,9 +859,13 @@ class Gate:
         if t is type or isinstance(v, type):
             if runtime_opaque(v):
                 raise _deny(obj, name, "it is part of the sandbox's runtime")
-            if issubclass(v, type) and v is not type and getattr(v, "_st_meta_of", None) is None \
-                    and not issubclass(v, _SafeTypeMeta):
-                return self.meta_proxy(v)   # a host metaclass: usable, not callable
+            if (
+                issubclass(v, type)
+                and v is not type
+                and getattr(v, "_st_meta_of", None) is None
+                and not issubclass(v, _SafeTypeMeta)
+            ):
+                return self.meta_proxy(v)  # a host metaclass: usable, not callable
         return v
 
     # ---------------------------------------------------------- metaclasses
@@ -651,7 +903,7 @@ class Gate:
                     if ok:
                         break
         if ok:
-            self._meta_ok[M] = True   # only positive answers: a later import may add one
+            self._meta_ok[M] = True  # only positive answers: a later import may add one
         return ok
 
     def _granted_modules(self):
@@ -677,8 +929,9 @@ class Gate:
         elif meta in self.meta_proxies:
             kw["metaclass"] = meta = self.meta_proxies[meta]
         for b in bases:
-            if isinstance(b, type) and (issubclass(b, type) or b is self.SafeType or isinstance(b, _SafeTypeMeta)
-                                        or b in self.meta_proxies):
+            if isinstance(b, type) and (
+                issubclass(b, type) or b is self.SafeType or isinstance(b, _SafeTypeMeta) or b in self.meta_proxies
+            ):
                 raise StCallDenied("defining a metaclass is not supported in the sandbox")
         metas = [] if meta is None else [meta]
         metas.extend(type(b) for b in bases if isinstance(b, type))
@@ -690,8 +943,10 @@ class Gate:
             if any(type(p) is M for p in self.proxies):
                 raise StCallDenied("a class granted with constructable=False cannot be subclassed in the sandbox")
             if getattr(M, "_st_exec_class", False):
-                raise StCallDenied("a class given through modules= cannot be subclassed in the sandbox "
-                                   "(it is gone when the exec returns); pass it in namespace= instead")
+                raise StCallDenied(
+                    "a class given through modules= cannot be subclassed in the sandbox "
+                    "(it is gone when the exec returns); pass it in namespace= instead"
+                )
             if getattr(M, "_st_meta_of", None) is not None:
                 raise StCallDenied("defining a metaclass is not supported in the sandbox")
             if runtime_opaque(M) or is_user_type(M) or issubclass(M, _SafeTypeMeta):
@@ -711,7 +966,7 @@ class Gate:
             self._exec_classes[p] = (v, token)
             st = self.SafeType._st_proxies
             if v not in st or getattr(type(st[v]), "_st_exec_class", False):
-                st[v] = p     # type(instance) is the revocable stand-in too
+                st[v] = p  # type(instance) is the revocable stand-in too
             return p
         return make_ref(v, token)
 
@@ -727,6 +982,7 @@ class Gate:
     # ------------------------------------------------ helpers (helpers.py)
     def dataclass_fields(self, obj):
         import dataclasses
+
         return [f for f in dataclasses.fields(obj) if self.allows_read(obj, f.name)]
 
     def copy_refusal(self, o) -> str | None:
@@ -739,6 +995,7 @@ class Gate:
         if g is not None and not g.constructable:
             return f"{t.__name__} cannot be constructed in the sandbox (constructable=False)"
         from .helpers import _REDUCE_DUNDERS
+
         for n in _REDUCE_DUNDERS:
             # the reduce protocol as the sandbox wrote it — in a class statement, or
             # handed to host code that built a class from it (enum's functional API)
@@ -751,19 +1008,22 @@ class Gate:
                 return f"class {t.__name__} defines {n} in the sandbox, which copy would act on unchecked"
         return None
 
-    _DEEPCOPY_MODULES = frozenset({"datetime", "decimal", "fractions", "uuid", "pathlib", "ipaddress", "re",
-                                   "enum", "collections", "zoneinfo"})
+    _DEEPCOPY_MODULES = frozenset(
+        {"datetime", "decimal", "fractions", "uuid", "pathlib", "ipaddress", "re", "enum", "collections", "zoneinfo"}
+    )
 
     def deepcopy_ok(self, t) -> bool:
         """Host types whose deep copy involves only values (or items, walked by the
         caller) — not state the host set on an object."""
-        return (getattr(t, "__module__", None) in self._DEEPCOPY_MODULES
-                and not is_user_type(t)) or issubclass(t, (list, tuple, set, frozenset, dict))
+        return (getattr(t, "__module__", None) in self._DEEPCOPY_MODULES and not is_user_type(t)) or issubclass(
+            t, (list, tuple, set, frozenset, dict)
+        )
 
     @property
     def helper_deepcopy(self):
         import copy as _copy_mod
         from .helpers import _copy
+
         f = self.__dict__.get("_helper_deepcopy")
         if f is None:
             f = self.__dict__["_helper_deepcopy"] = _copy(self, _copy_mod, deep=True)
@@ -791,10 +1051,10 @@ class Gate:
             v = self.ga(target, name)
         except AttributeError as e:
             if type(e) is not AttributeError:
-                raise   # the gate's own refusal names no object
+                raise  # the gate's own refusal names no object
             err = AttributeError(*e.args, name=name, obj=ref)
         if err is not None:
-            raise err   # (outside the handler: no __context__ holding the real object)
+            raise err  # (outside the handler: no __context__ holding the real object)
         return self.exec_value(v, _REF_TOKEN(ref))
 
     # ----------------------------------------------------- shared host state
@@ -805,8 +1065,24 @@ class Gate:
             ids, kinds = set(), set()
             for mod in self._granted_modules():
                 for v in list(vars(mod).values()):
-                    if not isinstance(v, (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType,
-                                          str, bytes, int, float, complex, bool, type(None), tuple, frozenset)):
+                    if not isinstance(
+                        v,
+                        (
+                            type,
+                            types.ModuleType,
+                            types.FunctionType,
+                            types.BuiltinFunctionType,
+                            str,
+                            bytes,
+                            int,
+                            float,
+                            complex,
+                            bool,
+                            type(None),
+                            tuple,
+                            frozenset,
+                        ),
+                    ):
                         ids.add(id(v))
                         kinds.add(type(v))
             self._shared, self._shared_types = ids, kinds
@@ -829,7 +1105,7 @@ class Gate:
             for g in self.recursive_grants:
                 root = g.module.__name__
                 if name.startswith(root + ".") and sys.modules.get(name) is m:
-                    if self.submodule_allowed(g, name[len(root) + 1:].split(".")):
+                    if self.submodule_allowed(g, name[len(root) + 1 :].split(".")):
                         return ("grant", g)
         return None
 
@@ -855,7 +1131,7 @@ class Gate:
             return True
         quals = (f"{g.name}.{name}", f"{m.__name__}.{name}")
         if m is not g.module:
-            rel = m.__name__[len(g.module.__name__):]
+            rel = m.__name__[len(g.module.__name__) :]
             quals += (f"{g.name}{rel}.{name}",)
         return g.filter.allows(name, quals)
 
@@ -871,6 +1147,7 @@ class Gate:
             rule = self.module_rule(m)
             if rule and rule[0] == "grant" and rule[1].recursive and not _is_dunder(name):
                 import importlib
+
                 try:
                     v = importlib.import_module(f"{m.__name__}.{name}")
                 except ImportError:
@@ -880,7 +1157,7 @@ class Gate:
         if isinstance(v, types.ModuleType):
             if self.module_rule(v) is None:
                 raise _deny(m, name, f"module {v.__name__!r} is not granted")
-            self._shared = None   # a submodule may have been imported
+            self._shared = None  # a submodule may have been imported
         entry = self._module_subst.get(id(v))
         if entry is not None and entry[0] is v:
             if entry[1] is _DENY:
@@ -934,8 +1211,12 @@ class Gate:
             d = _definer(mro, name)
             if d is not None:
                 return is_user_class(d) or self._filter_ok(mro, name, d)
-            if inst_type is not None and name.startswith("_") and _has_host_bases(mro) \
-                    and name not in self._user_written.get(inst_type, ()):
+            if (
+                inst_type is not None
+                and name.startswith("_")
+                and _has_host_bases(mro)
+                and name not in self._user_written.get(inst_type, ())
+            ):
                 # an instance attribute no class defines: on a sandbox class with host
                 # bases it may be host state (set by the host base's __init__); only
                 # names the sandbox itself has written on this type are readable
@@ -947,8 +1228,14 @@ class Gate:
         if t in _OPAQUE or runtime_opaque(t):
             return False
         user = is_user_type(t)
-        if user and obj is not None and name[:1] == "_" and not _is_dunder(name) \
-                and name not in self._user_written.get(t, ()) and _host_instance_attrs(obj, t, name):
+        if (
+            user
+            and obj is not None
+            and name[:1] == "_"
+            and not _is_dunder(name)
+            and name not in self._user_written.get(t, ())
+            and _host_instance_attrs(obj, t, name)
+        ):
             # a private instance attribute host code set (a host base's __init__):
             # private, even where a sandbox class defines the same name (the
             # instance's value shadows the class attribute)
@@ -966,8 +1253,9 @@ class Gate:
         if not user or name in ALWAYS_DENIED or name.startswith(_PREFIX):
             return True
         if _is_dunder(name):
-            return name in NEVER_DUNDERS or name in SAFE_DUNDER_ATTRS or name in SAFE_DUNDER_METHODS \
-                or name == "__init__"
+            return (
+                name in NEVER_DUNDERS or name in SAFE_DUNDER_ATTRS or name in SAFE_DUNDER_METHODS or name == "__init__"
+            )
         if name.startswith("_"):
             return not _has_host_bases(mro)
         return self._grant_for(mro)[0] is None
@@ -1006,11 +1294,11 @@ class Gate:
                 return name in SAFE_DUNDER_ATTRS
             mro = selfcls.__mro__
             try:
-                mro = mro[mro.index(this) + 1:]
+                mro = mro[mro.index(this) + 1 :]
             except ValueError:
                 pass
             if name == "__init_subclass__":
-                return True    # super().__init_subclass__(**kw): object's no-op classmethod
+                return True  # super().__init_subclass__(**kw): object's no-op classmethod
             return self._member_ok(mro, name, True, allow_init=True)
         if isinstance(obj, type):
             real = self.proxies.get(obj) or self.meta_proxies.get(obj) or obj
@@ -1047,7 +1335,7 @@ class Gate:
                 selfcls = _super_selfclass(obj)
                 if selfcls is not None and is_user_class(this) and issubclass(selfcls, str):
                     mro = selfcls.__mro__
-                    d = _definer(mro[mro.index(this) + 1:] if this in mro else mro, name)
+                    d = _definer(mro[mro.index(this) + 1 :] if this in mro else mro, name)
                     if d is None or not is_user_class(d):
                         if isinstance(self_obj, str):
                             return self._bound_format(self_obj, name)
@@ -1206,8 +1494,11 @@ class Gate:
             return None if self._filter_ok(mro, name, d) else "not allowed by the class grant"
         if id(obj) in self._shared_ids():
             return "module-level object of a granted module (shared with the host): read-only"
-        return None if self._filter_ok(mro, name, None) else (
-            "private attribute of a host object" if name.startswith("_") else "not allowed by the class grant")
+        return (
+            None
+            if self._filter_ok(mro, name, None)
+            else ("private attribute of a host object" if name.startswith("_") else "not allowed by the class grant")
+        )
 
     def _write_slow(self, obj, name):
         why = self._decide_write(obj, name)
@@ -1238,11 +1529,13 @@ class Gate:
         _type = type
 
         if delete:
+
             def __st_da__(obj, name):
                 names = fast_get(_type(obj))
                 if names is None or name not in names:
                     slow(obj, name)
                 delattr(obj, name)
+
             return __st_da__
 
         def __st_sa__(obj, name, value):
@@ -1250,6 +1543,7 @@ class Gate:
             if names is None or name not in names:
                 slow(obj, name)
             setattr(obj, name, value)
+
         return __st_sa__
 
     # --------------------------------------------------- gated builtins & co
@@ -1283,11 +1577,14 @@ class Gate:
     def _bound_format(self, s: str, which: str):
         fmt = self.SafeFormatter()
         if which == "format":
+
             def format(*args, **kwargs):  # noqa: A001 - mirrors str.format
                 return fmt.vformat(s, args, kwargs)
         else:
+
             def format(mapping):  # noqa: A001
                 return fmt.vformat(s, (), mapping)
+
             format.__name__ = "format_map"
         format.__doc__ = getattr(str, which).__doc__
         return format
@@ -1295,15 +1592,18 @@ class Gate:
     def _unbound_format(self, which: str):
         gate = self
         if which == "format":
+
             def format(self, *args, **kwargs):  # noqa: A001
                 if not isinstance(self, str):
                     raise TypeError("descriptor 'format' requires a 'str' object")
                 return gate.SafeFormatter().vformat(self, args, kwargs)
         else:
+
             def format(self, mapping):  # noqa: A001
                 if not isinstance(self, str):
                     raise TypeError("descriptor 'format_map' requires a 'str' object")
                 return gate.SafeFormatter().vformat(self, (), mapping)
+
             format.__name__ = "format_map"
         return format
 
@@ -1328,8 +1628,9 @@ class Gate:
 
         def __init__(self_, *args, **kwargs):
             if not is_user_type(type(self_)):
-                raise StCallDenied(f"{real.__name__}.__init__ may only initialize instances of classes "
-                                   "defined in the sandbox")
+                raise StCallDenied(
+                    f"{real.__name__}.__init__ may only initialize instances of classes defined in the sandbox"
+                )
             return init(self_, *args, **kwargs)
 
         return __init__
@@ -1452,6 +1753,18 @@ def make_gate(policy, tick) -> Gate:
     return Gate(policy, tick).finish()
 
 
-__all__ = ["Gate", "make_gate", "make_safe_type", "USER_MARK", "is_user_class", "is_user_type",
-           "is_user_function", "SAFE_DUNDER_ATTRS", "SAFE_DUNDER_METHODS", "NEVER_DUNDERS",
-           "ALWAYS_DENIED", "SANDBOX_FILENAME", "_MatchVals"]
+__all__ = [
+    "Gate",
+    "make_gate",
+    "make_safe_type",
+    "USER_MARK",
+    "is_user_class",
+    "is_user_type",
+    "is_user_function",
+    "SAFE_DUNDER_ATTRS",
+    "SAFE_DUNDER_METHODS",
+    "NEVER_DUNDERS",
+    "ALWAYS_DENIED",
+    "SANDBOX_FILENAME",
+    "_MatchVals",
+]

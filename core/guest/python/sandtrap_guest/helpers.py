@@ -21,10 +21,22 @@ from .errors import StCallDenied
 from .rewriter import mangle
 
 # reduce-protocol methods: copy calls what they return, on what they return
-_REDUCE_DUNDERS = ("__reduce__", "__reduce_ex__", "__getstate__", "__setstate__", "__getnewargs__",
-                   "__getnewargs_ex__")
-_ATOMIC = (type(None), bool, int, float, complex, str, bytes, range, type(Ellipsis), type(NotImplemented),
-           types.FunctionType, types.BuiltinFunctionType, type)
+_REDUCE_DUNDERS = ("__reduce__", "__reduce_ex__", "__getstate__", "__setstate__", "__getnewargs__", "__getnewargs_ex__")
+_ATOMIC = (
+    type(None),
+    bool,
+    int,
+    float,
+    complex,
+    str,
+    bytes,
+    range,
+    type(Ellipsis),
+    type(NotImplemented),
+    types.FunctionType,
+    types.BuiltinFunctionType,
+    type,
+)
 _CONTAINERS = (list, tuple, set, frozenset, dict, bytearray)
 
 
@@ -52,7 +64,7 @@ def substitutions(gate):
         out.append((dc.asdict, _asdict(gate, dc, fields)))
         out.append((dc.astuple, _astuple(gate, dc, fields)))
         out.append((dc.replace, _replace(gate, dc)))
-        out.append((dc.make_dataclass, None))   # builds a class outside a class statement
+        out.append((dc.make_dataclass, None))  # builds a class outside a class statement
     cp = mods.get("copy")
     if cp is not None:
         out.append((cp.copy, _copy(gate, cp, deep=False)))
@@ -72,7 +84,7 @@ def substitutions(gate):
     rnd = mods.get("random")
     if rnd is not None:
         inst = getattr(rnd, "_inst", None)
-        mine = rnd.Random()   # this session's own generator, seeded from the OS
+        mine = rnd.Random()  # this session's own generator, seeded from the OS
         for n in dir(rnd):
             v = getattr(rnd, n, None)
             if isinstance(v, (types.MethodType, types.BuiltinMethodType)) and getattr(v, "__self__", None) is inst:
@@ -82,16 +94,19 @@ def substitutions(gate):
         for n in ("DefaultContext", "BasicContext", "ExtendedContext"):
             v = getattr(dec, n, None)
             if v is not None:
-                out.append((v, v.copy()))   # this session's copy of the shared template
+                out.append((v, v.copy()))  # this session's copy of the shared template
     global _ITERTOOLS
     if _ITERTOOLS is None and "itertools" in mods:
-        _ITERTOOLS = _itertools_subs()     # one set of classes per process
+        _ITERTOOLS = _itertools_subs()  # one set of classes per process
     out.extend(_ITERTOOLS or ())
     # decorators that change the class or function they are given with real setattr:
     # on a host class they would change it for the whole process
-    for modname, names in (("dataclasses", ("dataclass",)), ("functools", ("total_ordering",)),
-                           ("typing", ("final", "runtime_checkable", "no_type_check", "override")),
-                           ("abc", ("update_abstractmethods",))):
+    for modname, names in (
+        ("dataclasses", ("dataclass",)),
+        ("functools", ("total_ordering",)),
+        ("typing", ("final", "runtime_checkable", "no_type_check", "override")),
+        ("abc", ("update_abstractmethods",)),
+    ):
         m = mods.get(modname)
         for n in names:
             real = getattr(m, n, None) if m is not None else None
@@ -143,13 +158,19 @@ def depth_tracked(base: type) -> type:
         self._st_depth = d + 1
         return self
 
-    ns = {"__slots__": ("_st_depth",), "__new__": __new__, "__module__": base.__module__,
-          "__qualname__": base.__qualname__, "__doc__": base.__doc__}
+    ns = {
+        "__slots__": ("_st_depth",),
+        "__new__": __new__,
+        "__module__": base.__module__,
+        "__qualname__": base.__qualname__,
+        "__doc__": base.__doc__,
+    }
     if "from_iterable" in base.__dict__:
         # chain.from_iterable builds its object without __new__: a generator instead
         # (its frames count toward the recursion limit)
         def from_iterable(cls, iterables):
             return (x for it in iterables for x in it)
+
         ns["from_iterable"] = classmethod(from_iterable)
     t = type(base.__name__, (base,), ns)
     _TRACKED.add(t)
@@ -161,16 +182,29 @@ def _itertools_subs():
     if it is None:
         return []
     out = []
-    for n in ("chain", "islice", "starmap", "takewhile", "dropwhile", "filterfalse", "accumulate", "compress",
-              "zip_longest", "pairwise", "cycle", "groupby", "batched"):
+    for n in (
+        "chain",
+        "islice",
+        "starmap",
+        "takewhile",
+        "dropwhile",
+        "filterfalse",
+        "accumulate",
+        "compress",
+        "zip_longest",
+        "pairwise",
+        "cycle",
+        "groupby",
+        "batched",
+    ):
         real = getattr(it, n, None)
         if isinstance(real, type):
             try:
                 out.append((real, depth_tracked(real)))
-            except TypeError:   # not subclassable
+            except TypeError:  # not subclassable
                 out.append((real, None))
     if hasattr(it, "tee"):
-        out.append((it.tee, None))   # its objects are not subclassable: refused
+        out.append((it.tee, None))  # its objects are not subclassable: refused
     return out
 
 
@@ -184,21 +218,26 @@ def _sandbox_targets_only(real, what: str):
     def check(target):
         if isinstance(target, type):
             if not is_user_class(target):
-                raise StCallDenied(f"{what} would change the host class {target.__qualname__} for the whole "
-                                   "process; apply it to classes defined in the sandbox")
+                raise StCallDenied(
+                    f"{what} would change the host class {target.__qualname__} for the whole "
+                    "process; apply it to classes defined in the sandbox"
+                )
         elif callable(target) and not is_user_function(target):
-            raise StCallDenied(f"{what} would change the host function {getattr(target, '__qualname__', '?')}; "
-                               "apply it to functions defined in the sandbox")
+            raise StCallDenied(
+                f"{what} would change the host function {getattr(target, '__qualname__', '?')}; "
+                "apply it to functions defined in the sandbox"
+            )
         return target
 
     def guarded(*args, **kwargs):
         if args:
             check(args[0])
             return real(*args, **kwargs)
-        deco = real(**kwargs)     # the decorator-factory form: dataclass(frozen=True)
+        deco = real(**kwargs)  # the decorator-factory form: dataclass(frozen=True)
 
         def apply(target):
             return deco(check(target))
+
         return apply
 
     guarded.__name__ = real.__name__
@@ -213,8 +252,7 @@ def _update_wrapper(gate):
 
     from .gates import is_user_function
 
-    def update_wrapper(wrapper, wrapped, assigned=functools.WRAPPER_ASSIGNMENTS,
-                       updated=functools.WRAPPER_UPDATES):
+    def update_wrapper(wrapper, wrapped, assigned=functools.WRAPPER_ASSIGNMENTS, updated=functools.WRAPPER_UPDATES):
         """functools.update_wrapper whose reads and writes go through the sandbox's
         attribute gate (names it refuses are skipped)."""
         ga, sa = gate.ga, gate.sa
@@ -247,7 +285,7 @@ def _update_wrapper(gate):
                     continue
                 target.update(source)
         if is_user_function(wrapper):
-            wrapper.__wrapped__ = wrapped   # for inspect in the host; unreadable in the sandbox
+            wrapper.__wrapped__ = wrapped  # for inspect in the host; unreadable in the sandbox
         return wrapper
 
     return update_wrapper
@@ -257,6 +295,7 @@ def _wraps(update_wrapper, functools):
     def wraps(wrapped, assigned=functools.WRAPPER_ASSIGNMENTS, updated=functools.WRAPPER_UPDATES):
         """functools.wraps over the gated update_wrapper."""
         return functools.partial(update_wrapper, wrapped=wrapped, assigned=assigned, updated=updated)
+
     return wraps
 
 
@@ -268,6 +307,7 @@ def _fields(gate, dc):
         """dataclasses.fields, limited to the fields the sandbox may read."""
         fs = real(class_or_instance)
         return tuple(f for f in fs if gate.allows_read(class_or_instance, f.name))
+
     return fields
 
 
@@ -276,8 +316,9 @@ def _plain(gate, deepcopy):
         if depth > 500:
             raise RecursionError("dataclass nested too deeply")
         if not isinstance(obj, type) and hasattr(type(obj), "__dataclass_fields__"):
-            vals = [(f.name, inner(gate.ga(obj, f.name), factory, as_tuple, depth + 1))
-                    for f in gate.dataclass_fields(obj)]
+            vals = [
+                (f.name, inner(gate.ga(obj, f.name), factory, as_tuple, depth + 1)) for f in gate.dataclass_fields(obj)
+            ]
             return factory([v for _, v in vals]) if as_tuple else factory(vals)
         t = type(obj)
         if isinstance(obj, tuple) and hasattr(t, "_fields"):
@@ -285,9 +326,11 @@ def _plain(gate, deepcopy):
         if isinstance(obj, (list, tuple)):
             return gate.constructor(t)(inner(v, factory, as_tuple, depth + 1) for v in obj)
         if isinstance(obj, dict):
-            return gate.constructor(t)((inner(k, factory, as_tuple, depth + 1),
-                                        inner(v, factory, as_tuple, depth + 1)) for k, v in obj.items())
+            return gate.constructor(t)(
+                (inner(k, factory, as_tuple, depth + 1), inner(v, factory, as_tuple, depth + 1)) for k, v in obj.items()
+            )
         return deepcopy(obj)
+
     return inner
 
 
@@ -298,6 +341,7 @@ def _asdict(gate, dc, fields):
         if isinstance(obj, type) or not hasattr(type(obj), "__dataclass_fields__"):
             raise TypeError("asdict() should be called on dataclass instances")
         return _plain(gate, gate.helper_deepcopy)(obj, dict_factory, False, 0)
+
     return asdict
 
 
@@ -307,6 +351,7 @@ def _astuple(gate, dc, fields):
         if isinstance(obj, type) or not hasattr(type(obj), "__dataclass_fields__"):
             raise TypeError("astuple() should be called on dataclass instances")
         return _plain(gate, gate.helper_deepcopy)(obj, tuple_factory, True, 0)
+
     return astuple
 
 
@@ -323,14 +368,16 @@ def _replace(gate, dc):
                 continue
             if not f.init:
                 if f.name in changes:
-                    raise ValueError(f"field {f.name} is declared with init=False, it cannot be specified with "
-                                     "replace()")
+                    raise ValueError(
+                        f"field {f.name} is declared with init=False, it cannot be specified with replace()"
+                    )
                 continue
             if f.name not in changes:
                 if kind is getattr(dc, "_FIELD_INITVAR", object()) and f.default is dc.MISSING:
                     raise ValueError(f"InitVar {f.name!r} must be specified with replace()")
                 changes[f.name] = gate.ga(obj, f.name)
         return gate.constructor(type(obj))(**changes)
+
     return replace
 
 
@@ -340,6 +387,7 @@ def _copy(gate, cp, deep: bool):
 
     def check(x):
         from .gates import is_user_type
+
         stack, seen = [x], set()
         while stack:
             o = stack.pop()
@@ -353,11 +401,13 @@ def _copy(gate, cp, deep: bool):
             if why:
                 raise StCallDenied(f"copy.{'deepcopy' if deep else 'copy'}: {why}")
             if not deep and o is not x:
-                continue   # a shallow copy shares (does not rebuild) what x holds
+                continue  # a shallow copy shares (does not rebuild) what x holds
             user = is_user_type(t)
             if deep and not user and t not in _CONTAINERS and not gate.deepcopy_ok(t):
-                raise StCallDenied(f"copy.deepcopy of a {t.__module__}.{t.__qualname__} object is not "
-                                   "supported in the sandbox (its state is the host's)")
+                raise StCallDenied(
+                    f"copy.deepcopy of a {t.__module__}.{t.__qualname__} object is not "
+                    "supported in the sandbox (its state is the host's)"
+                )
             # what the copy will rebuild: items, the instance dict, slots
             if isinstance(o, dict):
                 stack.extend(o.keys())
@@ -376,7 +426,7 @@ def _copy(gate, cp, deep: bool):
                 pass
             for c in t.__mro__:
                 slots = _type_dict_get(c, "__slots__")
-                for sname in ((slots,) if isinstance(slots, str) else slots or ()):
+                for sname in (slots,) if isinstance(slots, str) else slots or ():
                     if isinstance(sname, str) and sname not in ("__dict__", "__weakref__"):
                         try:
                             stack.append(object.__getattribute__(o, mangle(c.__name__, sname)))
@@ -420,12 +470,14 @@ def _get_type_hints(ty):
                 continue
             for k, v in list(d.items()):
                 if refs(v):
-                    raise StCallDenied("typing.get_type_hints does not evaluate string annotations in the "
-                                       f"sandbox ({k!r})")
+                    raise StCallDenied(
+                        f"typing.get_type_hints does not evaluate string annotations in the sandbox ({k!r})"
+                    )
                 hints[k] = v
         if not include_extras and hasattr(ty, "_strip_annotations"):
             hints = {k: ty._strip_annotations(v) for k, v in hints.items()}
         return hints
+
     return get_type_hints
 
 

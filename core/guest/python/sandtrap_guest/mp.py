@@ -4,6 +4,7 @@ The worker runs in interpreters that may not have the ``msgpack`` package; the h
 side uses the real one. Types: None, bool, int (64-bit), float, str, bytes, list,
 tuple (as array), dict. Anything else is a TypeError: convert with ``wire.to_wire``.
 """
+
 import struct
 
 __all__ = ["packb", "unpackb"]
@@ -109,16 +110,35 @@ def _unpack(buf, pos, depth):
         return False, pos
     if c == 0xC3:
         return True, pos
-    fixed = {0xCC: ">B", 0xCD: ">H", 0xCE: ">I", 0xCF: ">Q", 0xD0: ">b", 0xD1: ">h",
-             0xD2: ">i", 0xD3: ">q", 0xCA: ">f", 0xCB: ">d"}
+    fixed = {
+        0xCC: ">B",
+        0xCD: ">H",
+        0xCE: ">I",
+        0xCF: ">Q",
+        0xD0: ">b",
+        0xD1: ">h",
+        0xD2: ">i",
+        0xD3: ">q",
+        0xCA: ">f",
+        0xCB: ">d",
+    }
     if c in fixed:
         fmt = fixed[c]
         n = struct.calcsize(fmt)
         _need(buf, pos, n)
         return struct.unpack_from(fmt, buf, pos)[0], pos + n
-    lens = {0xC4: (">B", "bin"), 0xC5: (">H", "bin"), 0xC6: (">I", "bin"),
-            0xD9: (">B", "str"), 0xDA: (">H", "str"), 0xDB: (">I", "str"),
-            0xDC: (">H", "arr"), 0xDD: (">I", "arr"), 0xDE: (">H", "map"), 0xDF: (">I", "map")}
+    lens = {
+        0xC4: (">B", "bin"),
+        0xC5: (">H", "bin"),
+        0xC6: (">I", "bin"),
+        0xD9: (">B", "str"),
+        0xDA: (">H", "str"),
+        0xDB: (">I", "str"),
+        0xDC: (">H", "arr"),
+        0xDD: (">I", "arr"),
+        0xDE: (">H", "map"),
+        0xDF: (">I", "map"),
+    }
     if c in lens:
         fmt, kind = lens[c]
         n = struct.calcsize(fmt)
@@ -127,7 +147,7 @@ def _unpack(buf, pos, depth):
         pos += n
         if kind == "bin":
             _need(buf, pos, length)
-            return bytes(buf[pos:pos + length]), pos + length
+            return bytes(buf[pos : pos + length]), pos + length
         if kind == "str":
             return _str(buf, pos, length)
         if kind == "arr":
@@ -138,7 +158,7 @@ def _unpack(buf, pos, depth):
 
 def _str(buf, pos, n):
     _need(buf, pos, n)
-    return bytes(buf[pos:pos + n]).decode("utf-8", "surrogatepass"), pos + n
+    return bytes(buf[pos : pos + n]).decode("utf-8", "surrogatepass"), pos + n
 
 
 def _arr(buf, pos, n, depth):

@@ -149,7 +149,9 @@ def _callable_problem(label: str, f: Any) -> str | None:
         return f"{label}: functools.partial objects are not portable by reference; grant a module-level function"
     if inspect.ismethod(f):
         return f"{label}: bound method of {type(f.__self__).__name__!s}; grant the class and pass the instance in the namespace"
-    if isinstance(f, types.BuiltinMethodType) and not isinstance(getattr(f, "__self__", None), (types.ModuleType, type(None))):
+    if isinstance(f, types.BuiltinMethodType) and not isinstance(
+        getattr(f, "__self__", None), (types.ModuleType, type(None))
+    ):
         return f"{label}: builtin method bound to a {type(f.__self__).__name__} instance is not portable"
     if not isinstance(f, (types.FunctionType, types.BuiltinFunctionType)):
         return f"{label}: callable instance of {type(f).__name__} is not portable; grant a module-level function"
@@ -182,7 +184,7 @@ def _ref_problem(label: str, obj: Any) -> str | None:
 # ``trusted=True`` (meaningful at isolation="kernel" only, where the kernel holds).
 UNTRUSTED_MODULES = {
     "inspect": "inspect.getmembers / getattr_static / getclosurevars read any attribute of any object, "
-               "including a function's globals",
+    "including a function's globals",
     "gc": "gc.get_referrers / get_objects reach every object of the process",
     "sys": "sys.modules holds every module; sys._getframe reaches the runtime's frames",
     "ctypes": "ctypes reads and writes memory",
@@ -230,9 +232,15 @@ class Policy:
     guarantees.
     """
 
-    def __init__(self, timeout: float | None = 30.0, tick_limit: int | None = None,
-                 memory_limit: int | None = None, max_stdout: int | None = None,
-                 allow_network: bool = False, allow_subprocess: bool = False):
+    def __init__(
+        self,
+        timeout: float | None = 30.0,
+        tick_limit: int | None = None,
+        memory_limit: int | None = None,
+        max_stdout: int | None = None,
+        allow_network: bool = False,
+        allow_subprocess: bool = False,
+    ):
         if timeout is not None:
             if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
                 raise ValueError("timeout must be a positive number or None")
@@ -255,6 +263,7 @@ class Policy:
     # ------------------------------------------------------------------ grants
     def fn(self, f: Callable | None = None, *, name: str | None = None):
         """Grant a host function under ``name`` (default ``f.__name__``). Decorator-friendly."""
+
         def register(func):
             if not callable(func):
                 raise TypeError("policy.fn expects a callable")
@@ -263,12 +272,21 @@ class Policy:
                 raise ValueError("function grant names cannot be dotted")
             self.fns[n] = FnGrant(n, func)
             return func
+
         return register(f) if f is not None else register
 
-    def cls(self, C: type | None = None, *, name: str | None = None, constructable: bool = True,
-            include: PatternSpec = "*", exclude: PatternSpec = "_*"):
+    def cls(
+        self,
+        C: type | None = None,
+        *,
+        name: str | None = None,
+        constructable: bool = True,
+        include: PatternSpec = "*",
+        exclude: PatternSpec = "_*",
+    ):
         """Grant a host class. ``include``/``exclude`` filter member access on the class and
         its instances; ``constructable=False`` refuses ``C(...)`` from sandboxed code."""
+
         def register(klass):
             if not isinstance(klass, type):
                 raise TypeError("policy.cls expects a class")
@@ -277,26 +295,38 @@ class Policy:
                 raise ValueError("class grant names cannot be dotted")
             self.classes[n] = ClsGrant(n, klass, bool(constructable), Filter(include, exclude))
             return klass
+
         return register(C) if C is not None else register
 
-    def module(self, m: types.ModuleType | None = None, *, name: str | None = None,
-               include: PatternSpec = "*", exclude: PatternSpec = "_*", recursive: bool = False,
-               trusted: bool = False):
+    def module(
+        self,
+        m: types.ModuleType | None = None,
+        *,
+        name: str | None = None,
+        include: PatternSpec = "*",
+        exclude: PatternSpec = "_*",
+        recursive: bool = False,
+        trusted: bool = False,
+    ):
         """Grant a module for ``import``. ``recursive=True`` also grants its submodules
         (filters apply to them too). Modules that hand over the interpreter itself
         (``UNTRUSTED_MODULES``: ``inspect``, ``gc``, ``sys``, ``ctypes``, ``pickle`` ...)
         are refused with the reason unless ``trusted=True``, which says you accept that
         the Python layer no longer holds (use it at ``isolation="kernel"``)."""
+
         def register(mod):
             if not isinstance(mod, types.ModuleType):
                 raise TypeError("policy.module expects a module")
             n = _check_grant_name(name or mod.__name__)
             why = untrusted_reason(getattr(mod, "__name__", "") or "")
             if why and not trusted:
-                raise ValueError(f"granting {mod.__name__!r} hands sandboxed code the interpreter ({why}); "
-                                 "pass trusted=True to grant it anyway (only the kernel level then holds)")
+                raise ValueError(
+                    f"granting {mod.__name__!r} hands sandboxed code the interpreter ({why}); "
+                    "pass trusted=True to grant it anyway (only the kernel level then holds)"
+                )
             self.modules[n] = ModuleGrant(n, mod, Filter(include, exclude), bool(recursive), bool(trusted))
             return mod
+
         return register(m) if m is not None else register
 
     @property
@@ -355,15 +385,28 @@ class Policy:
             else:
                 grants.append({"kind": "fn", "name": g.name, "ref": _ref(g.fn)})
         for g in self.classes.values():
-            grants.append({"kind": "cls", "name": g.name, "ref": _ref(g.cls),
-                           "constructable": g.constructable,
-                           "include": g.filter.include.to_list(),
-                           "exclude": g.filter.exclude.to_list()})
+            grants.append(
+                {
+                    "kind": "cls",
+                    "name": g.name,
+                    "ref": _ref(g.cls),
+                    "constructable": g.constructable,
+                    "include": g.filter.include.to_list(),
+                    "exclude": g.filter.exclude.to_list(),
+                }
+            )
         for g in self.modules.values():
-            grants.append({"kind": "module", "name": g.name, "ref": g.module.__name__,
-                           "recursive": g.recursive, "trusted": g.trusted,
-                           "include": g.filter.include.to_list(),
-                           "exclude": g.filter.exclude.to_list()})
+            grants.append(
+                {
+                    "kind": "module",
+                    "name": g.name,
+                    "ref": g.module.__name__,
+                    "recursive": g.recursive,
+                    "trusted": g.trusted,
+                    "include": g.filter.include.to_list(),
+                    "exclude": g.filter.exclude.to_list(),
+                }
+            )
         return {
             "version": PORTABLE_VERSION,
             "timeout": self.timeout,
@@ -385,15 +428,27 @@ class Policy:
         problems: list[str] = []
         if d.get("version") != PORTABLE_VERSION:
             problems.append(f"unsupported portable policy version {d.get('version')!r}")
-        unknown = set(d) - {"version", "timeout", "tick_limit", "memory_limit", "max_stdout",
-                            "allow_network", "allow_subprocess", "grants"}
+        unknown = set(d) - {
+            "version",
+            "timeout",
+            "tick_limit",
+            "memory_limit",
+            "max_stdout",
+            "allow_network",
+            "allow_subprocess",
+            "grants",
+        }
         if unknown:
             problems.append(f"unknown keys: {sorted(unknown)}")
         try:
-            pol = cls(timeout=d.get("timeout"), tick_limit=d.get("tick_limit"),
-                      memory_limit=d.get("memory_limit"), max_stdout=d.get("max_stdout"),
-                      allow_network=bool(d.get("allow_network", False)),
-                      allow_subprocess=bool(d.get("allow_subprocess", False)))
+            pol = cls(
+                timeout=d.get("timeout"),
+                tick_limit=d.get("tick_limit"),
+                memory_limit=d.get("memory_limit"),
+                max_stdout=d.get("max_stdout"),
+                allow_network=bool(d.get("allow_network", False)),
+                allow_subprocess=bool(d.get("allow_subprocess", False)),
+            )
         except (TypeError, ValueError) as e:
             problems.append(f"invalid limits: {e}")
             pol = cls()
@@ -424,13 +479,23 @@ class Policy:
                     obj = _resolve(ref)
                     if not isinstance(obj, type):
                         raise TypeError(f"{ref} is not a class")
-                    pol.cls(obj, name=name, constructable=bool(g.get("constructable", True)),
-                            include=_pat(g.get("include", "*")), exclude=_pat(g.get("exclude", "_*")))
+                    pol.cls(
+                        obj,
+                        name=name,
+                        constructable=bool(g.get("constructable", True)),
+                        include=_pat(g.get("include", "*")),
+                        exclude=_pat(g.get("exclude", "_*")),
+                    )
                 elif kind == "module":
                     mod = importlib.import_module(ref)
-                    pol.module(mod, name=name, recursive=bool(g.get("recursive", False)),
-                               include=_pat(g.get("include", "*")), exclude=_pat(g.get("exclude", "_*")),
-                               trusted=bool(g.get("trusted", False)))
+                    pol.module(
+                        mod,
+                        name=name,
+                        recursive=bool(g.get("recursive", False)),
+                        include=_pat(g.get("include", "*")),
+                        exclude=_pat(g.get("exclude", "_*")),
+                        trusted=bool(g.get("trusted", False)),
+                    )
                 else:
                     problems.append(f"{label}: unknown kind")
             except Exception as e:  # noqa: BLE001 - collect every problem
@@ -440,15 +505,18 @@ class Policy:
         return pol
 
     def __repr__(self):
-        return (f"Policy(timeout={self.timeout!r}, tick_limit={self.tick_limit!r}, "
-                f"memory_limit={self.memory_limit!r}, max_stdout={self.max_stdout!r}, "
-                f"allow_network={self.allow_network!r}, allow_subprocess={self.allow_subprocess!r}, "
-                f"grants={len(self.grants)})")
+        return (
+            f"Policy(timeout={self.timeout!r}, tick_limit={self.tick_limit!r}, "
+            f"memory_limit={self.memory_limit!r}, max_stdout={self.max_stdout!r}, "
+            f"allow_network={self.allow_network!r}, allow_subprocess={self.allow_subprocess!r}, "
+            f"grants={len(self.grants)})"
+        )
 
 
 def _host_proxy(host_call: Callable, name: str) -> Callable:
     def proxy(*args, **kwargs):
         return host_call(name, args, kwargs)
+
     proxy.__name__ = proxy.__qualname__ = name
     return proxy
 

@@ -82,35 +82,60 @@ SA = "__st_sa__"
 DA = "__st_da__"
 IMPORT = "__st_import__"
 IMPORTFROM = "__st_importfrom__"
-USER = "__st_user__"          # class-body marker: __st_user__ = __st_mark__
+USER = "__st_user__"  # class-body marker: __st_user__ = __st_mark__
 MARK = "__st_mark__"
 ECHO = "__st_echo__"
 EXC = "__st_exc__"
 MATCH = "__st_match__"
 MATCHCLS = "__st_matchcls__"
-OUTER = "__st_outer__"        # module wrapper (see the module docstring)
+OUTER = "__st_outer__"  # module wrapper (see the module docstring)
 MAIN = "__st_main__"
 
 # Identifiers user code may never use (as a Name, def/class name, argument,
 # alias, global, except target or pattern capture).
-DENIED_NAMES = frozenset({
-    "__builtins__", "__import__", "__build_class__", "__loader__", "__spec__",
-    "__file__", "__cached__", "__package__", "__path__", "__globals__", "__dict__",
-    "__code__", "__closure__", "__self__", "__func__", "__subclasses__", "__bases__",
-    "__mro__", "__base__", "__class__",
-})
+DENIED_NAMES = frozenset(
+    {
+        "__builtins__",
+        "__import__",
+        "__build_class__",
+        "__loader__",
+        "__spec__",
+        "__file__",
+        "__cached__",
+        "__package__",
+        "__path__",
+        "__globals__",
+        "__dict__",
+        "__code__",
+        "__closure__",
+        "__self__",
+        "__func__",
+        "__subclasses__",
+        "__bases__",
+        "__mro__",
+        "__base__",
+        "__class__",
+    }
+)
 # Dunders refused in class bodies too, and why.
 CLASS_DENIED_NAMES = {
     "__del__": "defining __del__ is not supported in the sandbox (it would run later, in the host's "
-               "garbage collector, outside every limit)",
+    "garbage collector, outside every limit)",
     "__annotations__": "use of '__annotations__' is not allowed in the sandbox (write annotations instead)",
 }
 # Dunder identifiers allowed outside class bodies.  Inside a class body any other
 # dunder (``__slots__``, ``__hash__ = None``, ``__radd__ = __add__`` ...) is a
 # plain class attribute and is allowed unless it is in DENIED_NAMES.
-ALLOWED_DUNDER_NAMES = frozenset({
-    "__name__", "__doc__", "__debug__", "__all__", "__version__", "__author__",
-})
+ALLOWED_DUNDER_NAMES = frozenset(
+    {
+        "__name__",
+        "__doc__",
+        "__debug__",
+        "__all__",
+        "__version__",
+        "__author__",
+    }
+)
 
 
 def _is_dunder(name: str) -> bool:
@@ -140,8 +165,7 @@ def _const(v) -> ast.Constant:
 
 
 def _decrement() -> ast.NamedExpr:
-    return ast.NamedExpr(target=_name(N, ast.Store()),
-                         value=ast.BinOp(left=_name(N), op=ast.Sub(), right=_const(1)))
+    return ast.NamedExpr(target=_name(N, ast.Store()), value=ast.BinOp(left=_name(N), op=ast.Sub(), right=_const(1)))
 
 
 def _checkpoint_stmt(loc: ast.AST, inline: bool = True) -> ast.stmt:
@@ -165,23 +189,25 @@ def _locate(node: ast.AST, loc: ast.AST):
 # Constant parts of the module wrapper, shared by every rewritten tree (the compiler
 # only reads them; building AST nodes is a noticeable part of a small exec).
 _AT = {"lineno": 1, "col_offset": 0, "end_lineno": 1, "end_col_offset": 0}
-_NO_ARGS = ast.arguments(posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[],
-                         kwarg=None, defaults=[])
+_NO_ARGS = ast.arguments(posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[])
 _NONLOCAL_N = ast.Nonlocal(names=[N], **_AT)
-_INIT_N = ast.Assign(targets=[ast.Name(id=N, ctx=ast.Store(), **_AT)], value=ast.Constant(value=0, **_AT),
-                     **_AT)
+_INIT_N = ast.Assign(targets=[ast.Name(id=N, ctx=ast.Store(), **_AT)], value=ast.Constant(value=0, **_AT), **_AT)
 
 
 def _has_docstring(body: list[ast.stmt]) -> bool:
-    return bool(body) and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+    return (
+        bool(body)
+        and isinstance(body[0], ast.Expr)
+        and isinstance(body[0].value, ast.Constant)
         and isinstance(body[0].value.value, str)
+    )
 
 
 class _Scope:
     __slots__ = ("kind", "class_name")
 
     def __init__(self, kind: str, class_name: str | None):
-        self.kind = kind              # module | function | class | lambda | comp
+        self.kind = kind  # module | function | class | lambda | comp
         self.class_name = class_name  # for private-name mangling
 
 
@@ -193,7 +219,7 @@ class Rewriter:
         self.echo = echo
         self.filename = filename
         self.future_annotations = False
-        self.uses_n = False          # an inlined checkpoint was emitted (the body needs the cell)
+        self.uses_n = False  # an inlined checkpoint was emitted (the body needs the cell)
         # every identifier seen (check_ident) or made up (temporaries): a superset of
         # the names the module body binds, all declared global in the wrapper
         self.names: set[str] = set()
@@ -242,8 +268,17 @@ class Rewriter:
         in the function body the module is wrapped in."""
         lineno, col = getattr(node, "lineno", None), getattr(node, "col_offset", None)
         end_lineno, end_col = getattr(node, "end_lineno", None), getattr(node, "end_col_offset", None)
-        return SyntaxError(msg, (self.filename, lineno, None if col is None else col + 1, None,
-                                 end_lineno, None if end_col is None else end_col + 1))
+        return SyntaxError(
+            msg,
+            (
+                self.filename,
+                lineno,
+                None if col is None else col + 1,
+                None,
+                end_lineno,
+                None if end_col is None else end_col + 1,
+            ),
+        )
 
     def check_ident(self, name: str | None, node: ast.AST, *, binding_in_class: bool = False):
         if name is None:
@@ -298,7 +333,7 @@ class Rewriter:
                 # leads into, and after it
                 for st in r:
                     if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                        continue   # its body is another scope, with its own entry check
+                        continue  # its body is another scope, with its own entry check
                     for f in _BLOCK_FIELDS:
                         block = getattr(st, f, None)
                         if f in st._fields and isinstance(block, list):
@@ -346,7 +381,7 @@ class Rewriter:
         try:
             tree = ast.parse(text.strip(), mode="eval")
         except (SyntaxError, ValueError, MemoryError, RecursionError):
-            return text   # not an expression: an evaluation could only fail
+            return text  # not an expression: an evaluation could only fail
         if isinstance(tree.body, ast.Name):
             self.check_ident(tree.body.id, where)
             return text
@@ -375,8 +410,12 @@ class Rewriter:
         # go to the top of the compiled module; any other one stays where it is and the
         # compiler rejects it as it would in a module.
         n_future = int(docstring)
-        while n_future < len(body) and isinstance(body[n_future], ast.ImportFrom) \
-                and body[n_future].module == "__future__" and not body[n_future].level:
+        while (
+            n_future < len(body)
+            and isinstance(body[n_future], ast.ImportFrom)
+            and body[n_future].module == "__future__"
+            and not body[n_future].level
+        ):
             n_future += 1
         futures: list[ast.stmt] = []
         new_body: list[ast.stmt] = []
@@ -387,8 +426,7 @@ class Rewriter:
             elif i == 0 and docstring:
                 self.visit(st)
                 self.names.add("__doc__")
-                new_body.append(_locate(ast.Assign(targets=[_name("__doc__", ast.Store())],
-                                                   value=st.value), st))
+                new_body.append(_locate(ast.Assign(targets=[_name("__doc__", ast.Store())], value=st.value), st))
             elif i < n_future:
                 futures.extend(self.stmts([st]))
                 if any(a.name == "annotations" for a in st.names):
@@ -421,10 +459,18 @@ class Rewriter:
         pre: list[ast.stmt] = [_NONLOCAL_N]
         if names:
             pre.append(ast.Global(names=names, **at))
-        main = ast.FunctionDef(name=MAIN, args=_NO_ARGS, body=pre + (body or [ast.Pass(**at)]),
-                               decorator_list=[], returns=None, type_comment=None, **at)
-        return ast.FunctionDef(name=OUTER, args=_NO_ARGS, body=[_INIT_N, main], decorator_list=[],
-                               returns=None, type_comment=None, **at)
+        main = ast.FunctionDef(
+            name=MAIN,
+            args=_NO_ARGS,
+            body=pre + (body or [ast.Pass(**at)]),
+            decorator_list=[],
+            returns=None,
+            type_comment=None,
+            **at,
+        )
+        return ast.FunctionDef(
+            name=OUTER, args=_NO_ARGS, body=[_INIT_N, main], decorator_list=[], returns=None, type_comment=None, **at
+        )
 
     # ---------------------------------------------------------- statements
     def _body_prelude(self, body: list[ast.stmt], loc: ast.AST, kind: str) -> list[ast.stmt]:
@@ -509,13 +555,20 @@ class Rewriter:
                 self.check_ident(t.id, t)
                 out.append(_locate(ast.Delete(targets=[t]), node))
             elif isinstance(t, ast.Subscript):
-                out.append(_locate(ast.Delete(targets=[ast.Subscript(
-                    value=self.visit(t.value), slice=self.visit(t.slice), ctx=ast.Del())]), t))
+                out.append(
+                    _locate(
+                        ast.Delete(
+                            targets=[ast.Subscript(value=self.visit(t.value), slice=self.visit(t.slice), ctx=ast.Del())]
+                        ),
+                        t,
+                    )
+                )
             elif isinstance(t, ast.Attribute):
                 self.check_attr_name(t.attr, t)
                 out.append(_locate(ast.Expr(value=_call(DA, self.visit(t.value), _const(self.mangle(t.attr)))), t))
             else:
                 raise self.error(f"unsupported delete target: {type(t).__name__}", t)
+
         for t in node.targets:
             one(t)
         return out
@@ -530,14 +583,16 @@ class Rewriter:
             self.check_ident(t.id, t)
             return t
         if isinstance(t, ast.Subscript):
-            return ast.copy_location(ast.Subscript(value=self.visit(t.value), slice=self.visit(t.slice),
-                                                   ctx=ast.Store()), t)
+            return ast.copy_location(
+                ast.Subscript(value=self.visit(t.value), slice=self.visit(t.slice), ctx=ast.Store()), t
+            )
         if isinstance(t, ast.Attribute):
             self.check_attr_name(t.attr, t)
             tmp = self.tmp()
             temps.append(tmp)
-            posts.append(_locate(ast.Expr(value=_call(SA, self.visit(t.value), _const(self.mangle(t.attr)),
-                                                      _name(tmp))), t))
+            posts.append(
+                _locate(ast.Expr(value=_call(SA, self.visit(t.value), _const(self.mangle(t.attr)), _name(tmp))), t)
+            )
             return ast.copy_location(_name(tmp, ast.Store()), t)
         if isinstance(t, (ast.Tuple, ast.List)):
             t.elts = [self.rewrite_target(e, posts, temps) for e in t.elts]
@@ -584,8 +639,9 @@ class Rewriter:
             node.value = self.visit(node.value)
             return [node]
         if isinstance(t, ast.Subscript):
-            node.target = ast.copy_location(ast.Subscript(value=self.visit(t.value), slice=self.visit(t.slice),
-                                                          ctx=ast.Store()), t)
+            node.target = ast.copy_location(
+                ast.Subscript(value=self.visit(t.value), slice=self.visit(t.slice), ctx=ast.Store()), t
+            )
             node.value = self.visit(node.value)
             return [node]
         if isinstance(t, ast.Attribute):
@@ -628,8 +684,9 @@ class Rewriter:
                 return self._module_annassign(node)
             return [node]
         if isinstance(t, ast.Subscript):
-            node.target = ast.copy_location(ast.Subscript(value=self.visit(t.value), slice=self.visit(t.slice),
-                                                          ctx=ast.Store()), t)
+            node.target = ast.copy_location(
+                ast.Subscript(value=self.visit(t.value), slice=self.visit(t.slice), ctx=ast.Store()), t
+            )
             node.annotation = self.annotation(node.annotation)
             node.value = self.expr(node.value)
             if self.scope.kind == "module":
@@ -641,8 +698,16 @@ class Rewriter:
             obj = self.visit(t.value)
             if node.value is None:
                 return [ast.copy_location(ast.Expr(value=obj), node)]
-            return [ast.copy_location(ast.Expr(value=ast.copy_location(
-                _call(SA, obj, _const(self.mangle(t.attr)), self.visit(node.value)), node)), node)]
+            return [
+                ast.copy_location(
+                    ast.Expr(
+                        value=ast.copy_location(
+                            _call(SA, obj, _const(self.mangle(t.attr)), self.visit(node.value)), node
+                        )
+                    ),
+                    node,
+                )
+            ]
         raise self.error(f"unsupported annotated target: {type(t).__name__}", t)
 
     def v_For(self, node):
@@ -728,9 +793,12 @@ class Rewriter:
             else:
                 target, leaf = a.name.split(".")[0], False
                 self.check_ident(target, node)
-            out.append(ast.copy_location(ast.Assign(
-                targets=[_name(target, ast.Store())],
-                value=_call(IMPORT, _const(a.name), _const(leaf))), node))
+            out.append(
+                ast.copy_location(
+                    ast.Assign(targets=[_name(target, ast.Store())], value=_call(IMPORT, _const(a.name), _const(leaf))),
+                    node,
+                )
+            )
         return [_locate(o, node) for o in out]
 
     def v_ImportFrom(self, node):
@@ -753,8 +821,10 @@ class Rewriter:
             self.check_ident(tgt, node)
             names.append(_const(a.name))
             targets.append(_name(tgt, ast.Store()))
-        stmt = ast.Assign(targets=[ast.Tuple(elts=targets, ctx=ast.Store())],
-                          value=_call(IMPORTFROM, _const(mod), ast.Tuple(elts=names, ctx=ast.Load())))
+        stmt = ast.Assign(
+            targets=[ast.Tuple(elts=targets, ctx=ast.Store())],
+            value=_call(IMPORTFROM, _const(mod), ast.Tuple(elts=names, ctx=ast.Load())),
+        )
         return [_locate(stmt, node)]
 
     def v_Global(self, node):
@@ -785,9 +855,15 @@ class Rewriter:
             case.body = self.stmts(case.body)
         out = []
         if hoist.items:
-            out.append(_locate(ast.Assign(
-                targets=[_name(hoist.var, ast.Store())],
-                value=ast.Call(func=_name(MATCH), args=[], keywords=hoist.items)), node))
+            out.append(
+                _locate(
+                    ast.Assign(
+                        targets=[_name(hoist.var, ast.Store())],
+                        value=ast.Call(func=_name(MATCH), args=[], keywords=hoist.items),
+                    ),
+                    node,
+                )
+            )
         out.append(node)
         if hoist.items and self.nearest_code_scope() != "function":
             out.append(_locate(ast.Delete(targets=[_name(hoist.var, ast.Del())]), node))
@@ -880,8 +956,9 @@ class Rewriter:
         finally:
             self.scopes.pop()
             self.comp_iter_depth = saved_iter
-        node.body = ast.copy_location(ast.BoolOp(op=ast.And(), values=[
-            ast.copy_location(_call(TICK), node), body]), node)
+        node.body = ast.copy_location(
+            ast.BoolOp(op=ast.And(), values=[ast.copy_location(_call(TICK), node), body]), node
+        )
         return node
 
     def v_NamedExpr(self, node):
@@ -899,14 +976,15 @@ class Rewriter:
             # comprehensions nested inside one fall back to the call-based tick.
             self.comp_iter_depth += 1
             try:
-                g.iter = self.visit(g.iter)   # the first one runs in the enclosing scope
+                g.iter = self.visit(g.iter)  # the first one runs in the enclosing scope
             finally:
                 self.comp_iter_depth -= 1
             if i == 0:
                 inline = self.comp_iter_depth == 0 and self.nearest_code_scope() in ("module", "function")
                 self.scopes.append(_Scope("comp", self.scope.class_name))
             if not isinstance(g.target, (ast.Name, ast.Tuple, ast.List, ast.Starred)) or any(
-                    isinstance(n, (ast.Attribute, ast.Subscript)) for n in ast.walk(g.target)):
+                isinstance(n, (ast.Attribute, ast.Subscript)) for n in ast.walk(g.target)
+            ):
                 raise self.error("comprehension targets must be plain names", g.target)
             for n in ast.walk(g.target):
                 if isinstance(n, ast.Name):
@@ -914,9 +992,7 @@ class Rewriter:
             g.ifs = self.exprs(g.ifs)
             if inline:
                 self.uses_n = True
-                tick = ast.BoolOp(op=ast.Or(), values=[
-                    _decrement(),
-                    _call(CHK)])
+                tick = ast.BoolOp(op=ast.Or(), values=[_decrement(), _call(CHK)])
             else:
                 tick = _call(TICK)
             g.ifs.insert(0, _locate(tick, g.target))
@@ -1031,9 +1107,15 @@ class _MatchHoist:
             for a in p.kwd_attrs:
                 rw.check_attr_name(a, p)
             cls_expr = rw.visit(p.cls)
-            guard = ast.Call(func=_name(MATCHCLS), args=[
-                cls_expr, _const(len(p.patterns)), ast.Tuple(elts=[_const(a) for a in p.kwd_attrs], ctx=ast.Load())],
-                keywords=[])
+            guard = ast.Call(
+                func=_name(MATCHCLS),
+                args=[
+                    cls_expr,
+                    _const(len(p.patterns)),
+                    ast.Tuple(elts=[_const(a) for a in p.kwd_attrs], ctx=ast.Load()),
+                ],
+                keywords=[],
+            )
             # ``__st_matchcls__(cls, npos, kwd)`` returns the class or a gate-checking guard
             p.cls = ast.copy_location(self._hoist(f"c{len(self.items)}", guard), p)
             p.patterns = [self.pattern(q) for q in p.patterns]
@@ -1054,8 +1136,9 @@ class _MatchHoist:
 
     def _literal(self, v):
         for n in ast.walk(v):
-            if not isinstance(n, (ast.Constant, ast.UnaryOp, ast.BinOp, ast.USub, ast.UAdd,
-                                  ast.Add, ast.Sub, ast.JoinedStr)):
+            if not isinstance(
+                n, (ast.Constant, ast.UnaryOp, ast.BinOp, ast.USub, ast.UAdd, ast.Add, ast.Sub, ast.JoinedStr)
+            ):
                 raise self.rw.error("unsupported literal pattern", v)
 
 
@@ -1081,18 +1164,47 @@ def _resumes(stmt: ast.stmt) -> bool:
 
 
 def _ops():
-    return [ast.Load, ast.Store, ast.Del, ast.And, ast.Or, ast.Add, ast.Sub, ast.Mult, ast.MatMult,
-            ast.Div, ast.Mod, ast.Pow, ast.LShift, ast.RShift, ast.BitOr, ast.BitXor, ast.BitAnd,
-            ast.FloorDiv, ast.Invert, ast.Not, ast.UAdd, ast.USub, ast.Eq, ast.NotEq, ast.Lt, ast.LtE,
-            ast.Gt, ast.GtE, ast.Is, ast.IsNot, ast.In, ast.NotIn]
+    return [
+        ast.Load,
+        ast.Store,
+        ast.Del,
+        ast.And,
+        ast.Or,
+        ast.Add,
+        ast.Sub,
+        ast.Mult,
+        ast.MatMult,
+        ast.Div,
+        ast.Mod,
+        ast.Pow,
+        ast.LShift,
+        ast.RShift,
+        ast.BitOr,
+        ast.BitXor,
+        ast.BitAnd,
+        ast.FloorDiv,
+        ast.Invert,
+        ast.Not,
+        ast.UAdd,
+        ast.USub,
+        ast.Eq,
+        ast.NotEq,
+        ast.Lt,
+        ast.LtE,
+        ast.Gt,
+        ast.GtE,
+        ast.Is,
+        ast.IsNot,
+        ast.In,
+        ast.NotIn,
+    ]
 
 
 R = Rewriter
 _HANDLERS: dict[type, tuple] = {
     # statements
     ast.FunctionDef: (R.v_FunctionDef, {"name", "args", "body", "decorator_list", "returns", "type_comment"}),
-    ast.AsyncFunctionDef: (R.v_AsyncFunctionDef, {"name", "args", "body", "decorator_list", "returns",
-                                                  "type_comment"}),
+    ast.AsyncFunctionDef: (R.v_AsyncFunctionDef, {"name", "args", "body", "decorator_list", "returns", "type_comment"}),
     ast.ClassDef: (R.v_ClassDef, {"name", "bases", "keywords", "body", "decorator_list"}),
     ast.Return: (R.v_Return, {"value"}),
     ast.Delete: (R.v_Delete, {"targets"}),
@@ -1148,8 +1260,10 @@ _HANDLERS: dict[type, tuple] = {
     # helpers visited for their field check only (their parents do the work)
     ast.comprehension: (R.v_check_only, {"target", "iter", "ifs", "is_async"}),
     ast.ExceptHandler: (R.v_ExceptHandler, {"type", "name", "body"}),
-    ast.arguments: (R.v_check_only, {"posonlyargs", "args", "vararg", "kwonlyargs", "kw_defaults",
-                                     "kwarg", "defaults"}),
+    ast.arguments: (
+        R.v_check_only,
+        {"posonlyargs", "args", "vararg", "kwonlyargs", "kw_defaults", "kwarg", "defaults"},
+    ),
     ast.arg: (R.v_check_only, {"arg", "annotation", "type_comment"}),
     ast.keyword: (R.v_keyword, {"arg", "value"}),
     ast.alias: (R.v_alias, {"name", "asname"}),

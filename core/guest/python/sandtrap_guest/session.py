@@ -44,53 +44,163 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import rewriter as rw
-from .errors import (StCancelled, StError, StImportDenied, StOutsideExec, StTickLimit, StTimeout,
-                     StValidationError)
+from .errors import StCancelled, StError, StImportDenied, StOutsideExec, StTickLimit, StTimeout, StValidationError
 from .gates import SANDBOX_FILENAME, USER_MARK, ExecToken, Gate, _MatchVals, open_to_sandbox
 from .helpers import depth_tracked
 from .policy import Policy
 
-_MAX_STRIDE = 256   # the counter stays within the cached small ints [-5, 256]
+_MAX_STRIDE = 256  # the counter stays within the cached small ints [-5, 256]
 _TARGET_INTERVAL = 0.002
 _MEM_INTERVAL = 0.005
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 
 # Builtins offered to sandboxed code.
 _TYPE_NAMES = (
-    "bool", "bytearray", "bytes", "classmethod", "complex", "dict", "enumerate", "filter",
-    "float", "frozenset", "int", "list", "map", "object", "property", "range", "reversed",
-    "set", "slice", "staticmethod", "str", "super", "tuple", "zip",
+    "bool",
+    "bytearray",
+    "bytes",
+    "classmethod",
+    "complex",
+    "dict",
+    "enumerate",
+    "filter",
+    "float",
+    "frozenset",
+    "int",
+    "list",
+    "map",
+    "object",
+    "property",
+    "range",
+    "reversed",
+    "set",
+    "slice",
+    "staticmethod",
+    "str",
+    "super",
+    "tuple",
+    "zip",
 )
 _EXCEPTION_NAMES = (
-    "ArithmeticError", "AssertionError", "AttributeError", "BufferError", "EOFError",
-    "Exception", "FloatingPointError", "ImportError", "IndexError", "KeyError", "LookupError",
-    "MemoryError", "ModuleNotFoundError", "NameError", "NotImplementedError", "OSError",
-    "IOError", "EnvironmentError", "OverflowError", "RecursionError", "ReferenceError",
-    "RuntimeError", "StopIteration", "StopAsyncIteration", "SyntaxError", "IndentationError",
-    "TabError", "TypeError", "UnboundLocalError", "UnicodeError", "UnicodeDecodeError",
-    "UnicodeEncodeError", "UnicodeTranslateError", "ValueError", "ZeroDivisionError",
-    "BlockingIOError", "BrokenPipeError", "ChildProcessError", "ConnectionError",
-    "ConnectionAbortedError", "ConnectionRefusedError", "ConnectionResetError",
-    "FileExistsError", "FileNotFoundError", "InterruptedError", "IsADirectoryError",
-    "NotADirectoryError", "PermissionError", "ProcessLookupError", "TimeoutError",
-    "Warning", "UserWarning", "DeprecationWarning", "PendingDeprecationWarning",
-    "SyntaxWarning", "RuntimeWarning", "FutureWarning", "ImportWarning", "UnicodeWarning",
-    "BytesWarning", "ResourceWarning", "EncodingWarning", "ExceptionGroup",
+    "ArithmeticError",
+    "AssertionError",
+    "AttributeError",
+    "BufferError",
+    "EOFError",
+    "Exception",
+    "FloatingPointError",
+    "ImportError",
+    "IndexError",
+    "KeyError",
+    "LookupError",
+    "MemoryError",
+    "ModuleNotFoundError",
+    "NameError",
+    "NotImplementedError",
+    "OSError",
+    "IOError",
+    "EnvironmentError",
+    "OverflowError",
+    "RecursionError",
+    "ReferenceError",
+    "RuntimeError",
+    "StopIteration",
+    "StopAsyncIteration",
+    "SyntaxError",
+    "IndentationError",
+    "TabError",
+    "TypeError",
+    "UnboundLocalError",
+    "UnicodeError",
+    "UnicodeDecodeError",
+    "UnicodeEncodeError",
+    "UnicodeTranslateError",
+    "ValueError",
+    "ZeroDivisionError",
+    "BlockingIOError",
+    "BrokenPipeError",
+    "ChildProcessError",
+    "ConnectionError",
+    "ConnectionAbortedError",
+    "ConnectionRefusedError",
+    "ConnectionResetError",
+    "FileExistsError",
+    "FileNotFoundError",
+    "InterruptedError",
+    "IsADirectoryError",
+    "NotADirectoryError",
+    "PermissionError",
+    "ProcessLookupError",
+    "TimeoutError",
+    "Warning",
+    "UserWarning",
+    "DeprecationWarning",
+    "PendingDeprecationWarning",
+    "SyntaxWarning",
+    "RuntimeWarning",
+    "FutureWarning",
+    "ImportWarning",
+    "UnicodeWarning",
+    "BytesWarning",
+    "ResourceWarning",
+    "EncodingWarning",
+    "ExceptionGroup",
 )
 _CONST_NAMES = ("Ellipsis", "NotImplemented")
 # Non-type builtins passed through unchanged except for the tick.
 _PLAIN_FUNCS = (
-    "abs", "all", "any", "ascii", "bin", "callable", "chr", "divmod", "format", "hash", "hex",
-    "id", "isinstance", "issubclass", "iter", "len", "max", "min", "next", "oct", "ord", "pow",
-    "repr", "round", "sorted", "sum", "aiter", "anext",
+    "abs",
+    "all",
+    "any",
+    "ascii",
+    "bin",
+    "callable",
+    "chr",
+    "divmod",
+    "format",
+    "hash",
+    "hex",
+    "id",
+    "isinstance",
+    "issubclass",
+    "iter",
+    "len",
+    "max",
+    "min",
+    "next",
+    "oct",
+    "ord",
+    "pow",
+    "repr",
+    "round",
+    "sorted",
+    "sum",
+    "aiter",
+    "anext",
 )
 # C iterators that wrap iterators: nesting is bounded (helpers.depth_tracked)
 _TRACKED_ITERATORS = {n: depth_tracked(getattr(_bi, n)) for n in ("map", "filter", "zip", "enumerate")}
 # Documented absences: exec eval compile globals vars breakpoint __import__ help exit quit
 # memoryview (and open unless filesystem_root is given).
-BUILTIN_NAMES = tuple(sorted({*_TYPE_NAMES, "type", *_EXCEPTION_NAMES, *_CONST_NAMES, *_PLAIN_FUNCS,
-                              "print", "getattr", "hasattr", "setattr", "delattr", "dir", "locals",
-                              "input"}))
+BUILTIN_NAMES = tuple(
+    sorted(
+        {
+            *_TYPE_NAMES,
+            "type",
+            *_EXCEPTION_NAMES,
+            *_CONST_NAMES,
+            *_PLAIN_FUNCS,
+            "print",
+            "getattr",
+            "hasattr",
+            "setattr",
+            "delattr",
+            "dir",
+            "locals",
+            "input",
+        }
+    )
+)
 
 
 @dataclass
@@ -104,7 +214,7 @@ class ExecResult:
     traceback: str | None = None
     stdout_truncated: int = 0
     duration: float = 0.0
-    error_message: str | None = None   # str(error), made under the exec's limits
+    error_message: str | None = None  # str(error), made under the exec's limits
 
     @property
     def ok(self) -> bool:
@@ -186,6 +296,7 @@ def _read_rss() -> int:
 def _maxrss() -> int:
     try:
         import resource
+
         r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         return r if sys.platform == "darwin" else r * 1024
     except Exception:  # noqa: BLE001
@@ -216,7 +327,7 @@ def _read_peak() -> int:
             os.close(fd)
         i = data.find(b"VmHWM:")
         if i >= 0:
-            return int(data[i + 6:data.index(b"kB", i)]) * 1024
+            return int(data[i + 6 : data.index(b"kB", i)]) * 1024
     except (OSError, ValueError):
         pass
     return _read_rss()
@@ -229,9 +340,24 @@ except (ValueError, OSError, AttributeError):
 
 
 class _Meter:
-    __slots__ = ("base", "armed", "stride", "running", "tripped", "cancelled", "deadline",
-                 "tick_limit", "memory_limit", "rss_base", "last_chk", "last_mem", "timeout",
-                 "cell", "peak", "forced")
+    __slots__ = (
+        "base",
+        "armed",
+        "stride",
+        "running",
+        "tripped",
+        "cancelled",
+        "deadline",
+        "tick_limit",
+        "memory_limit",
+        "rss_base",
+        "last_chk",
+        "last_mem",
+        "timeout",
+        "cell",
+        "peak",
+        "forced",
+    )
 
     def __init__(self, cell):
         self.base = 0
@@ -248,8 +374,8 @@ class _Meter:
         self.last_mem = 0.0
         self.timeout: float | None = None
         self.cell = cell
-        self.peak = False        # rss readings are peaks since the exec started
-        self.forced = False      # the watchdog asked for a check
+        self.peak = False  # rss readings are peaks since the exec started
+        self.forced = False  # the watchdog asked for a check
 
     def grown(self) -> int:
         return (_read_peak() if self.peak else _read_rss()) - self.rss_base
@@ -265,9 +391,9 @@ class _Watchdog:
     and the exec thread would run another long step before the countdown is zeroed.
     (Code inside one long C call still holds the thread until the call returns.)"""
 
-    POLL = 0.005     # memory-limit checks are forced this often
-    FORCE = 0.001    # re-zeroing interval until the exec notices a limit
-    IDLE = 1.0       # a look at least this often (a new exec's deadline is planned then)
+    POLL = 0.005  # memory-limit checks are forced this often
+    FORCE = 0.001  # re-zeroing interval until the exec notices a limit
+    IDLE = 1.0  # a look at least this often (a new exec's deadline is planned then)
 
     def __init__(self):
         self._cond = threading.Condition()
@@ -286,7 +412,7 @@ class _Watchdog:
             self._pid = os.getpid()
         with self._cond:
             self._meters[id(m)] = m
-            if self._thread is None:   # (it only ever stops with the process; a fork is handled above)
+            if self._thread is None:  # (it only ever stops with the process; a fork is handled above)
                 self._thread = threading.Thread(target=self._run, name="sandtrap-watchdog", daemon=True)
                 self._thread.start()
             # wake it only when this exec needs a look before the one it planned
@@ -324,12 +450,12 @@ class _Watchdog:
             return None
         if m.cancelled or (m.deadline is not None and now >= m.deadline):
             m.forced = True
-            m.cell.cell_contents = 1   # the next checkpoint runs __st_chk__
+            m.cell.cell_contents = 1  # the next checkpoint runs __st_chk__
             return self.FORCE
         wait = None if m.deadline is None else m.deadline - now
         if m.memory_limit is not None:
             m.forced = True
-            m.cell.cell_contents = 1   # __st_chk__ reads the (peak) RSS
+            m.cell.cell_contents = 1  # __st_chk__ reads the (peak) RSS
             wait = self.POLL if wait is None else min(wait, self.POLL)
         return wait
 
@@ -346,8 +472,9 @@ class GuestSession:
 
     isolation = "none"
 
-    def __init__(self, policy: Policy | None = None, filesystem_root: str | os.PathLike | None = None,
-                 echo: bool | str = False):
+    def __init__(
+        self, policy: Policy | None = None, filesystem_root: str | os.PathLike | None = None, echo: bool | str = False
+    ):
         self.policy = policy if policy is not None else Policy()
         if not isinstance(self.policy, Policy):
             raise TypeError("policy must be a Policy")
@@ -404,8 +531,10 @@ class GuestSession:
             if not m.running:
                 m.armed = 1
                 cell.cell_contents = 1
-                raise StOutsideExec("sandboxed code runs only inside exec(): this was called (or finalized) "
-                                    "by the host after the exec returned")
+                raise StOutsideExec(
+                    "sandboxed code runs only inside exec(): this was called (or finalized) "
+                    "by the host after the exec returned"
+                )
             if m.tripped is not None:
                 m.armed = 1
                 cell.cell_contents = 1
@@ -426,8 +555,9 @@ class GuestSession:
                     m.last_mem = now
                     grown = m.grown()
                     if grown > m.memory_limit:
-                        raise session._trip(MemoryError(
-                            f"memory limit of {m.memory_limit} bytes exceeded (RSS grew by {grown} bytes)"))
+                        raise session._trip(
+                            MemoryError(f"memory limit of {m.memory_limit} bytes exceeded (RSS grew by {grown} bytes)")
+                        )
             except BaseException:
                 m.armed = 1
                 cell.cell_contents = 1
@@ -446,7 +576,7 @@ class GuestSession:
                 stride = grown2 if grown2 < _MAX_STRIDE else _MAX_STRIDE
                 m.stride = stride
             if limit is not None and limit - base < stride:
-                stride = limit - base + 1   # the check at tick limit + 1 (base <= limit here)
+                stride = limit - base + 1  # the check at tick limit + 1 (base <= limit here)
             m.armed = stride
             cell.cell_contents = stride
             return True
@@ -474,7 +604,7 @@ class GuestSession:
         m = self._meter
         m.cancelled = True
         if m.running:
-            _WATCHDOG.watch(m)   # zeroes the countdown until the exec notices
+            _WATCHDOG.watch(m)  # zeroes the countdown until the exec notices
 
     # -------------------------------------------------------------- builtins
     def _make_builtins(self) -> dict:
@@ -631,10 +761,11 @@ class GuestSession:
             return p
         for g in self.policy.modules.values():
             if g.recursive and dotted.startswith(g.name + "."):
-                segs = dotted[len(g.name) + 1:].split(".")
+                segs = dotted[len(g.name) + 1 :].split(".")
                 if not self.gate.submodule_allowed(g, segs):
                     break
                 import importlib
+
                 real = g.module.__name__ + "." + ".".join(segs)
                 try:
                     mod = importlib.import_module(real)
@@ -643,8 +774,7 @@ class GuestSession:
                 if self.gate.module_rule(mod) is None:
                     break
                 return mod
-        raise StImportDenied(f"import of module {dotted!r} is not allowed by the sandbox policy",
-                             name=dotted)
+        raise StImportDenied(f"import of module {dotted!r} is not allowed by the sandbox policy", name=dotted)
 
     def _import(self, dotted: str, leaf: bool):
         mod = self._resolve_module(dotted)
@@ -673,16 +803,18 @@ class GuestSession:
             except ImportError:
                 pass
             if isinstance(denied, StError):
-                raise StImportDenied(f"cannot import name {n!r} from {modname!r}: {denied}",
-                                     name=modname) from None
+                raise StImportDenied(f"cannot import name {n!r} from {modname!r}: {denied}", name=modname) from None
             raise ImportError(f"cannot import name {n!r} from {modname!r}", name=modname)
         return tuple(out)
 
     def _make_exec_modules(self, modules, stdin, argv, token) -> dict[str, types.ModuleType]:
         out: dict[str, types.ModuleType] = {}
         for name, spec in (modules or {}).items():
-            if not isinstance(name, str) or not all(p.isidentifier() for p in name.split(".")) \
-                    or name.startswith(rw.RESERVED_PREFIX):
+            if (
+                not isinstance(name, str)
+                or not all(p.isidentifier() for p in name.split("."))
+                or name.startswith(rw.RESERVED_PREFIX)
+            ):
                 raise ValueError(f"invalid module name {name!r}")
             mod = types.ModuleType(name, None)
             if isinstance(spec, types.ModuleType):
@@ -694,7 +826,7 @@ class GuestSession:
             for k, v in items.items():
                 if not isinstance(k, str) or not k.isidentifier() or (k.startswith("__") and k.endswith("__")):
                     raise ValueError(f"invalid attribute name {k!r} in modules[{name!r}]")
-                setattr(mod, k, self.gate.exec_value(v, token))   # gone when the exec returns
+                setattr(mod, k, self.gate.exec_value(v, token))  # gone when the exec returns
             out[name] = mod
         if stdin is not None or argv is not None:
             if "sys" not in out:
@@ -721,8 +853,15 @@ class GuestSession:
         return out
 
     # ------------------------------------------------------------------ exec
-    def exec(self, code: str, namespace: dict | None = None, modules: dict | None = None,
-             stdin: str | None = None, argv: list | None = None, echo: bool | str | None = None) -> ExecResult:
+    def exec(
+        self,
+        code: str,
+        namespace: dict | None = None,
+        modules: dict | None = None,
+        stdin: str | None = None,
+        argv: list | None = None,
+        echo: bool | str | None = None,
+    ) -> ExecResult:
         """Run ``code``; never raises for the code's faults (see ``result.error``)."""
         if not isinstance(code, str):
             raise TypeError("code must be a str")
@@ -730,8 +869,13 @@ class GuestSession:
             if not isinstance(namespace, dict):
                 raise TypeError("namespace must be a dict")
             for k in namespace:
-                if not isinstance(k, str) or not k.isidentifier() or k.startswith(rw.RESERVED_PREFIX) \
-                        or k in rw.DENIED_NAMES or k == "__builtins__":
+                if (
+                    not isinstance(k, str)
+                    or not k.isidentifier()
+                    or k.startswith(rw.RESERVED_PREFIX)
+                    or k in rw.DENIED_NAMES
+                    or k == "__builtins__"
+                ):
                     raise ValueError(f"invalid namespace name {k!r}")
         if stdin is not None and not isinstance(stdin, str):
             raise TypeError("stdin must be a str")
@@ -761,21 +905,32 @@ class GuestSession:
             codeobj = _main_code(compile(tree, SANDBOX_FILENAME, "exec", dont_inherit=True))
         except (SyntaxError, StValidationError) as e:
             e.__traceback__ = None
-            return ExecResult(stdout="", namespace=self.namespace, error=e, ticks=0,
-                              isolation=self.isolation, traceback=_format_exception_only(e),
-                              duration=time.monotonic() - t0)
+            return ExecResult(
+                stdout="",
+                namespace=self.namespace,
+                error=e,
+                ticks=0,
+                isolation=self.isolation,
+                traceback=_format_exception_only(e),
+                duration=time.monotonic() - t0,
+            )
         except (ValueError, OverflowError, RecursionError, MemoryError) as e:
             err = StValidationError(f"code could not be compiled: {type(e).__name__}: {e}")
-            return ExecResult(stdout="", namespace=self.namespace, error=err, ticks=0,
-                              isolation=self.isolation, traceback=_format_exception_only(err),
-                              duration=time.monotonic() - t0)
+            return ExecResult(
+                stdout="",
+                namespace=self.namespace,
+                error=err,
+                ticks=0,
+                isolation=self.isolation,
+                traceback=_format_exception_only(err),
+                duration=time.monotonic() - t0,
+            )
         self._register_code(codeobj, code)
         if codeobj.co_flags & _CO_NEWLOCALS:
             # the module body as a function whose closure is the counter cell
-            main = types.FunctionType(codeobj, self._ns, "<module>", None,
-                                      (self._cell,) * len(codeobj.co_freevars))
+            main = types.FunctionType(codeobj, self._ns, "<module>", None, (self._cell,) * len(codeobj.co_freevars))
         else:
-            main = None   # a plain module body (it does not touch the counter)
+            main = None  # a plain module body (it does not touch the counter)
         token = ExecToken("a value given through modules=")
         exec_mods = self._make_exec_modules(modules, stdin, argv, token)
         self._exec_module_names = exec_mods
@@ -788,12 +943,12 @@ class GuestSession:
             g.__enter__()
         # arm the meter
         m.base = 0
-        m.stride = 1          # start checking at once; the stride grows while ticks are cheap
+        m.stride = 1  # start checking at once; the stride grows while ticks are cheap
         m.tick_limit = pol.tick_limit
         m.memory_limit = pol.memory_limit
         m.timeout = pol.timeout
         m.forced = False
-        m.armed = 1           # the first checkpoint checks
+        m.armed = 1  # the first checkpoint checks
         self._cell.cell_contents = 1
         if pol.memory_limit is not None:
             m.peak = _reset_peak()
@@ -821,8 +976,9 @@ class GuestSession:
                 grown = m.grown()
                 if grown > m.memory_limit:
                     # also memory allocated and freed again after the last check
-                    self._trip(MemoryError(
-                        f"memory limit of {m.memory_limit} bytes exceeded (RSS grew by {grown} bytes)"))
+                    self._trip(
+                        MemoryError(f"memory limit of {m.memory_limit} bytes exceeded (RSS grew by {grown} bytes)")
+                    )
             if m.tripped is not None and error is not m.tripped:
                 # a limit was hit and then swallowed or superseded: the limit wins
                 if m.tripped.__traceback__ is None and error is not None:
@@ -846,9 +1002,9 @@ class GuestSession:
                 _WATCHDOG.unwatch(m)
             m.running = False
             m.armed = 1
-            self._cell.cell_contents = 1     # sandboxed code the host runs later stops at once
+            self._cell.cell_contents = 1  # sandboxed code the host runs later stops at once
             m.base = 0
-            token.alive = False              # values given through modules= are gone
+            token.alive = False  # values given through modules= are gone
             self.gate.exec_done()
             for g in reversed(guards):
                 try:
@@ -863,10 +1019,18 @@ class GuestSession:
             self._exec_module_names = {}
         if error is not None:
             _set_tb(error, _strip_internal(_get_tb(error)))
-        return ExecResult(stdout=self._cap.getvalue(), namespace=self.namespace, error=error,
-                          ticks=ticks, isolation=self.isolation, stderr=self._err.getvalue(),
-                          traceback=tb_text, stdout_truncated=self._cap.dropped,
-                          duration=time.monotonic() - t0, error_message=message)
+        return ExecResult(
+            stdout=self._cap.getvalue(),
+            namespace=self.namespace,
+            error=error,
+            ticks=ticks,
+            isolation=self.isolation,
+            stderr=self._err.getvalue(),
+            traceback=tb_text,
+            stdout_truncated=self._cap.dropped,
+            duration=time.monotonic() - t0,
+            error_message=message,
+        )
 
     # ------------------------------------------------------------ tracebacks
     def _register_code(self, codeobj, source: str):
@@ -909,7 +1073,7 @@ class GuestSession:
         return "".join(out)
 
 
-_get_tb = BaseException.__traceback__.__get__      # never an exception class's own __getattribute__
+_get_tb = BaseException.__traceback__.__get__  # never an exception class's own __getattribute__
 _set_tb = BaseException.__traceback__.__set__
 _get_args = BaseException.args.__get__
 
@@ -917,6 +1081,7 @@ _get_args = BaseException.args.__get__
 def _safe_message(error: BaseException) -> str:
     """The exception's arguments, shown without running any of its code."""
     from .wire import safe_repr
+
     args = _get_args(error)
     if len(args) == 1 and type(args[0]) is str:
         return args[0]
@@ -943,6 +1108,7 @@ def _tick_template_factory(__st_n__, chk):
         if not (__st_n__ := __st_n__ - 1):
             chk()
         return True
+
     return __st_tick__
 
 
@@ -952,8 +1118,9 @@ _tick_template = _tick_template_factory(0, None)
 def _with_closure(fn, cells: dict):
     """A copy of the closure ``fn`` whose free variables are the given cells."""
     code = fn.__code__
-    return types.FunctionType(code, fn.__globals__, fn.__name__, fn.__defaults__,
-                              tuple(cells[n] for n in code.co_freevars))
+    return types.FunctionType(
+        code, fn.__globals__, fn.__name__, fn.__defaults__, tuple(cells[n] for n in code.co_freevars)
+    )
 
 
 _CO_NEWLOCALS = 0x2
@@ -969,13 +1136,21 @@ def _main_code(module_code: types.CodeType) -> types.CodeType:
     outer = [c for c in module_code.co_consts if isinstance(c, types.CodeType) and c.co_name == rw.OUTER]
     if not outer and rw.N not in module_code.co_names:
         return module_code
-    main = [c for c in outer[0].co_consts if isinstance(c, types.CodeType) and c.co_name == rw.MAIN] \
-        if len(outer) == 1 else []
+    main = (
+        [c for c in outer[0].co_consts if isinstance(c, types.CodeType) and c.co_name == rw.MAIN]
+        if len(outer) == 1
+        else []
+    )
     if len(main) != 1:
         raise StValidationError("code could not be compiled: module wrapper not found")
     main = main[0]
-    if main.co_flags & _CO_NOT_PLAIN or not main.co_flags & _CO_NEWLOCALS or main.co_argcount \
-            or main.co_kwonlyargcount or main.co_freevars not in ((), (rw.N,)):
+    if (
+        main.co_flags & _CO_NOT_PLAIN
+        or not main.co_flags & _CO_NEWLOCALS
+        or main.co_argcount
+        or main.co_kwonlyargcount
+        or main.co_freevars not in ((), (rw.N,))
+    ):
         raise StValidationError("code could not be compiled: unexpected module wrapper")
     if not _HAS_QUALNAME:
         return _strip_qualnames_310(main).replace(co_name="<module>")
@@ -996,7 +1171,7 @@ def _strip_qualnames_310(code: types.CodeType) -> types.CodeType:
             changed = changed or n is not c
             consts[i] = n
         elif type(c) is str and c.startswith(_MAIN_PREFIX):
-            consts[i] = c[len(_MAIN_PREFIX):]
+            consts[i] = c[len(_MAIN_PREFIX) :]
             changed = True
     return code.replace(co_consts=tuple(consts)) if changed else code
 
@@ -1011,7 +1186,7 @@ def _strip_qualnames(code: types.CodeType) -> types.CodeType:
             new[i] = _strip_qualnames(c)
     qn = code.co_qualname
     if qn.startswith(_MAIN_PREFIX):
-        qn = qn[len(_MAIN_PREFIX):]
+        qn = qn[len(_MAIN_PREFIX) :]
     elif new is None:
         return code
     return code.replace(co_qualname=qn, co_consts=tuple(new) if new is not None else consts)
@@ -1048,8 +1223,16 @@ def _ticking(fn, tick, name: str | None = None):
 def _make_open(root: str, tick):
     root_real = os.path.realpath(root)
 
-    def open(file, mode="r", buffering=-1, encoding=None, errors=None, newline=None,  # noqa: A001
-             closefd=True, opener=None):
+    def open(
+        file,
+        mode="r",
+        buffering=-1,
+        encoding=None,
+        errors=None,
+        newline=None,  # noqa: A001
+        closefd=True,
+        opener=None,
+    ):
         """open() restricted to the sandbox filesystem root ("/" is the root)."""
         tick()
         if opener is not None or closefd is not True:
@@ -1081,17 +1264,22 @@ def _echo_mode(echo) -> bool:
 
 
 def _visible_name(k) -> bool:
-    return isinstance(k, str) and not k.startswith(rw.RESERVED_PREFIX) and k not in (
-        "__builtins__", "__annotations__", "__warningregistry__")
+    return (
+        isinstance(k, str)
+        and not k.startswith(rw.RESERVED_PREFIX)
+        and k not in ("__builtins__", "__annotations__", "__warningregistry__")
+    )
 
 
 _HIDDEN_KEYS = frozenset({"__builtins__", "__name__", "__doc__", "__annotations__", "__warningregistry__"})
 
 
 def _user_namespace(ns: dict) -> dict:
-    return {k: v for k, v in ns.items()
-            if k not in _HIDDEN_KEYS and not k.startswith(rw.RESERVED_PREFIX)
-            and not issubclass(type(v), types.ModuleType)}   # (isinstance would run a sandbox hook)
+    return {
+        k: v
+        for k, v in ns.items()
+        if k not in _HIDDEN_KEYS and not k.startswith(rw.RESERVED_PREFIX) and not issubclass(type(v), types.ModuleType)
+    }  # (isinstance would run a sandbox hook)
 
 
 def _is_internal(code) -> bool:

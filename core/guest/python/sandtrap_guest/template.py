@@ -35,6 +35,7 @@ going out), so a slow consumer slows the forking down rather than filling memory
 Forkers and clones stay within the sandbox's process limit; with room for just one
 process besides the template, the template forks the clones itself (see ``Fork``).
 """
+
 import gc
 import os
 import select
@@ -62,6 +63,7 @@ _TIMED_OUT, _TRUNC, _NO_STATUS = 1 << 16, 1 << 17, 1 << 18
 
 # -- frames on the session channel (fd 0 in, fd 1 out) -------------------------------
 
+
 def _read_exact(fd, n):
     buf = bytearray()
     while len(buf) < n:
@@ -83,7 +85,7 @@ def _read_frame(fd=0):
 def _write_all(fd, data):
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def _write_frame(obj, fd=1):
@@ -99,8 +101,10 @@ def _array_head(n):
     return b"\xdd" + n.to_bytes(4, "big")
 
 
-_CLONES_HEAD = {done: b"\x83" + mp.packb("op") + mp.packb("clones") + mp.packb("done") + mp.packb(done)
-                + mp.packb("items") for done in (False, True)}
+_CLONES_HEAD = {
+    done: b"\x83" + mp.packb("op") + mp.packb("clones") + mp.packb("done") + mp.packb(done) + mp.packb("items")
+    for done in (False, True)
+}
 
 
 def _write_clones(items, done, fd=1):
@@ -110,6 +114,7 @@ def _write_clones(items, done, fd=1):
 
 
 # -- init ---------------------------------------------------------------------------
+
 
 def _load_main(path):
     """The host's __main__ as __mp_main__ (its ``if __name__ == "__main__"`` code does not run)."""
@@ -172,6 +177,7 @@ def _enter_scope():
 
 
 # -- a clone ----------------------------------------------------------------------------
+
 
 def _child(cid, out_w, err_w, work, g, drop):
     """Runs in the clone (never returns). What every clone needs and can be set before
@@ -255,9 +261,27 @@ def _bin_head(n):
 def _item(cid, out, err, code, sig, timed_out=False, trunc=False):
     """One clone's result as a packed msgpack map; out and err are bytes-like."""
     k = _KEYS
-    return b"".join((b"\x87", k[0], mp.packb(cid), k[1], _bin_head(len(out)), out, k[2], _bin_head(len(err)), err,
-                     k[3], mp.packb(code), k[4], mp.packb(sig), k[5], b"\xc3" if timed_out else b"\xc2",
-                     k[6], b"\xc3" if trunc else b"\xc2"))
+    return b"".join(
+        (
+            b"\x87",
+            k[0],
+            mp.packb(cid),
+            k[1],
+            _bin_head(len(out)),
+            out,
+            k[2],
+            _bin_head(len(err)),
+            err,
+            k[3],
+            mp.packb(code),
+            k[4],
+            mp.packb(sig),
+            k[5],
+            b"\xc3" if timed_out else b"\xc2",
+            k[6],
+            b"\xc3" if trunc else b"\xc2",
+        )
+    )
 
 
 def _unrecord(cid, out, err, word):
@@ -272,6 +296,7 @@ def _unrecord(cid, out, err, word):
 
 
 # -- a forker -----------------------------------------------------------------------------
+
 
 class _Forker:
     """Forks the clones whose ids it is given (``add``, or on the pipe ``ids``), at most
@@ -414,7 +439,7 @@ class _Forker:
                     data = self.idbuf + data
                     end = len(data) - len(data) % _ID
                     self.idbuf = data[end:]
-                    self.add(int.from_bytes(data[i:i + _ID], "little") for i in range(0, end, _ID))
+                    self.add(int.from_bytes(data[i : i + _ID], "little") for i in range(0, end, _ID))
                     continue
                 c = clones[fd]
                 data = read(fd, 65536)
@@ -449,8 +474,10 @@ class _Forker:
 
 # -- the template's side of a fork ---------------------------------------------------------
 
+
 class _Sub:
     """The template's view of a forker process (or, inline, of its own _Forker)."""
+
     __slots__ = ("pid", "ids", "res", "share", "given", "buf")
 
     def __init__(self, pid, ids, res, share):
@@ -558,7 +585,7 @@ class Fork:
         the next), unless the host is behind."""
         if self.next_id < self.n and (len(self.pending) >= BACKLOG_ITEMS or self.pending_bytes >= BACKLOG_BYTES):
             return
-        for s in (self.subs.values() if self.local is None else (self.me,)):
+        for s in self.subs.values() if self.local is None else (self.me,):
             if self.next_id >= self.n:
                 break
             if s.ids < 0 and self.local is None:
@@ -589,7 +616,7 @@ class Fork:
                 a = pos + head
                 if len(buf) - a < lo + le:
                     break
-                item = _unrecord(cid, view[a:a + lo], view[a + lo:a + lo + le], word)
+                item = _unrecord(cid, view[a : a + lo], view[a + lo : a + lo + le], word)
                 self.pending.append(item)
                 self.pending_bytes += len(item)
                 s.given.discard(cid)
@@ -607,8 +634,11 @@ class Fork:
             s.ids = -1
         _, status = os.waitpid(s.pid, 0)
         if s.given:
-            how = (f"was killed by signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
-                   else f"exited with status {os.waitstatus_to_exitcode(status)}")
+            how = (
+                f"was killed by signal {os.WTERMSIG(status)}"
+                if os.WIFSIGNALED(status)
+                else f"exited with status {os.waitstatus_to_exitcode(status)}"
+            )
             msg = f"sandtrap: the process forking this clone {how} before the clone was reported\n".encode()
             for cid in sorted(s.given):
                 self.pending.append(_item(cid, b"", msg, None, None))
@@ -689,8 +719,10 @@ def _serve_fork(fork):
     while True:
         if want:
             now = time.monotonic()
-            if fork.done or (fork.pending and (now - last >= LINGER or len(fork.pending) >= BATCH
-                                               or fork.pending_bytes >= FRAME_BYTES)):
+            if fork.done or (
+                fork.pending
+                and (now - last >= LINGER or len(fork.pending) >= BATCH or fork.pending_bytes >= FRAME_BYTES)
+            ):
                 items = fork.take()
                 finished = fork.done and not fork.pending
                 _write_clones(items, finished)
@@ -736,13 +768,25 @@ def main() -> int:
                 elif msg.get("init_src"):
                     exec(compile(msg["init_src"], "<init>", "exec"), g)
                 step = "work"
-                work = _resolve(msg["work_ref"]) if msg.get("work_ref") else compile(msg.get("work_src") or "", "<work>", "exec")
+                work = (
+                    _resolve(msg["work_ref"])
+                    if msg.get("work_ref")
+                    else compile(msg.get("work_src") or "", "<work>", "exec")
+                )
                 _write_frame({"op": "ready"})
             elif op == "fork" and work is not None:
                 sys.stdout.flush()
                 sys.stderr.flush()
-                fork = Fork(work, g, int(msg["n"]), int(msg.get("parallel") or 4 * _cpus()), msg.get("timeout"),
-                            int(msg.get("max_output") or (16 << 20)), msg.get("forkers"), msg.get("max_processes"))
+                fork = Fork(
+                    work,
+                    g,
+                    int(msg["n"]),
+                    int(msg.get("parallel") or 4 * _cpus()),
+                    msg.get("timeout"),
+                    int(msg.get("max_output") or (16 << 20)),
+                    msg.get("forkers"),
+                    msg.get("max_processes"),
+                )
                 _write_frame({"op": "forking"})
                 if not _serve_fork(fork):
                     return 0
@@ -751,8 +795,14 @@ def main() -> int:
         except Exception as e:  # noqa: BLE001 - reported to the host
             import traceback
 
-            _write_frame({"op": "error", "message": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(),
-                          "step": step})
+            _write_frame(
+                {
+                    "op": "error",
+                    "message": f"{type(e).__name__}: {e}",
+                    "traceback": traceback.format_exc(),
+                    "step": step,
+                }
+            )
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ MAX_DEPTH = 64
 MAX_NODES = 1_000_000
 MAX_BYTES = 64 << 20
 REPR_LIMIT = 200
-_INT_MIN, _INT_MAX = -(2 ** 63), 2 ** 64 - 1
+_INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
 _SCALARS = (type(None), bool, int, float, str, bytes)
 _SAFE_REPR_TYPES = frozenset({range, slice, type(Ellipsis), type(NotImplemented)})
 _SAFE_REPR_MODULES = frozenset({"datetime", "decimal", "fractions", "uuid", "pathlib", "ipaddress"})
@@ -38,6 +38,7 @@ def _short(s: str) -> str:
 
 def _sandbox_defined(t: type) -> bool:
     from .gates import is_user_type
+
     return is_user_type(t)
 
 
@@ -101,7 +102,7 @@ class _Conv:
     __slots__ = ("memo", "active", "nodes", "nbytes")
 
     def __init__(self):
-        self.memo: dict[int, tuple[Any, int, int]] = {}   # id -> (converted, nodes, bytes)
+        self.memo: dict[int, tuple[Any, int, int]] = {}  # id -> (converted, nodes, bytes)
         self.active: set[int] = set()
         self.nodes = 0
         self.nbytes = 0
@@ -177,11 +178,13 @@ def _clean_str(s: str) -> str:
         return s
     except UnicodeEncodeError:
         import re
+
         return re.sub("[\ud800-\udfff]", "\ufffd", s)
 
 
-def error_to_wire(error: BaseException | None, traceback_text: str | None = None,
-                  message: str | None = None) -> dict | None:
+def error_to_wire(
+    error: BaseException | None, traceback_text: str | None = None, message: str | None = None
+) -> dict | None:
     """A msgpack-able description of an exec error. ``message`` is ``str(error)`` as
     the exec computed it under its limits (``ExecResult.error_message``); without it
     only the arguments are shown (never a sandbox ``__str__``, which would run outside
@@ -191,13 +194,15 @@ def error_to_wire(error: BaseException | None, traceback_text: str | None = None
     t = type(error)
     if message is None:
         from .session import _safe_message
+
         message = _safe_message(error)
     d = {
         "type": t.__name__,
         "module": t.__module__ if type(t.__module__) is str else "",
         "message": _clean_str(_short_text(message)),
-        "traceback": _clean_str(traceback_text if traceback_text is not None else
-                                f"{t.__qualname__}: {_short_text(message)}\n"),
+        "traceback": _clean_str(
+            traceback_text if traceback_text is not None else f"{t.__qualname__}: {_short_text(message)}\n"
+        ),
     }
     if not _sandbox_defined(t):
         for attr in ("lineno", "col"):

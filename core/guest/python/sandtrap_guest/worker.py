@@ -39,6 +39,7 @@ still start). Filters stack: the code cannot remove it.
 Values cross as msgpack data (None, bool, int, float, str, bytes, list, tuple, dict);
 anything else becomes a described placeholder (``wire.to_wire``). Never pickle.
 """
+
 import os
 import signal
 import socket
@@ -77,8 +78,10 @@ def _recv_exact(sock, n, fds):
         data, anc, _flags, _addr = sock.recvmsg(n - len(buf), socket.CMSG_SPACE(16 * 4))
         for level, kind, payload in anc:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                fds.extend(int.from_bytes(payload[i:i + 4], sys.byteorder)
-                           for i in range(0, len(payload) - len(payload) % 4, 4))
+                fds.extend(
+                    int.from_bytes(payload[i : i + 4], sys.byteorder)
+                    for i in range(0, len(payload) - len(payload) % 4, 4)
+                )
         if not data:
             return None
         buf += data
@@ -114,6 +117,7 @@ _INSTALLED = {"engine": None}
 
 def _machine() -> str:
     import platform
+
     return platform.machine()
 
 
@@ -146,6 +150,7 @@ def install_seccomp(prog: bytes) -> int:
 
 def _not_dumpable():
     import ctypes
+
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(4, ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0)")
@@ -286,7 +291,7 @@ def _warm(pol) -> None:
     request) without starting any thread: Landlock and seccomp, installed when the
     fork adopts a request, restrict the calling thread (a thread started before would
     stay outside them), and threads started later inherit them."""
-    pol.timeout = None          # this fork's copy: no watchdog for the warm-up
+    pol.timeout = None  # this fork's copy: no watchdog for the warm-up
     pol.memory_limit = None
     GuestSession(pol).exec("x = 1")
 
@@ -303,16 +308,28 @@ def _send(sock, obj):
 def handle_exec(session, msg) -> dict:
     """Run an exec frame; the result frame."""
     code = msg.get("code", "")
-    r = session.exec(code if isinstance(code, str) else "", namespace=msg.get("namespace"),
-                     modules=msg.get("modules"), stdin=msg.get("stdin"), argv=msg.get("argv"))
+    r = session.exec(
+        code if isinstance(code, str) else "",
+        namespace=msg.get("namespace"),
+        modules=msg.get("modules"),
+        stdin=msg.get("stdin"),
+        argv=msg.get("argv"),
+    )
     try:
         namespace = to_wire(r.namespace)
     except Exception as e:  # noqa: BLE001 - a namespace that cannot be converted is reported
         namespace = {"__st_placeholder__": "namespace", "repr": f"<not converted: {type(e).__name__}>"}
-    return {"op": "result", "stdout": _clean_str(r.stdout), "stderr": _clean_str(r.stderr),
-            "namespace": namespace, "error": error_to_wire(r.error, r.traceback, r.error_message),
-            "traceback": None if r.traceback is None else _clean_str(r.traceback), "ticks": r.ticks,
-            "stdout_truncated": r.stdout_truncated, "duration": r.duration}
+    return {
+        "op": "result",
+        "stdout": _clean_str(r.stdout),
+        "stderr": _clean_str(r.stderr),
+        "namespace": namespace,
+        "error": error_to_wire(r.error, r.traceback, r.error_message),
+        "traceback": None if r.traceback is None else _clean_str(r.traceback),
+        "ticks": r.ticks,
+        "stdout_truncated": r.stdout_truncated,
+        "duration": r.duration,
+    }
 
 
 def main() -> int:
@@ -340,8 +357,7 @@ def main() -> int:
                 sys.path.extend(p for p in msg.get("sys_path") or [] if p not in sys.path)
                 mp.accelerate()
                 policy = Policy.from_portable(msg["policy"], host_call=host_call)
-                session = GuestSession(policy, filesystem_root=msg.get("filesystem_root"),
-                                       echo=msg.get("echo", False))
+                session = GuestSession(policy, filesystem_root=msg.get("filesystem_root"), echo=msg.get("echo", False))
                 if msg.get("filesystem_root"):
                     os.chdir(msg["filesystem_root"])
                     os.environ["HOME"] = msg["filesystem_root"]

@@ -27,8 +27,22 @@ import sys
 import types
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ENTRY_KEYS = {"name", "code", "error", "contains", "grants", "policy", "plain", "classes", "inject", "modules",
-              "modules_first_only", "session", "levels", "min_python"}
+ENTRY_KEYS = {
+    "name",
+    "code",
+    "error",
+    "contains",
+    "grants",
+    "policy",
+    "plain",
+    "classes",
+    "inject",
+    "modules",
+    "modules_first_only",
+    "session",
+    "levels",
+    "min_python",
+}
 
 
 def load() -> list:
@@ -85,6 +99,7 @@ def run_plain_isolated(entries) -> dict:
     attack that works changes that process: a host class decorated, a registry
     filled); name -> (plain holds, what went wrong)."""
     import subprocess
+
     helper = (
         "import json, os, sys, traceback\n"
         f"sys.path.insert(0, {HERE!r}); sys.path.insert(0, {os.path.dirname(HERE)!r})\n"
@@ -113,8 +128,9 @@ def run_plain_isolated(entries) -> dict:
         "    out[e['name']] = json.loads(data) if data else [False, 'the child died']\n"
         "print(json.dumps(out))\n"
     )
-    p = subprocess.run([sys.executable, "-c", helper], input=json.dumps(entries), capture_output=True, text=True,
-                       timeout=600)
+    p = subprocess.run(
+        [sys.executable, "-c", helper], input=json.dumps(entries), capture_output=True, text=True, timeout=600
+    )
     if p.returncode != 0:
         raise RuntimeError(p.stderr[-3000:])
     return {k: tuple(v) for k, v in json.loads(p.stdout.strip().splitlines()[-1]).items()}
@@ -122,7 +138,7 @@ def run_plain_isolated(entries) -> dict:
 
 def run_plain(entry) -> bool:
     """Run the attack with plain exec() and real builtins; True when ``plain`` holds."""
-    ns = {"__builtins__": builtins, "__name__": "__main__"}   # as the sandbox's namespace has
+    ns = {"__builtins__": builtins, "__name__": "__main__"}  # as the sandbox's namespace has
     for c in entry.get("classes", []):
         cls = resolve(c["ref"])
         ns[cls.__name__] = cls

@@ -5,6 +5,7 @@ private or filtered field, a constructor refused by ``constructable=False``, sta
 shared by the whole process. The corpus reaches for them the way an attacker would;
 the plain-exec run of each attack shows it would succeed without the sandbox.
 """
+
 import dataclasses
 import os
 
@@ -12,6 +13,7 @@ import os
 @dataclasses.dataclass
 class Service:
     """Granted with ``include=("name",)``: ``_runner`` is the host's (it is os.system)."""
+
     name: str
     _runner: object = dataclasses.field(default=os.system)
 
@@ -23,6 +25,7 @@ def make_service():
 @dataclasses.dataclass
 class Ticket:
     """Granted with ``constructable=False``: only the host issues tickets."""
+
     id: int
 
 
@@ -48,7 +51,8 @@ def make_vault():
 class Counter:
     """Granted with ``include=("value",)``: its private members stay private, also to a
     sandbox subclass."""
-    _backend = os.posix_spawn          # a private class attribute (a capability)
+
+    _backend = os.posix_spawn  # a private class attribute (a capability)
 
     def __init__(self, value):
         self.value = value

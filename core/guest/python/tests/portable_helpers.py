@@ -44,10 +44,12 @@ def make_closure():
 
     def inner(x):
         return x + y
+
     return inner
 
 
 def make_local_class():
     class Local:
         pass
+
     return Local

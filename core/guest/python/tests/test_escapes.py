@@ -35,7 +35,8 @@ def test_escape(entry):
     err = result.error
     assert err is not None, f"escape ran to completion: {entry['code']!r}\nstdout={result.stdout!r}"
     assert type(err).__name__ == entry["error"], (
-        f"expected {entry['error']}, got {type(err).__name__}: {err}\n{result.traceback}")
+        f"expected {entry['error']}, got {type(err).__name__}: {err}\n{result.traceback}"
+    )
     if entry.get("contains"):
         assert entry["contains"] in str(err), f"{entry['contains']!r} not in {str(err)!r}"
     # a rejected attempt never leaves runtime internals in the user namespace

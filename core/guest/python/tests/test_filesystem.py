@@ -20,15 +20,18 @@ def root(tmp_path):
 
 def test_open_inside_root(root):
     sess = GuestSession(Policy(), filesystem_root=root)
-    r = sess.exec("with open('data.txt') as f:\n    a = f.read()\nwith open('/out.txt', 'w') as f:\n"
-                  "    f.write('w')\nb = open('/data.txt').read()\nimport_ok = True")
+    r = sess.exec(
+        "with open('data.txt') as f:\n    a = f.read()\nwith open('/out.txt', 'w') as f:\n"
+        "    f.write('w')\nb = open('/data.txt').read()\nimport_ok = True"
+    )
     assert r.error is None, r.traceback
     assert r.namespace["a"] == "hello" and r.namespace["b"] == "hello"
     assert (root / "out.txt").read_text() == "w"
 
 
-@pytest.mark.parametrize("path", ["../secret.txt", "/../secret.txt", "sub/../../secret.txt", "link",
-                                  "dirlink/secret.txt"])
+@pytest.mark.parametrize(
+    "path", ["../secret.txt", "/../secret.txt", "sub/../../secret.txt", "link", "dirlink/secret.txt"]
+)
 def test_open_refuses_escape(root, path):
     r = GuestSession(Policy(), filesystem_root=root).exec(f"open({path!r}).read()")
     assert type(r.error) is PermissionError, (path, r.error)

@@ -52,17 +52,17 @@ def test_generator_finally_does_not_run_when_the_host_drops_it():
     hits = ns["hits"]
     del ns["it"]
     gc.collect()
-    assert hits == ["finally ran"]   # plain Python: the host's GC runs the sandbox's finally
+    assert hits == ["finally ran"]  # plain Python: the host's GC runs the sandbox's finally
 
     sess = GuestSession(Policy(timeout=5))
     r = sess.exec(GEN_FINALLY)
     assert r.error is None
     hits = r.namespace["hits"]
-    r2 = sess.exec("del it")          # the last reference is the old result's
+    r2 = sess.exec("del it")  # the last reference is the old result's
     assert r2.error is None
     del r
     gc.collect()
-    assert hits == []                 # stopped at its first checkpoint, quietly
+    assert hits == []  # stopped at its first checkpoint, quietly
 
 
 def test_generator_resumed_by_the_host_stops_at_once():
@@ -97,17 +97,20 @@ def test_del_on_a_cycle_cannot_be_defined():
 
 def test_weakref_callback_after_exec_does_not_run():
     import weakref
+
     pol = Policy(timeout=5)
     pol.module(weakref)
     sess = GuestSession(pol)
-    r = sess.exec("import weakref\nhits = []\nclass A:\n    pass\na = A()\nr = weakref.ref(a, lambda _: hits.append(1))\n")
+    r = sess.exec(
+        "import weakref\nhits = []\nclass A:\n    pass\na = A()\nr = weakref.ref(a, lambda _: hits.append(1))\n"
+    )
     assert r.error is None
     hits = r.namespace["hits"]
     sess.exec("del a")
     unraisable = []
     old, sys.unraisablehook = sys.unraisablehook, unraisable.append
     try:
-        del r            # the old result held the last reference
+        del r  # the old result held the last reference
         gc.collect()
     finally:
         sys.unraisablehook = old
@@ -123,10 +126,10 @@ def test_exception_str_runs_under_the_limits_and_never_after():
     assert type(r.error).__name__ == "E"
     assert r.traceback is not None and r.error_message is not None
     start = time.monotonic()
-    wire = error_to_wire(r.error, r.traceback, r.error_message)     # the worker's conversion
+    wire = error_to_wire(r.error, r.traceback, r.error_message)  # the worker's conversion
     assert time.monotonic() - start < 0.5 and wire["type"] == "E"
-    assert error_to_wire(r.error)["message"] == ""                   # no message given: args only
-    with pytest.raises(StOutsideExec):                               # the host's own str()
+    assert error_to_wire(r.error)["message"] == ""  # no message given: args only
+    with pytest.raises(StOutsideExec):  # the host's own str()
         str(r.error)
 
 
@@ -147,6 +150,7 @@ def test_namespace_with_a_getattribute_hook_is_read_without_running_it():
     r = sess.exec("class X:\n    def __getattribute__(self, n):\n        while True:\n            pass\nx = X()\n")
     assert r.error is None and "x" in r.namespace
     from sandtrap_guest.wire import to_wire
+
     start = time.monotonic()
     assert to_wire(r.namespace)["x"]["__st_placeholder__"] == "X"
     assert sess.exec("y = 1").error is None
@@ -183,9 +187,11 @@ def test_random_seed_is_the_sessions_own():
     pol = Policy(timeout=5)
     pol.module(random)
     state = random.getstate()
-    r = GuestSession(pol).exec("import random\nrandom.seed(1)\na = random.random()\nrandom.seed(1)\nb = random.random()\n")
-    assert r.error is None and r.namespace["a"] == r.namespace["b"]   # it works for the sandbox
-    assert random.getstate() == state                                 # and leaves the host's alone
+    r = GuestSession(pol).exec(
+        "import random\nrandom.seed(1)\na = random.random()\nrandom.seed(1)\nb = random.random()\n"
+    )
+    assert r.error is None and r.namespace["a"] == r.namespace["b"]  # it works for the sandbox
+    assert random.getstate() == state  # and leaves the host's alone
     plain("import random\nrandom.seed(1)\n")
     assert random.getstate() != state
     random.setstate(state)
@@ -206,8 +212,9 @@ def test_per_exec_module_values_are_revoked():
             return [1]
 
     sess = GuestSession(Policy(timeout=5))
-    r = sess.exec("from host import db, q\nrows = db.query()\nm = db.query\nkeep = q\n",
-                  modules={"host": {"db": DB(), "q": len}})
+    r = sess.exec(
+        "from host import db, q\nrows = db.query()\nm = db.query\nkeep = q\n", modules={"host": {"db": DB(), "q": len}}
+    )
     assert r.error is None and r.namespace["rows"] == [1]
     for code in ("db.query()", "m()", "keep([1])", "db.x"):
         r2 = sess.exec(code)
@@ -219,7 +226,9 @@ def test_per_exec_class_is_revoked_also_through_type():
         pass
 
     sess = GuestSession(Policy(timeout=5))
-    r = sess.exec("from host import Model\nm = Model()\nok = isinstance(m, Model)\n", modules={"host": {"Model": Model}})
+    r = sess.exec(
+        "from host import Model\nm = Model()\nok = isinstance(m, Model)\n", modules={"host": {"Model": Model}}
+    )
     assert r.error is None and r.namespace["ok"] is True
     r2 = sess.exec("m2 = type(m)()")
     assert isinstance(r2.error, StCallDenied) and "gone" in str(r2.error)
@@ -229,8 +238,13 @@ def test_per_exec_class_is_revoked_also_through_type():
 
 # ------------------------------------------- class 8: crashing / starving the host
 def _child(code, timeout=60):
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout,
-                          env=dict(os.environ, PYTHONPATH=GUEST))
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=dict(os.environ, PYTHONPATH=GUEST),
+    )
 
 
 NEST = textwrap.dedent("""
@@ -255,7 +269,7 @@ NESTINGS = {
 def test_deeply_nested_iterators_do_not_crash_the_host(kind):
     code = NESTINGS[kind]
     crashed = _child("import itertools\n" + code.replace("import itertools\n", ""))
-    assert crashed.returncode == -11, crashed   # plain Python: a segfault of the whole process
+    assert crashed.returncode == -11, crashed  # plain Python: a segfault of the whole process
     p = _child(NEST.format(code=code))
     assert p.returncode == 0, p.stderr[-2000:]
     assert p.stdout.startswith("RecursionError") and "nested more than 1000" in p.stdout, p.stdout
@@ -263,6 +277,7 @@ def test_deeply_nested_iterators_do_not_crash_the_host(kind):
 
 def test_tee_and_chain_from_iterable_are_bounded():
     import itertools
+
     pol = Policy(timeout=10)
     pol.module(itertools)
     r = GuestSession(pol).exec("import itertools\nitertools.tee([1])")
@@ -275,7 +290,7 @@ def test_memory_allocated_and_freed_between_checks_is_seen():
     code = "x = 'a' * (512 << 20)\ndel x\ny = 1\n"
     r = run(code, Policy(timeout=20, memory_limit=64 << 20))
     assert isinstance(r.error, MemoryError), r.error
-    assert run(code, Policy(timeout=20)).error is None   # without the limit it simply runs
+    assert run(code, Policy(timeout=20)).error is None  # without the limit it simply runs
 
 
 def test_geometric_loop_is_stopped_by_the_timeout():
@@ -284,7 +299,7 @@ def test_geometric_loop_is_stopped_by_the_timeout():
     r = run(code, Policy(timeout=0.5, memory_limit=None))
     took = time.monotonic() - start
     assert isinstance(r.error, StTimeout), r.error
-    assert took < 0.5 + 1.5, took          # one doubling past the deadline at most
+    assert took < 0.5 + 1.5, took  # one doubling past the deadline at most
 
 
 def test_geometric_loop_is_stopped_by_the_memory_limit():
@@ -293,7 +308,7 @@ def test_geometric_loop_is_stopped_by_the_memory_limit():
     r = run(code, Policy(timeout=30, memory_limit=100 << 20))
     assert isinstance(r.error, MemoryError), r.error
     grown = int(str(r.error).split("grew by ")[1].split()[0])
-    assert grown < 400 << 20, grown        # noticed within a doubling past the limit, not at gigabytes
+    assert grown < 400 << 20, grown  # noticed within a doubling past the limit, not at gigabytes
     del r
     assert _rss() - start_rss < 200 << 20
 
@@ -322,6 +337,7 @@ def test_no_runtime_function_has_a_class_cell():
     import pkgutil
 
     import sandtrap_guest
+
     bad = []
     for mod in pkgutil.iter_modules(sandtrap_guest.__path__):
         m = importlib.import_module(f"sandtrap_guest.{mod.name}")
@@ -350,11 +366,12 @@ def test_runtime_objects_are_opaque():
 def test_untrusted_modules_are_refused_with_the_reason():
     import dis
     import inspect
+
     with pytest.raises(ValueError, match="getmembers"):
         Policy().module(inspect)
     with pytest.raises(ValueError, match="code objects"):
         Policy().module(dis)
-    Policy().module(inspect, trusted=True)   # said so explicitly
+    Policy().module(inspect, trusted=True)  # said so explicitly
     pol = Policy()
     pol.module(inspect, trusted=True)
     assert Policy.from_portable(pol.to_portable()).modules["inspect"].trusted is True

@@ -13,34 +13,38 @@ def ticks(code, **pol):
     return r.ticks
 
 
-@pytest.mark.parametrize("code,expected", [
-    ("total = sum(range(10))\nprint(total)", 2),        # sum + print; range is a type
-    ("x = 1 + 2", 0),
-    ("for i in range(5):\n    pass", 5),
-    ("i = 0\nwhile i < 4:\n    i += 1", 4),
-    ("def f():\n    return 1\nf()\nf()", 2),
-    ("[x for x in range(3)]", 3),
-    ("[x for x in range(3) for y in range(2)]", 9),     # 3 outer steps + 6 inner steps
-    ("[x for x in range(6) if x % 2]", 6),              # filtered steps tick too
-    ("{x: x for x in range(3)}", 3),
-    ("sorted([3, 1, 2], key=lambda v: v)", 4),          # sorted + 3 lambda entries
-    ("len([1])\nstr(1)\nint('2')\nlist(range(3))", 1),  # only len ticks
-    ("def g():\n    for i in range(3):\n        yield i\nlist(g())", 7),   # entry + 3 iterations + 3 resumptions
-    ("def g():\n    yield 1\n    yield 2\nlist(g())", 3),    # entry + a resumption after each yield
-    ("try:\n    1 / 0\nexcept ZeroDivisionError:\n    pass\nfinally:\n    pass", 2),  # handler + finally
-    ("class A:\n    def __init__(self):\n        pass\nA()\nA()", 2),
-    ("class A:\n    xs = [i for i in range(4)]", 4),
-    ("f = lambda: 1\nf()\nf()\nf()", 3),
-    ("isinstance(1, int)\ngetattr(1, 'real')\nhasattr(1, 'x')", 3),
-    ("for i in range(3):\n    for j in range(2):\n        pass", 9),
-])
+@pytest.mark.parametrize(
+    "code,expected",
+    [
+        ("total = sum(range(10))\nprint(total)", 2),  # sum + print; range is a type
+        ("x = 1 + 2", 0),
+        ("for i in range(5):\n    pass", 5),
+        ("i = 0\nwhile i < 4:\n    i += 1", 4),
+        ("def f():\n    return 1\nf()\nf()", 2),
+        ("[x for x in range(3)]", 3),
+        ("[x for x in range(3) for y in range(2)]", 9),  # 3 outer steps + 6 inner steps
+        ("[x for x in range(6) if x % 2]", 6),  # filtered steps tick too
+        ("{x: x for x in range(3)}", 3),
+        ("sorted([3, 1, 2], key=lambda v: v)", 4),  # sorted + 3 lambda entries
+        ("len([1])\nstr(1)\nint('2')\nlist(range(3))", 1),  # only len ticks
+        ("def g():\n    for i in range(3):\n        yield i\nlist(g())", 7),  # entry + 3 iterations + 3 resumptions
+        ("def g():\n    yield 1\n    yield 2\nlist(g())", 3),  # entry + a resumption after each yield
+        ("try:\n    1 / 0\nexcept ZeroDivisionError:\n    pass\nfinally:\n    pass", 2),  # handler + finally
+        ("class A:\n    def __init__(self):\n        pass\nA()\nA()", 2),
+        ("class A:\n    xs = [i for i in range(4)]", 4),
+        ("f = lambda: 1\nf()\nf()\nf()", 3),
+        ("isinstance(1, int)\ngetattr(1, 'real')\nhasattr(1, 'x')", 3),
+        ("for i in range(3):\n    for j in range(2):\n        pass", 9),
+    ],
+)
 def test_exact_tick_counts(code, expected):
     assert ticks(code) == expected
-    assert ticks(code) == expected            # deterministic
+    assert ticks(code) == expected  # deterministic
 
 
 def test_granted_function_ticks_module_function_does_not():
     import math
+
     pol = Policy()
     pol.fn(math.sqrt, name="root")
     pol.module(math)
@@ -64,7 +68,7 @@ def test_tick_limit_is_exact():
     r = GuestSession(Policy(tick_limit=50)).exec(code)
     assert type(r.error) is StTickLimit
     assert r.ticks == 51
-    assert r.namespace["n"] == 50          # the 51st iteration never ran
+    assert r.namespace["n"] == 50  # the 51st iteration never ran
     r = GuestSession(Policy(tick_limit=100)).exec(code)
     assert r.error is None and r.ticks == 100
 
@@ -92,8 +96,9 @@ def test_timeout_stops_infinite_loop():
 
 
 def test_timeout_in_recursion_and_comprehension():
-    r = GuestSession(Policy(timeout=0.3)).exec("def f():\n    return [f() for _ in range(2)]\n"
-                                                "while True:\n    x = [i for i in range(1000)]")
+    r = GuestSession(Policy(timeout=0.3)).exec(
+        "def f():\n    return [f() for _ in range(2)]\nwhile True:\n    x = [i for i in range(1000)]"
+    )
     assert type(r.error) is StTimeout
 
 
@@ -102,6 +107,7 @@ def test_timeout_with_slow_granted_calls_is_timely():
 
     def nap():
         time.sleep(0.01)
+
     pol.fn(nap)
     t0 = time.monotonic()
     r = GuestSession(pol).exec("while True:\n    nap()")
@@ -112,14 +118,16 @@ def test_timeout_with_slow_granted_calls_is_timely():
 def test_limit_cannot_be_swallowed_and_is_sticky():
     r = GuestSession(Policy(tick_limit=100)).exec(
         "caught = 0\nfor _ in range(3):\n    try:\n        while True:\n            pass\n"
-        "    except Exception:\n        caught += 1\n")
+        "    except Exception:\n        caught += 1\n"
+    )
     assert type(r.error) is StTickLimit
     assert r.namespace.get("caught", 0) == 0
 
 
 def test_memory_limit_raises_memory_error():
     r = GuestSession(Policy(timeout=20, memory_limit=50 * 1024 * 1024)).exec(
-        "keep = []\nwhile True:\n    keep.append('x' * 1_000_000)")
+        "keep = []\nwhile True:\n    keep.append('x' * 1_000_000)"
+    )
     assert type(r.error) is MemoryError
     assert "memory limit" in str(r.error)
 

@@ -7,8 +7,7 @@ import types
 import portable_helpers as ph
 import pytest
 
-from sandtrap_guest import (GuestSession, Policy, StAttributeDenied, StCallDenied, StImportDenied,
-                            StPolicyNotPortable)
+from sandtrap_guest import GuestSession, Policy, StAttributeDenied, StCallDenied, StImportDenied, StPolicyNotPortable
 
 
 def test_fn_grant_forms():
@@ -27,8 +26,8 @@ def test_fn_grant_forms():
     r = GuestSession(pol).exec("x = (add(1, 2), mul(2, 3), double(4), twice(5))")
     assert r.error is None, r.traceback
     assert r.namespace["x"] == (3, 6, 8, 10)
-    assert add(1, 1) == 2                     # the decorator returns the function itself
-    assert set(r.namespace) == {"x"}          # grants are not user names
+    assert add(1, 1) == 2  # the decorator returns the function itself
+    assert set(r.namespace) == {"x"}  # grants are not user names
 
 
 def test_granted_function_internals_are_gated():
@@ -45,15 +44,19 @@ def test_cls_grant_construct_and_filters():
     r = GuestSession(pol).exec("c = Counter(5)\nc.incr()\nv = c.get_value()\nw = c.value\nok = isinstance(c, Counter)")
     assert r.error is None, r.traceback
     assert (r.namespace["v"], r.namespace["w"], r.namespace["ok"]) == (6, 6, True)
-    for code, bad in (("Counter().reset()", "reset"), ("Counter()._secret", "_secret"),
-                      ("Counter.reset", "reset"), ("Counter().value = 3\nCounter().reset", "reset")):
+    for code, bad in (
+        ("Counter().reset()", "reset"),
+        ("Counter()._secret", "_secret"),
+        ("Counter.reset", "reset"),
+        ("Counter().value = 3\nCounter().reset", "reset"),
+    ):
         r = GuestSession(pol).exec(code)
         assert type(r.error) is StAttributeDenied and bad in str(r.error), (code, r.error)
 
 
 def test_cls_grant_exclude_and_private_opt_in():
     pol = Policy()
-    pol.cls(ph.Counter, exclude=("reset",))          # "_*" no longer excluded
+    pol.cls(ph.Counter, exclude=("reset",))  # "_*" no longer excluded
     r = GuestSession(pol).exec("s = Counter()._secret")
     assert r.error is None and r.namespace["s"] == "hidden"
     assert type(GuestSession(pol).exec("Counter().reset()").error) is StAttributeDenied
@@ -65,13 +68,20 @@ def test_cls_not_constructable():
     pol.cls(ph.Service, constructable=False, include=("query", "describe"))
     svc = ph.Service()
     sess = GuestSession(pol)
-    r = sess.exec("rows = service.query('select 1')\nd = service.describe()\nok = isinstance(service, Service)",
-                  namespace={"service": svc})
+    r = sess.exec(
+        "rows = service.query('select 1')\nd = service.describe()\nok = isinstance(service, Service)",
+        namespace={"service": svc},
+    )
     assert r.error is None, r.traceback
     assert r.namespace["rows"] == [("row", "select 1")] and r.namespace["ok"] is True
     assert svc.calls == ["select 1"]
-    for code in ("Service()", "type(service)()", "class S(type(service)):\n    pass\nS()",
-                 "Service.__new__(Service)", "object.__new__(type(service))"):
+    for code in (
+        "Service()",
+        "type(service)()",
+        "class S(type(service)):\n    pass\nS()",
+        "Service.__new__(Service)",
+        "object.__new__(type(service))",
+    ):
         r = sess.exec(code)
         assert type(r.error) is StCallDenied, (code, r.error)
     for code in ("service.token", "service._internal()", "service.calls"):
@@ -85,14 +95,14 @@ def test_host_classes_and_objects_are_protected():
     sess = GuestSession(pol)
     assert type(sess.exec("Counter.incr = print").error) is StAttributeDenied
     assert type(sess.exec("Counter().incr.__func__").error) is StAttributeDenied
-    r = sess.exec("c = Counter()\nc.value = 10\nv = c.incr()")   # public state of an instance: allowed
+    r = sess.exec("c = Counter()\nc.value = 10\nv = c.incr()")  # public state of an instance: allowed
     assert r.error is None and r.namespace["v"] == 11
 
 
 def test_user_subclass_of_granted_class():
     pol = Policy()
     pol.cls(ph.Counter, include=("incr", "value"))
-    r = GuestSession(pol).exec('''
+    r = GuestSession(pol).exec("""
 class Mine(Counter):
     def __init__(self):
         super().__init__(1)
@@ -101,16 +111,18 @@ class Mine(Counter):
         return self.incr() + self._extra
 m = Mine()
 out = m.bump()
-''')
+""")
     assert r.error is None, r.traceback
     assert r.namespace["out"] == 7
     r = GuestSession(pol).exec("class Mine(Counter):\n    pass\nMine()._secret")
-    assert type(r.error) is StAttributeDenied          # host-defined private data stays private
-    r = GuestSession(pol).exec("class Mine(Counter):\n    def __init__(self):\n        super().__init__()\n"
-                               "        self._secret = 'mine'\nm = Mine()")
-    assert type(r.error) is StAttributeDenied          # nor can it be overwritten after the fact
+    assert type(r.error) is StAttributeDenied  # host-defined private data stays private
+    r = GuestSession(pol).exec(
+        "class Mine(Counter):\n    def __init__(self):\n        super().__init__()\n"
+        "        self._secret = 'mine'\nm = Mine()"
+    )
+    assert type(r.error) is StAttributeDenied  # nor can it be overwritten after the fact
     r = GuestSession(pol).exec("class Mine(Counter):\n    pass\nMine().reset()")
-    assert type(r.error) is StAttributeDenied          # the grant's include still applies
+    assert type(r.error) is StAttributeDenied  # the grant's include still applies
 
 
 def test_module_grant_filters_and_values():
@@ -149,15 +161,16 @@ def test_portable_roundtrip():
     pol.module(math, exclude=("_*", "fsum"))
     pol.module(json, recursive=True)
     d = pol.to_portable()
-    assert json.loads(json.dumps(d)) == d                      # plain data only
+    assert json.loads(json.dumps(d)) == d  # plain data only
     assert {"kind": "fn", "name": "double", "ref": "portable_helpers:double"} in d["grants"]
     assert {"kind": "fn", "name": "length", "ref": "builtins:len"} in d["grants"]
     p2 = Policy.from_portable(d)
     assert p2.to_portable() == d
     assert p2.fns["double"].fn is ph.double and p2.classes["Svc"].cls is ph.Service
     assert p2.classes["Svc"].constructable is False and p2.modules["json"].recursive is True
-    r = GuestSession(p2).exec("import math\nx = (double(2), length([1]), Counter(1).incr(), math.floor(1.5))\n"
-                              "math.fsum")
+    r = GuestSession(p2).exec(
+        "import math\nx = (double(2), length([1]), Counter(1).incr(), math.floor(1.5))\nmath.fsum"
+    )
     assert type(r.error) is StAttributeDenied and r.namespace["x"] == (4, 1, 2, 1)
 
 
@@ -171,20 +184,33 @@ def test_portability_problems_lists_everything():
 
     def local_fn():
         pass
+
     pol.fn(local_fn)
     pol.module(types.ModuleType("runtime_mod"), name="rt")
     pol.cls(ph.Counter, name="C2", include=lambda n: True)
     import functools
+
     pol.fn(functools.partial(ph.double, 1), name="part")
 
     class Callable:
         def __call__(self):
             pass
+
     pol.fn(Callable(), name="callable_instance")
     problems = pol.portability_problems()
     text = "\n".join(problems)
-    for name in ("'lam'", "'clo'", "'bound'", "'bound_builtin'", "'Local'", "'local_fn'", "'rt'", "'C2'",
-                 "'part'", "'callable_instance'"):
+    for name in (
+        "'lam'",
+        "'clo'",
+        "'bound'",
+        "'bound_builtin'",
+        "'Local'",
+        "'local_fn'",
+        "'rt'",
+        "'C2'",
+        "'part'",
+        "'callable_instance'",
+    ):
         assert name in text, (name, text)
     assert len(problems) == 10
     with pytest.raises(StPolicyNotPortable) as ei:
@@ -202,13 +228,20 @@ def test_main_module_refs_are_not_portable():
 
 
 def test_from_portable_reports_every_bad_ref():
-    d = {"version": 1, "timeout": 1.0, "tick_limit": None, "memory_limit": None, "max_stdout": None,
-         "allow_network": False, "grants": [
-             {"kind": "fn", "name": "a", "ref": "portable_helpers:nope"},
-             {"kind": "cls", "name": "b", "ref": "portable_helpers:double"},
-             {"kind": "module", "name": "c", "ref": "no_such_module_xyz"},
-             {"kind": "wat", "name": "d", "ref": "x:y"},
-         ]}
+    d = {
+        "version": 1,
+        "timeout": 1.0,
+        "tick_limit": None,
+        "memory_limit": None,
+        "max_stdout": None,
+        "allow_network": False,
+        "grants": [
+            {"kind": "fn", "name": "a", "ref": "portable_helpers:nope"},
+            {"kind": "cls", "name": "b", "ref": "portable_helpers:double"},
+            {"kind": "module", "name": "c", "ref": "no_such_module_xyz"},
+            {"kind": "wat", "name": "d", "ref": "x:y"},
+        ],
+    }
     with pytest.raises(StPolicyNotPortable) as ei:
         Policy.from_portable(d)
     assert len(ei.value.problems) == 4

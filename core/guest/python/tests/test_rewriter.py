@@ -18,7 +18,7 @@ def test_every_ast_node_type_is_either_handled_or_rejected():
             node = node_type()
         except TypeError:
             continue
-        if type(node) in ALLOWED_NODE_TYPES:     # deprecated aliases (ast.Num() is a Constant)
+        if type(node) in ALLOWED_NODE_TYPES:  # deprecated aliases (ast.Num() is a Constant)
             continue
         with pytest.raises(StValidationError):
             Rewriter("").visit(node)
@@ -27,6 +27,7 @@ def test_every_ast_node_type_is_either_handled_or_rejected():
 def test_unknown_node_is_rejected_with_position():
     class Weird(ast.expr):
         _fields = ()
+
     tree = ast.parse("x = 1\ny = 2")
     weird = Weird()
     weird.lineno, weird.col_offset = 2, 4
@@ -58,19 +59,31 @@ def test_generic_function_syntax_rejected():
 
 
 def test_no_attribute_survives_the_rewrite():
-    src = ("import math\nclass A:\n    def m(self):\n        self.x = self.y.z\n        del self.w\n"
-           "        self.n += 1\n        for self.i in range(2):\n            pass\n        with open as self.f:\n"
-           "            pass\n        a, self.b = 1, 2\n        return f'{self.q}'\n")
+    src = (
+        "import math\nclass A:\n    def m(self):\n        self.x = self.y.z\n        del self.w\n"
+        "        self.n += 1\n        for self.i in range(2):\n            pass\n        with open as self.f:\n"
+        "            pass\n        a, self.b = 1, 2\n        return f'{self.q}'\n"
+    )
     tree = rewrite(src)
     loads = [n for n in ast.walk(tree) if isinstance(n, ast.Attribute)]
     assert loads == []
 
 
 def test_helpers_are_unforgeable():
-    for code in ("__st_ga__", "__st_n__ = 0", "def __st_x(): pass", "import __st_mod", "x.__st_y = 1",
-                 "f(__st_k=1)", "global __st_n__", "class __st_C: pass", "lambda __st_a: 1",
-                 "try:\n    pass\nexcept E as __st_e:\n    pass", "match x:\n    case __st_c:\n        pass",
-                 "from m import __st_x"):
+    for code in (
+        "__st_ga__",
+        "__st_n__ = 0",
+        "def __st_x(): pass",
+        "import __st_mod",
+        "x.__st_y = 1",
+        "f(__st_k=1)",
+        "global __st_n__",
+        "class __st_C: pass",
+        "lambda __st_a: 1",
+        "try:\n    pass\nexcept E as __st_e:\n    pass",
+        "match x:\n    case __st_c:\n        pass",
+        "from m import __st_x",
+    ):
         with pytest.raises(StValidationError):
             rewrite(code)
 
@@ -84,7 +97,8 @@ def test_bare_except_becomes_except_exception():
 def test_private_names_are_mangled_like_cpython():
     r = GuestSession(Policy()).exec(
         "class _Under:\n    def __init__(self):\n        self.__x = 1\n    def get(self):\n"
-        "        return self.__x, getattr(self, '_Under__x')\nout = _Under().get()")
+        "        return self.__x, getattr(self, '_Under__x')\nout = _Under().get()"
+    )
     assert r.error is None, r.traceback
     assert r.namespace["out"] == (1, 1)
 

@@ -5,8 +5,7 @@ import threading
 
 import pytest
 
-from sandtrap_guest import (ExecResult, GuestSession, Policy, StAttributeDenied, StImportDenied,
-                            StValidationError)
+from sandtrap_guest import ExecResult, GuestSession, Policy, StAttributeDenied, StImportDenied, StValidationError
 
 
 def run(code, policy=None, **kw):
@@ -27,7 +26,7 @@ def test_seed_quick_start():
     assert r.stdout == "total = 45\n"
     assert r.namespace == {"total": 45}
     assert r.error is None
-    assert r.ticks == 2          # fn calls: sum + print
+    assert r.ticks == 2  # fn calls: sum + print
     assert r.isolation == "none"
 
 
@@ -35,10 +34,13 @@ def test_seed_handing_code_a_module():
     class DB:
         def query(self, q):
             return [(1,)] if q == "select 1" else []
+
     db = DB()
     sess = GuestSession(Policy(timeout=5.0, tick_limit=100_000))
-    r = sess.exec("import host\nfrom host import db\n\nrows = db.query('select 1')\nv = host.VERSION\n",
-                  modules={"host": {"db": db, "VERSION": 3}})
+    r = sess.exec(
+        "import host\nfrom host import db\n\nrows = db.query('select 1')\nv = host.VERSION\n",
+        modules={"host": {"db": db, "VERSION": 3}},
+    )
     assert r.error is None, r.traceback
     assert r.namespace["rows"] == [(1,)]
     assert r.namespace["v"] == 3
@@ -69,7 +71,7 @@ def test_exec_modules_are_read_only_and_vanish():
     assert type(r.error) is StImportDenied
     assert r.namespace["w"] == 4
     r = sess.exec("host.VERSION")
-    assert type(r.error) is NameError          # the binding from the earlier call is gone
+    assert type(r.error) is NameError  # the binding from the earlier call is gone
 
 
 def test_exec_modules_private_names_are_readable_dunders_not():
@@ -98,8 +100,13 @@ def test_exec_module_bad_arguments_raise_to_host():
 # ------------------------------------------------------------------ namespace
 def test_namespace_persists_functions_and_classes():
     sess = GuestSession(Policy(timeout=5))
-    assert sess.exec("def sq(x):\n    return x * x\nclass P:\n    def __init__(self, v):\n        self._v = v\n"
-                     "    def get(self):\n        return self._v\n").error is None
+    assert (
+        sess.exec(
+            "def sq(x):\n    return x * x\nclass P:\n    def __init__(self, v):\n        self._v = v\n"
+            "    def get(self):\n        return self._v\n"
+        ).error
+        is None
+    )
     r = sess.exec("a = sq(7)\nb = P(3).get()")
     assert r.error is None, r.traceback
     assert r.namespace["a"] == 49 and r.namespace["b"] == 3
@@ -110,8 +117,11 @@ def test_result_namespace_has_only_user_names():
     pol = Policy(timeout=5)
     pol.module(math)
     pol.fn(len, name="length")
-    r = ok("import math\nx = length([1, 2])\nfor i in range(2):\n    pass\nclass A:\n    n = [j for j in range(2)]\n"
-           "match 3:\n    case int(q):\n        pass\n", pol)
+    r = ok(
+        "import math\nx = length([1, 2])\nfor i in range(2):\n    pass\nclass A:\n    n = [j for j in range(2)]\n"
+        "match 3:\n    case int(q):\n        pass\n",
+        pol,
+    )
     assert set(r.namespace) == {"x", "i", "A", "q"}, r.namespace
     assert "__builtins__" not in r.namespace and "math" not in r.namespace
 
@@ -122,15 +132,18 @@ def test_user_may_shadow_builtins():
 
 
 # ---------------------------------------------------------------------- echo
-@pytest.mark.parametrize("code,out", [
-    ("x = 41 + 1\nx", "42\n"),
-    ("'done'", "'done'\n"),
-    ("print('hi')", "hi\n"),
-    ("None", ""),
-    ("x = 1", ""),
-    ('"""doc"""\nx = 3\nx * 2', "6\n"),
-    ("for i in range(2):\n    i", ""),
-])
+@pytest.mark.parametrize(
+    "code,out",
+    [
+        ("x = 41 + 1\nx", "42\n"),
+        ("'done'", "'done'\n"),
+        ("print('hi')", "hi\n"),
+        ("None", ""),
+        ("x = 1", ""),
+        ('"""doc"""\nx = 3\nx * 2', "6\n"),
+        ("for i in range(2):\n    i", ""),
+    ],
+)
 def test_echo_last_expression(code, out):
     r = GuestSession(Policy(), echo=True).exec(code)
     assert r.error is None, r.traceback
@@ -151,7 +164,7 @@ def test_echo_goes_through_the_gate():
 
 # ------------------------------------------------------------- legit Python
 def test_user_classes_private_properties_and_super():
-    r = ok('''
+    r = ok("""
 class Base:
     def __init__(self, v):
         self._v = v
@@ -181,12 +194,12 @@ class Child(Base):
 c = Child(2, 3)
 c.v = 5
 out = (c.v, c._v, c.hidden(), c.w, repr(c), c == Child(5, 0), len({c, Child(5, 1)}), c._Base__hidden)
-''')
+""")
     assert r.namespace["out"] == (5, 5, 21, 3, "Base(5)", True, 1, 20)
 
 
 def test_dataclass_like_patterns_and_dunders():
-    r = ok('''
+    r = ok("""
 class Vec:
     __slots__ = ("x", "y")
     def __init__(self, x, y):
@@ -205,15 +218,17 @@ class Vec:
 v = Vec(1, 2) + Vec(3, 4)
 v.__post_init__()
 out = (list(v), len(v), v[1], v.__len__(), type(v).__name__, isinstance(v, Vec), type(v) is Vec)
-''')
+""")
     assert r.namespace["out"] == ([4, 6], 2, 6, 2, "Vec", True, True)
 
 
 def test_dataclasses_when_granted():
     import dataclasses
+
     pol = Policy()
     pol.module(dataclasses)
-    r = ok('''
+    r = ok(
+        """
 from dataclasses import dataclass, field, asdict
 @dataclass
 class P:
@@ -222,13 +237,15 @@ class P:
     tags: list = field(default_factory=list)
 p = P(1, tags=["a"])
 out = (p, asdict(p), P(1) == P(1, 0))
-''', pol)
+""",
+        pol,
+    )
     p, d, eq = r.namespace["out"]
     assert (p.x, p.y, p.tags, d, eq) == (1, 0, ["a"], {"x": 1, "y": 0, "tags": ["a"]}, True)
 
 
 def test_init_subclass_registry_pattern():
-    r = ok('''
+    r = ok("""
 class Plugin:
     registry = []
     def __init_subclass__(cls, **kw):
@@ -238,12 +255,12 @@ class Plugin:
 class Alpha(Plugin):
     pass
 names = [p.kind for p in Plugin.registry]
-''')
+""")
     assert r.namespace["names"] == ["alpha"]
 
 
 def test_control_flow_exceptions_generators_with():
-    r = ok('''
+    r = ok("""
 log = []
 class CM:
     def __enter__(self):
@@ -288,14 +305,23 @@ for k in range(3):
     log.append(k)
 else:
     log.append("for-else")
-''')
-    assert r.namespace["log"] == ["enter", ("exit", "KeyError"), "boom", "finally", "RuntimeError",
-                                  "done", 0, 2, "for-else"]
+""")
+    assert r.namespace["log"] == [
+        "enter",
+        ("exit", "KeyError"),
+        "boom",
+        "finally",
+        "RuntimeError",
+        "done",
+        0,
+        2,
+        "for-else",
+    ]
     assert r.namespace["squares"] == [0, 1, 4] and r.namespace["total"] == 4
 
 
 def test_comprehensions_lambdas_fstrings_str_methods():
-    r = ok('''
+    r = ok("""
 words = ["banana", "Apple", "cherry"]
 s = sorted(words, key=lambda w: w.lower())
 d = {w: len(w) for w in words}
@@ -307,21 +333,21 @@ fmt = "{} {name} {}".format("a", "a", name="n") + "{x[0]}".format_map({"x": [9]}
 joined = "-".join(w.upper().strip() for w in words)
 gen_sum = sum(n for n in (len(w) for w in words))
 walrus = [y for x in range(5) if (y := x * 2) > 4]
-''')
+""")
     ns = r.namespace
     assert ns["s"] == ["Apple", "banana", "cherry"]
     assert ns["d"] == {"banana": 6, "Apple": 5, "cherry": 6} and ns["st"] == {5, 6}
     assert ns["flat"] == [1, 2, 2, 4]
     assert ns["fs"] == "   'Apple'|005|3.14"
     assert ns["fmt"] == "a n a95"
-    r = run("'{} {0}'.format(1)")            # same rule as str.format
+    r = run("'{} {0}'.format(1)")  # same rule as str.format
     assert type(r.error) is ValueError
     assert ns["joined"] == "BANANA-APPLE-CHERRY" and ns["gen_sum"] == 17
     assert ns["walrus"] == [6, 8]
 
 
 def test_match_statement_works():
-    r = ok('''
+    r = ok("""
 class Point:
     __match_args__ = ("x", "y")
     def __init__(self, x, y):
@@ -347,17 +373,28 @@ def where(p):
         case _:
             return "other"
 out = [where(p) for p in (Point(0, 0), Point(3, 0), Point(2, 2), [1, 2, 3], {"k": 1, "z": 2}, 5, "s", None, 1.5)]
-''')
-    assert r.namespace["out"] == ["origin", "axis 3", "diag", "seq 1 [2, 3]", "map 1 {'z': 2}", "num 5",
-                                  "str s", "none", "num 1.5"]
+""")
+    assert r.namespace["out"] == [
+        "origin",
+        "axis 3",
+        "diag",
+        "seq 1 [2, 3]",
+        "map 1 {'z': 2}",
+        "num 5",
+        "str s",
+        "none",
+        "num 1.5",
+    ]
 
 
 def test_match_value_patterns_through_granted_module():
     import enum
+
     pol = Policy()
     pol.module(math)
     pol.module(enum)
-    r = ok('''
+    r = ok(
+        """
 import math
 from enum import Enum
 class Color(Enum):
@@ -372,15 +409,19 @@ def f(v):
         case _:
             return "?"
 out = [f(math.pi), f(Color.RED), f(Color.BLUE), list(Color.__members__)]
-''', pol)
+""",
+        pol,
+    )
     assert r.namespace["out"] == ["pi", "red", "?", ["RED", "BLUE"]]
 
 
 def test_generators_and_async_def():
     import asyncio
+
     pol = Policy()
     pol.module(asyncio)
-    r = ok('''
+    r = ok(
+        """
 import asyncio
 async def work(n):
     await asyncio.sleep(0)
@@ -393,7 +434,9 @@ async def main():
     got = [x async for x in agen()]
     return results, got
 out = asyncio.run(main())
-''', pol)
+""",
+        pol,
+    )
     assert r.namespace["out"] == ([0, 2, 4], [0, 1])
 
 
@@ -418,10 +461,14 @@ def test_module_grant_under_other_name_and_exclude():
 
 def test_recursive_module_grant():
     import json
+
     pol = Policy()
     pol.module(json, recursive=True)
-    r = ok("import json.decoder\nfrom json.decoder import JSONDecoder\nx = json.decoder.JSONDecoder is JSONDecoder\n"
-           "y = json.loads('[1]')", pol)
+    r = ok(
+        "import json.decoder\nfrom json.decoder import JSONDecoder\nx = json.decoder.JSONDecoder is JSONDecoder\n"
+        "y = json.loads('[1]')",
+        pol,
+    )
     assert r.namespace["x"] is True and r.namespace["y"] == [1]
     pol2 = Policy()
     pol2.module(json, recursive=True, exclude=("_*", "decoder"))
@@ -430,19 +477,24 @@ def test_recursive_module_grant():
 
 def test_dotted_grant_gets_synthetic_parent():
     import os.path
+
     pol = Policy()
     pol.module(os.path, name="os.path", include=("join", "basename"))
     r = ok("import os.path\nfrom os.path import basename\na = os.path.join('a', 'b')\nb = basename('/x/y')", pol)
     assert r.namespace["a"] == "a/b" and r.namespace["b"] == "y"
     r = GuestSession(pol).exec("import os.path\nos.system")
-    assert type(r.error) is AttributeError           # the synthetic parent only holds "path"
+    assert type(r.error) is AttributeError  # the synthetic parent only holds "path"
     r = GuestSession(pol).exec("import os.path\nos.path.exists")
     assert type(r.error) is StAttributeDenied
 
 
 def test_stdin_argv_synthetic_sys():
-    r = ok("import sys\nargs = sys.argv\nline = input()\nrest = sys.stdin.read()\nsys.stdout.write('w')\n"
-           "sys.stderr.write('e')", stdin="first\nsecond\n", argv=["prog", "-v"])
+    r = ok(
+        "import sys\nargs = sys.argv\nline = input()\nrest = sys.stdin.read()\nsys.stdout.write('w')\n"
+        "sys.stderr.write('e')",
+        stdin="first\nsecond\n",
+        argv=["prog", "-v"],
+    )
     assert r.namespace["args"] == ["prog", "-v"]
     assert r.namespace["line"] == "first" and r.namespace["rest"] == "second\n"
     assert r.stdout == "w" and r.stderr == "e"
@@ -471,7 +523,7 @@ def test_errors_have_user_tracebacks():
 
 def test_gate_error_points_at_user_line():
     r = run("x = 1\ny = x.__class__\n")
-    assert 'line 2, in <module>' in r.traceback
+    assert "line 2, in <module>" in r.traceback
     tb = r.error.__traceback__
     while tb.tb_next is not None:
         tb = tb.tb_next
@@ -503,6 +555,7 @@ def test_exec_is_not_reentrant_but_sessions_are_independent():
         except RuntimeError as e:
             box["err"] = e
         return 1
+
     pol.fn(reenter)
     sess2 = GuestSession(pol)
     assert sess2.exec("reenter()").error is None
@@ -513,6 +566,7 @@ def test_exec_is_not_reentrant_but_sessions_are_independent():
 
 def test_cancel_from_another_thread():
     from sandtrap_guest import StCancelled
+
     sess = GuestSession(Policy(timeout=20))
     t = threading.Timer(0.2, sess.cancel)
     t.start()

@@ -17,21 +17,31 @@ GUEST = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # core/gues
 
 # the template's main with test code run first ({extra}); the bindings start it as
 # ``python3 -m sandtrap_guest.template`` (test_started_as_a_module_too)
-BOOT = ("import sys\n"
-        "p = type(sys)('sandtrap_guest')\n"
-        "p.__path__ = [sys.argv[1] + '/sandtrap_guest']\n"
-        "sys.modules['sandtrap_guest'] = p\n"
-        "{extra}\n"
-        "from sandtrap_guest.template import main\n"
-        "sys.exit(main())\n")
+BOOT = (
+    "import sys\n"
+    "p = type(sys)('sandtrap_guest')\n"
+    "p.__path__ = [sys.argv[1] + '/sandtrap_guest']\n"
+    "sys.modules['sandtrap_guest'] = p\n"
+    "{extra}\n"
+    "from sandtrap_guest.template import main\n"
+    "sys.exit(main())\n"
+)
 
 
 class Template:
     def __init__(self, extra="", module=False, env=None):
-        argv = ([sys.executable, "-m", "sandtrap_guest.template"] if module
-                else [sys.executable, "-c", BOOT.format(extra=extra), GUEST])
-        self.p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  env=dict(os.environ, PYTHONPATH=GUEST, **(env or {})))
+        argv = (
+            [sys.executable, "-m", "sandtrap_guest.template"]
+            if module
+            else [sys.executable, "-c", BOOT.format(extra=extra), GUEST]
+        )
+        self.p = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=dict(os.environ, PYTHONPATH=GUEST, **(env or {})),
+        )
 
     def send(self, frame):
         data = mp.packb(frame)
@@ -124,12 +134,22 @@ def run(tpl, work_src, n, init_src=None, **fork):
 MODES = [{"forkers": 2}, {"max_processes": 2}]
 
 
-@pytest.mark.parametrize("forkers,parallel,limit", [(1, 1, None), (1, 4, None), (2, 2, None), (2, 8, None), (3, 5, None),
-                                                    (4, 2, None), (None, 8, 2), (None, 8, 3), (None, 8, 6)])
+@pytest.mark.parametrize(
+    "forkers,parallel,limit",
+    [
+        (1, 1, None),
+        (1, 4, None),
+        (2, 2, None),
+        (2, 8, None),
+        (3, 5, None),
+        (4, 2, None),
+        (None, 8, 2),
+        (None, 8, 3),
+        (None, 8, 6),
+    ],
+)
 def test_every_clone_once_with_its_id_and_own_outputs(tpl, forkers, parallel, limit):
-    work = ("import os, sys\n"
-            "print('out', CLONE_ID, os.environ['CLONE_ID'])\n"
-            "print('err', CLONE_ID, file=sys.stderr)\n")
+    work = "import os, sys\nprint('out', CLONE_ID, os.environ['CLONE_ID'])\nprint('err', CLONE_ID, file=sys.stderr)\n"
     res = run(tpl, work, 25, forkers=forkers, parallel=parallel, max_processes=limit)
     for i, c in enumerate(res):
         assert c["stdout"] == f"out {i} {i}\n".encode()
@@ -156,15 +176,17 @@ def test_work_ref_is_called_with_the_clone_id(tpl):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_failures_are_reported_on_their_own(tpl, mode):
-    work = ("import os, sys, time\n"
-            "if CLONE_ID == 1: raise RuntimeError('clone 1 fails')\n"
-            "if CLONE_ID == 2: os.kill(os.getpid(), 9)\n"
-            "if CLONE_ID == 3: time.sleep(60)\n"
-            "if CLONE_ID == 4: sys.exit()\n"
-            "if CLONE_ID == 5: sys.exit(3)\n"
-            "if CLONE_ID == 6: sys.exit('bye')\n"
-            "if CLONE_ID == 7: os._exit(9)\n"
-            "print('ok', CLONE_ID)\n")
+    work = (
+        "import os, sys, time\n"
+        "if CLONE_ID == 1: raise RuntimeError('clone 1 fails')\n"
+        "if CLONE_ID == 2: os.kill(os.getpid(), 9)\n"
+        "if CLONE_ID == 3: time.sleep(60)\n"
+        "if CLONE_ID == 4: sys.exit()\n"
+        "if CLONE_ID == 5: sys.exit(3)\n"
+        "if CLONE_ID == 6: sys.exit('bye')\n"
+        "if CLONE_ID == 7: os._exit(9)\n"
+        "print('ok', CLONE_ID)\n"
+    )
     t0 = time.monotonic()
     res = run(tpl, work, 9, timeout=1.5, **mode)
     assert time.monotonic() - t0 < 20
@@ -233,12 +255,14 @@ def test_a_dead_forker_reports_each_of_its_clones(tpl, forkers, tmp_path):
     # the clones that process held are reported one by one as failed, the others
     # still run
     mark = tmp_path / "forker"
-    work = ("import os, time\n"
-            "if CLONE_ID == 3:\n"
-            f"    open({str(mark)!r} + '.tmp', 'w').write(str(os.getppid()))\n"
-            f"    os.rename({str(mark)!r} + '.tmp', {str(mark)!r})\n"
-            "    time.sleep(30)\n"
-            "print(CLONE_ID)\n")
+    work = (
+        "import os, time\n"
+        "if CLONE_ID == 3:\n"
+        f"    open({str(mark)!r} + '.tmp', 'w').write(str(os.getppid()))\n"
+        f"    os.rename({str(mark)!r} + '.tmp', {str(mark)!r})\n"
+        "    time.sleep(30)\n"
+        "print(CLONE_ID)\n"
+    )
 
     def killer():
         deadline = time.monotonic() + 30
@@ -267,14 +291,16 @@ def test_a_dead_forker_reports_each_of_its_clones(tpl, forkers, tmp_path):
 
 def test_failing_forks_are_retried(tpl):
     # every third os.fork() fails with EAGAIN (as under a process limit)
-    extra = ("import os, errno\n"
-             "_fork, _n = os.fork, [0]\n"
-             "def fork():\n"
-             "    _n[0] += 1\n"
-             "    if _n[0] % 3 == 0:\n"
-             "        raise OSError(errno.EAGAIN, 'Resource temporarily unavailable')\n"
-             "    return _fork()\n"
-             "os.fork = fork\n")
+    extra = (
+        "import os, errno\n"
+        "_fork, _n = os.fork, [0]\n"
+        "def fork():\n"
+        "    _n[0] += 1\n"
+        "    if _n[0] % 3 == 0:\n"
+        "        raise OSError(errno.EAGAIN, 'Resource temporarily unavailable')\n"
+        "    return _fork()\n"
+        "os.fork = fork\n"
+    )
     t = tpl(extra=extra)
     t.start("print(CLONE_ID)", n=30, forkers=2, parallel=4)
     out, _ = t.collect()
@@ -282,13 +308,15 @@ def test_failing_forks_are_retried(tpl):
 
 
 def test_clones_that_cannot_be_forked_are_reported(tpl):
-    extra = ("import os, errno\n"
-             "_fork, _me = os.fork, os.getpid()\n"
-             "def fork():\n"
-             "    if os.getpid() != _me:\n"
-             "        raise OSError(errno.EAGAIN, 'Resource temporarily unavailable')\n"
-             "    return _fork()\n"
-             "os.fork = fork\n")
+    extra = (
+        "import os, errno\n"
+        "_fork, _me = os.fork, os.getpid()\n"
+        "def fork():\n"
+        "    if os.getpid() != _me:\n"
+        "        raise OSError(errno.EAGAIN, 'Resource temporarily unavailable')\n"
+        "    return _fork()\n"
+        "os.fork = fork\n"
+    )
     t = tpl(extra=extra)
     t0 = time.monotonic()
     t.start("print(CLONE_ID)", n=6, forkers=2)
@@ -341,7 +369,7 @@ def test_fds_stay_bounded(tpl):
         if r["done"]:
             break
     assert sorted(out) == list(range(400))
-    assert peak_tpl <= 12, peak_tpl        # stdio and two pipes per forker
+    assert peak_tpl <= 12, peak_tpl  # stdio and two pipes per forker
     assert peak_forker <= 8 + 2 * 4, peak_forker  # two pipes per live clone
 
 
@@ -356,11 +384,18 @@ def test_started_as_a_module_too(tpl):
 def test_the_module_start_stays_lean():
     # every clone copies what the template holds: the package's __init__ must not
     # load the cooperative runtime (or threading, whose at-fork hook each clone pays)
-    code = ("import sys\n"
-            "import sandtrap_guest.template\n"
-            "print(sorted(m for m in sys.modules if m == 'threading' or m.startswith('sandtrap_guest.')))")
-    out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True,
-                         env=dict(os.environ, PYTHONPATH=GUEST), check=True).stdout
+    code = (
+        "import sys\n"
+        "import sandtrap_guest.template\n"
+        "print(sorted(m for m in sys.modules if m == 'threading' or m.startswith('sandtrap_guest.')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-S", "-c", code],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=GUEST),
+        check=True,
+    ).stdout
     assert out.strip() == "['sandtrap_guest.mp', 'sandtrap_guest.template']"
 
 
@@ -395,15 +430,17 @@ def test_forkers_and_clones_stay_within_the_process_limit(tpl, limit):
 
 
 def test_no_forker_can_be_forked_the_template_forks(tpl):
-    extra = ("import os, errno\n"
-             "os.environ['TPL'] = str(os.getpid())\n"
-             "_fork, _n = os.fork, [0]\n"
-             "def fork():\n"
-             "    _n[0] += 1\n"
-             "    if _n[0] == 1:  # the forker\n"
-             "        raise OSError(errno.EAGAIN, 'Resource temporarily unavailable')\n"
-             "    return _fork()\n"
-             "os.fork = fork\n")
+    extra = (
+        "import os, errno\n"
+        "os.environ['TPL'] = str(os.getpid())\n"
+        "_fork, _n = os.fork, [0]\n"
+        "def fork():\n"
+        "    _n[0] += 1\n"
+        "    if _n[0] == 1:  # the forker\n"
+        "        raise OSError(errno.EAGAIN, 'Resource temporarily unavailable')\n"
+        "    return _fork()\n"
+        "os.fork = fork\n"
+    )
     t = tpl(extra=extra)
     t.start("import os\nprint(CLONE_ID, os.getppid() == int(os.environ['TPL']))", n=5, forkers=1)
     out, _ = t.collect()
@@ -414,15 +451,19 @@ def test_a_clone_holds_no_other_clones_pipes(tpl):
     # every clone sees only its own stdin, stdout and stderr: no read end of its own
     # or a sibling's output pipe (it could steal or block their output)
     t = tpl()
-    t.start("import os, stat, time\n"
-            "time.sleep(0.05)\n"
-            "def is_pipe(f):\n"
-            "    try:\n"
-            "        return stat.S_ISFIFO(os.fstat(f).st_mode)\n"
-            "    except OSError:\n"
-            "        return False  # listdir's own fd, closed by now\n"
-            "fds = sorted(int(f) for f in os.listdir('/proc/self/fd'))\n"
-            "print([f for f in fds if f > 2 and is_pipe(f)])\n", n=40, parallel=8)
+    t.start(
+        "import os, stat, time\n"
+        "time.sleep(0.05)\n"
+        "def is_pipe(f):\n"
+        "    try:\n"
+        "        return stat.S_ISFIFO(os.fstat(f).st_mode)\n"
+        "    except OSError:\n"
+        "        return False  # listdir's own fd, closed by now\n"
+        "fds = sorted(int(f) for f in os.listdir('/proc/self/fd'))\n"
+        "print([f for f in fds if f > 2 and is_pipe(f)])\n",
+        n=40,
+        parallel=8,
+    )
     out, _ = t.collect()
     assert len(out) == 40
     for i in range(40):
@@ -434,16 +475,18 @@ def test_a_clone_cannot_signal_the_template_or_its_forker(tpl):
     abi = __import__("ctypes").CDLL(None).syscall(444, None, 0, 1)
     if abi < 6:
         pytest.skip(f"Landlock ABI {abi} < 6 does not scope signals")
-    work = ("import os, errno\n"
-            "forker = os.getppid()\n"
-            "template = int(open('/proc/%d/stat' % forker).read().rsplit(')', 1)[1].split()[1])\n"
-            "out = []\n"
-            "for pid in (forker, template):\n"
-            "    try:\n"
-            "        os.kill(pid, 0)\n"
-            "        out.append('OK')\n"
-            "    except OSError as e:\n"
-            "        out.append(errno.errorcode[e.errno])\n"
-            "print(' '.join(out))\n")
+    work = (
+        "import os, errno\n"
+        "forker = os.getppid()\n"
+        "template = int(open('/proc/%d/stat' % forker).read().rsplit(')', 1)[1].split()[1])\n"
+        "out = []\n"
+        "for pid in (forker, template):\n"
+        "    try:\n"
+        "        os.kill(pid, 0)\n"
+        "        out.append('OK')\n"
+        "    except OSError as e:\n"
+        "        out.append(errno.errorcode[e.errno])\n"
+        "print(' '.join(out))\n"
+    )
     res = run(tpl, work, 2, forkers=1)
     assert [c["stdout"] for c in res] == [b"EPERM EPERM\n"] * 2, res

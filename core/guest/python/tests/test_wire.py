@@ -10,7 +10,7 @@ from sandtrap_guest.wire import PLACEHOLDER, safe_repr
 
 def is_wire(v):
     if v is None or type(v) in (bool, int, float, str, bytes):
-        return type(v) is not int or -(2 ** 63) <= v < 2 ** 64
+        return type(v) is not int or -(2**63) <= v < 2**64
     if type(v) in (list, tuple):
         return all(is_wire(x) for x in v)
     if type(v) is dict:
@@ -25,11 +25,11 @@ def test_scalars_and_containers_pass_through():
 
 
 def test_other_values_become_placeholders():
-    out = to_wire({"s": {1, 2}, "f": len, "d": datetime.date(2020, 1, 2), "big": 2 ** 80, "c": 1j})
+    out = to_wire({"s": {1, 2}, "f": len, "d": datetime.date(2020, 1, 2), "big": 2**80, "c": 1j})
     assert out["s"] == {PLACEHOLDER: "set", "repr": "{1, 2}"}
     assert out["f"][PLACEHOLDER] == "builtin_function_or_method"
     assert out["d"] == {PLACEHOLDER: "date", "repr": "datetime.date(2020, 1, 2)"}
-    assert out["big"] == {PLACEHOLDER: "int", "repr": str(2 ** 80)}
+    assert out["big"] == {PLACEHOLDER: "int", "repr": str(2**80)}
     assert out["c"][PLACEHOLDER] == "complex"
     assert is_wire(out)
     json.dumps({k: v for k, v in out.items()})
@@ -61,7 +61,7 @@ def test_cycles_and_depth():
 
 def test_sandbox_objects_never_run_user_code():
     sess = GuestSession(Policy(timeout=2))
-    r = sess.exec('''
+    r = sess.exec("""
 class Evil:
     def __repr__(self):
         while True:
@@ -73,7 +73,7 @@ class EvilList(list):
             pass
 e = Evil()
 vals = {"e": e, "l": EvilList([1]), "nested": [e, {e}], "cls": Evil}
-''')
+""")
     assert r.error is None, r.traceback
     out = to_wire(r.namespace)
     assert out["e"] == {PLACEHOLDER: "Evil", "repr": "<__main__.Evil object>"}
@@ -110,8 +110,28 @@ def test_the_accelerated_codec_reads_and_writes_what_the_pure_one_does():
 
     importlib.reload(mp)
     pure_pack, pure_unpack = mp.packb, mp.unpackb
-    vals = [None, True, False, 0, -1, 127, 128, -33, 2**63, -(2**63), 1.5, "x", "é" * 40, b"b" * 300,
-            [1, [2]], {"a": {"b": [1]}}, {1: 2}, "x" * 70000, list(range(20)), to_wire({"ns": (1, 2)})]
+    vals = [
+        None,
+        True,
+        False,
+        0,
+        -1,
+        127,
+        128,
+        -33,
+        2**63,
+        -(2**63),
+        1.5,
+        "x",
+        "é" * 40,
+        b"b" * 300,
+        [1, [2]],
+        {"a": {"b": [1]}},
+        {1: 2},
+        "x" * 70000,
+        list(range(20)),
+        to_wire({"ns": (1, 2)}),
+    ]
     packed = [pure_pack(v) for v in vals]
     errors = []
     for bad in (object(), 2**64, {1, 2}):

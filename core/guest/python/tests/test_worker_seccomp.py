@@ -19,13 +19,20 @@ import pytest
 
 GUEST = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GETPPID = {"x86_64": 110, "aarch64": 173}
-pytestmark = pytest.mark.skipif(platform.machine() not in GETPPID or sys.platform != "linux",
-                                reason="seccomp programs here are built for x86_64/aarch64 Linux")
+pytestmark = pytest.mark.skipif(
+    platform.machine() not in GETPPID or sys.platform != "linux",
+    reason="seccomp programs here are built for x86_64/aarch64 Linux",
+)
 
 
 def child(code):
-    p = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(code)], capture_output=True, text=True, timeout=60,
-                       env=dict(os.environ, PYTHONPATH=GUEST))
+    p = subprocess.run(
+        [sys.executable, "-c", PRELUDE + textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ, PYTHONPATH=GUEST),
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     return p.stdout
 

@@ -1,28 +1,31 @@
-package engine
+package plan
 
 import (
 	"context"
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/sandtrap/sandtrap/core/policy"
 	"github.com/sandtrap/sandtrap/core/supervise"
 )
 
-// netPlan is what the policy's network rules need from the kernel and the
+// NetPlan is what the policy's network rules need from the kernel and the
 // supervisor. Landlock enforces TCP ports (the floor, always); the supervisor
 // enforces everything about a destination's address, UDP and ICMP, and a deny
 // list. A policy the floor alone enforces (ports, any host) traps nothing.
-type netPlan struct {
+type NetPlan struct {
 	wanted       bool     // inet sockets at all
 	connectPorts []uint16 // Landlock TCP connect rules
 	anyConnect   bool     // Landlock allows every TCP connect (the supervisor, if any, decides)
 	udp, icmp    bool     // the filter allows such sockets
 	sup          *supervise.NetPolicy
+	ports        *supervise.PortMap  // port_remap (ports.go)
 	resolved     map[string][]string // host name -> addresses found at build
 	report       *NetReport
 }
@@ -34,6 +37,8 @@ type NetReport struct {
 	Supervised bool                `msgpack:"supervised"` // destinations checked by the supervisor
 	Floor      string              `msgpack:"floor"`      // what the kernel enforces underneath
 	Resolved   map[string][]string `msgpack:"resolved,omitempty"`
+	Notes      []string            `msgpack:"notes,omitempty"`      // what the rules allow that this host will not do
+	PortRemap  bool                `msgpack:"port_remap,omitempty"` // binds of the bind ports remapped (ports.go)
 }
 
 // maxFloorPorts: more TCP ports than this in the rules make the Landlock floor
@@ -49,8 +54,8 @@ func lookupHost(ctx context.Context, host string) ([]netip.Addr, error) {
 
 // planNet resolves the rules' host names (every failure is a problem) and decides
 // who enforces what.
-func planNet(p *policy.Policy, probs *policy.Problems) netPlan {
-	np := netPlan{resolved: map[string][]string{}}
+func planNet(p *policy.Policy, probs *policy.Problems) NetPlan {
+	np := NetPlan{resolved: map[string][]string{}}
 	deny := len(p.NetDeny) > 0
 	rules := p.NetAllow
 	if deny {
@@ -147,7 +152,38 @@ func planNet(p *policy.Policy, probs *policy.Problems) netPlan {
 	if len(np.resolved) > 0 {
 		rep.Resolved = np.resolved
 	}
+	if np.icmp && !deny {
+		gid := int64(os.Getegid())
+		if p.GID != nil {
+			gid = int64(*p.GID)
+		}
+		if note := pingNote(gid); note != "" {
+			rep.Notes = append(rep.Notes, note)
+		}
+	}
+	np.ports = planPorts(p, probs)
+	rep.PortRemap = np.ports != nil
 	return np
+}
+
+// pingNote says why icmp:// rules reach nothing here, if they do not: ping sockets
+// need the sandbox's group (gid, as the host sees it: the sandbox's user namespace
+// maps this process's group to itself) inside net.ipv4.ping_group_range, which only
+// the host's administrator can widen.
+func pingNote(gid int64) string {
+	const sysctl = "/proc/sys/net/ipv4/ping_group_range"
+	b, err := os.ReadFile(sysctl)
+	if err != nil {
+		return ""
+	}
+	var lo, hi int64
+	if _, err := fmt.Sscan(string(b), &lo, &hi); err != nil {
+		return ""
+	}
+	if gid >= lo && gid <= hi {
+		return ""
+	}
+	return fmt.Sprintf("icmp rules reach nothing on this host: ping sockets need group %d inside net.ipv4.ping_group_range (%q)", gid, strings.TrimSpace(string(b)))
 }
 
 func field(deny bool) string {
@@ -155,4 +191,52 @@ func field(deny bool) string {
 		return "net_deny"
 	}
 	return "net_allow"
+}
+
+// planPorts is the sandbox's port map (nil without port_remap): the policy's bind
+// ports are virtual, the supervisor binds real ones (core/supervise/ports.go).
+func planPorts(p *policy.Policy, probs *policy.Problems) *supervise.PortMap {
+	if !p.PortRemap {
+		return nil
+	}
+	if len(p.NetAllowBind) == 0 {
+		probs.Add("port_remap", "needs the virtual ports: give them as net_allow_bind")
+		return nil
+	}
+	return supervise.NewPortMap(p.NetAllowBind)
+}
+
+// Ports is the sandbox's port map (nil without port_remap), shared by every zygote,
+// run, session and fork of the sandbox.
+func (np NetPlan) Ports() *supervise.PortMap { return np.ports }
+
+// Wanted: the sandbox may have inet sockets at all.
+func (np NetPlan) Wanted() bool { return np.wanted }
+
+// Floor is what the kernel enforces for a sandbox without rules by destination, as
+// supervisor rules: TCP to the Landlock connect ports (every port when it allows
+// any), UDP and ICMP anywhere when the filter allows such sockets (core/engine's
+// handlers.go: connect and sendto the supervisor performs for the caller, which
+// Landlock does not see).
+func (np NetPlan) Floor() *supervise.NetPolicy {
+	tcp := supervise.NetDest{Proto: "tcp", Any: true, Text: "the Landlock floor"}
+	if !np.anyConnect {
+		if len(np.connectPorts) == 0 {
+			tcp.Any = false // no TCP connect at all
+		}
+		for _, p := range np.connectPorts {
+			tcp.Ports = append(tcp.Ports, [2]uint16{p, p})
+		}
+	}
+	pol := &supervise.NetPolicy{}
+	if tcp.Any {
+		pol.Rules = append(pol.Rules, tcp)
+	}
+	if np.udp {
+		pol.Rules = append(pol.Rules, supervise.NetDest{Proto: "udp", Any: true, Text: "udp"})
+	}
+	if np.icmp {
+		pol.Rules = append(pol.Rules, supervise.NetDest{Proto: "icmp", Any: true, Text: "icmp"})
+	}
+	return pol
 }
