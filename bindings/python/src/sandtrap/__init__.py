@@ -44,6 +44,7 @@ from ._errors import (
 )
 from ._fields import PolicyOptions
 from ._fork import CloneResult, Clones
+from ._handlers import ExceptionPolicy, Handler, HandlerCtx, NotifAction, PolicyContext, SyscallEvent
 from ._policy import parse_ports
 from ._result import ErrorInfo, Result
 from ._sandbox import Command, Pipeline, Sandbox, confine, probe
@@ -79,6 +80,12 @@ __all__ = [
     "IsolatedFS",
     "ExecResult",
     "CoopSandbox",
+    "Handler",
+    "HandlerCtx",
+    "NotifAction",
+    "ExceptionPolicy",
+    "SyscallEvent",
+    "PolicyContext",
     "WorkerError",
     "WorkerCrashed",
     "StError",
