@@ -12,7 +12,7 @@ const errors = require('./lib/errors');
 const { Sandbox, Command, Pipeline, confine, probe, version } = require('./lib/sandbox');
 const { sandbox, PythonSandbox } = require('./lib/python');
 require('./lib/fork'); // Sandbox.prototype.fork / reduce
-const handlers = require('./lib/handlers'); // Sandbox.prototype.runWithHandlers
+const handlers = require('./lib/handlers');
 
 module.exports = {
   Sandbox,

@@ -9,7 +9,10 @@
 const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
-const { Sandbox, newTag } = require('./sandbox');
+const { newTag } = require('./sandbox');
+
+/** @typedef {import('./sandbox').Sandbox} Sandbox */
+/** @typedef {Record<string, any>} Wire */
 const { InvalidRequest, Problem, problemsMessage } = require('./errors');
 
 const ExceptionPolicy = Object.freeze({ KILL: 'kill', DENY_EPERM: 'deny_eperm', CONTINUE: 'continue', DENY_EIO: 'deny_eio' });
@@ -17,7 +20,10 @@ const POLICIES = new Set(Object.values(ExceptionPolicy));
 
 /** A handler's decision; build it with the static methods. */
 class NotifAction {
+  /** @param {Wire} wire */
   constructor(wire) {
+    /** @type {Readonly<Wire>} */
+    this.wire;
     Object.defineProperty(this, 'wire', { value: Object.freeze(wire), enumerable: true });
     Object.freeze(this);
   }
@@ -27,12 +33,12 @@ class NotifAction {
     return new NotifAction({ action: 'continue' });
   }
 
-  /** Fail the call with errno (1..4095). */
+  /** Fail the call with errno (1..4095). @param {number} value */
   static errno(value) {
     return new NotifAction({ action: 'errno', errno: value });
   }
 
-  /** Return value without running the call. */
+  /** Return value without running the call. @param {number | bigint} value */
   static returns(value) {
     return new NotifAction({ action: 'returns', value });
   }
@@ -42,12 +48,16 @@ class NotifAction {
     return new NotifAction({ action: 'hold' });
   }
 
-  /** Send sig to the caller's process group. */
+  /** Send sig to the caller's process group. @param {number} [sig] */
   static kill(sig = 9) {
     return new NotifAction({ action: 'kill', signal: sig });
   }
 
-  /** Answer with a new fd of the caller's, a copy of fd (which passes to the engine: do not close it). */
+  /**
+   * Answer with a new fd of the caller's, a copy of fd (which passes to the engine: do not close it).
+   * @param {number} fd
+   * @param {number} [flags]
+   */
   static injectFd(fd, flags = 0) {
     if (!Number.isInteger(fd) || fd < 0) throw new TypeError(`injectFd: fd must be a non-negative integer, got ${fd}`);
     return new NotifAction({ action: 'inject_fd', fd, flags });
@@ -56,6 +66,8 @@ class NotifAction {
   /**
    * Answer (an open) with a read-only fd of a file holding data, at offset 0: an
    * unlinked temporary file the binding writes (Node has no memfd_create).
+   * @param {string | Uint8Array} data
+   * @param {{cloexec?: boolean}} [options]
    */
   static injectBytes(data, { cloexec = true } = {}) {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandtrap-inject-'));
@@ -73,15 +85,21 @@ NotifAction.continue = NotifAction.continue_;
 
 /** Subclass and override handle(ctx) (which may return a Promise). */
 class Handler {
+  /** What an exception (or a non-NotifAction answer) of handle() does. @returns {string} */
   get onException() {
     return ExceptionPolicy.KILL;
   }
 
+  /**
+   * @param {HandlerCtx} _ctx
+   * @returns {NotifAction | Promise<NotifAction>}
+   */
   handle(_ctx) {
     throw new Error('Handler subclasses must override handle(ctx)');
   }
 }
 
+/** @type {Record<string, number>} */
 const PATH_ARG = {
   openat: 1, open: 0, creat: 0, unlinkat: 1, unlink: 0, mkdirat: 1, mkdir: 0, rmdir: 0, newfstatat: 1,
   statx: 1, stat: 0, lstat: 0, faccessat: 1, faccessat2: 1, access: 0, readlinkat: 1, readlink: 0,
@@ -90,6 +108,7 @@ const PATH_ARG = {
 
 /** One trapped call: registers, the supervisor's copies (path, argv, host, port), memory reads while it waits. */
 class HandlerCtx {
+  /** @param {Wire} call @param {Op} op */
   constructor(call, op) {
     this.id = call.event;
     this.pid = call.pid;
@@ -101,9 +120,12 @@ class HandlerCtx {
     this.family = call.family ?? null;
     this.host = call.host ?? null;
     this.port = call.port ?? 0;
+    /** @type {Op} */
+    this._op;
     Object.defineProperty(this, '_op', { value: op, enumerable: false });
   }
 
+  /** @param {Wire} req @returns {Promise<Buffer | null>} */
   async _read(req) {
     try {
       const r = await this._op.sb.request({ op: 'handler_read', run: this._op.run, event: this.id, ...req });
@@ -113,18 +135,32 @@ class HandlerCtx {
     }
   }
 
-  /** length bytes of the caller's memory at addr (at most 1 MiB), read now; null once the call no longer waits. */
+  /**
+   * length bytes of the caller's memory at addr (at most 1 MiB), read now; null once the call no longer waits.
+   * @param {number | bigint} addr
+   * @param {number} length
+   */
   read(addr, length) {
     return this._read({ addr, len: length });
   }
 
-  /** A NUL-terminated string at addr of at most maxLen bytes, read now. */
+  /**
+   * A NUL-terminated string at addr of at most maxLen bytes, read now.
+   * @param {number | bigint} addr
+   * @param {number} maxLen
+   * @returns {Promise<string | null>}
+   */
   async readCstr(addr, maxLen) {
     const b = await this._read({ addr, cstr: maxLen });
     return b === null ? null : b.toString('utf8');
   }
 
-  /** The path argument: the supervisor's copy (arg omitted), or the string at args[arg] read now (a Promise). */
+  /**
+   * The path argument: the supervisor's copy (arg omitted), or the string at args[arg] read now (a Promise).
+   * @param {number} [arg]
+   * @param {number} [maxLen]
+   * @returns {string | null | Promise<string | null>}
+   */
   readPath(arg, maxLen = 4096) {
     if (arg === undefined) {
       if (!(this.syscall in PATH_ARG)) throw new TypeError(`readPath: ${this.syscall} is not a known path syscall: pass arg`);
@@ -136,6 +172,7 @@ class HandlerCtx {
 
 /** What policyFn sees. */
 class SyscallEvent {
+  /** @param {Wire} call */
   constructor(call) {
     this.syscall = call.syscall;
     this.category = call.category ?? 'file';
@@ -148,6 +185,7 @@ class SyscallEvent {
     this.denied = false;
   }
 
+  /** @param {string} s */
   argvContains(s) {
     return this.argv !== null && this.argv.some((a) => a.includes(s));
   }
@@ -156,10 +194,12 @@ class SyscallEvent {
 /** Tightens the run's policy from the callback on (never widens it). */
 class PolicyContext {
   constructor() {
+    /** @type {string[][]} */
     this._restrict = [];
   }
 
   /** From now on connect, sendto and bind reach only these addresses or CIDR prefixes ([]: none). */
+  /** @param {string[]} ips */
   restrictNetwork(ips) {
     if (!Array.isArray(ips)) throw new TypeError('restrictNetwork takes an array of addresses');
     this._restrict.push(ips.map(String));
@@ -170,7 +210,9 @@ class PolicyContext {
   }
 }
 
+/** @param {any} result @param {PolicyContext} ctx @returns {Wire} */
 function policyAnswer(result, ctx) {
+  /** @type {Wire} */
   let ans;
   if (result == null || result === false || result === 0) ans = { action: 'continue' };
   else if (result === true || result === -1) ans = { action: 'errno', errno: 1 };
@@ -185,9 +227,12 @@ function policyAnswer(result, ctx) {
   return ans;
 }
 
+/** @param {any} e */
 const errorOf = (e) => ({ error: { type: e?.name ?? 'Error', message: String(e?.message ?? e) } });
+/** @param {any} v @returns {v is Promise<unknown>} */
 const isThenable = (v) => v != null && typeof v.then === 'function';
 
+/** @param {unknown} act */
 function actionWire(act) {
   if (!(act instanceof NotifAction)) throw new TypeError(`handle() returned ${typeof act}, not a NotifAction`);
   return act.wire;
@@ -195,6 +240,11 @@ function actionWire(act) {
 
 // The binding's side of one run_handlers operation.
 class Op {
+  /**
+   * @param {Sandbox} sb
+   * @param {Map<number, Handler>} handlers
+   * @param {((event: SyscallEvent, ctx: PolicyContext) => unknown) | null} policyFn
+   */
   constructor(sb, handlers, policyFn) {
     this.sb = sb;
     this.handlers = handlers;
@@ -202,10 +252,16 @@ class Op {
     this.run = 0;
   }
 
+  /**
+   * @param {Wire} call
+   * @param {Promise<unknown>} promise
+   * @param {(v: any) => unknown} toWire
+   * @returns {Wire}
+   */
   _defer(call, promise, toWire) {
     promise
       .then((v) => ({ value: toWire(v) }), errorOf)
-      .then((ans) => {
+      .then((/** @type {Wire} */ ans) => {
         const a = ans.value !== undefined ? { value: ans.value } : ans;
         return this.sb.request({ op: 'handler_decide', run: call.run, event: call.event, ...a });
       })
@@ -213,6 +269,7 @@ class Op {
     return { value: { action: 'defer' } };
   }
 
+  /** @param {Wire} call @returns {Wire} */
   answer(call) {
     this.run = call.run;
     if (!call.handler) {
@@ -242,10 +299,17 @@ class Op {
  * Run argv with syscall handlers: handlers is an array of [syscall, handler] pairs
  * (a name like 'openat' or a number). The sandbox's own rules judge each call
  * first; a handler only sees what they let through and can only tighten. The
- * sandbox's policyFn, if any, is asked first.
+ * sandbox's policyFn, if any, is asked first. Sandbox.runWithHandlers calls it.
+ * @param {Sandbox} sb
+ * @param {string[]} argv
+ * @param {unknown} handlers
+ * @param {Record<string, unknown>} opts
+ * @returns {Promise<Wire>}
  */
-Sandbox.prototype.runWithHandlers = async function runWithHandlers(argv, handlers = [], opts = {}) {
+async function runWithHandlers(sb, argv, handlers, opts) {
+  /** @type {Problem[]} */
   const problems = [];
+  /** @type {Wire[]} */
   const regs = [];
   const byId = new Map();
   if (!Array.isArray(handlers)) problems.push(new Problem('handlers', 'want an array of [syscall, handler] pairs'));
@@ -272,12 +336,14 @@ Sandbox.prototype.runWithHandlers = async function runWithHandlers(argv, handler
     regs.push({ syscall: key, id: i + 1, on_exception: onException });
   }
   if (problems.length) throw new InvalidRequest(problemsMessage('invalid request', problems), { problems });
-  const op = new Op(this, byId, this._policyFn);
+  const op = new Op(sb, byId, sb._policyFn);
+  /** @type {Wire} */
   const base = { op: 'run_handlers', handlers: regs };
-  if (this._policyFn) base.policy_fn = { on_exception: ExceptionPolicy.DENY_EPERM };
+  if (sb._policyFn) base.policy_fn = { on_exception: ExceptionPolicy.DENY_EPERM };
   // the shared run path, with the request answered here until the run ends
-  const self = Object.create(this);
-  const outer = this;
+  const self = /** @type {Sandbox} */ (Object.create(sb));
+  const outer = sb;
+  /** @param {Wire} req @param {{signal?: AbortSignal | null, sandboxes?: Sandbox[]}} [o] */
   self.request = async function drive(req, o) {
     const tag = newTag();
     let resp = await outer.request({ ...req, tag }, o);
@@ -293,10 +359,11 @@ Sandbox.prototype.runWithHandlers = async function runWithHandlers(argv, handler
     }
     return resp;
   };
-  return this._run.call(self, base, argv, opts);
-};
+  return sb._run.call(self, base, argv, opts);
+}
 
 // fnmatch-style patterns (*, ?, [...]); * also matches '/', as Python's fnmatch.
+/** @param {string} pattern */
 function globRegExp(pattern) {
   let re = '';
   for (let i = 0; i < pattern.length; i++) {
@@ -321,6 +388,7 @@ const COMMON_PATH_SYSCALLS = Object.freeze(['openat', 'unlinkat', 'newfstatat', 
 
 /** Deny (errno, EPERM) calls whose path matches a pattern of deny; fails closed. */
 class PathDenyHandler extends Handler {
+  /** @param {{deny: string[], errno?: number, maxLen?: number}} options */
   constructor({ deny, errno = 1, maxLen = 4096 }) {
     super();
     if (!Array.isArray(deny)) throw new TypeError('deny must be an array of patterns');
@@ -329,8 +397,9 @@ class PathDenyHandler extends Handler {
     this.maxLen = maxLen;
   }
 
+  /** @param {HandlerCtx} ctx */
   handle(ctx) {
-    const p = ctx.readPath(undefined, this.maxLen);
+    const p = /** @type {string | null} */ (ctx.readPath(undefined, this.maxLen));
     if (p !== null && this.deny.some((re) => re.test(p))) return NotifAction.errno(this.errno);
     return NotifAction.continue_();
   }
@@ -338,6 +407,7 @@ class PathDenyHandler extends Handler {
 
 /** Allow only paths matching a pattern of allow (others: errno, EACCES). */
 class PathAllowHandler extends Handler {
+  /** @param {{allow: string[], errno?: number, maxLen?: number}} options */
   constructor({ allow, errno = 13, maxLen = 4096 }) {
     super();
     if (!Array.isArray(allow)) throw new TypeError('allow must be an array of patterns');
@@ -346,8 +416,9 @@ class PathAllowHandler extends Handler {
     this.maxLen = maxLen;
   }
 
+  /** @param {HandlerCtx} ctx */
   handle(ctx) {
-    const p = ctx.readPath(undefined, this.maxLen);
+    const p = /** @type {string | null} */ (ctx.readPath(undefined, this.maxLen));
     if (p !== null && this.allow.some((re) => re.test(p))) return NotifAction.continue_();
     return NotifAction.errno(this.errno);
   }
@@ -355,22 +426,28 @@ class PathAllowHandler extends Handler {
 
 /** Call callback(path, ctx) for each call; never changes the outcome. */
 class AuditPathsHandler extends Handler {
+  /**
+   * @param {(path: string | null, ctx: HandlerCtx) => void} callback
+   * @param {{maxLen?: number}} [options]
+   */
   constructor(callback, { maxLen = 4096 } = {}) {
     super();
     this.callback = callback;
     this.maxLen = maxLen;
   }
 
+  /** @returns {string} */
   get onException() {
     return ExceptionPolicy.CONTINUE;
   }
 
+  /** @param {HandlerCtx} ctx */
   handle(ctx) {
-    this.callback(ctx.readPath(undefined, this.maxLen), ctx);
+    this.callback(/** @type {string | null} */ (ctx.readPath(undefined, this.maxLen)), ctx);
     return NotifAction.continue_();
   }
 }
 
 const presets = { COMMON_PATH_SYSCALLS, PathDenyHandler, PathAllowHandler, AuditPathsHandler };
 
-module.exports = { Handler, HandlerCtx, NotifAction, ExceptionPolicy, SyscallEvent, PolicyContext, presets, ...presets };
+module.exports = { runWithHandlers, Handler, HandlerCtx, NotifAction, ExceptionPolicy, SyscallEvent, PolicyContext, presets, ...presets };

@@ -81,6 +81,51 @@ function runResult(r) {
     // a pipeline's (below); a run has none, as in Python
     stages: [],
     failedStage: null,
+    denials: Array.isArray(r.denials) ? r.denials.map(toDenial) : [],
+    denialsDropped: typeof r.denials_dropped === 'number' ? r.denials_dropped : 0,
+    denialsSources: r.denials_sources && typeof r.denials_sources === 'object' ? { ...r.denials_sources } : {},
+  };
+}
+
+/**
+ * A learn response: the learning run's result and the policy it needed, as options.
+ * @param {Wire} r
+ * @returns {Wire} index.d.ts's LearnResult
+ */
+function learnResult(r) {
+  /** @type {Record<string, unknown>} */
+  const policy = {};
+  for (const [k, v] of Object.entries(r.policy ?? {})) policy[optionName(k)] = Array.isArray(v) ? v.map(String) : v;
+  /** @type {Record<string, string[]>} */
+  const observed = {};
+  for (const [k, v] of Object.entries(r.observed ?? {})) observed[k] = Array.isArray(v) ? v.map(String) : [];
+  return {
+    result: runResult(r.result ?? {}),
+    policy,
+    profile: String(r.profile ?? ''),
+    observed,
+    dropped: typeof r.dropped === 'number' ? r.dropped : 0,
+    mode: String(r.mode ?? ''),
+  };
+}
+
+/**
+ * One refused access (docs/protocol.md "denials"); absent path/address/reason are null.
+ * @param {Wire} d
+ * @returns {Wire} index.d.ts's Denial
+ */
+function toDenial(d) {
+  /** @param {unknown} v */
+  const opt = (v) => (v ? String(v) : null);
+  return {
+    syscall: String(d.syscall ?? ''),
+    path: opt(d.path),
+    address: opt(d.address),
+    reason: opt(d.reason),
+    errno: String(d.errno ?? ''),
+    errnoNr: Number(d.errno_nr ?? 0),
+    count: Number(d.count ?? 0),
+    source: String(d.source ?? ''),
   };
 }
 
@@ -299,6 +344,8 @@ class Sandbox {
     /** The engine's id of this sandbox (names it as a pipeline stage). @type {bigint | number} */
     this.id; // declares the property for tsc (defined below, read-only)
     Object.defineProperty(this, 'id', { value: native.sandboxId(handle), enumerable: true });
+    /** @type {((event: any, ctx: any) => unknown) | null} lib/handlers.js asks it about each trapped call */
+    this._policyFn; // declares the property for tsc (defined below, read-only)
     Object.defineProperty(this, '_policyFn', { value: policyFn, enumerable: false });
     /** A frozen snapshot of the options (confine() rebuilds the policy from it). @type {object} */
     this.options; // declares the property for tsc (defined below, read-only)
@@ -416,13 +463,39 @@ class Sandbox {
   }
 
   /**
+   * Run argv with syscall handlers: handlers is an array of [syscall, handler] pairs
+   * (a name like 'openat' or a number); the sandbox's own rules judge each call first,
+   * a handler sees only what they let through and can only tighten (lib/handlers.js).
+   * @param {string[]} argv
+   * @param {Array<[string | number, import('./handlers').Handler]>} [handlers]
+   * @param {Record<string, unknown>} [opts] index.d.ts's RunOptions
+   * @returns {Promise<Wire>}
+   */
+  runWithHandlers(argv, handlers = [], opts = {}) {
+    return require('./handlers').runWithHandlers(this, argv, handlers, opts);
+  }
+
+  /**
+   * Run argv permissively but recorded, and resolve with the smallest policy it
+   * needed: {result, policy (options for new Sandbox(policy)), profile (TOML),
+   * observed, dropped, mode} (docs/protocol.md "learn").
+   * @param {string[]} argv
+   * @param {Record<string, unknown>} [opts] index.d.ts's RunOptions
+   * @returns {Promise<Wire>}
+   */
+  async learn(argv, opts = {}) {
+    return this._run({ op: 'learn' }, argv, opts, learnResult);
+  }
+
+  /**
    * run(), or an op whose request and result are a run's plus the keys of `base`.
    * @param {Wire} base
    * @param {unknown} argv
    * @param {unknown} opts
+   * @param {(r: Wire) => Wire} [shape]
    * @returns {Promise<Wire>}
    */
-  async _run(base, argv, opts) {
+  async _run(base, argv, opts, shape = runResult) {
     /** @type {Problem[]} */
     const problems = [];
     const args = checkArgv(argv, problems);
@@ -432,7 +505,7 @@ class Sandbox {
     const stdin = stdinBytes(o.stdin, problems);
     if (o.signal != null && !isAbortSignal(o.signal)) problems.push(new Problem('signal', `want an AbortSignal, got ${describe(o.signal)}`));
     if (problems.length) throw requestError(problems);
-    return finishRun(await this._requestShaped({ ...base, argv: args, stdin, ...map }, o.signal, runResult));
+    return finishRun(await this._requestShaped({ ...base, argv: args, stdin, ...map }, o.signal, shape));
   }
 
   /**
