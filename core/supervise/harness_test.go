@@ -902,6 +902,36 @@ func bench(r req) resp {
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
+	if r.Path == "sendto" || r.Path == "connect" { // to 127.0.0.1:Arg
+		sa := unix.RawSockaddrInet4{Family: unix.AF_INET, Addr: [4]byte{127, 0, 0, 1}}
+		sa.Port = uint16(r.Arg>>8&0xff) | uint16(r.Arg&0xff)<<8
+		x := []byte("x")
+		var total time.Duration
+		for i := 0; i < r.N; i++ {
+			fd := r.FD
+			if r.Path == "connect" {
+				var err error
+				if fd, err = unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0); err != nil {
+					return resp{Errno: errnoOf(err)}
+				}
+			}
+			start := time.Now()
+			var e unix.Errno
+			if r.Path == "sendto" {
+				_, _, e = unix.Syscall6(unix.SYS_SENDTO, uintptr(fd), uintptr(unsafe.Pointer(&x[0])), 1, 0, uintptr(unsafe.Pointer(&sa)), unix.SizeofSockaddrInet4)
+			} else {
+				_, _, e = unix.Syscall(unix.SYS_CONNECT, uintptr(fd), uintptr(unsafe.Pointer(&sa)), unix.SizeofSockaddrInet4)
+			}
+			total += time.Since(start)
+			if r.Path == "connect" {
+				unix.Close(fd)
+			}
+			if e != 0 {
+				return resp{Errno: e}
+			}
+		}
+		return resp{Val: int64(total)}
+	}
 	start := time.Now()
 	for i := 0; i < r.N; i++ {
 		if _, e := raw(nr, uintptr(r.FD), a1); e != 0 {
