@@ -336,25 +336,12 @@ func (r *hostRun) decode(e *hostEvent, a hostcall.Answer) (act *supervise.Action
 		return &x, false
 	}
 	if rn, ok := m["restrict_network"]; ok {
-		list, isList := rn.([]any)
-		if !isList {
-			return bad("restrict_network must be a list")
-		}
-		var set []netip.Prefix
-		for _, v := range list {
-			str, _ := v.(string)
-			p, err := netip.ParsePrefix(str)
-			if err != nil {
-				a, aerr := netip.ParseAddr(str)
-				if aerr != nil {
-					return bad(fmt.Sprintf("restrict_network: %q is not an address or CIDR", str))
-				}
-				p = netip.PrefixFrom(a, a.BitLen())
-			}
-			set = append(set, p)
+		sets, why := parseNetSets(rn)
+		if why != "" {
+			return bad(why)
 		}
 		r.mu.Lock()
-		r.netSets = append(r.netSets, set)
+		r.netSets = append(r.netSets, sets...)
 		r.mu.Unlock()
 	}
 	kind, _ := m["action"].(string)
@@ -401,6 +388,58 @@ func (r *hostRun) decode(e *hostEvent, a hostcall.Answer) (act *supervise.Action
 		return &supervise.Action{Kind: supervise.ActHold}, false
 	}
 	return bad(fmt.Sprintf("unknown action %q", kind))
+}
+
+// parseNetSets reads an answer's restrict_network: a list of addresses or CIDR
+// prefixes (one set), or a list of such lists (several sets, one per
+// ctx.restrict_network call: an address must then be in each, by membership).
+func parseNetSets(v any) ([][]netip.Prefix, string) {
+	list, isList := v.([]any)
+	if !isList {
+		return nil, "restrict_network must be a list"
+	}
+	nested := len(list) > 0
+	for _, x := range list {
+		if _, isList := x.([]any); !isList {
+			nested = false
+		}
+	}
+	if !nested {
+		set, why := parseNetSet(list)
+		if why != "" {
+			return nil, why
+		}
+		return [][]netip.Prefix{set}, ""
+	}
+	var sets [][]netip.Prefix
+	for _, x := range list {
+		set, why := parseNetSet(x.([]any))
+		if why != "" {
+			return nil, why
+		}
+		sets = append(sets, set)
+	}
+	return sets, ""
+}
+
+func parseNetSet(list []any) ([]netip.Prefix, string) {
+	set := []netip.Prefix{}
+	for _, v := range list {
+		str, isStr := v.(string)
+		if !isStr {
+			return nil, fmt.Sprintf("restrict_network: %v is not an address or CIDR (a string)", v)
+		}
+		p, err := netip.ParsePrefix(str)
+		if err != nil {
+			a, aerr := netip.ParseAddr(str)
+			if aerr != nil {
+				return nil, fmt.Sprintf("restrict_network: %q is not an address or CIDR", str)
+			}
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		set = append(set, p.Masked())
+	}
+	return set, ""
 }
 
 func eventDetail(ev *supervise.Event) string {

@@ -135,6 +135,42 @@ func TestPolicyFnSeesExecveArgvAndRestrictsNetwork(t *testing.T) {
 	}
 }
 
+// Two restrict_network sets in one answer (two ctx.restrict_network calls) are
+// intersected by membership: 127.0.0.0/8 and 127.0.0.1 leave 127.0.0.1 (as strings
+// they have nothing in common, which refused everything).
+func TestRestrictNetworkSetsIntersectByMembership(t *testing.T) {
+	sb := newSB(t, map[string]any{"net_allow": []any{"127.0.0.0/8:9"}})
+	code := "import socket\nfor h in ('127.0.0.1','127.0.0.2'):\n s=socket.socket()\n try:\n  s.connect((h, 9))\n except OSError as e:\n  print(h, e.errno)\n"
+	for _, tc := range []struct {
+		name string
+		rn   any
+		want string
+	}{
+		{"two sets", []any{[]any{"127.0.0.0/8"}, []any{"127.0.0.1"}}, "127.0.0.1 111\n127.0.0.2 13\n"},
+		{"one flat set", []any{"127.0.0.2", "10.0.0.0/8"}, "127.0.0.1 13\n127.0.0.2 111\n"},
+		{"none", []any{}, "127.0.0.1 13\n127.0.0.2 13\n"},
+	} {
+		res := drive(t, sb, map[string]any{"argv": []any{"/usr/bin/python3", "-c", code}, "policy_fn": map[string]any{}},
+			func(c map[string]any) map[string]any {
+				if c["syscall"] == "execve" {
+					return map[string]any{"action": "continue", "restrict_network": tc.rn}
+				}
+				return map[string]any{"action": "continue"}
+			})
+		if got := string(res["stdout"].([]byte)); got != tc.want {
+			t.Errorf("%s: stdout %q, want %q (%v)", tc.name, got, tc.want, res["stderr"])
+		}
+	}
+	// a set that is not a list of strings applies the exception policy (deny_eperm)
+	res := drive(t, sb, map[string]any{"argv": []any{"/bin/true"}, "policy_fn": map[string]any{}},
+		func(c map[string]any) map[string]any {
+			return map[string]any{"action": "continue", "restrict_network": []any{[]any{"127.0.0.1"}, "x"}}
+		})
+	if res["success"] == true || !strings.Contains(fmt.Sprint(res["error"]), "operation not permitted") {
+		t.Errorf("a malformed restrict_network was accepted: %v", res)
+	}
+}
+
 func TestHandlerExceptionPolicies(t *testing.T) {
 	sb := newSB(t, nil)
 	for _, tc := range []struct {

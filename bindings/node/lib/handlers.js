@@ -219,11 +219,9 @@ function policyAnswer(result, ctx) {
   else if (result === 'audit' || result === -2) ans = { action: 'audit' };
   else if (Number.isInteger(result) && result > 0) ans = { action: 'errno', errno: result };
   else ans = { action: 'errno', errno: 1 }; // unrecognised: fail closed
-  if (ctx._restrict.length) {
-    let inter = ctx._restrict[0];
-    for (const s of ctx._restrict.slice(1)) inter = inter.filter((x) => s.includes(x));
-    ans.restrict_network = inter;
-  }
+  // each call a set the address must be in: the engine intersects them by membership
+  // (10.0.0.0/8 and 10.1.2.3 leave 10.1.2.3)
+  if (ctx._restrict.length) ans.restrict_network = ctx._restrict.map((s) => [...s]);
   return ans;
 }
 

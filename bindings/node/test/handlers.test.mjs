@@ -28,6 +28,23 @@ test('seed: policyFn denies curl by argv and locks the network down', async () =
   sb.close();
 });
 
+test('several restrictNetwork calls intersect by membership', async () => {
+  // 127.0.0.0/8 and 127.0.0.1 leave 127.0.0.1 (as strings they left nothing)
+  const onEvent = (event, ctx) => {
+    if (event.syscall === 'execve') {
+      ctx.restrictNetwork(['127.0.0.0/8']);
+      ctx.restrictNetwork(['127.0.0.1']);
+    }
+    return 0;
+  };
+  const code = "import socket\nfor h in ('127.0.0.1', '127.0.0.2'):\n s=socket.socket()\n"
+    + ' try:\n  s.connect((h, 9))\n except OSError as e:\n  print(h, e.errno)\n';
+  const sb = new Sandbox({ fsReadable: ['/usr', '/lib'], netAllow: ['127.0.0.0/8:9'], policyFn: onEvent });
+  const r = await sb.run(['/usr/bin/python3', '-c', code]);
+  assert.equal(r.stdout.toString(), '127.0.0.1 111\n127.0.0.2 13\n');
+  sb.close();
+});
+
 test('seed: PathDenyHandler on COMMON_PATH_SYSCALLS', async () => {
   const home = tmp();
   fs.mkdirSync(path.join(home, '.ssh'));

@@ -129,6 +129,25 @@ def test_restrict_network_tightens_from_then_on() -> None:
     sb.close()
 
 
+def test_restrict_network_calls_intersect_by_membership() -> None:
+    # two restrictions in one callback: 127.0.0.0/8 and 127.0.0.1 leave 127.0.0.1
+    # (intersected as strings they left nothing)
+    def on_event(event, ctx):  # type: ignore[no-untyped-def]
+        if event.syscall == "execve":
+            ctx.restrict_network(["127.0.0.0/8"])
+            ctx.restrict_network(["127.0.0.1"])
+        return 0
+
+    code = (
+        "import socket\nfor h in ('127.0.0.1', '127.0.0.2'):\n s=socket.socket()\n"
+        " try:\n  s.connect((h, 9))\n except OSError as e:\n  print(h, e.errno)\n"
+    )
+    sb = Sandbox(fs_readable=RO, net_allow=["127.0.0.0/8:9"], policy_fn=on_event)
+    r = sb.run(["/usr/bin/python3", "-c", code])
+    assert r.stdout == b"127.0.0.1 111\n127.0.0.2 13\n", r
+    sb.close()
+
+
 def test_async_handler_does_not_stall_other_calls(tmp_path: Path) -> None:
     (tmp_path / "slow").write_text("slow")
     (tmp_path / "fast").write_text("fast")

@@ -319,10 +319,8 @@ def _policy_answer(result: Any, ctx: PolicyContext) -> dict[str, Any]:
         ans = {"action": "errno", "errno": _errno.EPERM}  # unrecognised: fail closed
     if ctx._restrict:
         # several restrictions in one callback: each is a set the address must be in
-        inter = set(ctx._restrict[0])
-        for s in ctx._restrict[1:]:
-            inter &= set(s)
-        ans["restrict_network"] = sorted(inter)
+        # (the engine intersects them by membership: 10.0.0.0/8 and 10.1.2.3 leave 10.1.2.3)
+        ans["restrict_network"] = [list(s) for s in ctx._restrict]
     return ans
 
 
