@@ -10,11 +10,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
-	"time"
 
 	"github.com/sandtrap/sandtrap/core/hostcall"
 	"github.com/sandtrap/sandtrap/core/plan"
 	"github.com/sandtrap/sandtrap/core/policy"
+	runs "github.com/sandtrap/sandtrap/core/run"
 	"github.com/sandtrap/sandtrap/core/seccomp"
 	"github.com/sandtrap/sandtrap/core/spawn"
 	"github.com/sandtrap/sandtrap/core/supervise"
@@ -35,7 +35,8 @@ import (
 //
 // The traps are the zygote's: a sandbox has one zygote per distinct set of trapped
 // syscalls (cached), whose supervisor routes each call to its run by the caller's pid
-// namespace. Runs without handlers keep the sandbox's own zygote.
+// namespace (the run is attached to it as for its denials: core/run's spawnRun).
+// Runs without handlers keep the sandbox's own zygote.
 
 // PolicyEvents are the calls a policy_fn sees.
 var PolicyEvents = []string{"execve", "connect", "sendto", "bind", "openat", "open"}
@@ -59,7 +60,6 @@ type hostRun struct {
 	done     chan struct{}
 	doneOnce sync.Once
 	eventSeq atomic.Uint64
-	pid1     atomic.Int64
 
 	mu          sync.Mutex
 	cancel      func()
@@ -216,8 +216,6 @@ func (r *hostRun) end() { r.doneOnce.Do(func() { close(r.done) }) }
 
 func (r *hostRun) Done() <-chan struct{} { return r.done }
 
-func (r *hostRun) Pid1() int { return int(r.pid1.Load()) }
-
 // hostHooks run a host run on its trap set's zygote (core/run's Hooks).
 type hostHooks struct {
 	s *Sandbox
@@ -232,33 +230,8 @@ func (h *hostHooks) Started(cancel func()) { h.r.setCancel(cancel) }
 
 func (h *hostHooks) Ended() { h.r.end() }
 
-// Spawn starts rs on zyg, registered with the zygote's router by its pid namespace
-// before any call of it is served.
-func (h *hostHooks) Spawn(zyg *spawn.Zygote, rs *spawn.RunSpec) (*spawn.Process, error) {
-	r := h.r
-	hz := hostZygFor(zyg)
-	if hz == nil {
-		return nil, errorf(KindInternal, "BUG(engine): a host run on a zygote without a router")
-	}
-	hz.router.begin()
-	defer hz.router.finish()
-	proc, err := zyg.Spawn(rs)
-	if err != nil {
-		return nil, err
-	}
-	var st unix.Stat_t
-	if err := unix.Stat("/proc/"+strconv.Itoa(proc.Pid)+"/ns/pid", &st); err != nil {
-		unix.Kill(proc.Pid, unix.SIGKILL)
-		return proc, nil // the run is dead: it reports how
-	}
-	r.pid1.Store(int64(proc.Pid))
-	hz.router.add(st.Ino, r)
-	go func() {
-		<-r.done
-		hz.router.remove(st.Ino, r)
-	}()
-	return proc, nil
-}
+// Host: the run's calls are routed to r (core/run attaches it to the supervisor).
+func (h *hostHooks) Host() supervise.HostRun { return h.r }
 
 // Refused: the run's tightened state (ctx.restrict_network).
 func (r *hostRun) Refused(ev *supervise.Event) (syscall.Errno, string) {
@@ -312,9 +285,9 @@ func exception(policy, why string) supervise.Action {
 	case "continue":
 		return supervise.Action{Kind: supervise.ActContinue}
 	case "deny_eperm":
-		return supervise.Action{Kind: supervise.ActErrno, Errno: unix.EPERM, Detail: "exception: " + why}
+		return supervise.Action{Kind: supervise.ActErrno, Errno: unix.EPERM, Detail: "supervisor: the judge failed: " + why}
 	case "deny_eio":
-		return supervise.Action{Kind: supervise.ActErrno, Errno: unix.EIO, Detail: "exception: " + why}
+		return supervise.Action{Kind: supervise.ActErrno, Errno: unix.EIO, Detail: "supervisor: the judge failed: " + why}
 	}
 	return supervise.Action{Kind: supervise.ActKill, Signal: int(unix.SIGKILL)}
 }
@@ -653,26 +626,18 @@ func handlerReadOp(s *Sandbox, b []byte) ([]byte, string) {
 	return Encode(map[string]any{"success": true, "data": data}), ""
 }
 
-// hostZyg is a zygote whose filter traps a host run's syscalls, and its router.
+// hostZyg is a zygote whose filter traps a host run's syscalls.
 type hostZyg struct {
-	key    string
-	zyg    *spawn.Zygote
-	pl     *plan.Plan
-	base   *plan.Plan
-	router *router
+	key  string
+	zyg  *spawn.Zygote
+	pl   *plan.Plan
+	base *plan.Plan
 }
 
 var (
 	hostZygMu sync.Mutex
 	hostZygs  = map[*Sandbox]map[string]*hostZyg{}
-	byZygote  = map[*spawn.Zygote]*hostZyg{}
 )
-
-func hostZygFor(z *spawn.Zygote) *hostZyg {
-	hostZygMu.Lock()
-	defer hostZygMu.Unlock()
-	return byZygote[z]
-}
 
 // hostZygote is the sandbox's zygote for r's trapped syscalls (started when none
 // is, or when fresh died).
@@ -700,13 +665,11 @@ func (s *Sandbox) hostZygote(r *hostRun, fresh *spawn.Zygote) (*spawn.Zygote, *p
 		if hz.zyg != fresh && hz.base == base {
 			return hz.zyg, hz.pl, nil
 		}
-		delete(byZygote, hz.zyg)
 		delete(m, key)
 		go hz.zyg.Close()
 	}
-	rt := &router{runs: map[uint64]*hostRun{}, changed: make(chan struct{})}
 	sup := base.Supervise
-	sup.Host = &supervise.Host{Syscalls: r.syscalls, Base: base.BPF.BPF, Route: rt.route, RulesetFD: -1}
+	sup.Host = &supervise.Host{Syscalls: r.syscalls, Base: base.BPF.BPF, RulesetFD: -1}
 	if base.Ruleset != nil {
 		sup.Host.RulesetFD = base.Ruleset.FD
 	}
@@ -749,9 +712,9 @@ func (s *Sandbox) hostZygote(r *hostRun, fresh *spawn.Zygote) (*spawn.Zygote, *p
 	z.OnClose(sv.Close)
 	// no run outlives its supervisor: the zygote's runs die with it
 	sv.OnFail(z.Close)
-	hz := &hostZyg{key: key, zyg: z, pl: pl, base: base, router: rt}
-	m[key] = hz
-	byZygote[z] = hz
+	// its runs are attached to it (core/run): denials and host calls by run
+	runs.AddSupervisor(z, sv, true)
+	m[key] = &hostZyg{key: key, zyg: z, pl: pl, base: base}
 	return z, pl, nil
 }
 
@@ -759,79 +722,8 @@ func closeHostZygotes(s *Sandbox) {
 	hostZygMu.Lock()
 	m := hostZygs[s]
 	delete(hostZygs, s)
-	for _, hz := range m {
-		delete(byZygote, hz.zyg)
-	}
 	hostZygMu.Unlock()
 	for _, hz := range m {
 		hz.zyg.Close()
 	}
 }
-
-// router finds a run by its pid namespace.
-type router struct {
-	mu       sync.Mutex
-	runs     map[uint64]*hostRun
-	starting int
-	changed  chan struct{}
-}
-
-func (rt *router) signal() {
-	close(rt.changed)
-	rt.changed = make(chan struct{})
-}
-
-func (rt *router) begin() {
-	rt.mu.Lock()
-	rt.starting++
-	rt.mu.Unlock()
-}
-
-func (rt *router) finish() {
-	rt.mu.Lock()
-	rt.starting--
-	rt.signal()
-	rt.mu.Unlock()
-}
-
-func (rt *router) add(ns uint64, r *hostRun) {
-	rt.mu.Lock()
-	rt.runs[ns] = r
-	rt.signal()
-	rt.mu.Unlock()
-}
-
-// remove forgets ns for r (only: a namespace inode freed with r's run can already
-// name a newer run's).
-func (rt *router) remove(ns uint64, r *hostRun) {
-	rt.mu.Lock()
-	if rt.runs[ns] == r {
-		delete(rt.runs, ns)
-	}
-	rt.mu.Unlock()
-}
-
-// route: the run of ns; a call made before its run was registered (its target
-// starts before Spawn returns) waits for that, at most routeWait.
-func (rt *router) route(ns uint64, wait bool) supervise.HostRun {
-	deadline := time.Now().Add(routeWait)
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	for {
-		if r := rt.runs[ns]; r != nil {
-			return r
-		}
-		if !wait || rt.starting == 0 || time.Now().After(deadline) {
-			return nil
-		}
-		ch := rt.changed
-		rt.mu.Unlock()
-		select {
-		case <-ch:
-		case <-time.After(time.Until(deadline)):
-		}
-		rt.mu.Lock()
-	}
-}
-
-const routeWait = 5 * time.Second

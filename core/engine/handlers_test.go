@@ -458,3 +458,58 @@ func TestHandlerCloseWhileParked(t *testing.T) {
 		}
 	}
 }
+
+// One attribution for denials and host calls: concurrent runs on one host zygote
+// each get only their own calls (the supervisor routes by the attached run's pid
+// namespace), and a judge's refusal is in the result.denials of the run it refused.
+func TestHandlerRunsAttributedByNamespace(t *testing.T) {
+	dir := t.TempDir()
+	for _, n := range []string{"a", "b"} {
+		os.WriteFile(filepath.Join(dir, n), []byte(n), 0o644)
+	}
+	sb := newSB(t, map[string]any{"fs_readable": []any{"/usr", "/lib", "/bin", dir}})
+	var wg sync.WaitGroup
+	results := make([]map[string]any, 2)
+	strays := make([]int, 2)
+	for i, mine := range []string{"a", "b"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			other := map[string]string{"a": "b", "b": "a"}[mine]
+			var tok any
+			results[i] = drive(t, sb, map[string]any{"argv": []any{"/bin/sh", "-c",
+				fmt.Sprintf("for i in 1 2 3 4 5 6 7 8; do /bin/cat %s/%s %s/%s; done", dir, mine, dir, other)},
+				"handlers": []any{map[string]any{"syscall": "openat", "id": 1}}},
+				func(c map[string]any) map[string]any {
+					if tok == nil {
+						tok = c["run"]
+					}
+					if c["run"] != tok {
+						strays[i]++
+					}
+					if c["path"] == filepath.Join(dir, other) {
+						return map[string]any{"action": "errno", "errno": 13}
+					}
+					return map[string]any{"action": "continue"}
+				})
+		}()
+	}
+	wg.Wait()
+	for i, mine := range []string{"a", "b"} {
+		res := results[i]
+		if strays[i] != 0 || string(res["stdout"].([]byte)) != strings.Repeat(mine, 8) {
+			t.Fatalf("run %s: %d calls of another run; stdout %q", mine, strays[i], res["stdout"])
+		}
+		other := filepath.Join(dir, map[string]string{"a": "b", "b": "a"}[mine])
+		ds, _ := res["denials"].([]any)
+		if len(ds) != 1 {
+			t.Fatalf("run %s: denials %v (sources %v)", mine, ds, res["denials_sources"])
+		}
+		d := ds[0].(map[string]any)
+		if d["syscall"] != "openat" || d["path"] != other || d["errno"] != "EACCES" || exitCodeOf(d["count"]) != 8 {
+			t.Fatalf("run %s: denial %v", mine, d)
+		}
+	}
+}
+
+func exitCodeOf(v any) int64 { n, _ := toInt(v); return n }

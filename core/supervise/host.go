@@ -30,9 +30,13 @@ import (
 // address the host judged, after the built-in destination check.
 //
 // A call belongs to the run whose pid namespace the calling thread is in (each run
-// has its own); calls of a run's pid 1 (sandtrap's own init, before it forks the
-// target) are continued. The host's decision is awaited on a goroutine of the
-// call's own, so a slow host holds up only that call.
+// has its own): the engine attaches each run (AttachHost) and the supervisor finds
+// it as it finds the run of a denial (denials.go: the caller's namespace through its
+// cached pidfd), so one mechanism says which run made a call. A call of a namespace
+// not attached yet waits while a run is being started (Starting); calls of a run's
+// pid 1 (sandtrap's own init, before it forks the target) are continued. The host's
+// decision is awaited on a goroutine of the call's own, so a slow host holds up
+// only that call.
 
 // Host is what the host judges in one sandbox.
 type Host struct {
@@ -41,9 +45,6 @@ type Host struct {
 	// Base is the sandbox's filter without these traps: what the kernel answers
 	// when the host is not asked.
 	Base []byte
-	// Route finds the run of a pid namespace (its inode) — with wait, waiting a
-	// little for a run being started; nil: no run (the call is refused).
-	Route func(ns uint64, wait bool) HostRun
 	// RulesetFD is the sandbox's Landlock ruleset (-1: none): an open the host
 	// allowed is performed in its domain (hostopen.go).
 	RulesetFD int
@@ -59,8 +60,6 @@ type HostRun interface {
 	Decide(ev *Event) Action
 	// Done is closed when the run ends (a held call waits for it).
 	Done() <-chan struct{}
-	// Pid1 is the host pid of the run's pid 1 (sandtrap's init).
-	Pid1() int
 }
 
 // Event is a trapped call as the host sees it: the registers, and what the
@@ -191,7 +190,13 @@ func hostHandler(name string, builtin handlerFunc) handlerFunc {
 		default:
 			return deny(unix.EPERM, fmt.Sprintf("supervisor: the filter answers %#x", v))
 		}
-		return c.detachHost(func() reply { return c.askHost(name, builtin, v&seccomp.RetActionFull == seccomp.RetUserNotif) })
+		// the caller's pid namespace names its run: taken here, on the loop, through
+		// the cached pidfd of the thread (askHost checks the call is still valid)
+		ns, ok := c.callerNS()
+		if !ok {
+			return c.failure("the caller's pid namespace", errors.New("not readable"))
+		}
+		return c.detachHost(func() reply { return c.askHost(name, ns, builtin, v&seccomp.RetActionFull == seccomp.RetUserNotif) })
 	}
 }
 
@@ -216,15 +221,6 @@ func (c *call) detachHost(f func() reply) reply {
 	return reply{kind: replyPending}
 }
 
-// pidNS is the inode of the calling thread's pid namespace.
-func (c *call) pidNS() (uint64, error) {
-	var st unix.Stat_t
-	if err := unix.Stat(c.proc("ns/pid"), &st); err != nil {
-		return 0, err
-	}
-	return st.Ino, nil
-}
-
 // innerPid is the calling thread's pid in its own pid namespace.
 func (c *call) innerPid() (int, error) {
 	b, err := os.ReadFile(c.proc("status"))
@@ -243,25 +239,21 @@ func (c *call) innerPid() (int, error) {
 	return 0, errors.New("no NSpid in status")
 }
 
-func (c *call) askHost(name string, builtin handlerFunc, builtinTraps bool) reply {
-	h := c.s.cfg.Host
-	ns, err := c.pidNS()
-	if err != nil {
-		return c.failure("the caller's pid namespace", err)
-	}
+func (c *call) askHost(name string, ns uint64, builtin handlerFunc, builtinTraps bool) reply {
 	// pid 1 of a run is the one whose host pid the run knows; a namespace not yet
-	// registered may be the next run's pid 1 setting itself up (its status says)
-	run := h.Route(ns, false)
+	// attached may be the next run's pid 1 setting itself up (its status says)
+	rl := c.s.hostRunOf(ns, false)
 	inner := 0
 	switch {
-	case run != nil && int(c.n.Pid) == run.Pid1():
+	case rl != nil && !rl.noPid1 && int(c.n.Pid) == rl.pid:
 		inner = 1
-	case run == nil:
+	case rl == nil:
+		var err error
 		if inner, err = c.innerPid(); err != nil {
 			return c.failure("the caller's pid namespace", err)
 		}
 		if inner != 1 {
-			run = h.Route(ns, true)
+			rl = c.s.hostRunOf(ns, true)
 		}
 	}
 	if inner == 1 {
@@ -274,12 +266,13 @@ func (c *call) askHost(name string, builtin handlerFunc, builtinTraps bool) repl
 		}
 		return cont()
 	}
-	if run == nil {
+	if rl == nil {
 		if !c.valid() {
 			return gone()
 		}
 		return deny(unix.EPERM, "supervisor: the call belongs to no run the host judges")
 	}
+	run := rl.host
 	ev := &Event{Syscall: name, Nr: c.n.Data.Nr, Tid: c.n.Pid, Args: c.n.Data.Args, c: c}
 	if r := c.copyEvent(ev); r != nil {
 		return *r
@@ -309,7 +302,7 @@ func (c *call) askHost(name string, builtin handlerFunc, builtinTraps bool) repl
 		if d == "" {
 			d = ev.describe()
 		}
-		return deny(act.Errno, "handler: "+d)
+		return deny(act.Errno, d) // what the judge refused: the path or address it saw (result.denials)
 	case ActReturn:
 		return ret(act.Value)
 	case ActInjectFD:
