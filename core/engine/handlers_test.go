@@ -513,3 +513,16 @@ func TestHandlerRunsAttributedByNamespace(t *testing.T) {
 }
 
 func exitCodeOf(v any) int64 { n, _ := toInt(v); return n }
+
+func toInt(v any) (int64, bool) {
+	switch n := v.(type) {
+	case int64:
+		return n, true
+	case uint64:
+		return int64(n), true
+	case int8, int16, int32, uint8, uint16, uint32, int:
+		x, err := strconv.ParseInt(fmt.Sprint(n), 10, 64)
+		return x, err == nil
+	}
+	return 0, false
+}

@@ -41,7 +41,7 @@ type Request struct {
 	Hooks     Hooks // a run with a zygote of its own (engine: calls judged by the host); nil: none
 }
 
-// Hooks run a request on a zygote of its own choosing (core/engine's handlers.go:
+// Hooks run a request on a zygote of its own choosing (core/handlers:
 // a run whose calls the host judges has a zygote trapping them, whose supervisor
 // finds the run by its process).
 type Hooks interface {
