@@ -63,7 +63,7 @@ type hostRun struct {
 	token    uint64
 	syscalls []string                 // trapped, sorted
 	chain    map[string][]handlerSpec // by syscall: policy_fn first, then handlers in order
-	queue    chan *hostEvent
+	wake     chan struct{} // a call was queued (capacity 1)
 	done     chan struct{}
 	doneOnce sync.Once
 	eventSeq atomic.Uint64
@@ -71,6 +71,8 @@ type hostRun struct {
 	mu          sync.Mutex
 	cancel      func()
 	aborted     bool
+	queue       []*hostEvent          // to ask, in order
+	ended       bool                  // the run is over: calls are answered ActGone
 	outstanding map[uint64]*hostEvent // asked, not answered yet (deferred included)
 	netSets     [][]netip.Prefix      // restrict_network: an address must be in every set
 	audited     []map[string]any
@@ -80,7 +82,8 @@ type hostEvent struct {
 	id     uint64
 	spec   handlerSpec
 	ev     *supervise.Event
-	answer chan supervise.Action
+	idx    int                     // its judge's place in the chain
+	done   func(supervise.Action) // the supervisor's: called once
 }
 
 var (
@@ -106,7 +109,7 @@ func unconditionallyRefused(p *policy.Policy, name string) bool {
 }
 
 func parseHostRun(s Sandbox, m map[string]any, probs *policy.Problems) *hostRun {
-	r := &hostRun{chain: map[string][]handlerSpec{}, queue: make(chan *hostEvent, 64), done: make(chan struct{}),
+	r := &hostRun{chain: map[string][]handlerSpec{}, wake: make(chan struct{}, 1), done: make(chan struct{}),
 		outstanding: map[uint64]*hostEvent{}}
 	set := map[string]bool{}
 	onErr := func(field string, v any, def string) string {
@@ -223,7 +226,23 @@ func (r *hostRun) abort() {
 	}
 }
 
-func (r *hostRun) end() { r.doneOnce.Do(func() { close(r.done) }) }
+// end: the run is over; the calls still queued or asked are answered ActGone.
+func (r *hostRun) end() {
+	r.doneOnce.Do(func() {
+		r.mu.Lock()
+		r.ended = true
+		left := r.queue
+		for _, e := range r.outstanding {
+			left = append(left, e)
+		}
+		r.queue, r.outstanding = nil, map[uint64]*hostEvent{}
+		r.mu.Unlock()
+		close(r.done)
+		for _, e := range left {
+			e.done(supervise.Action{Kind: supervise.ActGone})
+		}
+	})
+}
 
 func (r *hostRun) Done() <-chan struct{} { return r.done }
 
@@ -263,31 +282,56 @@ func (r *hostRun) Refused(ev *supervise.Event) (syscall.Errno, string) {
 	return 0, ""
 }
 
-// Decide asks every judge of the call in turn (policy_fn, then the handlers in the
-// order given); the first that does not continue decides.
-func (r *hostRun) Decide(ev *supervise.Event) supervise.Action {
-	for _, spec := range r.chain[ev.Syscall] {
-		e := &hostEvent{id: r.eventSeq.Add(1), spec: spec, ev: ev, answer: make(chan supervise.Action, 1)}
-		select {
-		case r.queue <- e:
-		case <-r.done:
-			return supervise.Action{Kind: supervise.ActGone}
-		}
-		var act supervise.Action
-		select {
-		case act = <-e.answer:
-		case <-r.done:
-			return supervise.Action{Kind: supervise.ActGone}
-		}
-		if act.Kind != supervise.ActContinue {
-			return act
-		}
-		// restrictions made by this judge hold for the rest of the chain
-		if code, why := r.Refused(ev); code != 0 {
-			return supervise.Action{Kind: supervise.ActErrno, Errno: code, Detail: why}
-		}
+// Ask puts the call to every judge of it in turn (policy_fn, then the handlers in
+// the order given); the first that does not continue decides. It only queues: the
+// operation's thread asks the host, and answers the supervisor from there.
+func (r *hostRun) Ask(ev *supervise.Event, done func(supervise.Action)) {
+	r.askJudge(ev, 0, done)
+}
+
+func (r *hostRun) askJudge(ev *supervise.Event, idx int, done func(supervise.Action)) {
+	chain := r.chain[ev.Syscall]
+	if idx >= len(chain) {
+		done(supervise.Action{Kind: supervise.ActContinue})
+		return
 	}
-	return supervise.Action{Kind: supervise.ActContinue}
+	e := &hostEvent{id: r.eventSeq.Add(1), spec: chain[idx], ev: ev, idx: idx, done: done}
+	r.mu.Lock()
+	if r.ended {
+		r.mu.Unlock()
+		done(supervise.Action{Kind: supervise.ActGone})
+		return
+	}
+	r.queue = append(r.queue, e)
+	r.mu.Unlock()
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// judged: a judge's action on e (taken from outstanding by the caller); a continue
+// goes on to the next judge, under the restrictions this one made.
+func (r *hostRun) judged(e *hostEvent, act supervise.Action) {
+	if act.Kind != supervise.ActContinue {
+		e.done(act)
+		return
+	}
+	if code, why := r.Refused(e.ev); code != 0 {
+		e.done(supervise.Action{Kind: supervise.ActErrno, Errno: code, Detail: why})
+		return
+	}
+	r.askJudge(e.ev, e.idx+1, e.done)
+}
+
+// take removes e from the calls waiting for an answer: false when it waits no more
+// (answered, or the run ended).
+func (r *hostRun) take(e *hostEvent) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, still := r.outstanding[e.id]
+	delete(r.outstanding, e.id)
+	return still
 }
 
 // exception is the action of a judge's exception policy.
@@ -480,14 +524,21 @@ type hostOp struct {
 }
 
 func (o *hostOp) next() hostcall.Step {
+	r := o.r
 	for {
-		select {
-		case e := <-o.r.queue:
-			o.r.mu.Lock()
-			o.r.outstanding[e.id] = e
-			o.r.mu.Unlock()
+		r.mu.Lock()
+		if len(r.queue) > 0 {
+			e := r.queue[0]
+			r.queue[0] = nil
+			r.queue = r.queue[1:]
+			r.outstanding[e.id] = e
+			r.mu.Unlock()
 			o.cur = e
-			return hostcall.Ask(o.r.call(e), o)
+			return hostcall.Ask(r.call(e), o)
+		}
+		r.mu.Unlock()
+		select {
+		case <-r.wake:
 		case res := <-o.result:
 			return o.final(res)
 		}
@@ -534,10 +585,9 @@ func (r *hostRun) settle(e *hostEvent, a hostcall.Answer) {
 	if deferred {
 		return
 	}
-	r.mu.Lock()
-	delete(r.outstanding, e.id)
-	r.mu.Unlock()
-	e.answer <- *act
+	if r.take(e) {
+		r.judged(e, *act)
+	}
 }
 
 // RunOp is the run_handlers op: the run, asking the host (hostcall) for each trapped
@@ -605,12 +655,8 @@ func DecideOp(s Sandbox, b []byte) ([]byte, string) {
 		x := exception(e.spec.onError, "a deferred answer deferred again")
 		act = &x
 	}
-	r.mu.Lock()
-	_, still := r.outstanding[e.id]
-	delete(r.outstanding, e.id)
-	r.mu.Unlock()
-	if still {
-		e.answer <- *act
+	if r.take(e) {
+		r.judged(e, *act)
 	}
 	return protocol.Encode(map[string]any{"success": true}), ""
 }

@@ -55,9 +55,12 @@ type HostRun interface {
 	// Refused is the run's own tightened state (ctx.restrict_network, deny_path):
 	// non-zero refuses the call without asking the host.
 	Refused(ev *Event) (syscall.Errno, string)
-	// Decide asks the host and waits for its action (ActGone: the run ended, or
-	// the host will never answer).
-	Decide(ev *Event) Action
+	// Ask puts ev to the host without waiting: done is called exactly once with
+	// its action (ActGone: the run ended, or the host will never answer), on the
+	// goroutine the answer arrives on (possibly within Ask). done answers the
+	// kernel itself for the quick actions (continue, errno, returns, inject_fd,
+	// kill); the others go on on a goroutine of their own.
+	Ask(ev *Event, done func(Action))
 	// Done is closed when the run ends (a held call waits for it).
 	Done() <-chan struct{}
 }
@@ -191,34 +194,54 @@ func hostHandler(name string, builtin handlerFunc) handlerFunc {
 			return deny(unix.EPERM, fmt.Sprintf("supervisor: the filter answers %#x", v))
 		}
 		// the caller's pid namespace names its run: taken here, on the loop, through
-		// the cached pidfd of the thread (askHost checks the call is still valid)
+		// the cached pidfd of the thread (the call is checked valid after)
 		ns, ok := c.callerNS()
 		if !ok {
 			return c.failure("the caller's pid namespace", errors.New("not readable"))
 		}
-		return c.detachHost(func() reply { return c.askHost(name, ns, builtin, v&seccomp.RetActionFull == seccomp.RetUserNotif) })
+		hc := &hostCall{c: c, name: name, builtin: builtin, builtinTraps: v&seccomp.RetActionFull == seccomp.RetUserNotif}
+		if rl := c.s.hostRunOf(ns, false); rl != nil && (rl.noPid1 || int(c.n.Pid) != rl.pid) {
+			// the common case, without a goroutine: the event is copied and put to
+			// the host from the loop, and the host's thread answers the kernel
+			return hc.ask(rl.host)
+		}
+		return c.detachHost(func() reply { return hc.find(ns) })
 	}
 }
 
+// hostCall is one call put to the host.
+type hostCall struct {
+	c            *call
+	name         string
+	builtin      handlerFunc
+	builtinTraps bool
+	ev           *Event
+	run          HostRun
+}
+
 // detachHost is detach for calls whose goroutine may hand them on again (a
-// built-in handler that detaches): replyPending is then that goroutine's to answer.
+// built-in handler that detaches, the host): replyPending is then theirs to answer.
 func (c *call) detachHost(f func() reply) reply {
 	c.detached = true
 	c.pidfd = -1
 	c.s.handling.Add(1)
 	go func() {
 		defer c.s.handling.Done()
-		r := f()
-		if r.kind == replyPending {
-			return
-		}
-		if r.undo == nil {
-			c.release()
-		}
-		c.s.answer(c, r)
-		c.finish()
+		c.deliver(f())
 	}()
 	return reply{kind: replyPending}
+}
+
+// deliver answers with r (replyPending: another took the call over).
+func (c *call) deliver(r reply) {
+	if r.kind == replyPending {
+		return
+	}
+	if r.undo == nil {
+		c.release()
+	}
+	c.s.answer(c, r)
+	c.finish()
 }
 
 // innerPid is the calling thread's pid in its own pid namespace.
@@ -239,9 +262,11 @@ func (c *call) innerPid() (int, error) {
 	return 0, errors.New("no NSpid in status")
 }
 
-func (c *call) askHost(name string, ns uint64, builtin handlerFunc, builtinTraps bool) reply {
-	// pid 1 of a run is the one whose host pid the run knows; a namespace not yet
-	// attached may be the next run's pid 1 setting itself up (its status says)
+// find is the run of a call whose namespace had no run attached when it came (on
+// a goroutine of its own): the next run's pid 1 setting itself up (its status
+// says), or a run being started, waited for.
+func (h *hostCall) find(ns uint64) reply {
+	c := h.c
 	rl := c.s.hostRunOf(ns, false)
 	inner := 0
 	switch {
@@ -261,8 +286,8 @@ func (c *call) askHost(name string, ns uint64, builtin handlerFunc, builtinTraps
 			return gone()
 		}
 		// sandtrap's pid 1 (init.c), setting up its run: not the target's call
-		if builtinTraps {
-			return builtin(c)
+		if h.builtinTraps {
+			return h.builtin(c)
 		}
 		return cont()
 	}
@@ -272,8 +297,13 @@ func (c *call) askHost(name string, ns uint64, builtin handlerFunc, builtinTraps
 		}
 		return deny(unix.EPERM, "supervisor: the call belongs to no run the host judges")
 	}
-	run := rl.host
-	ev := &Event{Syscall: name, Nr: c.n.Data.Nr, Tid: c.n.Pid, Args: c.n.Data.Args, c: c}
+	return h.ask(rl.host)
+}
+
+// ask copies the event and puts it to run; replyPending: done answers.
+func (h *hostCall) ask(run HostRun) reply {
+	c := h.c
+	ev := &Event{Syscall: h.name, Nr: c.n.Data.Nr, Tid: c.n.Pid, Args: c.n.Data.Args, c: c}
 	if r := c.copyEvent(ev); r != nil {
 		return *r
 	}
@@ -283,7 +313,39 @@ func (c *call) askHost(name string, ns uint64, builtin handlerFunc, builtinTraps
 	if e, why := run.Refused(ev); e != 0 {
 		return deny(e, why)
 	}
-	act := run.Decide(ev)
+	h.ev, h.run = ev, run
+	c.detached = true
+	c.pidfd = -1 // the cached one belongs to the loop
+	c.s.handling.Add(1)
+	run.Ask(ev, h.done)
+	return reply{kind: replyPending}
+}
+
+// done: the host's action, on the goroutine it arrived on; the calls that perform
+// something that can block (a connect, an open, a built-in handler) or wait (hold)
+// go on on a goroutine of their own.
+func (h *hostCall) done(act Action) {
+	if act.Kind == ActHold || act.Kind == ActContinue && h.performs() {
+		go func() {
+			defer h.c.s.handling.Done()
+			h.c.deliver(h.act(act))
+		}()
+		return
+	}
+	defer h.c.s.handling.Done()
+	h.c.deliver(h.act(act))
+}
+
+// performs: a continue the supervisor carries out itself.
+func (h *hostCall) performs() bool {
+	c, ev := h.c, h.ev
+	return h.name == "connect" && c.s.cfg.Net != nil || h.name == "sendto" && c.s.cfg.Net != nil && ev.adr != nil ||
+		h.builtinTraps || openTarget(ev)
+}
+
+// act is the reply of the host's action.
+func (h *hostCall) act(act Action) reply {
+	c, ev, name := h.c, h.ev, h.name
 	switch act.Kind {
 	case ActContinue:
 		switch {
@@ -291,8 +353,8 @@ func (c *call) askHost(name string, ns uint64, builtin handlerFunc, builtinTraps
 			return connectCopy(c, ev.adr) // the address the host judged, checked and performed here
 		case name == "sendto" && c.s.cfg.Net != nil && ev.adr != nil:
 			return sendtoCopy(c, ev.adr)
-		case builtinTraps:
-			return builtin(c)
+		case h.builtinTraps:
+			return h.builtin(c)
 		case openTarget(ev):
 			return c.openForCaller(ev) // the path the host judged, opened here
 		}
@@ -315,7 +377,7 @@ func (c *call) askHost(name string, ns uint64, builtin handlerFunc, builtinTraps
 		defer t.Stop()
 		for {
 			select {
-			case <-run.Done():
+			case <-h.run.Done():
 				return gone()
 			case <-t.C:
 				if !c.valid() {
