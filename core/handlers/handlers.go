@@ -63,7 +63,7 @@ type hostRun struct {
 	token    uint64
 	syscalls []string                 // trapped, sorted
 	chain    map[string][]handlerSpec // by syscall: policy_fn first, then handlers in order
-	wake     chan struct{} // a call was queued (capacity 1)
+	wake     chan struct{}            // a call was queued (capacity 1)
 	done     chan struct{}
 	doneOnce sync.Once
 	eventSeq atomic.Uint64
@@ -79,11 +79,11 @@ type hostRun struct {
 }
 
 type hostEvent struct {
-	id     uint64
-	spec   handlerSpec
-	ev     *supervise.Event
-	idx    int                     // its judge's place in the chain
-	done   func(supervise.Action) // the supervisor's: called once
+	id   uint64
+	spec handlerSpec
+	ev   *supervise.Event
+	idx  int                    // its judge's place in the chain
+	done func(supervise.Action) // the supervisor's: called once
 }
 
 var (

@@ -23,7 +23,7 @@ type fakeRun struct {
 
 func (f *fakeRun) Refused(*Event) (syscall.Errno, string) { return 0, "" }
 func (f *fakeRun) Done() <-chan struct{}                  { return f.done }
-func (f *fakeRun) Ask(ev *Event, done func(Action)) { done(f.decide(ev)) }
+func (f *fakeRun) Ask(ev *Event, done func(Action))       { done(f.decide(ev)) }
 func (f *fakeRun) decide(ev *Event) Action {
 	f.asked.Add(1)
 	if f.act != nil {
