@@ -15,6 +15,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/sandtrap/sandtrap/core/cgroup"
 	"github.com/sandtrap/sandtrap/core/hostcall"
@@ -63,7 +64,11 @@ type hostRun struct {
 	token    uint64
 	syscalls []string                 // trapped, sorted
 	chain    map[string][]handlerSpec // by syscall: policy_fn first, then handlers in order
-	wake     chan struct{}            // a call was queued (capacity 1)
+	// wakefd (an eventfd) wakes the operation's thread blocked for the next call:
+	// a read in the kernel, woken directly by the supervisor's loop, rather than a
+	// channel, whose hand-off to a cgo thread takes the Go scheduler two wake-ups
+	wakefd   int
+	sleeping atomic.Bool // the operation's thread is (about to be) blocked on wakefd
 	done     chan struct{}
 	doneOnce sync.Once
 	eventSeq atomic.Uint64
@@ -109,7 +114,7 @@ func unconditionallyRefused(p *policy.Policy, name string) bool {
 }
 
 func parseHostRun(s Sandbox, m map[string]any, probs *policy.Problems) *hostRun {
-	r := &hostRun{chain: map[string][]handlerSpec{}, wake: make(chan struct{}, 1), done: make(chan struct{}),
+	r := &hostRun{chain: map[string][]handlerSpec{}, wakefd: -1, done: make(chan struct{}),
 		outstanding: map[uint64]*hostEvent{}}
 	set := map[string]bool{}
 	onErr := func(field string, v any, def string) string {
@@ -236,6 +241,7 @@ func (r *hostRun) end() {
 			left = append(left, e)
 		}
 		r.queue, r.outstanding = nil, map[uint64]*hostEvent{}
+		r.wakeUpLocked()
 		r.mu.Unlock()
 		close(r.done)
 		for _, e := range left {
@@ -303,10 +309,16 @@ func (r *hostRun) askJudge(ev *supervise.Event, idx int, done func(supervise.Act
 		return
 	}
 	r.queue = append(r.queue, e)
+	r.wakeUpLocked()
 	r.mu.Unlock()
-	select {
-	case r.wake <- struct{}{}:
-	default:
+}
+
+// wakeUpLocked wakes the operation's thread if it sleeps (r.mu held: the eventfd
+// is closed under it).
+func (r *hostRun) wakeUpLocked() {
+	if r.sleeping.Swap(false) && r.wakefd >= 0 {
+		one := [8]byte{1}
+		unix.Write(r.wakefd, one[:])
 	}
 }
 
@@ -533,14 +545,25 @@ func (o *hostOp) next() hostcall.Step {
 			r.queue = r.queue[1:]
 			r.outstanding[e.id] = e
 			r.mu.Unlock()
+			r.sleeping.Store(false)
 			o.cur = e
 			return hostcall.Ask(r.call(e), o)
 		}
+		ended := r.ended
 		r.mu.Unlock()
-		select {
-		case <-r.wake:
-		case res := <-o.result:
-			return o.final(res)
+		if ended {
+			// nothing more will be queued: the result follows
+			return o.final(<-o.result)
+		}
+		if !r.sleeping.Load() {
+			// announced, then the queue looked at again: a call queued in between
+			// writes the eventfd
+			r.sleeping.Store(true)
+			continue
+		}
+		var b [8]byte
+		if _, err := unix.Read(r.wakefd, b[:]); err != nil && err != unix.EINTR {
+			time.Sleep(time.Millisecond) // not expected (a blocking eventfd): poll instead
 		}
 	}
 }
@@ -551,6 +574,10 @@ func (o *hostOp) final(res *runs.Result) hostcall.Step {
 	hostRunsMu.Unlock()
 	o.r.mu.Lock()
 	aud := o.r.audited
+	if o.r.wakefd >= 0 {
+		unix.Close(o.r.wakefd)
+		o.r.wakefd = -1
+	}
 	o.r.mu.Unlock()
 	b := protocol.Encode(res)
 	if len(aud) > 0 {
@@ -575,7 +602,7 @@ func (o *hostOp) Resume(a hostcall.Answer) hostcall.Step {
 // Drop: the sandbox closed while the host was asked: the run dies (fail closed).
 func (o *hostOp) Drop() {
 	o.r.abort()
-	go func() { <-o.result }()
+	go func() { o.final(<-o.result) }() // releases what the run held
 }
 
 // settle delivers an answer to the event that waits for it (a deferred one stays
@@ -602,6 +629,9 @@ func RunOp(s Sandbox, b []byte) ([]byte, string) {
 	r := parseHostRun(s, m, &probs)
 	if len(probs) > 0 {
 		return protocol.ErrorResponse(protocol.RequestError(probs)), protocol.KindInvalidRequest
+	}
+	if r.wakefd, err = unix.Eventfd(0, unix.EFD_CLOEXEC); err != nil {
+		return protocol.ErrorResponse(protocol.Errorf(protocol.KindInternal, "eventfd: %v", err)), protocol.KindInternal
 	}
 	r.token = hostSeq.Add(1)
 	req.Hooks = &hostHooks{s: s, r: r}
