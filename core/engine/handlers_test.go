@@ -526,3 +526,58 @@ func toInt(v any) (int64, bool) {
 	}
 	return 0, false
 }
+
+// ctx.restrict_max_memory / restrict_max_processes lower the sandbox's cgroup
+// limits for the rest of the run (a program allocating or forking past the lowered
+// limit fails where it succeeds without), and the policy's limits hold again after
+// it; a sandbox without a cgroup cannot lower them: the judge's exception policy.
+func TestRestrictMaxMemoryAndProcesses(t *testing.T) {
+	sb := newSB(t, map[string]any{"max_memory": "512M", "max_processes": int64(64)})
+	alloc := []any{"/usr/bin/python3", "-c", "b = bytearray(200 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\nprint('ok')"}
+	lowerOn := func(key string, n int64) func(c map[string]any) map[string]any {
+		return func(c map[string]any) map[string]any {
+			if c["syscall"] == "execve" && n > 0 {
+				return map[string]any{"action": "continue", key: n}
+			}
+			return map[string]any{"action": "continue"}
+		}
+	}
+	// without a cgroup: the exception policy (policy_fn: deny_eperm) refuses the call
+	// whose answer restricted, and says why in the run's denials
+	noCgroup := func(sb *Sandbox) {
+		t.Helper()
+		res := drive(t, sb, map[string]any{"argv": []any{"/bin/sh", "-c", "/bin/true || echo refused"}, "policy_fn": map[string]any{}},
+			func(c map[string]any) map[string]any {
+				if a, _ := c["argv"].([]any); len(a) > 0 && a[0] == "/bin/true" {
+					return map[string]any{"action": "continue", "restrict_max_memory": int64(64 << 20)}
+				}
+				return map[string]any{"action": "continue"}
+			})
+		if string(res["stdout"].([]byte)) != "refused\n" || !strings.Contains(fmt.Sprint(res["denials"]), "the sandbox has no cgroup") {
+			t.Fatalf("a restriction without a cgroup: %v", res)
+		}
+	}
+	if sb.Group() == nil { // unprivileged here: rlimits, which cannot be lowered from outside
+		noCgroup(sb)
+		return
+	}
+	res := drive(t, sb, map[string]any{"argv": alloc, "policy_fn": map[string]any{}}, lowerOn("restrict_max_memory", 64<<20))
+	if string(res["stdout"].([]byte)) == "ok\n" || res["success"] == true {
+		t.Fatalf("200 MiB under a 64 MiB restriction: %v", res)
+	}
+	res = drive(t, sb, map[string]any{"argv": alloc, "policy_fn": map[string]any{}}, lowerOn("restrict_max_memory", 0))
+	if string(res["stdout"].([]byte)) != "ok\n" {
+		t.Fatalf("200 MiB after the restricted run ended (policy 512M): %v", res)
+	}
+	count := []any{"/usr/bin/python3", "-c", "import os, time\nn = 0\nfor i in range(12):\n try:\n  if os.fork() == 0:\n   time.sleep(1); os._exit(0)\n  n += 1\n except OSError:\n  pass\nprint(n)\nfor i in range(n): os.wait()\n"}
+	res = drive(t, sb, map[string]any{"argv": count, "policy_fn": map[string]any{}}, lowerOn("restrict_max_processes", 6))
+	lowered, _ := strconv.Atoi(strings.TrimSpace(string(res["stdout"].([]byte))))
+	res = drive(t, sb, map[string]any{"argv": count, "policy_fn": map[string]any{}}, lowerOn("restrict_max_processes", 0))
+	full, _ := strconv.Atoi(strings.TrimSpace(string(res["stdout"].([]byte))))
+	t.Logf("forks: %d under restrict_max_processes(6), %d after", lowered, full)
+	if lowered >= 6 || full != 12 {
+		t.Fatalf("forks: %d under restrict_max_processes(6), %d after (want < 6, 12): %v", lowered, full, res)
+	}
+	plain := newSB(t, nil)
+	noCgroup(plain)
+}

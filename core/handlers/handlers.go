@@ -80,6 +80,8 @@ type hostRun struct {
 	ended       bool                  // the run is over: calls are answered ActGone
 	outstanding map[uint64]*hostEvent // asked, not answered yet (deferred included)
 	netSets     [][]netip.Prefix      // restrict_network: an address must be in every set
+	group       *cgroup.Group         // the sandbox's (restrict_max_memory, _processes); nil: none
+	undo        []func()              // restores what the run lowered, at its end
 	audited     []map[string]any
 }
 
@@ -242,7 +244,12 @@ func (r *hostRun) end() {
 		}
 		r.queue, r.outstanding = nil, map[uint64]*hostEvent{}
 		r.wakeUpLocked()
+		undo := r.undo
+		r.undo = nil
 		r.mu.Unlock()
+		for _, f := range undo {
+			f()
+		}
 		close(r.done)
 		for _, e := range left {
 			e.done(supervise.Action{Kind: supervise.ActGone})
@@ -384,6 +391,21 @@ func (r *hostRun) decode(e *hostEvent, a hostcall.Answer) (act *supervise.Action
 		r.netSets = append(r.netSets, sets...)
 		r.mu.Unlock()
 	}
+	var lower [2]int64
+	for i, k := range []string{"restrict_max_memory", "restrict_max_processes"} {
+		if v, ok := m[k]; ok {
+			n, isInt := toInt(v)
+			if !isInt || n <= 0 {
+				return bad(k + " must be a positive integer")
+			}
+			lower[i] = n
+		}
+	}
+	if lower[0] > 0 || lower[1] > 0 {
+		if why := r.lowerLimits(lower[0], lower[1]); why != "" {
+			return bad(why)
+		}
+	}
 	kind, _ := m["action"].(string)
 	num := func(k string) int64 { n, _ := toInt(m[k]); return n }
 	switch kind {
@@ -428,6 +450,27 @@ func (r *hostRun) decode(e *hostEvent, a hostcall.Answer) (act *supervise.Action
 		return &supervise.Action{Kind: supervise.ActHold}, false
 	}
 	return bad(fmt.Sprintf("unknown action %q", kind))
+}
+
+// lowerLimits lowers the sandbox's cgroup limits until the run ends (ctx.
+// restrict_max_memory, restrict_max_processes); non-empty: why it cannot.
+func (r *hostRun) lowerLimits(memory, processes int64) string {
+	if r.group == nil {
+		return "restrict_max_memory/restrict_max_processes: the sandbox has no cgroup (give its policy max_memory or max_processes)"
+	}
+	undo, err := r.group.Restrict(memory, processes)
+	if err != nil {
+		return "restrict_max_memory/restrict_max_processes: " + err.Error()
+	}
+	r.mu.Lock()
+	if r.ended {
+		r.mu.Unlock()
+		undo()
+		return ""
+	}
+	r.undo = append(r.undo, undo)
+	r.mu.Unlock()
+	return ""
 }
 
 // parseNetSets reads an answer's restrict_network: a list of addresses or CIDR
@@ -634,6 +677,7 @@ func RunOp(s Sandbox, b []byte) ([]byte, string) {
 		return protocol.ErrorResponse(protocol.Errorf(protocol.KindInternal, "eventfd: %v", err)), protocol.KindInternal
 	}
 	r.token = hostSeq.Add(1)
+	r.group = s.Group()
 	req.Hooks = &hostHooks{s: s, r: r}
 	hostRunsMu.Lock()
 	hostRuns[r.token] = r
