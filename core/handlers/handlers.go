@@ -373,8 +373,9 @@ func (r *hostRun) decode(e *hostEvent, a hostcall.Answer) (act *supervise.Action
 		x := exception(e.spec.onError, a.Error.Type+": "+a.Error.Message)
 		return &x, false
 	}
-	var m map[string]any
-	if err := msgpack.Unmarshal(a.Value, &m); err != nil || m == nil {
+	// read in place (rawmsg): no decoding into Go values on the common path
+	m, isMap := a.Value.Fields()
+	if !isMap {
 		x := exception(e.spec.onError, "the answer is not an action map")
 		return &x, false
 	}
@@ -382,7 +383,11 @@ func (r *hostRun) decode(e *hostEvent, a hostcall.Answer) (act *supervise.Action
 		x := exception(e.spec.onError, why)
 		return &x, false
 	}
-	if rn, ok := m["restrict_network"]; ok {
+	if rv, ok := m["restrict_network"]; ok {
+		var rn any
+		if err := msgpack.Unmarshal(rv, &rn); err != nil {
+			return bad("restrict_network: " + err.Error())
+		}
 		sets, why := parseNetSets(rn)
 		if why != "" {
 			return bad(why)
@@ -394,7 +399,7 @@ func (r *hostRun) decode(e *hostEvent, a hostcall.Answer) (act *supervise.Action
 	var lower [2]int64
 	for i, k := range []string{"restrict_max_memory", "restrict_max_processes"} {
 		if v, ok := m[k]; ok {
-			n, isInt := toInt(v)
+			n, isInt := v.Int()
 			if !isInt || n <= 0 {
 				return bad(k + " must be a positive integer")
 			}
@@ -406,8 +411,8 @@ func (r *hostRun) decode(e *hostEvent, a hostcall.Answer) (act *supervise.Action
 			return bad(why)
 		}
 	}
-	kind, _ := m["action"].(string)
-	num := func(k string) int64 { n, _ := toInt(m[k]); return n }
+	kind, _ := m["action"].Str()
+	num := func(k string) int64 { n, _ := m[k].Int(); return n }
 	switch kind {
 	case "defer":
 		return nil, true
