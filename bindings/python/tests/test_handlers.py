@@ -149,7 +149,11 @@ def test_restrict_network_calls_intersect_by_membership() -> None:
 
 
 def test_restrict_max_memory_lowers_the_cgroup_for_the_run() -> None:
-    alloc = ["/usr/bin/python3", "-c", "b = bytearray(200 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\nprint('ok')"]
+    alloc = [
+        "/usr/bin/python3",
+        "-c",
+        "b = bytearray(200 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\nprint('ok')",
+    ]
 
     def lower(event, ctx):  # type: ignore[no-untyped-def]
         if event.syscall == "execve" and event.argv and event.argv[0] == "/usr/bin/python3":
