@@ -656,6 +656,7 @@ type Status struct {
 	ExecErrno  unix.Errno // the target could not be exec'd
 	InitFailed Step       // pid 1 could not apply its part (StepNone: it did)
 	InitErrno  unix.Errno
+	Started    bool // the target exec'd
 	Ended      bool
 	Wait       unix.WaitStatus
 	UserMicros uint64
@@ -679,6 +680,8 @@ func ReadStatus(b []byte) Status {
 		switch rec.kind {
 		case C.ST_STATUS_EXEC:
 			st.ExecErrno = unix.Errno(rec.value)
+		case C.ST_STATUS_STARTED:
+			st.Started = true
 		case C.ST_STATUS_EXIT:
 			st.Ended, st.Wait = true, unix.WaitStatus(rec.value)
 		case C.ST_STATUS_USAGE:

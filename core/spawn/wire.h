@@ -96,6 +96,7 @@ struct st_reply {
 #define ST_STATUS_EXIT 'X'  /* value: the target's wait status */
 #define ST_STATUS_USAGE 'R' /* a: user µs, b: system µs, c: max RSS KiB (every reaped process) */
 #define ST_STATUS_INIT 'I'  /* value: the step below that failed; a: its errno */
+#define ST_STATUS_STARTED 'S' /* the target exec'd (written once its execve succeeded; value: its pid in the run) */
 
 /* Steps of sandtrap-init that can fail: the zygote's (in a struct st_reply) and
  * pid 1's (in an ST_STATUS_INIT record). Every privileged call is one of them. */

@@ -315,6 +315,9 @@ static void prepare(void)
 	}
 }
 
+/* set by the target's vfork child when its execve failed */
+static volatile int exec_failed;
+
 /* pid 1 of one run, once its request arrived. fds: stdin, stdout, stderr, status;
  * never returns. */
 static void run_child(struct st_request *rq, int *fds, char *path, char *cwd,
@@ -366,11 +369,15 @@ static void run_child(struct st_request *rq, int *fds, char *path, char *cwd,
 	pid = sys5(__NR_clone, CLONE_VM | CLONE_VFORK | SIGCHLD, 0, 0, 0, 0);
 	if (pid == 0) {
 		r = sys3(__NR_execve, path, argv, envp);
+		exec_failed = 1; /* the child shares our memory until it execs or exits */
 		report(status_fd, ST_STATUS_EXEC, (unsigned int)-r, 0, 0, 0);
 		sys1(__NR_exit_group, 127);
 	}
 	if (pid < 0)
 		step_failed(status_fd, ST_STEP_FORK, pid);
+	/* vfork: we run again once the target exec'd (or failed to) */
+	if (!exec_failed)
+		report(status_fd, ST_STATUS_STARTED, (unsigned int)pid, 0, 0, 0);
 	for (;;) {
 		st = 0;
 		r = sys4(__NR_wait4, -1, &st, __WALL, 0);
