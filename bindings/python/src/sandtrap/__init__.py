@@ -30,6 +30,8 @@ from sandtrap_guest import (
 
 from ._coop import CoopSandbox, ExecResult, IsolatedFS, Policy, WorkerCrashed, WorkerError, sandbox
 from ._errors import (
+    InvalidState,
+    ProcessFailed,
     ForkedChildError,
     InternalError,
     InvalidArgument,
@@ -45,7 +47,8 @@ from ._errors import (
 from ._fields import PolicyOptions
 from ._fork import CloneResult, Clones
 from ._policy import parse_ports
-from ._result import Denial, ErrorInfo, LearnResult, Result
+from ._process import CAPTURE, INHERIT, NULL, PIPED, AsyncProcess, Process, StdioMode
+from ._result import Denial, ErrorInfo, ExitReason, LearnResult, Result
 from ._sandbox import Command, Pipeline, Sandbox, confine, probe
 from ._version import __version__
 
@@ -65,6 +68,16 @@ __all__ = [
     "Command",
     "Pipeline",
     "Result",
+    "ExitReason",
+    "Process",
+    "AsyncProcess",
+    "StdioMode",
+    "PIPED",
+    "INHERIT",
+    "NULL",
+    "CAPTURE",
+    "ProcessFailed",
+    "InvalidState",
     "Denial",
     "LearnResult",
     "ErrorInfo",

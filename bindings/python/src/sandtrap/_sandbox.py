@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, Union, cast
 
 from . import _fork, _native
+from ._process import ProcessMixin
 from ._errors import (
     InvalidArgument,
     InvalidRequest,
@@ -364,7 +365,7 @@ def _with_host_env(policy: dict[str, Any]) -> dict[str, Any]:
 # The public classes
 
 
-class Sandbox:
+class Sandbox(ProcessMixin):
     """A policy, validated and compiled once, that runs many commands.
 
     The keyword arguments are the policy fields of :class:`PolicyOptions`
