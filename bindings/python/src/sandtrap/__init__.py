@@ -30,16 +30,16 @@ from sandtrap_guest import (
 
 from ._coop import CoopSandbox, ExecResult, IsolatedFS, Policy, WorkerCrashed, WorkerError, sandbox
 from ._errors import (
-    InvalidState,
-    ProcessFailed,
     ForkedChildError,
     InternalError,
     InvalidArgument,
     InvalidRequest,
+    InvalidState,
     IsolationUnavailable,
     NotFound,
     PolicyError,
     Problem,
+    ProcessFailed,
     SandboxClosed,
     SandtrapError,
     SpawnFailed,

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import io
 import subprocess
 import threading
 import time
 import weakref
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, BinaryIO, Union, cast
+from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 from . import _native
 from ._errors import SandboxClosed, SandtrapError
@@ -45,7 +44,7 @@ INHERIT = StdioMode.INHERIT
 NULL = StdioMode.NULL
 CAPTURE = StdioMode.CAPTURE
 
-StdioSpec = Union[StdioMode, int, BinaryIO, Any, None]
+StdioSpec = StdioMode | int | BinaryIO | Any | None
 
 _WAIT_SLICE = 0.25  # seconds of one engine wait from the main thread (Ctrl-C stays live)
 
@@ -71,9 +70,10 @@ def stdio_value(name: str, v: Any, probs: list[Any]) -> Any:
         return v
     if isinstance(v, (bytes, bytearray, memoryview)) and name == "stdin":
         return bytes(v)
-    if hasattr(v, "fileno"):
+    fileno = getattr(v, "fileno", None)
+    if callable(fileno):
         try:
-            return int(v.fileno())
+            return int(cast(Any, fileno)())
         except (OSError, ValueError) as e:
             probs.append(Problem(name, f"{v!r} has no file descriptor: {e}"))
             return None
@@ -195,8 +195,8 @@ def _wrap(fd: int | None, mode: str, bufsize: int, text: bool, encoding: str | N
     if fd is None:
         return None
     if text:
-        return io.open(fd, mode, buffering=bufsize if bufsize != 0 else -1, encoding=encoding, errors=errors)
-    return io.open(fd, mode + "b", buffering=bufsize)
+        return open(fd, mode, buffering=bufsize if bufsize != 0 else -1, encoding=encoding, errors=errors)
+    return open(fd, mode + "b", buffering=bufsize)
 
 
 class Process:
@@ -283,7 +283,11 @@ class Process:
         """Continue every process of a paused run."""
         self._core.resume()
 
-    def communicate(self, input: bytes | str | None = None, timeout: float | None = None) -> tuple[Any, Any]:
+    def communicate(
+        self,
+        input: bytes | str | None = None,  # noqa: A002 - subprocess's name for it
+        timeout: float | None = None,
+    ) -> tuple[Any, Any]:
         """Send ``input`` to stdin (then close it), read stdout and stderr to their
         end at the same time (so neither pipe can fill and block the program), wait,
         and return ``(stdout, stderr)`` (``None`` for streams not piped)."""
@@ -367,16 +371,21 @@ class AsyncProcess:
             if fd is None:
                 continue
             reader = asyncio.StreamReader(limit=2**16, loop=loop)
-            tr, _ = await loop.connect_read_pipe(lambda r=reader: asyncio.StreamReaderProtocol(r), open(fd, "rb", 0))
-            self._transports.append(tr)
+
+            def protocol(r: asyncio.StreamReader = reader) -> asyncio.StreamReaderProtocol:
+                return asyncio.StreamReaderProtocol(r)
+
+            rtr, _ = await loop.connect_read_pipe(protocol, open(fd, "rb", 0))  # noqa: SIM115 - the transport owns it
+            self._transports.append(rtr)
             setattr(self, name, reader)
         fd = resp.get("stdin")
         if fd is not None:
-            tr, proto = await loop.connect_write_pipe(
-                lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader()), open(fd, "wb", 0)
+            wtr, proto = await loop.connect_write_pipe(
+                lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader()),
+                open(fd, "wb", 0),  # noqa: SIM115 - the transport owns it
             )
-            self._transports.append(tr)
-            self.stdin = asyncio.StreamWriter(tr, proto, None, loop)
+            self._transports.append(wtr)
+            self.stdin = asyncio.StreamWriter(wtr, proto, None, loop)
         return self
 
     @property

@@ -13,7 +13,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, Union, cast
 
 from . import _fork, _native
-from ._process import ProcessMixin
 from ._errors import (
     InvalidArgument,
     InvalidRequest,
@@ -26,6 +25,7 @@ from ._errors import (
 )
 from ._fields import KEYWORDS
 from ._policy import PolicyOptions, to_engine
+from ._process import ProcessMixin
 from ._result import LearnResult, Result
 from ._typing import ArgSequence
 
