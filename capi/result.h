@@ -21,6 +21,7 @@ struct sandtrap_result {
 	size_t err_len;
 	char *error_kind;     /* NULL: no error */
 	char *error_message;
+	char *reason;         /* why it ended (docs/protocol.md, "reason"); NULL only before it is filled */
 };
 
 /* An error: every string malloc'd, never NULL (fields[i] is "" when the problem is

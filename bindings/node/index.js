@@ -12,6 +12,7 @@ const errors = require('./lib/errors');
 const { Sandbox, Command, Pipeline, confine, probe, version } = require('./lib/sandbox');
 const { sandbox, PythonSandbox } = require('./lib/python');
 require('./lib/fork'); // Sandbox.prototype.fork / reduce
+const { SandboxProcess } = require('./lib/process'); // Sandbox.prototype.popen, spawn, …
 
 module.exports = {
   Sandbox,
@@ -19,6 +20,7 @@ module.exports = {
   PythonSandbox,
   Command,
   Pipeline,
+  SandboxProcess,
   confine,
   probe,
   version,
@@ -33,5 +35,7 @@ module.exports = {
   ForkedChild: errors.ForkedChild,
   SandboxClosed: errors.SandboxClosed,
   InternalError: errors.InternalError,
+  ProcessFailed: errors.ProcessFailed,
+  InvalidState: errors.InvalidState,
   AbortError: errors.AbortError,
 };

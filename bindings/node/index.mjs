@@ -10,6 +10,7 @@ export const {
   PythonSandbox,
   Command,
   Pipeline,
+  SandboxProcess,
   confine,
   probe,
   version,
@@ -24,6 +25,8 @@ export const {
   ForkedChild,
   SandboxClosed,
   InternalError,
+  ProcessFailed,
+  InvalidState,
   AbortError,
 } = sandtrap;
 export default sandtrap;

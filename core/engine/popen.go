@@ -67,7 +67,7 @@ func opProcess(fn processOp) OpFunc {
 			return ErrorResponse(err), KindInvalidRequest
 		}
 		op, _ := m["op"].(string)
-		allowed := []string{"op", "process"}
+		allowed := []string{"op", "process", "tag"}
 		if op == "process_wait" {
 			allowed = append(allowed, "timeout")
 		}

@@ -45,7 +45,7 @@ const decode = (/** @type {ArrayLike<number> | ArrayBufferView | ArrayBuffer} */
 // Error kinds that are a run's fate (the call itself worked): resolved, not rejected.
 // A program that is missing or could not start is one (as in Python and C: the
 // result's error says so); a sandbox that cannot isolate or is closed is not.
-const OUTCOME_KINDS = new Set(['timeout', 'cancelled', 'cpu_time_limit', 'memory_limit', 'stage_failed', 'not_found', 'spawn_failed']);
+const OUTCOME_KINDS = new Set(['timeout', 'cancelled', 'killed', 'cpu_time_limit', 'memory_limit', 'stage_failed', 'not_found', 'spawn_failed']);
 
 let tagSeq = 0;
 const newTag = () => `node:${process.pid}:${++tagSeq}`;
@@ -65,8 +65,9 @@ function toBuffer(v) {
  * @returns {Wire} index.d.ts's RunResult
  */
 function runResult(r) {
-  return {
+  const res = {
     success: r.success === true,
+    reason: typeof r.reason === 'string' ? r.reason : 'unknown',
     exitCode: r.exit_code ?? null,
     signal: r.signal ?? null,
     stdout: toBuffer(r.stdout),
@@ -85,6 +86,22 @@ function runResult(r) {
     denialsDropped: typeof r.denials_dropped === 'number' ? r.denials_dropped : 0,
     denialsSources: r.denials_sources && typeof r.denials_sources === 'object' ? { ...r.denials_sources } : {},
   };
+  Object.defineProperty(res, 'check', { value: checkResult, enumerable: false });
+  return res;
+}
+
+/**
+ * result.check(): the result if the run succeeded, else throws ProcessFailed (err.result).
+ * @this {Wire}
+ */
+function checkResult() {
+  if (this.success) return this;
+  const why =
+    this.reason === 'exited' ? `exited with status ${this.exitCode}` :
+    this.reason === 'signaled' ? `was killed by signal ${this.signal}` :
+    this.error ? this.error.message : `ended: ${this.reason}`;
+  const tail = this.stderr && this.stderr.length ? this.stderr.subarray(-400).toString().trim() : '';
+  throw makeError('process_failed', `the run ${why}${tail ? `; its stderr ends with: ${tail}` : ''}`, { result: this });
 }
 
 /**
@@ -701,4 +718,4 @@ function version() {
   return { binding: pkg.version, library: v.version, abi: v.abi, headerAbi: v.headerAbi };
 }
 
-module.exports = { Sandbox, Command, Pipeline, confine, probe, version, SandtrapError, newTag };
+module.exports = { Sandbox, Command, Pipeline, confine, probe, version, SandtrapError, newTag, runResult };
