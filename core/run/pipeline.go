@@ -90,6 +90,9 @@ func pipelineResult(stages []Stage, results []*Result) *PipelineResult {
 		case r.Signal != nil:
 			out.Error = &ErrorInfo{Kind: protocol.KindStageFailed, Message: fmt.Sprintf("%s was killed by signal %d", what, *r.Signal)}
 		}
+		if i < n-1 && out.Error != nil {
+			out.Reason = out.Error.Kind // an earlier stage ended it
+		}
 		break
 	}
 	return out
