@@ -338,6 +338,10 @@ export declare class Sandbox {
   pause(): Promise<void>;
   /** resume() of the sandbox's own process. */
   resume(): Promise<void>;
+  /** spawn() that parks the program before its execve: its pid is known; start() lets it run. */
+  create(argv: readonly string[], options?: PopenOptions): Promise<SandboxProcess>;
+  /** Let the program create() made run (rejects with InvalidState without one). */
+  start(): Promise<void>;
 }
 
 /**
@@ -354,6 +358,8 @@ export interface PopenOptions extends CommandOptions {
   stdin?: StdioMode;
   stdout?: StdioMode;
   stderr?: StdioMode;
+  /** false: make the program (pid known, confined) and park it before its execve until start(). */
+  start?: boolean;
 }
 
 /**
@@ -383,6 +389,8 @@ export declare class SandboxProcess extends EventEmitter {
   /** Stop every process of the run (docs/security.md, "pause"). */
   pause(): Promise<void>;
   resume(): Promise<void>;
+  /** Let a program popen'd with {start: false} exec (InvalidState when it is not parked). */
+  start(): Promise<void>;
 }
 
 export declare class Command {

@@ -19,6 +19,7 @@ func init() {
 	RegisterOp("process_kill", opProcess(processKill))
 	RegisterOp("process_pause", opProcess(processPause))
 	RegisterOp("process_resume", opProcess(processResume))
+	RegisterOp("process_start", opProcess(processStart))
 }
 
 // Processes are the sandbox's popen'd runs not yet waited for.
@@ -39,15 +40,24 @@ func opPopen(s *Sandbox, b []byte) ([]byte, string) {
 		stdio[i] = runs.ParseStdio(m[k], i, &probs)
 		delete(rest, k)
 	}
-	req := parseRun(rest, "", "popen", &probs, "stdin", "stdout", "stderr")
+	park := false
+	if v, ok := m["start"]; ok {
+		b, isBool := v.(bool)
+		if !isBool {
+			probs.Add("start", "must be a boolean (false: park the program before its execve until process_start)")
+		}
+		park = isBool && !b
+		delete(rest, "start")
+	}
+	req := parseRun(rest, "", "popen", &probs, "stdin", "stdout", "stderr", "start")
 	if len(probs) > 0 {
 		return ErrorResponse(requestError(probs)), KindInvalidRequest
 	}
-	p, fds, err := runs.Popen(s, &s.procs, req, stdio)
+	p, fds, err := runs.Popen(s, &s.procs, req, stdio, park)
 	if err != nil {
 		return ErrorResponse(err), kindOf(err)
 	}
-	out := map[string]any{"process": p.ID, "pid": p.Pid, "init_pid": p.InitPid}
+	out := map[string]any{"process": p.ID, "pid": p.Pid, "init_pid": p.InitPid, "parked": p.Parked()}
 	for i, k := range []string{"stdin", "stdout", "stderr"} {
 		if fds[i] >= 0 {
 			out[k] = fds[i]
@@ -106,10 +116,20 @@ func processWait(s *Sandbox, p *runs.Process, m map[string]any) (map[string]any,
 	}
 	res := p.Wait(timeout)
 	if res == nil {
-		return map[string]any{"done": false, "paused": p.Paused()}, nil
+		return map[string]any{"done": false, "paused": p.Paused(), "parked": p.Parked()}, nil
 	}
 	s.procs.Remove(p.ID)
 	return map[string]any{"done": true, "result": res}, nil
+}
+
+func processStart(s *Sandbox, p *runs.Process, m map[string]any) (map[string]any, error) {
+	if !p.Start() {
+		if p.Done() {
+			return nil, errorf(KindInvalidRequest, "process %d ended before it was started", p.ID)
+		}
+		return nil, errorf(KindInvalidRequest, "process %d is not parked (popen with \"start\": false parks one)", p.ID)
+	}
+	return map[string]any{"started": true}, nil
 }
 
 func processKill(s *Sandbox, p *runs.Process, m map[string]any) (map[string]any, error) {

@@ -359,3 +359,55 @@ func TestPopenKillWhilePaused(t *testing.T) {
 		t.Fatalf("%v", res)
 	}
 }
+
+// create/start: the program is made (its pid known, confined) but does not exec
+// until process_start.
+func TestPopenParkedUntilStart(t *testing.T) {
+	sb := newSB(t, nil)
+	dir := t.TempDir()
+	sbw := newSB(t, map[string]any{"fs_writable": []any{dir}})
+	_ = sb
+	mark := dir + "/ran"
+	m := popen(t, sbw, []string{"sh", "-c", "echo x > " + mark}, map[string]any{"start": false, "stdout": "capture"})
+	if m["parked"] != true {
+		t.Fatalf("%v", m)
+	}
+	// the pid is the parked program's: a child of pid 1 that has not exec'd (still
+	// sandtrap-init's image)
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%v/cmdline", m["pid"]))
+	if m["pid"] == m["init_pid"] || strings.Contains(string(b), "sh") {
+		t.Fatalf("pid %v (init %v) cmdline %q", m["pid"], m["init_pid"], b)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if _, err := os.Stat(mark); err == nil {
+		t.Fatal("the parked program ran")
+	}
+	if w := waitProc(t, sbw, m, 0); w["parked"] != true || w["done"] != false {
+		t.Fatalf("%v", w)
+	}
+	if r, kind := request(t, sbw, map[string]any{"op": "process_start", "process": m["process"]}); kind != "" || r["started"] != true {
+		t.Fatalf("start: %v %s", r, kind)
+	}
+	res := resultOf(t, waitProc(t, sbw, m, 10))
+	if res["success"] != true {
+		t.Fatalf("%v", res)
+	}
+	if _, err := os.Stat(mark); err != nil {
+		t.Fatal("started, it did not run")
+	}
+	// start of a started process, of an ordinary one: clear errors
+	m2 := popen(t, sbw, []string{"sleep", "30"}, nil)
+	if r, kind := request(t, sbw, map[string]any{"op": "process_start", "process": m2["process"]}); kind != KindInvalidRequest || !strings.Contains(fmt.Sprint(r["error"]), "not parked") {
+		t.Fatalf("%v %s", r, kind)
+	}
+	// a parked program killed never runs
+	m3 := popen(t, sbw, []string{"sh", "-c", "echo y > " + mark + "3"}, map[string]any{"start": false})
+	request(t, sbw, map[string]any{"op": "process_kill", "process": m3["process"]})
+	if res := resultOf(t, waitProc(t, sbw, m3, 10)); res["reason"] != "killed" {
+		t.Fatalf("%v", res)
+	}
+	if _, err := os.Stat(mark + "3"); err == nil {
+		t.Fatal("a killed parked program ran")
+	}
+	request(t, sbw, map[string]any{"op": "process_kill", "process": m2["process"]})
+}

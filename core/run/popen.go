@@ -62,6 +62,7 @@ type Stdio struct {
 // Stream is what a popen'd run adds to its Request.
 type Stream struct {
 	StderrFD int // >= 0: the run's stderr (closed once started); -1: captured
+	GateFD   int // > 0: the target parks before its execve until a byte arrives here (create)
 	started  chan *control
 }
 
@@ -75,7 +76,7 @@ type control struct {
 
 func (st *Stream) onStart(proc *spawn.Process, c *canceller, pidNS bool) func(spawn.Status) {
 	return func(s spawn.Status) {
-		if !s.Started {
+		if !s.Started && !s.Parked {
 			return
 		}
 		st.started <- &control{proc: proc, cancel: c, pidNS: pidNS, target: firstChild(proc.Pid)}
@@ -112,7 +113,7 @@ func (s *supervisor) readStatus(buf []byte) {
 		eof = err != unix.EAGAIN
 		break
 	}
-	if st := spawn.ReadStatus(s.status); st.Started || eof || st.ExecErrno != 0 || st.InitFailed != spawn.StepNone {
+	if st := spawn.ReadStatus(s.status); st.Started || st.Parked || eof || st.ExecErrno != 0 || st.InitFailed != spawn.StepNone {
 		s.started(st)
 		s.started = nil
 		unix.SetNonblock(s.statusR, false)
@@ -129,6 +130,7 @@ type Process struct {
 	ctl     *control
 	mu      sync.Mutex
 	paused  bool
+	gate    int // create: the write end of the target's gate until Start (-1: started)
 }
 
 var processSeq atomic.Uint64
@@ -177,10 +179,18 @@ func (t *Processes) KillAll() {
 // ends of its piped streams (-1 for the others); the caller owns them. A program
 // that could not start is an error (its kind: not_found, spawn_failed,
 // isolation_unavailable, closed).
-func Popen(h Host, t *Processes, req *Request, stdio [3]Stdio) (*Process, [3]int, error) {
+//
+// With park (create), the program is made — its pid known, its confinement in
+// place — but waits before its execve until Start.
+func Popen(h Host, t *Processes, req *Request, stdio [3]Stdio, park bool) (*Process, [3]int, error) {
 	ours := [3]int{-1, -1, -1}
 	var theirs [3]int
+	gateR, gateW := -1, -1
 	fail := func(err error) (*Process, [3]int, error) {
+		if gateW >= 0 {
+			unix.Close(gateW)
+			unix.Close(gateR)
+		}
 		for i := range ours {
 			if ours[i] >= 0 {
 				unix.Close(ours[i])
@@ -230,15 +240,27 @@ func Popen(h Host, t *Processes, req *Request, stdio [3]Stdio) (*Process, [3]int
 			return fail(protocol.Internal("stdio mode %q of %s", s.Mode, streamNames[i]))
 		}
 	}
+	if park {
+		var err error
+		if gateR, gateW, err = Pipe(); err != nil {
+			return fail(protocol.Errorf(protocol.KindSpawn, "pipe: %v", err))
+		}
+	}
 	req.StdinFD, req.StdoutFD = theirs[0], theirs[1]
 	if stdio[0].Data != nil {
 		req.Stdin = stdio[0].Data
 	}
-	st := &Stream{StderrFD: theirs[2], started: make(chan *control, 1)}
+	st := &Stream{StderrFD: theirs[2], GateFD: gateR, started: make(chan *control, 1)}
 	req.Stream = st
-	p := &Process{ID: processSeq.Add(1), done: make(chan struct{})}
+	p := &Process{ID: processSeq.Add(1), done: make(chan struct{}), gate: gateW}
 	go func() {
 		p.res = Run(h, req) // closes theirs once started
+		p.mu.Lock()
+		if p.gate >= 0 {
+			unix.Close(p.gate)
+			p.gate = -1
+		}
+		p.mu.Unlock()
 		close(p.done)
 	}()
 	select {
@@ -253,6 +275,10 @@ func Popen(h Host, t *Processes, req *Request, stdio [3]Stdio) (*Process, [3]int
 			if ours[i] >= 0 {
 				unix.Close(ours[i])
 			}
+		}
+		if gateW >= 0 {
+			unix.Close(gateW)
+			p.gate = -1
 		}
 		e := p.res.Error
 		if e == nil {
@@ -299,6 +325,26 @@ func (p *Process) Done() bool {
 	default:
 		return false
 	}
+}
+
+// Parked reports whether the program waits for Start.
+func (p *Process) Parked() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.gate >= 0 && !p.Done()
+}
+
+// Start lets a parked program (create) exec; false when it was not parked.
+func (p *Process) Start() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.gate < 0 {
+		return false
+	}
+	unix.Write(p.gate, []byte{1})
+	unix.Close(p.gate)
+	p.gate = -1
+	return true
 }
 
 // Kill kills the run's whole tree (its pid namespace); idempotent, and a no-op once

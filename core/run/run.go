@@ -191,7 +191,7 @@ func Run(h Host, req *Request) *Result {
 	var childEnds fdList
 	childEnds.add(req.StdinFD, req.StdoutFD)
 	if req.Stream != nil {
-		childEnds.add(req.Stream.StderrFD)
+		childEnds.add(req.Stream.StderrFD, req.Stream.GateFD)
 	}
 	defer childEnds.closeAll()
 	if !h.Enter() {
@@ -285,6 +285,9 @@ func Run(h Host, req *Request) *Result {
 	}
 	rs.Stdio = [3]int{stdinR, outW, errW}
 	rs.StatusFD = statusW
+	if req.Stream != nil && req.Stream.GateFD > 0 {
+		rs.GateFD = req.Stream.GateFD
+	}
 
 	cancel, err := newCanceller()
 	if err != nil {

@@ -164,6 +164,16 @@ class SandboxProcess extends EventEmitter {
   async resume() {
     if (!this.result) await processCall(this.sandbox, 'process_resume', this._id, {});
   }
+
+  /** Let a program popen'd with {start: false} (create) exec; rejects with InvalidState when it is not parked. */
+  async start() {
+    try {
+      await processCall(this.sandbox, 'process_start', this._id, {});
+    } catch (e) {
+      const err = /** @type {Error} */ (e);
+      throw makeError('invalid_state', err.message);
+    }
+  }
 }
 
 function closedResult() {
@@ -185,7 +195,7 @@ async function popen(argv, opts = {}) {
     problems.push(new Problem('argv', `want a non-empty array of strings, got ${describe(argv)}`));
   }
   const o = isPlainObject(opts) ? /** @type {Record<string, unknown>} */ (opts) : {};
-  const { map, problems: optProblems } = mapOptions(opts, RUN, 'popen', ['stdio', 'stdin', 'stdout', 'stderr']);
+  const { map, problems: optProblems } = mapOptions(opts, RUN, 'popen', ['stdio', 'stdin', 'stdout', 'stderr', 'start']);
   problems.push(...optProblems);
   /** @type {unknown[]} */
   let stdio = [undefined, undefined, undefined];
@@ -197,6 +207,8 @@ async function popen(argv, opts = {}) {
   });
   /** @type {Wire} */
   const req = { op: 'popen', argv, ...map };
+  if (o.start !== undefined && typeof o.start !== 'boolean') problems.push(new Problem('start', `want a boolean, got ${describe(o.start)}`));
+  if (o.start === false) req.start = false;
   stdio.forEach((v, i) => {
     const m = stdioValue(v, i, problems);
     if (m !== undefined) req[NAMES[i]] = m;
@@ -276,6 +288,15 @@ proto.pause = function pause() {
 };
 proto.resume = function resume() {
   return current(this, 'resume').resume();
+};
+/** @this {Sandbox} @param {string[]} argv @param {Record<string, unknown>} [opts] */
+proto.create = function create(argv, opts = {}) {
+  return proto.spawn.call(this, argv, { ...opts, start: false });
+};
+proto.start = async function start() {
+  const p = currents.get(this);
+  if (!p || p.result) throw makeError('invalid_state', 'start() without create(): the sandbox has no parked program');
+  return p.start();
 };
 
 module.exports = { SandboxProcess, popen };

@@ -145,3 +145,19 @@ test('the sandbox\'s own process: spawn, pid, wait, kill', async () => {
   assert.equal((await sb.wait()).success, true);
   sb.close();
 });
+
+test('create() parks the program until start()', async () => {
+  const dir = fs.mkdtempSync('/tmp/st-create-');
+  const sb = new Sandbox({ fsReadable: SYSTEM, fsWritable: [dir] });
+  await assert.rejects(sb.start(), InvalidState);
+  const p = await sb.create(['sh', '-c', `echo x > ${dir}/ran`]);
+  assert.equal(sb.pid, p.pid);
+  await new Promise((r) => setTimeout(r, 200));
+  assert.equal(fs.existsSync(`${dir}/ran`), false);
+  await sb.start();
+  assert.equal((await sb.wait()).success, true);
+  assert.equal(fs.readFileSync(`${dir}/ran`, 'utf8'), 'x\n');
+  await assert.rejects(p.start(), InvalidState);
+  sb.close();
+  fs.rmSync(dir, { recursive: true });
+});

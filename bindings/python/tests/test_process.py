@@ -302,3 +302,24 @@ def test_asyncio_popen(sb: Sandbox) -> None:
         assert (await p3.wait()).reason is ExitReason.KILLED
 
     asyncio.run(main())
+
+
+def test_create_parks_until_start(tmp_path) -> None:
+    mark = tmp_path / "ran"
+    with Sandbox(fs_readable=SYS_RO, fs_writable=[str(tmp_path)]) as sb:
+        with pytest.raises(InvalidState, match="without create"):
+            sb.start()
+        p = sb.create(["sh", "-c", f"echo x > {mark}"])
+        assert sb.pid == p.pid and p.pid != p.init_pid
+        time.sleep(0.2)
+        assert not mark.exists() and p.poll() is None
+        with pytest.raises(InvalidState, match="still running"):
+            sb.spawn(["true"])
+        sb.start()
+        assert sb.wait(timeout=10).success and mark.read_text() == "x\n"
+        with pytest.raises(InvalidState):
+            sb.start()
+        q = sb.popen(["sleep", "30"])
+        with pytest.raises(InvalidState, match="not parked"):
+            q.start()
+        q.kill()

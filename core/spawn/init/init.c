@@ -317,6 +317,7 @@ static void prepare(void)
 
 /* set by the target's vfork child when its execve failed */
 static volatile int exec_failed;
+static int gate_fd = -1; /* with ST_RQ_GATE: the target waits on it before execve */
 
 /* pid 1 of one run, once its request arrived. fds: stdin, stdout, stderr, status;
  * never returns. */
@@ -362,12 +363,32 @@ static void run_child(struct st_request *rq, int *fds, char *path, char *cwd,
 	} else if ((r = sys3(__NR_fcntl, 3, 2 /* F_SETFD */, 1)) < 0) {
 		step_failed(status_fd, ST_STEP_STDIO, r);
 	}
-	r = sys3(__NR_close_range, 4, ~0U, 0);
+	if (rq->flags & ST_RQ_GATE) {
+		/* the gate on 4, close-on-exec (the target never sees it) */
+		r = sys3(__NR_dup3, fds[4], 4, 02000000 /* O_CLOEXEC */);
+		if (r < 0)
+			step_failed(status_fd, ST_STEP_STDIO, r);
+		gate_fd = 4;
+	}
+	r = sys3(__NR_close_range, gate_fd >= 0 ? 5 : 4, ~0U, 0);
 	if (r < 0)
 		step_failed(status_fd, ST_STEP_STDIO, r);
 
 	pid = sys5(__NR_clone, CLONE_VM | CLONE_VFORK | SIGCHLD, 0, 0, 0, 0);
 	if (pid == 0) {
+		if (gate_fd >= 0) {
+			/* parked: the engine knows our pid now; wait for its byte (EOF: end) */
+			char b;
+			report(status_fd, ST_STATUS_PARKED, 0, 0, 0, 0);
+			do
+				r = sys3(__NR_read, gate_fd, &b, 1);
+			while (r == -4 /* EINTR */);
+			if (r != 1) {
+				exec_failed = 1;
+				sys1(__NR_exit_group, 127);
+			}
+			sys1(__NR_close, gate_fd);
+		}
 		r = sys3(__NR_execve, path, argv, envp);
 		exec_failed = 1; /* the child shares our memory until it execs or exits */
 		report(status_fd, ST_STATUS_EXEC, (unsigned int)-r, 0, 0, 0);
@@ -557,7 +578,7 @@ static void spare_main(int sock)
 		sys1(__NR_exit_group, 0); /* the zygote is gone, or made another */
 	sys1(__NR_close, sock);
 	err = parse(n, &rq, &path, &cwd, &argv, &envp);
-	if (err || nfds != 4 || ctrunc)
+	if (err || nfds != ((rq->flags & ST_RQ_GATE) ? 5 : 4) || ctrunc)
 		sys1(__NR_exit_group, 125); /* the zygote checked it: not reached */
 	run_child(rq, fds, path, cwd, argv, envp);
 }
@@ -680,7 +701,7 @@ void init_main(long *sp)
 		if (n <= 0)
 			sys1(__NR_exit_group, 0); /* the engine closed the sandbox */
 		err = parse(n, &rq, &path, &cwd, &argv, &envp);
-		if (err == 0 && (nfds != 4 || ctrunc))
+		if (err == 0 && (nfds != ((rq->flags & ST_RQ_GATE) ? 5 : 4) || ctrunc))
 			err = -22;
 		for (attempt = 0; err == 0; attempt++) {
 			step = ST_STEP_SPARE;

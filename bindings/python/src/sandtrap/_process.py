@@ -176,6 +176,14 @@ class _ProcessCore:
         if self.result is None:
             self.call("process_resume")
 
+    def start(self) -> None:
+        from ._errors import InvalidState
+
+        try:
+            self.call("process_start")
+        except SandtrapError as e:
+            raise InvalidState(e.message) from None
+
 
 def _abandon(handle: _Handle, pid: int) -> None:
     ptr = handle.try_use()
@@ -282,6 +290,11 @@ class Process:
     def resume(self) -> None:
         """Continue every process of a paused run."""
         self._core.resume()
+
+    def start(self) -> None:
+        """Let a program made by ``create`` (``popen(..., start=False)``) exec.
+        Raises :class:`InvalidState` when it was not parked or already started."""
+        self._core.start()
 
     def communicate(
         self,
@@ -459,12 +472,15 @@ def _popen_request(
     env: Any,
     cwd: Any,
     max_output: Any,
+    start: bool = True,
 ) -> tuple[_Handle, dict[str, Any]]:
     """Start a popen'd run: (the sandbox's handle, the engine's response)."""
     from ._sandbox import _raise_request, _run_fields
 
     probs: list[Any] = []
     req: dict[str, Any] = {"op": "popen"}
+    if not start:
+        req["start"] = False
     req.update(_run_fields(argv, timeout, env, cwd, max_output, probs))
     for name, v in (("stdin", stdin), ("stdout", stdout), ("stderr", stderr)):
         val = stdio_value(name, v, probs)
@@ -504,6 +520,7 @@ class ProcessMixin:
         encoding: str | None = None,
         errors: str | None = None,
         bufsize: int = -1,
+        start: bool = True,
     ) -> Process:
         """Start ``argv`` in the sandbox and return it running as a :class:`Process`.
 
@@ -514,12 +531,16 @@ class ProcessMixin:
         (the program gets a duplicate), or ``None``: ``NULL`` for stdin, ``INHERIT`` for
         stdout and stderr. ``stdin`` may also be bytes, which the engine feeds.
         ``subprocess.PIPE`` and ``subprocess.DEVNULL`` are accepted. ``text=True``
-        opens the pipes as text files.
+        opens the pipes as text files. ``start=False`` makes the program — its pid
+        known, its confinement in place — and parks it before its ``execve`` until
+        ``Process.start()`` (the timeout counts from now).
 
         Raises :class:`NotFound`, :class:`SpawnFailed` or :class:`IsolationUnavailable`
         when the program could not start (as ``subprocess.Popen`` raises), and
         :class:`InvalidRequest` for bad arguments (every problem at once)."""
-        h, resp = _popen_request(cast("Sandbox", self), argv, stdin, stdout, stderr, timeout, env, cwd, max_output)
+        h, resp = _popen_request(
+            cast("Sandbox", self), argv, stdin, stdout, stderr, timeout, env, cwd, max_output, start
+        )
         return Process(
             cast("Sandbox", self), h, argv, resp, text=text, encoding=encoding, errors=errors, bufsize=bufsize
         )
@@ -560,6 +581,22 @@ class ProcessMixin:
             raise InvalidState(f"the sandbox's process (pid {cur.pid}) is still running: wait() or kill() it first")
         self._proc = self.popen(argv, **popen_args)
         return self._proc
+
+    def create(self, argv: Any, **popen_args: Any) -> Process:
+        """``spawn`` that parks the program before its ``execve``: its pid
+        (``sb.pid``) is known and its confinement in place, so things can be set up
+        around it; ``start()`` lets it run."""
+        return self.spawn(argv, start=False, **popen_args)
+
+    def start(self) -> None:
+        """Let the program ``create`` made run. Raises :class:`InvalidState` without
+        a created program (or once it started)."""
+        from ._errors import InvalidState
+
+        cur = self._proc
+        if cur is None or cur.poll() is not None:
+            raise InvalidState("start() without create(): the sandbox has no parked program")
+        cur.start()
 
     def _current(self, what: str) -> Process:
         from ._errors import InvalidState
