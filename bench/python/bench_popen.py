@@ -107,10 +107,14 @@ def main() -> int:
     a, b = statistics.median(mbs_st), statistics.median(mbs_sub)
     print(f"cat, {args.mb} MiB x {args.rounds} rounds through stdin and stdout (median round):")
     print(f"  subprocess.Popen (unconfined)  {b:8.0f} MB/s   rounds {[round(x) for x in mbs_sub]}")
-    print(f"  sb.popen                       {a:8.0f} MB/s   rounds {[round(x) for x in mbs_st]}   ratio {a / b:.2f} (goal >= 0.8)")
+    print(
+        f"  sb.popen                       {a:8.0f} MB/s   rounds {[round(x) for x in mbs_st]}   ratio {a / b:.2f} (goal >= 0.8)"
+    )
     print(f"  host peak RSS {rss1} KiB (before streaming {rss0} KiB)")
     if args.json:
-        print(json.dumps({"run_ms": mr * 1e3, "popen_ms": mp * 1e3, "st_mbs": a, "sub_mbs": b, "rss_kib": [rss0, rss1]}))
+        print(
+            json.dumps({"run_ms": mr * 1e3, "popen_ms": mp * 1e3, "st_mbs": a, "sub_mbs": b, "rss_kib": [rss0, rss1]})
+        )
     sb.close()
     return 0
 
