@@ -411,3 +411,59 @@ func TestPopenParkedUntilStart(t *testing.T) {
 	}
 	request(t, sbw, map[string]any{"op": "process_kill", "process": m2["process"]})
 }
+
+// A gather: named producers feed one consumer, the last on its stdin, the others on
+// fds 3, 4, …, named by SANDTRAP_GATHER; each under its own policy.
+func TestPipelineGather(t *testing.T) {
+	prod := newSB(t, nil)
+	cons := newSB(t, nil)
+	Register(prod)
+	defer Unregister(prod)
+	r, kind := request(t, cons, map[string]any{"op": "pipeline",
+		"gather": []any{
+			map[string]any{"name": "code", "argv": []string{"echo", "print(1)"}, "sandbox": prod.ID()},
+			map[string]any{"name": "more", "argv": []string{"echo", "extra"}, "sandbox": prod.ID()},
+			map[string]any{"name": "data", "argv": []string{"echo", "1 2 3"}, "sandbox": prod.ID()},
+		},
+		"stages": []any{map[string]any{"argv": []string{"sh", "-c", `echo "$SANDTRAP_GATHER"; cat <&3; cat <&4; cat; for fd in 5 6 7 8 9 10; do if ( true <&$fd ) 2>/dev/null; then echo open $fd; fi; done`}}},
+	})
+	if kind != "" {
+		t.Fatalf("%s %v", kind, r)
+	}
+	want := "code:3,more:4,data:0\nprint(1)\nextra\n1 2 3\n"
+	if out := string(r["stdout"].([]byte)); !strings.HasPrefix(out, want) || r["success"] != true || len(r["stages"].([]any)) != 4 {
+		t.Fatalf("%q success %v failed %v error %v", out, r["success"], r["failed_stage"], r["error"])
+	} else if rest := strings.TrimPrefix(out, want); rest != "" { // nothing beyond 0-4
+		t.Fatalf("the consumer holds more: %q", rest)
+	}
+	// problems: one stage, a bad name, twice a name
+	_, kind = request(t, cons, map[string]any{"op": "pipeline", "gather": []any{map[string]any{"name": "1x", "argv": []string{"true"}}},
+		"stages": []any{map[string]any{"argv": []string{"cat"}}}})
+	if kind != KindInvalidRequest {
+		t.Fatal(kind)
+	}
+	// a failing producer fails the gather, named
+	r, _ = request(t, cons, map[string]any{"op": "pipeline",
+		"gather": []any{map[string]any{"name": "a", "argv": []string{"sh", "-c", "exit 4"}}, map[string]any{"name": "b", "argv": []string{"true"}}},
+		"stages": []any{map[string]any{"argv": []string{"cat"}}}})
+	if r["success"] != false || r["failed_stage"] != int8(0) || r["reason"] != "stage_failed" {
+		t.Fatalf("%v", r)
+	}
+}
+
+func TestPipelineStdoutToFD(t *testing.T) {
+	sb := newSB(t, nil)
+	f, err := os.CreateTemp(t.TempDir(), "out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r, kind := request(t, sb, map[string]any{"op": "pipeline", "stdout": int64(f.Fd()),
+		"stages": []any{map[string]any{"argv": []string{"echo", "hi"}}, map[string]any{"argv": []string{"tr", "a-z", "A-Z"}}}})
+	if kind != "" || r["success"] != true || len(r["stdout"].([]byte)) != 0 {
+		t.Fatalf("%s %v", kind, r)
+	}
+	if b, _ := os.ReadFile(f.Name()); string(b) != "HI\n" {
+		t.Fatalf("%q", b)
+	}
+}

@@ -38,6 +38,7 @@ type Request struct {
 	Tag       string
 	MaxOutput int64
 	Stream    *Stream // a popen'd run (popen.go): its own stderr, told when it started
+	ExtraFDs  []int   // placed on 3, 4, … of the program (a gather's inputs); closed once started
 }
 
 // Usage is what a run consumed.
@@ -190,6 +191,7 @@ func Run(h Host, req *Request) *Result {
 	// the child's ends (and fds handed to us by a pipeline) close once it started
 	var childEnds fdList
 	childEnds.add(req.StdinFD, req.StdoutFD)
+	childEnds.add(req.ExtraFDs...)
 	if req.Stream != nil {
 		childEnds.add(req.Stream.StderrFD, req.Stream.GateFD)
 	}
@@ -285,6 +287,7 @@ func Run(h Host, req *Request) *Result {
 	}
 	rs.Stdio = [3]int{stdinR, outW, errW}
 	rs.StatusFD = statusW
+	rs.ExtraFDs = req.ExtraFDs
 	if req.Stream != nil && req.Stream.GateFD > 0 {
 		rs.GateFD = req.Stream.GateFD
 	}

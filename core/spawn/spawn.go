@@ -605,6 +605,8 @@ type RunSpec struct {
 	// GateFD > 0: the target is made and parked before its execve until a byte can
 	// be read from it (the read end of a pipe; end of file ends it unexec'd).
 	GateFD int
+	// ExtraFDs are placed on 3, 4, … of the target (a gather's named inputs).
+	ExtraFDs []int
 }
 
 // Process is a run's pid 1.
@@ -625,6 +627,7 @@ func (z *Zygote) Spawn(r *RunSpec) (*Process, error) {
 	if r.GateFD > 0 {
 		hdr.flags |= C.ST_RQ_GATE
 	}
+	hdr.nextra = C.__u32(len(r.ExtraFDs))
 	msg := C.GoBytes(unsafe.Pointer(&hdr), C.sizeof_struct_st_request)
 	for _, s := range append(append([]string{r.Path, r.Dir}, r.Argv...), r.Env...) {
 		msg = append(append(msg, s...), 0)
@@ -636,6 +639,10 @@ func (z *Zygote) Spawn(r *RunSpec) (*Process, error) {
 	if r.GateFD > 0 {
 		fds = append(fds, r.GateFD)
 	}
+	if len(fds)+len(r.ExtraFDs) > C.ST_MAX_FDS {
+		return nil, fmt.Errorf("%d extra descriptors: a run takes at most %d", len(r.ExtraFDs), C.ST_MAX_FDS-len(fds))
+	}
+	fds = append(fds, r.ExtraFDs...)
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	if z.closed {

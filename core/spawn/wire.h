@@ -15,7 +15,7 @@
  * requests (it keeps the next run's pid 1 made ahead, in its namespaces, and
  * forwards it each request as it came): each is a struct st_request, then NUL-terminated strings (path, cwd
  * ("" = keep), argv[argc], envp[envc]), with SCM_RIGHTS fds (stdin, stdout,
- * stderr, status, and with ST_RQ_GATE the gate). The answer is a struct st_reply: the pid of the run's pid 1
+ * stderr, status, with ST_RQ_GATE the gate, then nextra more). The answer is a struct st_reply: the pid of the run's pid 1
  * (in the engine's pid namespace) with its pidfd as SCM_RIGHTS, or err = -errno.
  *
  * Pid 1 of a run writes struct st_status records to its status fd. */
@@ -33,7 +33,7 @@
 #define ST_REQ_MAGIC 0x51525453u           /* "STRQ" */
 #define ST_MAX_BPF 4096                    /* sock_filter entries */
 #define ST_MAX_REQ (4 << 20)               /* bytes of one run request */
-#define ST_MAX_FDS 8                       /* fds of one run request */
+#define ST_MAX_FDS 16                      /* fds of one run request */
 
 /* st_config.flags */
 #define ST_CF_RLIMIT_AS (1u << 0) /* set RLIMIT_AS to as_cur/as_max before the filter */
@@ -83,6 +83,7 @@ struct st_request {
 	__u32 cpu_secs; /* RLIMIT_CPU of the run, 0 = none */
 	__u32 nofile;   /* RLIMIT_NOFILE of the run, 0 = as the zygote's */
 	__u32 flags;    /* ST_RQ_* */
+	__u32 nextra;   /* fds after status (and the gate) that the target gets on 3, 4, … */
 };
 
 /* st_request.flags */
