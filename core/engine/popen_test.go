@@ -337,7 +337,7 @@ func TestPopenPauseStopsCPUAndResumeContinues(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	after := treeCPUTicks(marker) - before
 	t.Logf("CPU ticks (1/100 s) in 0.5 s: paused %d, resumed %d", during, after)
-	if after < 20 {
+	if after < 3 { // a loaded machine gives it little CPU; stopped, none
 		t.Fatalf("resumed, the tree used only %d ticks in 0.5 s", after)
 	}
 	request(t, sb, map[string]any{"op": "process_kill", "process": m["process"]})

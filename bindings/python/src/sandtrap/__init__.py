@@ -46,6 +46,7 @@ from ._errors import (
 )
 from ._fields import PolicyOptions
 from ._fork import CloneResult, Clones
+from ._gather import Gather, GatherPipeline, NamedCommand, inputs
 from ._policy import parse_ports
 from ._process import CAPTURE, INHERIT, NULL, PIPED, AsyncProcess, Process, StdioMode
 from ._result import Denial, ErrorInfo, ExitReason, LearnResult, Result
@@ -67,6 +68,10 @@ __all__ = [
     "Sandbox",
     "Command",
     "Pipeline",
+    "Gather",
+    "GatherPipeline",
+    "NamedCommand",
+    "inputs",
     "Result",
     "ExitReason",
     "Process",
