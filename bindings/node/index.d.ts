@@ -92,6 +92,8 @@ export interface PipelineRunOptions {
   timeout?: number;
   /** Aborting kills every stage. */
   signal?: AbortSignal;
+  /** A file descriptor that gets the last stage's stdout instead of the result. */
+  stdout?: number;
 }
 
 /** Error kinds: the engine's status names and the run outcomes. */
@@ -401,6 +403,17 @@ export declare class Command {
   pipe(next: Command | Pipeline): Pipeline;
   /** Run this command alone. */
   run(options?: PipelineRunOptions): Promise<RunResult>;
+  /** This command's output named for a gather's consumer: a.as('code').and(b.as('data')).pipe(c).run(). */
+  as(name: string): Gather;
+}
+
+/** Named commands whose outputs feed one consumer (docs/protocol.md, gather). */
+export declare class Gather {
+  constructor(sources: Command[]);
+  readonly sources: Command[];
+  and(other: Gather): Gather;
+  /** The consumer: the last source on its stdin, the others on fds 3, 4, … named by SANDTRAP_GATHER. */
+  pipe(next: Command | Pipeline): Pipeline;
 }
 
 export declare class Pipeline {

@@ -9,7 +9,7 @@
  *   r.stdout; // <Buffer 68 69 0a>
  */
 const errors = require('./lib/errors');
-const { Sandbox, Command, Pipeline, confine, probe, version } = require('./lib/sandbox');
+const { Sandbox, Command, Pipeline, Gather, confine, probe, version } = require('./lib/sandbox');
 const { sandbox, PythonSandbox } = require('./lib/python');
 require('./lib/fork'); // Sandbox.prototype.fork / reduce
 const { SandboxProcess } = require('./lib/process'); // Sandbox.prototype.popen, spawn, …
@@ -20,6 +20,7 @@ module.exports = {
   PythonSandbox,
   Command,
   Pipeline,
+  Gather,
   SandboxProcess,
   confine,
   probe,

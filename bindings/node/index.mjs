@@ -10,6 +10,7 @@ export const {
   PythonSandbox,
   Command,
   Pipeline,
+  Gather,
   SandboxProcess,
   confine,
   probe,

@@ -161,3 +161,27 @@ test('create() parks the program until start()', async () => {
   sb.close();
   fs.rmSync(dir, { recursive: true });
 });
+
+test('gather: named producers feed one consumer; pipeline stdout to an fd', async () => {
+  const a = new Sandbox({ fsReadable: SYSTEM });
+  const c = new Sandbox({ fsReadable: SYSTEM });
+  const r = await a.cmd(['echo', 'print(1)']).as('code')
+    .and(a.cmd(['echo', '1 2 3']).as('data'))
+    .pipe(c.cmd(['sh', '-c', 'echo "$SANDTRAP_GATHER"; cat <&3; cat']))
+    .run();
+  assert.equal(r.success, true);
+  assert.equal(r.stdout.toString(), 'code:3,data:0\nprint(1)\n1 2 3\n');
+  assert.equal(r.stages.length, 3);
+  const f = `/tmp/st-gather-${process.pid}`;
+  const fd = fs.openSync(f, 'w');
+  const p = await a.cmd(['echo', 'hi']).pipe(c.cmd(['tr', 'a-z', 'A-Z'])).run({ stdout: fd });
+  fs.closeSync(fd);
+  assert.equal(p.success, true);
+  assert.equal(fs.readFileSync(f, 'utf8'), 'HI\n');
+  fs.rmSync(f);
+  const { Pipeline } = await import('sandtrap');
+  await assert.rejects(new Pipeline([a.cmd(['true'])]).run(), /at least two stages/);
+  assert.equal((await a.cmd(['true']).run()).success, true);
+  a.close();
+  c.close();
+});
