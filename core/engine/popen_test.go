@@ -218,13 +218,11 @@ func TestPopenStartFailuresAreErrors(t *testing.T) {
 
 func TestPopenCaptureNullFDAndData(t *testing.T) {
 	sb := newSB(t, nil)
-	p := make([]int, 2)
 	f, err := os.CreateTemp(t.TempDir(), "out")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	_ = p
 	m := popen(t, sb, []string{"sh", "-c", "cat; echo err >&2; echo toNull >&2"}, map[string]any{
 		"stdin": []byte("fed\n"), "stdout": int64(f.Fd()), "stderr": "capture"})
 	res := resultOf(t, waitProc(t, sb, m, 10))
@@ -363,10 +361,8 @@ func TestPopenKillWhilePaused(t *testing.T) {
 // create/start: the program is made (its pid known, confined) but does not exec
 // until process_start.
 func TestPopenParkedUntilStart(t *testing.T) {
-	sb := newSB(t, nil)
 	dir := t.TempDir()
 	sbw := newSB(t, map[string]any{"fs_writable": []any{dir}})
-	_ = sb
 	mark := dir + "/ran"
 	m := popen(t, sbw, []string{"sh", "-c", "echo x > " + mark}, map[string]any{"start": false, "stdout": "capture"})
 	if m["parked"] != true {

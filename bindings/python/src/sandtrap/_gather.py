@@ -34,8 +34,8 @@ class NamedCommand:
     def __init__(self, command: Command, name: str) -> None:
         if not isinstance(name, str) or not name:
             raise InvalidRequest(f"as_(): want a non-empty name, got {name!r}")
-        self.command = command
-        self.name = name
+        self.command: Command = command
+        self.name: str = name
 
     def __add__(self, other: NamedCommand | Gather) -> Gather:
         return Gather([self]) + other
@@ -50,7 +50,7 @@ class Gather:
     __slots__ = ("sources",)
 
     def __init__(self, sources: list[NamedCommand]) -> None:
-        self.sources = list(sources)
+        self.sources: list[NamedCommand] = list(sources)
 
     def __add__(self, other: NamedCommand | Gather) -> Gather:
         if isinstance(other, NamedCommand):
@@ -79,8 +79,8 @@ class GatherPipeline:
     __slots__ = ("gather", "pipeline")
 
     def __init__(self, gather: Gather, pipeline: Pipeline) -> None:
-        self.gather = gather
-        self.pipeline = pipeline
+        self.gather: Gather = gather
+        self.pipeline: Pipeline = pipeline
 
     def __or__(self, other: Command | Pipeline) -> GatherPipeline:
         return GatherPipeline(self.gather, self.pipeline | other)

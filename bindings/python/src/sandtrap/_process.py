@@ -100,10 +100,10 @@ class _ProcessCore:
     __slots__ = ("handle", "id", "pid", "init_pid", "result", "_lock", "_finalizer", "__weakref__")
 
     def __init__(self, handle: _Handle, resp: dict[str, Any]) -> None:
-        self.handle = handle
-        self.id = int(resp["process"])
-        self.pid = int(resp.get("pid") or 0)
-        self.init_pid = int(resp.get("init_pid") or 0)
+        self.handle: _Handle = handle
+        self.id: int = int(resp["process"])
+        self.pid: int = int(resp.get("pid") or 0)
+        self.init_pid: int = int(resp.get("init_pid") or 0)
         self.result: Result | None = None
         self._lock = threading.Lock()
         # a Process dropped unwaited: its tree is killed (nothing of a sandbox outlives
@@ -237,9 +237,9 @@ class Process:
         errors: str | None = None,
         bufsize: int = -1,
     ) -> None:
-        self._core = _ProcessCore(handle, resp)
-        self.sandbox = sandbox
-        self.args = list(args)
+        self._core: _ProcessCore = _ProcessCore(handle, resp)
+        self.sandbox: Sandbox = sandbox
+        self.args: list[Any] = list(args)
         self.pid: int = self._core.pid
         self.init_pid: int = self._core.init_pid
         self.stdin: Any = _wrap(resp.get("stdin"), "w", bufsize, text, encoding, errors)
@@ -366,8 +366,8 @@ class AsyncProcess:
     stdin, waits (killing the tree when the block raised) and closes the streams."""
 
     def __init__(self, core: _ProcessCore, args: Sequence[Any]) -> None:
-        self._core = core
-        self.args = list(args)
+        self._core: _ProcessCore = core
+        self.args: list[Any] = list(args)
         self.pid: int = core.pid
         self.init_pid: int = core.init_pid
         self.stdin: asyncio.StreamWriter | None = None
