@@ -1,29 +1,71 @@
 #!/usr/bin/env python3
-"""CPU time of `cat` streaming 256 MiB through its stdin and stdout: sandboxed (popen) vs
-unconfined (subprocess.Popen), in the same run (rusage of cat alone: load-independent,
-unlike wall-clock MB/s)."""
-import subprocess, time, sandtrap, statistics, threading, os, resource
-from sandtrap import PIPED
-sb = sandtrap.Sandbox(fs_readable=["/usr","/lib","/bin","/etc"])
-N = 256<<20; CH=256<<10
-def stream(i, o):
-    blk=b"x"*CH
-    def w():
-        left=N
-        while left>0:
-            i.write(blk); left-=CH
-        i.close()
-    t=threading.Thread(target=w); buf=bytearray(CH); n=0; t.start()
-    while True:
-        k=o.readinto(buf)
-        if not k: break
-        n+=k
+"""CPU time of ``cat`` streaming 256 MiB through its stdin and stdout: sandboxed
+(``popen``) vs unconfined (``subprocess.Popen``), interleaved in the same run.
+
+    python3 bench/python/bench_popen_cpu.py [--rounds 5]
+
+The rusage of ``cat`` alone: unlike wall-clock MB/s it does not depend on how the
+machine's other load shares the CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import threading
+from typing import Any
+
+TOTAL = 256 << 20
+CHUNK = 256 << 10
+
+
+def stream(stdin: Any, stdout: Any) -> None:
+    block = b"x" * CHUNK
+
+    def writer() -> None:
+        for _ in range(TOTAL // CHUNK):
+            stdin.write(block)
+        stdin.close()
+
+    t = threading.Thread(target=writer)
+    t.start()
+    buf = bytearray(CHUNK)
+    got = 0
+    while k := stdout.readinto(buf):
+        got += k
     t.join()
-a=[];b=[]
-for r in range(5):
-    p=subprocess.Popen(["cat"],stdin=subprocess.PIPE,stdout=subprocess.PIPE,bufsize=0); stream(p.stdin,p.stdout)
-    _,_,ru=os.wait4(p.pid,0); b.append(ru.ru_utime+ru.ru_stime)
-    q=sb.popen(["cat"],stdin=PIPED,stdout=PIPED,bufsize=0); stream(q.stdin,q.stdout); u=q.wait().usage
-    a.append(u["cpu_user_s"]+u["cpu_sys_s"])
-print("cat CPU seconds per 256 MiB: unconfined", [round(x,3) for x in b], "sandtrap", [round(x,3) for x in a])
-print("median ratio (sandtrap/unconfined CPU):", round(statistics.median(a)/statistics.median(b),2))
+    assert got == TOTAL
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=5)
+    args = ap.parse_args()
+
+    import sandtrap
+    from sandtrap import PIPED
+
+    sb = sandtrap.Sandbox(fs_readable=["/usr", "/lib", "/bin", "/etc"])
+    ours: list[float] = []
+    theirs: list[float] = []
+    for _ in range(args.rounds):
+        p = subprocess.Popen(["cat"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+        stream(p.stdin, p.stdout)
+        _, _, ru = os.wait4(p.pid, 0)
+        theirs.append(ru.ru_utime + ru.ru_stime)
+        q = sb.popen(["cat"], stdin=PIPED, stdout=PIPED, bufsize=0)
+        stream(q.stdin, q.stdout)
+        u = q.wait().usage
+        ours.append(float(u["cpu_user_s"]) + float(u["cpu_sys_s"]))
+    print("cat CPU seconds per 256 MiB:")
+    print(f"  unconfined  {[round(x, 3) for x in theirs]}")
+    print(f"  sandtrap    {[round(x, 3) for x in ours]}")
+    print(f"  median ratio (sandtrap / unconfined): {statistics.median(ours) / statistics.median(theirs):.2f}")
+    sb.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
