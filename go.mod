@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/landlock-lsm/go-landlock v0.11.2
+	github.com/pelletier/go-toml/v2 v2.4.3
 	github.com/seccomp/libseccomp-golang v0.11.1
 	github.com/vmihailenco/msgpack/v5 v5.4.1
 	golang.org/x/sys v0.50.0

@@ -26,6 +26,7 @@ type RunRequest struct {
 	NoTimeout bool // not even the policy's (templates: their forks get their own)
 	StdinFD   int  // >= 0: use this fd as stdin instead (pipelines)
 	StdoutFD  int  // >= 0: send stdout here instead of capturing it (pipelines)
+	StderrFD  int  // > 0: send stderr here instead of capturing it (the CLI's terminal); 0 captures
 	Timeout   float64
 	Env       map[string]string
 	Cwd       string
@@ -157,6 +158,9 @@ func (s *Sandbox) Run(req *RunRequest) *Result {
 	// the child's ends (and fds handed to us by a pipeline) close once it started
 	var childEnds fdList
 	childEnds.add(req.StdinFD, req.StdoutFD)
+	if req.StderrFD > 0 {
+		childEnds.add(req.StderrFD)
+	}
 	defer childEnds.closeAll()
 	if !s.enter() {
 		return failed(KindClosed, "the sandbox is closed", iso)
@@ -226,13 +230,17 @@ func (s *Sandbox) Run(req *RunRequest) *Result {
 		ours.add(r)
 		childEnds.add(w)
 	}
-	errR, errW, ok := mkpipe()
-	if !ok {
-		return failed(KindSpawn, "pipe failed", iso)
+	errW := req.StderrFD
+	sup.errR = -1
+	if errW <= 0 {
+		errR, w, ok := mkpipe()
+		if !ok {
+			return failed(KindSpawn, "pipe failed", iso)
+		}
+		sup.errR, errW = errR, w
+		ours.add(errR)
+		childEnds.add(w)
 	}
-	sup.errR = errR
-	ours.add(errR)
-	childEnds.add(errW)
 	statusR, statusW, ok := mkpipe()
 	if !ok {
 		return failed(KindSpawn, "pipe failed", iso)
@@ -483,6 +491,7 @@ func (s *supervisor) drain(fd int, k *sink, buf []byte) (eof bool) {
 func (s *supervisor) loop() {
 	s.out.max, s.err.max = s.maxOut, s.maxOut
 	s.outClosed = s.outR < 0
+	s.errClosed = s.errR < 0
 	for _, fd := range []int{s.outR, s.errR, s.stdinW} {
 		if fd >= 0 {
 			unix.SetNonblock(fd, true)
