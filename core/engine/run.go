@@ -32,6 +32,7 @@ type RunRequest struct {
 	Cwd       string
 	Tag       string
 	MaxOutput int64
+	Started   func(pid int) // called with the host pid of the run's pid 1 once it started (the CLI's run registry)
 }
 
 // Usage is what a run consumed.
@@ -279,6 +280,9 @@ func (s *Sandbox) Run(req *RunRequest) *Result {
 		return failed(spawnErrKind(err), spawnErrMessage(path, err), iso)
 	}
 	defer unix.Close(proc.PidFD)
+	if req.Started != nil {
+		req.Started(proc.Pid)
+	}
 
 	sup.proc, sup.cancelFD, sup.cg = proc, cancel.fd, cg
 	sup.pidNS = pl.pidNS
