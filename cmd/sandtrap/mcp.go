@@ -527,5 +527,3 @@ func str(v any) string {
 	}
 	return fmt.Sprint(v)
 }
-
-

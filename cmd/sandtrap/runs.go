@@ -24,9 +24,9 @@ import (
 // Run is one run's entry.
 type Run struct {
 	Name      string         `json:"name"`
-	CLIPid    int            `json:"cli_pid"`             // the sandtrap process
-	CLIStart  uint64         `json:"cli_start_ticks"`     // its start time (/proc/PID/stat), so a reused pid is not it
-	Pid       int            `json:"pid,omitempty"`       // the run's pid 1 (its pid namespace's init), 0 until started
+	CLIPid    int            `json:"cli_pid"`         // the sandtrap process
+	CLIStart  uint64         `json:"cli_start_ticks"` // its start time (/proc/PID/stat), so a reused pid is not it
+	Pid       int            `json:"pid,omitempty"`   // the run's pid 1 (its pid namespace's init), 0 until started
 	PidStart  uint64         `json:"pid_start_ticks,omitempty"`
 	Argv      []string       `json:"argv"`
 	Policy    map[string]any `json:"policy"`
