@@ -83,11 +83,25 @@ func (p *Profile) Argv() []string {
 
 // Dir is where named profiles are saved: $XDG_CONFIG_HOME/sandtrap/profiles, or
 // ~/.config/sandtrap/profiles.
-func Dir() string {
-	base := os.Getenv("XDG_CONFIG_HOME")
+func Dir() string { return Env{}.Dir() }
+
+// Env is the environment profiles are found by: a library loaded into another
+// language's process reads the variables that process has now (Go's copy of the
+// environment is the one at load), so the bindings pass them. Empty fields are
+// read from this process's environment.
+type Env struct{ ConfigHome, Home string }
+
+// Dir is Dir for e.
+func (e Env) Dir() string {
+	base, home := e.ConfigHome, e.Home
+	if base == "" {
+		base = os.Getenv("XDG_CONFIG_HOME")
+	}
 	if base == "" || !filepath.IsAbs(base) {
-		home, err := os.UserHomeDir()
-		if err != nil {
+		if home == "" {
+			home, _ = os.UserHomeDir()
+		}
+		if home == "" {
 			home = "/"
 		}
 		base = filepath.Join(home, ".config")
@@ -97,16 +111,22 @@ func Dir() string {
 
 // Path is the file of a profile named name (Dir()/NAME.toml). A name has no '/'
 // and does not start with '.'.
-func Path(name string) (string, error) {
+func Path(name string) (string, error) { return Env{}.Path(name) }
+
+// Path is Path for e.
+func (e Env) Path(name string) (string, error) {
 	if name == "" || strings.ContainsAny(name, "/\x00") || strings.HasPrefix(name, ".") {
 		return "", fmt.Errorf("profile name %q: want a name like \"python\" (no '/', not starting with '.'); give a file with --profile-file", name)
 	}
-	return filepath.Join(Dir(), name+".toml"), nil
+	return filepath.Join(e.Dir(), name+".toml"), nil
 }
 
 // List names the saved profiles (Dir()/*.toml), sorted.
-func List() ([]string, error) {
-	ents, err := os.ReadDir(Dir())
+func List() ([]string, error) { return Env{}.List() }
+
+// List is List for e.
+func (e Env) List() ([]string, error) {
+	ents, err := os.ReadDir(e.Dir())
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
@@ -124,19 +144,22 @@ func List() ([]string, error) {
 }
 
 // Load reads the profile named name (Dir()/NAME.toml).
-func Load(name string) (*Profile, error) {
-	path, err := Path(name)
+func Load(name string) (*Profile, error) { return Env{}.Load(name) }
+
+// Load is Load for e.
+func (e Env) Load(name string) (*Profile, error) {
+	path, err := e.Path(name)
 	if err != nil {
 		return nil, err
 	}
 	p, err := LoadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
-		known, _ := List()
+		known, _ := e.List()
 		hint := "no profile is saved yet"
 		if len(known) > 0 {
 			hint = "saved profiles: " + strings.Join(known, ", ")
 		}
-		return nil, fmt.Errorf("profile %q: there is no %s (%s)", name, path, hint)
+		return nil, &NotFoundError{fmt.Sprintf("profile %q: there is no %s (%s)", name, path, hint)}
 	}
 	if p != nil {
 		p.Name = name
@@ -155,11 +178,14 @@ func LoadFile(path string) (*Profile, error) {
 
 // LoadAny reads a profile by name, or from a file when s looks like a path (it has
 // a '/' or ends in .toml).
-func LoadAny(s string) (*Profile, error) {
+func LoadAny(s string) (*Profile, error) { return Env{}.LoadAny(s) }
+
+// LoadAny is LoadAny for e.
+func (e Env) LoadAny(s string) (*Profile, error) {
 	if strings.Contains(s, "/") || strings.HasSuffix(s, ".toml") {
 		return LoadFile(s)
 	}
-	return Load(s)
+	return e.Load(s)
 }
 
 // Parse checks a profile's text; file names it in problems.

@@ -32,6 +32,7 @@ from ._errors import (
 )
 from ._fields import PolicyOptions
 from ._policy import parse_ports
+from ._profile import load_profile, policy_from_dict, profile_argv
 from ._result import ErrorInfo, Result
 from ._sandbox import Command, Pipeline, Sandbox, confine, probe
 from ._version import __version__
@@ -69,6 +70,9 @@ __all__ = [
     "PolicyOptions",
     "Problem",
     "parse_ports",
+    "load_profile",
+    "policy_from_dict",
+    "profile_argv",
     "confine",
     "probe",
     "library_version",
