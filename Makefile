@@ -89,7 +89,7 @@ $(TOOLS)/.ok:
 
 # The Python wheel: built against this tree's library, then repaired by auditwheel
 # into a manylinux wheel (it vendors libseccomp and sets the rpath).
-wheel: lib $(TOOLS)/.ok
+wheel: lib cli $(TOOLS)/.ok
 	rm -rf $(BUILD)/wheel-raw $(DIST)/sandtrap-*.whl
 	$(TOOLS)/bin/python -m build --wheel --no-isolation --outdir $(BUILD)/wheel-raw bindings/python
 	PATH="$(CURDIR)/$(TOOLS)/bin:$$PATH" $(TOOLS)/bin/auditwheel repair --wheel-dir $(DIST) $(BUILD)/wheel-raw/sandtrap-*.whl
@@ -102,7 +102,7 @@ sdist: $(TOOLS)/.ok
 
 # The npm tarball: a prebuilt linux-x64 addon and library (prebuilds/), the engine's
 # sources for the from-source fallback (engine/); installs without running a script.
-npm-pack: lib $(TOOLS)/.ok
+npm-pack: lib cli $(TOOLS)/.ok
 	cd bindings/node && npm install --no-audit --no-fund --ignore-scripts && node scripts/build.js
 	node bindings/node/scripts/pack.js --patchelf $(CURDIR)/$(TOOLS)/bin/patchelf --out $(DIST)
 

@@ -12,6 +12,7 @@ const errors = require('./lib/errors');
 const { Sandbox, Command, Pipeline, confine, probe, version } = require('./lib/sandbox');
 const { sandbox, PythonSandbox } = require('./lib/python');
 require('./lib/fork'); // Sandbox.prototype.fork / reduce
+const { loadProfile, policyFromDict, profileArgv } = require('./lib/profile');
 
 module.exports = {
   Sandbox,
@@ -22,6 +23,9 @@ module.exports = {
   confine,
   probe,
   version,
+  loadProfile,
+  policyFromDict,
+  profileArgv,
   Problem: errors.Problem,
   SandtrapError: errors.SandtrapError,
   InvalidArgument: errors.InvalidArgument,
