@@ -185,10 +185,14 @@ bench: deps lib
 	cd bindings/node && npm install --no-audit --no-fund
 	node bench/node/bench_run.mjs
 
-# Builds everything and runs the demo (README's first command).
+# Builds everything and runs the demo (README's first command), then the same kind
+# of containment from the command line.
 demo: deps
-	$(MAKE) lib
+	$(MAKE) lib cli
 	$(GO) run ./cmd/demo
+	@echo; echo '$$ build/sandtrap run -r /usr -r /lib -r /lib64 -r /bin -m 256M -P 32 -t 30 -- /bin/sh -c ...'
+	@$(CLI) run -r /usr -r /lib -r /lib64 -r /bin -m 256M -P 32 -t 30 -- /bin/sh -c \
+	  'echo "hello from the sandbox"; cat /etc/hostname || true; echo x > /tmp/sandtrap-demo || true'
 
 clean:
 	rm -rf $(BUILD) $(INIT) bindings/node/build bindings/python/build

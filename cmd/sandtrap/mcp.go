@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"net"
@@ -40,7 +41,10 @@ func newMCPCmd() *cobra.Command {
 		Use:   "mcp [options]",
 		Short: "serve sandboxed run_shell and run_python tools over MCP (stdio or HTTP)",
 		Long: `Serve the Model Context Protocol on stdin/stdout (the default), or over streamable
-HTTP on a loopback address with --http 127.0.0.1:PORT (path /mcp). Tools:
+HTTP on a loopback address with --http 127.0.0.1:PORT (path /mcp; requests whose
+Host is not a loopback name are refused, against DNS rebinding; with
+SANDTRAP_MCP_TOKEN set, every request must carry "Authorization: Bearer TOKEN").
+Tools:
 
   run_shell   {command, stdin?, timeout?}: /bin/sh -c COMMAND in the process
               sandbox of the server's policy
@@ -152,7 +156,10 @@ func mcpMain(c *cobra.Command, _ []string) error {
 	if err != nil {
 		return fail(ExitSandbox, "--http: %v", err)
 	}
-	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil)
+	var h http.Handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil)
+	if tok := os.Getenv("SANDTRAP_MCP_TOKEN"); tok != "" {
+		h = bearer(tok, h)
+	}
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", h)
 	mux.Handle("/mcp/", h)
@@ -166,6 +173,20 @@ func mcpMain(c *cobra.Command, _ []string) error {
 		return fail(ExitSandbox, "mcp: %v", err)
 	}
 	return nil
+}
+
+// bearer refuses requests without "Authorization: Bearer TOKEN" (SANDTRAP_MCP_TOKEN):
+// a loopback port is open to every local user and process.
+func bearer(token string, next http.Handler) http.Handler {
+	want := []byte("Bearer " + token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", "Bearer")
+			http.Error(w, "sandtrap mcp: missing or wrong bearer token (SANDTRAP_MCP_TOKEN)", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 func (s *mcpServer) close() {

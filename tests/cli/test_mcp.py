@@ -176,6 +176,44 @@ def test_streamable_http_on_loopback():
         proc.wait(10)
 
 
+def test_http_dns_rebinding_and_token():
+    """A foreign Host header is refused; with SANDTRAP_MCP_TOKEN, a request without it too."""
+    import http.client
+
+    s0 = socket.socket()
+    s0.bind(("127.0.0.1", 0))
+    port = s0.getsockname()[1]
+    s0.close()
+    env = dict(os.environ, SANDTRAP_MCP_TOKEN="s3cret")
+    proc = subprocess.Popen([CLI, "mcp", "--http", f"127.0.0.1:{port}"], stderr=subprocess.PIPE, env=env)
+    body = '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}'
+    hdrs = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+
+    def post(extra):
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        c.request("POST", "/mcp", body=body, headers={**hdrs, **extra})
+        r = c.getresponse()
+        r.read()
+        c.close()
+        return r.status
+
+    try:
+        end = time.monotonic() + 10
+        while time.monotonic() < end:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        assert post({}) == 401
+        assert post({"Authorization": "Bearer wrong"}) == 401
+        assert post({"Authorization": "Bearer s3cret", "Host": "evil.example:80"}) == 403
+        assert post({"Authorization": "Bearer s3cret"}) == 200
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
 def test_http_refuses_addresses_other_than_loopback():
     p = sandtrap("mcp", "--http", "0.0.0.0:8765", timeout=10)
     assert p.returncode == 125 and b"want a loopback address" in p.stderr
