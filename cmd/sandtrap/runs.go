@@ -42,19 +42,30 @@ func runDir() (string, error) {
 	} else {
 		dir = fmt.Sprintf("/tmp/sandtrap-%d", os.Getuid())
 	}
+	// a directory someone else made for us (in /tmp) is not ours to trust: the base
+	// (shared with the guest runtime's cache) must be ours and writable by no one
+	// else, runs/ ours and closed to everyone else
+	check := func(d string, mask uint32, what string) error {
+		var st unix.Stat_t
+		if err := unix.Lstat(d, &st); err != nil {
+			return err
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFDIR || int(st.Uid) != os.Getuid() || st.Mode&mask != 0 {
+			return fmt.Errorf("%s is not a directory of uid %d %s; remove it", d, os.Getuid(), what)
+		}
+		return nil
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", err
 	}
-	// a directory someone else made for us (in /tmp) is not ours to trust
-	var st unix.Stat_t
-	if err := unix.Lstat(dir, &st); err != nil {
+	if err := check(dir, 0o022, "that only it may write"); err != nil {
 		return "", err
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFDIR || int(st.Uid) != os.Getuid() || st.Mode&0o077 != 0 {
-		return "", fmt.Errorf("%s is not a directory of uid %d that only it may enter; remove it", dir, os.Getuid())
-	}
 	runs := filepath.Join(dir, "runs")
-	return runs, os.MkdirAll(runs, 0o700)
+	if err := os.Mkdir(runs, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return "", err
+	}
+	return runs, check(runs, 0o077, "that only it may enter")
 }
 
 // startTicks is a process's start time in clock ticks since boot (0: no such process).

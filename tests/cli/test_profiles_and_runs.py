@@ -216,7 +216,14 @@ def test_a_run_dir_open_to_others_is_refused(tmp_path):
     (d / "sandtrap").mkdir(parents=True)
     os.chmod(d / "sandtrap", 0o777)
     p = sandtrap("run", *R, "--", "/bin/true", env={"XDG_RUNTIME_DIR": str(d)})
+    assert p.returncode == 125 and b"only it may write" in p.stderr
+    os.chmod(d / "sandtrap", 0o755)  # readable by others (the guest runtime's cache shares it): fine
+    (d / "sandtrap" / "runs").mkdir(mode=0o755)
+    os.chmod(d / "sandtrap" / "runs", 0o755)  # but the entries' directory is the user's alone
+    p = sandtrap("run", *R, "--", "/bin/true", env={"XDG_RUNTIME_DIR": str(d)})
     assert p.returncode == 125 and b"only it may enter" in p.stderr
+    os.chmod(d / "sandtrap" / "runs", 0o700)
+    assert sandtrap("run", *R, "--", "/bin/true", env={"XDG_RUNTIME_DIR": str(d)}).returncode == 0
 
 
 def test_python_runs_under_a_profile(xdg):
