@@ -124,7 +124,7 @@ TESTTAGS := -tags sandtrap_testhook
 TESTHOOK_LIB := $(BUILD)/testhook/libsandtrap.so
 
 test-go: $(INIT)
-	$(GO) test $(TESTTAGS) -count=1 ./core/...
+	$(GO) test $(TESTTAGS) -count=1 ./core/... ./cmd/sandtrap
 	bash tests/unprivileged.sh
 
 $(TESTHOOK_LIB): $(GOFILES) include/sandtrap.h $(INIT)
@@ -138,6 +138,7 @@ test-c: lib
 fuzz: $(INIT)
 	$(GO) test -run '^$$' -fuzz FuzzDecodeRequest -fuzztime 150000x ./core/engine
 	$(GO) test -run '^$$' -fuzz FuzzPolicy -fuzztime 150000x ./core/policy
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 150000x ./core/profile
 
 # the cooperative Python sandbox's guest runtime (pure Python)
 test-guest:
