@@ -16,14 +16,15 @@ SYSTEM = [p for p in ("/usr", "/lib", "/lib64", "/bin", "/etc") if os.path.exist
 R = [a for p in SYSTEM for a in ("-r", p)]
 
 
-def sandtrap(*args: str, env: dict[str, str] | None = None, input: bytes | None = None, timeout: float = 60, cwd=None):
+def sandtrap(*args: str, env: dict[str, str] | None = None, stdin: bytes | None = None, timeout: float = 60, cwd=None):
     """Runs the CLI; returns the CompletedProcess (stdout and stderr as text)."""
     e = dict(os.environ)
     if env:
         e.update(env)
     return subprocess.run(
         [CLI, *args],
-        input=input,
+        input=stdin,
+        check=False,
         capture_output=True,
         timeout=timeout,
         env=e,

@@ -20,10 +20,9 @@ from mcp.client.stdio import stdio_client  # noqa: E402
 @asynccontextmanager
 async def stdio_session(*args: str):
     params = StdioServerParameters(command=CLI, args=["mcp", *args], env=dict(os.environ))
-    async with stdio_client(params) as (r, w):
-        async with ClientSession(r, w) as s:
-            await s.initialize()
-            yield s
+    async with stdio_client(params) as (r, w), ClientSession(r, w) as s:
+        await s.initialize()
+        yield s
 
 
 def run(coro):

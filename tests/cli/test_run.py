@@ -85,7 +85,7 @@ def test_program_options_are_its_own():
 
 
 def test_stdin_stdout_stderr_are_the_commands():
-    p = sandtrap("run", *R, "--", "/bin/sh", "-c", "cat; echo err >&2", input=b"piped\n")
+    p = sandtrap("run", *R, "--", "/bin/sh", "-c", "cat; echo err >&2", stdin=b"piped\n")
     assert p.returncode == 0
     assert p.stdout == b"piped\n" and p.stderr == b"err\n"
 
@@ -144,7 +144,14 @@ def test_deny_inside_a_grant(tmp_path):
 
 
 def test_reading_outside_the_policy_is_eacces():
-    p = sandtrap("run", *R, "--", PY, "-c", "open('/root/.profile')" if os.path.exists("/root/.profile") else "open('/proc/1/environ')")
+    p = sandtrap(
+        "run",
+        *R,
+        "--",
+        PY,
+        "-c",
+        "open('/root/.profile')" if os.path.exists("/root/.profile") else "open('/proc/1/environ')",
+    )
     assert p.returncode == 1
     assert b"PermissionError" in p.stderr or b"Permission denied" in p.stderr
 
@@ -195,7 +202,9 @@ def test_env_clean_env_and_passing_a_variable():
     show = "echo ${SANDTRAP_T_HOST:-unset} ${SANDTRAP_T_PASS:-unset} $A"
     p = sandtrap("run", *R, "-e", "A=1", "--", "/bin/sh", "-c", show, env=env)
     assert p.stdout == b"h p 1\n"
-    p = sandtrap("run", *R, "--clean-env", "--env", "A=2", "--env", "SANDTRAP_T_PASS", "--", "/bin/sh", "-c", show, env=env)
+    p = sandtrap(
+        "run", *R, "--clean-env", "--env", "A=2", "--env", "SANDTRAP_T_PASS", "--", "/bin/sh", "-c", show, env=env
+    )
     assert p.stdout == b"unset p 2\n", p.stderr
     p = sandtrap("run", *R, "--env", "SANDTRAP_T_NOT_SET_ANYWHERE", "--", "/bin/true")
     assert p.returncode == 125 and b"no variable SANDTRAP_T_NOT_SET_ANYWHERE" in p.stderr
@@ -234,7 +243,18 @@ def test_open_files_disk_output_and_cpu_limits_are_applied():
 
 
 def test_disk_limit(tmp_path):
-    p = sandtrap("run", *R, "-w", str(tmp_path), "--disk", "4K", "--", "/bin/sh", "-c", f"head -c 100000 /dev/zero > {tmp_path}/big")
+    p = sandtrap(
+        "run",
+        *R,
+        "-w",
+        str(tmp_path),
+        "--disk",
+        "4K",
+        "--",
+        "/bin/sh",
+        "-c",
+        f"head -c 100000 /dev/zero > {tmp_path}/big",
+    )
     assert p.returncode != 0
     assert (tmp_path / "big").stat().st_size <= 4096
 
@@ -258,7 +278,11 @@ def test_uid_gid():
 def test_allow_degraded_and_the_booleans_are_accepted():
     p = sandtrap("run", "--json", *R, "--allow-degraded", "--net-allow-unix", "--net-allow-udp", "--", "/bin/true")
     d = json.loads(p.stdout)
-    assert p.returncode == 0 and d["isolation"]["seccomp"]["unix_sockets"] is True and d["isolation"]["seccomp"]["udp"] is True
+    assert (
+        p.returncode == 0
+        and d["isolation"]["seccomp"]["unix_sockets"] is True
+        and d["isolation"]["seccomp"]["udp"] is True
+    )
 
 
 def test_every_field_has_its_option_in_help():
@@ -327,7 +351,9 @@ def _pty_run(args, send: bytes, want: bytes, timeout=15):
 def test_interactive_gets_a_terminal_of_its_own():
     from conftest import CLI
 
-    script = "test -t 0 && test -t 1 && test -t 2 && echo ALL_TTY; stty size; printf 'name? '; read x; echo got:$x; exit 5"
+    script = (
+        "test -t 0 && test -t 1 && test -t 2 && echo ALL_TTY; stty size; printf 'name? '; read x; echo got:$x; exit 5"
+    )
     out, code = _pty_run([CLI, "run", "-i", *R, "--", "/bin/sh", "-c", script], b"alice\r", b"name? ")
     assert code == 5, out
     assert b"ALL_TTY" in out and b"got:alice" in out
@@ -342,7 +368,7 @@ def test_interactive_program_cannot_inject_into_the_users_terminal():
     from conftest import CLI
 
     code = "import fcntl,termios,sys\ntry:\n    fcntl.ioctl(0, termios.TIOCSTI, b'x'); print('INJECTED')\nexcept OSError as e:\n    print('refused', e.errno)\n"
-    out, code_ = _pty_run([CLI, "run", "-i", *R, "--", PY, "-c", code], b"", b"\x00")
+    out, _ = _pty_run([CLI, "run", "-i", *R, "--", PY, "-c", code], b"", b"\x00")
     assert b"refused" in out and b"INJECTED" not in out, out
 
 

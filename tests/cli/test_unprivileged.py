@@ -37,7 +37,7 @@ def nobody():
         argv = ["setpriv", "--reuid", "nobody", "--regid", "nogroup", "--clear-groups", cli, *args]
         if popen:
             return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        return subprocess.run(argv, env=env, capture_output=True, timeout=60, cwd=d, **kw)
+        return subprocess.run(argv, check=False, env=env, capture_output=True, timeout=60, cwd=d, **kw)
 
     call.home = home
     yield call
