@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -289,6 +290,20 @@ func newSandbox(m map[string]any) (*engine.Sandbox, error) {
 }
 
 func runMain(c *cobra.Command, args []string) error {
+	err := run(c, args)
+	if j, _ := c.Flags().GetBool("json"); j {
+		// sandtrap's own failures as JSON too: {"success": false, "error": {kind, message}}
+		var ee *exitError
+		if errors.As(err, &ee) && ee.msg != "" && ee.code == ExitSandbox {
+			printJSON(os.Stdout, map[string]any{"success": false, "exit_code": nil,
+				"error": map[string]any{"kind": "sandtrap", "message": ee.msg}})
+			return &exitError{code: ee.code}
+		}
+	}
+	return err
+}
+
+func run(c *cobra.Command, args []string) error {
 	fs := c.Flags()
 	pol, prof, err := buildPolicy(fs)
 	if err != nil {

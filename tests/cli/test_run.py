@@ -102,6 +102,13 @@ def test_json_result_and_isolation_report():
     assert "usage" in d
 
 
+def test_json_sandtrap_failure():
+    p = sandtrap("run", "--json", "-m", "lots", *R, "--", "/bin/true")
+    assert p.returncode == 125 and p.stderr == b""
+    d = json.loads(p.stdout)
+    assert d["success"] is False and "--memory (max_memory)" in d["error"]["message"]
+
+
 def test_json_binary_output_is_base64():
     p = sandtrap("run", "--json", *R, "--", "/usr/bin/printf", "\\377\\376")
     d = json.loads(p.stdout)
