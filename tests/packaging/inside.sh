@@ -92,7 +92,7 @@ EOF
 pass "the prebuilt addon loads through the CommonJS and the ES module entry points"
 out="$(cd "$proj" && PATH="$tmp/bin" ./node_modules/.bin/sandtrap run -r /usr -r /lib -- /bin/sh -c 'echo npm-cli; exit 6')" && rc=0 || rc=$?
 [ "$rc" = 6 ] && [ "$out" = npm-cli ] || fail "the npm package's sandtrap bin: exit $rc, output '$out'"
-(cd "$proj" && echo "$init" | PATH="$tmp/bin" timeout 20 ./node_modules/.bin/sandtrap-mcp) | grep -q '"serverInfo":{"name":"sandtrap"' \
+(cd "$proj" && echo "$init" | timeout 20 env PATH="$tmp/bin" ./node_modules/.bin/sandtrap-mcp) | grep -q '"serverInfo":{"name":"sandtrap"' \
   || fail "the npm package's sandtrap-mcp bin does not answer initialize"
 pass "the npm package's sandtrap and sandtrap-mcp bins (the prebuilt command)"
 python3 "$tmp/t/snippets.py" run "$tmp/snippets" --only js --node-project "$proj"
