@@ -143,7 +143,8 @@ func mcpMain(c *cobra.Command, _ []string) error {
 	defer stop()
 	addr, _ := fs.GetString("http")
 	if addr == "" {
-		if err := server.Run(ctx, &mcp.StdioTransport{}); err != nil && !errors.Is(err, context.Canceled) {
+		io := newDrainingStdio()
+		if err := server.Run(ctx, &mcp.IOTransport{Reader: io, Writer: io}); err != nil && !errors.Is(err, context.Canceled) {
 			return fail(ExitSandbox, "mcp: %v", err)
 		}
 		return nil

@@ -216,3 +216,30 @@ def test_http_dns_rebinding_and_token():
 def test_http_refuses_addresses_other_than_loopback():
     p = sandtrap("mcp", "--http", "0.0.0.0:8765", timeout=10)
     assert p.returncode == 125 and b"want a loopback address" in p.stderr
+
+
+def test_requests_before_end_of_input_are_answered():
+    """`printf REQUESTS | sandtrap mcp`: every request read before EOF gets its reply
+    (the SDK ends the session at EOF; the server waits for its replies first)."""
+    import json
+
+    init = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+    }
+    call = {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "method": "tools/call",
+        "params": {"name": "run_shell", "arguments": {"command": "sleep 0.5; echo batch"}},
+    }
+    lines = [init, {"jsonrpc": "2.0", "method": "notifications/initialized"}, call]
+    stdin = "".join(json.dumps(m) + "\n" for m in lines).encode()
+    for _ in range(3):
+        p = sandtrap("mcp", stdin=stdin, timeout=60)
+        assert p.returncode == 0, p.stderr
+        replies = {m["id"]: m for m in map(json.loads, p.stdout.decode().splitlines())}
+        assert set(replies) == {1, 2}
+        assert replies[2]["result"]["structuredContent"]["stdout"] == "batch\n"
