@@ -10,14 +10,17 @@ const path = require('node:path');
 const root = path.resolve(__dirname, '..');
 const platform = `${process.platform}-${process.arch}`;
 
-/** Where the binary is looked for: $SANDTRAP_CLI, the prebuilt one, a checkout's build/. */
+/**
+ * Where the binary is looked for: $SANDTRAP_CLI, the prebuilt one, a checkout's build/.
+ * @returns {string[]}
+ */
 function candidates() {
-  return [
+  return /** @type {string[]} */ ([
     process.env.SANDTRAP_CLI,
     path.join(root, 'prebuilds', platform, 'sandtrap'),
     path.join(root, 'engine', 'build', 'sandtrap'),
     path.join(root, '..', '..', 'build', 'sandtrap'),
-  ].filter(Boolean);
+  ].filter(Boolean));
 }
 
 function binary() {
@@ -32,6 +35,7 @@ function binary() {
   return null;
 }
 
+/** @param {string[]} args */
 function main(args) {
   const bin = binary();
   if (!bin) {

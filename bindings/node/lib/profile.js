@@ -13,16 +13,28 @@ const { POLICY } = require('./fields');
 const encoder = new Encoder({ ignoreUndefined: true });
 const decoder = new Decoder({ useBigInt64: false });
 
-// msgpack key -> option name
+/** msgpack key -> option name @type {Record<string, string>} */
 const OPTION = Object.fromEntries(Object.entries(POLICY).map(([name, [key]]) => [key, name]));
 
+/**
+ * @typedef {{ file?: string, line?: number, key?: string, field?: string, message?: string }} WireProblem
+ * @typedef {{ name: string, path: string, profile: Record<string, Record<string, unknown>>,
+ *   policy: Record<string, unknown>, argv: string[] | null,
+ *   error?: { kind?: string, message?: string, problems?: WireProblem[] } }} ProfileResponse
+ */
+
+/**
+ * One sandtrap_profile request.
+ * @param {Record<string, unknown>} req
+ * @returns {ProfileResponse}
+ */
 function call(req) {
   const [status, buf] = native.profile(encoder.encode(req));
-  const resp = decoder.decode(buf);
+  const resp = /** @type {ProfileResponse} */ (decoder.decode(buf));
   if (status !== 0) {
     const e = (resp && resp.error) || {};
     const problems = Array.isArray(e.problems)
-      ? e.problems.map((p) => {
+      ? e.problems.map((/** @type {WireProblem} */ p) => {
           let where = p.file || '';
           if (p.line) where += `:${p.line}`;
           if (p.key) where += where ? `: ${p.key}` : p.key;
@@ -59,6 +71,7 @@ function loadProfile(nameOrPath) {
  */
 function policyFromDict(profile, source = '<dict>') {
   const { policy } = call({ dict: profile, source });
+  /** @type {Record<string, unknown>} */
   const out = {};
   for (const [k, v] of Object.entries(policy)) out[OPTION[k] ?? k] = v;
   return out;
