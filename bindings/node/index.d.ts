@@ -23,6 +23,8 @@ export interface SandboxOptions {
   netAllowUdp?: boolean;
   /** Allow `socket(AF_UNIX)` (pathname sockets; abstract ones stay scoped) (default: false). */
   netAllowUnix?: boolean;
+  /** Binds of the netAllowBind ports (virtual) land on real ports of the sandbox's own: the same when free and unprivileged, else ephemeral (`ports` op); getsockname answers the virtual port, a connect to a loopback virtual port reaches the real one (default: false). */
+  portRemap?: boolean;
   /** Bytes for the whole process tree (`"256M"`): memory cgroup, else RLIMIT_AS per process (default: none). */
   maxMemory?: Size;
   /** Tasks in the sandbox: pids cgroup, else RLIMIT_NPROC (non-root) (default: none). */
@@ -53,6 +55,8 @@ export interface SandboxOptions {
   extraAllowSyscalls?: string[];
   /** Syscall names answered with EPERM (default: []). */
   extraDenySyscalls?: string[];
+  /** The sandbox's hostname (`uname -n`), in a UTS namespace of its own: 1-64 letters, digits, `-` and `.` (default: none). */
+  name?: string;
   /** Run even when a requested protection is unavailable; results say what was not applied (default: false). */
   allowDegraded?: boolean;
 }
@@ -183,6 +187,44 @@ export interface RunResult {
   stages: RunResult[];
   /** A pipeline's first failed stage (null for a run). */
   failedStage: number | null;
+  /** What the run was refused, at most 256 entries (docs/protocol.md "denials"). */
+  denials: Denial[];
+  /** Denials beyond the 256 entries kept. */
+  denialsDropped: number;
+  /** By source (supervisor, landlock, seccomp): "reported", or why its denials are not in denials. */
+  denialsSources: Record<string, string>;
+}
+
+/** What learn() found. */
+export interface LearnResult {
+  /** The learning run's own result. */
+  result: RunResult;
+  /** The smallest policy the command needed, as options for `new Sandbox(policy)`. */
+  policy: Pick<SandboxOptions, 'fsReadable' | 'fsWritable' | 'netAllow'>;
+  /** The same policy as TOML text in the profile format (policy field names as keys). */
+  profile: string;
+  /** Every access recorded: read, write, exec, create (paths as named), connect. */
+  observed: Record<string, string[]>;
+  /** Paths not recorded beyond the record's cap. */
+  dropped: number;
+  /** What the learning run was allowed. */
+  mode: string;
+}
+
+/** One access the sandbox refused a run, counted. */
+export interface Denial {
+  syscall: string;
+  /** The file, for calls about files. */
+  path: string | null;
+  /** The destination, for calls about sockets. */
+  address: string | null;
+  /** Why the supervisor could not decide (and so refused). */
+  reason: string | null;
+  /** The errno's name, e.g. "EACCES". */
+  errno: string;
+  errnoNr: number;
+  count: number;
+  source: 'supervisor' | 'landlock' | 'seccomp' | (string & {});
 }
 
 /** The last stage's result plus every stage's result, in order. It succeeds only
@@ -233,10 +275,18 @@ export declare class Sandbox {
    * with an AbortError (result in `err.result`) when `signal` aborted it.
    */
   run(argv: readonly string[], options?: RunOptions): Promise<RunResult>;
+  /**
+   * Run argv permissively but recorded (every file readable through a read-only
+   * view, writes only in fsWritable, every destination netAllow does not allow
+   * refused and recorded) and resolve with the smallest policy it needed.
+   */
+  learn(argv: readonly string[], options?: RunOptions): Promise<LearnResult>;
   /** A command for a pipeline: `a.cmd(x).pipe(b.cmd(y)).run()`. */
   cmd(argv: readonly string[], options?: CommandOptions): Command;
   /** What this sandbox enforces on this machine, without running anything. */
   isolation(): Promise<IsolationReport>;
+  /** {virtualPort: realPort} of the sockets bound now (portRemap; {} without it). */
+  ports(): Promise<Record<number, number>>;
   /** Cancel every run of this sandbox in flight; returns how many. */
   cancelAll(): number;
   /** No new runs; runs in flight finish, then the engine's resources go. Idempotent. */

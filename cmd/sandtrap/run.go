@@ -56,7 +56,7 @@ func addPolicyFlags(fs *pflag.FlagSet) {
 			fs.StringArrayP(name, short, nil, usage+" (repeatable, or comma-separated)")
 		case policy.KindEnv:
 			fs.StringArrayP(name, short, nil, usage+": NAME=VALUE, or NAME to pass this shell's value (repeatable)")
-		case policy.KindPath:
+		case policy.KindPath, policy.KindHost:
 			fs.StringP(name, short, "", usage)
 		case policy.KindSize:
 			fs.StringP(name, short, "", usage+": bytes or 64K, 256M, 1.5G")
@@ -125,7 +125,7 @@ func flagPolicy(fs *pflag.FlagSet) (map[string]any, error) {
 				}
 			}
 			out[f.Key] = v
-		case policy.KindSize:
+		case policy.KindSize, policy.KindHost:
 			v, _ := fs.GetString(name)
 			out[f.Key] = v
 		case policy.KindBool:

@@ -260,6 +260,7 @@ var examples = map[policy.Kind]string{
 	policy.KindPaths: `["/usr", "/lib"]`, policy.KindPath: `"/work"`, policy.KindTargets: `["api.example.com:443", "udp://1.1.1.1:53"]`,
 	policy.KindPorts: `[8080, "9000-9005"]`, policy.KindBool: `true`, policy.KindSize: `"256M"`, policy.KindCount: `64`,
 	policy.KindSeconds: `30`, policy.KindID: `1000`, policy.KindEnv: `{ LANG = "C.UTF-8" }`, policy.KindNames: `["ptrace", "mount"]`,
+	policy.KindHost: `"build-01"`,
 }
 
 // Example is a value of kind k as a profile writes it.

@@ -38,7 +38,7 @@ type NetPolicy struct {
 	// Resolve looks a host name up again (a destination no rule matches makes the
 	// rules with host names be resolved again, at most once per refreshEvery); nil:
 	// never.
-	Resolve func(ctx context.Context, host string) ([]netip.Addr, error)
+	Resolve func(ctx context.Context, host string) ([]netip.Addr, error) `json:"-"`
 
 	mu        sync.RWMutex
 	refreshed time.Time
@@ -219,7 +219,7 @@ func (p *NetPolicy) WatchesSends() bool {
 }
 
 func connectTraps(cfg Config) []Trap {
-	if cfg.Net == nil {
+	if cfg.Net == nil && cfg.Ports == nil {
 		return nil
 	}
 	return []Trap{{Syscall: "connect", Arg: -1}}
@@ -404,16 +404,7 @@ func (c *call) performSend(k sock, wouldBlock bool, isConnect bool, f func(extra
 			return r
 		}
 	}
-	if c.s.blocked.Add(1) > maxBlocked {
-		c.s.blocked.Add(-1)
-		return deny(unix.ENOBUFS, fmt.Sprintf("more than %d calls of this sandbox already block in connect or send", maxBlocked))
-	}
-	return c.detach(func() reply {
-		defer c.s.blocked.Add(-1)
-		if !c.s.track(k.fd) {
-			return gone() // closing
-		}
-		defer c.s.untrack(k.fd)
+	return c.detachBlocking(k.fd, func() reply {
 		if isConnect {
 			stop := make(chan struct{})
 			defer close(stop)
@@ -437,6 +428,24 @@ func (c *call) performSend(k sock, wouldBlock bool, isConnect bool, f func(extra
 	})
 }
 
+// detachBlocking runs f, a call that may block on socket fd, on a goroutine of its
+// own (detach): at most maxBlocked of them per sandbox (then ENOBUFS), each with fd
+// registered so that Close shuts it down and f returns.
+func (c *call) detachBlocking(fd int, f func() reply) reply {
+	if c.s.blocked.Add(1) > maxBlocked {
+		c.s.blocked.Add(-1)
+		return deny(unix.ENOBUFS, fmt.Sprintf("more than %d calls of this sandbox already block in connect or send", maxBlocked))
+	}
+	return c.detach(func() reply {
+		defer c.s.blocked.Add(-1)
+		if !c.s.track(fd) {
+			return gone() // closing
+		}
+		defer c.s.untrack(fd)
+		return f()
+	})
+}
+
 // handleConnect: connect(fd, addr, addrlen).
 func handleConnect(c *call) reply {
 	k, r := c.socket(0)
@@ -447,8 +456,13 @@ func handleConnect(c *call) reply {
 	if err != nil {
 		return c.failure("read the address", err, unix.EFAULT, unix.EINVAL)
 	}
-	if r := c.destination(k, a); r != nil {
-		return *r
+	if !c.remapConnect(k, a) { // a virtual port of the sandbox's own (ports.go)
+		if c.s.cfg.Net == nil {
+			return cont() // trapped for port_remap alone: the kernel's floor decides (ports.go)
+		}
+		if r := c.destination(k, a); r != nil {
+			return *r
+		}
 	}
 	if k.family != unix.AF_UNIX && blocking(k.fd) {
 		if !c.valid() {
@@ -498,16 +512,7 @@ func (c *call) connectInet(k sock, a *addr) reply {
 	if r, done := connectDone(k.fd, 0); done {
 		return r
 	}
-	if c.s.blocked.Add(1) > maxBlocked {
-		c.s.blocked.Add(-1)
-		return deny(unix.ENOBUFS, fmt.Sprintf("more than %d calls of this sandbox already block in connect or send", maxBlocked))
-	}
-	return c.detach(func() reply {
-		defer c.s.blocked.Add(-1)
-		if !c.s.track(k.fd) {
-			return gone() // closing
-		}
-		defer c.s.untrack(k.fd)
+	return c.detachBlocking(k.fd, func() reply {
 		for {
 			if r, done := connectDone(k.fd, 250); done {
 				return r
@@ -791,7 +796,7 @@ func handleSendmmsg(c *call) reply {
 		return ret(0)
 	}
 	if stop != nil && stop.denied != "" {
-		c.s.denials.add(c.name, stop.denied, stop.errno) // recorded, though the batch answers with its count
+		c.s.record(c, c.name, stop.denied, stop.errno, true) // recorded, though the batch answers with its count
 	}
 	base := c.arg(1)
 	var names []*addr

@@ -16,7 +16,19 @@ exception, its fate is in the :class:`Result`.
 
 from __future__ import annotations
 
+from sandtrap_guest import (
+    StAttributeDenied,
+    StCallDenied,
+    StCancelled,
+    StError,
+    StImportDenied,
+    StPolicyNotPortable,
+    StTickLimit,
+    StTimeout,
+    StValidationError,
+)
 
+from ._coop import CoopSandbox, ExecResult, IsolatedFS, Policy, WorkerCrashed, WorkerError, sandbox
 from ._errors import (
     ForkedChildError,
     InternalError,
@@ -31,24 +43,12 @@ from ._errors import (
     SpawnFailed,
 )
 from ._fields import PolicyOptions
+from ._fork import CloneResult, Clones
 from ._policy import parse_ports
 from ._profile import load_profile, policy_from_dict, profile_argv
-from ._result import ErrorInfo, Result
+from ._result import Denial, ErrorInfo, LearnResult, Result
 from ._sandbox import Command, Pipeline, Sandbox, confine, probe
 from ._version import __version__
-from ._fork import CloneResult, Clones
-from ._coop import CoopSandbox, ExecResult, IsolatedFS, Policy, WorkerCrashed, WorkerError, sandbox
-from sandtrap_guest import (
-    StAttributeDenied,
-    StCallDenied,
-    StCancelled,
-    StError,
-    StImportDenied,
-    StPolicyNotPortable,
-    StTickLimit,
-    StTimeout,
-    StValidationError,
-)
 
 ForkedChild = ForkedChildError  # the engine's name for it
 
@@ -66,6 +66,8 @@ __all__ = [
     "Command",
     "Pipeline",
     "Result",
+    "Denial",
+    "LearnResult",
     "ErrorInfo",
     "PolicyOptions",
     "Problem",

@@ -28,6 +28,7 @@ import builtins
 import os
 import sys
 import threading
+import types
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,11 +80,12 @@ class IsolatedFS:
 class ExecResult(GuestExecResult):
     """The guest runtime's result, plus what the isolation level adds."""
 
-    isolation: dict = field(default_factory=dict)  # {"level": ..., and the engine's report}
+    # {"level": ..., and the engine's report}; the guest's own results carry the level's name
+    isolation: dict[str, Any] = field(default_factory=dict)  # pyright: ignore[reportIncompatibleVariableOverride]
     restarted: bool = False  # a fresh worker ran this call (the namespace was reset)
 
 
-def _error_from_wire(e: dict | None) -> BaseException | None:
+def _error_from_wire(e: dict[str, Any] | None) -> BaseException | None:
     if not e:
         return None
     name, module, message = e["type"], e["module"], e["message"]
@@ -113,7 +115,7 @@ def _error_from_wire(e: dict | None) -> BaseException | None:
 def _module_dirs(policy: Policy) -> list[str]:
     """Where the modules the grants import live: the worker re-imports every grant by
     reference (granted modules, granted classes' modules), so it must read them."""
-    mods = [g.module for g in policy.modules.values()]
+    mods: list[types.ModuleType | None] = [g.module for g in policy.modules.values()]
     mods += [sys.modules.get(getattr(g.cls, "__module__", "")) for g in policy.classes.values()]
     return sorted({os.path.dirname(os.path.realpath(f)) for m in mods if (f := getattr(m, "__file__", None))})
 
@@ -134,7 +136,7 @@ class CoopSandbox:
         self._lock = threading.Lock()  # one exec at a time (the engine also serialises)
         self._local: GuestSession | None = None
         self._handle: _Handle | None = None
-        self._report: dict = {"level": isolation}
+        self._report: dict[str, Any] = {"level": isolation}
         root = filesystem.root if filesystem else None
         if isolation == "none":
             self._local = GuestSession(policy, filesystem_root=root, echo=echo)
@@ -163,7 +165,7 @@ class CoopSandbox:
             self.close()
             raise
 
-    def _request(self, req: dict) -> dict:
+    def _request(self, req: dict[str, Any]) -> dict[str, Any]:
         if self._handle is None:
             raise SandtrapError("the sandbox is closed")
         ptr = self._handle.acquire()
@@ -175,9 +177,9 @@ class CoopSandbox:
             raise _native.status_error(rc, resp)
         return resp or {}
 
-    def _host_call(self, call: dict) -> dict:
+    def _host_call(self, call: dict[str, Any]) -> dict[str, Any]:
         """Run the granted function a host call names; the answer's value or error."""
-        grant = self.policy.fns.get(call.get("name")) if call.get("kind") == "fn" else None
+        grant = self.policy.fns.get(str(call.get("name"))) if call.get("kind") == "fn" else None
         if grant is None:
             return {
                 "error": {"type": "NotImplemented", "message": f"no host call {call.get('kind')}:{call.get('name')}"}
@@ -191,8 +193,8 @@ class CoopSandbox:
     def exec(
         self,
         code: str,
-        namespace: dict | None = None,
-        modules: dict | None = None,
+        namespace: dict[str, Any] | None = None,
+        modules: dict[str, Any] | None = None,
         stdin: str | None = None,
         argv: list[str] | None = None,
     ) -> ExecResult:
