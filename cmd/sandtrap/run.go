@@ -226,7 +226,8 @@ Examples:
   sandtrap run --profile python -- python3 -c 'print(1)'
   sandtrap run --name build -r / -w "$PWD" -- make        # then: sandtrap ps, sandtrap kill build
   sandtrap run -i -r / -- /bin/sh                          # an interactive shell on a pty
-  sandtrap run --json -r /usr -- /usr/bin/id               # the result and isolation report`,
+  sandtrap run --json -r /usr -- /usr/bin/id               # the result and isolation report
+  sandtrap run --learn -w /tmp/out -- ./build.sh > build.toml  # then: sandtrap run --profile-file build.toml`,
 		Args: cobra.ArbitraryArgs,
 		RunE: runMain,
 	}
@@ -237,7 +238,10 @@ Examples:
 	fs.BoolP("interactive", "i", false, "give the program a pseudo-terminal of its own, connected to this one")
 	fs.String("name", "", "a name for the run, for sandtrap ps / inspect / kill (default: run-PID)")
 	fs.Bool("json", false, "capture the output and print the result as JSON: exit code, stdout, stderr, error, usage and the isolation report")
+	fs.Bool("learn", false, "learn mode: run the program permissively but recorded (a read-only view of /; writes only where -w grants, the network only where --net-allow allows: every other attempt is refused and recorded) and print the smallest policy it needed as a profile (TOML) on stdout; the program's stdout and stderr go to stderr")
+	fs.Bool("dry-run", false, "not supported yet: sandtrap has no dry run (a run whose writes are discarded); refused")
 	c.MarkFlagsMutuallyExclusive("interactive", "json")
+	c.MarkFlagsMutuallyExclusive("interactive", "learn")
 	c.MarkFlagsMutuallyExclusive("profile", "profile-file")
 	_ = c.RegisterFlagCompletionFunc("profile", completeProfiles)
 	return c
@@ -305,6 +309,9 @@ func runMain(c *cobra.Command, args []string) error {
 
 func run(c *cobra.Command, args []string) error {
 	fs := c.Flags()
+	if dry, _ := fs.GetBool("dry-run"); dry {
+		return fail(ExitSandbox, "--dry-run: not supported yet: sandtrap has no dry run (a run whose writes are discarded); nothing was run")
+	}
 	pol, prof, err := buildPolicy(fs)
 	if err != nil {
 		return err
@@ -318,6 +325,7 @@ func run(c *cobra.Command, args []string) error {
 	}
 	interactive, _ := fs.GetBool("interactive")
 	asJSON, _ := fs.GetBool("json")
+	learn, _ := fs.GetBool("learn")
 	name, _ := fs.GetString("name")
 
 	sb, err := newSandbox(pol)
@@ -344,6 +352,11 @@ func run(c *cobra.Command, args []string) error {
 		req.StdinFD, req.StdoutFD, req.StderrFD = term.slaveFDs()
 	case asJSON:
 		req.StdinFD = dupFD(0)
+	case learn: // stdout is the profile's
+		req.StdinFD, req.StdoutFD, req.StderrFD = dupFD(0), dupFD(2), dupFD(2)
+		if req.StderrFD < 0 {
+			req.StderrFD = 0
+		}
 	default:
 		req.StdinFD, req.StdoutFD, req.StderrFD = dupFD(0), dupFD(1), dupFD(2)
 		if req.StderrFD < 0 {
@@ -371,7 +384,26 @@ func run(c *cobra.Command, args []string) error {
 	if term != nil {
 		term.start()
 	}
-	res := sb.Run(req)
+	var res *engine.Result
+	var learned map[string]any
+	if learn {
+		var lr *engine.LearnResult
+		if lr, err = sb.Learn(req); err != nil {
+			return fail(ExitSandbox, "--learn: %v", err)
+		}
+		res = lr.Result
+		if learned, err = learnedJSON(lr, pol, argv); err != nil {
+			return fail(ExitSandbox, "--learn: %v", err)
+		}
+		if lr.Dropped > 0 {
+			fmt.Fprintf(os.Stderr, "sandtrap: --learn: %d paths were not recorded (the record is bounded): the profile may lack them\n", lr.Dropped)
+		}
+		if !asJSON {
+			os.Stdout.WriteString(learned["profile"].(string))
+		}
+	} else {
+		res = sb.Run(req)
+	}
 	if term != nil {
 		term.finish()
 	}
@@ -379,7 +411,12 @@ func run(c *cobra.Command, args []string) error {
 	sig := got
 	mu.Unlock()
 
-	if asJSON {
+	if asJSON && learned != nil {
+		learned["result"] = resultJSON(res)
+		if err := printJSON(os.Stdout, learned); err != nil {
+			return fail(ExitSandbox, "%v", err)
+		}
+	} else if asJSON {
 		if err := printJSON(os.Stdout, resultJSON(res)); err != nil {
 			return fail(ExitSandbox, "%v", err)
 		}
@@ -392,6 +429,29 @@ func run(c *cobra.Command, args []string) error {
 		msg = "" // it is in the JSON
 	}
 	return &exitError{code: code, msg: msg}
+}
+
+// learnedJSON is what run --learn found: the profile (the run's policy with the
+// learned fs_readable, fs_writable and net_allow in place of its own, and the
+// program), that policy, and the learning run's record (docs/cli.md, --learn).
+func learnedJSON(lr *engine.LearnResult, pol map[string]any, argv []string) (map[string]any, error) {
+	out := map[string]any{}
+	for k, v := range pol {
+		out[k] = v
+	}
+	for _, k := range []string{"fs_readable", "fs_writable", "net_allow"} {
+		delete(out, k)
+		if v, ok := lr.Policy[k]; ok {
+			out[k] = v
+		}
+	}
+	text, err := profile.Format(out, argv, "learned by sandtrap run --learn from one run of the program (docs/security.md,\n"+
+		"\"Learn mode\"): what it read, wrote and reached, nothing more; run it again with\n"+
+		"sandtrap run --profile-file FILE")
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"profile": text, "policy": out, "observed": lr.Observed, "dropped": lr.Dropped, "mode": lr.Mode}, nil
 }
 
 // exitCode is sandtrap run's exit status for a result, and what to print.

@@ -83,3 +83,12 @@ def test_ps_and_kill_as_nobody(nobody):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_learn_as_nobody(nobody):
+    # the supervisor records as nobody too; the learning run's view is nobody's
+    p = nobody("run", "--learn", "--", "/bin/sh", "-c", "cat /etc/hostname >/dev/null; cat /etc/shadow; exit 4")
+    assert p.returncode == 4, p.stderr
+    assert b"/etc/shadow: Permission denied" in p.stderr
+    text = p.stdout.decode()
+    assert text.startswith("# learned") and '  "/etc/hostname",\n' in text, text
