@@ -387,6 +387,26 @@ func (s *mcpServer) runShell(ctx context.Context, req *mcp.CallToolRequest, in S
 	return toolResult(out), out, nil
 }
 
+// denialLine is one of result.denials as a line: "connect tcp 10.0.0.1:80: EACCES
+// (supervisor), 2 times".
+func denialLine(d any) string {
+	m, _ := d.(map[string]any)
+	s := fmt.Sprint(m["syscall"])
+	for _, k := range []string{"path", "address"} {
+		if v, ok := m[k].(string); ok && v != "" {
+			s += " " + v
+		}
+	}
+	s += fmt.Sprintf(": %v (%v)", m["errno"], m["source"])
+	if r, ok := m["reason"].(string); ok && r != "" {
+		s += ": " + r
+	}
+	if n := fmt.Sprint(m["count"]); n != "1" && n != "0" && n != "<nil>" {
+		s += ", " + n + " times"
+	}
+	return s
+}
+
 func text(m map[string]any, k string) string {
 	if s, ok := m[k].(string); ok {
 		return s
@@ -420,8 +440,11 @@ func toolResult(out ToolOut) *mcp.CallToolResult {
 			b.WriteString("\n")
 		}
 	}
-	if out.Denials != nil {
-		fmt.Fprintf(&b, "--- denials ---\n%v\n", out.Denials)
+	if l, _ := out.Denials.([]any); len(l) > 0 {
+		b.WriteString("--- denials ---\n")
+		for _, d := range l {
+			b.WriteString(denialLine(d) + "\n")
+		}
 	}
 	return &mcp.CallToolResult{IsError: !out.Success, Content: []mcp.Content{&mcp.TextContent{Text: b.String()}}}
 }

@@ -103,6 +103,10 @@ def test_run_python_in_the_cooperative_sandbox():
     run(go())
 
 
+def d_port(d):
+    return int(d["address"].split()[1].rsplit(":", 1)[1])
+
+
 def test_meta_narrows_and_never_widens(tmp_path):
     ws = tmp_path / "ws"
     (ws / "sub").mkdir(parents=True)
@@ -116,6 +120,17 @@ def test_meta_narrows_and_never_widens(tmp_path):
         async with stdio_session("--workspace", str(ws), "--net-allow", f"127.0.0.1:{port}", "-m", "256M") as s:
             res = await s.call_tool("run_shell", {"command": connect})
             assert sc(res)["stdout"] == "connected\n", res.content[0].text
+            # another port: refused by the supervisor, the denial in the result and its text
+            other = connect.replace(f", {port})", f", {port + 1 if port < 65535 else port - 1})")
+            res = await s.call_tool("run_shell", {"command": other})
+            assert res.is_error and "PermissionError" in sc(res)["stderr"], res.content[0].text
+            denials = sc(res)["denials"]
+            assert [d["syscall"] for d in denials] == ["connect"] and d_port(denials[0]) != port, denials
+            assert denials[0]["errno"] == "EACCES" and denials[0]["source"] == "supervisor"
+            assert "--- denials ---\nconnect tcp 127.0.0.1:" in res.content[0].text, res.content[0].text
+            # nothing refused: no denials section
+            res = await s.call_tool("run_shell", {"command": "echo quiet"})
+            assert "denials" not in res.content[0].text and sc(res)["denials"] == []
             # narrowed: no network for this call
             res = await s.call_tool("run_shell", {"command": connect}, meta={"sandtrap/net_allow": []})
             assert res.is_error and "PermissionError" in sc(res)["stderr"]
