@@ -48,7 +48,7 @@ def test_learn_prints_a_profile_that_runs_the_program_and_nothing_more(tmp_path)
 
 
 def test_learn_records_a_refused_write_and_passes_the_exit_code(tmp_path):
-    src, out = _dirs(tmp_path)
+    _, out = _dirs(tmp_path)
     # no -w: the write is refused (and learned), the program fails, the profile still comes
     p = sandtrap("run", "--learn", "--", "/bin/sh", "-c", f"echo x > {out}/f; exit 7")
     assert p.returncode == 7, p.stderr
