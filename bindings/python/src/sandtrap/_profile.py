@@ -72,7 +72,8 @@ def policy_from_dict(profile: Mapping[str, Any], source: str = "<dict>") -> dict
     of keys (what :func:`load_profile` returns); ``[program]`` ``exec`` and ``args``
     are not Sandbox arguments and are left out (see :func:`profile_argv`)."""
     resp = _call({"dict": dict(profile), "source": source})
-    return {KEYWORDS.get(k, k): v for k, v in resp["policy"].items()}
+    policy: dict[str, Any] = resp["policy"]
+    return {KEYWORDS.get(k, k): v for k, v in policy.items()}
 
 
 def profile_argv(profile: Mapping[str, Any]) -> list[str] | None:
