@@ -13,9 +13,17 @@ const { Sandbox, Command, Pipeline, confine, probe, version } = require('./lib/s
 const { sandbox, PythonSandbox } = require('./lib/python');
 require('./lib/fork'); // Sandbox.prototype.fork / reduce
 const { loadProfile, policyFromDict, profileArgv } = require('./lib/profile');
+const handlers = require('./lib/handlers');
 
 module.exports = {
   Sandbox,
+  Handler: handlers.Handler,
+  HandlerCtx: handlers.HandlerCtx,
+  NotifAction: handlers.NotifAction,
+  ExceptionPolicy: handlers.ExceptionPolicy,
+  SyscallEvent: handlers.SyscallEvent,
+  PolicyContext: handlers.PolicyContext,
+  presets: handlers.presets,
   sandbox,
   PythonSandbox,
   Command,

@@ -44,6 +44,7 @@ from ._errors import (
 )
 from ._fields import PolicyOptions
 from ._fork import CloneResult, Clones
+from ._handlers import ExceptionPolicy, Handler, HandlerCtx, NotifAction, PolicyContext, SyscallEvent
 from ._policy import parse_ports
 from ._profile import load_profile, policy_from_dict, profile_argv
 from ._result import Denial, ErrorInfo, LearnResult, Result
@@ -85,6 +86,12 @@ __all__ = [
     "IsolatedFS",
     "ExecResult",
     "CoopSandbox",
+    "Handler",
+    "HandlerCtx",
+    "NotifAction",
+    "ExceptionPolicy",
+    "SyscallEvent",
+    "PolicyContext",
     "WorkerError",
     "WorkerCrashed",
     "StError",
