@@ -52,7 +52,7 @@ func addPolicyFlags(fs *pflag.FlagSet) {
 			fs.StringArrayP(name, short, nil, usage+" (repeatable; relative paths are made absolute)")
 		case policy.KindTargets:
 			fs.StringArrayP(name, short, nil, usage+" (repeatable)")
-		case policy.KindPorts, policy.KindNames:
+		case policy.KindPorts, policy.KindNames, policy.KindCPUs:
 			fs.StringArrayP(name, short, nil, usage+" (repeatable, or comma-separated)")
 		case policy.KindEnv:
 			fs.StringArrayP(name, short, nil, usage+": NAME=VALUE, or NAME to pass this shell's value (repeatable)")
@@ -62,6 +62,8 @@ func addPolicyFlags(fs *pflag.FlagSet) {
 			fs.StringP(name, short, "", usage+": bytes or 64K, 256M, 1.5G")
 		case policy.KindBool:
 			fs.BoolP(name, short, false, usage)
+		case policy.KindOptBool: // unset is neither: the option gives true, or =false
+			fs.BoolP(name, short, false, usage+" (--"+name+"=false for false)")
 		case policy.KindCount:
 			fs.Int64P(name, short, 0, usage)
 		case policy.KindSeconds:
@@ -85,12 +87,12 @@ func flagPolicy(fs *pflag.FlagSet) (map[string]any, error) {
 		}
 		name := f.FlagName()
 		switch f.Kind() {
-		case policy.KindPaths, policy.KindTargets, policy.KindPorts, policy.KindNames:
+		case policy.KindPaths, policy.KindTargets, policy.KindPorts, policy.KindNames, policy.KindCPUs:
 			vals, _ := fs.GetStringArray(name)
 			var l []any
 			for _, v := range vals {
 				parts := []string{v}
-				if f.Kind() == policy.KindPorts || f.Kind() == policy.KindNames {
+				if f.Kind() == policy.KindPorts || f.Kind() == policy.KindNames || f.Kind() == policy.KindCPUs {
 					parts = strings.Split(v, ",")
 				}
 				for _, p := range parts {
@@ -128,7 +130,7 @@ func flagPolicy(fs *pflag.FlagSet) (map[string]any, error) {
 		case policy.KindSize, policy.KindHost:
 			v, _ := fs.GetString(name)
 			out[f.Key] = v
-		case policy.KindBool:
+		case policy.KindBool, policy.KindOptBool:
 			v, _ := fs.GetBool(name)
 			out[f.Key] = v
 		case policy.KindCount:

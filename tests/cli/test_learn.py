@@ -1,5 +1,6 @@
 """sandtrap run --learn (main's learn op through the CLI), --dry-run (refused: no dry
-run yet), and the options of the fields main added (--hostname, --port-remap)."""
+run yet), and the options of the fields main added (--hostname, --port-remap, --cpu-cores,
+--no-huge-pages, --no-randomize-memory, --no-coredump)."""
 
 from __future__ import annotations
 
@@ -132,3 +133,28 @@ def test_port_remap_option(tmp_path):
         assert p.returncode == 0 and p.stdout == f"{port}\n".encode(), (p.stdout, p.stderr)
     finally:
         host.close()
+
+
+def test_process_options_cpu_cores_huge_pages_aslr_and_core_dumps(tmp_path):
+    # main's issue-21 fields through their options and a profile: each changes what the
+    # run's own /proc says (the defaults: every CPU, huge pages, ASLR, no core dumps)
+    show = "grep -E '^(THP_enabled|Cpus_allowed_list):' /proc/self/status; cat /proc/self/personality; ulimit -c"
+    base = ("run", *R, "-r", "/proc", "--")
+    p = sandtrap(*base, "/bin/sh", "-c", show)
+    assert p.returncode == 0, p.stderr
+    default = p.stdout.decode().split("\n")
+    assert default[0] == "THP_enabled:\t1" and default[2] == "00000000" and default[3] == "0", default
+    cpu = str(max(os.sched_getaffinity(0)))  # the last CPU this host lets us use
+    opts = ("--cpu-cores", cpu, "--no-huge-pages", "--no-randomize-memory", "--no-coredump=false")
+    p = sandtrap("run", *R, "-r", "/proc", "-w", str(tmp_path), *opts, "--", "/bin/sh", "-c", show)
+    assert p.returncode == 0, p.stderr
+    out = p.stdout.decode().split("\n")
+    assert out[0] == "THP_enabled:\t0" and out[1] == f"Cpus_allowed_list:\t{cpu}", out
+    assert int(out[2], 16) & 0x0040000 and out[3] != "0", out  # ADDR_NO_RANDOMIZE; a core limit
+    prof = tmp_path / "proc.toml"
+    prof.write_text(f'[program]\nno_huge_pages = true\n[limits]\ncpu_cores = ["{cpu}-{cpu}"]\n')
+    p = sandtrap("run", "--profile-file", str(prof), *R, "-r", "/proc", "--", "/bin/sh", "-c", show)
+    out = p.stdout.decode().split("\n")
+    assert p.returncode == 0 and out[0] == "THP_enabled:\t0" and out[1] == f"Cpus_allowed_list:\t{cpu}", (out, p.stderr)
+    p = sandtrap("run", *R, "--cpu-cores", "99999", "--", "/bin/true")
+    assert p.returncode == 125 and b"--cpu-cores (cpu_cores)" in p.stderr, p.stderr

@@ -25,7 +25,8 @@ var typeWord = map[policy.Kind]string{
 	policy.KindPorts: "list of ports and ranges", policy.KindBool: "boolean", policy.KindSize: "size (bytes, or \"256M\")",
 	policy.KindCount: "positive integer", policy.KindSeconds: "seconds (number)", policy.KindID: "uid/gid (integer)",
 	policy.KindEnv: "table of NAME = value", policy.KindNames: "list of syscall names",
-	policy.KindHost: "host name (1-64 letters, digits, `-`, `.`)",
+	policy.KindHost: "host name (1-64 letters, digits, `-`, `.`)", policy.KindCPUs: "list of CPU numbers and ranges",
+	policy.KindOptBool: "boolean, or unset",
 }
 
 // optionArg is how `sandtrap run` takes a kind's value.
@@ -34,7 +35,7 @@ var optionArg = map[policy.Kind]string{
 	policy.KindPorts: "PORTS (repeat, or a,b,c-d)", policy.KindBool: "", policy.KindSize: "SIZE",
 	policy.KindCount: "N", policy.KindSeconds: "SECONDS", policy.KindID: "ID",
 	policy.KindEnv: "NAME=VALUE (repeat)", policy.KindNames: "NAMES (repeat, or a,b)",
-	policy.KindHost: "NAME",
+	policy.KindHost: "NAME", policy.KindCPUs: "CPUS (repeat, or a,b,c-d)", policy.KindOptBool: "",
 }
 
 func option(f *policy.Field) string {
