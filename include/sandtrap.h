@@ -184,8 +184,8 @@ int sandtrap_sandbox_builder_extra_deny_syscall(sandtrap_sandbox_builder *b, con
  * letters, digits, - and .. */
 int sandtrap_sandbox_builder_name(sandtrap_sandbox_builder *b, const char *hostname);
 /* No address-space layout randomization in the run
- * (personality(ADDR_NO_RANDOMIZE), set by the engine; the program cannot
- * change it). */
+ * (personality(ADDR_NO_RANDOMIZE), set by the engine for every process of it;
+ * the program may clear it, not set others). */
 int sandtrap_sandbox_builder_no_randomize_memory(sandtrap_sandbox_builder *b, int on);
 /* No transparent huge pages for the run's memory (PR_SET_THP_DISABLE). */
 int sandtrap_sandbox_builder_no_huge_pages(sandtrap_sandbox_builder *b, int on);

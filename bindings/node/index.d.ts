@@ -57,7 +57,7 @@ export interface SandboxOptions {
   extraDenySyscalls?: string[];
   /** The sandbox's hostname (`uname -n`), in a UTS namespace of its own: 1-64 letters, digits, `-` and `.` (default: none). */
   name?: string;
-  /** No address-space layout randomization in the run (`personality(ADDR_NO_RANDOMIZE)`, set by the engine; the program cannot change it) (default: false). */
+  /** No address-space layout randomization in the run (`personality(ADDR_NO_RANDOMIZE)`, set by the engine for every process of it; the program may clear it, not set others) (default: false). */
   noRandomizeMemory?: boolean;
   /** No transparent huge pages for the run's memory (`PR_SET_THP_DISABLE`) (default: false). */
   noHugePages?: boolean;

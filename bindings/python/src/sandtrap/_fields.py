@@ -137,8 +137,8 @@ class PolicyOptions(TypedDict, total=False):
     """
     no_randomize_memory: bool | None
     """No address-space layout randomization in the run
-    (``personality(ADDR_NO_RANDOMIZE)``, set by the engine; the program cannot
-    change it) (default: false).
+    (``personality(ADDR_NO_RANDOMIZE)``, set by the engine for every process of it;
+    the program may clear it, not set others) (default: false).
     """
     no_huge_pages: bool | None
     """No transparent huge pages for the run's memory (``PR_SET_THP_DISABLE``)
