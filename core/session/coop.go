@@ -33,7 +33,7 @@ const (
 	Grace = 0.5
 	// initTimeout bounds a fresh worker's init.
 	initTimeout = 30.0
-	// workerMemory is what a worker may use beyond the policy's memory_limit (the
+	// workerMemory is what a worker may use beyond the policy's memory_limit_bytes (the
 	// interpreter and the runtime) before the kernel stops it.
 	workerMemory = 256 << 20
 	// workerProcesses bounds a kernel worker's tasks (threads count).
@@ -127,9 +127,7 @@ func openCoop(s *engine.Sandbox, req []byte) (*coop, error) {
 		}
 	}
 	echo := r.m["echo"]
-	if !echo.IsNil() && echo.Kind() != rawmsg.Bool && echo.Kind() != rawmsg.Str {
-		r.addf("echo must be a boolean or a string")
-	}
+	checkEcho(r, echo)
 	c.allowDegraded = r.boolean("allow_degraded")
 	module := r.str("worker_module")
 	if module == "" {
@@ -308,13 +306,13 @@ func portablePolicy(r *reader) (map[string]any, portableLimits) {
 			if n, ok := x.Int(); !x.IsNil() && (!ok || n < 0) {
 				r.addf("policy.%s must be a non-negative integer or nil", k)
 			}
-		case "memory_limit":
+		case "memory_limit_bytes":
 			if x.IsNil() {
 				continue
 			}
 			n, ok := x.Int()
 			if !ok || n <= 0 {
-				r.addf("policy.memory_limit must be a positive number of bytes or nil")
+				r.addf("policy.memory_limit_bytes must be a positive number of bytes or nil")
 			}
 			lim.memory = n
 		case "allow_network", "allow_subprocess":
@@ -346,7 +344,7 @@ func portablePolicy(r *reader) (map[string]any, portableLimits) {
 				}
 			}
 		default:
-			r.addf("policy: unknown field %q (known: version, timeout, tick_limit, memory_limit, max_stdout, allow_network, allow_subprocess, grants)", k)
+			r.addf("policy: unknown field %q (known: version, timeout, tick_limit, memory_limit_bytes, max_stdout, allow_network, allow_subprocess, grants)", k)
 		}
 	}
 	if _, has := m["version"]; !has {
@@ -513,7 +511,7 @@ func coopExec(s *engine.Sandbox, req []byte) ([]byte, string) {
 	if c == nil {
 		return errorResponse(&engine.Error{Kind: engine.KindInvalidRequest, Message: "invalid request: coop_exec: this sandbox is not a cooperative sandbox (send coop_open first)"})
 	}
-	r, err := newReader(req, "coop_exec", "op", "code", "namespace", "modules", "stdin", "argv", "tag")
+	r, err := newReader(req, "coop_exec", "op", "code", "namespace", "modules", "stdin", "argv", "echo", "tag")
 	if err != nil {
 		return errorResponse(err)
 	}
@@ -530,6 +528,7 @@ func coopExec(s *engine.Sandbox, req []byte) ([]byte, string) {
 	}
 	stdin := r.str("stdin")
 	argv := r.strs("argv")
+	checkEcho(r, r.m["echo"])
 	tag := r.str("tag")
 	if err := r.err(); err != nil {
 		return errorResponse(err)
@@ -541,6 +540,9 @@ func coopExec(s *engine.Sandbox, req []byte) ([]byte, string) {
 	}
 	if r.has("argv") {
 		fr["argv"] = argv
+	}
+	if echo := r.m["echo"]; !echo.IsNil() {
+		fr["echo"] = raw(echo) // this exec's echo mode (checked above)
 	}
 	x := &execState{c: c, frame: engine.Encode(fr)}
 	c.slot <- struct{}{} // one exec at a time
@@ -746,4 +748,18 @@ func truncate(s string, n int) string {
 		return s[:n]
 	}
 	return s
+}
+
+// checkEcho: echo is nil, a boolean, or one of the modes "none", "last", "all" (the
+// guest runtime's names; a wrong one is the same error at every level).
+func checkEcho(r *reader, echo rawmsg.Value) {
+	switch {
+	case echo.IsNil() || echo.Kind() == rawmsg.Bool:
+	case echo.Kind() == rawmsg.Str:
+		if s, _ := echo.Str(); s != "none" && s != "last" && s != "all" {
+			r.addf("Invalid echo option: %q. Expected one of none, last, all (or a bool)", s)
+		}
+	default:
+		r.addf("echo must be a boolean or one of \"none\", \"last\", \"all\"")
+	}
 }

@@ -84,8 +84,18 @@ func (f frame) checkResult() error {
 			return protof("'error' is not a map with string keys")
 		}
 		ee := frame(ef)
-		return ee.checkAll(ee.want("type", false, S), ee.want("module", false, S), ee.want("message", false, S),
-			ee.want("traceback", true, S))
+		if err := ee.checkAll(ee.want("type", false, S), ee.want("module", false, S), ee.want("message", false, S),
+			ee.want("traceback", true, S), ee.want("args", true, rawmsg.Array)); err != nil {
+			return err
+		}
+		if args, ok := ee["args"].Items(); ok { // scalars only (wire.error_to_wire)
+			for _, a := range args {
+				if k := a.Kind(); !a.IsNil() && k != rawmsg.Bool && k != rawmsg.Int && k != rawmsg.Float && k != S {
+					return protof("'error.args' holds a %v (scalars only)", k)
+				}
+			}
+		}
+		return nil
 	}
 	return nil
 }

@@ -210,12 +210,18 @@ def untrusted_reason(mod_name: str) -> str | None:
     return UNTRUSTED_MODULES.get(mod_name) or UNTRUSTED_MODULES.get(top)
 
 
+MIB = 1 << 20
+MAX_MEMORY_MB = 1 << 20  # 1 TiB in MiB: a bigger memory_limit is a byte count by mistake
+
+
 class Policy:
     """Limits and grants for sandboxed code.
 
     ``timeout`` wall-clock seconds (None: no limit); ``tick_limit`` maximum ticks
-    (None: no limit); ``memory_limit`` bytes of RSS growth allowed during one exec
-    (None: no limit); ``max_stdout`` characters of stdout kept (the tail is kept;
+    (None: no limit); ``memory_limit`` **megabytes** (MiB, the seed's unit; an int
+    or float) of RSS growth allowed during one exec, or ``memory_limit_bytes`` the
+    same in bytes (give one of them; None: no limit; ``policy.memory_limit_bytes`` is
+    what is enforced, and what crosses to a worker); ``max_stdout`` characters of stdout kept (the tail is kept;
     None: unlimited); ``allow_network`` is carried to worker/kernel levels (the
     in-process level has no network of its own: only grants can reach it);
     ``allow_subprocess``: at ``isolation="kernel"`` the worker may create processes
@@ -236,23 +242,33 @@ class Policy:
         self,
         timeout: float | None = 30.0,
         tick_limit: int | None = None,
-        memory_limit: int | None = None,
+        memory_limit: float | None = None,
         max_stdout: int | None = None,
         allow_network: bool = False,
         allow_subprocess: bool = False,
+        *,
+        memory_limit_bytes: int | None = None,
     ):
         if timeout is not None:
             if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
                 raise ValueError("timeout must be a positive number or None")
             timeout = float(timeout)
-        for nm, v in (("tick_limit", tick_limit), ("memory_limit", memory_limit), ("max_stdout", max_stdout)):
+        for nm, v in (
+            ("tick_limit", tick_limit),
+            ("memory_limit_bytes", memory_limit_bytes),
+            ("max_stdout", max_stdout),
+        ):
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
                 raise ValueError(f"{nm} must be a non-negative int or None")
-        if memory_limit is not None and memory_limit == 0:
-            raise ValueError("memory_limit must be positive or None")
+        if memory_limit is not None and memory_limit_bytes is not None:
+            raise ValueError("give memory_limit (megabytes) or memory_limit_bytes (bytes), not both")
+        if memory_limit_bytes is not None and memory_limit_bytes == 0:
+            raise ValueError("memory_limit_bytes must be positive or None")
         self.timeout = timeout
         self.tick_limit = tick_limit
-        self.memory_limit = memory_limit
+        self.memory_limit_bytes = memory_limit_bytes
+        if memory_limit is not None:
+            self.memory_limit = memory_limit
         self.max_stdout = max_stdout
         self.allow_network = bool(allow_network)
         self.allow_subprocess = bool(allow_subprocess)
@@ -328,6 +344,30 @@ class Policy:
             return mod
 
         return register(m) if m is not None else register
+
+    @property
+    def memory_limit(self) -> float | None:
+        """The memory limit in megabytes (MiB): the seed's unit. ``memory_limit_bytes``
+        holds it in bytes."""
+        b = self.memory_limit_bytes
+        if b is None:
+            return None
+        mb = b / MIB
+        return int(mb) if mb.is_integer() else mb
+
+    @memory_limit.setter
+    def memory_limit(self, mb: float | None) -> None:
+        if mb is None:
+            self.memory_limit_bytes = None
+            return
+        if isinstance(mb, bool) or not isinstance(mb, (int, float)) or not mb > 0:
+            raise ValueError("memory_limit must be a positive number of megabytes (MiB) or None")
+        if mb > MAX_MEMORY_MB:
+            raise ValueError(
+                f"memory_limit is in megabytes (MiB), the seed's unit: {mb!r} MiB is more than 1 TiB; "
+                "for a limit in bytes pass memory_limit_bytes="
+            )
+        self.memory_limit_bytes = max(1, int(mb * MIB))
 
     @property
     def grants(self) -> list:
@@ -411,7 +451,7 @@ class Policy:
             "version": PORTABLE_VERSION,
             "timeout": self.timeout,
             "tick_limit": self.tick_limit,
-            "memory_limit": self.memory_limit,
+            "memory_limit_bytes": self.memory_limit_bytes,
             "max_stdout": self.max_stdout,
             "allow_network": self.allow_network,
             "allow_subprocess": self.allow_subprocess,
@@ -432,7 +472,7 @@ class Policy:
             "version",
             "timeout",
             "tick_limit",
-            "memory_limit",
+            "memory_limit_bytes",
             "max_stdout",
             "allow_network",
             "allow_subprocess",
@@ -444,7 +484,7 @@ class Policy:
             pol = cls(
                 timeout=d.get("timeout"),
                 tick_limit=d.get("tick_limit"),
-                memory_limit=d.get("memory_limit"),
+                memory_limit_bytes=d.get("memory_limit_bytes"),
                 max_stdout=d.get("max_stdout"),
                 allow_network=bool(d.get("allow_network", False)),
                 allow_subprocess=bool(d.get("allow_subprocess", False)),
@@ -507,7 +547,7 @@ class Policy:
     def __repr__(self):
         return (
             f"Policy(timeout={self.timeout!r}, tick_limit={self.tick_limit!r}, "
-            f"memory_limit={self.memory_limit!r}, max_stdout={self.max_stdout!r}, "
+            f"memory_limit_bytes={self.memory_limit_bytes!r}, max_stdout={self.max_stdout!r}, "
             f"allow_network={self.allow_network!r}, allow_subprocess={self.allow_subprocess!r}, "
             f"grants={len(self.grants)})"
         )

@@ -636,6 +636,10 @@ class GuestSession:
             b[name] = _ticking(g.fn, tick, name)
         # runtime helpers (unnameable by sandboxed code)
         b["__build_class__"] = gate.build_class
+        # C code called from sandbox frames (numpy, pandas, time.strptime) imports through
+        # the calling frame's builtins (PyImport_Import). Sandboxed code cannot name it:
+        # the rewriter refuses `__import__` and `__builtins__`, frames are unreachable.
+        b["__import__"] = _bi.__import__
         b[rw.CHK] = self._chk
         b[rw.TICK] = self._tick
         b[rw.GA] = gate.ga
@@ -759,8 +763,10 @@ class GuestSession:
         p = self._synthetic_parents.get(dotted)
         if p is not None:
             return p
-        for g in self.policy.modules.values():
-            if g.recursive and dotted.startswith(g.name + "."):
+        for g in sorted(self.policy.modules.values(), key=lambda g: -len(g.name)):
+            if dotted.startswith(g.name + "."):
+                if not g.recursive:
+                    break  # the innermost grant is not recursive: nothing below it
                 segs = dotted[len(g.name) + 1 :].split(".")
                 if not self.gate.submodule_allowed(g, segs):
                     break
@@ -771,7 +777,7 @@ class GuestSession:
                     mod = importlib.import_module(real)
                 except ImportError as e:
                     raise ModuleNotFoundError(f"No module named {dotted!r}", name=dotted) from e
-                if self.gate.module_rule(mod) is None:
+                if self.gate.module_rule(mod, real) is None:
                     break
                 return mod
         raise StImportDenied(f"import of module {dotted!r} is not allowed by the sandbox policy", name=dotted)
@@ -800,6 +806,9 @@ class GuestSession:
             try:
                 out.append(self._resolve_module(sub))
                 continue
+            except StImportDenied as e:
+                if _submodule_exists(mod, n):  # it is there: the policy refused it
+                    raise StImportDenied(f"cannot import name {n!r} from {modname!r}: {e}", name=modname) from None
             except ImportError:
                 pass
             if isinstance(denied, StError):
@@ -945,19 +954,19 @@ class GuestSession:
         m.base = 0
         m.stride = 1  # start checking at once; the stride grows while ticks are cheap
         m.tick_limit = pol.tick_limit
-        m.memory_limit = pol.memory_limit
+        m.memory_limit = pol.memory_limit_bytes
         m.timeout = pol.timeout
         m.forced = False
         m.armed = 1  # the first checkpoint checks
         self._cell.cell_contents = 1
-        if pol.memory_limit is not None:
+        if pol.memory_limit_bytes is not None:
             m.peak = _reset_peak()
             m.rss_base = _read_rss()
         now = time.monotonic()
         m.last_chk = m.last_mem = now
         m.deadline = None if pol.timeout is None else now + pol.timeout
         m.running = True
-        watched = pol.timeout is not None or pol.memory_limit is not None
+        watched = pol.timeout is not None or pol.memory_limit_bytes is not None
         if watched:
             _WATCHDOG.watch(m)
         tb_text = message = None
@@ -1209,6 +1218,21 @@ def _frame_names(frame) -> dict:
     return frame.f_locals
 
 
+def _submodule_exists(mod, name: str) -> bool:
+    """Whether the host could import ``name`` from the package ``mod`` (never imports it)."""
+    real = getattr(mod, "__name__", None)
+    if not isinstance(real, str) or not isinstance(getattr(mod, "__path__", None), list):
+        return False
+    if f"{real}.{name}" in sys.modules:
+        return True
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(f"{real}.{name}") is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def _ticking(fn, tick, name: str | None = None):
     def wrapper(*args, **kwargs):
         tick()
@@ -1255,12 +1279,7 @@ def _make_open(root: str, tick):
     return open
 
 
-def _echo_mode(echo) -> bool:
-    if echo in (True, "last", "all"):
-        return True
-    if echo in (False, None, "none"):
-        return False
-    raise ValueError(f"echo must be a bool or 'none'/'last', got {echo!r}")
+_echo_mode = rw.echo_mode
 
 
 def _visible_name(k) -> bool:

@@ -6,7 +6,7 @@ it and the host. Frames, host → worker:
 
     {"op": "init", "policy": <Policy.to_portable(host_fns=True)>, "filesystem_root": str|None, "echo": bool|str}
     {"op": "exec", "code": str, "namespace": {...}|None, "modules": {name: {...}}|None,
-     "stdin": str|None, "argv": [str]|None}
+     "stdin": str|None, "argv": [str]|None, "echo": bool|str (optional: this exec's mode)}
     {"op": "return", "value": ...} / {"op": "raise", "type": str, "message": str}   (answers to "call")
 
     {"op": "template", "policy": ..., "sys_path": [str]}   (the engine's template start frame)
@@ -292,7 +292,7 @@ def _warm(pol) -> None:
     fork adopts a request, restrict the calling thread (a thread started before would
     stay outside them), and threads started later inherit them."""
     pol.timeout = None  # this fork's copy: no watchdog for the warm-up
-    pol.memory_limit = None
+    pol.memory_limit_bytes = None
     GuestSession(pol).exec("x = 1")
 
 
@@ -314,6 +314,7 @@ def handle_exec(session, msg) -> dict:
         modules=msg.get("modules"),
         stdin=msg.get("stdin"),
         argv=msg.get("argv"),
+        echo=msg.get("echo"),
     )
     try:
         namespace = to_wire(r.namespace)

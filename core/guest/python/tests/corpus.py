@@ -3,7 +3,8 @@ proof that the attack is real, under plain ``exec()``.
 
 An entry: ``name``; ``code`` (a string, or a list run one after the other in one
 session); ``error`` (the exact exception class name the last exec must end in) and
-``contains`` (a substring of its message); optionally ``grants`` (modules),
+``contains`` (a substring of its message); optionally ``grants`` (modules: a name, or ``{"module": name, "recursive": bool,
+"include": [...], "exclude": [...], "name": ...}``),
 ``classes`` (``{"ref": "module:qualname", "include": [...], "constructable": bool}``),
 ``inject`` (names bound by ``namespace=`` to ``"module:callable"`` results),
 ``modules`` (per-exec modules ``{name: {attr: "module:qualname" or "...()"}}``, given to
@@ -67,6 +68,10 @@ def codes(entry) -> list:
 def policy_for(entry, Policy):
     policy = Policy(timeout=10, **entry.get("policy", {}))
     for mod in entry.get("grants", []):
+        if isinstance(mod, dict):  # {"module": name, "recursive": bool, "include": [...], "exclude": [...]}
+            kw = {k: (tuple(v) if isinstance(v, list) else v) for k, v in mod.items() if k != "module"}
+            policy.module(importlib.import_module(mod["module"]), name=kw.pop("name", mod["module"]), **kw)
+            continue
         policy.module(importlib.import_module(mod), name=mod)
     for c in entry.get("classes", []):
         kw = {"constructable": c.get("constructable", True)}
