@@ -353,6 +353,7 @@ export interface PythonPolicy {
   /** Seconds an exec may run, host calls included (default 30; null: no limit). */
   timeout?: number | null;
   tickLimit?: number;
+  /** Bytes of memory growth an exec may use (Python's `Policy(memory_limit=)` is megabytes, its seed's unit). */
   memoryLimit?: number;
   maxStdout?: number;
   allowNetwork?: boolean;
@@ -372,7 +373,8 @@ export interface PythonSandboxOptions {
   isolation?: 'kernel' | 'process';
   /** The directory the code sees as its filesystem. */
   filesystem?: string;
-  echo?: boolean | 'all';
+  /** REPL echo: 'last' (or true) the final expression statement, 'all' every top-level one, 'none' (or false) nothing. */
+  echo?: boolean | 'none' | 'last' | 'all';
   allowDegraded?: boolean;
   /** The Python interpreter (default: the engine's pick: the first python3 program on PATH). */
   python?: string;
@@ -382,7 +384,8 @@ export interface PythonExecResult {
   stdout: string;
   stderr: string;
   namespace: Record<string, unknown>;
-  error: { type: string; module: string; message: string; traceback: string | null } | null;
+  /** `args`: a builtin exception's scalar arguments (KeyError('k') → ['k']), when it had only scalars. */
+  error: { type: string; module: string; message: string; traceback: string | null; args?: unknown[] } | null;
   ticks: number;
   traceback: string | null;
   /** Characters of stdout dropped (the tail is kept). */
@@ -400,7 +403,14 @@ export declare class PythonSandbox {
   open(): Promise<Record<string, unknown>>;
   exec(
     code: string,
-    options?: { namespace?: Record<string, unknown>; modules?: Record<string, Record<string, unknown>>; stdin?: string; argv?: string[] },
+    options?: {
+      namespace?: Record<string, unknown>;
+      modules?: Record<string, Record<string, unknown>>;
+      stdin?: string;
+      argv?: string[];
+      /** This exec's echo mode (default: the sandbox's). */
+      echo?: boolean | 'none' | 'last' | 'all';
+    },
   ): Promise<PythonExecResult>;
   /** Stop the running exec (its worker is killed); with none running, nothing happens. */
   cancel(): void;

@@ -17,7 +17,7 @@ const LEVELS = ['process', 'kernel'];
 const LIMITS = {
   timeout: 'timeout',
   tickLimit: 'tick_limit',
-  memoryLimit: 'memory_limit',
+  memoryLimit: 'memory_limit_bytes', // bytes (Python's memory_limit is megabytes, as in its seed)
   maxStdout: 'max_stdout',
   allowNetwork: 'allow_network',
   allowSubprocess: 'allow_subprocess',
@@ -83,10 +83,11 @@ class PythonSandbox {
   }
 
   /** Run Python code; resolves with {stdout, namespace, error, ticks, ...}; never rejects for the code's faults. */
-  async exec(code, { namespace, modules, stdin, argv } = {}) {
+  async exec(code, { namespace, modules, stdin, argv, echo } = {}) {
     if (typeof code !== 'string') throw new InvalidArgument('code must be a string');
     await this.opening;
     const req = { op: 'coop_exec', code, namespace: namespace ?? null, modules: modules ?? null, stdin: stdin ?? null, argv: argv ?? null };
+    if (echo !== undefined && echo !== null) req.echo = echo; // this exec's mode (the engine checks it)
     let resp = check(await this.sandbox.request(req));
     while (resp.call) {
       const { call, pending } = resp;
@@ -124,7 +125,7 @@ function check(resp) {
   return resp;
 }
 
-/** sandbox(policy, {isolation: 'kernel' | 'process', filesystem, echo, allowDegraded, python}) */
+/** sandbox(policy, {isolation: 'kernel' | 'process', filesystem, echo ('none' | 'last' | 'all' | boolean), allowDegraded, python}) */
 function sandbox(policy, options) {
   return new PythonSandbox(policy, options);
 }

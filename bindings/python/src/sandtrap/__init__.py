@@ -36,7 +36,8 @@ from ._result import ErrorInfo, Result
 from ._sandbox import Command, Pipeline, Sandbox, confine, probe
 from ._version import __version__
 from ._fork import CloneResult, Clones
-from ._coop import CoopSandbox, ExecResult, IsolatedFS, Policy, WorkerCrashed, WorkerError, sandbox
+from ._coop import CoopSandbox, ExecResult, IsolatedFS, IsolationStatus, Policy, WorkerCrashed, WorkerError, sandbox
+from . import errors
 from sandtrap_guest import (
     StAttributeDenied,
     StCallDenied,
@@ -79,6 +80,8 @@ __all__ = [
     "IsolatedFS",
     "ExecResult",
     "CoopSandbox",
+    "IsolationStatus",
+    "errors",
     "WorkerError",
     "WorkerCrashed",
     "StError",

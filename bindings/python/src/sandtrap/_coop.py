@@ -28,6 +28,7 @@ import builtins
 import os
 import sys
 import threading
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,12 +36,22 @@ import sandtrap_guest
 from sandtrap_guest import ExecResult as GuestExecResult
 from sandtrap_guest import GuestSession, Policy
 from sandtrap_guest import errors as guest_errors
+from sandtrap_guest.rewriter import echo_mode as _echo_mode
 from sandtrap_guest.wire import to_wire
 
 from . import _native
-from ._errors import InvalidArgument, SandtrapError
+from ._errors import InvalidArgument, IsolationUnavailable, SandtrapError
 
-__all__ = ["sandbox", "IsolatedFS", "ExecResult", "CoopSandbox", "WorkerError", "WorkerCrashed", "Policy"]
+__all__ = [
+    "sandbox",
+    "IsolatedFS",
+    "ExecResult",
+    "IsolationStatus",
+    "CoopSandbox",
+    "WorkerError",
+    "WorkerCrashed",
+    "Policy",
+]
 
 LEVELS = ("none", "process", "kernel")
 # the worker program and its directory (tests substitute a deliberately malicious one)
@@ -75,12 +86,126 @@ class IsolatedFS:
         os.makedirs(self.root, exist_ok=True)
 
 
+class IsolationStatus(Mapping):
+    """What isolation took effect, as the seed's ``IsolationStatus`` (attributes) and as
+    the engine's report (a read-only dict view: ``status["level"]``,
+    ``status["landlock"]["abi"]``, ``dict(status)``).
+
+    The seed's attributes: ``requested`` (``isolation="kernel"`` was asked for),
+    ``platform``, ``landlock`` / ``seccomp`` (True applied, False asked for and
+    missing, None not applicable), ``seatbelt`` (always None: Linux only),
+    ``allow_network``, ``allow_host_fs`` (the worker may read and write the host's
+    files: True at ``"process"``, which confines nothing, and at ``"none"``),
+    ``root`` (the directory writes are confined to), ``degraded`` and ``summary()``.
+    Ours: ``level`` and every key of the report (docs/protocol.md, "isolation
+    report"). Unlike the seed, ``isolation="none"`` has a status too (``level``
+    ``"none"``, nothing requested), never ``None``."""
+
+    __slots__ = ("_report",)
+
+    def __init__(self, report: Mapping | None = None) -> None:
+        self._report = dict(report or {})
+
+    # the dict view
+    def __getitem__(self, key: str) -> Any:
+        return self._report[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._report)
+
+    def __len__(self) -> int:
+        return len(self._report)
+
+    def __repr__(self) -> str:
+        return f"IsolationStatus({self._report!r})"
+
+    # the seed's attributes
+    @property
+    def level(self) -> str:
+        return self._report.get("level", "none")
+
+    @property
+    def requested(self) -> bool:
+        return self.level == "kernel"
+
+    @property
+    def platform(self) -> str:
+        return sys.platform
+
+    @property
+    def landlock(self) -> bool | None:
+        if not self.requested:
+            return None
+        return bool(self._report.get("landlock"))
+
+    @property
+    def seccomp(self) -> bool | None:
+        if not self.requested:
+            return None
+        sc = self._report.get("seccomp")
+        return bool(sc and sc.get("enforced", True))
+
+    @property
+    def seatbelt(self) -> None:
+        return None
+
+    @property
+    def allow_network(self) -> bool:
+        if self.level != "kernel":
+            return True  # nothing confines the network at "none"/"process"
+        net = self._report.get("net") or {}
+        return net.get("mode") not in (None, "none")
+
+    @property
+    def allow_host_fs(self) -> bool:
+        return self.level != "kernel"
+
+    @property
+    def root(self) -> str | None:
+        if self.level != "kernel":
+            return None
+        for r in (self._report.get("landlock") or {}).get("fs_rules") or []:
+            if r.get("access") == "rw" and r.get("path") not in ("/dev", "/tmp"):
+                return r.get("path")
+        return None
+
+    @property
+    def degraded(self) -> bool:
+        """Kernel isolation asked for and not fully applied."""
+        if not self.requested:
+            return False
+        return bool(self._report.get("degraded")) or not (self.landlock and self.seccomp)
+
+    def summary(self) -> str:
+        """One line: what took effect."""
+        if self.level == "none":
+            return "in-process: no isolation (the Python layer only; no worker, no kernel restrictions)"
+        if not self.requested:
+            return "process isolation only (no kernel restrictions requested)"
+        parts = [
+            f"{n}={'applied' if v else 'UNAVAILABLE'}"
+            for n, v in (("landlock", self.landlock), ("seccomp", self.seccomp))
+        ]
+        return f"kernel isolation on {self.platform}: {', '.join(parts)}"
+
+
 @dataclass
 class ExecResult(GuestExecResult):
     """The guest runtime's result, plus what the isolation level adds."""
 
-    isolation: dict = field(default_factory=dict)  # {"level": ..., and the engine's report}
+    isolation: IsolationStatus = field(default_factory=IsolationStatus)  # the engine's report + "level"
     restarted: bool = False  # a fresh worker ran this call (the namespace was reset)
+
+
+def _attach_traceback(err: BaseException, text: str | None) -> None:
+    """The traceback text where the seed put it (``error._st_traceback_text``), at
+    every level: only ``<sandbox>`` frames and their lines."""
+    if text is None:
+        return
+    try:
+        err._st_traceback_text = text.rstrip()  # type: ignore[attr-defined]
+    except (AttributeError, TypeError):  # an exception class with __slots__
+        pass
 
 
 def _error_from_wire(e: dict | None) -> BaseException | None:
@@ -94,6 +219,7 @@ def _error_from_wire(e: dict | None) -> BaseException | None:
         cls = getattr(builtins, name, None)
     elif module == "sandtrap" and name == "WorkerCrashed":
         cls = WorkerCrashed
+    args = e.get("args")
     err: BaseException
     if (
         isinstance(cls, type)
@@ -101,12 +227,14 @@ def _error_from_wire(e: dict | None) -> BaseException | None:
         and not issubclass(cls, (SystemExit, KeyboardInterrupt))
     ):
         try:
-            err = cls(message)
+            # a builtin exception's scalar arguments come as they were: KeyError('k')
+            err = cls(*args) if isinstance(args, list) and module == "builtins" else cls(message)
         except Exception:  # noqa: BLE001 - odd constructors
             err = WorkerError(name, message)
     else:
         err = WorkerError(name, message)
     err.__sandtrap_traceback__ = e.get("traceback")  # type: ignore[attr-defined]
+    _attach_traceback(err, e.get("traceback"))
     return err
 
 
@@ -129,6 +257,7 @@ class CoopSandbox:
         self.policy = policy
         self.level = isolation
         self.filesystem = filesystem
+        _echo_mode(echo)  # ValueError for a wrong one, at every level
         self.echo = echo
         self.allow_degraded = allow_degraded
         self._lock = threading.Lock()  # one exec at a time (the engine also serialises)
@@ -153,7 +282,13 @@ class CoopSandbox:
         if _WORKER_MODULE:
             req.update(worker_module=_WORKER_MODULE, worker_path=list(_WORKER_PATH))
         # a handle for the ops: the engine builds the worker's own policy (docs/protocol.md)
-        rc, ptr, msg = _native.sandbox_new(_native.pack({"allow_degraded": True}))
+        try:
+            rc, ptr, msg = _native.sandbox_new(_native.pack({"allow_degraded": True}))
+        except ImportError as e:  # isolation="none" needs no library; these levels do
+            raise IsolationUnavailable(
+                f'isolation="{isolation}" needs the native library libsandtrap.so (Linux), which cannot be '
+                f'loaded here: {e}. isolation="none" works without it'
+            ) from e
         if rc != _native.OK:
             raise _native.status_error(rc, None, msg)
         self._handle = _Handle(ptr)
@@ -195,13 +330,19 @@ class CoopSandbox:
         modules: dict | None = None,
         stdin: str | None = None,
         argv: list[str] | None = None,
+        echo: bool | str | None = None,
     ) -> ExecResult:
-        """Run ``code``; never raises for the code's own faults (see ``result.error``)."""
+        """Run ``code``; never raises for the code's own faults (see ``result.error``).
+        ``echo`` overrides the sandbox's echo mode for this call (None keeps it)."""
         if not isinstance(code, str):
             raise InvalidArgument("code must be a str")
+        if echo is not None:
+            _echo_mode(echo)  # ValueError, at every level
         with self._lock:
             if self._local is not None:
-                r = self._local.exec(code, namespace=namespace, modules=modules, stdin=stdin, argv=argv)
+                r = self._local.exec(code, namespace=namespace, modules=modules, stdin=stdin, argv=argv, echo=echo)
+                if r.error is not None:
+                    _attach_traceback(r.error, r.traceback)
                 return ExecResult(
                     r.stdout,
                     r.namespace,
@@ -212,7 +353,7 @@ class CoopSandbox:
                     stdout_truncated=r.stdout_truncated,
                     duration=r.duration,
                     error_message=r.error_message,
-                    isolation=dict(self._report),
+                    isolation=IsolationStatus(self._report),
                 )
             resp = self._request(
                 {
@@ -222,6 +363,7 @@ class CoopSandbox:
                     "modules": to_wire(modules) if modules else None,
                     "stdin": stdin,
                     "argv": list(argv) if argv is not None else None,
+                    **({"echo": echo} if echo is not None else {}),
                 }
             )
             while "call" in resp:  # the worker called a granted function: it runs here
@@ -243,7 +385,7 @@ class CoopSandbox:
             stdout_truncated=resp["stdout_truncated"],
             duration=float(resp["duration"]),
             error_message=e["message"] if e else None,
-            isolation=dict(self._report),
+            isolation=IsolationStatus(self._report),
             restarted=resp["restarted"],
         )
 
@@ -291,8 +433,21 @@ def sandbox(
     filesystem: IsolatedFS | None = None,
     echo: bool | str = False,
     allow_degraded: bool = False,
+    *,
+    mode: str = "raw",
+    start_method: str | None = None,
+    close_fds: bool = False,
 ) -> CoopSandbox:
     """A cooperative Python sandbox.
+
+    The seed's ``mode`` (only ``"raw"``), ``start_method`` and ``close_fds`` are
+    accepted: workers are always forks of a template that the engine started by
+    execve and never inherit this process's memory or descriptors (what the seed's
+    ``"forkserver"``/``"spawn"`` and ``close_fds=True`` give), so ``None``,
+    ``"spawn"`` and ``"forkserver"`` are the same here and ``"fork"`` is refused:
+    inheriting the host's memory is what the design never does (grant by reference,
+    and host functions run in the host through host calls, so a non-portable
+    ``policy.fn`` needs no fork).
 
     ``isolation``:
 
@@ -312,6 +467,19 @@ def sandbox(
     """
     if isolation not in LEVELS:
         raise InvalidArgument(f"isolation must be one of {LEVELS}, got {isolation!r}")
+    if mode != "raw":
+        raise InvalidArgument(f"mode must be 'raw', got {mode!r}")
+    if start_method == "fork":
+        raise InvalidArgument(
+            'start_method="fork" is not offered: workers never inherit this process\'s memory (they are forks of '
+            "a template the engine starts by execve, so a multi-threaded host cannot deadlock them). Grants cross "
+            "by reference and policy.fn grants run here in the host when the worker calls them, so closures and "
+            "bound methods need no fork; use start_method=None (the same as 'forkserver' and 'spawn')"
+        )
+    if start_method not in (None, "spawn", "forkserver"):
+        raise InvalidArgument(f"start_method must be None, 'spawn' or 'forkserver', got {start_method!r}")
+    if not isinstance(close_fds, bool):
+        raise InvalidArgument("close_fds must be a bool (workers never inherit descriptors either way)")
     if policy is None:
         policy = Policy()
     if not isinstance(policy, Policy):

@@ -106,8 +106,9 @@ class PolicyError(SandtrapError, ValueError):
     kind, code = "invalid_policy", -3
 
 
-class IsolationUnavailable(SandtrapError):
-    """A requested protection cannot be applied here (and ``allow_degraded`` is off)."""
+class IsolationUnavailable(SandtrapError, RuntimeError):
+    """A requested protection cannot be applied here (and ``allow_degraded`` is off).
+    A ``RuntimeError`` too, as the cooperative sandbox's seed has it."""
 
     kind, code = "isolation_unavailable", -4
 

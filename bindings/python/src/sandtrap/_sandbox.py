@@ -376,6 +376,17 @@ class Sandbox:
     finish first.
     """
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        # Sandbox(policy, ...) with a cooperative Policy is the seed's in-process
+        # cooperative sandbox (docs/cooperative.md); the keyword form is this class
+        if cls is Sandbox and (args or "policy" in kwargs):
+            from ._coop import Policy as CoopPolicy
+            from ._coop import sandbox as coop_sandbox
+
+            if isinstance(args[0] if args else kwargs.get("policy"), CoopPolicy):
+                return coop_sandbox(*args, **kwargs)
+        return super().__new__(cls)
+
     def __init__(
         self,
         *_positional: Any,

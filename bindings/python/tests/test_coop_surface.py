@@ -1,0 +1,271 @@
+"""Issue 19: the cooperative sandbox's seed surface, at every isolation level.
+
+The bugs the issue lists (C code importing at call time, ``os.path`` through a
+recursive grant, nested grants, echo modes, exception arguments, memory units), the
+seed's names (``Sandbox(policy)``, ``sandtrap.errors``, ``IsolationStatus``, per-call
+``echo=``, ``error._st_traceback_text``) and ``isolation="none"`` without the native
+library."""
+
+from __future__ import annotations
+
+import email
+import email.mime
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+import sandtrap
+from sandtrap import IsolatedFS, IsolationStatus, Policy, Sandbox, sandbox
+from sandtrap_guest import StImportDenied
+
+LEVELS = ["none", "process", "kernel"]
+
+
+def errname(err):
+    return None if err is None else getattr(err, "type_name", type(err).__name__)
+
+
+@pytest.fixture(params=LEVELS)
+def level(request):
+    return request.param
+
+
+def open_sb(policy, level, tmp_path, **kw):
+    return sandbox(policy, isolation=level, filesystem=IsolatedFS(tmp_path), **kw)
+
+
+# --------------------------------------------------------------------- the bugs
+def test_c_code_that_imports_at_call_time(level, tmp_path):
+    p = Policy(timeout=20)
+    p.module(time)
+    with open_sb(p, level, tmp_path) as sb:
+        r = sb.exec("import time\ny = time.strptime('2021', '%Y').tm_year")
+    assert r.error is None, r.traceback
+    assert r.namespace["y"] == 2021
+
+
+def test_numpy_reduction_that_imports_at_call_time(level, tmp_path):
+    np = pytest.importorskip("numpy")
+    p = Policy(timeout=60)
+    p.module(np, recursive=True)
+    with open_sb(p, level, tmp_path) as sb:
+        r = sb.exec("import numpy as np\ns = int(np.arange(3).sum())\nm = float(np.arange(4).mean())")
+    assert r.error is None, r.traceback
+    assert (r.namespace["s"], r.namespace["m"]) == (3, 1.5)
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import os\nx = os.path.join('a', 'b')",
+        "import os.path\nx = os.path.join('a', 'b')",
+        "from os.path import join\nx = join('a', 'b')",
+    ],
+    ids=["attribute", "import", "from"],
+)
+def test_recursive_os_grants_os_path(level, tmp_path, code):
+    p = Policy(timeout=20)
+    p.module(os, recursive=True)
+    with open_sb(p, level, tmp_path) as sb:
+        r = sb.exec(code)
+    assert r.error is None, r.traceback
+    assert r.namespace["x"] == "a/b"
+
+
+def test_nested_grants(level, tmp_path):
+    p = Policy(timeout=20)
+    p.module(email, recursive=True)
+    p.module(email.mime, name="email.mime")
+    with open_sb(p, level, tmp_path) as sb:
+        ok = sb.exec("import email.utils\nx = email.utils.quote('a')")
+        hidden = sb.exec("import email.mime.text")
+        hidden_from = sb.exec("from email.mime import text")
+    assert ok.error is None and ok.namespace["x"] == "a"
+    assert errname(hidden.error) == "StImportDenied" and "email.mime.text" in str(hidden.error)
+    assert errname(hidden_from.error) == "StImportDenied"
+
+
+def test_echo_all_and_per_call_echo(level, tmp_path):
+    code = "1 + 1\nx = 5\nx * 2\nx"
+    with open_sb(Policy(timeout=20), level, tmp_path, echo="all") as sb:
+        assert sb.exec(code).stdout == "2\n10\n5\n"
+        assert sb.exec(code, echo="last").stdout == "5\n"
+        assert sb.exec(code, echo="none").stdout == ""
+        assert sb.exec(code).stdout == "2\n10\n5\n"  # the sandbox's mode again
+    with open_sb(Policy(timeout=20), level, tmp_path) as sb:
+        assert sb.exec(code).stdout == ""
+        assert sb.exec(code, echo=True).stdout == "5\n"
+
+
+@pytest.mark.parametrize("bad", ["All", "yes", 1, None.__class__])
+def test_invalid_echo_is_the_same_value_error_at_every_level(level, tmp_path, bad):
+    with pytest.raises(ValueError, match="Invalid echo option") as e1:
+        open_sb(Policy(timeout=20), level, tmp_path, echo=bad)
+    assert type(e1.value) is ValueError
+    with open_sb(Policy(timeout=20), level, tmp_path) as sb:
+        with pytest.raises(ValueError, match="Invalid echo option") as e2:
+            sb.exec("1", echo=bad)
+    assert type(e2.value) is ValueError
+
+
+def test_invalid_echo_over_the_protocol_is_refused_by_the_engine(tmp_path):
+    # what a host other than Python (Node) sends: the engine checks the mode too
+    with sandbox(Policy(timeout=20), isolation="process") as sb:
+        with pytest.raises(sandtrap.InvalidRequest, match="Invalid echo option"):
+            sb._request({"op": "coop_exec", "code": "1", "echo": "bad"})
+
+
+def test_key_error_comes_back_with_its_argument(level, tmp_path):
+    with open_sb(Policy(timeout=20), level, tmp_path) as sb:
+        r = sb.exec("d = {}\nd['k']")
+        r2 = sb.exec("raise OSError(2, 'gone')")
+    assert type(r.error) is KeyError and r.error.args == ("k",) and repr(r.error) == "KeyError('k')"
+    assert type(r2.error) is FileNotFoundError and r2.error.errno == 2 and r2.error.strerror == "gone"
+
+
+def test_memory_limit_is_megabytes_at_every_level(level, tmp_path):
+    with open_sb(Policy(timeout=30, memory_limit=64), level, tmp_path) as sb:
+        small = sb.exec("x = bytearray(8 << 20)\ndel x")
+        big = sb.exec("x = [bytearray(1 << 20) for _ in range(200)]")  # noticed at a checkpoint
+    assert small.error is None, small.traceback
+    assert type(big.error) is MemoryError and "67108864 bytes" in str(big.error)
+    with open_sb(Policy(timeout=30, memory_limit_bytes=64 << 20), level, tmp_path) as sb:
+        big = sb.exec("x = [bytearray(1 << 20) for _ in range(200)]")
+    assert type(big.error) is MemoryError and "67108864 bytes" in str(big.error)
+
+
+# ------------------------------------------------------------- the seed's names
+def test_sandbox_class_dispatches_on_a_policy(tmp_path):
+    policy = Policy(timeout=5.0, tick_limit=100_000)
+    with Sandbox(policy) as sb:  # the seed's in-process class
+        r = sb.exec("total = sum(range(10))\nprint(f'total = {total}')")
+    assert isinstance(sb, sandtrap.CoopSandbox) and sb.level == "none"
+    assert (r.stdout, r.namespace, r.error, r.ticks) == ("total = 45\n", {"total": 45}, None, 2)
+    with Sandbox(policy=policy, echo="last") as sb:
+        assert sb.exec("6 * 7").stdout == "42\n"
+    with Sandbox(policy, isolation="process") as sb:
+        assert sb.exec("x = 1").namespace == {"x": 1} and sb.level == "process"
+    # the process sandbox keeps its keyword form
+    ps = Sandbox(fs_readable=["/usr"], max_memory="64M")
+    assert type(ps) is Sandbox and ps.policy["max_memory"]
+    ps.close()
+    with pytest.raises(sandtrap.PolicyError, match="keyword arguments only"):
+        Sandbox("not a policy")
+
+
+def test_errors_module_has_the_seed_names():
+    from sandtrap import errors
+
+    for name in (
+        "StError",
+        "StTimeout",
+        "StCancelled",
+        "StTickLimit",
+        "StForkUnsafe",
+        "StPolicyNotPortable",
+        "StLostWrite",
+        "StValidationError",
+        "IsolationUnavailable",
+        "RpcChannelClosed",
+    ):
+        assert isinstance(getattr(errors, name), type), name
+    assert errors.StTimeout is sandtrap.StTimeout and errors.StPolicyNotPortable is sandtrap.StPolicyNotPortable
+    assert (
+        issubclass(errors.IsolationUnavailable, RuntimeError)
+        and errors.IsolationUnavailable is sandtrap.IsolationUnavailable
+    )
+    assert issubclass(errors.StPolicyNotPortable, ValueError) and issubclass(errors.StForkUnsafe, RuntimeError)
+    assert issubclass(errors.StLostWrite, OSError) and errors.WorkerCrashed is sandtrap.WorkerCrashed
+    assert issubclass(errors.StImportDenied, ImportError) and issubclass(errors.StAttributeDenied, AttributeError)
+
+
+def test_isolation_status_object_and_dict_view(level, tmp_path):
+    with open_sb(Policy(timeout=20), level, tmp_path) as sb:
+        st = sb.exec("x = 1").isolation
+    assert isinstance(st, IsolationStatus)
+    assert st["level"] == level == st.level and dict(st)["level"] == level
+    assert st.requested is (level == "kernel")
+    assert st.seatbelt is None and st.platform == sys.platform
+    if level == "kernel":
+        assert st.landlock is True and st.seccomp is True and st.degraded is False
+        assert st.root == str(tmp_path.resolve()) and st.allow_network is False and st.allow_host_fs is False
+        assert st["landlock"]["abi"] >= 1
+        assert st.summary() == "kernel isolation on linux: landlock=applied, seccomp=applied"
+    else:
+        assert st.landlock is None and st.seccomp is None and st.degraded is False
+        assert st.allow_host_fs is True and st.allow_network is True and st.root is None
+    assert "isolation" in st.summary()
+
+
+def test_traceback_where_the_seed_puts_it(level, tmp_path):
+    with open_sb(Policy(timeout=20), level, tmp_path) as sb:
+        r = sb.exec("def f():\n    return 1 / 0\nf()")
+    tb = r.error._st_traceback_text
+    assert tb == r.traceback.rstrip()
+    assert tb.startswith("Traceback (most recent call last):") and tb.endswith("ZeroDivisionError: division by zero")
+    assert 'File "<sandbox>", line 2, in f' in tb and "return 1 / 0" in tb
+    assert "sandtrap_guest" not in tb
+
+
+def test_start_method_fork_is_refused_with_the_reason():
+    with pytest.raises(sandtrap.InvalidArgument, match="never inherit this process's memory"):
+        sandbox(Policy(), isolation="process", start_method="fork")
+    for sm in (None, "spawn", "forkserver"):
+        sandbox(Policy(), start_method=sm, close_fds=True).close()
+    with pytest.raises(sandtrap.InvalidArgument, match="mode must be 'raw'"):
+        sandbox(Policy(), mode="json")
+
+
+# ----------------------------------------------- "none" without the native library
+HIDDEN = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, {src!r})
+    import sandtrap
+    from sandtrap import Policy, sandbox, Sandbox, errors
+    from sandtrap import _native
+    print("CANDIDATES", [str(p) for p in _native.candidates()])
+    with sandbox(Policy(timeout=5.0, tick_limit=100_000)) as sb:
+        r = sb.exec("total = sum(range(10))\\nprint(f'total = {{total}}')")
+    print("NONE", repr(r.stdout), r.namespace, r.error, r.isolation.level)
+    with Sandbox(Policy()) as sb:
+        print("SANDBOX", sb.exec("x = 2").namespace)
+    print("LOADED", _native.lib_path())
+    for level in ("process", "kernel"):
+        try:
+            sandbox(Policy(), isolation=level)
+        except errors.IsolationUnavailable as e:
+            print("REFUSED", level, e)
+    """
+)
+
+
+def test_isolation_none_works_without_the_native_library(tmp_path):
+    # a copy of the package where no library can be found: SANDTRAP_LIB names
+    # nothing, and no _lib/ or build/ library lies next to it
+    src = Path(sandtrap.__file__).resolve().parent
+    guest = Path(sys.modules["sandtrap_guest"].__file__).resolve().parent
+    dest = tmp_path / "site"
+    import shutil
+
+    shutil.copytree(src, dest / "sandtrap", ignore=shutil.ignore_patterns("_lib", "__pycache__"))
+    shutil.copytree(guest, dest / "sandtrap_guest", ignore=shutil.ignore_patterns("__pycache__"))
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SANDTRAP_LIB")}
+    env["SANDTRAP_LIB"] = str(tmp_path / "nowhere" / "libsandtrap.so")
+    p = subprocess.run(
+        [sys.executable, "-c", HIDDEN.format(src=str(dest))], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert p.returncode == 0, p.stderr
+    out = p.stdout
+    assert "CANDIDATES" in out and "build" not in out.split("CANDIDATES", 1)[1].splitlines()[0]
+    assert "NONE 'total = 45\\n' {'total': 45} None none" in out
+    assert "SANDBOX {'x': 2}" in out
+    assert "LOADED None" in out  # the library was never loaded
+    for level in ("process", "kernel"):
+        line = next(ln for ln in out.splitlines() if ln.startswith(f"REFUSED {level}"))
+        assert "libsandtrap.so" in line and "nowhere" in line and 'isolation="none" works without it' in line
