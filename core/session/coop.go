@@ -54,6 +54,7 @@ type coop struct {
 	spawn         bool
 	timeout       float64 // 0: none
 	hostFns       map[string]bool
+	vfs           bool // the host serves a VirtualFS (fs host calls)
 	allowDegraded bool
 	denySpawn     bool
 
@@ -100,7 +101,7 @@ func coopOpen(s *engine.Sandbox, req []byte) ([]byte, string) {
 
 func openCoop(s *engine.Sandbox, req []byte) (*coop, error) {
 	r, err := newReader(req, "coop_open", "op", "level", "policy", "interpreter", "sys_path", "module_dirs",
-		"filesystem_root", "echo", "allow_degraded", "worker_module", "worker_path", "tag")
+		"filesystem_root", "echo", "vfs", "allow_degraded", "worker_module", "worker_path", "tag")
 	if err != nil {
 		return nil, err
 	}
@@ -128,6 +129,20 @@ func openCoop(s *engine.Sandbox, req []byte) (*coop, error) {
 	}
 	echo := r.m["echo"]
 	checkEcho(r, echo)
+	// vfs: the host serves a VirtualFS; the worker asks for its files with fs calls
+	vfsVal := r.m["vfs"]
+	var vfsInit any
+	if !vfsVal.IsNil() {
+		f, ok := vfsVal.Fields()
+		mr, okRoot := f["module_root"].Str()
+		if !ok || len(f) != 1 || !okRoot || !strings.HasPrefix(mr, "/") {
+			r.addf("vfs must be a map {module_root: an absolute path}")
+		} else if root != "" {
+			r.addf("give filesystem_root or vfs, not both")
+		}
+		c.vfs = true
+		vfsInit = map[string]any{"module_root": mr}
+	}
 	c.allowDegraded = r.boolean("allow_degraded")
 	module := r.str("worker_module")
 	if module == "" {
@@ -225,7 +240,8 @@ func openCoop(s *engine.Sandbox, req []byte) (*coop, error) {
 	if !echo.IsNil() {
 		echoVal = raw(echo)
 	}
-	c.init = encodeSorted(map[string]any{"op": "init", "policy": portable, "filesystem_root": rootVal, "echo": echoVal})
+	c.init = encodeSorted(map[string]any{"op": "init", "policy": portable, "filesystem_root": rootVal, "echo": echoVal,
+		"vfs": vfsInit})
 	c.base = engine.Encode(c.worker.Isolation())
 	c.extra = map[string]any{"level": c.level, "python": map[string]any{"interpreter": interp, "granted": granted}}
 	c.reportSubprocess(nil)
@@ -629,6 +645,18 @@ func (x *execState) handle(reply []byte, end *engine.SessionEnd) hostcall.Step {
 				x.call = name
 				return hostcall.Ask(hostcall.Call{Kind: "fn", Fields: map[string]any{
 					"name": name, "args": raw(f["args"]), "kwargs": raw(f["kwargs"])}}, x)
+			case "fs":
+				if !c.vfs {
+					err = protof("an fs call, but this sandbox serves no VirtualFS")
+					break
+				}
+				if err = f.checkFS(); err != nil {
+					break
+				}
+				name := f.str("name")
+				x.call = "the filesystem's " + name
+				return hostcall.Ask(hostcall.Call{Kind: "fs", Fields: map[string]any{
+					"name": name, "args": raw(f["args"])}}, x)
 			case "result":
 				if err = f.checkResult(); err == nil {
 					return x.result(f)

@@ -100,6 +100,43 @@ func (f frame) checkResult() error {
 	return nil
 }
 
+// fsOps: the operations of a VirtualFS a worker may ask the host for (vfs.py OPS)
+// and how many arguments each takes.
+var fsOps = map[string]int{"read": 1, "stat": 1, "list": 1, "mkdir": 1, "remove": 1, "rmdir": 1, "write": 3, "rename": 2}
+
+// checkFS: a worker's VirtualFS operation (worker.py "fs"): a known name, its
+// number of arguments, paths as str (at most 4096 bytes), write's data as bin and
+// its append flag as bool.
+func (f frame) checkFS() error {
+	if err := f.checkAll(f.want("name", false, rawmsg.Str), f.want("args", false, rawmsg.Array)); err != nil {
+		return err
+	}
+	name := f.str("name")
+	n, ok := fsOps[name]
+	if !ok {
+		return protof("no filesystem operation %q", truncate(name, 40))
+	}
+	args, _ := f["args"].Items()
+	if len(args) != n {
+		return protof("fs %s takes %d arguments, got %d", name, n, len(args))
+	}
+	for i, a := range args {
+		want := rawmsg.Str
+		if name == "write" && i == 1 {
+			want = rawmsg.Bin
+		} else if name == "write" && i == 2 {
+			want = rawmsg.Bool
+		}
+		if a.Kind() != want {
+			return protof("fs %s: argument %d is a %v, not a %v", name, i, a.Kind(), want)
+		}
+		if s, isStr := a.Str(); isStr && len(s) > 4096 {
+			return protof("fs %s: a path longer than 4096 bytes", name)
+		}
+	}
+	return nil
+}
+
 // checkCall: a worker's call of a host function (worker.py "call").
 func (f frame) checkCall() error {
 	if err := f.checkAll(f.want("name", false, rawmsg.Str), f.want("args", false, rawmsg.Array),

@@ -269,3 +269,115 @@ def test_isolation_none_works_without_the_native_library(tmp_path):
     for level in ("process", "kernel"):
         line = next(ln for ln in out.splitlines() if ln.startswith(f"REFUSED {level}"))
         assert "libsandtrap.so" in line and "nowhere" in line and 'isolation="none" works without it' in line
+
+
+# ------------------------------------------------------------------- VirtualFS
+VFS_CODE = """
+import os, os.path, pathlib
+text = open('/data/in.txt').read()
+with open('out.txt', 'w') as f:
+    f.write(text.upper())
+with open('/data/log.txt', 'a') as f:
+    f.write('more')
+seen = [os.path.exists('/out.txt'), os.path.isdir('/data'), os.path.isfile('/data'), sorted(os.listdir('/'))]
+size = os.path.getsize('/out.txt')
+p = pathlib.Path('/data') / 'p.txt'
+p.write_text('via pathlib')
+via = p.read_text()
+names = sorted(str(x) for x in pathlib.Path('/data').iterdir())
+globbed = sorted(str(x) for x in pathlib.Path('/').glob('data/*.txt'))
+os.makedirs('/a/b', exist_ok=True)
+os.rename('/out.txt', '/a/b/moved.txt')
+os.remove('/data/p.txt')
+binary = open('/data/bin', 'wb')
+binary.write(bytes(range(256)))
+"""
+
+
+def _vfs_policy():
+    import pathlib
+
+    p = Policy(timeout=30)
+    p.module(os, recursive=True)
+    p.module(pathlib)
+    return p
+
+
+@pytest.mark.parametrize("backing", ["memory", "directory"])
+def test_virtualfs_open_os_path_pathlib(level, tmp_path, backing):
+    fs = sandtrap.VirtualFS() if backing == "memory" else sandtrap.VirtualFS(directory=tmp_path / "vfs")
+    fs.write("/data/in.txt", "hello\n")
+    fs.write("/data/log.txt", "log:")
+    with sandbox(_vfs_policy(), isolation=level, filesystem=fs) as sb:
+        r = sb.exec(VFS_CODE)
+    assert r.error is None, r.traceback
+    ns = r.namespace
+    assert ns["text"] == "hello\n" and ns["via"] == "via pathlib"
+    assert ns["seen"] == [True, True, False, ["data", "out.txt"]] and ns["size"] == 6
+    assert ns["names"] == ["/data/in.txt", "/data/log.txt", "/data/p.txt"]
+    assert ns["globbed"] == ["/data/in.txt", "/data/log.txt", "/data/p.txt"]
+    # the host sees what the code wrote (a file left open was written back at the end)
+    assert fs.read("/a/b/moved.txt") == b"HELLO\n" and fs.read("/data/log.txt") == b"log:more"
+    assert fs.read("/data/bin") == bytes(range(256)) and not fs.exists("/data/p.txt")
+    assert sorted(fs.list("/", recursive=True)) == [
+        "a",
+        "a/b",
+        "a/b/moved.txt",
+        "data",
+        "data/bin",
+        "data/in.txt",
+        "data/log.txt",
+    ]
+    if backing == "directory":  # the files are in the directory, and only there
+        assert (tmp_path / "vfs" / "a" / "b" / "moved.txt").read_bytes() == b"HELLO\n"
+
+
+def test_virtualfs_stays_inside_itself(level, tmp_path):
+    (tmp_path / "secret").write_text("host secret")
+    fs = sandtrap.VirtualFS(directory=tmp_path / "vfs")
+    os.symlink(tmp_path / "secret", tmp_path / "vfs" / "link")
+    with sandbox(_vfs_policy(), isolation=level, filesystem=fs) as sb:
+        for code, err in [
+            ("open('/../secret').read()", "FileNotFoundError"),
+            ("open('/link').read()", "PermissionError"),  # a symlink out of the directory
+            ("open('/etc/hostname').read()", "FileNotFoundError"),
+            ("import os\nos.listdir('/..')", None),
+            ("import os\nos.open('/etc/hostname', 0)", "StAttributeDenied"),
+            ("import pathlib\npathlib.Path('/etc/hostname').read_text()", "FileNotFoundError"),
+        ]:
+            r = sb.exec(code)
+            assert errname(r.error) == err, (code, r.error)
+        assert sb.exec("import os\nx = os.listdir('/..')").namespace["x"] == ["link"]
+
+
+def test_virtualfs_imports_module_root_and_main(level, tmp_path):
+    fs = sandtrap.VirtualFS()
+    fs.write("/work/lib/helpers.py", "def double(x):\n    return 2 * x\n")
+    p = _vfs_policy()
+    p.module_root = "/work/lib"
+    with sandbox(p, isolation=level, filesystem=fs) as sb:
+        r1 = sb.exec(
+            "import os\nos.makedirs('/work/lib/pkg', exist_ok=True)\n"
+            "with open('/work/lib/pkg/__init__.py', 'w') as f:\n    f.write('from pkg.util import VALUE\\n')\n"
+            "with open('/work/lib/pkg/util.py', 'w') as f:\n    f.write('VALUE = 41\\n')\n"
+            "with open('/work/lib/mymodule.py', 'w') as f:\n"
+            "    f.write('class Greeter:\\n    def __init__(self, n):\\n        self.n = n\\n'\n"
+            "            '    def hi(self):\\n        return \"hi \" + self.n\\n')\n"
+            "import mymodule, helpers, pkg\nfrom pkg.util import VALUE\n"
+            "out = [mymodule.Greeter('a').hi(), helpers.double(2), pkg.VALUE + 1, VALUE]\n"
+            "def later(x):\n    return x + 1\n"
+        )
+        assert r1.error is None, r1.traceback
+        assert r1.namespace["out"] == ["hi a", 4, 42, 41]
+        r2 = sb.exec("from main import later\nfrom mymodule import Greeter\nres = (later(1), Greeter('b').hi())")
+        assert r2.error is None, r2.traceback
+        assert list(r2.namespace["res"]) == [2, "hi b"]  # (a tuple comes back from a worker as a list)
+        r3 = sb.exec(
+            "with open('/work/lib/helpers.py', 'w') as f:\n    f.write('def double(x):\\n    return 3 * x\\n')\n"
+            "import helpers\nz = helpers.double(2)"
+        )
+        assert r3.namespace["z"] == 6  # a changed source is run again
+        r4 = sb.exec("import nothere")
+        assert errname(r4.error) == "StImportDenied"
+        r5 = sb.exec("with open('/work/lib/bad.py', 'w') as f:\n    f.write('import sys\\n')\nimport bad")
+        assert errname(r5.error) == "StImportDenied" and "'sys'" in str(r5.error)

@@ -36,7 +36,17 @@ from ._result import ErrorInfo, Result
 from ._sandbox import Command, Pipeline, Sandbox, confine, probe
 from ._version import __version__
 from ._fork import CloneResult, Clones
-from ._coop import CoopSandbox, ExecResult, IsolatedFS, IsolationStatus, Policy, WorkerCrashed, WorkerError, sandbox
+from ._coop import (
+    CoopSandbox,
+    ExecResult,
+    IsolatedFS,
+    IsolationStatus,
+    Policy,
+    VirtualFS,
+    WorkerCrashed,
+    WorkerError,
+    sandbox,
+)
 from . import errors
 from sandtrap_guest import (
     StAttributeDenied,
@@ -78,6 +88,7 @@ __all__ = [
     "CloneResult",
     "Policy",
     "IsolatedFS",
+    "VirtualFS",
     "ExecResult",
     "CoopSandbox",
     "IsolationStatus",

@@ -37,6 +37,8 @@ from sandtrap_guest import ExecResult as GuestExecResult
 from sandtrap_guest import GuestSession, Policy
 from sandtrap_guest import errors as guest_errors
 from sandtrap_guest.rewriter import echo_mode as _echo_mode
+from sandtrap_guest.vfs import VirtualFS
+from sandtrap_guest.vfs import serve as _serve_fs
 from sandtrap_guest.wire import to_wire
 
 from . import _native
@@ -45,6 +47,7 @@ from ._errors import InvalidArgument, IsolationUnavailable, SandtrapError
 __all__ = [
     "sandbox",
     "IsolatedFS",
+    "VirtualFS",
     "ExecResult",
     "IsolationStatus",
     "CoopSandbox",
@@ -250,7 +253,12 @@ class CoopSandbox:
     """A persistent sandboxed namespace; see :func:`sandbox`."""
 
     def __init__(
-        self, policy: Policy, isolation: str, filesystem: IsolatedFS | None, echo: bool | str, allow_degraded: bool
+        self,
+        policy: Policy,
+        isolation: str,
+        filesystem: IsolatedFS | VirtualFS | None,
+        echo: bool | str,
+        allow_degraded: bool,
     ) -> None:
         from ._sandbox import _Handle
 
@@ -264,9 +272,10 @@ class CoopSandbox:
         self._local: GuestSession | None = None
         self._handle: _Handle | None = None
         self._report: dict = {"level": isolation}
-        root = filesystem.root if filesystem else None
+        virtual = filesystem if isinstance(filesystem, VirtualFS) else None
+        root = filesystem.root if isinstance(filesystem, IsolatedFS) else None
         if isolation == "none":
-            self._local = GuestSession(policy, filesystem_root=root, echo=echo)
+            self._local = GuestSession(policy, filesystem_root=root, echo=echo, filesystem=virtual)
             return
         req: dict[str, Any] = {
             "op": "coop_open",
@@ -277,6 +286,8 @@ class CoopSandbox:
             "module_dirs": _module_dirs(policy),
             "filesystem_root": root,
             "echo": echo,
+            # a VirtualFS stays here: the worker reads and writes it through fs host calls
+            "vfs": {"module_root": policy.module_root} if virtual is not None else None,
             "allow_degraded": allow_degraded,
         }
         if _WORKER_MODULE:
@@ -311,7 +322,14 @@ class CoopSandbox:
         return resp or {}
 
     def _host_call(self, call: dict) -> dict:
-        """Run the granted function a host call names; the answer's value or error."""
+        """Run the granted function a host call names (or the VirtualFS operation);
+        the answer's value or error."""
+        if call.get("kind") == "fs" and isinstance(self.filesystem, VirtualFS):
+            try:
+                return {"value": _serve_fs(self.filesystem.backend, call.get("name"), call.get("args"))}
+            except Exception as e:  # noqa: BLE001 - an OSError for the sandboxed code
+                msg = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+                return {"error": {"type": type(e).__name__, "message": msg}}
         grant = self.policy.fns.get(call.get("name")) if call.get("kind") == "fn" else None
         if grant is None:
             return {
@@ -484,7 +502,7 @@ def sandbox(
         policy = Policy()
     if not isinstance(policy, Policy):
         raise InvalidArgument("policy must be a sandtrap.Policy")
-    if filesystem is not None and not isinstance(filesystem, IsolatedFS):
+    if filesystem is not None and not isinstance(filesystem, (IsolatedFS, VirtualFS)):
         filesystem = IsolatedFS(os.fspath(filesystem))
     return CoopSandbox(policy, isolation, filesystem, echo, allow_degraded)
 

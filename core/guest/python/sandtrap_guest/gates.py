@@ -770,6 +770,15 @@ class Gate:
         self.ga = self._make_ga()
 
     # ----------------------------------------------------------- substitutions
+    def add_substitutions(self, pairs) -> None:
+        """More (real, stand-in or None to refuse) pairs for values read from granted
+        modules and builtins (a VirtualFS's file functions)."""
+        for real, repl in pairs:
+            entry = (real, _DENY if repl is None else repl)
+            self._subst[id(real)] = entry
+            self._module_subst[id(real)] = entry
+        self._fast_read.clear()
+
     def _build_substitutions(self):
         deny = _DENY
         for n in (

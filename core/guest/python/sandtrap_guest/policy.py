@@ -248,6 +248,7 @@ class Policy:
         allow_subprocess: bool = False,
         *,
         memory_limit_bytes: int | None = None,
+        module_root: str = "/",
     ):
         if timeout is not None:
             if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
@@ -267,6 +268,10 @@ class Policy:
         self.timeout = timeout
         self.tick_limit = tick_limit
         self.memory_limit_bytes = memory_limit_bytes
+        if not isinstance(module_root, str) or not module_root.startswith("/"):
+            raise ValueError("module_root must be an absolute path inside the VirtualFS")
+        # where `import name` looks for name.py in a VirtualFS (the seed's Policy.module_root)
+        self.module_root = module_root
         if memory_limit is not None:
             self.memory_limit = memory_limit
         self.max_stdout = max_stdout

@@ -34,6 +34,7 @@ import builtins as _bi
 import errno
 import io
 import os
+import posixpath
 import sys
 import threading
 import time
@@ -44,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import rewriter as rw
+from . import vfs
 from .errors import StCancelled, StError, StImportDenied, StOutsideExec, StTickLimit, StTimeout, StValidationError
 from .gates import SANDBOX_FILENAME, USER_MARK, ExecToken, Gate, _MatchVals, open_to_sandbox
 from .helpers import depth_tracked
@@ -473,7 +475,11 @@ class GuestSession:
     isolation = "none"
 
     def __init__(
-        self, policy: Policy | None = None, filesystem_root: str | os.PathLike | None = None, echo: bool | str = False
+        self,
+        policy: Policy | None = None,
+        filesystem_root: str | os.PathLike | None = None,
+        echo: bool | str = False,
+        filesystem: Any = None,
     ):
         self.policy = policy if policy is not None else Policy()
         if not isinstance(self.policy, Policy):
@@ -485,6 +491,14 @@ class GuestSession:
             if not os.path.isdir(root):
                 raise ValueError(f"filesystem_root {root!r} is not a directory")
             self.filesystem_root = root
+        # a VirtualFS (or its backend): the sandbox's open/os/os.path/io.open/pathlib
+        # see it, and `import name` finds name.py under policy.module_root in it
+        self._vfs: vfs.VFSView | None = None
+        if filesystem is not None:
+            if filesystem_root is not None:
+                raise ValueError("give filesystem_root or a VirtualFS filesystem, not both")
+            self._vfs = vfs.VFSView(vfs.backend_of(filesystem))
+        self._vfs_modules: dict[str, tuple[bytes, types.ModuleType]] = {}
         self._lock = threading.Lock()
         # the tick countdown (rewriter.N): a checkpoint decrements it and calls
         # __st_chk__ when it reaches 0, so it is never armed below 1. 1 outside an
@@ -500,6 +514,8 @@ class GuestSession:
         self._exec_module_names: dict[str, types.ModuleType] = {}
         self._chk, self._tick = self._make_meter_fns()
         self.gate = Gate(self.policy, self._tick).finish()
+        if self._vfs is not None:
+            self.gate.add_substitutions(vfs.substitutions(self._vfs, self._tick))
         self._synthetic_parents = self._make_parents()
         self._builtins = self._make_builtins()
         self._ns.update({"__builtins__": self._builtins, "__name__": "__main__"})
@@ -630,6 +646,8 @@ class GuestSession:
         b["input"] = self._make_input()
         if self.filesystem_root is not None:
             b["open"] = _make_open(self.filesystem_root, tick)
+        elif self._vfs is not None:
+            b["open"] = _ticking(self._vfs.open, tick, "open")
         for name, C in gate.exposed_classes.items():
             b[name] = C
         for name, g in self.policy.fns.items():
@@ -780,7 +798,70 @@ class GuestSession:
                 if self.gate.module_rule(mod, real) is None:
                     break
                 return mod
+        if dotted in ("main", "__main__"):
+            return self._main_module()
+        if self._vfs is not None:
+            m = self._vfs_module(dotted)
+            if m is not None:
+                return m
         raise StImportDenied(f"import of module {dotted!r} is not allowed by the sandbox policy", name=dotted)
+
+    def _main_module(self) -> types.ModuleType:
+        """``import main`` / ``from main import X``: the session's own namespace (what
+        earlier execs defined), read-only, as a module."""
+        mod = types.ModuleType("main", None)
+        for k, v in _user_namespace(self._ns).items():
+            setattr(mod, k, v)
+        self.gate.session_modules[id(mod)] = mod
+        return mod
+
+    def _vfs_module(self, dotted: str) -> types.ModuleType | None:
+        """A module the sandbox wrote into its VirtualFS: ``<module_root>/a/b.py`` or
+        ``<module_root>/a/b/__init__.py`` for ``a.b``, rewritten and run as sandboxed
+        code in a namespace of its own (same builtins, same limits). Re-run when its
+        source changed; a package's parents are imported first."""
+        view = self._vfs
+        root = vfs.norm(getattr(self.policy, "module_root", "/") or "/")
+        rel = dotted.replace(".", "/")
+        for path, is_pkg in ((f"{root}/{rel}/__init__.py", True), (f"{root}/{rel}.py", False)):
+            path = vfs.norm(path)
+            st = view.backend.stat(path)
+            if st is None or st[0] != "file":
+                continue
+            if "." in dotted:
+                parent = self._resolve_module(dotted.rsplit(".", 1)[0])
+            source = view.backend.read(path)
+            cached = self._vfs_modules.get(dotted)
+            if cached is not None and cached[0] == source:
+                return cached[1]
+            try:
+                text = source.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise SyntaxError(f"{path}: not UTF-8 ({e})") from None
+            tree = rw.rewrite(text, filename=SANDBOX_FILENAME)
+            codeobj = _main_code(compile(tree, SANDBOX_FILENAME, "exec", dont_inherit=True))
+            self._register_code(codeobj, text)
+            mod = types.ModuleType(dotted, None)
+            mod.__dict__["__builtins__"] = self._builtins
+            mod.__file__ = path
+            if is_pkg:
+                mod.__path__ = [posixpath.dirname(path)]
+            self.gate.session_modules[id(mod)] = mod
+            self._vfs_modules[dotted] = (source, mod)  # before it runs: a cycle finds it
+            try:
+                if codeobj.co_flags & _CO_NEWLOCALS:
+                    types.FunctionType(
+                        codeobj, mod.__dict__, "<module>", None, (self._cell,) * len(codeobj.co_freevars)
+                    )()
+                else:
+                    exec(codeobj, mod.__dict__)
+            except BaseException:
+                self._vfs_modules.pop(dotted, None)
+                raise
+            if "." in dotted:
+                setattr(parent, dotted.rsplit(".", 1)[1], mod)
+            return mod
+        return None
 
     def _import(self, dotted: str, leaf: bool):
         mod = self._resolve_module(dotted)
@@ -1014,6 +1095,8 @@ class GuestSession:
             self._cell.cell_contents = 1  # sandboxed code the host runs later stops at once
             m.base = 0
             token.alive = False  # values given through modules= are gone
+            if self._vfs is not None:
+                self._vfs.close_all()  # files left open are written back
             self.gate.exec_done()
             for g in reversed(guards):
                 try:

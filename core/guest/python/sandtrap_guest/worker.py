@@ -4,7 +4,8 @@ The engine runs it as a session (an ordinary sandboxed run — Landlock, seccomp
 limits in ``"kernel"`` isolation) and relays length-prefixed msgpack frames between
 it and the host. Frames, host → worker:
 
-    {"op": "init", "policy": <Policy.to_portable(host_fns=True)>, "filesystem_root": str|None, "echo": bool|str}
+    {"op": "init", "policy": <Policy.to_portable(host_fns=True)>, "filesystem_root": str|None, "echo": bool|str,
+     "vfs": {"module_root": str}|None (the host serves a VirtualFS: "fs" frames)}
     {"op": "exec", "code": str, "namespace": {...}|None, "modules": {name: {...}}|None,
      "stdin": str|None, "argv": [str]|None, "echo": bool|str (optional: this exec's mode)}
     {"op": "return", "value": ...} / {"op": "raise", "type": str, "message": str}   (answers to "call")
@@ -16,6 +17,8 @@ worker → host:
     {"op": "ready", "pid": int, "seccomp": {"engine": int|None}}
         (engine: instructions of the engine's fork layer installed) / {"op": "error", "message": str}
     {"op": "call", "name": str, "args": [...], "kwargs": {...}}   (a policy.fn grant, run by the host)
+    {"op": "fs", "name": read|write|stat|list|mkdir|remove|rmdir|rename, "args": [...]}
+        (a VirtualFS operation, answered by the host's VirtualFS: "return"/"raise")
     {"op": "result", "stdout": str, "stderr": str, "namespace": {...}, "error": {...}|None,
      "traceback": str|None, "ticks": int, "stdout_truncated": int, "duration": float}
 
@@ -45,7 +48,7 @@ import signal
 import socket
 import sys
 
-from . import mp
+from . import mp, vfs
 from .policy import Policy
 from .session import GuestSession
 from .wire import _clean_str, error_to_wire, to_wire
@@ -348,6 +351,16 @@ def main() -> int:
             return reply.get("value")
         raise HostError(f"{reply.get('type', 'Exception')}: {reply.get('message', '')}")
 
+    def fs_call(name, args):
+        # a VirtualFS operation: the host keeps the files (vfs.RemoteBackend)
+        _write(out, {"op": "fs", "name": name, "args": args})
+        reply = _read(inp)
+        if reply is None:
+            raise SystemExit(0)
+        if reply.get("op") == "return":
+            return reply.get("value")
+        raise vfs.remote_error(str(reply.get("type", "OSError")), str(reply.get("message", "")))
+
     while True:
         msg = _read(inp)
         if msg is None:
@@ -358,7 +371,13 @@ def main() -> int:
                 sys.path.extend(p for p in msg.get("sys_path") or [] if p not in sys.path)
                 mp.accelerate()
                 policy = Policy.from_portable(msg["policy"], host_call=host_call)
-                session = GuestSession(policy, filesystem_root=msg.get("filesystem_root"), echo=msg.get("echo", False))
+                fs = None
+                if isinstance(msg.get("vfs"), dict):
+                    policy.module_root = str(msg["vfs"].get("module_root") or "/")
+                    fs = vfs.RemoteBackend(fs_call)
+                session = GuestSession(
+                    policy, filesystem_root=msg.get("filesystem_root"), echo=msg.get("echo", False), filesystem=fs
+                )
                 if msg.get("filesystem_root"):
                     os.chdir(msg["filesystem_root"])
                     os.environ["HOME"] = msg["filesystem_root"]
