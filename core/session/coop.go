@@ -516,6 +516,17 @@ type execState struct {
 	lastEnd   string
 	call      string // the host function being called
 	done      bool
+	// freshFrame: the frame for a worker started for this exec (with the host's
+	// state to restore first); nil: frame serves both
+	freshFrame []byte
+}
+
+// frameFor: what to send a worker that was (fresh) or was not started for this exec.
+func (x *execState) frameFor(fresh bool) []byte {
+	if fresh && x.freshFrame != nil {
+		return x.freshFrame
+	}
+	return x.frame
 }
 
 func coopExec(s *engine.Sandbox, req []byte) ([]byte, string) {
@@ -527,7 +538,8 @@ func coopExec(s *engine.Sandbox, req []byte) ([]byte, string) {
 	if c == nil {
 		return errorResponse(&engine.Error{Kind: engine.KindInvalidRequest, Message: "invalid request: coop_exec: this sandbox is not a cooperative sandbox (send coop_open first)"})
 	}
-	r, err := newReader(req, "coop_exec", "op", "code", "namespace", "modules", "stdin", "argv", "echo", "tag")
+	r, err := newReader(req, "coop_exec", "op", "code", "namespace", "modules", "stdin", "argv", "echo", "state",
+		"snapshot", "tag")
 	if err != nil {
 		return errorResponse(err)
 	}
@@ -535,7 +547,7 @@ func coopExec(s *engine.Sandbox, req []byte) ([]byte, string) {
 		r.addf("code is missing")
 	}
 	code := r.str("code")
-	for _, k := range []string{"namespace", "modules"} {
+	for _, k := range []string{"namespace", "modules", "state"} {
 		if v := r.m[k]; !v.IsNil() {
 			if _, ok := v.Fields(); !ok {
 				r.addf("%s must be a map with string keys", k)
@@ -545,6 +557,7 @@ func coopExec(s *engine.Sandbox, req []byte) ([]byte, string) {
 	stdin := r.str("stdin")
 	argv := r.strs("argv")
 	checkEcho(r, r.m["echo"])
+	snapshot := r.boolean("snapshot")
 	tag := r.str("tag")
 	if err := r.err(); err != nil {
 		return errorResponse(err)
@@ -560,7 +573,15 @@ func coopExec(s *engine.Sandbox, req []byte) ([]byte, string) {
 	if echo := r.m["echo"]; !echo.IsNil() {
 		fr["echo"] = raw(echo) // this exec's echo mode (checked above)
 	}
+	if snapshot {
+		fr["snapshot"] = true
+	}
 	x := &execState{c: c, frame: engine.Encode(fr)}
+	if st := r.m["state"]; !st.IsNil() {
+		// restored only into a fresh worker (its first exec, or one after a restart)
+		fr["restore"] = raw(st)
+		x.freshFrame = engine.Encode(fr)
+	}
 	c.slot <- struct{}{} // one exec at a time
 	c.mu.Lock()
 	closed, running := c.closed, c.session != 0
@@ -579,6 +600,7 @@ func coopExec(s *engine.Sandbox, req []byte) ([]byte, string) {
 		c.started = true
 		c.mu.Unlock()
 	}
+	fresh := !running
 	x.untrack = s.Track(tag, x.cancel)
 	// one deadline for the whole exec: the code, every host call it makes, the
 	// conversion of its namespace, the reply
@@ -586,7 +608,7 @@ func coopExec(s *engine.Sandbox, req []byte) ([]byte, string) {
 	if c.timeout > 0 {
 		x.deadline = x.began.Add(time.Duration((c.timeout + Grace) * float64(time.Second)))
 	}
-	reply, end := c.send(x.frame, x.left())
+	reply, end := c.send(x.frameFor(fresh), x.left())
 	return hostcall.Deliver(s, x.handle(reply, end))
 }
 
@@ -623,7 +645,7 @@ func (x *execState) handle(reply []byte, end *engine.SessionEnd) hostcall.Step {
 					return hostcall.Final(b, kind)
 				}
 				x.restarted = true
-				reply, end = c.send(x.frame, x.left())
+				reply, end = c.send(x.frameFor(true), x.left())
 				continue
 			}
 			x.lastEnd = endReason(end)
@@ -756,6 +778,9 @@ func (x *execState) result(f frame) hostcall.Step {
 	out := map[string]any{}
 	for _, k := range []string{"stdout", "stderr", "namespace", "error", "traceback", "ticks", "stdout_truncated", "duration"} {
 		out[k] = raw(f[k])
+	}
+	if st := f["state"]; !st.IsNil() {
+		out["state"] = raw(st)
 	}
 	return x.respond(out)
 }

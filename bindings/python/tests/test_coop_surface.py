@@ -381,3 +381,128 @@ def test_virtualfs_imports_module_root_and_main(level, tmp_path):
         assert errname(r4.error) == "StImportDenied"
         r5 = sb.exec("with open('/work/lib/bad.py', 'w') as f:\n    f.write('import sys\\n')\nimport bad")
         assert errname(r5.error) == "StImportDenied" and "'sys'" in str(r5.error)
+
+
+# ---------------------------------------------------------------- state across turns
+STATE_CODE = """
+import math
+def area(r):
+    return math.pi * r * r
+class Point:
+    def __init__(self, x, y):
+        self.x, self.y = x, y
+    def norm(self):
+        return math.hypot(self.x, self.y)
+pt = Point(3, 4)
+n = 5
+data = {"k": [1, 2.5, "s", None, True]}
+sq = lambda v: v * v
+"""
+
+
+def _state_policy():
+    import math
+
+    p = Policy(timeout=20)
+    p.module(math)
+    return p
+
+
+@pytest.mark.parametrize("target", LEVELS)
+def test_snapshot_and_restore_as_source_plus_data(level, target):
+    with sandbox(_state_policy(), isolation=level) as sb:
+        assert sb.exec(STATE_CODE).error is None
+        snap = sb.snapshot()
+    import json
+
+    assert json.loads(json.dumps(snap)) == snap  # plain data: no pickle, nothing executable but source
+    assert snap["objects"] == {"pt": {"class": "Point", "state": {"x": 3, "y": 4}}}
+    assert snap["data"] == {"n": 5, "data": {"k": [1, 2.5, "s", None, True]}}
+    assert "def area(r):" in snap["source"] and "class Point:" in snap["source"] and "import math" in snap["source"]
+    assert snap["dropped"] == ["sq"]
+    with sandbox(_state_policy(), isolation=target, state=snap) as sb:
+        r = sb.exec("res = [area(1), pt.norm(), n, type(pt).__name__, isinstance(pt, Point), Point(6, 8).norm()]")
+    assert r.error is None, r.traceback
+    assert r.namespace["res"] == [math_pi(), 5.0, 5, "Point", True, 10.0]
+
+
+def math_pi():
+    import math
+
+    return math.pi
+
+
+def test_state_survives_a_worker_restart(level):
+    import threading
+
+    with sandbox(_state_policy(), isolation=level, keep_state=True) as sb:
+        assert sb.exec(STATE_CODE).error is None
+        assert sb.exec("m = Point(6, 8)\nn = n + 1").error is None
+        if level != "none":
+            threading.Timer(0.5, sb.cancel).start()
+            r = sb.exec("while True:\n    pass")  # the worker is killed
+            assert errname(r.error) == "StCancelled"
+        r = sb.exec("res = [area(1), pt.norm(), m.norm(), n]")
+    assert r.error is None, r.traceback
+    assert r.restarted is (level != "none")
+    assert r.namespace["res"] == [math_pi(), 5.0, 10.0, 6]
+
+
+def test_without_keep_state_a_restart_resets_the_namespace():
+    import threading
+
+    with sandbox(_state_policy(), isolation="process") as sb:
+        sb.exec("x = 1")
+        threading.Timer(0.5, sb.cancel).start()
+        sb.exec("while True:\n    pass")
+        r = sb.exec("y = 2")
+    assert r.restarted and r.namespace == {"y": 2}
+
+
+@pytest.mark.parametrize(
+    "state, expect",
+    [
+        ({"version": 1, "source": "().__class__.__bases__", "data": {}, "objects": {}}, "StAttributeDenied"),
+        ({"version": 1, "source": "import os", "data": {}, "objects": {}}, "StImportDenied"),
+        ({"version": 1, "source": "", "data": {"__builtins__": 1}, "objects": {}}, "ValueError"),
+        ({"version": 1, "source": "", "data": {"__st_ga__": 1}, "objects": {}}, "ValueError"),
+        ({"version": 2, "source": "", "data": {}, "objects": {}}, "ValueError"),
+        ({"version": 1, "source": 3, "data": {}, "objects": {}}, "ValueError"),
+    ],
+)
+def test_a_hostile_state_is_checked_like_code(level, state, expect):
+    if level == "none":
+        with pytest.raises((ValueError, sandtrap.InvalidArgument)) as e:
+            sandbox(_state_policy(), isolation=level, state=state)
+        assert expect in (type(e.value).__name__, "ValueError") or expect in str(e.value)
+        return
+    with sandbox(_state_policy(), isolation=level, state=state) as sb:
+        r = sb.exec("ran = True")
+    assert errname(r.error) == expect and "ran" not in r.namespace, r.error
+
+
+def test_a_state_cannot_build_host_objects(level):
+    # objects only of classes the state's own source defined all the way down, never
+    # a host class or a sandbox subclass of one (object.__new__ would skip its
+    # constructor), and no dunder attributes
+    import decimal
+
+    p = _state_policy()
+    p.cls(decimal.Decimal)
+    state = {
+        "version": 1,
+        "source": "class Ok:\n    pass\nclass Sub(Decimal):\n    pass\n",
+        "data": {},
+        "objects": {
+            "a": {"class": "Decimal", "state": {"x": 1}},
+            "b": {"class": "Sub", "state": {"x": 1}},
+            "c": {"class": "Ok", "state": {"__class__": 1, "__dict__": 2, "v": 3}},
+            "d": {"class": "Missing", "state": {}},
+        },
+    }
+    with sandbox(p, isolation=level, state=state) as sb:
+        r = sb.exec(
+            "ls = locals()\nnames = sorted(k for k in ('a', 'b', 'c', 'd') if k in ls)\nv = c.v\nt = type(c).__name__"
+        )
+    assert r.error is None, r.traceback
+    assert r.namespace["names"] == ["c"] and r.namespace["v"] == 3 and r.namespace["t"] == "Ok"

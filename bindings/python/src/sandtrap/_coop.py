@@ -259,6 +259,8 @@ class CoopSandbox:
         filesystem: IsolatedFS | VirtualFS | None,
         echo: bool | str,
         allow_degraded: bool,
+        state: dict | None = None,
+        keep_state: bool = False,
     ) -> None:
         from ._sandbox import _Handle
 
@@ -272,10 +274,20 @@ class CoopSandbox:
         self._local: GuestSession | None = None
         self._handle: _Handle | None = None
         self._report: dict = {"level": isolation}
+        # the state a fresh worker is given (the engine sends it only to one started
+        # for the exec); with keep_state every exec brings back the current one
+        self._state: dict | None = state
+        self.keep_state = bool(keep_state)
         virtual = filesystem if isinstance(filesystem, VirtualFS) else None
         root = filesystem.root if isinstance(filesystem, IsolatedFS) else None
         if isolation == "none":
             self._local = GuestSession(policy, filesystem_root=root, echo=echo, filesystem=virtual)
+            if state is not None:
+                r = self._local.restore(state)  # ValueError for a malformed one
+                if r.error is not None:
+                    raise InvalidArgument(
+                        f"the state could not be restored: {type(r.error).__name__}: {r.error_message}"
+                    )
             return
         req: dict[str, Any] = {
             "op": "coop_open",
@@ -382,6 +394,8 @@ class CoopSandbox:
                     "stdin": stdin,
                     "argv": list(argv) if argv is not None else None,
                     **({"echo": echo} if echo is not None else {}),
+                    **({"state": self._state} if self._state is not None else {}),
+                    **({"snapshot": True} if self.keep_state else {}),
                 }
             )
             while "call" in resp:  # the worker called a granted function: it runs here
@@ -392,6 +406,8 @@ class CoopSandbox:
                 finally:  # interrupted (Ctrl-C): abort the exec, which ends the worker
                     resp = self._request({"op": "answer", "pending": resp["pending"], "call": call["id"], **answer})
         self._report = resp.get("isolation", self._report)  # sent when it changed
+        if isinstance(resp.get("state"), dict):
+            self._state = resp["state"]
         e = resp["error"]
         return ExecResult(
             resp["stdout"],
@@ -406,6 +422,34 @@ class CoopSandbox:
             isolation=IsolationStatus(self._report),
             restarted=resp["restarted"],
         )
+
+    def snapshot(self) -> dict:
+        """The namespace as source plus data (never pickle): the import, def and class
+        statements that made its functions and classes, its plain values, and its
+        instances of sandbox classes as their attributes; ``dropped`` names the rest.
+        ``sandbox(policy, state=snapshot)`` (any level, any process) rebuilds it."""
+        with self._lock:
+            if self._local is not None:
+                return self._local.snapshot()
+        r = self._raw_exec({"op": "coop_exec", "code": "", "snapshot": True})
+        return r["state"]
+
+    def _raw_exec(self, req: dict) -> dict:
+        with self._lock:
+            if self._state is not None:
+                req = {**req, "state": self._state}
+            resp = self._request(req)
+            while "call" in resp:
+                call = resp["call"]
+                answer: dict[str, Any] = {"abort": True}
+                try:
+                    answer = self._host_call(call)
+                finally:
+                    resp = self._request({"op": "answer", "pending": resp["pending"], "call": call["id"], **answer})
+            self._report = resp.get("isolation", self._report)
+            if isinstance(resp.get("state"), dict):
+                self._state = resp["state"] if self.keep_state else self._state
+            return resp
 
     async def aexec(self, code: str, **kwargs: Any) -> ExecResult:
         """``exec`` on a worker thread; the event loop keeps running."""
@@ -455,8 +499,15 @@ def sandbox(
     mode: str = "raw",
     start_method: str | None = None,
     close_fds: bool = False,
+    state: dict | None = None,
+    keep_state: bool = False,
 ) -> CoopSandbox:
     """A cooperative Python sandbox.
+
+    ``state`` (from ``sb.snapshot()``) is rebuilt first: at ``"none"`` now, in a
+    worker in every fresh worker (its first exec, or one after a restart). With
+    ``keep_state=True`` each exec at a worker level brings back the current state,
+    so functions, classes and instances survive a worker restart.
 
     The seed's ``mode`` (only ``"raw"``), ``start_method`` and ``close_fds`` are
     accepted: workers are always forks of a template that the engine started by
@@ -504,7 +555,7 @@ def sandbox(
         raise InvalidArgument("policy must be a sandtrap.Policy")
     if filesystem is not None and not isinstance(filesystem, (IsolatedFS, VirtualFS)):
         filesystem = IsolatedFS(os.fspath(filesystem))
-    return CoopSandbox(policy, isolation, filesystem, echo, allow_degraded)
+    return CoopSandbox(policy, isolation, filesystem, echo, allow_degraded, state, keep_state)
 
 
 _ = sandtrap_guest  # the guest runtime ships with this package

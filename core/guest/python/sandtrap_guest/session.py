@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import rewriter as rw
+from . import state as _state
 from . import vfs
 from .errors import StCancelled, StError, StImportDenied, StOutsideExec, StTickLimit, StTimeout, StValidationError
 from .gates import SANDBOX_FILENAME, USER_MARK, ExecToken, Gate, _MatchVals, open_to_sandbox
@@ -499,6 +500,7 @@ class GuestSession:
                 raise ValueError("give filesystem_root or a VirtualFS filesystem, not both")
             self._vfs = vfs.VFSView(vfs.backend_of(filesystem))
         self._vfs_modules: dict[str, tuple[bytes, types.ModuleType]] = {}
+        self._recorder = _state.Recorder()  # the def/class/import statements, for snapshot()
         self._lock = threading.Lock()
         # the tick countdown (rewriter.N): a checkpoint decrements it and calls
         # __st_chk__ when it reaches 0, so it is never armed below 1. 1 outside an
@@ -1111,6 +1113,7 @@ class GuestSession:
             self._exec_module_names = {}
         if error is not None:
             _set_tb(error, _strip_internal(_get_tb(error)))
+        self._recorder.record(code)
         return ExecResult(
             stdout=self._cap.getvalue(),
             namespace=self.namespace,
@@ -1123,6 +1126,22 @@ class GuestSession:
             duration=time.monotonic() - t0,
             error_message=message,
         )
+
+    # ----------------------------------------------------------------- state
+    def snapshot(self) -> dict:
+        """The namespace as source plus data (``state.py``): what ``restore`` rebuilds
+        in another session, another worker, another process. Never pickle."""
+        if not self._lock.acquire(blocking=False):
+            raise RuntimeError("this GuestSession is executing")
+        try:
+            return _state.snapshot(self)
+        finally:
+            self._lock.release()
+
+    def restore(self, state: dict) -> ExecResult:
+        """Rebuild a ``snapshot()`` here: its source runs as an exec (checked like any
+        code), then its data and objects are bound. The source's ExecResult."""
+        return _state.restore(self, state)
 
     # ------------------------------------------------------------ tracebacks
     def _register_code(self, codeobj, source: str):

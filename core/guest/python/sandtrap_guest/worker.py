@@ -7,7 +7,8 @@ it and the host. Frames, host → worker:
     {"op": "init", "policy": <Policy.to_portable(host_fns=True)>, "filesystem_root": str|None, "echo": bool|str,
      "vfs": {"module_root": str}|None (the host serves a VirtualFS: "fs" frames)}
     {"op": "exec", "code": str, "namespace": {...}|None, "modules": {name: {...}}|None,
-     "stdin": str|None, "argv": [str]|None, "echo": bool|str (optional: this exec's mode)}
+     "stdin": str|None, "argv": [str]|None, "echo": bool|str (optional: this exec's mode),
+     "restore": <state>|None (restored before the code: state.py), "snapshot": bool (the result carries "state")}
     {"op": "return", "value": ...} / {"op": "raise", "type": str, "message": str}   (answers to "call")
 
     {"op": "template", "policy": ..., "sys_path": [str]}   (the engine's template start frame)
@@ -311,14 +312,21 @@ def _send(sock, obj):
 def handle_exec(session, msg) -> dict:
     """Run an exec frame; the result frame."""
     code = msg.get("code", "")
-    r = session.exec(
-        code if isinstance(code, str) else "",
-        namespace=msg.get("namespace"),
-        modules=msg.get("modules"),
-        stdin=msg.get("stdin"),
-        argv=msg.get("argv"),
-        echo=msg.get("echo"),
-    )
+    r = None
+    if isinstance(msg.get("restore"), dict):  # a fresh worker: the host's last state first
+        try:
+            r = session.restore(msg["restore"])
+        except ValueError as e:
+            r = session.exec(f"raise ValueError({str(e)[:2000]!r})")
+    if r is None or r.error is None:
+        r = session.exec(
+            code if isinstance(code, str) else "",
+            namespace=msg.get("namespace"),
+            modules=msg.get("modules"),
+            stdin=msg.get("stdin"),
+            argv=msg.get("argv"),
+            echo=msg.get("echo"),
+        )
     try:
         namespace = to_wire(r.namespace)
     except Exception as e:  # noqa: BLE001 - a namespace that cannot be converted is reported
@@ -333,7 +341,15 @@ def handle_exec(session, msg) -> dict:
         "ticks": r.ticks,
         "stdout_truncated": r.stdout_truncated,
         "duration": r.duration,
+        **({"state": _snapshot(session)} if msg.get("snapshot") else {}),
     }
+
+
+def _snapshot(session) -> dict:
+    try:
+        return session.snapshot()
+    except Exception as e:  # noqa: BLE001 - reported, not fatal
+        return {"version": 1, "source": "", "data": {}, "objects": {}, "dropped": [], "error": f"{type(e).__name__}"}
 
 
 def main() -> int:
