@@ -539,7 +539,7 @@ func coopExec(s *engine.Sandbox, req []byte) ([]byte, string) {
 		return errorResponse(&engine.Error{Kind: engine.KindInvalidRequest, Message: "invalid request: coop_exec: this sandbox is not a cooperative sandbox (send coop_open first)"})
 	}
 	r, err := newReader(req, "coop_exec", "op", "code", "namespace", "modules", "stdin", "argv", "echo", "state",
-		"snapshot", "tag")
+		"snapshot", "prints", "tag")
 	if err != nil {
 		return errorResponse(err)
 	}
@@ -558,6 +558,7 @@ func coopExec(s *engine.Sandbox, req []byte) ([]byte, string) {
 	argv := r.strs("argv")
 	checkEcho(r, r.m["echo"])
 	snapshot := r.boolean("snapshot")
+	prints := r.boolean("prints")
 	tag := r.str("tag")
 	if err := r.err(); err != nil {
 		return errorResponse(err)
@@ -575,6 +576,9 @@ func coopExec(s *engine.Sandbox, req []byte) ([]byte, string) {
 	}
 	if snapshot {
 		fr["snapshot"] = true
+	}
+	if prints {
+		fr["prints"] = true // the result carries each print's values
 	}
 	x := &execState{c: c, frame: engine.Encode(fr)}
 	if st := r.m["state"]; !st.IsNil() {
@@ -779,8 +783,10 @@ func (x *execState) result(f frame) hostcall.Step {
 	for _, k := range []string{"stdout", "stderr", "namespace", "error", "traceback", "ticks", "stdout_truncated", "duration"} {
 		out[k] = raw(f[k])
 	}
-	if st := f["state"]; !st.IsNil() {
-		out["state"] = raw(st)
+	for _, k := range []string{"state", "prints"} {
+		if v := f[k]; !v.IsNil() {
+			out[k] = raw(v)
+		}
 	}
 	return x.respond(out)
 }

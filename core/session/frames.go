@@ -72,7 +72,8 @@ func (f frame) checkResult() error {
 	const S, I, F, M = rawmsg.Str, rawmsg.Int, rawmsg.Float, rawmsg.Map
 	if err := f.checkAll(f.want("stdout", false, S), f.want("stderr", false, S), f.want("namespace", false, M),
 		f.want("traceback", true, S), f.want("ticks", false, I), f.want("stdout_truncated", false, I),
-		f.want("duration", false, I, F), f.want("error", true, M), f.want("state", true, M)); err != nil {
+		f.want("duration", false, I, F), f.want("error", true, M), f.want("state", true, M),
+		f.want("prints", true, rawmsg.Array)); err != nil {
 		return err
 	}
 	if _, ok := f["namespace"].Fields(); !ok {

@@ -506,3 +506,67 @@ def test_a_state_cannot_build_host_objects(level):
         )
     assert r.error is None, r.traceback
     assert r.namespace["names"] == ["c"] and r.namespace["v"] == 3 and r.namespace["t"] == "Ok"
+
+
+# ------------------------------------------------------------------------ output
+def test_prints_and_host_output_are_captured(level, capfd):
+    import threading
+    import warnings
+
+    p = Policy(timeout=20)
+    p.module(warnings)
+    p.module(threading)
+
+    @p.fn
+    def host(x):
+        print("host says", x)  # a granted function's print: captured
+        print("to stderr", file=sys.stderr)
+        with sandtrap.passthrough_stdio():
+            print("REAL CONSOLE", x)  # opted out: the real stream
+        return x
+
+    code = (
+        "print(1, [2], ('t',))\nhost(3)\nimport warnings\nwarnings.warn('careful')\n"
+        "import threading\nt = threading.Thread(target=lambda: print('from a thread'))\nt.start()\nt.join()\n7"
+    )
+    with sandbox(p, isolation=level, snapshot_prints=True, echo=True) as sb:
+        r = sb.exec(code)
+        plain = sb.exec("print('x')")  # and the next exec's prints are its own
+    assert r.error is None, r.traceback
+    lines = r.stdout.splitlines()
+    assert sorted(lines) == sorted(["1 [2] ('t',)", "host says 3", "from a thread", "7"])
+    if level == "none":
+        assert lines == ["1 [2] ('t',)", "host says 3", "from a thread", "7"]  # in order
+    assert "to stderr" in r.stderr
+    if level != "none":  # in this process pytest records warnings instead of showing them
+        assert "UserWarning: careful" in r.stderr
+    first = r.prints[0]
+    assert first[:2] == (1, [2]) and list(first[2]) == ["t"]
+    assert r.prints[1:] == [("from a thread",), (7,)]
+    assert plain.prints == [("x",)] and plain.stdout == "x\n"
+    out, err = capfd.readouterr()
+    assert "REAL CONSOLE 3" in out and "host says" not in out and "careful" not in err
+
+
+def test_prints_are_empty_without_snapshot_prints(level):
+    with sandbox(Policy(timeout=20), isolation=level) as sb:
+        r = sb.exec("print(1)")
+    assert r.prints == [] and r.stdout == "1\n"
+
+
+def test_a_warning_in_process_lands_in_stderr(tmp_path):
+    code = (
+        "import sys, warnings\nsys.path.insert(0, {src!r})\nfrom sandtrap import Policy, sandbox\n"
+        "p = Policy()\np.module(warnings)\n"
+        "r = sandbox(p).exec('import warnings\\nwarnings.warn(\"careful\")')\n"
+        "print(repr(r.stderr))\n"
+    ).format(src=str(Path(sandtrap.__file__).resolve().parents[1]))
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "UserWarning: careful" in p.stdout and "careful" not in p.stderr, (p.stdout, p.stderr)
+
+
+def test_host_streams_are_put_back_after_an_exec():
+    before = sys.stdout, sys.stderr
+    with sandbox(Policy(timeout=20)) as sb:
+        sb.exec("print(1)")
+    assert (sys.stdout, sys.stderr) == before

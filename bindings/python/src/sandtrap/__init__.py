@@ -45,6 +45,7 @@ from ._coop import (
     VirtualFS,
     WorkerCrashed,
     WorkerError,
+    passthrough_stdio,
     sandbox,
 )
 from . import errors
@@ -92,6 +93,7 @@ __all__ = [
     "ExecResult",
     "CoopSandbox",
     "IsolationStatus",
+    "passthrough_stdio",
     "errors",
     "WorkerError",
     "WorkerCrashed",

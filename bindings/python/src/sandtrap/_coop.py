@@ -36,7 +36,10 @@ import sandtrap_guest
 from sandtrap_guest import ExecResult as GuestExecResult
 from sandtrap_guest import GuestSession, Policy
 from sandtrap_guest import errors as guest_errors
+from sandtrap_guest import output as _output
+from sandtrap_guest.output import passthrough_stdio
 from sandtrap_guest.rewriter import echo_mode as _echo_mode
+from sandtrap_guest.session import _Capture
 from sandtrap_guest.vfs import VirtualFS
 from sandtrap_guest.vfs import serve as _serve_fs
 from sandtrap_guest.wire import to_wire
@@ -50,6 +53,7 @@ __all__ = [
     "VirtualFS",
     "ExecResult",
     "IsolationStatus",
+    "passthrough_stdio",
     "CoopSandbox",
     "WorkerError",
     "WorkerCrashed",
@@ -261,6 +265,7 @@ class CoopSandbox:
         allow_degraded: bool,
         state: dict | None = None,
         keep_state: bool = False,
+        snapshot_prints: bool = False,
     ) -> None:
         from ._sandbox import _Handle
 
@@ -278,6 +283,7 @@ class CoopSandbox:
         # for the exec); with keep_state every exec brings back the current one
         self._state: dict | None = state
         self.keep_state = bool(keep_state)
+        self.snapshot_prints = bool(snapshot_prints)
         virtual = filesystem if isinstance(filesystem, VirtualFS) else None
         root = filesystem.root if isinstance(filesystem, IsolatedFS) else None
         if isolation == "none":
@@ -370,7 +376,15 @@ class CoopSandbox:
             _echo_mode(echo)  # ValueError, at every level
         with self._lock:
             if self._local is not None:
-                r = self._local.exec(code, namespace=namespace, modules=modules, stdin=stdin, argv=argv, echo=echo)
+                r = self._local.exec(
+                    code,
+                    namespace=namespace,
+                    modules=modules,
+                    stdin=stdin,
+                    argv=argv,
+                    echo=echo,
+                    snapshot_prints=self.snapshot_prints,
+                )
                 if r.error is not None:
                     _attach_traceback(r.error, r.traceback)
                 return ExecResult(
@@ -383,6 +397,7 @@ class CoopSandbox:
                     stdout_truncated=r.stdout_truncated,
                     duration=r.duration,
                     error_message=r.error_message,
+                    prints=r.prints,
                     isolation=IsolationStatus(self._report),
                 )
             resp = self._request(
@@ -396,25 +411,32 @@ class CoopSandbox:
                     **({"echo": echo} if echo is not None else {}),
                     **({"state": self._state} if self._state is not None else {}),
                     **({"snapshot": True} if self.keep_state else {}),
+                    **({"prints": True} if self.snapshot_prints else {}),
                 }
             )
+            # what granted host functions write while they run here (their prints,
+            # warnings): appended after the worker's own output
+            host_out, host_err = _Capture(self.policy.max_stdout), _Capture(self.policy.max_stdout)
             while "call" in resp:  # the worker called a granted function: it runs here
                 call = resp["call"]
                 answer: dict[str, Any] = {"abort": True}
+                route = _output.begin(host_out, host_err)
                 try:
                     answer = self._host_call(call)
                 finally:  # interrupted (Ctrl-C): abort the exec, which ends the worker
+                    _output.end(route)
                     resp = self._request({"op": "answer", "pending": resp["pending"], "call": call["id"], **answer})
         self._report = resp.get("isolation", self._report)  # sent when it changed
         if isinstance(resp.get("state"), dict):
             self._state = resp["state"]
         e = resp["error"]
         return ExecResult(
-            resp["stdout"],
+            resp["stdout"] + host_out.getvalue(),
             resp["namespace"],
             _error_from_wire(e),
             resp["ticks"],
-            stderr=resp["stderr"],
+            stderr=resp["stderr"] + host_err.getvalue(),
+            prints=[tuple(p) if isinstance(p, list) else p for p in resp.get("prints") or []],
             traceback=resp["traceback"],
             stdout_truncated=resp["stdout_truncated"],
             duration=float(resp["duration"]),
@@ -501,8 +523,17 @@ def sandbox(
     close_fds: bool = False,
     state: dict | None = None,
     keep_state: bool = False,
+    snapshot_prints: bool = False,
 ) -> CoopSandbox:
     """A cooperative Python sandbox.
+
+    ``snapshot_prints=True``: ``result.prints`` holds each print's (and echo's)
+    values as data (tuples; non-data values as placeholders), at every level.
+    ``result.stdout``/``stderr`` also hold what host code writes to ``sys.stdout``/
+    ``sys.stderr`` during the exec (granted functions, library code, warnings,
+    threads the exec starts); host code inside ``passthrough_stdio()`` writes to the
+    real streams. At the worker levels a granted host function runs here, and what
+    it writes is appended after the worker's output.
 
     ``state`` (from ``sb.snapshot()``) is rebuilt first: at ``"none"`` now, in a
     worker in every fresh worker (its first exec, or one after a restart). With
@@ -555,7 +586,7 @@ def sandbox(
         raise InvalidArgument("policy must be a sandtrap.Policy")
     if filesystem is not None and not isinstance(filesystem, (IsolatedFS, VirtualFS)):
         filesystem = IsolatedFS(os.fspath(filesystem))
-    return CoopSandbox(policy, isolation, filesystem, echo, allow_degraded, state, keep_state)
+    return CoopSandbox(policy, isolation, filesystem, echo, allow_degraded, state, keep_state, snapshot_prints)
 
 
 _ = sandtrap_guest  # the guest runtime ships with this package

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import rewriter as rw
+from . import output as _output
 from . import state as _state
 from . import vfs
 from .errors import StCancelled, StError, StImportDenied, StOutsideExec, StTickLimit, StTimeout, StValidationError
@@ -218,6 +219,7 @@ class ExecResult:
     stdout_truncated: int = 0
     duration: float = 0.0
     error_message: str | None = None  # str(error), made under the exec's limits
+    prints: list = field(default_factory=list)  # with snapshot_prints: each print's values (wire data)
 
     @property
     def ok(self) -> bool:
@@ -501,6 +503,7 @@ class GuestSession:
             self._vfs = vfs.VFSView(vfs.backend_of(filesystem))
         self._vfs_modules: dict[str, tuple[bytes, types.ModuleType]] = {}
         self._recorder = _state.Recorder()  # the def/class/import statements, for snapshot()
+        self._prints: list | None = None  # this exec's print values (snapshot_prints)
         self._lock = threading.Lock()
         # the tick countdown (rewriter.N): a checkpoint decrements it and calls
         # __st_chk__ when it reaches 0, so it is never armed below 1. 1 outside an
@@ -690,6 +693,8 @@ class GuestSession:
             if not isinstance(end, str):
                 raise TypeError(f"end must be None or a string, not {type(end).__name__}")
             text = sep.join([str(a) for a in args]) + end
+            if session._prints is not None and file is None:
+                session._prints.append(_print_values(args))
             if file is None:
                 session._cap.write(text)
             else:
@@ -741,6 +746,8 @@ class GuestSession:
 
     def _echo(self, value):
         self._tick()
+        if value is not None and self._prints is not None:
+            self._prints.append(_print_values((value,)))
         if value is not None:
             self._cap.write(repr(value) + "\n")
 
@@ -953,8 +960,11 @@ class GuestSession:
         stdin: str | None = None,
         argv: list | None = None,
         echo: bool | str | None = None,
+        snapshot_prints: bool = False,
     ) -> ExecResult:
-        """Run ``code``; never raises for the code's faults (see ``result.error``)."""
+        """Run ``code``; never raises for the code's faults (see ``result.error``).
+        ``snapshot_prints``: ``result.prints`` holds each print's (and echo's) values
+        as wire data."""
         if not isinstance(code, str):
             raise TypeError("code must be a str")
         if namespace is not None:
@@ -977,7 +987,11 @@ class GuestSession:
         if not self._lock.acquire(blocking=False):
             raise RuntimeError("this GuestSession is already executing (sessions are not re-entrant)")
         try:
-            return self._exec_locked(code, namespace, modules, stdin, argv, echo_mode)
+            self._prints = [] if snapshot_prints else None
+            try:
+                return self._exec_locked(code, namespace, modules, stdin, argv, echo_mode)
+            finally:
+                self._prints = None
         finally:
             self._lock.release()
 
@@ -1053,6 +1067,7 @@ class GuestSession:
         if watched:
             _WATCHDOG.watch(m)
         tb_text = message = None
+        route = _output.begin(self._cap, self._err)  # host writes to sys.stdout/err land here
         try:
             if main is not None:
                 main()
@@ -1090,6 +1105,7 @@ class GuestSession:
                         raise TypeError
                 except BaseException:  # noqa: BLE001
                     message = _safe_message(error)
+            _output.end(route)
             if watched:
                 _WATCHDOG.unwatch(m)
             m.running = False
@@ -1125,6 +1141,7 @@ class GuestSession:
             stdout_truncated=self._cap.dropped,
             duration=time.monotonic() - t0,
             error_message=message,
+            prints=self._prints if self._prints is not None else [],
         )
 
     # ----------------------------------------------------------------- state
@@ -1318,6 +1335,13 @@ def _frame_names(frame) -> dict:
     if code.co_name == "<module>":
         return frame.f_globals
     return frame.f_locals
+
+
+def _print_values(args: tuple) -> tuple:
+    """A print's values as wire data (never the live objects: the same at every level)."""
+    from .wire import to_wire
+
+    return tuple(to_wire(list(args)))
 
 
 def _submodule_exists(mod, name: str) -> bool:

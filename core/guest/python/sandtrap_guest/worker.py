@@ -8,7 +8,8 @@ it and the host. Frames, host → worker:
      "vfs": {"module_root": str}|None (the host serves a VirtualFS: "fs" frames)}
     {"op": "exec", "code": str, "namespace": {...}|None, "modules": {name: {...}}|None,
      "stdin": str|None, "argv": [str]|None, "echo": bool|str (optional: this exec's mode),
-     "restore": <state>|None (restored before the code: state.py), "snapshot": bool (the result carries "state")}
+     "restore": <state>|None (restored before the code: state.py), "snapshot": bool (the result carries "state"),
+     "prints": bool (the result carries "prints": each print's values)}
     {"op": "return", "value": ...} / {"op": "raise", "type": str, "message": str}   (answers to "call")
 
     {"op": "template", "policy": ..., "sys_path": [str]}   (the engine's template start frame)
@@ -326,6 +327,7 @@ def handle_exec(session, msg) -> dict:
             stdin=msg.get("stdin"),
             argv=msg.get("argv"),
             echo=msg.get("echo"),
+            snapshot_prints=bool(msg.get("prints")),
         )
     try:
         namespace = to_wire(r.namespace)
@@ -342,6 +344,7 @@ def handle_exec(session, msg) -> dict:
         "stdout_truncated": r.stdout_truncated,
         "duration": r.duration,
         **({"state": _snapshot(session)} if msg.get("snapshot") else {}),
+        **({"prints": to_wire(list(r.prints))} if msg.get("prints") else {}),
     }
 
 
