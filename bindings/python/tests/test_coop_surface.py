@@ -416,8 +416,11 @@ def test_snapshot_and_restore_as_source_plus_data(level, target):
     import json
 
     assert json.loads(json.dumps(snap)) == snap  # plain data: no pickle, nothing executable but source
-    assert snap["objects"] == {"pt": {"class": "Point", "state": {"x": 3, "y": 4}}}
-    assert snap["data"] == {"n": 5, "data": {"k": [1, 2.5, "s", None, True]}}
+    assert snap["data"] == {
+        "n": 5,
+        "data": {"k": [1, 2.5, "s", None, True]},
+        "pt": {"__st_obj__": "Point", "state": {"x": 3, "y": 4}},
+    }
     assert "def area(r):" in snap["source"] and "class Point:" in snap["source"] and "import math" in snap["source"]
     assert snap["dropped"] == ["sq"]
     with sandbox(_state_policy(), isolation=target, state=snap) as sb:

@@ -5,17 +5,17 @@
     {"version": 1,
      "source": "import math\\ndef f(x): ...\\nclass C: ...",   # the import, def and class
                                                         # statements that made what is bound
-     "data": {name: value},                             # values to_wire carries whole
-     "objects": {name: {"class": "C", "state": {attr: value}}},  # instances of sandbox classes
-     "dropped": [name, ...]}                            # what could not be kept, by name
+     "data": {name: value},        # plain data; an instance of a sandbox class, anywhere
+                                   # in it, is {"__st_obj__": "C", "state": {attr: value}}
+     "dropped": [name, ...]}       # what could not be kept, by name
 
 ``restore(session, state)`` runs ``source`` as an ordinary exec (rewritten and checked
 like any code: a state is untrusted input), binds ``data``, and rebuilds each object
 without running its code (``object.__new__`` of a class the source defined, then its
-attributes into its ``__dict__``). Tuples come back as lists once a state has crossed
-msgpack. Objects nested inside containers, instances of host classes, generators,
-open files, lambdas assigned to names, and classes with ``__slots__`` are dropped (and
-named).
+attributes into its ``__dict__``). Tuples come back as lists; shared references
+and cycles are not kept (a value met twice is copied; a cycle is dropped). Instances
+of host classes, generators, open files, lambdas assigned to names, and classes
+with ``__slots__`` are dropped (and named).
 """
 
 from __future__ import annotations
@@ -94,6 +94,47 @@ def _defined_here(v, name: str) -> bool:
     return _sandbox_class(v) and type.__dict__["__name__"].__get__(v) == name
 
 
+class _Drop(Exception):
+    pass
+
+
+OBJ = "__st_obj__"  # {OBJ: class name, "state": {attr: value}}: an instance of a sandbox class
+
+
+def _encode(v, classes: set, depth: int = 0):
+    """Plain data, with instances of the kept sandbox classes (nested anywhere in
+    lists, tuples and dicts) as object markers; _Drop when something cannot be kept."""
+    if depth > 100:
+        raise _Drop
+    t = type(v)
+    if t is list or t is tuple:
+        return [_encode(x, classes, depth + 1) for x in v]
+    if t is dict:
+        out = {}
+        for k, x in v.items():
+            if type(k) not in (str, int, float, bool, type(None)) or (type(k) is str and k.startswith("__st_")):
+                raise _Drop
+            out[k] = _encode(x, classes, depth + 1)
+        return out
+    if _sandbox_class(t) and type.__dict__["__name__"].__get__(t) in classes:
+        try:
+            d = object.__getattribute__(v, "__dict__")
+        except AttributeError:
+            raise _Drop from None  # __slots__
+        st = {}
+        for k, x in dict(d).items():
+            if type(k) is not str:
+                raise _Drop
+            st[k] = _encode(x, classes, depth + 1)
+        return {OBJ: t.__name__, "state": st}
+    if t in (str, bytes, bool, float, type(None)) or (t is int and -(2**63) <= v < 2**63):
+        return v
+    w = to_wire(v)
+    if _has_placeholder(w):
+        raise _Drop
+    return w
+
+
 def snapshot(session) -> dict:
     rec: Recorder = session._recorder
     ns = session.namespace
@@ -103,33 +144,21 @@ def snapshot(session) -> dict:
         if name in ns
         and (_defined_here(ns[name], name) or (name in rec.decorated and _has_placeholder(to_wire(ns[name]))))
     ]
+    classes = {n for n in kept_defs if _sandbox_class(ns[n])}
     data: dict[str, Any] = {}
-    objects: dict[str, Any] = {}
     dropped: list[str] = []
     for name, v in ns.items():
         if name in kept_defs:
             continue
-        t = type(v)
-        if t is types.FunctionType or isinstance(v, type):
+        if type(v) is types.FunctionType or isinstance(v, type):
             dropped.append(name)  # not made by a def/class statement of that name
             continue
-        w = to_wire(v)
-        if not _has_placeholder(w):
-            data[name] = w
-            continue
-        if _sandbox_class(t) and type.__dict__["__name__"].__get__(t) in kept_defs:
-            try:
-                d = object.__getattribute__(v, "__dict__")
-            except AttributeError:
-                dropped.append(name)  # __slots__
-                continue
-            st = to_wire(dict(d))
-            if not _has_placeholder(st) and all(isinstance(k, str) for k in st):
-                objects[name] = {"class": t.__name__, "state": st}
-                continue
-        dropped.append(name)
+        try:
+            data[name] = _encode(v, classes)
+        except (_Drop, RecursionError):
+            dropped.append(name)
     source = "".join(f"{imp}\n" for imp in rec.imports) + "".join(rec.defs[n] for n in kept_defs)
-    return {"version": VERSION, "source": source, "data": data, "objects": objects, "dropped": sorted(dropped)}
+    return {"version": VERSION, "source": source, "data": data, "dropped": sorted(dropped)}
 
 
 def _check(state) -> list[str]:
@@ -155,45 +184,73 @@ def _check(state) -> list[str]:
     return problems
 
 
+def _decode(w, ns: dict, depth: int = 0):
+    if depth > 100:
+        raise ValueError("invalid state: nested too deeply")
+    if isinstance(w, list):
+        return [_decode(x, ns, depth + 1) for x in w]
+    if isinstance(w, dict):
+        if OBJ in w:
+            return _build(w, ns, depth)
+        return {k: _decode(x, ns, depth + 1) for k, x in w.items()}
+    return w
+
+
+def _build(w: dict, ns: dict, depth: int):
+    from . import rewriter as rw
+
+    cls = ns.get(w.get(OBJ))
+    st = w.get("state")
+    # only classes the sandbox wrote, all the way down (a host base class could
+    # refuse construction: constructable=False), with object's own __new__
+    if (
+        not isinstance(st, dict)
+        or not _sandbox_class(cls)
+        or not all(c is object or _sandbox_class(c) for c in type.__dict__["__mro__"].__get__(cls))
+        or cls.__new__ is not object.__new__
+    ):
+        return None
+    inst = object.__new__(cls)
+    try:
+        d = object.__getattribute__(inst, "__dict__")
+    except AttributeError:
+        return None
+    for k, x in st.items():
+        if not isinstance(k, str) or k.startswith(rw.RESERVED_PREFIX) or (k.startswith("__") and k.endswith("__")):
+            continue
+        d[k] = _decode(x, ns, depth + 1)
+    return inst
+
+
 def restore(session, state):
-    """Run the state's source, bind its data, rebuild its objects; the source's exec
-    result (its ``error`` says what failed; a malformed state is a ValueError)."""
+    """Run the state's source, then bind its data (objects rebuilt without running
+    their code); the source's exec result (its ``error`` says what failed; a
+    malformed state is a ValueError)."""
     from . import rewriter as rw
 
     problems = _check(state)
     if problems:
         raise ValueError("invalid state: " + "; ".join(problems))
+    data = dict(state.get("data") or {})
+    objects = dict(state.get("objects") or {})
     bad = [
         n
-        for n in (*state.get("data", {}), *state.get("objects", {}))
+        for n in (*data, *objects)
         if n.startswith(rw.RESERVED_PREFIX) or n in rw.DENIED_NAMES or (n.startswith("__") and n.endswith("__"))
     ]
     if bad:
         raise ValueError(f"invalid state: names {bad}")
-    r = session.exec(state.get("source", ""), namespace=dict(state.get("data") or {}) or None)
+    r = session.exec(state.get("source", ""))
     if r.error is not None:
         return r
     ns = session._ns
-    for name, o in (state.get("objects") or {}).items():
-        cls = ns.get(o["class"])
-        # only classes the sandbox wrote, all the way down (a host base class could
-        # refuse construction: constructable=False), with object's own __new__
-        if not _sandbox_class(cls) or not all(
-            c is object or _sandbox_class(c) for c in type.__dict__["__mro__"].__get__(cls)
-        ):
-            continue
-        if cls.__new__ is not object.__new__:
-            continue
-        try:
-            inst = object.__new__(cls)
-            d = object.__getattribute__(inst, "__dict__")
-        except (TypeError, AttributeError):
-            continue
-        for k, v in o["state"].items():
-            if k.startswith(rw.RESERVED_PREFIX) or (k.startswith("__") and k.endswith("__")):
-                continue
-            d[k] = v
-        ns[name] = inst
+    for name, w in data.items():
+        ns[name] = _decode(w, ns)
+    for name, o in objects.items():  # the older form: {name: {class, state}}
+        inst = _build({OBJ: o["class"], "state": o["state"]}, ns, 0)
+        if inst is not None:
+            ns[name] = inst
+    r.namespace = session.namespace
     return r
 
 

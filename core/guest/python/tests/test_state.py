@@ -43,12 +43,20 @@ def test_objects_and_what_is_dropped():
         "p = P(1)\ns = S()\nnested = [P(2)]\ngen = (i for i in range(2))\nfn = len\n"
     )
     snap = s.snapshot()
-    assert snap["objects"] == {"p": {"class": "P", "state": {"v": 1, "_hidden": [1]}}}
-    assert snap["dropped"] == ["fn", "gen", "nested", "s"]
+    assert snap["data"]["p"] == {"__st_obj__": "P", "state": {"v": 1, "_hidden": [1]}}
+    assert snap["data"]["nested"] == [{"__st_obj__": "P", "state": {"v": 2, "_hidden": [2]}}]
+    assert snap["dropped"] == ["fn", "gen", "s"]
     s2 = GuestSession(pol())
     s2.restore(snap)
-    r = s2.exec("got = (p.v, p._hidden, type(p).__name__)")
-    assert r.namespace["got"] == (1, [1], "P")
+    r = s2.exec("got = (p.v, p._hidden, type(p).__name__, nested[0].v, type(nested[0]) is P)")
+    assert r.namespace["got"] == (1, [1], "P", 2, True)
+
+
+def test_cycles_are_dropped_and_markers_in_sandbox_data_are_not_objects():
+    s = GuestSession(pol())
+    s.exec("a = []\na.append(a)\nd = {'__st_obj__': 'P'}\nclass P:\n    pass\n")
+    snap = s.snapshot()
+    assert "a" in snap["dropped"] and "d" in snap["dropped"]
 
 
 def test_restore_runs_no_object_code():
