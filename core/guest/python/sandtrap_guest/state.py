@@ -101,38 +101,61 @@ class _Drop(Exception):
 OBJ = "__st_obj__"  # {OBJ: class name, "state": {attr: value}}: an instance of a sandbox class
 
 
-def _encode(v, classes: set, depth: int = 0):
-    """Plain data, with instances of the kept sandbox classes (nested anywhere in
-    lists, tuples and dicts) as object markers; _Drop when something cannot be kept."""
-    if depth > 100:
-        raise _Drop
-    t = type(v)
-    if t is list or t is tuple:
-        return [_encode(x, classes, depth + 1) for x in v]
-    if t is dict:
-        out = {}
-        for k, x in v.items():
-            if type(k) not in (str, int, float, bool, type(None)) or (type(k) is str and k.startswith("__st_")):
-                raise _Drop
-            out[k] = _encode(x, classes, depth + 1)
-        return out
-    if _sandbox_class(t) and type.__dict__["__name__"].__get__(t) in classes:
-        try:
-            d = object.__getattribute__(v, "__dict__")
-        except AttributeError:
-            raise _Drop from None  # __slots__
-        st = {}
-        for k, x in dict(d).items():
-            if type(k) is not str:
-                raise _Drop
-            st[k] = _encode(x, classes, depth + 1)
-        return {OBJ: t.__name__, "state": st}
-    if t in (str, bytes, bool, float, type(None)) or (t is int and -(2**63) <= v < 2**63):
-        return v
-    w = to_wire(v)
-    if _has_placeholder(w):
-        raise _Drop
-    return w
+_SCALARS = frozenset({str, bytes, bool, float, type(None)})
+_INT_MIN, _INT_MAX = -(2**63), 2**63
+_KEY_TYPES = frozenset({str, int, float, bool, type(None)})
+
+
+def _encoder(classes: set):
+    """An encoder for one snapshot: plain data, with instances of the kept sandbox
+    classes (nested anywhere in lists, tuples and dicts) as object markers; _Drop
+    when something cannot be kept. Per-type verdicts are cached for the snapshot."""
+    kinds: dict[type, str | None] = {}  # type -> class name (a kept sandbox class) or None
+    get_dict = object.__getattribute__
+
+    def enc(v, depth):
+        t = type(v)
+        if t in _SCALARS:
+            return v
+        if t is int:
+            if _INT_MIN <= v < _INT_MAX:
+                return v
+            raise _Drop
+        if depth > 100:
+            raise _Drop
+        if t is list or t is tuple:
+            return [x if type(x) in _SCALARS else enc(x, depth + 1) for x in v]
+        if t is dict:
+            out = {}
+            for k, x in v.items():
+                if type(k) not in _KEY_TYPES or (type(k) is str and k.startswith("__st_")):
+                    raise _Drop
+                out[k] = enc(x, depth + 1)
+            return out
+        name = kinds.get(t, False)
+        if name is False:
+            name = None
+            if _sandbox_class(t):
+                n = type.__dict__["__name__"].__get__(t)
+                name = n if n in classes else None
+            kinds[t] = name
+        if name is not None:
+            try:
+                d = get_dict(v, "__dict__")
+            except AttributeError:
+                raise _Drop from None  # __slots__
+            st = {}
+            for k, x in dict(d).items():
+                if type(k) is not str:
+                    raise _Drop
+                st[k] = x if type(x) in _SCALARS else enc(x, depth + 1)
+            return {OBJ: name, "state": st}
+        w = to_wire(v)
+        if _has_placeholder(w):
+            raise _Drop
+        return w
+
+    return enc
 
 
 def snapshot(session) -> dict:
@@ -145,6 +168,7 @@ def snapshot(session) -> dict:
         and (_defined_here(ns[name], name) or (name in rec.decorated and _has_placeholder(to_wire(ns[name]))))
     ]
     classes = {n for n in kept_defs if _sandbox_class(ns[n])}
+    enc = _encoder(classes)
     data: dict[str, Any] = {}
     dropped: list[str] = []
     for name, v in ns.items():
@@ -154,7 +178,7 @@ def snapshot(session) -> dict:
             dropped.append(name)  # not made by a def/class statement of that name
             continue
         try:
-            data[name] = _encode(v, classes)
+            data[name] = enc(v, 0)
         except (_Drop, RecursionError):
             dropped.append(name)
     source = "".join(f"{imp}\n" for imp in rec.imports) + "".join(rec.defs[n] for n in kept_defs)
@@ -184,42 +208,63 @@ def _check(state) -> list[str]:
     return problems
 
 
-def _decode(w, ns: dict, depth: int = 0):
-    if depth > 100:
-        raise ValueError("invalid state: nested too deeply")
-    if isinstance(w, list):
-        return [_decode(x, ns, depth + 1) for x in w]
-    if isinstance(w, dict):
-        if OBJ in w:
-            return _build(w, ns, depth)
-        return {k: _decode(x, ns, depth + 1) for k, x in w.items()}
-    return w
-
-
-def _build(w: dict, ns: dict, depth: int):
+def _decoder(ns: dict):
+    """A decoder for one restore: object markers become instances of classes the
+    state's source defined (checked once per class)."""
     from . import rewriter as rw
 
-    cls = ns.get(w.get(OBJ))
-    st = w.get("state")
-    # only classes the sandbox wrote, all the way down (a host base class could
-    # refuse construction: constructable=False), with object's own __new__
-    if (
-        not isinstance(st, dict)
-        or not _sandbox_class(cls)
-        or not all(c is object or _sandbox_class(c) for c in type.__dict__["__mro__"].__get__(cls))
-        or cls.__new__ is not object.__new__
-    ):
-        return None
-    inst = object.__new__(cls)
-    try:
-        d = object.__getattribute__(inst, "__dict__")
-    except AttributeError:
-        return None
-    for k, x in st.items():
-        if not isinstance(k, str) or k.startswith(rw.RESERVED_PREFIX) or (k.startswith("__") and k.endswith("__")):
-            continue
-        d[k] = _decode(x, ns, depth + 1)
-    return inst
+    ok: dict[str, type | None] = {}
+    new = object.__new__
+    get_dict = object.__getattribute__
+    reserved = rw.RESERVED_PREFIX
+
+    def cls_for(name):
+        c = ok.get(name, False)
+        if c is False:
+            c = ns.get(name) if isinstance(name, str) else None
+            # only classes the sandbox wrote, all the way down (a host base class
+            # could refuse construction: constructable=False), with object's __new__
+            if not (
+                _sandbox_class(c)
+                and all(b is object or _sandbox_class(b) for b in type.__dict__["__mro__"].__get__(c))
+                and c.__new__ is object.__new__
+            ):
+                c = None
+            ok[name] = c
+        return c
+
+    def build(w, depth):
+        cls = cls_for(w.get(OBJ))
+        st = w.get("state")
+        if cls is None or not isinstance(st, dict):
+            return None
+        inst = new(cls)
+        try:
+            d = get_dict(inst, "__dict__")
+        except AttributeError:
+            return None
+        for k, x in st.items():
+            if type(k) is not str or k.startswith(reserved) or (k[:2] == "__" and k[-2:] == "__"):
+                continue
+            t = type(x)
+            d[k] = dec(x, depth + 1) if (t is list or t is dict) else x
+        return inst
+
+    def dec(w, depth):
+        t = type(w)
+        if t is list:
+            if depth > 100:
+                raise ValueError("invalid state: nested too deeply")
+            return [dec(x, depth + 1) if (type(x) is list or type(x) is dict) else x for x in w]
+        if t is dict:
+            if depth > 100:
+                raise ValueError("invalid state: nested too deeply")
+            if OBJ in w:
+                return build(w, depth)
+            return {k: dec(x, depth + 1) for k, x in w.items()}
+        return w
+
+    return dec, build
 
 
 def restore(session, state):
@@ -244,10 +289,11 @@ def restore(session, state):
     if r.error is not None:
         return r
     ns = session._ns
+    dec, build = _decoder(ns)
     for name, w in data.items():
-        ns[name] = _decode(w, ns)
+        ns[name] = dec(w, 0)
     for name, o in objects.items():  # the older form: {name: {class, state}}
-        inst = _build({OBJ: o["class"], "state": o["state"]}, ns, 0)
+        inst = build({OBJ: o["class"], "state": o["state"]}, 0)
         if inst is not None:
             ns[name] = inst
     r.namespace = session.namespace

@@ -463,14 +463,25 @@ class VFSView:
         if binary and (encoding is not None or errors is not None or newline is not None):
             raise ValueError("binary mode doesn't take an encoding, errors or newline argument")
         p = self.path(file)
-        st = self.backend.stat(p)
-        if st is not None and st[0] == "dir":
-            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), os.fspath(file))
-        if kind == "r" and not plus:
-            if st is None:
-                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), os.fspath(file))
-            buf: io.BytesIO = io.BytesIO(self.backend.read(p))
+        buf: io.BytesIO
+        if kind == "r" and not plus:  # one operation: the read says what is missing
+            try:
+                buf = io.BytesIO(self.backend.read(p))
+            except OSError as e:
+                raise type(e)(e.errno, os.strerror(e.errno) if e.errno else str(e), os.fspath(file)) from None
+        elif kind == "w" and not plus:  # one operation now (create/truncate), one at close
+            buf = VFile(b"")
+            _WRITEBACK[buf] = (self.backend, p, {"dirty": True, "read": False})
+            try:
+                buf._sync()
+            except OSError as e:
+                _WRITEBACK.pop(buf, None)
+                raise type(e)(e.errno, os.strerror(e.errno) if e.errno else str(e), os.fspath(file)) from None
+            self.open_files.add(buf)
         else:
+            st = self.backend.stat(p)
+            if st is not None and st[0] == "dir":
+                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), os.fspath(file))
             if kind == "x" and st is not None:
                 raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), os.fspath(file))
             if kind == "r" and st is None:
