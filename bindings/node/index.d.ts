@@ -378,6 +378,8 @@ export interface PythonSandboxOptions {
   allowDegraded?: boolean;
   /** The Python interpreter (default: the engine's pick: the first python3 program on PATH). */
   python?: string;
+  /** Fill each result's `prints` with each print's values (Python's snapshot_prints). */
+  snapshotPrints?: boolean;
 }
 
 export interface PythonExecResult {
@@ -395,6 +397,8 @@ export interface PythonExecResult {
   isolation: { level: 'kernel' | 'process'; [key: string]: unknown };
   /** A fresh worker ran this call (the previous one crashed or was killed). */
   restarted: boolean;
+  /** With `snapshotPrints: true`: each print's (and echo's) values, as data. */
+  prints: unknown[][];
 }
 
 export declare class PythonSandbox {

@@ -24,7 +24,7 @@ const LIMITS = {
 };
 
 class PythonSandbox {
-  constructor(policy = {}, { isolation = 'kernel', filesystem, echo = false, allowDegraded = false, python } = {}) {
+  constructor(policy = {}, { isolation = 'kernel', filesystem, echo = false, allowDegraded = false, python, snapshotPrints = false } = {}) {
     if (!LEVELS.includes(isolation)) {
       throw new InvalidArgument(`isolation must be one of ${LEVELS.join(', ')} from JavaScript (got ${isolation})`);
     }
@@ -46,6 +46,7 @@ class PythonSandbox {
     }
     if (problems.length) throw new InvalidArgument(problems.join('\n'), { problems });
     this.level = isolation;
+    this.snapshotPrints = snapshotPrints === true;
     // a handle for the ops: the engine builds the worker's own policy
     this.sandbox = new Sandbox({ allowDegraded: true });
     // opened on a thread: what the engine refuses (IsolationUnavailable, a missing
@@ -87,6 +88,7 @@ class PythonSandbox {
     if (typeof code !== 'string') throw new InvalidArgument('code must be a string');
     await this.opening;
     const req = { op: 'coop_exec', code, namespace: namespace ?? null, modules: modules ?? null, stdin: stdin ?? null, argv: argv ?? null };
+    if (this.snapshotPrints) req.prints = true;
     if (echo !== undefined && echo !== null) req.echo = echo; // this exec's mode (the engine checks it)
     let resp = check(await this.sandbox.request(req));
     while (resp.call) {
@@ -105,6 +107,7 @@ class PythonSandbox {
       duration: resp.duration,
       isolation: { ...this.report },
       restarted: resp.restarted === true,
+      prints: resp.prints ?? [], // each print's values, with {snapshotPrints: true}
     };
   }
 

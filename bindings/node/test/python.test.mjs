@@ -138,3 +138,19 @@ test('python exec: echo modes (per sandbox, per exec), a wrong one refused, KeyE
   await assert.rejects(bad.open(), /Invalid echo option/);
   bad.close();
 });
+
+test('python exec: snapshotPrints fills prints', async () => {
+  const sb = sandbox({ timeout: 10 }, { isolation: 'process', snapshotPrints: true });
+  try {
+    const r = await sb.exec("print('a', 1)\nprint([2])");
+    assert.deepEqual(r.prints, [['a', 1], [[2]]]);
+  } finally {
+    sb.close();
+  }
+  const plain = sandbox({ timeout: 10 }, { isolation: 'process' });
+  try {
+    assert.deepEqual((await plain.exec("print('a')")).prints, []);
+  } finally {
+    plain.close();
+  }
+});
