@@ -2,9 +2,10 @@
 GO      ?= go
 PYTHON  ?= python3
 BUILD   := build
-# The library's version (capi/abi.c, the one place it is written) and its soname:
-# build/libsandtrap.so.$(VERSION) with links libsandtrap.so.0 and libsandtrap.so.
-VERSION := $(shell sed -n 's/^\#define SANDTRAP_VERSION_STRING "\(.*\)"$$/\1/p' capi/abi.c)
+# The version of the library, both packages and the guest runtime: the file VERSION
+# (scripts/version.sh writes it into each of them; make lint checks they agree). The
+# library is build/libsandtrap.so.$(VERSION) with links libsandtrap.so.0 and libsandtrap.so.
+VERSION := $(shell cat VERSION)
 SONAME  := libsandtrap.so.0
 LIBFILE := $(BUILD)/libsandtrap.so.$(VERSION)
 LIB     := $(BUILD)/libsandtrap.so
@@ -24,7 +25,7 @@ INCLUDEDIR ?= $(PREFIX)/include
 BINDIR     ?= $(PREFIX)/bin
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 
-.PHONY: all lib init generate install uninstall wheel sdist npm-pack packages test test-go test-c test-guest test-python test-node test-cross test-packaging fuzz bench deps demo clean
+.PHONY: all lib init generate install uninstall wheel sdist npm-pack packages lint test test-go test-c test-guest test-python test-node test-cross test-packaging fuzz bench deps demo clean
 
 all: lib
 
@@ -109,7 +110,45 @@ deps:
 # The whole suite; installs what it needs first (README's test command).
 test: deps
 	$(MAKE) lib
-	$(MAKE) test-go test-c fuzz test-guest test-python test-node test-cross test-packaging
+	$(MAKE) lint test-go test-c fuzz test-guest test-python test-node test-cross test-packaging
+
+# ---- lint (part of make test) -----------------------------------------------------
+# Every tool pinned and installed here on first use: staticcheck from the Go module
+# proxy (build/lint/bin), ruff, mypy and pyright from PyPI in a venv of their own
+# (pyright runs the copy its wheel bundles on this machine's node: nothing else is
+# fetched), typescript from bindings/node's devDependencies (npm).
+STATICCHECK_VERSION := v0.8.2
+LINT_PY  := ruff==0.17.6 mypy==2.4.1 pyright==1.1.414 msgpack==1.2.4
+LINT     := $(BUILD)/lint
+LINTBIN  := $(CURDIR)/$(LINT)/venv/bin
+# pyright --verifytypes sandtrap: the share of the public API whose types are known
+MIN_TYPE_COMPLETENESS := 0.95
+
+$(LINT)/bin/staticcheck-$(STATICCHECK_VERSION):
+	@mkdir -p $(LINT)/bin
+	GOBIN=$(CURDIR)/$(LINT)/bin $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	@touch $@
+
+$(LINT)/venv/.ok-$(word 1,$(LINT_PY))-$(word 2,$(LINT_PY))-$(word 3,$(LINT_PY)):
+	$(PYTHON) -m venv $(LINT)/venv
+	$(LINT)/venv/bin/pip install -q --disable-pip-version-check $(LINT_PY)
+	@touch $@
+
+lint: $(INIT) $(LINT)/bin/staticcheck-$(STATICCHECK_VERSION) $(LINT)/venv/.ok-$(word 1,$(LINT_PY))-$(word 2,$(LINT_PY))-$(word 3,$(LINT_PY))
+	bash scripts/version.sh --check
+	@echo "lint: gofmt"; out=$$(gofmt -l core capi cmd bench); [ -z "$$out" ] || { echo "gofmt would change: $$out"; exit 1; }
+	$(GO) vet ./...
+	$(GO) vet $(TESTTAGS) ./...
+	$(LINT)/bin/staticcheck ./...
+	$(LINT)/bin/staticcheck $(TESTTAGS) ./...
+	$(LINTBIN)/ruff check .
+	$(LINTBIN)/ruff format --check .
+	cd bindings/python && $(LINTBIN)/mypy
+	cd bindings/python && $(LINTBIN)/pyright --pythonpath $(LINTBIN)/python
+	cd bindings/python && PYTHONPATH=src $(LINTBIN)/pyright --pythonpath $(LINTBIN)/python --verifytypes sandtrap --outputjson \
+	  | $(LINTBIN)/python -c 'import json, sys; s = json.load(sys.stdin)["typeCompleteness"]["completenessScore"]; \
+	    print(f"pyright --verifytypes sandtrap: {s:.1%} (at least {$(MIN_TYPE_COMPLETENESS):.0%})"); sys.exit(s < $(MIN_TYPE_COMPLETENESS))'
+	cd bindings/node && npm install --no-audit --no-fund --ignore-scripts && npx tsc -p . && npm run -s typecheck
 
 # the tests' builds carry the SANDTRAP_TEST_DISABLE hook (core/kernel/testhook.go);
 # the shipped library does not
@@ -130,6 +169,7 @@ test-c: lib
 
 fuzz: $(INIT)
 	$(GO) test -run '^$$' -fuzz FuzzDecodeRequest -fuzztime 150000x ./core/engine
+	$(GO) test $(TESTTAGS) -run '^$$' -fuzz FuzzExec -fuzztime 20000x ./core/engine
 	$(GO) test -run '^$$' -fuzz FuzzPolicy -fuzztime 150000x ./core/policy
 
 # the cooperative Python sandbox's guest runtime (pure Python)
@@ -138,7 +178,7 @@ test-guest:
 	cd core/guest/python && $(PYTHON) -m pytest -q tests
 
 test-python: lib $(TESTHOOK_LIB)
-	$(PYTHON) -m pip install -q ./bindings/python pytest pytest-asyncio mypy
+	$(PYTHON) -m pip install -q ./bindings/python pytest pytest-asyncio mypy pyright==1.1.414
 	SANDTRAP_TESTHOOK_LIB=$(CURDIR)/$(TESTHOOK_LIB) $(PYTHON) -m pytest -q bindings/python/tests
 
 test-node: lib

@@ -12,8 +12,7 @@
 #include "builder.h"
 #include "result.h"
 #include "_cgo_export.h"
-
-#define SANDTRAP_VERSION_STRING "0.1.0"
+#include "version.h"
 
 struct sandtrap_sandbox { uintptr_t h; uint64_t id; };
 

@@ -48,6 +48,11 @@ int sandtrap_sandbox_builder_net_allow_unix(sandtrap_sandbox_builder *b, int all
 	return st_builder_bool(b, "net_allow_unix", allow);
 }
 
+int sandtrap_sandbox_builder_port_remap(sandtrap_sandbox_builder *b, int remap)
+{
+	return st_builder_bool(b, "port_remap", remap);
+}
+
 int sandtrap_sandbox_builder_max_memory(sandtrap_sandbox_builder *b, uint64_t bytes)
 {
 	return st_builder_u64(b, "max_memory", bytes);
@@ -116,6 +121,11 @@ int sandtrap_sandbox_builder_extra_allow_syscall(sandtrap_sandbox_builder *b, co
 int sandtrap_sandbox_builder_extra_deny_syscall(sandtrap_sandbox_builder *b, const char *name)
 {
 	return st_builder_string(b, "extra_deny_syscalls", name);
+}
+
+int sandtrap_sandbox_builder_name(sandtrap_sandbox_builder *b, const char *hostname)
+{
+	return st_builder_string(b, "name", hostname);
 }
 
 int sandtrap_sandbox_builder_allow_degraded(sandtrap_sandbox_builder *b, int allow)

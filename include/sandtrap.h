@@ -145,6 +145,11 @@ int sandtrap_sandbox_builder_net_allow_bind_str(sandtrap_sandbox_builder *b, con
 int sandtrap_sandbox_builder_net_allow_udp(sandtrap_sandbox_builder *b, int allow);
 /* Allow socket(AF_UNIX) (pathname sockets; abstract ones stay scoped). */
 int sandtrap_sandbox_builder_net_allow_unix(sandtrap_sandbox_builder *b, int allow);
+/* Binds of the net_allow_bind ports (virtual) land on real ports of the
+ * sandbox's own: the same when free and unprivileged, else ephemeral (ports
+ * op); getsockname answers the virtual port, a connect to a loopback virtual
+ * port reaches the real one. */
+int sandtrap_sandbox_builder_port_remap(sandtrap_sandbox_builder *b, int remap);
 /* Bytes of memory for the whole process tree: memory cgroup, else RLIMIT_AS
  * per process. */
 int sandtrap_sandbox_builder_max_memory(sandtrap_sandbox_builder *b, uint64_t bytes);
@@ -175,6 +180,9 @@ int sandtrap_sandbox_builder_ids(sandtrap_sandbox_builder *b, uint32_t uid, uint
 int sandtrap_sandbox_builder_extra_allow_syscall(sandtrap_sandbox_builder *b, const char *name);
 /* Syscall names answered with EPERM. */
 int sandtrap_sandbox_builder_extra_deny_syscall(sandtrap_sandbox_builder *b, const char *name);
+/* The sandbox's hostname (uname -n), in a UTS namespace of its own: 1-64
+ * letters, digits, - and .. */
+int sandtrap_sandbox_builder_name(sandtrap_sandbox_builder *b, const char *hostname);
 /* Run even when a requested protection is unavailable; results say what was
  * not applied. */
 int sandtrap_sandbox_builder_allow_degraded(sandtrap_sandbox_builder *b, int allow);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Copies what building libsandtrap.so from source needs into DEST: the Makefile,
-# go.mod/go.sum, capi/, core/ (the Go and C sources and the embedded guest runtime),
+# VERSION, go.mod/go.sum, capi/, core/ (the Go and C sources and the embedded guest runtime),
 # include/, LICENSE, this script's sibling check-build-deps.sh, and the Go modules
 # (vendor/, from `go mod vendor`) so that the build downloads nothing. Tests, test
 # data and built files are left out. Used by the Python sdist and the npm package,
@@ -12,7 +12,7 @@ dest="$(mkdir -p "$1" && cd "$1" && pwd)"
 GO="${GO:-go}"
 mkdir -p "$dest/scripts"
 cd "$root"
-cp Makefile go.mod go.sum LICENSE "$dest/"
+cp Makefile VERSION go.mod go.sum LICENSE "$dest/"
 cp scripts/check-build-deps.sh "$dest/scripts/"
 find capi core include -type f \
   ! -name '*_test.go' ! -name '*.pyc' ! -path '*/__pycache__/*' ! -path '*/testdata/*' \

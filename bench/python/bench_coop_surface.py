@@ -94,11 +94,12 @@ def ours_cases():
 
 # ----------------------------------------------------------------------- peer
 def peer_cases():
+    import concurrent.futures.thread  # noqa: F401
     import pickle
 
-    import pyseccomp  # noqa: F401 - its kernel worker needs these imported first here
     import landlock  # noqa: F401
-    import concurrent.futures.thread  # noqa: F401
+    import pyseccomp  # noqa: F401 - its kernel worker needs these imported first here
+
     import sandtrap
     from sandtrap import Policy, VirtualFS, sandbox
 
@@ -147,7 +148,7 @@ def measure(cases, reps) -> dict:
                 finally:
                     close()
                 out[key] = {"s": med, "all": xs}
-            except Exception as e:  # noqa: BLE001 - reported
+            except Exception as e:
                 out[key] = {"error": f"{type(e).__name__}: {e}"[:300]}
     return out
 

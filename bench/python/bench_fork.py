@@ -139,7 +139,7 @@ if script and None not in theirs_all:
         f"(sandtrap / sandlock = {ours / theirs:.2f}; target <= 0.5)"
     )
     if REPEAT > 1:
-        ratios = sorted(a / b for a, b in zip(ours_all, theirs_all))
+        ratios = sorted(a / b for a, b in zip(ours_all, theirs_all, strict=True))
         print(f"per-round ratios {', '.join(f'{x:.2f}' for x in ratios)}; median {ratios[len(ratios) // 2]:.2f}")
 if script:
     os.unlink(script)

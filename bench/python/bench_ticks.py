@@ -10,7 +10,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../core/guest/python"))
-from sandtrap_guest import GuestSession, Policy  # noqa: E402
+from sandtrap_guest import GuestSession, Policy
 
 CASES = {
     "for loop at module level": "s = 0\nfor i in range(1_000_000):\n    s += i * 2 % 7\n",

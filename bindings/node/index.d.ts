@@ -23,6 +23,8 @@ export interface SandboxOptions {
   netAllowUdp?: boolean;
   /** Allow `socket(AF_UNIX)` (pathname sockets; abstract ones stay scoped) (default: false). */
   netAllowUnix?: boolean;
+  /** Binds of the netAllowBind ports (virtual) land on real ports of the sandbox's own: the same when free and unprivileged, else ephemeral (`ports` op); getsockname answers the virtual port, a connect to a loopback virtual port reaches the real one (default: false). */
+  portRemap?: boolean;
   /** Bytes for the whole process tree (`"256M"`): memory cgroup, else RLIMIT_AS per process (default: none). */
   maxMemory?: Size;
   /** Tasks in the sandbox: pids cgroup, else RLIMIT_NPROC (non-root) (default: none). */
@@ -53,6 +55,8 @@ export interface SandboxOptions {
   extraAllowSyscalls?: string[];
   /** Syscall names answered with EPERM (default: []). */
   extraDenySyscalls?: string[];
+  /** The sandbox's hostname (`uname -n`), in a UTS namespace of its own: 1-64 letters, digits, `-` and `.` (default: none). */
+  name?: string;
   /** Run even when a requested protection is unavailable; results say what was not applied (default: false). */
   allowDegraded?: boolean;
 }
@@ -237,6 +241,8 @@ export declare class Sandbox {
   cmd(argv: readonly string[], options?: CommandOptions): Command;
   /** What this sandbox enforces on this machine, without running anything. */
   isolation(): Promise<IsolationReport>;
+  /** {virtualPort: realPort} of the sockets bound now (portRemap; {} without it). */
+  ports(): Promise<Record<number, number>>;
   /** Cancel every run of this sandbox in flight; returns how many. */
   cancelAll(): number;
   /** No new runs; runs in flight finish, then the engine's resources go. Idempotent. */

@@ -1,11 +1,10 @@
 package engine
 
 import (
-	"sort"
-	"sync"
-
 	"github.com/sandtrap/sandtrap/core/hostcall"
+	"github.com/sandtrap/sandtrap/core/protocol"
 	"github.com/sandtrap/sandtrap/core/rawmsg"
+	"github.com/sandtrap/sandtrap/core/template"
 )
 
 // The engine's API for the drivers built on it outside this package (core/session:
@@ -15,33 +14,14 @@ import (
 // OpFunc handles a request of an op registered with RegisterOp. It gets the request
 // as it came (its own decoding: values it forwards stay raw msgpack) and returns the
 // response and its error kind, as Exec does.
-type OpFunc func(s *Sandbox, req []byte) ([]byte, string)
+type OpFunc = protocol.OpFunc[*Sandbox]
 
-var (
-	opsMu  sync.RWMutex
-	extOps = map[string]OpFunc{}
-)
+// ops are the protocol's ops: the ones Exec decodes itself, and those other
+// packages register.
+var ops = &protocol.Registry[*Sandbox]{Core: []string{"run", "pipeline", "isolation", "session_open", "session_send", "session_close", "answer"}}
 
 // RegisterOp adds an op to the protocol (from an init function).
-func RegisterOp(name string, fn OpFunc) {
-	opsMu.Lock()
-	defer opsMu.Unlock()
-	extOps[name] = fn
-}
-
-// coreOps are the ops Exec decodes itself.
-var coreOps = []string{"run", "pipeline", "isolation", "session_open", "session_send", "session_close", "answer"}
-
-func knownOps() []string {
-	opsMu.RLock()
-	defer opsMu.RUnlock()
-	out := append([]string{}, coreOps...)
-	for k := range extOps {
-		out = append(out, k)
-	}
-	sort.Strings(out[len(coreOps):])
-	return out
-}
+func RegisterOp(name string, fn OpFunc) { ops.Register(name, fn) }
 
 // execRaw handles the requests that are not decoded into Go maps: host-call
 // answers (hostcall) and registered ops. ok is false for every other request.
@@ -54,9 +34,7 @@ func (s *Sandbox) execRaw(b []byte) (resp []byte, kind string, ok bool) {
 		resp, kind = hostcall.Resume(s, b)
 		return resp, kind, true
 	}
-	opsMu.RLock()
-	fn := extOps[op]
-	opsMu.RUnlock()
+	fn := ops.Lookup(op)
 	if fn == nil {
 		return nil, "", false
 	}
@@ -67,57 +45,32 @@ func (s *Sandbox) execRaw(b []byte) (resp []byte, kind string, ok bool) {
 // OpenSession starts req as a session (docs/protocol.md, "sessions"), or — with a
 // template start frame — opens a fork of that template; spawn false makes the fork
 // refuse new processes and programs. It returns the session's id.
-func (s *Sandbox) OpenSession(req *RunRequest, template []byte, spawn bool) (uint64, error) {
-	req.StdinFD, req.StdoutFD = -1, -1
-	if template != nil {
-		out, err := s.sessionFork(req, template, spawn)
-		if err != nil {
-			return 0, err
-		}
-		id, ok := out["session"].(uint64)
-		if !ok {
-			return 0, errorf(KindInternal, "BUG(engine): a fork's session id is a %T", out["session"])
-		}
-		return id, nil
-	}
-	ss, err := s.startSession(req, false)
-	if err != nil {
-		return 0, err
-	}
-	return ss.id, nil
+func (s *Sandbox) OpenSession(req *RunRequest, startFrame []byte, spawn bool) (uint64, error) {
+	return template.OpenSession(s, req, startFrame, spawn)
 }
 
-func (s *Sandbox) session(id uint64) (*session, error) {
-	s.mu.Lock()
-	ss := s.sessions[id]
-	s.mu.Unlock()
-	if ss == nil {
-		return nil, errorf(KindInvalidRequest, "invalid request: session %d is not open", id)
-	}
-	return ss, nil
-}
+// SessionEnd is why a session ended (core/template).
+type SessionEnd = template.SessionEnd
 
 // SendFrame writes one frame to a session and waits up to timeout seconds (0: no
 // limit) for one back. When the session ended instead (its program exited or
 // overran the timeout and was killed, or the host confined itself since), the reply
 // is nil and end says why.
 func (s *Sandbox) SendFrame(id uint64, frame []byte, timeout float64) (reply []byte, end *SessionEnd, err error) {
-	ss, err := s.session(id)
+	ss, err := template.Lookup(s, id)
 	if err != nil {
 		return nil, nil, err
 	}
-	return s.send(ss, frame, timeout)
+	return template.SendFrame(s, ss, frame, timeout)
 }
 
 // CloseSession ends a session (its program is killed) and returns its result.
 func (s *Sandbox) CloseSession(id uint64) (*Result, error) {
-	ss, err := s.session(id)
+	ss, err := template.Lookup(s, id)
 	if err != nil {
 		return nil, err
 	}
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	return s.finishSession(ss), nil
+	return template.Close(s, ss), nil
 }
 
 // Isolation is what every run of this sandbox enforces (the isolation report).

@@ -1,96 +1,51 @@
-// Package engine compiles a policy into a confinement plan and runs commands under
-// it: one Sandbox per policy, many concurrent runs, every protection either applied
-// before the target's first instruction or reported (and, unless allow_degraded,
-// refused).
+// Package engine is the façade capi/ calls: the sandbox registry and lifecycle
+// (one Sandbox per policy, many concurrent runs; its plan from core/plan, its runs
+// through core/run, its sessions and templates through core/template), the
+// dispatch of protocol ops (core/protocol), cancellation and confine(). Every protection is either applied before
+// the target's first instruction or reported (and, unless allow_degraded, refused).
 package engine
 
 import (
-	"crypto/rand"
-	"encoding/binary"
-	"fmt"
 	"os"
-	"path/filepath"
-	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 
 	"github.com/sandtrap/sandtrap/core/cgroup"
 	"github.com/sandtrap/sandtrap/core/confine"
-	"github.com/sandtrap/sandtrap/core/fsview"
 	"github.com/sandtrap/sandtrap/core/kernel"
 	"github.com/sandtrap/sandtrap/core/landlock"
+	"github.com/sandtrap/sandtrap/core/plan"
 	"github.com/sandtrap/sandtrap/core/policy"
+	runs "github.com/sandtrap/sandtrap/core/run"
 	"github.com/sandtrap/sandtrap/core/seccomp"
 	"github.com/sandtrap/sandtrap/core/spawn"
 	"github.com/sandtrap/sandtrap/core/supervise"
-	"golang.org/x/sys/unix"
+	"github.com/sandtrap/sandtrap/core/template"
 )
-
-// Error kinds, stable across the C ABI and the bindings.
-const (
-	KindInvalidRequest = "invalid_request"
-	KindInvalidPolicy  = "invalid_policy"
-	KindIsolation      = "isolation_unavailable"
-	KindNotFound       = "not_found"
-	KindSpawn          = "spawn_failed"
-	KindTimeout        = "timeout"
-	KindCancelled      = "cancelled"
-	KindCPUTime        = "cpu_time_limit"
-	KindMemory         = "memory_limit"
-	KindStageFailed    = "stage_failed" // a pipeline stage other than the last failed (a result)
-	KindForked         = "forked_child"
-	KindClosed         = "closed"
-	KindInternal       = "internal"
-)
-
-// Error is an engine error with a stable kind.
-type Error struct {
-	Kind     string
-	Message  string
-	Problems []policy.Problem // what was wrong, field by field (invalid_policy, invalid_request)
-}
-
-func (e *Error) Error() string { return e.Message }
-
-func errorf(kind, format string, a ...any) *Error {
-	return &Error{Kind: kind, Message: fmt.Sprintf(format, a...)}
-}
-
-// DevicePaths are granted read/write to every sandbox: harmless character devices
-// that nearly every program opens.
-var DevicePaths = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"}
-
-// DefaultPath is the PATH a program sees under clean_env.
-const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // Sandbox is a compiled policy. It is safe for concurrent use.
 type Sandbox struct {
-	Policy   *policy.Policy
-	features kernel.Features
-	devices  []string      // device nodes it may open
-	viewPlan *fsview.Plan  // its view, where it can have one
-	cg       *cgroup.Group // the sandbox's cgroup (nil: no limit needs one)
-	cgErr    string        // why it has none although a limit wanted one (allow_degraded)
-	env      []string      // base environment (policy applied)
-	net      netPlan       // who enforces the network rules (net.go)
+	Policy *policy.Policy
+	in     *plan.Input // what its plans are compiled from (core/plan)
+	env    []string    // base environment (policy applied)
 
-	zmu        sync.Mutex // guards the fields below
-	pl         *plan      // the plan for the process's current confinement
-	retiredPls []*plan    // plans from before a confine(), kept for their runs in flight
+	zmu        sync.Mutex   // guards the fields below
+	pl         *plan.Plan   // the plan for the process's current confinement
+	retiredPls []*plan.Plan // plans from before a confine(), kept for their runs in flight
 	zyg        *spawn.Zygote
-	zygPlan    *plan                 // the plan zyg serves
+	zygPlan    *plan.Plan            // the plan zyg serves
 	sup        *supervise.Supervisor // zyg's supervisor, if it has one (tests)
 	retired    []*spawn.Zygote       // zygotes from before a confine(), kept for their runs in flight
 
 	id       uint64
 	inflight sync.WaitGroup
 	mu       sync.Mutex
+	cg       *cgroup.Group // the sandbox's cgroup (nil: no limit needs one; see adoptGroup)
 	closed   bool
 	running  map[string]map[uint64]func() // cancel tag -> run id -> cancel
-	sessions map[uint64]*session
-	closers  []func() // OnClose
+	sessions template.Table               // its open sessions (core/template)
+	closers  []func()                     // OnClose
 }
 
 // NewFromMap decodes a policy map, validates it (as data and against this machine,
@@ -100,55 +55,33 @@ func NewFromMap(m map[string]any) (*Sandbox, error) {
 	return build(p, probs)
 }
 
+// NewFromMsgpack builds a sandbox from a msgpack policy map.
+func NewFromMsgpack(b []byte) (*Sandbox, error) {
+	m, err := DecodeMap(b, "policy")
+	if err != nil {
+		return nil, err
+	}
+	return NewFromMap(m)
+}
+
 // New validates p against this machine and compiles its plan.
 func New(p *policy.Policy) (*Sandbox, error) { return build(p, nil) }
 
 func build(p *policy.Policy, probs policy.Problems) (*Sandbox, error) {
-	f := kernel.Probe()
-	resolvePaths(p, &probs)
-	if p.Cwd != "" {
-		if st, err := os.Stat(p.Cwd); err != nil {
-			probs.Add("cwd", "%s: %v", p.Cwd, unwrapPathErr(err))
-		} else if !st.IsDir() {
-			probs.Add("cwd", "%s is not a directory", p.Cwd)
-		}
+	in, err := plan.Prepare(p, kernel.Probe(), probs)
+	if err != nil {
+		return nil, err
 	}
-	for _, names := range []struct {
-		field string
-		list  []string
-	}{{"extra_allow_syscalls", p.ExtraAllowSyscalls}, {"extra_deny_syscalls", p.ExtraDenySyscalls}} {
-		for _, n := range names.list {
-			if len(seccomp.Validate(names.field, []string{n})) > 0 {
-				probs.Add(names.field, "unknown syscall %q", n)
-			}
-		}
-	}
-	if p.UID != nil && !f.Root {
-		probs.Add("uid", "switching users needs a host running as root")
-	}
-	np := planNet(p, &probs)
-	devices := devicePaths(p)
-	var view *fsview.Plan
-	if err := probs.Err(); err == nil {
-		var verr error
-		if view, verr = fsview.Build(fsview.Spec{Readable: p.FSReadable, Writable: p.FSWritable, Devices: devices}); verr != nil {
-			probs.Add("", "%v", verr)
-		}
-	}
-	if err := probs.Err(); err != nil {
-		return nil, &Error{Kind: KindInvalidPolicy, Message: err.Error(), Problems: err.Problems}
-	}
-
-	nullFD()
-	sb := &Sandbox{Policy: p, features: f, running: map[string]map[uint64]func(){},
-		devices: devices, viewPlan: view, env: baseEnv(p), net: np}
-	if limits := cgroupLimits(p); f.Cgroup != nil && limits.Needed() {
+	f := in.Features
+	runs.NullFD()
+	sb := &Sandbox{Policy: p, in: in, running: map[string]map[uint64]func(){}, env: runs.BaseEnv(p)}
+	if limits := plan.CgroupLimits(p); f.Cgroup != nil && limits.Needed() {
 		cg, err := cgroup.New(f.Cgroup, limits)
 		if err != nil {
 			if !p.AllowDegraded {
 				return nil, errorf(KindIsolation, "isolation unavailable: %v (pass allow_degraded to run without it)", err)
 			}
-			sb.cgErr = err.Error()
+			in.GroupErr = err.Error()
 		} else {
 			sb.cg = cg
 		}
@@ -169,117 +102,11 @@ func build(p *policy.Policy, probs policy.Problems) (*Sandbox, error) {
 	return sb, nil
 }
 
-// resolvePaths resolves every fs_* path through its symlinks (Landlock's rules and
-// the view are about the file reached, so the policy must name it) and checks
-// them: allowed paths must exist, and writable ones be on a writable mount; a
-// denied path must exist and lie inside an allowed tree, or it would deny nothing.
-func resolvePaths(p *policy.Policy, probs *policy.Problems) {
-	resolve := func(field string, list []string, mustExist string) []string {
-		out := make([]string, 0, len(list))
-		for _, path := range list {
-			real, err := filepath.EvalSymlinks(path)
-			if err != nil {
-				probs.Add(field, "%s: %v%s", path, unwrapPathErr(err), mustExist)
-				continue
-			}
-			out = append(out, real)
-		}
-		return out
-	}
-	p.FSReadable = resolve("fs_readable", p.FSReadable, "")
-	p.FSWritable = resolve("fs_writable", p.FSWritable, "")
-	p.FSDenied = resolve("fs_denied", p.FSDenied, " (a denied path must exist: check its spelling)")
-	for _, w := range p.FSWritable {
-		if fsview.ReadOnlyMount(w) {
-			probs.Add("fs_writable", "%s is on a read-only mount", w)
-		}
-	}
-	allowed := append(append([]string{}, p.FSReadable...), p.FSWritable...)
-	for _, d := range p.FSDenied {
-		inside := false
-		for _, a := range allowed {
-			if policy.Within(d, a) {
-				inside = true
-			}
-			if d != a && policy.Within(a, d) {
-				probs.Add("fs_denied", "%s contains %s, which is granted: deny a narrower path", d, a)
-			}
-		}
-		if !inside {
-			probs.Add("fs_denied", "%s lies outside every readable and writable tree: it would deny nothing", d)
-		}
-	}
-}
-
-// devicePaths are the device nodes a sandbox may open: the harmless ones every
-// program uses, and those its policy names directly (a device inside a granted
-// directory is not openable: the view mounts everything nodev).
-func devicePaths(p *policy.Policy) []string {
-	devs := append([]string{}, DevicePaths...)
-	for _, path := range append(append([]string{}, p.FSReadable...), p.FSWritable...) {
-		if fsview.IsDevice(path) {
-			devs = append(devs, path)
-		}
-	}
-	return devs
-}
-
-// userSysctls bound what one sandbox can take of the host user's per-user kernel
-// objects (its user namespace counts them for all its runs).
-func userSysctls() []spawn.Sysctl {
-	limit := func(name string, own, hostShare int64) spawn.Sysctl {
-		v := own
-		if b, err := os.ReadFile("/proc/sys/fs/inotify/" + strings.TrimPrefix(name, "max_inotify_")); err == nil {
-			if n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil && n/hostShare < v {
-				v = max(n/hostShare, 1)
-			}
-		}
-		return spawn.Sysctl{Path: "/proc/sys/user/" + name, Value: strconv.FormatInt(v, 10)}
-	}
-	return []spawn.Sysctl{
-		limit("max_inotify_instances", InotifyInstances, 8),
-		limit("max_inotify_watches", InotifyWatches, 4),
-		{Path: "/proc/sys/user/max_user_namespaces", Value: "0"},
-		{Path: "/proc/sys/user/max_fanotify_groups", Value: "0"},
-	}
-}
-
-// userShares are the rlimits that bound one sandbox's share of the host user's
-// pending signals and POSIX message queue bytes: an eighth of this process's own,
-// as for inotify.
-func userShares() []spawn.Rlimit {
-	var out []spawn.Rlimit
-	for _, res := range []int{unix.RLIMIT_SIGPENDING, unix.RLIMIT_MSGQUEUE} {
-		var rl unix.Rlimit
-		if unix.Getrlimit(res, &rl) != nil || rl.Cur == unix.RLIM_INFINITY {
-			continue
-		}
-		v := max(rl.Cur/8, 1)
-		out = append(out, spawn.Rlimit{Resource: res, Cur: v, Max: v})
-	}
-	return out
-}
-
-// Per-sandbox caps on the host user's inotify budget (at most an eighth of its
-// instances and a quarter of its watches).
-const (
-	InotifyInstances = 16
-	InotifyWatches   = 16384
-)
-
-// helperProcesses is what a process limit allows beyond max_processes: sandtrap's
-// zygote, the next run's pid 1 it keeps made ahead, and one run's pid 1 (each
-// further concurrent run's pid 1 counts against the limit).
-const helperProcesses = 3
-
-// cgroupLimits are the cgroup limits of p; pids.max also counts sandtrap's own
-// processes (helperProcesses).
-func cgroupLimits(p *policy.Policy) cgroup.Limits {
-	procs := p.MaxProcesses
-	if procs > 0 {
-		procs += helperProcesses
-	}
-	return cgroup.Limits{Memory: p.MaxMemory, Processes: procs, CPUPct: p.MaxCPU, CPUTime: p.MaxCPUTime > 0}
+// compile makes the sandbox's plan for confinement generation gen.
+func (s *Sandbox) compile(gen uint64) (*plan.Plan, error) {
+	in := *s.in
+	in.Group = s.group()
+	return plan.Compile(&in, gen)
 }
 
 // group is the sandbox's cgroup (it can be swapped, see adoptGroup).
@@ -309,50 +136,6 @@ func (s *Sandbox) adoptGroup(g *cgroup.Group) bool {
 	return true
 }
 
-func unwrapPathErr(err error) error {
-	if pe, ok := err.(*os.PathError); ok {
-		return pe.Err
-	}
-	return err
-}
-
-func uniq(ps []uint16) []uint16 {
-	sort.Slice(ps, func(i, j int) bool { return ps[i] < ps[j] })
-	out := ps[:0]
-	for i, p := range ps {
-		if i == 0 || p != ps[i-1] {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-func baseEnv(p *policy.Policy) []string {
-	env := map[string]string{}
-	if p.CleanEnv {
-		env["PATH"] = DefaultPath
-	} else {
-		for _, kv := range os.Environ() {
-			if k, v, ok := strings.Cut(kv, "="); ok {
-				env[k] = v
-			}
-		}
-	}
-	for k, v := range p.Env {
-		env[k] = v
-	}
-	return flatten(env)
-}
-
-func flatten(env map[string]string) []string {
-	out := make([]string, 0, len(env))
-	for k, v := range env {
-		out = append(out, k+"="+v)
-	}
-	sort.Strings(out)
-	return out
-}
-
 // Close waits for runs in flight, then releases the ruleset; later runs fail.
 func (s *Sandbox) Close() {
 	s.mu.Lock()
@@ -366,7 +149,7 @@ func (s *Sandbox) Close() {
 	delete(live, s)
 	liveMu.Unlock()
 	s.runClosers()
-	s.closeSessions()
+	template.CloseAll(s)
 	s.inflight.Wait() // runs in flight still need the zygote
 	s.zmu.Lock()
 	if s.zyg != nil {
@@ -377,9 +160,9 @@ func (s *Sandbox) Close() {
 		z.Close()
 	}
 	s.retired = nil
-	s.pl.close()
+	s.pl.Close()
 	for _, pl := range s.retiredPls {
-		pl.close()
+		pl.Close()
 	}
 	s.pl, s.retiredPls = nil, nil
 	s.zmu.Unlock()
@@ -467,29 +250,9 @@ func (s *Sandbox) track(tag string, cancel func()) (untrack func()) {
 
 var runSeq atomic.Uint64
 
-var (
-	cookieOnce sync.Once
-	cookie     uint64
-)
-
-// cloneCookie is this host process's secret that lets its zygotes (and nothing
-// they start) create pid namespaces through the seccomp filter.
-func cloneCookie() uint64 {
-	cookieOnce.Do(func() {
-		var b [8]byte
-		for cookie == 0 {
-			if _, err := rand.Read(b[:]); err != nil {
-				panic("BUG(engine): no randomness: " + err.Error())
-			}
-			cookie = binary.LittleEndian.Uint64(b[:])
-		}
-	})
-	return cookie
-}
-
 // zygote returns the sandbox's zygote (started, again when fresh, if needed) and
 // the plan it serves.
-func (s *Sandbox) zygote(fresh *spawn.Zygote) (*spawn.Zygote, *plan, error) {
+func (s *Sandbox) zygote(fresh *spawn.Zygote) (*spawn.Zygote, *plan.Plan, error) {
 	s.zmu.Lock()
 	defer s.zmu.Unlock()
 	if s.zyg != nil && s.zyg == fresh {
@@ -507,7 +270,7 @@ func (s *Sandbox) zygote(fresh *spawn.Zygote) (*spawn.Zygote, *plan, error) {
 		s.zyg = nil
 	}
 	if s.zyg == nil {
-		zs := *pl.zspec
+		zs := *pl.Zygote
 		if cg := s.group(); cg != nil {
 			zs.CgroupFDs = cg.ProcFDs()
 		}
@@ -517,7 +280,7 @@ func (s *Sandbox) zygote(fresh *spawn.Zygote) (*spawn.Zygote, *plan, error) {
 		}
 		if z.Listener >= 0 {
 			// the zygote's supervisor: every trapped call of every run of it
-			sup, err := supervise.Start(z.Listener, pl.supervise)
+			sup, err := supervise.Start(z.Listener, pl.Supervise)
 			if err != nil {
 				z.Close()
 				return nil, nil, errorf(KindIsolation, "isolation unavailable: the supervisor: %v", err)
@@ -548,34 +311,38 @@ func (s *Sandbox) Confine(withSeccomp bool) error {
 	if cur == nil {
 		return errorf(KindClosed, "the sandbox is closed")
 	}
-	plan := confine.Plan{LandlockFD: -1, BlocksNamespaces: withSeccomp}
-	if cur.ruleset != nil {
+	cp := confine.Plan{LandlockFD: -1, BlocksNamespaces: withSeccomp}
+	if cur.Ruleset != nil {
 		// psx re-reads /proc/self/task while it walks the threads, some of them
 		// already restricted: that one directory stays readable, or the host dies.
-		spec := cur.llspec
-		spec.Readable = append(append([]string{}, spec.Readable...), "/proc/self/task")
-		spec.Denied = append(append([]string{}, spec.Denied...), unnamedDevices(spec)...) // no nodev view here
-		rs, err := landlock.Build(s.features.LandlockABI, spec)
+		spec := cur.LLSpec
+		// (by its real path: rule paths are opened without following symlinks)
+		spec.Readable = append(append([]string{}, spec.Readable...), "/proc/"+strconv.Itoa(os.Getpid())+"/task")
+		spec.Denied = append(append([]string{}, spec.Denied...), plan.UnnamedDevices(spec)...) // no nodev view here
+		rs, err := landlock.Build(s.in.Features.LandlockABI, spec)
 		if err != nil {
 			return errorf(KindIsolation, "landlock: %v", err)
 		}
 		defer rs.Close()
-		plan.LandlockFD = rs.FD
+		cp.LandlockFD = rs.FD
 	} else if !s.Policy.AllowDegraded {
 		return errorf(KindIsolation, "isolation unavailable: landlock")
 	}
 	// The filter: the sandbox's (withSeccomp), or by default what the policy says
 	// about sockets and the file calls Landlock does not govern; never the traps
 	// (this process has no supervisor of its own: they would answer ENOSYS).
-	if cur.bpf == nil {
+	if cur.BPF == nil {
 		if withSeccomp || !s.Policy.AllowDegraded {
 			return errorf(KindIsolation, "isolation unavailable: seccomp")
 		}
 	} else {
-		if cur.supervise.Net != nil {
+		if cur.Supervise.Ports != nil {
+			return errorf(KindIsolation, "isolation unavailable: confine() has no supervisor, which port_remap needs")
+		}
+		if cur.Supervise.Net != nil {
 			return errorf(KindIsolation, "isolation unavailable: confine() has no supervisor, which network rules by destination (addresses, UDP or ICMP rules, net_deny) need; only port rules for any host can confine this process")
 		}
-		cfg := cur.sccfg
+		cfg := cur.SCCfg
 		cfg.Traps, cfg.Confine = nil, !withSeccomp
 		// no supervisor here to refuse a listen that would autobind: without bind
 		// ports (and unix sockets, which listen too), listen is refused outright
@@ -584,19 +351,19 @@ func (s *Sandbox) Confine(withSeccomp bool) error {
 		if err != nil {
 			return errorf(KindIsolation, "seccomp: %v", err)
 		}
-		plan.BPF = prog.BPF
+		cp.BPF = prog.BPF
 	}
-	nullFD() // keep /dev/null reachable for later runs
+	runs.NullFD() // keep /dev/null reachable for later runs
 	if err := spawn.Ready(); err != nil {
 		return errorf(KindIsolation, "isolation unavailable: %v", err)
 	}
-	if err := confine.Check(plan, ownChildren()); err != nil {
+	if err := confine.Check(cp, ownChildren()); err != nil {
 		return errorf(KindIsolation, "%v", err)
 	}
 	// Everything started before now holds none of the new confinement, and once it
 	// scopes signals this process can no longer kill it: stop it all first.
 	stopEverything()
-	err := confine.Apply(plan)
+	err := confine.Apply(cp)
 	confineGen.Add(1) // even half applied: nothing from before may serve again
 	if err != nil {
 		return errorf(KindIsolation, "%v", err)
@@ -631,7 +398,7 @@ var (
 // stopEverything kills every run, session and template of this process and retires
 // every zygote (for confine).
 func stopEverything() {
-	closeTemplates()
+	template.CloseTemplates()
 	liveMu.Lock()
 	all := make([]*Sandbox, 0, len(live))
 	for s := range live {
@@ -652,3 +419,79 @@ func stopEverything() {
 		s.zmu.Unlock()
 	}
 }
+
+// current is the sandbox's plan for the process's current confinement, made anew
+// (and the old one kept for runs in flight) after a confine().
+func (s *Sandbox) current() (*plan.Plan, error) {
+	s.zmu.Lock()
+	defer s.zmu.Unlock()
+	return s.currentLocked()
+}
+
+func (s *Sandbox) currentLocked() (*plan.Plan, error) {
+	gen := confineGen.Load()
+	if s.pl != nil && s.pl.Gen == gen {
+		return s.pl, nil
+	}
+	pl, err := s.compile(gen)
+	if err != nil {
+		return nil, err
+	}
+	if s.pl != nil {
+		s.retiredPls = append(s.retiredPls, s.pl)
+	}
+	s.pl = pl
+	return pl, nil
+}
+
+// isolation returns a copy of the sandbox's current report for one run.
+func (s *Sandbox) isolation() *Isolation {
+	s.zmu.Lock()
+	pl := s.pl
+	s.zmu.Unlock()
+	return pl.Isolation()
+}
+
+// The sandbox as a run's host (core/run).
+
+// RunPolicy is the sandbox's policy.
+func (s *Sandbox) RunPolicy() *policy.Policy { return s.Policy }
+
+// BaseEnv is the environment of its runs.
+func (s *Sandbox) BaseEnv() []string { return s.env }
+
+// Group is its cgroup (nil: none).
+func (s *Sandbox) Group() *cgroup.Group { return s.group() }
+
+// Zygote is its zygote for its current plan (core/run).
+func (s *Sandbox) Zygote(fresh *spawn.Zygote) (*spawn.Zygote, *plan.Plan, error) {
+	return s.zygote(fresh)
+}
+
+// The sandbox as the host of sessions and templates (core/template).
+
+// Sessions are its open sessions.
+func (s *Sandbox) Sessions() *template.Table { return &s.sessions }
+
+// Plan is its plan for the process's current confinement.
+func (s *Sandbox) Plan() (*plan.Plan, error) { return s.current() }
+
+// Features are what this machine enforces (as probed when it was built).
+func (s *Sandbox) Features() kernel.Features { return s.in.Features }
+
+// AdoptGroup makes g its cgroup in place of its own (see adoptGroup).
+func (s *Sandbox) AdoptGroup(g *cgroup.Group) bool { return s.adoptGroup(g) }
+
+func init() {
+	template.NewHost = func(p *policy.Policy) (template.Host, error) {
+		sb, err := New(p)
+		if err != nil {
+			return nil, err
+		}
+		return sb, nil
+	}
+	template.ConfineGen = confineGen.Load
+}
+
+// Run runs one command to completion under the sandbox.
+func (s *Sandbox) Run(req *RunRequest) *Result { return runs.Run(s, req) }

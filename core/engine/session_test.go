@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sandtrap/sandtrap/core/guest"
+	"github.com/sandtrap/sandtrap/core/template"
 	"github.com/vmihailenco/msgpack/v5"
 	"golang.org/x/sys/unix"
 )
@@ -91,7 +92,7 @@ func TestTemplateFork(t *testing.T) {
 		if err := msgpack.Unmarshal(ri["frame"].([]byte), &m); err != nil || m["op"] != "ready" {
 			t.Fatalf("init: %v", ri)
 		}
-		return r["session"], len(tpls)
+		return r["session"], template.Kept()
 	}
 	exec := func(id any, code string) map[string]any {
 		t.Helper()
@@ -137,9 +138,9 @@ func TestTemplateFork(t *testing.T) {
 		t.Fatalf("after closing one session the cgroup holds %v", got)
 	}
 	// a killed template is replaced at the next open
-	for _, tp := range tpls {
-		if tp.sb != nil && tp.sb.cg != nil {
-			for _, pid := range tp.sb.cg.Pids() {
+	for _, h := range template.Templates() {
+		if g := h.Group(); g != nil {
+			for _, pid := range g.Pids() {
 				unix.Kill(pid, unix.SIGKILL)
 			}
 		}
@@ -152,7 +153,7 @@ func TestTemplateFork(t *testing.T) {
 }
 
 // Ending a template ends its forks (they live in its pid namespace): more
-// configurations than MaxTemplates must not evict a template that has live forks.
+// configurations than template.MaxTemplates must not evict a template that has live forks.
 func TestTemplateEvictionSparesLiveForks(t *testing.T) {
 	guestDir, err := guest.Dir()
 	if err != nil {
@@ -161,7 +162,7 @@ func TestTemplateEvictionSparesLiveForks(t *testing.T) {
 	sb := newSB(t, map[string]any{"fs_readable": []any{"/usr", "/lib", "/bin", guestDir},
 		"env": map[string]any{"PYTHONPATH": guestDir, "PYTHONDONTWRITEBYTECODE": "1"}})
 	var ids []any
-	for i := 0; i < MaxTemplates+2; i++ {
+	for i := 0; i < template.MaxTemplates+2; i++ {
 		start, _ := msgpack.Marshal(map[string]any{"op": "template", "policy": map[string]any{
 			"version": 1, "timeout": 30.0 + float64(i), "grants": []any{}}})
 		r, kind := request(t, sb, map[string]any{"op": "session_open",
@@ -189,10 +190,8 @@ func TestTemplateEvictionSparesLiveForks(t *testing.T) {
 		"argv": []any{"/usr/bin/python3", "-S", "-m", "sandtrap_guest.worker"}, "template": start}); kind != "" {
 		t.Fatalf("open: %v", r)
 	}
-	tplMu.Lock()
-	n := len(tpls)
-	tplMu.Unlock()
-	if n > MaxTemplates+2 {
+	n := template.Kept()
+	if n > template.MaxTemplates+2 {
 		t.Fatalf("%d templates kept", n)
 	}
 }

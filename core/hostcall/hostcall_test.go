@@ -55,20 +55,6 @@ func answer(pending, call any, extra map[string]any) []byte {
 	return enc(m)
 }
 
-func ids(t *testing.T, resp map[string]any) (uint64, uint64) {
-	t.Helper()
-	call, ok := resp["call"].(map[string]any)
-	if !ok {
-		t.Fatalf("not a call: %v", resp)
-	}
-	p, _ := resp["pending"].(uint64)
-	c, _ := call["id"].(uint64)
-	if call["kind"] != "number" {
-		t.Fatalf("call kind %v", call["kind"])
-	}
-	return p, c
-}
-
 func toU(v any) uint64 {
 	switch n := v.(type) {
 	case int8:

@@ -21,3 +21,15 @@ func testDisabled() map[string]bool {
 	}
 	return out
 }
+
+// TestFailInit reads SANDTRAP_TEST_FAIL_INIT, a test hook that makes one step of
+// sandtrap-init fail with EPERM (a letter of wire.h's ST_STEP_*, e.g. "B": the
+// zygote's seccomp filter), so that tests see how each failure is reported. It
+// exists only in builds with the sandtrap_testhook tag, as testDisabled.
+func TestFailInit() uint32 {
+	v := os.Getenv("SANDTRAP_TEST_FAIL_INIT")
+	if len(v) != 1 {
+		return 0
+	}
+	return uint32(v[0])
+}

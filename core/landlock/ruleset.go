@@ -4,6 +4,7 @@
 package landlock
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -230,7 +231,10 @@ func (t *Table) Create() (*Ruleset, error) {
 }
 
 func addPath(rulesetFD int, path string, rights uint64) error {
-	fd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
+	fd, err := OpenRulePath(path)
+	if err == ErrGone {
+		return nil // nothing to allow there
+	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
@@ -279,4 +283,35 @@ func expand(root string, denied []string) (rules, skipped []string) {
 
 func within(p, dir string) bool {
 	return dir == "/" && p != "/" || len(p) > len(dir) && p[:len(dir)] == dir && p[len(dir)] == '/'
+}
+
+// ErrGone: a rule's path no longer leads to what was listed (OpenRulePath).
+var ErrGone = errors.New("gone since it was listed")
+
+// OpenRulePath opens a rule's path (O_PATH) without following a symlink anywhere on
+// it: every rule path is a real path (the policy's are resolved when the sandbox is
+// built; expanded entries are listed without symlinks). A path that has gone, or
+// that someone turned into a symlink since it was listed — a run of another sandbox
+// writing in a granted tree while this one is built could aim one at a denied path —
+// is ErrGone: no rule is made there.
+func OpenRulePath(path string) (int, error) {
+	how := unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}
+	fd, err := unix.Openat2(unix.AT_FDCWD, path, &how)
+	if err == unix.ENOSYS {
+		fd, err = unix.Open(path, unix.O_PATH|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+		if err == nil {
+			var st unix.Stat_t
+			if unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
+				unix.Close(fd)
+				return -1, ErrGone
+			}
+		}
+	}
+	switch err {
+	case nil:
+		return fd, nil
+	case unix.ENOENT, unix.ENOTDIR, unix.ELOOP:
+		return -1, ErrGone
+	}
+	return -1, err
 }

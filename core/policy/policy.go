@@ -20,6 +20,8 @@ type Policy struct {
 	NetAllowBind []uint16
 	NetAllowUDP  bool
 	NetAllowUnix bool
+	PortRemap    bool   // binds of NetAllowBind ports land on real ports of the sandbox's own (core/supervise/ports.go)
+	Name         string // the sandbox's hostname, in a UTS namespace of its own ("": the host's)
 
 	MaxMemory    int64   // bytes
 	MaxProcesses int64   // tasks in the sandbox

@@ -37,13 +37,13 @@ func TestParsePorts(t *testing.T) {
 
 func TestFromMapCollectsEverything(t *testing.T) {
 	_, err := FromMap(map[string]any{"fs_readable": "/usr", "clean_env": "yes", "env": map[string]any{"A=B": "x", "C": int64(1)},
-		"uid": int64(5), "nope": 1, "net_allow": []any{"host:notaport"}})
+		"uid": int64(5), "qqqq": 1, "net_allow": []any{"host:notaport"}})
 	if err == nil {
 		t.Fatal("accepted")
 	}
 	msg := err.Error()
 	for _, want := range []string{"fs_readable: want a list", "clean_env", "A=B", `env: the value of "C" is an integer, not a string`,
-		"uid: must be given together with gid", "nope: unknown field", "host:notaport"} {
+		"uid: must be given together with gid", "qqqq: unknown field", "host:notaport"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("missing %q in %s", want, msg)
 		}
@@ -52,7 +52,7 @@ func TestFromMapCollectsEverything(t *testing.T) {
 	if !errors.As(err, &pe) || len(pe.Problems) != 7 {
 		t.Fatalf("want 7 problems, got %#v", err)
 	}
-	if pe.Problems[0] != (Problem{Field: "nope", Message: "unknown field"}) {
+	if pe.Problems[0] != (Problem{Field: "qqqq", Message: "unknown field"}) {
 		t.Errorf("unknown keys come first, by name: %+v", pe.Problems[0])
 	}
 }
@@ -74,5 +74,18 @@ func TestNetAllowAndDeny(t *testing.T) {
 	_, err = FromMap(map[string]any{"net_allow": []any{"a.example:1"}, "net_deny": []any{"10.0.0.0/8"}, "net_allow_udp": true})
 	if err == nil || !strings.Contains(err.Error(), "cannot be combined") || !strings.Contains(err.Error(), "net_allow_udp: means nothing") {
 		t.Fatalf("both lists: %v", err)
+	}
+}
+
+func TestHostname(t *testing.T) {
+	for _, ok := range []string{"api.local", "a", "x-1.example", strings.Repeat("a", 63) + "b"} {
+		if p, probs := Decode(map[string]any{"name": ok}); len(probs) != 0 || p.Name != ok {
+			t.Errorf("%q: %v", ok, probs)
+		}
+	}
+	for _, bad := range []any{"", strings.Repeat("a", 65), "a b", "a..b", ".a", "-a", "a-", "a/b", "a\x00", "é", int64(1)} {
+		if _, probs := Decode(map[string]any{"name": bad}); len(probs) != 1 || probs[0].Field != "name" {
+			t.Errorf("%q: %v", bad, probs)
+		}
 	}
 }

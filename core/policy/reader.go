@@ -233,3 +233,43 @@ func (r reader) ports(k string) []uint16 {
 
 // netRules reads net_allow and net_deny (the grammar is net.go's).
 func (r reader) netRules(k string) []NetRule { return ParseNetRules(k, r.list(k), r.probs) }
+
+// hostname reads a host name: 1 to 64 bytes (the kernel's __NEW_UTS_LEN) of
+// letters, digits, '-' and '.', in labels that neither start nor end with '-'.
+func (r reader) hostname(k string) string {
+	v, ok := r.get(k)
+	if !ok {
+		return ""
+	}
+	s, ok := r.str(k, v)
+	if !ok {
+		return ""
+	}
+	if err := CheckHostname(s); err != "" {
+		r.probs.Add(k, "%q %s", s, err)
+		return ""
+	}
+	return s
+}
+
+// CheckHostname says what is wrong with a host name ("" when nothing).
+func CheckHostname(s string) string {
+	if len(s) == 0 || len(s) > 64 {
+		return "must be 1 to 64 characters"
+	}
+	for _, label := range strings.Split(s, ".") {
+		if label == "" {
+			return "has an empty label (two dots, or a dot at an end)"
+		}
+		if label[0] == '-' || label[len(label)-1] == '-' {
+			return "has a label that starts or ends with '-'"
+		}
+		for i := 0; i < len(label); i++ {
+			c := label[i]
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+				return "may hold only letters, digits, '-' and '.'"
+			}
+		}
+	}
+	return ""
+}

@@ -22,17 +22,18 @@ const (
 	KindTargets Kind = "targets" // network rules: 443, "host:443", "10.0.0.0/8", "udp://…", "*" (net.go)
 	KindPorts   Kind = "ports"   // ports and ranges: 8080, "8000-8005"
 	KindBool    Kind = "bool"
-	KindSize    Kind = "size"    // bytes: an integer or "256M" (binary suffixes)
-	KindCount   Kind = "count"   // a positive integer
-	KindSeconds Kind = "seconds" // a positive number of seconds
-	KindID      Kind = "id"      // a uid or gid
-	KindEnv     Kind = "env"     // a map of variable names to values
-	KindNames   Kind = "names"   // syscall names
+	KindSize    Kind = "size"     // bytes: an integer or "256M" (binary suffixes)
+	KindCount   Kind = "count"    // a positive integer
+	KindSeconds Kind = "seconds"  // a positive number of seconds
+	KindID      Kind = "id"       // a uid or gid
+	KindEnv     Kind = "env"      // a map of variable names to values
+	KindNames   Kind = "names"    // syscall names
+	KindHost    Kind = "hostname" // a host name: 1-64 characters, letters, digits, '-' and '.'
 )
 
 // Kinds lists every kind, in a stable order.
 var Kinds = []Kind{KindPaths, KindPath, KindTargets, KindPorts, KindBool, KindSize, KindCount,
-	KindSeconds, KindID, KindEnv, KindNames}
+	KindSeconds, KindID, KindEnv, KindNames, KindHost}
 
 // List reports whether values of the kind are lists (a C setter appends to them).
 func (k Kind) List() bool {
@@ -149,6 +150,7 @@ var (
 	id       = kindReader[*uint32]{KindID, reader.id}
 	env      = kindReader[map[string]string]{KindEnv, reader.env}
 	sysnames = kindReader[[]string]{KindNames, reader.names}
+	hostname = kindReader[string]{KindHost, reader.hostname}
 )
 
 func str(name, param, doc string) CSetter { return CSetter{name, "const char *" + param, CString, doc} }
@@ -175,6 +177,8 @@ var Schema = []Field{
 		C: []CSetter{{"net_allow_udp", "int allow", CBool, ""}}, bind: boolean.into(func(p *Policy) *bool { return &p.NetAllowUDP })},
 	{Key: "net_allow_unix", Default: "false", Doc: "allow `socket(AF_UNIX)` (pathname sockets; abstract ones stay scoped)",
 		C: []CSetter{{"net_allow_unix", "int allow", CBool, ""}}, bind: boolean.into(func(p *Policy) *bool { return &p.NetAllowUnix })},
+	{Key: "port_remap", Default: "false", Doc: "binds of the {net_allow_bind} ports (virtual) land on real ports of the sandbox's own: the same when free and unprivileged, else ephemeral (`ports` op); getsockname answers the virtual port, a connect to a loopback virtual port reaches the real one",
+		C: []CSetter{{"port_remap", "int remap", CBool, ""}}, bind: boolean.into(func(p *Policy) *bool { return &p.PortRemap })},
 	{Key: "max_memory", Default: "none", Doc: "bytes for the whole process tree (`\"256M\"`): memory cgroup, else RLIMIT_AS per process",
 		C: []CSetter{{"max_memory", "uint64_t bytes", CU64, "Bytes of memory for the whole process tree: memory cgroup, else RLIMIT_AS per process."}}, bind: size.into(func(p *Policy) *int64 { return &p.MaxMemory })},
 	{Key: "max_processes", Default: "none", Doc: "tasks in the sandbox: pids cgroup, else RLIMIT_NPROC (non-root)",
@@ -208,6 +212,8 @@ var Schema = []Field{
 		C: []CSetter{str("extra_allow_syscall", "name", "")}, bind: sysnames.into(func(p *Policy) *[]string { return &p.ExtraAllowSyscalls })},
 	{Key: "extra_deny_syscalls", Default: "[]", Doc: "syscall names answered with EPERM",
 		C: []CSetter{str("extra_deny_syscall", "name", "")}, bind: sysnames.into(func(p *Policy) *[]string { return &p.ExtraDenySyscalls })},
+	{Key: "name", Default: "none", Doc: "the sandbox's hostname (`uname -n`), in a UTS namespace of its own: 1-64 letters, digits, `-` and `.`",
+		C: []CSetter{str("name", "hostname", "")}, bind: hostname.into(func(p *Policy) *string { return &p.Name })},
 	{Key: "allow_degraded", Default: "false", Doc: "run even when a requested protection is unavailable; results say what was not applied",
 		C: []CSetter{{"allow_degraded", "int allow", CBool, ""}}, bind: boolean.into(func(p *Policy) *bool { return &p.AllowDegraded })},
 
@@ -230,11 +236,9 @@ var Schema = []Field{
 	{Key: "fs_mount", Unsupported: "sandtrap does not mount; grant paths with {fs_readable} and {fs_writable}"},
 	{Key: "on_exit", Unsupported: "sandtrap has no copy-on-write branches"},
 	{Key: "on_error", Unsupported: "sandtrap has no copy-on-write branches"},
-	{Key: "port_remap", Unsupported: "port virtualization is not supported"},
 	{Key: "gpu_devices", Unsupported: "GPU devices cannot be granted"},
 	{Key: "cpu_cores", Unsupported: "CPU pinning is not supported; use {max_cpu}"},
 	{Key: "num_cpus", Unsupported: "CPU counts are not supported; use {max_cpu}"},
-	{Key: "name", Unsupported: "sandboxes have no names"},
 	{Key: "policy_fn", Unsupported: "dynamic syscall policies are not supported; use {extra_deny_syscalls}"},
 	{Key: "handlers", Unsupported: "syscall handlers are not supported"},
 }

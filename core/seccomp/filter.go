@@ -166,7 +166,14 @@ func Validate(field string, names []string) []string {
 }
 
 // Compile returns the (cached) program for c.
-func Compile(c Config) (*Program, error) {
+func Compile(c Config) (prog *Program, err error) {
+	// a condition libseccomp refuses is a bug of this package (cond): an error of
+	// the build that asked, never a panic through the C ABI
+	defer func() {
+		if r := recover(); r != nil {
+			prog, err = nil, fmt.Errorf("BUG(seccomp): %v", r)
+		}
+	}()
 	k := c.key()
 	mu.Lock()
 	defer mu.Unlock()

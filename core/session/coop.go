@@ -514,6 +514,7 @@ type execState struct {
 	untrack   func()
 	began     time.Time
 	lastEnd   string
+	abandoned bool   // the host abandoned the exec during a host call (lastEnd says which)
 	call      string // the host function being called
 	done      bool
 	// freshFrame: the frame for a worker started for this exec (with the host's
@@ -718,6 +719,7 @@ func (x *execState) Resume(a hostcall.Answer) hostcall.Step {
 		x.c.endWorker()
 		if a.Abort && !x.cancelled.Load() {
 			x.lastEnd = fmt.Sprintf("the host abandoned the exec during its call of %s", x.call)
+			x.abandoned = true
 		}
 		x.cancelled.Store(true)
 		return x.failed("")
@@ -763,7 +765,7 @@ func (x *execState) failed(fault string) hostcall.Step {
 	case x.cancelled.Load():
 		typ, module = "StCancelled", "sandtrap_guest.errors"
 		msg = "cancelled: the worker was killed (the next exec starts a fresh one)"
-		if strings.HasPrefix(x.lastEnd, "the host abandoned") {
+		if x.abandoned {
 			msg = "cancelled: " + x.lastEnd + "; the worker was killed (the next exec starts a fresh one)"
 		}
 	case !x.deadline.IsZero() && time.Until(x.deadline) <= 50*time.Millisecond:

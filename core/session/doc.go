@@ -9,5 +9,5 @@
 // host calls (core/hostcall). Bindings pass what only they know (their
 // interpreter and import paths, the portable policy, function references) and
 // adapt names; every rule lives here. (The sessions and templates these drivers
-// use are core/engine's.)
+// use are core/template's.)
 package session

@@ -85,7 +85,9 @@ func script(p string) bool {
 // file alone is.
 func runtimePaths(interp string) []Grant {
 	if g, ok := runtimeCache.Load(interp); ok {
-		return g.([]Grant)
+		if grants, ok := g.([]Grant); ok {
+			return grants
+		}
 	}
 	g := findRuntime(interp)
 	runtimeCache.Store(interp, g)

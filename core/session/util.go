@@ -206,12 +206,15 @@ func tail(res *engine.Result) string {
 // must not have those keys): a report extended without decoding it.
 func mapWith(m []byte, extra map[string]any) []byte {
 	n, hl := 0, 0
+	if len(m) == 0 {
+		return m
+	}
 	switch c := m[0]; {
 	case c >= 0x80 && c <= 0x8f:
 		n, hl = int(c&0x0f), 1
-	case c == 0xde:
+	case c == 0xde && len(m) >= 3:
 		n, hl = int(m[1])<<8|int(m[2]), 3
-	case c == 0xdf:
+	case c == 0xdf && len(m) >= 5:
 		n, hl = int(m[1])<<24|int(m[2])<<16|int(m[3])<<8|int(m[4]), 5
 	default:
 		return m // not a map: leave it (never the engine's report)

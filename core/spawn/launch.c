@@ -2,6 +2,7 @@
  * the parent prepared: no malloc, no locks, no libc state, no Go. */
 #define _GNU_SOURCE
 #include "launch.h"
+#include "wire.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -177,6 +178,12 @@ static int child(void *arg)
 	} else if (l->new_mountns && syscall(SYS_unshare, CLONE_NEWNS) < 0) {
 		return fail(l, ST_STAGE_USERNS);
 	}
+	/* The sandbox's hostname, in a UTS namespace every run shares (owned by the
+	 * sandbox's user namespace, or the host's on a root host: the target, without
+	 * capabilities, cannot change it). */
+	if (l->hostname && (syscall(SYS_unshare, CLONE_NEWUTS) < 0 ||
+			    syscall(SYS_sethostname, l->hostname, strlen(l->hostname)) < 0))
+		return fail(l, ST_STAGE_UTS);
 	if (l->n_mount_ops > 0) {
 		if (view(l) < 0)
 			return fail(l, ST_STAGE_VIEW);
@@ -239,13 +246,13 @@ static int child(void *arg)
 		if (syscall(SYS_dup2, l->stdio[i], i) < 0)
 			return fail(l, ST_STAGE_STDIO);
 	}
-	if (syscall(SYS_dup2, l->config_fd, 3) < 0 || syscall(SYS_dup2, l->control_fd, 4) < 0 ||
-	    syscall(SYS_dup3, l->init_fd, 6, O_CLOEXEC) < 0)
+	if (syscall(SYS_dup2, l->config_fd, ST_FD_CONFIG) < 0 || syscall(SYS_dup2, l->control_fd, ST_FD_CONTROL) < 0 ||
+	    syscall(SYS_dup3, l->init_fd, ST_FD_INIT, O_CLOEXEC) < 0)
 		return fail(l, ST_STAGE_STDIO);
-	if (l->ruleset_fd >= 0 ? syscall(SYS_dup2, l->ruleset_fd, 5) < 0 : (syscall(SYS_close, 5), 0))
+	if (l->ruleset_fd >= 0 ? syscall(SYS_dup2, l->ruleset_fd, ST_FD_RULESET) < 0 : (syscall(SYS_close, ST_FD_RULESET), 0))
 		return fail(l, ST_STAGE_STDIO);
 	{
-		unsigned int lo = 7;
+		unsigned int lo = ST_FD_INIT + 1;
 		for (i = 0; i < l->n_keep_fds; i++) {
 			unsigned int fd = (unsigned int)l->keep_fds[i];
 			if (fd < lo) {
@@ -266,7 +273,7 @@ static int child(void *arg)
 		unsigned long empty = 0;
 		syscall(SYS_rt_sigprocmask, SIG_SETMASK, &empty, NULL, 8);
 	}
-	syscall(SYS_execveat, 6, "", l->init_argv, l->envp, AT_EMPTY_PATH);
+	syscall(SYS_execveat, ST_FD_INIT, "", l->init_argv, l->envp, AT_EMPTY_PATH);
 	return fail(l, ST_STAGE_EXEC);
 }
 

@@ -29,6 +29,7 @@ enum st_stage {
 	ST_STAGE_SHARES,   /* the rlimits bounding its share of the host user's budgets */
 	ST_STAGE_USERNS,   /* unshare(CLONE_NEWUSER|CLONE_NEWNS) and the id maps */
 	ST_STAGE_SYSCTL,   /* limits of the new user namespace */
+	ST_STAGE_UTS,      /* unshare(CLONE_NEWUTS) and sethostname */
 	ST_STAGE_VIEW,     /* the mount operations (err_op: which) */
 	ST_STAGE_RLIMIT,
 	ST_STAGE_CAPS,
@@ -84,6 +85,7 @@ struct st_launch {
 	const char *sysctl_path[ST_MAX_SYSCTLS]; /* /proc/sys/user/... of the new namespace */
 	const char *sysctl_value[ST_MAX_SYSCTLS];
 	int n_sysctls;
+	const char *hostname; /* non-NULL: a UTS namespace of its own with this name */
 	const struct st_mount_op *mount_ops;
 	int n_mount_ops;
 	const char *cwd; /* re-entered after the view (the host's working directory), through its mounts */

@@ -31,6 +31,7 @@ import (
 	"unsafe"
 
 	"github.com/sandtrap/sandtrap/core/fsview"
+	"github.com/sandtrap/sandtrap/core/kernel"
 	"github.com/sandtrap/sandtrap/core/landlock"
 	"golang.org/x/sys/unix"
 )
@@ -49,22 +50,106 @@ type Sysctl struct {
 	Path, Value string
 }
 
-// stageNames are the launcher's steps, indexed by enum st_stage.
-var stageNames = map[C.int]string{
-	C.ST_STAGE_NONE: "none", C.ST_STAGE_CLONE: "clone", C.ST_STAGE_SETSID: "setsid",
-	C.ST_STAGE_CGROUP: "cgroup", C.ST_STAGE_RLIMIT: "rlimit", C.ST_STAGE_IDS: "ids", C.ST_STAGE_SHARES: "shares",
-	C.ST_STAGE_USERNS: "user_namespace", C.ST_STAGE_SYSCTL: "sysctl", C.ST_STAGE_VIEW: "view",
-	C.ST_STAGE_CAPS: "capabilities", C.ST_STAGE_NO_NEW_PRIVS: "no_new_privs",
-	C.ST_STAGE_PDEATHSIG: "pdeathsig", C.ST_STAGE_STDIO: "stdio", C.ST_STAGE_CLOSE_FDS: "close_fds",
-	C.ST_STAGE_EXEC: "exec",
+// Stage is where starting a zygote or a run failed: a step of the launcher
+// (launch.h's enum st_stage), the zygote (sandtrap-init: Error.Step says which of
+// its steps) or the target's execve.
+type Stage string
+
+// The stages.
+const (
+	StageClone      Stage = "clone"
+	StageSetsid     Stage = "setsid"
+	StageCgroup     Stage = "cgroup"
+	StageRlimit     Stage = "rlimit"
+	StageIDs        Stage = "ids"
+	StageShares     Stage = "shares"
+	StageUserNS     Stage = "user_namespace"
+	StageSysctl     Stage = "sysctl"
+	StageUTS        Stage = "uts_namespace"
+	StageView       Stage = "view"
+	StageCaps       Stage = "capabilities"
+	StageNoNewPrivs Stage = "no_new_privs"
+	StagePdeathsig  Stage = "pdeathsig"
+	StageStdio      Stage = "stdio"
+	StageCloseFDs   Stage = "close_fds"
+	StageExec       Stage = "exec"
+	StageZygote     Stage = "zygote" // sandtrap-init's answer (Error.Step)
+	StageUnknown    Stage = "unknown"
+)
+
+// launcherStages are the launcher's stages, indexed by enum st_stage.
+var launcherStages = map[C.int]Stage{
+	C.ST_STAGE_CLONE: StageClone, C.ST_STAGE_SETSID: StageSetsid,
+	C.ST_STAGE_CGROUP: StageCgroup, C.ST_STAGE_RLIMIT: StageRlimit, C.ST_STAGE_IDS: StageIDs, C.ST_STAGE_SHARES: StageShares,
+	C.ST_STAGE_USERNS: StageUserNS, C.ST_STAGE_SYSCTL: StageSysctl, C.ST_STAGE_UTS: StageUTS, C.ST_STAGE_VIEW: StageView,
+	C.ST_STAGE_CAPS: StageCaps, C.ST_STAGE_NO_NEW_PRIVS: StageNoNewPrivs,
+	C.ST_STAGE_PDEATHSIG: StagePdeathsig, C.ST_STAGE_STDIO: StageStdio, C.ST_STAGE_CLOSE_FDS: StageCloseFDs,
+	C.ST_STAGE_EXEC: StageExec,
 }
 
-// Error is a failure while starting a zygote (in the child, before sandtrap-init)
-// or a run (the zygote's answer).
+// Protection reports whether a failure at s means a protection could not be
+// applied (isolation unavailable) rather than the spawn failing.
+func (s Stage) Protection() bool {
+	switch s {
+	case StageCaps, StageNoNewPrivs, StageCgroup, StageIDs, StageUserNS, StageSysctl, StageUTS, StageView, StagePdeathsig:
+		return true
+	}
+	return false
+}
+
+// Step is a step of sandtrap-init that failed (wire.h's ST_STEP_*): the zygote's,
+// or pid 1's of a run.
+type Step uint32
+
+// The steps whose failure the engine tells apart.
+const (
+	StepNone     Step = 0
+	StepSeccomp  Step = C.ST_STEP_SECCOMP
+	StepSpare    Step = C.ST_STEP_SPARE
+	StepLandlock Step = C.ST_STEP_LANDLOCK
+)
+
+var stepNames = map[Step]string{C.ST_STEP_CONFIG: "reading its configuration", C.ST_STEP_RLIMIT_AS: "setting RLIMIT_AS",
+	C.ST_STEP_DUMPABLE: "making itself non-dumpable", C.ST_STEP_SECCOMP: "loading the seccomp filter",
+	C.ST_STEP_SIGCHLD: "setting its SIGCHLD disposition", C.ST_STEP_SPARE: "making the next run's pid 1",
+	C.ST_STEP_REQUEST: "reading the run request",
+	C.ST_STEP_PROC:    "mounting its /proc", C.ST_STEP_LANDLOCK: "entering the Landlock ruleset",
+	C.ST_STEP_CAPS: "dropping capabilities", C.ST_STEP_CWD: "entering cwd", C.ST_STEP_FORK: "forking the target",
+	C.ST_STEP_RLIMIT: "setting the run's rlimits", C.ST_STEP_STDIO: "placing stdio", C.ST_STEP_IDS: "switching user",
+	C.ST_STEP_PDEATHSIG: "setting its parent-death signal", C.ST_STEP_SETSID: "making its session"}
+
+func (s Step) String() string {
+	if n, ok := stepNames[s]; ok {
+		return n
+	}
+	return fmt.Sprintf("step %d", uint32(s))
+}
+
+// Protection reports whether a failure of s means a protection could not be
+// applied (the zygote's own confinement, or pid 1's).
+func (s Step) Protection() bool {
+	switch s {
+	case C.ST_STEP_CONFIG, C.ST_STEP_SPARE, C.ST_STEP_REQUEST, C.ST_STEP_CWD, C.ST_STEP_FORK, C.ST_STEP_STDIO:
+		return false
+	}
+	return s != StepNone
+}
+
+// Error is a failure while starting a zygote (in the child, before sandtrap-init,
+// or sandtrap-init confining itself) or a run (the zygote's answer).
 type Error struct {
-	Stage string
+	Stage Stage
+	Step  Step // with StageZygote: the step of sandtrap-init that failed
 	Errno unix.Errno
-	Op    string // the view's failing mount operation, if that was the stage
+	Op    string // the view's failing mount operation, or the zygote's step
+}
+
+// Protection reports whether the failure means a protection could not be applied.
+func (e *Error) Protection() bool {
+	if e.Stage == StageZygote {
+		return e.Step.Protection()
+	}
+	return e.Stage.Protection()
 }
 
 func (e *Error) Error() string {
@@ -164,6 +249,8 @@ type ZygoteSpec struct {
 	Sysctls  []Sysctl
 	View     *fsview.Plan
 
+	Hostname string // non-empty: the zygote's own UTS namespace with this hostname
+
 	KeepCaps uint64 // capabilities (in the sandbox's user namespace) pid 1 of each run still needs
 
 	SetIDs    bool // pid 1 becomes UID/GID (needs a zygote holding CAP_SETUID/CAP_SETGID)
@@ -255,7 +342,7 @@ func StartZygote(zs *ZygoteSpec) (*Zygote, error) {
 	cfg.magic = C.ST_CONFIG_MAGIC
 	if zs.ASLimit > 0 {
 		cfg.flags |= C.ST_CF_RLIMIT_AS
-		cfg.as_cur, cfg.as_max = C.__u64(zs.ASLimit), C.__u64(zs.ASLimit)
+		cfg.as_limit = C.__u64(zs.ASLimit)
 	}
 	for _, f := range []struct {
 		on   bool
@@ -275,6 +362,7 @@ func StartZygote(zs *ZygoteSpec) (*Zygote, error) {
 		cfg.uid, cfg.gid = C.__u32(zs.UID), C.__u32(zs.GID)
 	}
 	cfg.cookie = C.__u64(zs.Cookie)
+	cfg.test_fail = C.__u32(kernel.TestFailInit())
 	cfg.bpf_len = C.__u64(len(zs.BPF) / 8)
 	var keep []int
 	var table []byte
@@ -363,6 +451,9 @@ func StartZygote(zs *ZygoteSpec) (*Zygote, error) {
 		}
 		l.n_sysctls = C.int(len(zs.Sysctls))
 	}
+	if zs.Hostname != "" {
+		l.hostname = mem.str(zs.Hostname)
+	}
 	l.new_mountns = cbool(zs.MountNS && !zs.UserNS)
 	if zs.UserNS || zs.MountNS {
 		if zs.View != nil && len(zs.View.Ops) > 0 {
@@ -399,9 +490,9 @@ func StartZygote(zs *ZygoteSpec) (*Zygote, error) {
 	unix.Close(theirs)
 	if rc != 0 {
 		unix.Close(ours)
-		e := &Error{Stage: stageNames[l.err_stage], Errno: unix.Errno(l.err_errno)}
+		e := &Error{Stage: launcherStages[l.err_stage], Errno: unix.Errno(l.err_errno)}
 		if e.Stage == "" {
-			e.Stage = "unknown"
+			e.Stage = StageUnknown
 		}
 		if l.err_stage == C.ST_STAGE_VIEW && zs.View != nil && int(l.err_op) >= 0 && int(l.err_op) < len(zs.View.Ops) {
 			op := zs.View.Ops[l.err_op]
@@ -417,6 +508,10 @@ func StartZygote(zs *ZygoteSpec) (*Zygote, error) {
 			unix.Close(fd)
 		}
 		z.Close()
+		var se *Error
+		if errors.As(err, &se) {
+			return nil, se // the step that failed, and why
+		}
 		if err == nil {
 			err = fmt.Errorf("BUG(spawn): the zygote's hello: pid %d, %d fds", pid, len(fds))
 		}
@@ -463,7 +558,8 @@ func (z *Zygote) reply() (int, []int, error) {
 			for _, fd := range fds {
 				unix.Close(fd)
 			}
-			return 0, nil, &Error{Stage: "zygote", Errno: unix.Errno(-rp.err)}
+			step := Step(rp.step)
+			return 0, nil, &Error{Stage: StageZygote, Step: step, Errno: unix.Errno(-rp.err), Op: step.String()}
 		}
 		return int(rp.pid), fds, nil
 	}
@@ -558,7 +654,7 @@ func (z *Zygote) Spawn(r *RunSpec) (*Process, error) {
 // Status is what a run's pid 1 reported.
 type Status struct {
 	ExecErrno  unix.Errno // the target could not be exec'd
-	InitFailed string     // pid 1 could not apply its part
+	InitFailed Step       // pid 1 could not apply its part (StepNone: it did)
 	InitErrno  unix.Errno
 	Ended      bool
 	Wait       unix.WaitStatus
@@ -567,11 +663,6 @@ type Status struct {
 	MaxRSSKiB  uint64
 	HasUsage   bool
 }
-
-var initSteps = map[C.__u32]string{C.ST_STEP_PROC: "mounting its /proc", C.ST_STEP_LANDLOCK: "entering the Landlock ruleset",
-	C.ST_STEP_CAPS: "dropping capabilities", C.ST_STEP_CWD: "entering cwd", C.ST_STEP_FORK: "forking the target",
-	C.ST_STEP_RLIMIT: "setting the run's rlimits", C.ST_STEP_STDIO: "placing stdio", C.ST_STEP_IDS: "switching user",
-	C.ST_STEP_PDEATHSIG: "setting its parent-death signal", C.ST_STEP_SETSID: "making its session"}
 
 // StatusSize is the size of one status record.
 const StatusSize = C.sizeof_struct_st_status
@@ -593,9 +684,9 @@ func ReadStatus(b []byte) Status {
 		case C.ST_STATUS_USAGE:
 			st.UserMicros, st.SysMicros, st.MaxRSSKiB, st.HasUsage = uint64(rec.a), uint64(rec.b), uint64(rec.c), true
 		case C.ST_STATUS_INIT:
-			st.InitFailed, st.InitErrno = initSteps[rec.value], unix.Errno(rec.a)
-			if st.InitFailed == "" {
-				st.InitFailed = "setup"
+			st.InitFailed, st.InitErrno = Step(rec.value), unix.Errno(rec.a)
+			if st.InitFailed == StepNone {
+				st.InitFailed = C.ST_STEP_CONFIG // not a step: still a failure
 			}
 		}
 		b = b[StatusSize:]

@@ -27,8 +27,9 @@
 #define ST_FD_CONFIG 3
 #define ST_FD_CONTROL 4
 #define ST_FD_RULESET 5
+#define ST_FD_INIT 6 /* the launcher: sandtrap-init's image (close-on-exec), exec'd from it */
 
-#define ST_CONFIG_MAGIC 0x32304e49545453ULL /* "STTIN02" little-endian */
+#define ST_CONFIG_MAGIC 0x33304e49545453ULL /* "STTIN03" little-endian */
 #define ST_REQ_MAGIC 0x51525453u           /* "STRQ" */
 #define ST_MAX_BPF 4096                    /* sock_filter entries */
 #define ST_MAX_REQ (4 << 20)               /* bytes of one run request */
@@ -51,10 +52,12 @@
 struct st_config {
 	__u64 magic;
 	__u64 flags;
-	__u64 as_cur, as_max;
-	__u64 cookie;  /* lets pid 1's clone and its proc mount through the filter */
-	__u64 bpf_len; /* sock_filter entries that follow */
+	__u64 as_limit; /* with ST_CF_RLIMIT_AS: RLIMIT_AS (soft and hard) */
+	__u64 cookie;   /* lets pid 1's clone and its proc mount through the filter */
+	__u64 bpf_len;  /* sock_filter entries that follow */
 	__u32 uid, gid; /* with ST_CF_SET_IDS */
+	__u32 test_fail; /* tests only (core/kernel's test hook): the ST_STEP_* that fails with EPERM; 0: none */
+	__u32 pad;
 };
 
 /* With ST_CF_LANDLOCK_TABLE, after the filter: a ruleset as data (the engine's
@@ -83,7 +86,9 @@ struct st_request {
 
 struct st_reply {
 	__s32 pid;
-	__s32 err;
+	__s32 err;  /* -errno, or 0 */
+	__u32 step; /* with err: the ST_STEP_* of the zygote (or of pid 1 made ahead) that failed */
+	__u32 pad;
 };
 
 /* st_status.kind */
@@ -92,7 +97,15 @@ struct st_reply {
 #define ST_STATUS_USAGE 'R' /* a: user µs, b: system µs, c: max RSS KiB (every reaped process) */
 #define ST_STATUS_INIT 'I'  /* value: the step below that failed; a: its errno */
 
-/* ST_STATUS_INIT steps */
+/* Steps of sandtrap-init that can fail: the zygote's (in a struct st_reply) and
+ * pid 1's (in an ST_STATUS_INIT record). Every privileged call is one of them. */
+#define ST_STEP_CONFIG 'G'   /* zygote: reading its configuration */
+#define ST_STEP_RLIMIT_AS 'A' /* zygote: RLIMIT_AS */
+#define ST_STEP_DUMPABLE 'N' /* zygote: PR_SET_DUMPABLE 0 */
+#define ST_STEP_SECCOMP 'B'  /* zygote: loading the filter */
+#define ST_STEP_SIGCHLD 'Q'  /* zygote, pid 1: the SIGCHLD disposition */
+#define ST_STEP_SPARE 'W'    /* zygote: making the next run's pid 1 (socketpair, clone of its namespaces) */
+#define ST_STEP_REQUEST 'R'  /* zygote: a malformed run request */
 #define ST_STEP_PROC 'M'     /* mounting the run's /proc */
 #define ST_STEP_LANDLOCK 'L' /* entering the Landlock ruleset */
 #define ST_STEP_CAPS 'P'     /* dropping capabilities */

@@ -262,3 +262,15 @@ func closedFD(s *Supervisor) bool {
 	defer s.failMu.Unlock()
 	return s.wake < 0
 }
+
+// An allowed path removed on the host after the sandbox was built (an entry of an
+// expanded directory) allows nothing, and does not stop the supervisor from starting.
+func TestAllowedPathGone(t *testing.T) {
+	sb := newSandbox(t, sandboxOpts{cfgFor: func(sb *sandbox) Config {
+		return Config{Allowed: []string{sb.ro, sb.rw, filepath.Join(sb.rw, "gone-since-the-build")}, ListenNeedsBind: true}
+	}})
+	fd := sb.open(t, filepath.Join(sb.rw, "f"), unix.O_RDWR)
+	if e := sb.do(t, req{Op: "flock", FD: fd, Arg: unix.LOCK_EX | unix.LOCK_NB}).Errno; e != 0 {
+		t.Fatalf("flock: %s", errnoName(e))
+	}
+}

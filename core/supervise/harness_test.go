@@ -669,6 +669,9 @@ func execute(r req) (resp, []int) {
 		if a, fds, ok := executeNet(r); ok {
 			return a, fds
 		}
+		if a, ok := executePorts(r); ok {
+			return a, nil
+		}
 	}
 	return resp{Errno: unix.ENOSYS, Text: []string{"unknown op " + r.Op}}, nil
 }

@@ -38,7 +38,7 @@ type NetPolicy struct {
 	// Resolve looks a host name up again (a destination no rule matches makes the
 	// rules with host names be resolved again, at most once per refreshEvery); nil:
 	// never.
-	Resolve func(ctx context.Context, host string) ([]netip.Addr, error)
+	Resolve func(ctx context.Context, host string) ([]netip.Addr, error) `json:"-"`
 
 	mu        sync.RWMutex
 	refreshed time.Time
@@ -219,7 +219,7 @@ func (p *NetPolicy) WatchesSends() bool {
 }
 
 func connectTraps(cfg Config) []Trap {
-	if cfg.Net == nil {
+	if cfg.Net == nil && cfg.Ports == nil {
 		return nil
 	}
 	return []Trap{{Syscall: "connect", Arg: -1}}
@@ -447,8 +447,13 @@ func handleConnect(c *call) reply {
 	if err != nil {
 		return c.failure("read the address", err, unix.EFAULT, unix.EINVAL)
 	}
-	if r := c.destination(k, a); r != nil {
-		return *r
+	if !c.remapConnect(k, a) { // a virtual port of the sandbox's own (ports.go)
+		if c.s.cfg.Net == nil {
+			return cont() // trapped for port_remap alone: the kernel's floor decides (ports.go)
+		}
+		if r := c.destination(k, a); r != nil {
+			return *r
+		}
 	}
 	if k.family != unix.AF_UNIX && blocking(k.fd) {
 		if !c.valid() {

@@ -27,6 +27,8 @@ type Config struct {
 	ListenNeedsBind bool
 	// Net: where inet sockets may connect and send (net.go); nil: not supervised.
 	Net *NetPolicy
+	// Ports: port virtualization (ports.go); nil: none.
+	Ports *PortMap
 	// AbstractScoped: Landlock keeps the sandbox from abstract unix sockets outside
 	// its domain; the supervisor, outside every domain, then performs no connect or
 	// send to an abstract address on its behalf (net.go).
@@ -441,6 +443,8 @@ var handlers = []handler{
 	{name: "sendto", nr: unix.SYS_SENDTO, traps: sendtoTraps, fn: handleSendto},
 	{name: "sendmsg", nr: unix.SYS_SENDMSG, traps: sendmsgTraps, fn: handleSendmsg},
 	{name: "sendmmsg", nr: unix.SYS_SENDMMSG, traps: sendmmsgTraps, fn: handleSendmmsg},
+	{name: "bind", nr: unix.SYS_BIND, traps: portTraps, fn: handleBind},
+	{name: "getsockname", nr: unix.SYS_GETSOCKNAME, traps: getsocknameTraps, fn: handleGetsockname},
 }
 
 // denialLog keeps at most maxDenials distinct entries; the rest are counted in one.
@@ -496,12 +500,17 @@ func (l *denialLog) list() []Denial {
 // fileID is an inode: what Landlock attaches a path rule to.
 type fileID struct{ dev, ino uint64 }
 
-// allowedIDs are the inodes the Allowed paths name now.
+// allowedIDs are the inodes the Allowed paths name now. A path that is gone since the
+// sandbox was built (an entry of an expanded directory, removed on the host) allows
+// nothing here; Landlock still holds the inode it was built with.
 func allowedIDs(paths []string) (map[fileID]bool, error) {
 	ids := make(map[fileID]bool, len(paths))
 	for _, p := range paths {
 		var st unix.Stat_t
 		if err := unix.Stat(p, &st); err != nil {
+			if err == unix.ENOENT || err == unix.ENOTDIR {
+				continue
+			}
 			return nil, fmt.Errorf("supervise: allowed path %s: %w", p, err)
 		}
 		ids[fileID{uint64(st.Dev), st.Ino}] = true

@@ -164,7 +164,7 @@ def diff(a, b, where="", out=None):
             else:
                 diff(a[k], b[k], f"{where}.{k}", out)
     elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        for i, (x, y) in enumerate(zip(a, b)):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
             diff(x, y, f"{where}[{i}]", out)
     elif a != b:
         out.append(f"{where}: Python {a!r:.200} != Node {b!r:.200}")

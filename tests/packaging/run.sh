@@ -29,12 +29,10 @@ SUDO=""
 command -v unshare >/dev/null || { echo "packaging: FAIL: unshare (util-linux) is needed to hide the repository" >&2; exit 1; }
 
 t0=$(date +%s)
-# One version in every package (capi/abi.c is the library's).
-v_lib="$(sed -n 's/^#define SANDTRAP_VERSION_STRING "\(.*\)"$/\1/p' capi/abi.c)"
-v_py="$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' bindings/python/src/sandtrap/_version.py)"
-v_node="$(node -p "require('./bindings/node/package.json').version")"
-[ -n "$v_lib" ] && [ "$v_lib" = "$v_py" ] && [ "$v_lib" = "$v_node" ] \
-  || { echo "packaging: FAIL: versions differ: library $v_lib, Python $v_py, Node $v_node" >&2; exit 1; }
+# One version in every package: VERSION, written into each by scripts/version.sh.
+v_lib="$(cat VERSION)"
+bash scripts/version.sh --check >/dev/null \
+  || { echo "packaging: FAIL: $(bash scripts/version.sh --check 2>&1)" >&2; exit 1; }
 # One licence in every package.
 lic_node="$(node -p "require('./bindings/node/package.json').license")"
 lic_py="$(sed -n 's/^license = "\(.*\)"$/\1/p' bindings/python/pyproject.toml)"
@@ -43,6 +41,37 @@ lic_py="$(sed -n 's/^license = "\(.*\)"$/\1/p' bindings/python/pyproject.toml)"
 echo "packaging: ok   version $v_lib and the MIT licence in every package"
 passed=1
 make --no-print-directory packages PYTHON="$PYTHON"
+
+# Each artifact carries the LICENSE and says MIT in its metadata.
+lic_missing=""
+whl="$(ls build/dist/sandtrap-*.whl)"
+"$PYTHON" - "$whl" build/dist/sandtrap-"$v_lib".tar.gz build/dist/sandtrap-"$v_lib".tgz "$v_lib" <<'PY' || lic_missing=1
+import sys, tarfile, zipfile
+whl, sdist, npm, v = sys.argv[1:]
+lic = open("LICENSE", "rb").read()
+bad = []
+with zipfile.ZipFile(whl) as z:
+    if z.read(f"sandtrap-{v}.dist-info/licenses/LICENSE") != lic:
+        bad.append("the wheel's LICENSE differs")
+    if "License-Expression: MIT" not in z.read(f"sandtrap-{v}.dist-info/METADATA").decode().splitlines():
+        bad.append("the wheel's METADATA has no License-Expression: MIT")
+with tarfile.open(sdist) as t:
+    if t.extractfile(f"sandtrap-{v}/LICENSE").read() != lic:
+        bad.append("the sdist's LICENSE differs")
+    if t.extractfile(f"sandtrap-{v}/engine/LICENSE").read() != lic:
+        bad.append("the sdist's engine/LICENSE differs")
+with tarfile.open(npm) as t:
+    if t.extractfile("package/LICENSE").read() != lic:
+        bad.append("the npm tarball's LICENSE differs")
+    import json
+    if json.load(t.extractfile("package/package.json"))["license"] != "MIT":
+        bad.append("the npm tarball's package.json does not say MIT")
+if bad:
+    sys.exit("; ".join(bad))
+PY
+[ -z "$lic_missing" ] || { echo "packaging: FAIL: licences in the artifacts (above)" >&2; exit 1; }
+echo "packaging: ok   the wheel, the sdist (and its engine/) and the npm tarball carry LICENSE and say MIT"
+passed=$((passed + 1))
 
 # The wheel is a manylinux one.
 show="$(build/tools-venv/bin/auditwheel show build/dist/sandtrap-*.whl)"

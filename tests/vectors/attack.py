@@ -791,7 +791,7 @@ def inotify_watch_hold(secs, *roots):
     until the kernel refuses (the user's max_user_watches); hold them."""
     paths = []
     for r in roots:
-        for d, dirs, files in os.walk(r):
+        for d, _dirs, files in os.walk(r):
             paths.append(d)
             paths.extend(os.path.join(d, f) for f in files)
     add = libc.syscall
@@ -1000,7 +1000,7 @@ def abstract_listen(name, secs):
         c.sendall(b"HELLO")
         c.close()
         return "accepted"
-    except socket.timeout:
+    except TimeoutError:
         return "nobody came"
 
 
@@ -1227,7 +1227,7 @@ def main():
         out = "OK %d %d" % (os.getuid(), os.geteuid())
     elif a == "caps":
         with open("/proc/self/status") as f:
-            out = "OK " + " ".join(l.split()[1] for l in f if l.startswith("CapEff"))
+            out = "OK " + " ".join(line.split()[1] for line in f if line.startswith("CapEff"))
     elif a in MORE:
         out = guard(MORE[a], *args)
     elif a in RAW_LINE:

@@ -20,37 +20,67 @@ class Problem {
   }
 }
 
-/** A Problem from a string (a problem of the input as a whole) or an engine {field, message}. */
+/**
+ * A Problem from a string (a problem of the input as a whole) or an engine {field, message}.
+ * @param {unknown} p
+ * @param {(field: string) => string} [rename]
+ * @returns {Problem}
+ */
 function toProblem(p, rename = (f) => f) {
   if (p instanceof Problem) return p;
-  if (p !== null && typeof p === 'object') return new Problem(rename(String(p.field ?? '')), String(p.message ?? ''));
+  if (p !== null && typeof p === 'object') {
+    const { field, message } = /** @type {{field?: unknown, message?: unknown}} */ (p);
+    return new Problem(rename(String(field ?? '')), String(message ?? ''));
+  }
   return new Problem('', String(p));
 }
 
-/** The human message of a list of problems, as the engine writes it. */
+/**
+ * The human message of a list of problems, as the engine writes it.
+ * @param {string} what
+ * @param {ReadonlyArray<Problem|string>} problems
+ */
 function problemsMessage(what, problems) {
   if (problems.length === 1) return `${what}: ${problems[0]}`;
   return `${what} (${problems.length} problems):\n${problems.map((p) => `- ${p}`).join('\n')}`;
 }
 
 class SandtrapError extends Error {
+  /** The engine's status name of the class (subclasses set it), or 'ABORT_ERR'. @type {string | undefined} */
+  static code;
+  /** The C ABI's status number of the class. @type {number | undefined} */
+  static status;
+
   /**
    * @param {string} message
-   * @param {{code?: string, status?: number, problems?: Array<Problem|string>, result?: object, cause?: unknown}} [info]
+   * @param {{code?: string, status?: number, problems?: Array<Problem|string>, result?: unknown, cause?: unknown}} [info]
    */
   constructor(message, info = {}) {
     super(message, info.cause !== undefined ? { cause: info.cause } : undefined);
-    this.code = info.code ?? this.constructor.code ?? 'internal';
+    /** @type {string} */
+    this.code = info.code ?? /** @type {typeof SandtrapError} */ (this.constructor).code ?? 'internal';
+    /** @type {number | undefined} */
+    this.status; // declares the property for tsc (set only when known)
     if (info.status !== undefined) this.status = info.status;
     // every problem found at once (policy and request validation), as {field, message}
+    /** @type {Problem[]} */
     this.problems = (info.problems && info.problems.length ? info.problems : [message]).map((p) => toProblem(p));
     // the engine's result when there was one (e.g. a spawn failure, an abort)
+    /** @type {unknown} */
+    this.result; // declares the property for tsc (set only when there is one)
     if (info.result !== undefined) this.result = info.result;
   }
 }
 
-function define(name, code, status, Base = SandtrapError) {
-  const C = { [name]: class extends Base {} }[name];
+/**
+ * A subclass of SandtrapError named `name`, for the engine status `code`.
+ * @param {string} name
+ * @param {string} code
+ * @param {number} status
+ * @returns {typeof SandtrapError}
+ */
+function define(name, code, status) {
+  const C = { [name]: class extends SandtrapError {} }[name];
   C.code = code;
   C.status = status;
   Object.defineProperty(C.prototype, 'name', { value: name, writable: true, configurable: true });
@@ -72,6 +102,10 @@ const InternalError = define('InternalError', 'internal', -99);
 /** Node's convention for a cancelled operation: name 'AbortError', code 'ABORT_ERR',
  * the signal's reason as `cause`. The run's result (cancelled: true) is `err.result`. */
 class AbortError extends SandtrapError {
+  /**
+   * @param {string} [message]
+   * @param {{status?: number, problems?: Array<Problem|string>, result?: unknown, cause?: unknown}} [info]
+   */
   constructor(message = 'The operation was aborted', info = {}) {
     super(message, { ...info, code: 'ABORT_ERR' });
   }
@@ -91,12 +125,22 @@ const byCode = {
   internal: InternalError,
 };
 
-/** The error class for an engine status name ('not_found', …). */
+/**
+ * The error class for an engine status name ('not_found', …).
+ * @param {string} code
+ * @returns {typeof SandtrapError}
+ */
 function errorClass(code) {
-  return byCode[code] ?? SandtrapError;
+  return Object.hasOwn(byCode, code) ? byCode[/** @type {keyof typeof byCode} */ (code)] : SandtrapError;
 }
 
-/** A SandtrapError from an engine status name and message. */
+/**
+ * A SandtrapError from an engine status name and message.
+ * @param {string} code
+ * @param {string} message
+ * @param {{status?: number, problems?: Array<Problem|string>, result?: unknown, cause?: unknown}} [info]
+ * @returns {SandtrapError}
+ */
 function makeError(code, message, info = {}) {
   const C = errorClass(code);
   return new C(message, { code, ...info });
@@ -105,13 +149,17 @@ function makeError(code, message, info = {}) {
 /**
  * Convert an Error thrown by the addon ({code, status, message, problems}) into its
  * class; `rename` maps the engine's field names to this binding's.
+ * @param {unknown} e
+ * @param {{result?: unknown, cause?: unknown}} [info]
+ * @param {(field: string) => string} [rename]
+ * @returns {unknown} the SandtrapError, or `e` itself when it is not the addon's
  */
 function fromNative(e, info = {}, rename = undefined) {
-  if (e instanceof SandtrapError || !(e instanceof Error) || typeof e.code !== 'string' || !(e.code in byCode)) {
-    return e;
-  }
-  const problems = Array.isArray(e.problems) ? e.problems.map((p) => toProblem(p, rename)) : undefined;
-  return makeError(e.code, e.message, { status: e.status, problems, ...info });
+  if (e instanceof SandtrapError || !(e instanceof Error)) return e;
+  const n = /** @type {Error & {code?: unknown, status?: number, problems?: unknown}} */ (e);
+  if (typeof n.code !== 'string' || !(n.code in byCode)) return e;
+  const problems = Array.isArray(n.problems) ? n.problems.map((p) => toProblem(p, rename)) : undefined;
+  return makeError(n.code, n.message, { status: n.status, problems, ...info });
 }
 
 module.exports = {

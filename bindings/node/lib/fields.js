@@ -12,6 +12,7 @@ const POLICY = {
   netAllowBind: ['net_allow_bind', 'ports'],
   netAllowUdp: ['net_allow_udp', 'bool'],
   netAllowUnix: ['net_allow_unix', 'bool'],
+  portRemap: ['port_remap', 'bool'],
   maxMemory: ['max_memory', 'size'],
   maxProcesses: ['max_processes', 'count'],
   maxOpenFiles: ['max_open_files', 'count'],
@@ -27,6 +28,7 @@ const POLICY = {
   gid: ['gid', 'id'],
   extraAllowSyscalls: ['extra_allow_syscalls', 'names'],
   extraDenySyscalls: ['extra_deny_syscalls', 'names'],
+  name: ['name', 'hostname'],
   allowDegraded: ['allow_degraded', 'bool'],
 };
 
@@ -50,11 +52,9 @@ const UNSUPPORTED = {
   fsMount: 'not supported by sandtrap yet: sandtrap does not mount; grant paths with fsReadable and fsWritable',
   onExit: 'not supported by sandtrap yet: sandtrap has no copy-on-write branches',
   onError: 'not supported by sandtrap yet: sandtrap has no copy-on-write branches',
-  portRemap: 'not supported by sandtrap yet: port virtualization is not supported',
   gpuDevices: 'not supported by sandtrap yet: GPU devices cannot be granted',
   cpuCores: 'not supported by sandtrap yet: CPU pinning is not supported; use maxCpu',
   numCpus: 'not supported by sandtrap yet: CPU counts are not supported; use maxCpu',
-  name: 'not supported by sandtrap yet: sandboxes have no names',
   policyFn: 'not supported by sandtrap yet: dynamic syscall policies are not supported; use extraDenySyscalls',
   handlers: 'not supported by sandtrap yet: syscall handlers are not supported',
 };

@@ -12,6 +12,19 @@ const { Sandbox, newTag } = require('./sandbox');
 const { InvalidArgument, AbortError, makeError } = require('./errors');
 const { camelKeys } = require('./options');
 
+/** @typedef {import('./sandbox').Wire} Wire */
+/**
+ * One clone's outcome (index.d.ts's CloneResult).
+ * @typedef {{id: number, stdout: Buffer, stderr: Buffer, exitCode: number | null, signal: string | null,
+ *   timedOut: boolean, stdoutTruncated: boolean, success: boolean}} CloneResult
+ */
+/**
+ * fork()'s options (index.d.ts's ForkOptions).
+ * @typedef {{init?: string, work?: string, timeout?: number, parallel?: number,
+ *   onClone?: (c: CloneResult) => void, signal?: AbortSignal, python?: string}} ForkOptions
+ */
+
+/** @param {Wire} it @returns {CloneResult} */
 function clone(it) {
   const c = {
     id: it.id,
@@ -22,20 +35,27 @@ function clone(it) {
     timedOut: it.timed_out === true,
     stdoutTruncated: it.stdout_truncated === true,
   };
-  c.success = c.exitCode === 0 && !c.timedOut;
-  return c;
+  return { ...c, success: c.exitCode === 0 && !c.timedOut };
 }
 
+/**
+ * @param {Sandbox} mapper
+ * @param {number} n
+ * @param {ForkOptions} [options]
+ * @returns {Promise<CloneResult[]>} with the engine's report as `isolation`
+ */
 async function fork(mapper, n, { init, work, timeout, parallel, onClone, signal, python } = {}) {
   if (!Number.isInteger(n) || n < 1) throw new InvalidArgument(`fork: n must be a positive integer, got ${n}`);
   if (typeof work !== 'string') throw new InvalidArgument('fork: work must be Python source (a string)');
   if (init != null && typeof init !== 'string') throw new InvalidArgument('fork: init must be Python source (a string)');
   const tag = newTag(); // every request of this fork: an abort cancels it
+  /** @type {CloneResult[]} */
   const out = [];
   let resp = await mapper.request(
     { op: 'fork', n, init_src: init ?? undefined, work_src: work, timeout, parallel, interpreter: python, tag },
     { signal },
   );
+  /** @type {Wire | null} */
   let asking = null;
   try {
     while (resp.call) {
@@ -62,16 +82,26 @@ async function fork(mapper, n, { init, work, timeout, parallel, onClone, signal,
   return out;
 }
 
-/** Run argv in the reducer with the clones' stdout, in clone order, on its stdin. */
+/**
+ * Run argv in the reducer with the clones' stdout, in clone order, on its stdin.
+ * @param {Sandbox} reducer
+ * @param {string[]} argv
+ * @param {Array<CloneResult | undefined>} clones
+ * @param {Record<string, unknown>} [opts]
+ */
 function reduce(reducer, argv, clones, opts = {}) {
-  const list = clones.filter(Boolean).map((c) => ({ id: c.id, stdout: c.stdout }));
+  const list = clones.filter((c) => c !== undefined && c !== null).map((c) => ({ id: c.id, stdout: c.stdout }));
   return reducer._run({ op: 'reduce', clones: list }, argv, opts);
 }
 
-Sandbox.prototype.fork = function forkMethod(n, options) {
+// methods of Sandbox (declared in index.d.ts)
+const proto = /** @type {any} */ (Sandbox.prototype);
+/** @this {Sandbox} @param {number} n @param {ForkOptions} [options] */
+proto.fork = function forkMethod(n, options) {
   return fork(this, n, options);
 };
-Sandbox.prototype.reduce = function reduceMethod(argv, clones, options) {
+/** @this {Sandbox} @param {string[]} argv @param {Array<CloneResult | undefined>} clones @param {Record<string, unknown>} [options] */
+proto.reduce = function reduceMethod(argv, clones, options) {
   return reduce(this, argv, clones, options);
 };
 

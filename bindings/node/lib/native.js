@@ -18,12 +18,13 @@ const candidates = [
   process.env.SANDTRAP_ADDON,
   path.join(root, 'build', 'Release', 'sandtrap.node'),
   path.join(prebuiltDir, 'sandtrap.node'),
-].filter(Boolean);
+].filter(/** @returns {p is string} */ (p) => typeof p === 'string' && p !== '');
 
 // The glibc version of this process, or null (musl, or not Linux).
 function glibc() {
   try {
-    return process.report.getReport().header.glibcVersionRuntime || null;
+    const report = /** @type {{header?: {glibcVersionRuntime?: string}}} */ (process.report.getReport());
+    return report.header?.glibcVersionRuntime || null;
   } catch {
     return null;
   }
@@ -49,7 +50,7 @@ function load() {
       Object.defineProperty(addon, 'path', { value: p, enumerable: false });
       return addon;
     } catch (e) {
-      errors.push(`${p}: ${e && e.message}`);
+      errors.push(`${p}: ${e instanceof Error ? e.message : e}`);
     }
   }
   const info = prebuiltInfo();
@@ -66,9 +67,9 @@ function load() {
     ? 'build it from the sources in this package: `npm explore sandtrap -- npm run build` ' +
       '(needs Go, a C compiler, libseccomp headers, make and node-gyp; it says what is missing)'
     : `build it: \`npm run build\` in ${root} (needs \`make lib\` of the repository)`;
-  const err = new Error(
+  const err = /** @type {Error & {code?: string}} */ (new Error(
     `sandtrap: cannot load the native addon.\n  ${[...errors, ...hints].join('\n  ') || 'nothing was built'}\n  To fix: ${fallback}`,
-  );
+  ));
   err.code = 'ERR_SANDTRAP_ADDON';
   throw err;
 }

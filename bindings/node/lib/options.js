@@ -11,9 +11,11 @@ const { Problem } = require('./errors');
 
 const encoder = new Encoder({ ignoreUndefined: true, useBigInt64: true });
 
+/** @type {(v: unknown) => v is Record<string, any>} */
 const isPlainObject = (v) =>
   v !== null && typeof v === 'object' && (Object.getPrototypeOf(v) === Object.prototype || Object.getPrototypeOf(v) === null);
 
+/** @param {unknown} v @returns {string} */
 const describe = (v) => {
   if (v === null) return 'null';
   if (Array.isArray(v)) return 'an array';
@@ -24,10 +26,15 @@ const describe = (v) => {
 };
 
 /** msgpack key -> option name, for the engine's problems. */
+/** @type {Record<string, string>} */
 const OPTION_OF = Object.fromEntries(Object.entries(POLICY).map(([name, [key]]) => [key, name]));
+/** POLICY and UNSUPPORTED looked up by any name. */
+const POLICY_BY_NAME = /** @type {Record<string, string[] | undefined>} */ (POLICY);
+const UNSUPPORTED_BY_NAME = /** @type {Record<string, string>} */ (UNSUPPORTED);
 
 // Checkers of the run options (request keys, not policy fields): a problem
 // message (without the option name) or null.
+/** @type {Record<string, (v: any) => string | null>} */
 const checks = {
   string: (v) => (typeof v === 'string' ? null : `want a string, got ${describe(v)}`),
   bool: (v) => (typeof v === 'boolean' ? null : `want true or false, got ${describe(v)}`),
@@ -44,21 +51,28 @@ const checks = {
   },
 };
 
-/** Options of run() and cmd(): option name -> [request key, checker]. */
+/**
+ * Options of run() and cmd(): option name -> [request key, checker].
+ * @typedef {Record<string, [string, string]>} OptionTable
+ * @type {OptionTable}
+ */
 const RUN = {
   timeout: ['timeout', 'number'],
   env: ['env', 'env'],
   cwd: ['cwd', 'string'],
   maxOutput: ['max_output', 'size'],
 };
+/** @type {Record<string, string>} */
 const RUN_OPTION_OF = Object.fromEntries(Object.entries(RUN).map(([name, [key]]) => [key, name]));
 
-const snakeToCamel = (s) => s.replace(/_([a-z])/g, (_, c) => c.toUpperCase());
+/** @param {string} s */
+const snakeToCamel = (s) => s.replace(/_([a-z])/g, (_, /** @type {string} */ c) => c.toUpperCase());
 
 // The nearest of names (case-insensitive, ignoring underscores) when at most
 // 1 + len/3 edits away, the first on a tie: the engine's rule (policy.Suggest).
+/** @param {string} given @param {string[]} names */
 function suggest(given, names) {
-  const norm = (s) => s.replace(/_/g, '').toLowerCase();
+  const norm = (/** @type {string} */ s) => s.replace(/_/g, '').toLowerCase();
   const g = norm(given);
   let best = '';
   let bestD = -1;
@@ -73,6 +87,7 @@ function suggest(given, names) {
   return best;
 }
 
+/** @param {string} a @param {string} b @returns {number} */
 function editDistance(a, b) {
   let prev = Array.from({ length: b.length + 1 }, (_, j) => j);
   for (let i = 1; i <= a.length; i++) {
@@ -85,7 +100,11 @@ function editDistance(a, b) {
   return prev[b.length];
 }
 
-/** The problem of a name that is not an option: the engine's wording, with JavaScript names. */
+/**
+ * The problem of a name that is not an option: the engine's wording, with JavaScript names.
+ * @param {string} name
+ * @param {string[]} names
+ */
 function unknownOption(name, names) {
   const near = suggest(name, names);
   return new Problem(name, near ? `unknown field; did you mean ${near}?` : 'unknown field');
@@ -96,9 +115,13 @@ function unknownOption(name, names) {
  * holds the engine key of every option given (undefined and null mean "not set"),
  * `problems` the options that never reach the engine: unknown or unsupported
  * names, and values msgpack cannot carry.
+ * @param {unknown} opts
+ * @returns {{map: Record<string, any>, problems: Problem[]}}
  */
 function policyOptions(opts) {
+  /** @type {Problem[]} */
   const problems = [];
+  /** @type {Record<string, any>} */
   const map = {};
   if (opts === undefined || opts === null) return { map, problems };
   if (!isPlainObject(opts)) {
@@ -107,9 +130,9 @@ function policyOptions(opts) {
   }
   const names = Object.keys(POLICY);
   for (const name of Object.keys(opts)) {
-    const spec = POLICY[name];
+    const spec = POLICY_BY_NAME[name];
     if (!spec) {
-      problems.push(name in UNSUPPORTED ? new Problem(name, UNSUPPORTED[name]) : unknownOption(name, names));
+      problems.push(name in UNSUPPORTED ? new Problem(name, UNSUPPORTED_BY_NAME[name]) : unknownOption(name, names));
       continue;
     }
     const v = opts[name];
@@ -117,7 +140,7 @@ function policyOptions(opts) {
     try {
       encoder.encode(v);
     } catch (e) {
-      problems.push(new Problem(name, `${describe(v)} cannot be sent to the engine (${e && e.message})`));
+      problems.push(new Problem(name, `${describe(v)} cannot be sent to the engine (${e instanceof Error ? e.message : e})`));
       continue;
     }
     map[spec[0]] = isPlainObject(v) ? { ...v } : v;
@@ -129,9 +152,16 @@ function policyOptions(opts) {
  * Map run options through a table. Returns {map, problems}: `map` holds the
  * request keys of every option that passed its type check (undefined and null mean
  * "not set"), `problems` one per problem. `extra` names keys the caller handles.
+ * @param {unknown} opts
+ * @param {OptionTable} table
+ * @param {string} what
+ * @param {string[]} [extra]
+ * @returns {{map: Record<string, any>, problems: Problem[]}}
  */
 function mapOptions(opts, table, what, extra = []) {
+  /** @type {Problem[]} */
   const problems = [];
+  /** @type {Record<string, any>} */
   const map = {};
   if (opts === undefined || opts === null) return { map, problems };
   if (!isPlainObject(opts)) {
@@ -160,6 +190,7 @@ function mapOptions(opts, table, what, extra = []) {
 /**
  * The option name of an engine problem's field: a policy key, a request key, or
  * "stages[i].key" in a pipeline (the key renamed).
+ * @param {string} field
  */
 function optionName(field) {
   const dot = field.lastIndexOf('.');
@@ -168,10 +199,15 @@ function optionName(field) {
   return field.slice(0, dot + 1) + name;
 }
 
-/** Deep-convert the keys of an engine map to camelCase (results, reports). */
+/**
+ * Deep-convert the keys of an engine map to camelCase (results, reports).
+ * @param {any} v
+ * @returns {any}
+ */
 function camelKeys(v) {
   if (Array.isArray(v)) return v.map(camelKeys);
   if (v === null || typeof v !== 'object' || ArrayBuffer.isView(v)) return v;
+  /** @type {Record<string, unknown>} */
   const out = {};
   for (const k of Object.keys(v)) out[snakeToCamel(k)] = camelKeys(v[k]);
   return out;

@@ -12,8 +12,16 @@ const { Sandbox } = require('./sandbox');
 const { InvalidArgument, makeError } = require('./errors');
 const { camelKeys } = require('./options');
 
+/** @typedef {import('./sandbox').Wire} Wire */
+/**
+ * The options of sandbox() (index.d.ts's PythonSandboxOptions).
+ * @typedef {{isolation?: string, filesystem?: string, echo?: boolean | string, allowDegraded?: boolean, python?: string, snapshotPrints?: boolean}} PythonSandboxOptions
+ */
+/** @typedef {(...args: any[]) => unknown} HostFunction */
+
 const LEVELS = ['process', 'kernel'];
 // policy option -> the portable policy's key (Policy.to_portable in the guest runtime)
+/** @type {Record<string, string>} */
 const LIMITS = {
   timeout: 'timeout',
   tickLimit: 'tick_limit',
@@ -24,12 +32,19 @@ const LIMITS = {
 };
 
 class PythonSandbox {
+  /**
+   * @param {Record<string, any>} [policy] limits and `functions` (index.d.ts's PythonPolicy)
+   * @param {PythonSandboxOptions} [options]
+   */
   constructor(policy = {}, { isolation = 'kernel', filesystem, echo = false, allowDegraded = false, python, snapshotPrints = false } = {}) {
     if (!LEVELS.includes(isolation)) {
       throw new InvalidArgument(`isolation must be one of ${LEVELS.join(', ')} from JavaScript (got ${isolation})`);
     }
+    /** @type {string[]} */
     const problems = [];
+    /** @type {{grants: Array<{kind: string, name: string, ref: string}>, [limit: string]: unknown}} */
     const portable = { grants: [] };
+    /** @type {Record<string, HostFunction>} */
     this.functions = {};
     for (const [k, v] of Object.entries(policy ?? {})) {
       if (k === 'functions') {
@@ -47,6 +62,8 @@ class PythonSandbox {
     if (problems.length) throw new InvalidArgument(problems.join('\n'), { problems });
     this.level = isolation;
     this.snapshotPrints = snapshotPrints === true;
+    /** the isolation report (camelCase), once the worker's sandbox is built @type {Wire | undefined} */
+    this.report = undefined;
     // a handle for the ops: the engine builds the worker's own policy
     this.sandbox = new Sandbox({ allowDegraded: true });
     // opened on a thread: what the engine refuses (IsolationUnavailable, a missing
@@ -68,7 +85,11 @@ class PythonSandbox {
     return this.report;
   }
 
-  // Run the granted function a host call names; the answer's value or error.
+  /**
+   * Run the granted function a host call names; the answer's value or error.
+   * @param {Wire} call
+   * @returns {Promise<{value: unknown} | {error: {type: string, message: string}}>}
+   */
   async _answer(call) {
     const fn = call.kind === 'fn' ? this.functions[call.name] : undefined;
     if (!fn) return { error: { type: 'NotImplemented', message: `no host call ${call.kind}:${call.name}` } };
@@ -79,14 +100,21 @@ class PythonSandbox {
       encode(value); // what msgpack cannot carry is the function's error, not the exec's
       return { value };
     } catch (e) {
-      return { error: { type: e?.name ?? 'Error', message: String(e?.message ?? e) } };
+      const err = /** @type {{name?: unknown, message?: unknown} | null | undefined} */ (e);
+      return { error: { type: String(err?.name ?? 'Error'), message: String(err?.message ?? e) } };
     }
   }
 
-  /** Run Python code; resolves with {stdout, namespace, error, ticks, ...}; never rejects for the code's faults. */
+  /**
+   * Run Python code; resolves with {stdout, namespace, error, ticks, ...}; never rejects for the code's faults.
+   * @param {string} code
+   * @param {{namespace?: Record<string, unknown>, modules?: Record<string, unknown>, stdin?: string, argv?: string[], echo?: 'none' | 'last' | 'all' | boolean}} [options]
+   * @returns {Promise<Wire>} index.d.ts's PythonExecResult
+   */
   async exec(code, { namespace, modules, stdin, argv, echo } = {}) {
     if (typeof code !== 'string') throw new InvalidArgument('code must be a string');
     await this.opening;
+    /** @type {Wire} */
     const req = { op: 'coop_exec', code, namespace: namespace ?? null, modules: modules ?? null, stdin: stdin ?? null, argv: argv ?? null };
     if (this.snapshotPrints) req.prints = true;
     if (echo !== undefined && echo !== null) req.echo = echo; // this exec's mode (the engine checks it)
@@ -122,13 +150,21 @@ class PythonSandbox {
   }
 }
 
-// An engine error response (it has error.kind; an exec's own error has error.type).
+/**
+ * An engine error response (it has error.kind; an exec's own error has error.type).
+ * @param {Wire} resp
+ * @returns {Wire}
+ */
 function check(resp) {
   if (resp.error && resp.error.kind) throw makeError(resp.error.kind, resp.error.message);
   return resp;
 }
 
-/** sandbox(policy, {isolation: 'kernel' | 'process', filesystem, echo ('none' | 'last' | 'all' | boolean), allowDegraded, python}) */
+/**
+ * sandbox(policy, {isolation: 'kernel' | 'process', filesystem, echo ('none' | 'last' | 'all' | boolean), allowDegraded, python})
+ * @param {Record<string, any>} [policy]
+ * @param {PythonSandboxOptions} [options]
+ */
 function sandbox(policy, options) {
   return new PythonSandbox(policy, options);
 }

@@ -21,16 +21,26 @@ const {
 } = require('./errors');
 const { RUN, policyOptions, mapOptions, optionName, camelKeys, isPlainObject, describe } = require('./options');
 
+/**
+ * A map decoded from the engine (msgpack; its keys are docs/protocol.md's): the
+ * protocol's data, typed where this file shapes it for JavaScript.
+ * @typedef {Record<string, any>} Wire
+ */
+
 // useBigInt64: a BigInt is encoded as a 64-bit integer (sandbox ids are uint64)
 const encoder = new Encoder({ ignoreUndefined: true, useBigInt64: true });
 // keys that are not strings or numbers (a Python namespace may have None, bool or
 // bytes keys) become strings: JavaScript objects hold nothing else
 const decoder = new Decoder({
-  mapKeyConverter: (k) =>
-    typeof k === 'string' || typeof k === 'number' ? k : ArrayBuffer.isView(k) ? Buffer.from(k).toString() : String(k),
+  mapKeyConverter: (/** @type {unknown} */ k) =>
+    typeof k === 'string' || typeof k === 'number'
+      ? k
+      : ArrayBuffer.isView(k)
+        ? Buffer.from(k.buffer, k.byteOffset, k.byteLength).toString()
+        : String(k),
 });
-const encode = (v) => encoder.encode(v);
-const decode = (buf) => decoder.decode(buf);
+const encode = (/** @type {unknown} */ v) => encoder.encode(v);
+const decode = (/** @type {ArrayLike<number> | ArrayBufferView | ArrayBuffer} */ buf) => /** @type {Wire} */ (decoder.decode(buf));
 
 // Error kinds that are a run's fate (the call itself worked): resolved, not rejected.
 // A program that is missing or could not start is one (as in Python and C: the
@@ -41,6 +51,7 @@ let tagSeq = 0;
 const newTag = () => `node:${process.pid}:${++tagSeq}`;
 
 const EMPTY = Buffer.alloc(0);
+/** @param {unknown} v @returns {Buffer} */
 function toBuffer(v) {
   if (v === null || v === undefined) return EMPTY;
   if (Buffer.isBuffer(v)) return v;
@@ -48,7 +59,11 @@ function toBuffer(v) {
   return Buffer.from(String(v));
 }
 
-/** Shape one engine run result (docs/protocol.md "run result") for JavaScript. */
+/**
+ * Shape one engine run result (docs/protocol.md "run result") for JavaScript.
+ * @param {Wire} r
+ * @returns {Wire} index.d.ts's RunResult
+ */
 function runResult(r) {
   return {
     success: r.success === true,
@@ -69,13 +84,18 @@ function runResult(r) {
   };
 }
 
-/** A result's error: {kind, message}, and the problems of a request that could not run. */
+/**
+ * A result's error: {kind, message}, and the problems of a request that could not run.
+ * @param {Wire} e
+ */
 function runError(e) {
+  /** @type {{kind: string, message: string, problems?: Problem[]}} */
   const out = { kind: String(e.kind), message: String(e.message) };
   if (Array.isArray(e.problems) && e.problems.length) out.problems = e.problems.map((p) => toProblem(p, optionName));
   return out;
 }
 
+/** @param {Wire} r */
 function pipelineResult(r) {
   const res = runResult(r);
   res.stages = Array.isArray(r.stages) ? r.stages.map(runResult) : [];
@@ -83,20 +103,32 @@ function pipelineResult(r) {
   return res;
 }
 
-/** The first result (of `results`) whose error means the call failed, not the run. */
+/**
+ * The first result (of `results`) whose error means the call failed, not the run.
+ * @param {Wire[]} results
+ */
 function callFailure(results) {
   return results.find((r) => r && r.error && !OUTCOME_KINDS.has(r.error.kind));
 }
 
+/** @param {unknown} s @returns {s is AbortSignal} */
 function isAbortSignal(s) {
-  return s !== null && typeof s === 'object' && typeof s.aborted === 'boolean' && typeof s.addEventListener === 'function';
+  if (s === null || typeof s !== 'object') return false;
+  const o = /** @type {{aborted?: unknown, addEventListener?: unknown}} */ (s);
+  return typeof o.aborted === 'boolean' && typeof o.addEventListener === 'function';
 }
 
+/** @param {AbortSignal} signal @param {unknown} [result] */
 function abortError(signal, result) {
   return new AbortError('The operation was aborted', { cause: signal.reason, result });
 }
 
-// stdin: string, Buffer/TypedArray/DataView or ArrayBuffer.
+/**
+ * stdin: string, Buffer/TypedArray/DataView or ArrayBuffer.
+ * @param {unknown} v
+ * @param {Problem[]} problems
+ * @returns {string | Uint8Array | undefined}
+ */
 function stdinBytes(v, problems, what = 'stdin') {
   if (v === undefined || v === null) return undefined;
   if (typeof v === 'string') return v;
@@ -106,12 +138,17 @@ function stdinBytes(v, problems, what = 'stdin') {
   return undefined;
 }
 
+/**
+ * @param {unknown} argv
+ * @param {Problem[]} problems
+ * @returns {string[]}
+ */
 function checkArgv(argv, problems) {
   if (!Array.isArray(argv) || argv.length === 0) {
     problems.push(new Problem('argv', `want a non-empty array of strings, got ${describe(argv)}`));
     return [];
   }
-  argv.forEach((a, i) => {
+  argv.forEach((/** @type {unknown} */ a, /** @type {number} */ i) => {
     if (typeof a !== 'string') problems.push(new Problem('argv', `element ${i}: want a string, got ${describe(a)}`));
     else if (a.includes('\0')) problems.push(new Problem('argv', `element ${i} contains a NUL byte`));
   });
@@ -119,10 +156,12 @@ function checkArgv(argv, problems) {
   return argv.slice();
 }
 
+/** @param {Problem[]} problems */
 function requestError(problems) {
   return new InvalidRequest(problemsMessage('invalid request', problems), { problems });
 }
 
+/** @param {Problem[]} problems */
 function policyError(problems) {
   return new PolicyError(problemsMessage('invalid policy', problems), { problems });
 }
@@ -134,16 +173,23 @@ function policyError(problems) {
  * SANDTRAP_MAX_CONCURRENT overrides the default of 256 (the same variable and default
  * bound the Python binding's asyncio calls).
  */
+/** @typedef {{resolve: () => void, reject: (e: unknown) => void, signal: AbortSignal | undefined, onAbort: (() => void) | null}} Waiter */
 const slots = {
   max: Math.max(1, Math.min(Number(process.env.SANDTRAP_MAX_CONCURRENT) || 256, 4096)),
   running: 0,
+  /** @type {Waiter[]} */
   waiting: [],
+  /**
+   * @param {AbortSignal} [signal]
+   * @returns {Promise<void>}
+   */
   acquire(signal) {
     if (this.running < this.max && this.waiting.length === 0) {
       this.running++;
       return Promise.resolve();
     }
     return new Promise((resolve, reject) => {
+      /** @type {Waiter} */
       const w = { resolve, reject, signal, onAbort: null };
       if (signal) {
         w.onAbort = () => {
@@ -162,13 +208,14 @@ const slots = {
       this.running--;
       return;
     }
-    if (w.signal) w.signal.removeEventListener('abort', w.onAbort);
+    if (w.signal && w.onAbort) w.signal.removeEventListener('abort', w.onAbort);
     w.resolve(); // the slot passes on
   },
 };
 
 /** process.env now, without what the engine cannot carry (NUL bytes). */
 function hostEnv() {
+  /** @type {Record<string, string>} */
   const env = {};
   for (const [k, v] of Object.entries(process.env)) {
     if (typeof v === 'string' && !k.includes('\0') && !v.includes('\0') && !k.includes('=')) env[k] = v;
@@ -176,15 +223,23 @@ function hostEnv() {
   return env;
 }
 
-/** A deep, frozen copy of plain options data. */
+/**
+ * A deep, frozen copy of plain options data.
+ * @param {unknown} v
+ * @returns {unknown}
+ */
 function snapshot(v) {
   if (Array.isArray(v)) return Object.freeze(v.map(snapshot));
   if (isPlainObject(v)) return Object.freeze(Object.fromEntries(Object.entries(v).map(([k, x]) => [k, snapshot(x)])));
   return v;
 }
 
-/** The response of a request that cancelAll() stopped before it started. */
+/**
+ * The response of a request that cancelAll() stopped before it started.
+ * @param {Wire} req
+ */
 function cancelledBeforeStart(req) {
+  /** @type {Wire} */
   const r = {
     success: false,
     exit_code: null,
@@ -215,11 +270,13 @@ class Sandbox {
       // under the policy's own env
       map.env = { ...hostEnv(), ...(map.env ?? {}) };
     }
+    /** @type {unknown} the addon's handle */
     let handle = null;
     try {
       handle = native.newSandbox(encode(map));
     } catch (e) {
       const err = fromNative(e, {}, optionName);
+      if (!(err instanceof SandtrapError)) throw err;
       if (err.code === 'invalid_policy' || err.code === 'invalid_request') {
         problems.push(...err.problems); // the message is rewritten with the option names
       } else if (problems.length === 0) {
@@ -235,9 +292,11 @@ class Sandbox {
     this._pending = 0; // requests made and not yet settled (queued ones included)
     this._cancelGen = 0; // bumped by cancelAll(): queued requests then do not start
     for (const k of ['_handle', '_closed', '_pending', '_cancelGen']) Object.defineProperty(this, k, { enumerable: false });
-    // The engine's id of this sandbox (names it as a pipeline stage).
+    /** The engine's id of this sandbox (names it as a pipeline stage). @type {bigint | number} */
+    this.id; // declares the property for tsc (defined below, read-only)
     Object.defineProperty(this, 'id', { value: native.sandboxId(handle), enumerable: true });
-    // A frozen snapshot of the options (confine() rebuilds the policy from it).
+    /** A frozen snapshot of the options (confine() rebuilds the policy from it). @type {object} */
+    this.options; // declares the property for tsc (defined below, read-only)
     Object.defineProperty(this, 'options', { value: snapshot(options), enumerable: true });
   }
 
@@ -252,11 +311,13 @@ class Sandbox {
 
   /**
    * Send one request and return the decoded response map.
-   * @param {object} req the request map (engine keys)
-   * @param {{signal?: AbortSignal, sandboxes?: Sandbox[]}} [opts] other sandboxes the request names
+   * @param {Wire} req the request map (engine keys)
+   * @param {{signal?: AbortSignal | null, sandboxes?: Sandbox[]}} [opts] other sandboxes the request names
+   * @returns {Promise<Wire>}
    */
   async request(req, { signal, sandboxes = [] } = {}) {
     if (signal != null && !isAbortSignal(signal)) throw new TypeError('signal must be an AbortSignal');
+    /** @type {Sandbox[]} */
     const involved = [this];
     for (const sb of sandboxes) {
       if (!(sb instanceof Sandbox)) throw new TypeError('sandboxes must be Sandbox objects');
@@ -272,10 +333,10 @@ class Sandbox {
     // the requests already made (queued ones included) are done
     for (const sb of involved) sb._pending++;
     try {
-      await slots.acquire(signal);
+      await slots.acquire(signal ?? undefined);
       try {
         if (this._cancelGen !== gen) return cancelledBeforeStart(req);
-        return await this._send(req, signal, involved);
+        return await this._send(req, signal ?? undefined, involved);
       } finally {
         slots.release();
       }
@@ -284,6 +345,12 @@ class Sandbox {
     }
   }
 
+  /**
+   * @param {Wire} req
+   * @param {AbortSignal | undefined} signal
+   * @param {Sandbox[]} involved
+   * @returns {Promise<Wire>}
+   */
   async _send(req, signal, involved) {
     const handles = involved.map((sb) => sb._handle);
     const others = handles.slice(1);
@@ -295,6 +362,7 @@ class Sandbox {
       }
     }
     if (signal.aborted) throw abortError(signal);
+    const sig = signal;
     let settled = false;
     let delay = 1;
     // The engine knows the tag only once the run has started, a moment after
@@ -306,6 +374,7 @@ class Sandbox {
       delay = Math.min(delay * 2, 50);
     };
     signal.addEventListener('abort', cancel, { once: true });
+    /** @type {Wire} */
     let resp;
     try {
       resp = decode(await native.exec(handles[0], encode(req), others));
@@ -313,10 +382,10 @@ class Sandbox {
       throw fromNative(e);
     } finally {
       settled = true;
-      signal.removeEventListener('abort', cancel);
+      sig.removeEventListener('abort', cancel);
     }
-    if (signal.aborted) {
-      const err = abortError(signal, resp);
+    if (sig.aborted) {
+      const err = abortError(sig, resp);
       // the raw response, for the caller to shape into err.result
       Object.defineProperty(err, 'response', { value: resp, configurable: true });
       throw err;
@@ -330,7 +399,9 @@ class Sandbox {
 
   /**
    * Run argv in the sandbox.
-   * @returns {Promise<object>} the run result; rejects with a SandtrapError when the
+   * @param {string[]} argv
+   * @param {Record<string, unknown>} [opts] index.d.ts's RunOptions
+   * @returns {Promise<Wire>} the run result; rejects with a SandtrapError when the
    *   program could not run (NotFound, SpawnFailed, IsolationUnavailable, …) and with
    *   an AbortError (err.result) when opts.signal aborted it.
    */
@@ -338,20 +409,31 @@ class Sandbox {
     return this._run({ op: 'run' }, argv, opts);
   }
 
-  // run(), or an op whose request and result are a run's plus the keys of `base`.
+  /**
+   * run(), or an op whose request and result are a run's plus the keys of `base`.
+   * @param {Wire} base
+   * @param {unknown} argv
+   * @param {unknown} opts
+   * @returns {Promise<Wire>}
+   */
   async _run(base, argv, opts) {
+    /** @type {Problem[]} */
     const problems = [];
     const args = checkArgv(argv, problems);
     const { map, problems: optProblems } = mapOptions(opts, RUN, 'run', ['stdin', 'signal']);
     problems.push(...optProblems);
-    const o = isPlainObject(opts) ? opts : {};
+    const o = /** @type {{stdin?: unknown, signal?: AbortSignal | null}} */ (isPlainObject(opts) ? opts : {});
     const stdin = stdinBytes(o.stdin, problems);
     if (o.signal != null && !isAbortSignal(o.signal)) problems.push(new Problem('signal', `want an AbortSignal, got ${describe(o.signal)}`));
     if (problems.length) throw requestError(problems);
     return finishRun(await this._requestShaped({ ...base, argv: args, stdin, ...map }, o.signal, runResult));
   }
 
-  /** A command for a pipeline: sb.cmd(a).pipe(sb2.cmd(b)).run(). */
+  /**
+   * A command for a pipeline: sb.cmd(a).pipe(sb2.cmd(b)).run().
+   * @param {string[]} argv
+   * @param {Record<string, unknown>} [opts] index.d.ts's CommandOptions
+   */
   cmd(argv, opts = {}) {
     return new Command(this, argv, opts);
   }
@@ -361,14 +443,35 @@ class Sandbox {
     return camelKeys(await this.request({ op: 'isolation' }));
   }
 
-  // request() that turns an abort into an AbortError carrying the shaped result.
+  /**
+   * {virtualPort: realPort} for the sockets this sandbox's runs hold bound now
+   * (portRemap; {} without it): a host client reaches a server on the real port.
+   * @returns {Promise<Record<number, number>>}
+   */
+  async ports() {
+    const r = await this.request({ op: 'ports' });
+    if (r.error && r.error.kind) throw makeError(r.error.kind, r.error.message);
+    /** @type {Record<number, number>} */
+    const out = {};
+    for (const [k, v] of Object.entries(r.ports || {})) out[Number(k)] = Number(v);
+    return out;
+  }
+
+  /**
+   * request() that turns an abort into an AbortError carrying the shaped result.
+   * @param {Wire} req
+   * @param {AbortSignal | null | undefined} signal
+   * @param {(r: Wire) => Wire} shape
+   * @param {Sandbox[]} [sandboxes]
+   */
   async _requestShaped(req, signal, shape, sandboxes) {
     try {
       return shape(await this.request(req, { signal: signal ?? undefined, sandboxes }));
     } catch (e) {
-      if (e instanceof AbortError && e.response) {
-        e.result = shape(e.response);
-        delete e.response;
+      const a = /** @type {AbortError & {response?: Wire}} */ (e);
+      if (a instanceof AbortError && a.response) {
+        a.result = shape(a.response);
+        delete a.response;
       }
       throw e;
     }
@@ -396,11 +499,12 @@ class Sandbox {
 }
 
 if (typeof Symbol.dispose === 'symbol') {
-  Sandbox.prototype[Symbol.dispose] = function dispose() {
+  /** @type {any} */ (Sandbox.prototype)[Symbol.dispose] = function dispose() {
     this.close();
   };
 }
 
+/** @param {Wire} res @returns {Wire} */
 function finishRun(res) {
   // the pipeline's own error first: the engine names the stage in it
   const failed = callFailure(res.stages ? [res, ...res.stages] : [res]);
@@ -414,8 +518,14 @@ function finishRun(res) {
 }
 
 class Command {
+  /**
+   * @param {Sandbox} sandbox
+   * @param {string[]} argv
+   * @param {Record<string, unknown>} [opts] index.d.ts's CommandOptions
+   */
   constructor(sandbox, argv, opts = {}) {
     if (!(sandbox instanceof Sandbox)) throw new TypeError('Command: sandbox must be a Sandbox');
+    /** @type {Problem[]} */
     const problems = [];
     this.sandbox = sandbox;
     this.argv = checkArgv(argv, problems);
@@ -426,22 +536,34 @@ class Command {
     Object.defineProperty(this, '_request', { enumerable: false });
   }
 
-  /** Join this command's stdout to the next command's stdin (a kernel pipe). */
+  /**
+   * Join this command's stdout to the next command's stdin (a kernel pipe).
+   * @param {Command | Pipeline} next
+   * @returns {Pipeline}
+   */
   pipe(next) {
     return new Pipeline([this]).pipe(next);
   }
 
-  /** Run this command alone (sandbox.run with the command's options). */
+  /**
+   * Run this command alone (sandbox.run with the command's options).
+   * @param {Record<string, unknown>} [opts] index.d.ts's PipelineRunOptions
+   */
   run(opts = {}) {
     return new Pipeline([this]).run(opts);
   }
 }
 
 class Pipeline {
+  /** @param {Command[]} commands */
   constructor(commands) {
     this.commands = commands.slice();
   }
 
+  /**
+   * @param {Command | Pipeline} next
+   * @returns {Pipeline}
+   */
   pipe(next) {
     if (next instanceof Pipeline) return new Pipeline([...this.commands, ...next.commands]);
     if (!(next instanceof Command)) throw new TypeError('pipe: want a Command (sandbox.cmd(argv)) or a Pipeline');
@@ -452,12 +574,15 @@ class Pipeline {
    * Run every stage at once, each under its own sandbox's policy; only bytes cross.
    * Resolves with the last stage's result plus `stages` (every stage's result).
    * Rejects when any stage could not start (e.g. NotFound), with err.result.
+   * @param {Record<string, unknown>} [opts] index.d.ts's PipelineRunOptions
+   * @returns {Promise<Wire>}
    */
   async run(opts = {}) {
+    /** @type {Problem[]} */
     const problems = [];
     const { map, problems: optProblems } = mapOptions(opts, { timeout: RUN.timeout }, 'pipeline', ['stdin', 'signal']);
     problems.push(...optProblems);
-    const o = isPlainObject(opts) ? opts : {};
+    const o = /** @type {{stdin?: unknown, signal?: AbortSignal | null}} */ (isPlainObject(opts) ? opts : {});
     const stdin = stdinBytes(o.stdin, problems);
     if (o.signal != null && !isAbortSignal(o.signal)) problems.push(new Problem('signal', `want an AbortSignal, got ${describe(o.signal)}`));
     if (problems.length) throw requestError(problems);
@@ -481,6 +606,7 @@ class Pipeline {
  * (The engine keeps this process's /proc/self/task readable: it reaches every
  * thread through psx, which lists that directory while it restricts them.)
  * @param {Sandbox|object} sandbox a Sandbox, or policy options to build one
+ * @param {{seccomp?: boolean}} [opts]
  */
 function confine(sandbox, opts = {}) {
   const { problems } = mapOptions(opts, { seccomp: ['seccomp', 'bool'] }, 'confine');

@@ -32,10 +32,16 @@ const SONAME = 'libsandtrap.so.0';
 const libDst = path.join(releaseDir, SONAME);
 const force = process.argv.includes('--force') || process.env.SANDTRAP_REBUILD === '1';
 
+/** @param {string} msg */
 function log(msg) {
   process.stderr.write(`sandtrap: ${msg}\n`);
 }
 
+/**
+ * @param {string} cmd
+ * @param {string[]} args
+ * @param {import('node:child_process').SpawnSyncOptions} [opts]
+ */
 function run(cmd, args, opts = {}) {
   log(`${cmd} ${args.join(' ')}`);
   const r = spawnSync(cmd, args, { stdio: ['ignore', 2, 2], cwd: pkgDir, ...opts });
@@ -43,6 +49,7 @@ function run(cmd, args, opts = {}) {
   if (r.status !== 0) throw new Error(`${cmd} ${args.join(' ')} failed (exit ${r.status ?? r.signal})`);
 }
 
+/** @param {string} p */
 function mtime(p) {
   try {
     return fs.statSync(p).mtimeMs;
@@ -51,6 +58,7 @@ function mtime(p) {
   }
 }
 
+/** @param {string} dir */
 function isEngine(dir) {
   return ['go.mod', 'Makefile', 'capi/abi.c', 'include/sandtrap.h'].every((f) => fs.existsSync(path.join(dir, f)));
 }
@@ -71,6 +79,7 @@ function engineDir() {
 }
 
 // node-gyp: the one npm runs its scripts with, else npm's bundled copy, else PATH.
+/** @returns {[string, string[]]} the command and its first arguments */
 function nodeGyp() {
   const candidates = [];
   if (process.env.npm_config_node_gyp) candidates.push(process.env.npm_config_node_gyp);
@@ -89,6 +98,7 @@ function nodeGyp() {
 }
 
 // The version of the headers in <dir>/include/node (node_version.h), or null.
+/** @param {string} dir */
 function headersVersion(dir) {
   try {
     const h = fs.readFileSync(path.join(dir, 'include', 'node', 'node_version.h'), 'utf8');
@@ -162,6 +172,6 @@ function main() {
 try {
   main();
 } catch (e) {
-  log(`build failed: ${e.message}`);
+  log(`build failed: ${e instanceof Error ? e.message : e}`);
   process.exit(1);
 }

@@ -26,6 +26,7 @@ const path = require('node:path');
 
 const pkgDir = path.resolve(__dirname, '..');
 const repo = path.resolve(pkgDir, '..', '..');
+/** @type {(name: string, dflt: string) => string} */
 const arg = (name, dflt) => {
   const i = process.argv.indexOf(name);
   return i >= 0 ? process.argv[i + 1] : dflt;
@@ -35,15 +36,23 @@ const outDir = path.resolve(arg('--out', path.join(repo, 'build', 'dist')));
 const stage = path.join(repo, 'build', 'npm', 'package');
 const platform = 'linux-x64';
 
+/** @param {string} msg */
 function log(msg) {
   process.stderr.write(`pack: ${msg}\n`);
 }
 
+/**
+ * @param {string} cmd
+ * @param {string[]} args
+ * @param {import('node:child_process').ExecFileSyncOptions} [opts]
+ * @returns {string}
+ */
 function sh(cmd, args, opts = {}) {
-  return execFileSync(cmd, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'], ...opts });
+  return String(execFileSync(cmd, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'], ...opts }));
 }
 
 // the highest GLIBC_x.y symbol version the ELF files need
+/** @param {string[]} files */
 function glibcNeeded(files) {
   let best = '0';
   for (const f of files) {
@@ -110,6 +119,6 @@ function main() {
 try {
   main();
 } catch (e) {
-  log(`failed: ${e.message}`);
+  log(`failed: ${e instanceof Error ? e.message : e}`);
   process.exit(1);
 }

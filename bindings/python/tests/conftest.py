@@ -24,7 +24,7 @@ import pytest
 # first, before the library loads (the engine copies the environment when it starts).
 os.environ["PATH"] = "/usr/local/bin:/usr/bin:/bin:" + os.environ.get("PATH", "")
 
-import sandtrap  # noqa: E402
+import sandtrap
 
 # The system directories every test sandbox may read.
 SYS_RO = ["/usr", "/lib", "/bin", "/etc"]

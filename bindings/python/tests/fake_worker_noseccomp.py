@@ -5,6 +5,7 @@ import errno
 import sys
 
 import fake_worker  # noqa: F401 - the fake exec handler ("ok\n..." runs the code)
+
 from sandtrap_guest import worker
 
 

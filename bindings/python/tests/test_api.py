@@ -10,18 +10,22 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import SYS_RO, open_fds
 
 import sandtrap
+import sandtrap_guest
 from sandtrap import ErrorInfo, Result, Sandbox
-
-from conftest import SYS_RO, open_fds
 
 
 def test_version() -> None:
-    assert sandtrap.__version__ == "0.1.0"
-    assert sandtrap.library_version() == "0.1.0"
+    """One version (the repository's VERSION file) for the package, the library it
+    loaded, the guest runtime and the CLI."""
+    version = (Path(__file__).resolve().parents[3] / "VERSION").read_text().strip()
+    assert sandtrap.__version__ == version
+    assert sandtrap.library_version() == version
+    assert sandtrap_guest.__version__ == version
     p = subprocess.run([sys.executable, "-m", "sandtrap", "--version"], capture_output=True, text=True)
-    assert p.returncode == 0 and p.stdout.strip() == "0.1.0"
+    assert p.returncode == 0 and p.stdout.strip() == version
 
 
 def test_probe_cli() -> None:
@@ -93,7 +97,7 @@ def test_stdin_env_cwd(tmp_path: Path) -> None:
 
 def test_clean_env() -> None:
     with Sandbox(fs_readable=SYS_RO, clean_env=True, env={"ONLY": "1"}) as sb:
-        names = sorted(l.split("=")[0] for l in sb.run(["env"]).stdout.decode().splitlines())
+        names = sorted(line.split("=")[0] for line in sb.run(["env"]).stdout.decode().splitlines())
         assert "ONLY" in names and "PATH" in names and "HOME" not in names
 
 

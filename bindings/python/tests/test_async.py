@@ -6,10 +6,9 @@ import asyncio
 import time
 
 import pytest
+from conftest import SYS_RO, unique_sleep, wait_no_survivor
 
 from sandtrap import Sandbox
-
-from conftest import SYS_RO, unique_sleep, wait_no_survivor
 
 
 def test_arun_concurrent_while_loop_ticks() -> None:

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from conftest import IS_ROOT, needs_landlock
 
 PRELUDE = """
@@ -58,7 +57,7 @@ class UnixListener:
         while not self._stop.is_set():
             try:
                 c, _ = self.sock.accept()
-            except (socket.timeout, OSError):
+            except (TimeoutError, OSError):
                 continue
             self.conns += 1
             c.close()

@@ -3,9 +3,9 @@ broken"); an upstream stage ended by SIGPIPE is not a failure."""
 
 from __future__ import annotations
 
-from sandtrap import Sandbox
-
 from conftest import SYS_RO
+
+from sandtrap import Sandbox
 
 
 def test_a_first_stage_that_cannot_start_fails_the_pipeline() -> None:

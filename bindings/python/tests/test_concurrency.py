@@ -6,10 +6,10 @@ import gc
 import threading
 import time
 
+from conftest import SYS_RO, children_of_self, open_fds
+
 import sandtrap
 from sandtrap import Sandbox
-
-from conftest import SYS_RO, children_of_self, open_fds
 
 
 def _warm() -> None:

@@ -10,9 +10,9 @@ import sys
 import time
 from pathlib import Path
 
+import coop_bypass
 import pytest
 
-import coop_bypass
 from sandtrap._coop import IsolatedFS, Policy, sandbox
 from sandtrap_guest import StTimeout
 
@@ -140,7 +140,9 @@ def test_a_namespace_exponentially_larger_than_its_graph_is_bounded(level, tmp_p
         r = sb.exec("t = ()\nfor i in range(100):\n    t = (t, t)\nw = [1, 2]\nshared = [w, w]\n")
         took = time.monotonic() - start
         assert r.error is None, r.error
-        assert took < 10, took
+        # a walk of the 2**100 paths would never end; a linear one takes well under a
+        # second here, and a loaded machine gets the rest of the minute
+        assert took < 60, took
         assert r.namespace["shared"] == [[1, 2], [1, 2]]  # small sharing is kept
         assert "__st_placeholder__" in str(r.namespace["t"])[:100000] or "too" in str(r.namespace["t"])[-2000:]
 

@@ -6,7 +6,6 @@ Both worker levels: the host side is the same code, the worker's confinement dif
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
@@ -142,6 +141,8 @@ def test_kernel_fails_closed_when_the_fork_cannot_install_its_layer(monkeypatch,
     monkeypatch.setattr(coop, "_WORKER_MODULE", "fake_worker_noseccomp")
     monkeypatch.setattr(coop, "_WORKER_PATH", [HERE])
     for degraded in (False, True):
-        with sandbox(policy(), isolation="kernel", filesystem=IsolatedFS(tmp_path), allow_degraded=degraded) as sb:
-            with pytest.raises(IsolationUnavailable, match="did not start.*simulated"):
-                sb.exec("ok\nx = 1")
+        with (
+            sandbox(policy(), isolation="kernel", filesystem=IsolatedFS(tmp_path), allow_degraded=degraded) as sb,
+            pytest.raises(IsolationUnavailable, match=r"did not start.*simulated"),
+        ):
+            sb.exec("ok\nx = 1")

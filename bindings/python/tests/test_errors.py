@@ -6,11 +6,10 @@ import os
 from pathlib import Path
 
 import pytest
+from conftest import SYS_RO
 
 import sandtrap
 from sandtrap import InvalidRequest, PolicyError, Sandbox, SandtrapError
-
-from conftest import SYS_RO
 
 
 def problems_of(exc: pytest.ExceptionInfo[SandtrapError]) -> str:

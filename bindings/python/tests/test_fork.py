@@ -8,11 +8,10 @@ import os
 import time
 
 import pytest
+from conftest import SYS_RO
 
 import sandtrap
 from sandtrap import ForkedChildError, Sandbox
-
-from conftest import SYS_RO
 
 # forking a multi-threaded process is the very situation under test
 pytestmark = pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
@@ -27,7 +26,7 @@ def _in_child(fn) -> tuple[int, str]:  # type: ignore[no-untyped-def]
         code = 0
         try:
             msg = fn()
-        except BaseException as e:  # noqa: BLE001
+        except BaseException as e:
             msg, code = f"{type(e).__name__}: {e}", 1
         try:
             os.write(w, str(msg).encode()[:4000])

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sandtrap import Clones, PolicyError, Sandbox, SpawnFailed
+from sandtrap import PolicyError, Sandbox, SpawnFailed
 
 HERE = str(Path(__file__).resolve().parent)
 SYS = ["/usr", "/lib", "/bin"]
@@ -25,7 +25,7 @@ def data_dir(tmp_path: Path) -> Path:
 
 
 def mapper(data_dir: Path, **kw) -> Sandbox:
-    import fork_helpers  # noqa: F401 - imported from this directory by the template too
+    import fork_helpers  # imported from this directory by the template too
 
     return Sandbox(
         fs_readable=SYS + [HERE, str(data_dir)],

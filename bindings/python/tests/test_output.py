@@ -5,9 +5,9 @@ from __future__ import annotations
 import resource
 import time
 
-from sandtrap import Sandbox
-
 from conftest import SYS_RO
+
+from sandtrap import Sandbox
 
 MB = 1 << 20
 

@@ -1,6 +1,6 @@
 """Every example of the API page we follow (sandlock's Python SDK page, package
 renamed sandtrap). Features sandtrap does not offer (HTTP ACL, chroot/mounts,
-dry-run, port virtualization, policy_fn/handlers) must be refused by name."""
+dry-run, policy_fn/handlers) must be refused by name."""
 
 from __future__ import annotations
 
@@ -10,12 +10,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import SYS_RO
 
 import sandtrap
 from sandtrap import InvalidArgument, PolicyError, Sandbox, parse_ports
-
-from conftest import SYS_RO
-
 
 # -- Running a command --------------------------------------------------------------
 
@@ -66,8 +64,6 @@ SEED_UNSUPPORTED = {
     "fs_mount": {},
     "on_exit": "commit",
     "on_error": "abort",
-    # [network]
-    "port_remap": False,
     # [http]
     "http_ports": (),
     "http_allow": (),
@@ -77,7 +73,6 @@ SEED_UNSUPPORTED = {
     "cpu_cores": None,
     "num_cpus": None,
     # runtime kwargs
-    "name": None,
     "policy_fn": None,
 }
 
@@ -97,6 +92,8 @@ def test_full_constructor_supported_fields() -> None:
         fs_denied=(),
         net_allow_bind=(),
         net_allow=(),
+        port_remap=False,
+        name=None,
         extra_allow_syscalls=(),
         extra_deny_syscalls=(),
         max_memory=None,
@@ -250,12 +247,72 @@ def test_confine_example_in_subprocess(world_tmp: Path) -> None:
     assert (writable / "ok.txt").read_text() == "ok"
 
 
-# -- Port virtualization (not in sandtrap) ---------------------------------------------------------
+# -- Port virtualization ------------------------------------------------------------------------
+
+SERVER = """import socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", 8080))
+s.listen(8)
+c = socket.create_connection(("127.0.0.1", 8080), timeout=5)   # its own server, by the virtual port
+for _ in range(2):  # its own client and the host's, in either order
+    a, _ = s.accept(); a.sendall(sys.argv[1].encode()); a.close()
+assert c.recv(64).decode() == sys.argv[1]
+print(s.getsockname()[1], socket.gethostname(), flush=True)
+"""
 
 
-def test_port_remap_is_refused_by_name() -> None:
+def test_port_virtualization() -> None:
+    import socket
+    import threading
+    import time
+
+    sbs = [
+        Sandbox(
+            port_remap=True,
+            net_allow_bind=[8080],
+            fs_readable=["/usr", "/lib", "/etc"],
+            name="api.local",
+        )
+        for _ in range(2)
+    ]
+    results: list = [None, None]
+    threads = [
+        threading.Thread(
+            target=lambda i=i: results.__setitem__(
+                i, sbs[i].run(["/usr/bin/python3", "-c", SERVER, f"server{i}"], timeout=30)
+            )
+        )
+        for i in range(2)
+    ]
+    for t in threads:
+        t.start()
+    reals = []
+    for sb in sbs:  # sb.ports() returns {virtual_port: real_port} while running
+        for _ in range(200):
+            ports = sb.ports()
+            if ports:
+                break
+            time.sleep(0.05)
+        assert list(ports) == [8080], ports
+        reals.append(ports[8080])
+    assert reals[0] != reals[1]
+    for i, real in enumerate(reals):
+        with socket.create_connection(("127.0.0.1", real), timeout=10) as c:
+            assert c.recv(64) == f"server{i}".encode()
+    for t in threads:
+        t.join(30)
+    for r in results:
+        assert r is not None and r.success, r and r.stderr
+        assert r.stdout == b"8080 api.local\n"
+    assert [sb.ports() for sb in sbs] == [{}, {}]
+    assert sbs[0].isolation()["hostname"] == "api.local"
+    assert Sandbox(fs_readable=["/usr"]).ports() == {}
+
+
+def test_port_remap_needs_bind_ports() -> None:
     with pytest.raises(PolicyError) as ei:
-        Sandbox(port_remap=True, net_allow_bind=[8080], fs_readable=["/usr", "/lib", "/etc"], name="api.local")
+        Sandbox(port_remap=True, fs_readable=["/usr"], name="bad name")
     assert "port_remap" in str(ei.value) and "name" in str(ei.value)
 
 

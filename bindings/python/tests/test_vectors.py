@@ -16,14 +16,14 @@ import subprocess
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
+from conftest import IS_ROOT, landlock_abi, wait_no_survivor
 
 import sandtrap
-
-from conftest import IS_ROOT, landlock_abi, wait_no_survivor
 
 REPO = Path(__file__).resolve().parents[3]
 VECTORS_DIR = REPO / "tests" / "vectors"
@@ -89,7 +89,7 @@ class Listener:
         while not self._stop.is_set():
             try:
                 c, _ = self.sock.accept()
-            except (socket.timeout, OSError):
+            except (TimeoutError, OSError):
                 continue
             try:
                 c.sendall(b"HELLO")
@@ -125,7 +125,7 @@ class Recorder:
         while not self._stop.is_set():
             try:
                 c, _ = self.sock.accept()
-            except (socket.timeout, OSError):
+            except (TimeoutError, OSError):
                 continue
             with self._lock:
                 self.conns += 1

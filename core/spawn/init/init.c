@@ -137,6 +137,9 @@ static char *ptrs[MAX_PTRS];
 static unsigned long long cookie;
 static unsigned long long cflags;
 static unsigned int cfg_set_ids, cfg_uid, cfg_gid;
+/* tests only: the step whose call fails with EPERM (st_config.test_fail) */
+static unsigned int test_fail;
+#define TRY(step, call) (test_fail == (step) ? -1L /* EPERM */ : (long)(call))
 
 static void report(int fd, unsigned int kind, unsigned int value,
 		   unsigned long long a, unsigned long long b, unsigned long long c)
@@ -157,7 +160,7 @@ static void step_failed(int status_fd, unsigned int step, long err)
 	sys1(__NR_exit_group, 127);
 }
 
-static void set_signal(int sig, void *handler)
+static long set_signal(int sig, void *handler)
 {
 	struct k_sigaction sa;
 	unsigned char *p = (unsigned char *)&sa;
@@ -165,7 +168,7 @@ static void set_signal(int sig, void *handler)
 	for (i = 0; i < sizeof sa; i++)
 		p[i] = 0;
 	sa.handler = handler;
-	sys4(__NR_rt_sigaction, sig, &sa, 0, 8);
+	return TRY(ST_STEP_SIGCHLD, sys4(__NR_rt_sigaction, sig, &sa, 0, 8));
 }
 
 /* The run's own /proc (its pid namespace), over the view's, read-only (kernel
@@ -175,7 +178,7 @@ static long mount_proc(void)
 {
 	long fs, mnt, r;
 	unsigned long attr = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC | MOUNT_ATTR_RDONLY;
-	fs = sys6(__NR_fsopen, (long)"proc", FSOPEN_CLOEXEC, 0, 0, 0, (long)cookie);
+	fs = TRY(ST_STEP_PROC, sys6(__NR_fsopen, (long)"proc", FSOPEN_CLOEXEC, 0, 0, 0, (long)cookie));
 	if (fs < 0)
 		return fs;
 	r = sys6(__NR_fsconfig, fs, FSCONFIG_CMD_CREATE, 0, 0, 0, (long)cookie);
@@ -243,13 +246,16 @@ static void prepare(void)
 	long r;
 	int i;
 
-	if ((r = sys2(__NR_prctl, PR_SET_PDEATHSIG, SIGKILL)) < 0) {
+	if ((r = TRY(ST_STEP_PDEATHSIG, sys2(__NR_prctl, PR_SET_PDEATHSIG, SIGKILL))) < 0) {
 		prep_step = ST_STEP_PDEATHSIG, prep_err = r;
 		return;
 	}
-	set_signal(SIGCHLD, SIG_DFL);
+	if ((r = set_signal(SIGCHLD, SIG_DFL)) < 0) {
+		prep_step = ST_STEP_SIGCHLD, prep_err = r;
+		return;
+	}
 	sys1(__NR_close, ST_FD_CONTROL);
-	if ((r = sys1(__NR_setsid, 0)) < 0) {
+	if ((r = TRY(ST_STEP_SETSID, sys1(__NR_setsid, 0))) < 0) {
 		prep_step = ST_STEP_SETSID, prep_err = r;
 		return;
 	}
@@ -270,14 +276,14 @@ static void prepare(void)
 				return;
 			}
 		}
-		r = sys2(__NR_landlock_restrict_self, rs, 0);
+		r = TRY(ST_STEP_LANDLOCK, sys2(__NR_landlock_restrict_self, rs, 0));
 		if (r < 0) {
 			prep_step = ST_STEP_LANDLOCK, prep_err = r;
 			return;
 		}
 	}
 	if (cfg_set_ids) {
-		if ((r = sys2(__NR_setgroups, 0, 0)) < 0 || (r = sys3(__NR_setresgid, cfg_gid, cfg_gid, cfg_gid)) < 0 ||
+		if ((r = TRY(ST_STEP_IDS, sys2(__NR_setgroups, 0, 0))) < 0 || (r = sys3(__NR_setresgid, cfg_gid, cfg_gid, cfg_gid)) < 0 ||
 		    (r = sys3(__NR_setresuid, cfg_uid, cfg_uid, cfg_uid)) < 0) {
 			prep_step = ST_STEP_IDS, prep_err = r;
 			return;
@@ -293,7 +299,7 @@ static void prepare(void)
 				break;
 			if (r == 0)
 				continue; /* not in the bounding set */
-			r = sys2(__NR_prctl, PR_CAPBSET_DROP, i);
+			r = TRY(ST_STEP_CAPS, sys2(__NR_prctl, PR_CAPBSET_DROP, i));
 			if (r < 0) {
 				prep_step = ST_STEP_CAPS, prep_err = r;
 				return;
@@ -301,7 +307,7 @@ static void prepare(void)
 		}
 		data[0].effective = data[0].permitted = data[0].inheritable = 0;
 		data[1].effective = data[1].permitted = data[1].inheritable = 0;
-		r = sys2(__NR_capset, &hdr, data);
+		r = TRY(ST_STEP_CAPS, sys2(__NR_capset, &hdr, data));
 		if (r < 0) {
 			prep_step = ST_STEP_CAPS, prep_err = r;
 			return;
@@ -350,8 +356,8 @@ static void run_child(struct st_request *rq, int *fds, char *path, char *cwd,
 		if (r < 0)
 			step_failed(status_fd, ST_STEP_STDIO, r);
 		status_fd = 3;
-	} else {
-		sys3(__NR_fcntl, 3, 2 /* F_SETFD */, 1);
+	} else if ((r = sys3(__NR_fcntl, 3, 2 /* F_SETFD */, 1)) < 0) {
+		step_failed(status_fd, ST_STEP_STDIO, r);
 	}
 	r = sys3(__NR_close_range, 4, ~0U, 0);
 	if (r < 0)
@@ -390,7 +396,10 @@ static void close_fds(int *fds, int n)
 		sys1(__NR_close, fds[i]);
 }
 
-static void answer(int pid, int err, int fd)
+/* One struct st_reply (err: -errno of step) with fd (>= 0) as SCM_RIGHTS. An
+ * answer that cannot be sent ends the zygote: the engine then sees its socket
+ * close (it never waits for a reply that will not come). */
+static void answer(int pid, long err, unsigned int step, int fd)
 {
 	struct st_reply rp;
 	struct iovec iov;
@@ -400,7 +409,9 @@ static void answer(int pid, int err, int fd)
 	unsigned long i;
 
 	rp.pid = pid;
-	rp.err = err;
+	rp.err = (int)err;
+	rp.step = err ? step : 0;
+	rp.pad = 0;
 	iov.iov_base = &rp;
 	iov.iov_len = sizeof rp;
 	for (i = 0; i < sizeof mh; i++)
@@ -416,7 +427,15 @@ static void answer(int pid, int err, int fd)
 		mh.controllen = CMSG_SPACE_FDS(1);
 	}
 	/* the cookie: a supervised sendmsg would wait on the engine this answers */
-	sys6(__NR_sendmsg, ST_FD_CONTROL, (long)&mh, ST_MSG_NOSIGNAL, 0, 0, (long)cookie);
+	if (sys6(__NR_sendmsg, ST_FD_CONTROL, (long)&mh, ST_MSG_NOSIGNAL, 0, 0, (long)cookie) < 0)
+		sys1(__NR_exit_group, 124);
+}
+
+/* The zygote could not confine itself: say which step failed and why, and end. */
+static void zygote_failed(unsigned int step, long err)
+{
+	answer(-1, err, step, -1);
+	sys1(__NR_exit_group, 120);
 }
 
 /* Receives one request (into reqbuf) and its fds; returns its length, 0 at EOF
@@ -553,7 +572,7 @@ static long make_spare(void)
 
 	if (spare_pid >= 0)
 		return 0;
-	r = sys4(__NR_socketpair, 1 /* AF_UNIX */, 5 /* SOCK_SEQPACKET */ | 02000000 /* SOCK_CLOEXEC */, 0, sv);
+	r = TRY(ST_STEP_SPARE, sys4(__NR_socketpair, 1 /* AF_UNIX */, 5 /* SOCK_SEQPACKET */ | 02000000 /* SOCK_CLOEXEC */, 0, sv));
 	if (r < 0)
 		return r;
 	if (cflags & ST_CF_NEWPID)
@@ -589,16 +608,19 @@ void init_main(long *sp)
 	(void)sp;
 
 	n = sys4(__NR_pread64, ST_FD_CONFIG, cfgbuf, sizeof cfgbuf, 0);
+	if (n < 0)
+		zygote_failed(ST_STEP_CONFIG, n);
 	if (n < (long)sizeof *c || c->magic != ST_CONFIG_MAGIC || c->bpf_len > ST_MAX_BPF ||
 	    (long)(sizeof *c + c->bpf_len * 8) > n)
-		sys1(__NR_exit_group, 120);
+		zygote_failed(ST_STEP_CONFIG, -22 /* EINVAL */);
+	test_fail = c->test_fail;
 	if (c->flags & ST_CF_LANDLOCK_TABLE) {
 		lltable = (struct st_landlock_table *)(cfgbuf + sizeof *c + c->bpf_len * 8);
 		if ((long)(sizeof *c + c->bpf_len * 8 + sizeof *lltable) > n ||
 		    lltable->npaths + lltable->nports > ST_MAX_RULES ||
 		    (long)(sizeof *c + c->bpf_len * 8 + sizeof *lltable +
 			   (lltable->npaths + lltable->nports) * sizeof(struct st_landlock_rule)) > n)
-			sys1(__NR_exit_group, 120);
+			zygote_failed(ST_STEP_CONFIG, -22 /* EINVAL */);
 	}
 	sys1(__NR_close, ST_FD_CONFIG);
 	cookie = c->cookie;
@@ -608,14 +630,13 @@ void init_main(long *sp)
 	cfg_gid = c->gid;
 	if (c->flags & ST_CF_RLIMIT_AS) {
 		struct rlimit rl;
-		rl.rlim_cur = c->as_cur;
-		rl.rlim_max = c->as_max;
-		if (sys2(__NR_setrlimit, RLIMIT_AS, &rl) < 0)
-			sys1(__NR_exit_group, 121);
+		rl.rlim_cur = rl.rlim_max = c->as_limit;
+		if ((n = TRY(ST_STEP_RLIMIT_AS, sys2(__NR_setrlimit, RLIMIT_AS, &rl))) < 0)
+			zygote_failed(ST_STEP_RLIMIT_AS, n);
 	}
 	/* nobody may read the cookie out of this process */
-	if (sys2(__NR_prctl, PR_SET_DUMPABLE, 0) < 0)
-		sys1(__NR_exit_group, 123);
+	if ((n = TRY(ST_STEP_DUMPABLE, sys2(__NR_prctl, PR_SET_DUMPABLE, 0))) < 0)
+		zygote_failed(ST_STEP_DUMPABLE, n);
 	if (c->bpf_len) {
 		struct sock_fprog prog;
 		prog.len = (unsigned short)c->bpf_len;
@@ -625,22 +646,24 @@ void init_main(long *sp)
 			fl |= SECCOMP_FILTER_FLAG_NEW_LISTENER;
 		if (c->flags & ST_CF_KILLABLE)
 			fl |= 1UL << 5; /* SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV (Linux 5.19) */
-		listener = sys3(__NR_seccomp, SECCOMP_SET_MODE_FILTER, fl, &prog);
+		listener = TRY(ST_STEP_SECCOMP, sys3(__NR_seccomp, SECCOMP_SET_MODE_FILTER, fl, &prog));
 		if (listener < 0)
-			sys1(__NR_exit_group, 122);
+			zygote_failed(ST_STEP_SECCOMP, listener);
 		if (!(c->flags & ST_CF_LISTENER))
 			listener = -1;
 	}
 	/* children are reaped by the kernel; the engine watches them through pidfds */
-	set_signal(SIGCHLD, SIG_IGN);
+	if ((n = set_signal(SIGCHLD, SIG_IGN)) < 0)
+		zygote_failed(ST_STEP_SIGCHLD, n);
 	/* confined: say so, handing the engine the supervisor's end of the filter */
-	answer(0, 0, (int)listener);
+	answer(0, 0, 0, (int)listener);
 	if (listener >= 0)
 		sys1(__NR_close, listener);
 
 	make_spare(); /* a failure is retried at the first request, and reported then */
 	for (;;) {
 		int fds[ST_MAX_FDS], nfds = 0, ctrunc = 0, err, attempt;
+		unsigned int step = ST_STEP_REQUEST;
 		struct st_request *rq;
 		char *path, *cwd, **argv, **envp;
 
@@ -653,6 +676,7 @@ void init_main(long *sp)
 		if (err == 0 && (nfds != 4 || ctrunc))
 			err = -22;
 		for (attempt = 0; err == 0; attempt++) {
+			step = ST_STEP_SPARE;
 			if ((err = (int)make_spare()) != 0)
 				break;
 			if ((err = (int)send_request(spare_sock, n, fds, nfds)) == 0)
@@ -664,10 +688,10 @@ void init_main(long *sp)
 		}
 		close_fds(fds, nfds);
 		if (err) {
-			answer(-1, err, -1);
+			answer(-1, err, step, -1);
 			continue;
 		}
-		answer((int)spare_pid, 0, spare_pidfd);
+		answer((int)spare_pid, 0, 0, spare_pidfd);
 		drop_spare();
 		make_spare();
 	}

@@ -16,7 +16,31 @@ exception, its fate is in the :class:`Result`.
 
 from __future__ import annotations
 
+from sandtrap_guest import (
+    StAttributeDenied,
+    StCallDenied,
+    StCancelled,
+    StError,
+    StImportDenied,
+    StPolicyNotPortable,
+    StTickLimit,
+    StTimeout,
+    StValidationError,
+)
 
+from . import errors
+from ._coop import (
+    CoopSandbox,
+    ExecResult,
+    IsolatedFS,
+    IsolationStatus,
+    Policy,
+    VirtualFS,
+    WorkerCrashed,
+    WorkerError,
+    passthrough_stdio,
+    sandbox,
+)
 from ._errors import (
     ForkedChildError,
     InternalError,
@@ -31,35 +55,11 @@ from ._errors import (
     SpawnFailed,
 )
 from ._fields import PolicyOptions
+from ._fork import CloneResult, Clones
 from ._policy import parse_ports
 from ._result import ErrorInfo, Result
 from ._sandbox import Command, Pipeline, Sandbox, confine, probe
 from ._version import __version__
-from ._fork import CloneResult, Clones
-from ._coop import (
-    CoopSandbox,
-    ExecResult,
-    IsolatedFS,
-    IsolationStatus,
-    Policy,
-    VirtualFS,
-    WorkerCrashed,
-    WorkerError,
-    passthrough_stdio,
-    sandbox,
-)
-from . import errors
-from sandtrap_guest import (
-    StAttributeDenied,
-    StCallDenied,
-    StCancelled,
-    StError,
-    StImportDenied,
-    StPolicyNotPortable,
-    StTickLimit,
-    StTimeout,
-    StValidationError,
-)
 
 ForkedChild = ForkedChildError  # the engine's name for it
 

@@ -28,6 +28,7 @@ import builtins
 import os
 import sys
 import threading
+import types
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -93,7 +94,7 @@ class IsolatedFS:
         os.makedirs(self.root, exist_ok=True)
 
 
-class IsolationStatus(Mapping):
+class IsolationStatus(Mapping[str, Any]):
     """What isolation took effect, as the seed's ``IsolationStatus`` (attributes) and as
     the engine's report (a read-only dict view: ``status["level"]``,
     ``status["landlock"]["abi"]``, ``dict(status)``).
@@ -110,7 +111,7 @@ class IsolationStatus(Mapping):
 
     __slots__ = ("_report",)
 
-    def __init__(self, report: Mapping | None = None) -> None:
+    def __init__(self, report: Mapping[str, Any] | None = None) -> None:
         self._report = dict(report or {})
 
     # the dict view
@@ -129,7 +130,7 @@ class IsolationStatus(Mapping):
     # the seed's attributes
     @property
     def level(self) -> str:
-        return self._report.get("level", "none")
+        return str(self._report.get("level", "none"))
 
     @property
     def requested(self) -> bool:
@@ -173,7 +174,7 @@ class IsolationStatus(Mapping):
             return None
         for r in (self._report.get("landlock") or {}).get("fs_rules") or []:
             if r.get("access") == "rw" and r.get("path") not in ("/dev", "/tmp"):
-                return r.get("path")
+                return str(r["path"])
         return None
 
     @property
@@ -200,7 +201,8 @@ class IsolationStatus(Mapping):
 class ExecResult(GuestExecResult):
     """The guest runtime's result, plus what the isolation level adds."""
 
-    isolation: IsolationStatus = field(default_factory=IsolationStatus)  # the engine's report + "level"
+    # the engine's report + "level"; the guest's own results carry the level's name
+    isolation: IsolationStatus = field(default_factory=IsolationStatus)  # pyright: ignore[reportIncompatibleVariableOverride]
     restarted: bool = False  # a fresh worker ran this call (the namespace was reset)
 
 
@@ -215,7 +217,7 @@ def _attach_traceback(err: BaseException, text: str | None) -> None:
         pass
 
 
-def _error_from_wire(e: dict | None) -> BaseException | None:
+def _error_from_wire(e: dict[str, Any] | None) -> BaseException | None:
     if not e:
         return None
     name, module, message = e["type"], e["module"], e["message"]
@@ -248,7 +250,7 @@ def _error_from_wire(e: dict | None) -> BaseException | None:
 def _module_dirs(policy: Policy) -> list[str]:
     """Where the modules the grants import live: the worker re-imports every grant by
     reference (granted modules, granted classes' modules), so it must read them."""
-    mods = [g.module for g in policy.modules.values()]
+    mods: list[types.ModuleType | None] = [g.module for g in policy.modules.values()]
     mods += [sys.modules.get(getattr(g.cls, "__module__", "")) for g in policy.classes.values()]
     return sorted({os.path.dirname(os.path.realpath(f)) for m in mods if (f := getattr(m, "__file__", None))})
 
@@ -263,7 +265,7 @@ class CoopSandbox:
         filesystem: IsolatedFS | VirtualFS | None,
         echo: bool | str,
         allow_degraded: bool,
-        state: dict | None = None,
+        state: dict[str, Any] | None = None,
         keep_state: bool = False,
         snapshot_prints: bool = False,
     ) -> None:
@@ -278,12 +280,12 @@ class CoopSandbox:
         self._lock = threading.Lock()  # one exec at a time (the engine also serialises)
         self._local: GuestSession | None = None
         self._handle: _Handle | None = None
-        self._report: dict = {"level": isolation}
+        self._report: dict[str, Any] = {"level": isolation}
         # the state a fresh worker is given (the engine sends it only to one started
         # for the exec); with keep_state every exec brings back the current one
-        self._state: dict | None = state
-        self.keep_state = bool(keep_state)
-        self.snapshot_prints = bool(snapshot_prints)
+        self._state: dict[str, Any] | None = state
+        self.keep_state: bool = bool(keep_state)
+        self.snapshot_prints: bool = bool(snapshot_prints)
         virtual = filesystem if isinstance(filesystem, VirtualFS) else None
         root = filesystem.root if isinstance(filesystem, IsolatedFS) else None
         if isolation == "none":
@@ -327,7 +329,7 @@ class CoopSandbox:
             self.close()
             raise
 
-    def _request(self, req: dict) -> dict:
+    def _request(self, req: dict[str, Any]) -> dict[str, Any]:
         if self._handle is None:
             raise SandtrapError("the sandbox is closed")
         ptr = self._handle.acquire()
@@ -339,7 +341,7 @@ class CoopSandbox:
             raise _native.status_error(rc, resp)
         return resp or {}
 
-    def _host_call(self, call: dict) -> dict:
+    def _host_call(self, call: dict[str, Any]) -> dict[str, Any]:
         """Run the granted function a host call names (or the VirtualFS operation);
         the answer's value or error."""
         if call.get("kind") == "fs" and isinstance(self.filesystem, VirtualFS):
@@ -348,7 +350,7 @@ class CoopSandbox:
             except Exception as e:  # noqa: BLE001 - an OSError for the sandboxed code
                 msg = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
                 return {"error": {"type": type(e).__name__, "message": msg}}
-        grant = self.policy.fns.get(call.get("name")) if call.get("kind") == "fn" else None
+        grant = self.policy.fns.get(str(call.get("name"))) if call.get("kind") == "fn" else None
         if grant is None:
             return {
                 "error": {"type": "NotImplemented", "message": f"no host call {call.get('kind')}:{call.get('name')}"}
@@ -362,8 +364,8 @@ class CoopSandbox:
     def exec(
         self,
         code: str,
-        namespace: dict | None = None,
-        modules: dict | None = None,
+        namespace: dict[str, Any] | None = None,
+        modules: dict[str, Any] | None = None,
         stdin: str | None = None,
         argv: list[str] | None = None,
         echo: bool | str | None = None,
@@ -445,7 +447,7 @@ class CoopSandbox:
             restarted=resp["restarted"],
         )
 
-    def snapshot(self) -> dict:
+    def snapshot(self) -> dict[str, Any]:
         """The namespace as source plus data (never pickle): the import, def and class
         statements that made its functions and classes, its plain values, and its
         instances of sandbox classes as their attributes; ``dropped`` names the rest.
@@ -454,9 +456,10 @@ class CoopSandbox:
             if self._local is not None:
                 return self._local.snapshot()
         r = self._raw_exec({"op": "coop_exec", "code": "", "snapshot": True})
-        return r["state"]
+        state: dict[str, Any] = r["state"]
+        return state
 
-    def _raw_exec(self, req: dict) -> dict:
+    def _raw_exec(self, req: dict[str, Any]) -> dict[str, Any]:
         with self._lock:
             if self._state is not None:
                 req = {**req, "state": self._state}
@@ -521,7 +524,7 @@ def sandbox(
     mode: str = "raw",
     start_method: str | None = None,
     close_fds: bool = False,
-    state: dict | None = None,
+    state: dict[str, Any] | None = None,
     keep_state: bool = False,
     snapshot_prints: bool = False,
 ) -> CoopSandbox:

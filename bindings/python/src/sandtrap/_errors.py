@@ -8,7 +8,8 @@ limit does not raise: its fate is in the returned :class:`~sandtrap.Result`.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Union
+from collections.abc import Iterable
+from typing import Any
 
 __all__ = [
     "Problem",
@@ -77,7 +78,7 @@ class SandtrapError(Exception):
     kind: str = "internal"
     code: int = -99
 
-    def __init__(self, message: str, problems: Iterable[Union[Problem, str]] | None = None) -> None:
+    def __init__(self, message: str, problems: Iterable[Problem | str] | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.problems: list[Problem] = [
@@ -91,59 +92,68 @@ class SandtrapError(Exception):
 class InvalidArgument(SandtrapError, ValueError):
     """A NULL handle or buffer reached the C ABI (a bug in the caller or binding)."""
 
-    kind, code = "invalid_argument", -1
+    kind: str = "invalid_argument"
+    code: int = -1
 
 
 class InvalidRequest(SandtrapError, ValueError):
     """The request was malformed: wrong types, unknown keys, NUL bytes in argv…"""
 
-    kind, code = "invalid_request", -2
+    kind: str = "invalid_request"
+    code: int = -2
 
 
 class PolicyError(SandtrapError, ValueError):
     """The policy failed validation; ``problems`` lists every problem at once."""
 
-    kind, code = "invalid_policy", -3
+    kind: str = "invalid_policy"
+    code: int = -3
 
 
 class IsolationUnavailable(SandtrapError, RuntimeError):
     """A requested protection cannot be applied here (and ``allow_degraded`` is off).
     A ``RuntimeError`` too, as the cooperative sandbox's seed has it."""
 
-    kind, code = "isolation_unavailable", -4
+    kind: str = "isolation_unavailable"
+    code: int = -4
 
 
 class NotFound(SandtrapError):
     """The program does not exist. ``run`` reports this in ``Result.error`` instead;
     :meth:`Result.check` raises it."""
 
-    kind, code = "not_found", -5
+    kind: str = "not_found"
+    code: int = -5
 
 
 class SpawnFailed(SandtrapError):
     """The child could not be started (e.g. Landlock denied executing it).
     ``run`` reports this in ``Result.error``; :meth:`Result.check` raises it."""
 
-    kind, code = "spawn_failed", -6
+    kind: str = "spawn_failed"
+    code: int = -6
 
 
 class ForkedChildError(SandtrapError):
     """sandtrap was called in a child created by ``os.fork()`` of a process that had
     loaded it; the engine cannot run there."""
 
-    kind, code = "forked_child", -7
+    kind: str = "forked_child"
+    code: int = -7
 
 
 class SandboxClosed(SandtrapError, ValueError):
     """The sandbox was closed."""
 
-    kind, code = "closed", -8
+    kind: str = "closed"
+    code: int = -8
 
 
 class InternalError(SandtrapError):
     """A bug in sandtrap: please report it."""
 
-    kind, code = "internal", -99
+    kind: str = "internal"
+    code: int = -99
 
 
 _BY_KIND: dict[str, type[SandtrapError]] = {
@@ -174,7 +184,7 @@ def error_for(
     kind: str | None = None,
     code: int | None = None,
     message: str = "",
-    problems: Iterable[Union[Problem, str]] | None = None,
+    problems: Iterable[Problem | str] | None = None,
 ) -> SandtrapError:
     """The exception matching an engine status name or code."""
     cls: type[SandtrapError] = SandtrapError

@@ -24,6 +24,7 @@ FIELDS: dict[str, tuple[str, str]] = {
     "net_allow_bind": ("net_allow_bind", "ports"),
     "net_allow_udp": ("net_allow_udp", "bool"),
     "net_allow_unix": ("net_allow_unix", "bool"),
+    "port_remap": ("port_remap", "bool"),
     "max_memory": ("max_memory", "size"),
     "max_processes": ("max_processes", "count"),
     "max_open_files": ("max_open_files", "count"),
@@ -39,6 +40,7 @@ FIELDS: dict[str, tuple[str, str]] = {
     "gid": ("gid", "id"),
     "extra_allow_syscalls": ("extra_allow_syscalls", "names"),
     "extra_deny_syscalls": ("extra_deny_syscalls", "names"),
+    "name": ("name", "hostname"),
     "allow_degraded": ("allow_degraded", "bool"),
 }
 
@@ -81,6 +83,12 @@ class PolicyOptions(TypedDict, total=False):
     """Allow ``socket(AF_UNIX)`` (pathname sockets; abstract ones stay scoped)
     (default: false).
     """
+    port_remap: bool | None
+    """Binds of the net_allow_bind ports (virtual) land on real ports of the sandbox's
+    own: the same when free and unprivileged, else ephemeral (``ports`` op);
+    getsockname answers the virtual port, a connect to a loopback virtual port
+    reaches the real one (default: false).
+    """
     max_memory: int | str | None
     """Bytes for the whole process tree (``"256M"``): memory cgroup, else RLIMIT_AS per
     process (default: none).
@@ -119,6 +127,10 @@ class PolicyOptions(TypedDict, total=False):
     """Syscall names removed from the deny list (default: [])."""
     extra_deny_syscalls: Iterable[str] | None
     """Syscall names answered with EPERM (default: [])."""
+    name: str | None
+    """The sandbox's hostname (``uname -n``), in a UTS namespace of its own: 1-64
+    letters, digits, ``-`` and ``.`` (default: none).
+    """
     allow_degraded: bool | None
     """Run even when a requested protection is unavailable; results say what was not
     applied (default: false).

@@ -17,8 +17,9 @@ import os
 import sys
 import uuid
 from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from . import _native
 
@@ -48,7 +49,7 @@ class CloneResult:
 def _module_root(mod: Any) -> str | None:
     """The sys.path entry a module was imported from."""
     f = getattr(mod, "__file__", None)
-    if not f:
+    if not f or not isinstance(f, str):
         return None
     root = os.path.dirname(os.path.realpath(f))
     if os.path.basename(f) == "__init__.py":
@@ -108,7 +109,7 @@ class Clones:
         self.n: int = req["n"]
         self._owner = owner  # the mapper: its handle stays open while clones come
         self.isolation: dict[str, Any] = {}
-        self.cancelled = False
+        self.cancelled: bool = False
         self._handle = handle
         self._tag = uuid.uuid4().hex
         self._done: dict[int, CloneResult] = {}

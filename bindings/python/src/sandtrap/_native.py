@@ -18,7 +18,7 @@ import os
 import threading
 from ctypes import POINTER, byref, c_char_p, c_int, c_size_t, c_uint64, c_void_p
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import msgpack
 
@@ -156,7 +156,7 @@ def take_buffer(ptr: c_void_p, size: c_size_t) -> dict[str, Any] | None:
 
 
 def pack(obj: Any) -> bytes:
-    return msgpack.packb(obj, use_bin_type=True)
+    return cast(bytes, msgpack.packb(obj, use_bin_type=True))
 
 
 def _text(b: bytes | None) -> str:

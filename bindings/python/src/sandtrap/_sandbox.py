@@ -9,8 +9,8 @@ import sys
 import threading
 import uuid
 import weakref
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Callable, NoReturn, Union
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn, Union
 
 from . import _fork, _native
 from ._errors import (
@@ -26,13 +26,16 @@ from ._errors import (
 from ._fields import KEYWORDS
 from ._policy import PolicyOptions, to_engine
 from ._result import Result
+from ._typing import ArgSequence
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 StrPath = Union[str, "os.PathLike[str]"]
 Arg = Union[str, bytes, "os.PathLike[str]"]
-Stdin = Union[bytes, bytearray, memoryview, str, None]
+Stdin = bytes | bytearray | memoryview | str | None
+# the program and its arguments: a list or tuple, never a single string (run("ls") is a type error)
+Argv = ArgSequence[Arg]
 
 # ---------------------------------------------------------------------------
 # Handles and calls
@@ -48,8 +51,8 @@ class _Handle:
     __slots__ = ("ptr", "id", "_lock", "_users", "_closed", "__weakref__")
 
     def __init__(self, ptr: int) -> None:
-        self.ptr = ptr
-        self.id = _native.sandbox_id(ptr)
+        self.ptr: int = ptr
+        self.id: int = _native.sandbox_id(ptr)
         self._lock = threading.Lock()
         self._users = 0
         self._closed = False
@@ -210,7 +213,7 @@ def _wait_sync(call: _Call, req: bytes) -> Result:
             call.cancel()
             try:
                 concurrent.futures.wait([fut], timeout=_CANCEL_RETRY)
-            except BaseException:  # a second Ctrl-C: keep winding down
+            except BaseException:  # noqa: BLE001 - a second Ctrl-C: keep winding down
                 continue
             if fut.done():
                 break
@@ -473,7 +476,7 @@ class Sandbox:
 
     def run(
         self,
-        argv: Sequence[Arg],
+        argv: Argv,
         timeout: float | None = None,
         stdin: Stdin = None,
         env: Mapping[str, str] | None = None,
@@ -502,7 +505,7 @@ class Sandbox:
 
     async def arun(
         self,
-        argv: Sequence[Arg],
+        argv: Argv,
         timeout: float | None = None,
         stdin: Stdin = None,
         env: Mapping[str, str] | None = None,
@@ -518,7 +521,7 @@ class Sandbox:
 
     def cmd(
         self,
-        argv: Sequence[Arg],
+        argv: Argv,
         *,
         timeout: float | None = None,
         env: Mapping[str, str] | None = None,
@@ -541,6 +544,21 @@ class Sandbox:
         if rc != _native.OK or resp is None:
             raise _native.status_error(rc, resp)
         return resp
+
+    def ports(self) -> dict[int, int]:
+        """``{virtual_port: real_port}`` for the sockets this sandbox's runs hold
+        bound now (``port_remap``; ``{}`` without it, or when nothing is bound). A
+        host client reaches a sandbox's server on the real port; inside, the
+        virtual port is what ``bind``, ``getsockname`` and loopback ``connect`` see."""
+        h = self._live()
+        h.acquire()
+        try:
+            rc, resp = _native.sandbox_exec(h.ptr, _native.pack({"op": "ports"}))
+        finally:
+            h.release()
+        if rc != _native.OK or resp is None:
+            raise _native.status_error(rc, resp)
+        return {int(k): int(v) for k, v in resp.get("ports", {}).items()}
 
     def cancel(self) -> int:
         """Kill every run of this sandbox in flight; returns how many."""
@@ -584,7 +602,7 @@ class Sandbox:
         }
         return _fork.Clones(self, h, req)
 
-    def reduce(self, argv: Sequence[Arg], clones: Any, timeout: float | None = None) -> Result:
+    def reduce(self, argv: Argv, clones: Any, timeout: float | None = None) -> Result:
         """Run ``argv`` here with the clones' outputs, in clone order, on its stdin.
         This sandbox holds its own policy: none of the mapper's access."""
         if isinstance(clones, _fork.Clones):
@@ -634,7 +652,7 @@ class Command:
     def __init__(
         self,
         sandbox: Sandbox,
-        argv: Sequence[Arg],
+        argv: Argv,
         *,
         timeout: float | None = None,
         env: Mapping[str, str] | None = None,
@@ -647,12 +665,12 @@ class Command:
         _run_fields(argv, timeout, env, cwd, max_output, probs)
         if probs:
             _raise_request(probs)
-        self.sandbox = sandbox
-        self.argv = list(argv)
-        self.timeout = timeout
-        self.env = dict(env) if env is not None else None
-        self.cwd = cwd
-        self.max_output = max_output
+        self.sandbox: Sandbox = sandbox
+        self.argv: list[Arg] = list(argv)
+        self.timeout: float | None = timeout
+        self.env: dict[str, str] | None = dict(env) if env is not None else None
+        self.cwd: StrPath | None = cwd
+        self.max_output: int | str | None = max_output
 
     def __or__(self, other: Command | Pipeline) -> Pipeline:
         return Pipeline(self) | other

@@ -26,6 +26,8 @@ The seed's names (PyPI ``sandtrap``'s ``sandtrap.errors``) and ours:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from sandtrap_guest.errors import (
     StAttributeDenied,
     StCallDenied,
@@ -40,6 +42,9 @@ from sandtrap_guest.errors import (
 )
 
 from ._errors import IsolationUnavailable, SandtrapError
+
+if TYPE_CHECKING:  # at run time from _coop on first use (_coop imports this module)
+    from ._coop import WorkerCrashed, WorkerError
 
 
 class StForkUnsafe(StError, RuntimeError):
@@ -56,7 +61,7 @@ class RpcChannelClosed(RuntimeError):
     """A host call from a worker that no longer serves its parent."""
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name in ("WorkerCrashed", "WorkerError"):
         from . import _coop
 

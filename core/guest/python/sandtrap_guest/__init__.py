@@ -14,6 +14,27 @@ This layer is NOT an adversarial boundary on its own; see README.md.
 
 import importlib
 
+# typing.TYPE_CHECKING without importing typing (the template stays lean)
+TYPE_CHECKING = False
+
+if TYPE_CHECKING:  # the names __getattr__ loads, re-exported for type checkers
+    from .errors import StAttributeDenied as StAttributeDenied
+    from .errors import StCallDenied as StCallDenied
+    from .errors import StCancelled as StCancelled
+    from .errors import StError as StError
+    from .errors import StImportDenied as StImportDenied
+    from .errors import StOutsideExec as StOutsideExec
+    from .errors import StPolicyNotPortable as StPolicyNotPortable
+    from .errors import StTickLimit as StTickLimit
+    from .errors import StTimeout as StTimeout
+    from .errors import StValidationError as StValidationError
+    from .policy import Policy as Policy
+    from .session import BUILTIN_NAMES as BUILTIN_NAMES
+    from .session import ExecResult as ExecResult
+    from .session import GuestSession as GuestSession
+    from .wire import error_to_wire as error_to_wire
+    from .wire import to_wire as to_wire
+
 __version__ = "0.1.0"
 
 # Loaded on first use (PEP 562): ``python3 -m sandtrap_guest.template`` imports this
@@ -46,7 +67,7 @@ _WHERE = {
 __all__ = list(_WHERE)
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> object:
     mod = _WHERE.get(name)
     if mod is None:
         raise AttributeError(f"module 'sandtrap_guest' has no attribute {name!r}")
@@ -55,5 +76,5 @@ def __getattr__(name):
     return value
 
 
-def __dir__():
+def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_WHERE))

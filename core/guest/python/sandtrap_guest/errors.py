@@ -25,6 +25,12 @@ behaves as it would in plain Python.
 
 from __future__ import annotations
 
+# typing.TYPE_CHECKING without importing typing (the template stays lean)
+TYPE_CHECKING = False
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
 
 class StError(BaseException):
     """Base of every sandtrap error."""
@@ -36,7 +42,9 @@ class StValidationError(StError, Exception):
     ``lineno`` is 1-based, ``col`` is the 0-based column (as in :mod:`ast`).
     """
 
-    def __init__(self, message: str, lineno: int | None = None, col: int | None = None, text: str | None = None):
+    def __init__(
+        self, message: str, lineno: int | None = None, col: int | None = None, text: str | None = None
+    ) -> None:
         self.message = message
         self.lineno = lineno
         self.col = col
@@ -46,7 +54,7 @@ class StValidationError(StError, Exception):
         else:
             Exception.__init__(self, message)
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[StValidationError], tuple[str, int | None, int | None, str | None]]:
         return (type(self), (self.message, self.lineno, self.col, self.text))
 
 
@@ -68,11 +76,11 @@ class StPolicyNotPortable(StError, ValueError):
     ``problems`` lists every problem found, not only the first.
     """
 
-    def __init__(self, problems):
-        self.problems = list(problems)
+    def __init__(self, problems: Iterable[str]) -> None:
+        self.problems: list[str] = list(problems)
         ValueError.__init__(self, "policy is not portable:\n  - " + "\n  - ".join(self.problems))
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[StPolicyNotPortable], tuple[list[str]]]:
         return (type(self), (self.problems,))
 
 

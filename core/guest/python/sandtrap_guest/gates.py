@@ -1032,6 +1032,7 @@ class Gate:
     @property
     def helper_deepcopy(self):
         import copy as _copy_mod
+
         from .helpers import _copy
 
         f = self.__dict__.get("_helper_deepcopy")
@@ -1230,7 +1231,7 @@ class Gate:
 
     def _filter_ok(self, mro, name, definer) -> bool:
         """Class-grant filter for host-defined members (True when no grant applies)."""
-        g, gc = self._grant_for(mro)
+        g, _gc = self._grant_for(mro)
         if g is None:
             return not name.startswith("_")
         return g.filter.allows(name, self._quals(mro, name))
@@ -1361,14 +1362,14 @@ class Gate:
         return self._instance_ok(t, name, obj)
 
     @staticmethod
-    def _host_abc(cls) -> bool:
+    def _host_abc(c) -> bool:
         """A class whose ``register`` changes process-wide state: ``ABCMeta`` itself
         and every abstract base class not defined in the sandbox."""
         abc = sys.modules.get("abc")
         if abc is None:
             return False
         meta = abc.ABCMeta
-        return (cls is meta or issubclass(cls, meta) or isinstance(cls, meta)) and not is_user_class(cls)
+        return (c is meta or issubclass(c, meta) or isinstance(c, meta)) and not is_user_class(c)
 
     def _special_read(self, obj, name):
         """Members replaced by gated versions (returns a callable or None)."""
@@ -1654,9 +1655,9 @@ class Gate:
 
     def _guarded_new(self, obj):
         if type(obj) is _SUPER:
-            target = getattr(obj, "__new__")
+            target = obj.__new__
         else:
-            target = getattr(self.proxies.get(obj, obj), "__new__")
+            target = self.proxies.get(obj, obj).__new__
 
         def __new__(cls, *args, **kwargs):
             if not (isinstance(cls, type) and is_user_type(cls)):

@@ -460,7 +460,7 @@ def _get_type_hints(ty):
         """typing.get_type_hints without evaluating strings: annotations written as
         strings (forward references) are refused rather than run as unchecked code."""
         if isinstance(obj, type):
-            dicts = [c.__dict__.get("__annotations__", {}) for c in reversed(obj.__mro__)]
+            dicts = [c.__dict__.get("__annotations__", {}) for c in reversed(obj.__mro__)]  # noqa: RUF063 - no descriptor runs
         else:
             a = getattr(obj, "__annotations__", None)
             dicts = [a] if isinstance(a, dict) else []

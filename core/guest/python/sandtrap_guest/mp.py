@@ -192,10 +192,10 @@ def accelerate() -> bool:
         return False
     pack, unpack = msgpack.packb, msgpack.unpackb
 
-    def packb(obj) -> bytes:  # noqa: F811 - the accelerated codec
+    def packb(obj) -> bytes:  # the accelerated codec
         return pack(obj, use_bin_type=True, datetime=False)
 
-    def unpackb(data: bytes):  # noqa: F811
+    def unpackb(data: bytes):
         return unpack(data, raw=False, strict_map_key=False, use_list=True, timestamp=0)
 
     return True

@@ -16,7 +16,8 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
-from typing import Any
+from collections.abc import Iterable, Iterator
+from typing import Any, TextIO
 
 _lock = threading.Lock()
 _routes: dict[int, tuple[Any, Any]] = {}  # thread ident -> (stdout capture, stderr capture)
@@ -28,11 +29,11 @@ _local = threading.local()
 class _Router:
     __slots__ = ("_which", "_real")
 
-    def __init__(self, which: int, real) -> None:
+    def __init__(self, which: int, real: TextIO) -> None:
         self._which = which
         self._real = real
 
-    def _target(self):
+    def _target(self) -> Any:
         if getattr(_local, "passthrough", 0):
             return None
         ident = threading.get_ident()
@@ -43,15 +44,15 @@ class _Router:
                 caps = c
         return None if caps is None else caps[self._which]
 
-    def write(self, s) -> int:
+    def write(self, s: object) -> int:
         cap = self._target()
         if cap is None:
-            return self._real.write(s)
+            return int(self._real.write(s))  # type: ignore[arg-type]  # what the real stream takes
         if not isinstance(s, str):
             s = str(s)
-        return cap.write(s)
+        return int(cap.write(s))
 
-    def writelines(self, lines) -> None:
+    def writelines(self, lines: Iterable[object]) -> None:
         for line in lines:
             self.write(line)
 
@@ -62,11 +63,11 @@ class _Router:
     def isatty(self) -> bool:
         return False if self._target() is not None else self._real.isatty()
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._real, name)
 
 
-def begin(out_cap, err_cap) -> Any:
+def begin(out_cap: Any, err_cap: Any) -> Any:
     """An exec starts on this thread: route its writes (and its new threads')."""
     ident = threading.get_ident()
     caps = (out_cap, err_cap)
@@ -83,7 +84,7 @@ def begin(out_cap, err_cap) -> Any:
     return (ident, prev, entry)
 
 
-def end(token) -> None:
+def end(token: Any) -> None:
     ident, prev, entry = token
     with _lock:
         if prev is None:
@@ -103,7 +104,7 @@ def end(token) -> None:
 
 
 @contextlib.contextmanager
-def passthrough_stdio():
+def passthrough_stdio() -> Iterator[None]:
     """Host code inside this block writes to the real ``sys.stdout``/``sys.stderr``,
     not to the running exec's capture (the seed's ``sandtrap.passthrough_stdio``)."""
     _local.passthrough = getattr(_local, "passthrough", 0) + 1

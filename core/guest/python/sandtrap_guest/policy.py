@@ -14,12 +14,16 @@ import inspect
 import keyword
 import sys
 import types
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Union
+from typing import Any, TypeVar, overload
 
 from .errors import StPolicyNotPortable
 
-PatternSpec = Union[str, Iterable[str], Callable[[str], bool], None]
+PatternSpec = str | Iterable[str] | Callable[[str], bool] | None
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+_C = TypeVar("_C", bound=type)
 
 PORTABLE_VERSION = 1
 
@@ -34,9 +38,9 @@ class Patterns:
 
     __slots__ = ("spec", "_globs", "_pred")
 
-    def __init__(self, spec: PatternSpec):
+    def __init__(self, spec: PatternSpec) -> None:
         self.spec = spec
-        self._pred = None
+        self._pred: Callable[[str], bool] | None = None
         if spec is None:
             self._globs: tuple[str, ...] = ()
         elif isinstance(spec, str):
@@ -73,7 +77,7 @@ class Patterns:
                 return True
         return False
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"Patterns({self.spec!r})"
 
 
@@ -82,7 +86,7 @@ class Filter:
 
     __slots__ = ("include", "exclude")
 
-    def __init__(self, include: PatternSpec = "*", exclude: PatternSpec = "_*"):
+    def __init__(self, include: PatternSpec | Patterns = "*", exclude: PatternSpec | Patterns = "_*") -> None:
         self.include = include if isinstance(include, Patterns) else Patterns(include)
         self.exclude = exclude if isinstance(exclude, Patterns) else Patterns(exclude)
 
@@ -94,7 +98,7 @@ class Filter:
 @dataclass
 class FnGrant:
     name: str
-    fn: Callable
+    fn: Callable[..., Any]
     kind: str = "fn"
 
 
@@ -249,7 +253,7 @@ class Policy:
         *,
         memory_limit_bytes: int | None = None,
         module_root: str = "/",
-    ):
+    ) -> None:
         if timeout is not None:
             if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
                 raise ValueError("timeout must be a positive number or None")
@@ -275,17 +279,21 @@ class Policy:
         if memory_limit is not None:
             self.memory_limit = memory_limit
         self.max_stdout = max_stdout
-        self.allow_network = bool(allow_network)
-        self.allow_subprocess = bool(allow_subprocess)
+        self.allow_network: bool = bool(allow_network)
+        self.allow_subprocess: bool = bool(allow_subprocess)
         self.fns: dict[str, FnGrant] = {}
         self.classes: dict[str, ClsGrant] = {}
         self.modules: dict[str, ModuleGrant] = {}
 
     # ------------------------------------------------------------------ grants
-    def fn(self, f: Callable | None = None, *, name: str | None = None):
+    @overload
+    def fn(self, f: _F, *, name: str | None = None) -> _F: ...
+    @overload
+    def fn(self, f: None = None, *, name: str | None = None) -> Callable[[_F], _F]: ...
+    def fn(self, f: _F | None = None, *, name: str | None = None) -> _F | Callable[[_F], _F]:
         """Grant a host function under ``name`` (default ``f.__name__``). Decorator-friendly."""
 
-        def register(func):
+        def register(func: _F) -> _F:
             if not callable(func):
                 raise TypeError("policy.fn expects a callable")
             n = _check_grant_name(name or getattr(func, "__name__", None) or "")
@@ -296,19 +304,39 @@ class Policy:
 
         return register(f) if f is not None else register
 
+    @overload
     def cls(
         self,
-        C: type | None = None,
+        C: _C,
         *,
         name: str | None = None,
         constructable: bool = True,
         include: PatternSpec = "*",
         exclude: PatternSpec = "_*",
-    ):
+    ) -> _C: ...
+    @overload
+    def cls(
+        self,
+        C: None = None,
+        *,
+        name: str | None = None,
+        constructable: bool = True,
+        include: PatternSpec = "*",
+        exclude: PatternSpec = "_*",
+    ) -> Callable[[_C], _C]: ...
+    def cls(
+        self,
+        C: _C | None = None,
+        *,
+        name: str | None = None,
+        constructable: bool = True,
+        include: PatternSpec = "*",
+        exclude: PatternSpec = "_*",
+    ) -> _C | Callable[[_C], _C]:
         """Grant a host class. ``include``/``exclude`` filter member access on the class and
         its instances; ``constructable=False`` refuses ``C(...)`` from sandboxed code."""
 
-        def register(klass):
+        def register(klass: _C) -> _C:
             if not isinstance(klass, type):
                 raise TypeError("policy.cls expects a class")
             n = _check_grant_name(name or klass.__name__)
@@ -319,6 +347,28 @@ class Policy:
 
         return register(C) if C is not None else register
 
+    @overload
+    def module(
+        self,
+        m: types.ModuleType,
+        *,
+        name: str | None = None,
+        include: PatternSpec = "*",
+        exclude: PatternSpec = "_*",
+        recursive: bool = False,
+        trusted: bool = False,
+    ) -> types.ModuleType: ...
+    @overload
+    def module(
+        self,
+        m: None = None,
+        *,
+        name: str | None = None,
+        include: PatternSpec = "*",
+        exclude: PatternSpec = "_*",
+        recursive: bool = False,
+        trusted: bool = False,
+    ) -> Callable[[types.ModuleType], types.ModuleType]: ...
     def module(
         self,
         m: types.ModuleType | None = None,
@@ -328,14 +378,14 @@ class Policy:
         exclude: PatternSpec = "_*",
         recursive: bool = False,
         trusted: bool = False,
-    ):
+    ) -> types.ModuleType | Callable[[types.ModuleType], types.ModuleType]:
         """Grant a module for ``import``. ``recursive=True`` also grants its submodules
         (filters apply to them too). Modules that hand over the interpreter itself
         (``UNTRUSTED_MODULES``: ``inspect``, ``gc``, ``sys``, ``ctypes``, ``pickle`` ...)
         are refused with the reason unless ``trusted=True``, which says you accept that
         the Python layer no longer holds (use it at ``isolation="kernel"``)."""
 
-        def register(mod):
+        def register(mod: types.ModuleType) -> types.ModuleType:
             if not isinstance(mod, types.ModuleType):
                 raise TypeError("policy.module expects a module")
             n = _check_grant_name(name or mod.__name__)
@@ -375,7 +425,7 @@ class Policy:
         self.memory_limit_bytes = max(1, int(mb * MIB))
 
     @property
-    def grants(self) -> list:
+    def grants(self) -> list[FnGrant | ClsGrant | ModuleGrant]:
         return [*self.fns.values(), *self.classes.values(), *self.modules.values()]
 
     # ------------------------------------------------------------- portability
@@ -385,25 +435,25 @@ class Policy:
         With ``host_fns`` the fn grants stay in the host (the worker calls back), so any
         callable — closures and bound methods too — is fine."""
         problems: list[str] = []
-        for g in self.fns.values():
-            p = None if host_fns else _callable_problem(f"fn {g.name!r}", g.fn)
+        for fg in self.fns.values():
+            p = None if host_fns else _callable_problem(f"fn {fg.name!r}", fg.fn)
             if p:
                 problems.append(p)
-        for g in self.classes.values():
-            p = _ref_problem(f"cls {g.name!r}", g.cls)
+        for cg in self.classes.values():
+            p = _ref_problem(f"cls {cg.name!r}", cg.cls)
             if p:
                 problems.append(p)
-            problems.extend(self._filter_problems(f"cls {g.name!r}", g.filter))
-        for g in self.modules.values():
-            label = f"module {g.name!r}"
-            mname = getattr(g.module, "__name__", None)
+            problems.extend(self._filter_problems(f"cls {cg.name!r}", cg.filter))
+        for mg in self.modules.values():
+            label = f"module {mg.name!r}"
+            mname = getattr(mg.module, "__name__", None)
             if mname == "__main__":
                 problems.append(f"{label}: __main__ cannot be imported by a worker")
-            elif not isinstance(mname, str) or sys.modules.get(mname) is not g.module:
+            elif not isinstance(mname, str) or sys.modules.get(mname) is not mg.module:
                 problems.append(f"{label}: module {mname!r} is not the one in sys.modules (built at runtime?)")
-            elif getattr(g.module, "__spec__", None) is None:
+            elif getattr(mg.module, "__spec__", None) is None:
                 problems.append(f"{label}: module {mname!r} has no import spec (built at runtime?)")
-            problems.extend(self._filter_problems(label, g.filter))
+            problems.extend(self._filter_problems(label, mg.filter))
         return problems
 
     @staticmethod
@@ -414,7 +464,7 @@ class Policy:
                 out.append(f"{label}: callable {which} predicate is not portable; use glob strings")
         return out
 
-    def to_portable(self, host_fns: bool = False) -> dict:
+    def to_portable(self, host_fns: bool = False) -> dict[str, Any]:
         """A msgpack-able dict (str keys; str/int/float/bool/None/list values).
 
         With ``host_fns``, fn grants are sent by name only (kind ``host_fn``): the
@@ -423,33 +473,33 @@ class Policy:
         problems = self.portability_problems(host_fns)
         if problems:
             raise StPolicyNotPortable(problems)
-        grants: list[dict] = []
-        for g in self.fns.values():
+        grants: list[dict[str, Any]] = []
+        for fg in self.fns.values():
             if host_fns:
-                grants.append({"kind": "host_fn", "name": g.name, "ref": g.name})
+                grants.append({"kind": "host_fn", "name": fg.name, "ref": fg.name})
             else:
-                grants.append({"kind": "fn", "name": g.name, "ref": _ref(g.fn)})
-        for g in self.classes.values():
+                grants.append({"kind": "fn", "name": fg.name, "ref": _ref(fg.fn)})
+        for cg in self.classes.values():
             grants.append(
                 {
                     "kind": "cls",
-                    "name": g.name,
-                    "ref": _ref(g.cls),
-                    "constructable": g.constructable,
-                    "include": g.filter.include.to_list(),
-                    "exclude": g.filter.exclude.to_list(),
+                    "name": cg.name,
+                    "ref": _ref(cg.cls),
+                    "constructable": cg.constructable,
+                    "include": cg.filter.include.to_list(),
+                    "exclude": cg.filter.exclude.to_list(),
                 }
             )
-        for g in self.modules.values():
+        for mg in self.modules.values():
             grants.append(
                 {
                     "kind": "module",
-                    "name": g.name,
-                    "ref": g.module.__name__,
-                    "recursive": g.recursive,
-                    "trusted": g.trusted,
-                    "include": g.filter.include.to_list(),
-                    "exclude": g.filter.exclude.to_list(),
+                    "name": mg.name,
+                    "ref": mg.module.__name__,
+                    "recursive": mg.recursive,
+                    "trusted": mg.trusted,
+                    "include": mg.filter.include.to_list(),
+                    "exclude": mg.filter.exclude.to_list(),
                 }
             )
         return {
@@ -464,7 +514,9 @@ class Policy:
         }
 
     @classmethod
-    def from_portable(cls, d: dict, host_call: Callable | None = None) -> "Policy":
+    def from_portable(
+        cls, d: dict[str, Any], host_call: Callable[[str, tuple[Any, ...], dict[str, Any]], Any] | None = None
+    ) -> Policy:
         """Rebuild a policy from ``to_portable()`` output, re-importing every reference.
 
         Raises StPolicyNotPortable listing every reference that failed to resolve."""
@@ -549,7 +601,7 @@ class Policy:
             raise StPolicyNotPortable(problems)
         return pol
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (
             f"Policy(timeout={self.timeout!r}, tick_limit={self.tick_limit!r}, "
             f"memory_limit_bytes={self.memory_limit_bytes!r}, max_stdout={self.max_stdout!r}, "
@@ -558,15 +610,15 @@ class Policy:
         )
 
 
-def _host_proxy(host_call: Callable, name: str) -> Callable:
-    def proxy(*args, **kwargs):
+def _host_proxy(host_call: Callable[[str, tuple[Any, ...], dict[str, Any]], Any], name: str) -> Callable[..., Any]:
+    def proxy(*args: Any, **kwargs: Any) -> Any:
         return host_call(name, args, kwargs)
 
     proxy.__name__ = proxy.__qualname__ = name
     return proxy
 
 
-def _pat(v):
+def _pat(v: object) -> str | tuple[str, ...]:
     if isinstance(v, str):
         return v
     if isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v):

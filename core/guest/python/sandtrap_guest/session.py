@@ -33,6 +33,7 @@ from __future__ import annotations
 import builtins as _bi
 import errno
 import io
+import itertools
 import os
 import posixpath
 import sys
@@ -41,11 +42,12 @@ import time
 import traceback as _tb
 import types
 import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import rewriter as rw
 from . import output as _output
+from . import rewriter as rw
 from . import state as _state
 from . import vfs
 from .errors import StCancelled, StError, StImportDenied, StOutsideExec, StTickLimit, StTimeout, StValidationError
@@ -210,16 +212,16 @@ BUILTIN_NAMES = tuple(
 @dataclass
 class ExecResult:
     stdout: str
-    namespace: dict
+    namespace: dict[str, Any]
     error: BaseException | None
     ticks: int
-    isolation: str = "none"
+    isolation: str | Mapping[str, Any] = "none"  # the level; the binding's results: its report
     stderr: str = ""
     traceback: str | None = None
     stdout_truncated: int = 0
     duration: float = 0.0
     error_message: str | None = None  # str(error), made under the exec's limits
-    prints: list = field(default_factory=list)  # with snapshot_prints: each print's values (wire data)
+    prints: list[Any] = field(default_factory=list)  # with snapshot_prints: each print's values (wire data)
 
     @property
     def ok(self) -> bool:
@@ -1373,13 +1375,13 @@ def _ticking(fn, tick, name: str | None = None):
 def _make_open(root: str, tick):
     root_real = os.path.realpath(root)
 
-    def open(
+    def open(  # noqa: A001 - the sandbox's open()
         file,
         mode="r",
         buffering=-1,
         encoding=None,
         errors=None,
-        newline=None,  # noqa: A001
+        newline=None,
         closefd=True,
         opener=None,
     ):
@@ -1400,7 +1402,7 @@ def _make_open(root: str, tick):
         real = os.path.realpath(os.path.join(root_real, rel))
         if real != root_real and not real.startswith(root_real + os.sep):
             raise PermissionError(errno.EACCES, "path escapes the sandbox filesystem root", path)
-        return io.open(real, mode, buffering, encoding, errors, newline)
+        return io.open(real, mode, buffering, encoding, errors, newline)  # noqa: UP020 - the real open, whatever builtins.open has become
 
     return open
 
@@ -1439,7 +1441,7 @@ def _strip_internal(tb):
         if not _is_internal(tb.tb_frame.f_code):
             kept.append(tb)
         tb = tb.tb_next
-    for a, b in zip(kept, kept[1:]):
+    for a, b in itertools.pairwise(kept):
         a.tb_next = b
     if kept:
         kept[-1].tb_next = None

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ast
 import types
+from collections.abc import Callable
 from typing import Any
 
 from .gates import SANDBOX_FILENAME, USER_MARK
@@ -63,10 +64,10 @@ class Recorder:
                 else:
                     self.decorated.discard(st.name)
             elif isinstance(st, (ast.Import, ast.ImportFrom)) and not st.col_offset:
-                text = ast.get_source_segment(source, st)
-                if text:
-                    self.imports.pop(text, None)
-                    self.imports[text] = None
+                imp = ast.get_source_segment(source, st)
+                if imp:
+                    self.imports.pop(imp, None)
+                    self.imports[imp] = None
 
 
 def _has_placeholder(w: Any, depth: int = 0) -> bool:
@@ -79,14 +80,14 @@ def _has_placeholder(w: Any, depth: int = 0) -> bool:
     return False
 
 
-def _sandbox_class(c) -> bool:
+def _sandbox_class(c: object) -> bool:
     try:
         return isinstance(c, type) and type.__dict__["__dict__"].__get__(c).get("__st_user__") is USER_MARK
     except Exception:  # noqa: BLE001
         return False
 
 
-def _defined_here(v, name: str) -> bool:
+def _defined_here(v: object, name: str) -> bool:
     """``v`` is what a recorded def or class statement of this name made."""
     if type(v) is types.FunctionType:
         code = v.__code__
@@ -106,14 +107,14 @@ _INT_MIN, _INT_MAX = -(2**63), 2**63
 _KEY_TYPES = frozenset({str, int, float, bool, type(None)})
 
 
-def _encoder(classes: set):
+def _encoder(classes: set[str]) -> Callable[[Any, int], Any]:
     """An encoder for one snapshot: plain data, with instances of the kept sandbox
     classes (nested anywhere in lists, tuples and dicts) as object markers; _Drop
     when something cannot be kept. Per-type verdicts are cached for the snapshot."""
-    kinds: dict[type, str | None] = {}  # type -> class name (a kept sandbox class) or None
+    kinds: dict[type, str | bool | None] = {}  # type -> class name (a kept sandbox class) or None
     get_dict = object.__getattribute__
 
-    def enc(v, depth):
+    def enc(v: Any, depth: int) -> Any:
         t = type(v)
         if t in _SCALARS:
             return v
@@ -126,7 +127,7 @@ def _encoder(classes: set):
         if t is list or t is tuple:
             return [x if type(x) in _SCALARS else enc(x, depth + 1) for x in v]
         if t is dict:
-            out = {}
+            out: dict[Any, Any] = {}
             for k, x in v.items():
                 if type(k) not in _KEY_TYPES or (type(k) is str and k.startswith("__st_")):
                     raise _Drop
@@ -144,7 +145,7 @@ def _encoder(classes: set):
                 d = get_dict(v, "__dict__")
             except AttributeError:
                 raise _Drop from None  # __slots__
-            st = {}
+            st: dict[str, Any] = {}
             for k, x in dict(d).items():
                 if type(k) is not str:
                     raise _Drop
@@ -158,7 +159,7 @@ def _encoder(classes: set):
     return enc
 
 
-def snapshot(session) -> dict:
+def snapshot(session: Any) -> dict[str, Any]:
     rec: Recorder = session._recorder
     ns = session.namespace
     kept_defs = [
@@ -185,8 +186,8 @@ def snapshot(session) -> dict:
     return {"version": VERSION, "source": source, "data": data, "dropped": sorted(dropped)}
 
 
-def _check(state) -> list[str]:
-    problems = []
+def _check(state: object) -> list[str]:
+    problems: list[str] = []
     if not isinstance(state, dict):
         return ["a state is a dict (from snapshot())"]
     if state.get("version") != VERSION:
@@ -208,17 +209,17 @@ def _check(state) -> list[str]:
     return problems
 
 
-def _decoder(ns: dict):
+def _decoder(ns: dict[str, Any]) -> tuple[Callable[[Any, int], Any], Callable[[Any, int], Any]]:
     """A decoder for one restore: object markers become instances of classes the
     state's source defined (checked once per class)."""
     from . import rewriter as rw
 
-    ok: dict[str, type | None] = {}
+    ok: dict[str, Any] = {}
     new = object.__new__
     get_dict = object.__getattribute__
     reserved = rw.RESERVED_PREFIX
 
-    def cls_for(name):
+    def cls_for(name: Any) -> Any:
         c = ok.get(name, False)
         if c is False:
             c = ns.get(name) if isinstance(name, str) else None
@@ -233,7 +234,7 @@ def _decoder(ns: dict):
             ok[name] = c
         return c
 
-    def build(w, depth):
+    def build(w: Any, depth: int) -> Any:
         cls = cls_for(w.get(OBJ))
         st = w.get("state")
         if cls is None or not isinstance(st, dict):
@@ -250,7 +251,7 @@ def _decoder(ns: dict):
             d[k] = dec(x, depth + 1) if (t is list or t is dict) else x
         return inst
 
-    def dec(w, depth):
+    def dec(w: Any, depth: int) -> Any:
         t = type(w)
         if t is list:
             if depth > 100:
@@ -267,7 +268,7 @@ def _decoder(ns: dict):
     return dec, build
 
 
-def restore(session, state):
+def restore(session: Any, state: Any) -> Any:
     """Run the state's source, then bind its data (objects rebuilt without running
     their code); the source's exec result (its ``error`` says what failed; a
     malformed state is a ValueError)."""

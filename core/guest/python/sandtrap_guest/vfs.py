@@ -29,8 +29,8 @@ import stat as _stat
 import threading
 import time
 import weakref
-from collections.abc import MutableMapping
-from typing import Any, Callable
+from collections.abc import Callable, MutableMapping
+from typing import Any
 
 OPS = ("read", "write", "stat", "list", "mkdir", "remove", "rmdir", "rename")
 MAX_PATH = 4096
@@ -71,8 +71,8 @@ class MemoryBackend:
     """Files in a mapping ``{path: bytes}`` (given, or a new dict); directories made
     with ``mkdir`` in a set (parents of files are directories anyway)."""
 
-    def __init__(self, state: MutableMapping | None = None, max_size: int | None = None) -> None:
-        self.files: MutableMapping = {} if state is None else state
+    def __init__(self, state: MutableMapping[str, Any] | None = None, max_size: int | None = None) -> None:
+        self.files: MutableMapping[str, Any] = {} if state is None else state
         for k in list(self.files):
             if not isinstance(k, str) or not isinstance(self.files[k], (bytes, bytearray)):
                 raise TypeError("a VirtualFS state maps str paths to bytes")
@@ -113,7 +113,7 @@ class MemoryBackend:
             self.files[p] = new
             self.mtimes[p] = time.time()
 
-    def stat(self, p: str) -> list | None:
+    def stat(self, p: str) -> list[Any] | None:
         with self.lock:
             data = self.files.get(p)
             if data is not None:
@@ -191,7 +191,7 @@ class DirectoryBackend:
     """A host directory: every path is resolved (symlinks too) and must stay inside
     it, or the operation fails with ``PermissionError``."""
 
-    def __init__(self, directory: str | os.PathLike) -> None:
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.root = os.path.realpath(os.fspath(directory))
         os.makedirs(self.root, exist_ok=True)
 
@@ -216,7 +216,7 @@ class DirectoryBackend:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
 
-    def stat(self, p: str) -> list | None:
+    def stat(self, p: str) -> list[Any] | None:
         try:
             st = os.stat(self._real(p))
         except (FileNotFoundError, NotADirectoryError):
@@ -266,7 +266,7 @@ _ERRNO = {
 class RemoteBackend:
     """In a worker: each operation is a host call answered by the host's backend."""
 
-    def __init__(self, call: Callable[[str, list], Any]) -> None:
+    def __init__(self, call: Callable[[str, list[Any]], Any]) -> None:
         self._call = call
 
     def _do(self, op: str, *args):
@@ -316,10 +316,10 @@ def remote_error(type_name: str, message: str) -> BaseException:
     return cls(message)
 
 
-def serve(backend, op: str, args: list) -> Any:
+def serve(backend: Any, op: object, args: object) -> Any:
     """The host's side of an fs host call: run ``op`` on ``backend`` after checking
     the arguments (they come from the worker: hostile)."""
-    if op not in OPS or not isinstance(args, list):
+    if not isinstance(op, str) or op not in OPS or not isinstance(args, list):
         raise ValueError(f"no filesystem operation {op!r}")
     want = {"read": 1, "stat": 1, "list": 1, "mkdir": 1, "remove": 1, "rmdir": 1, "write": 3, "rename": 2}[op]
     if len(args) != want:
@@ -343,7 +343,7 @@ def backend_of(fs) -> Any:
 
 
 # -------------------------------------------------------------------- files
-_WRITEBACK: "weakref.WeakKeyDictionary[io.BytesIO, tuple]" = weakref.WeakKeyDictionary()
+_WRITEBACK: weakref.WeakKeyDictionary[io.BytesIO, tuple[Any, ...]] = weakref.WeakKeyDictionary()
 
 
 def _open_to_sandbox(cls):
@@ -425,14 +425,15 @@ class VFSView:
     def __init__(self, backend) -> None:
         self.backend = backend
         self.cwd = "/"
-        self.open_files: "weakref.WeakSet[io.IOBase]" = weakref.WeakSet()
+        self.open_files: weakref.WeakSet[io.IOBase] = weakref.WeakSet()
 
     def path(self, p) -> str:
         return norm(p, self.cwd)
 
     # the operations
-    def stat(self, p) -> list | None:
-        return self.backend.stat(self.path(p))
+    def stat(self, p) -> list[Any] | None:
+        st: list[Any] | None = self.backend.stat(self.path(p))
+        return st
 
     def exists(self, p) -> bool:
         try:
@@ -514,7 +515,8 @@ class VFSView:
         self.open_files = weakref.WeakSet()
 
     def listdir(self, p=".") -> list[str]:
-        return self.backend.list(self.path(p))
+        names: list[str] = self.backend.list(self.path(p))
+        return names
 
     def mkdir(self, p, mode=0o777, *, dir_fd=None) -> None:
         self.backend.mkdir(self.path(p))
@@ -569,7 +571,8 @@ class VFSView:
             if onerror is not None:
                 onerror(e)
             return
-        dirs, files = [], []
+        dirs: list[str] = []
+        files: list[str] = []
         for n in names:
             (dirs if self.isdir(posixpath.join(self.path(top), n)) else files).append(n)
         if topdown:
@@ -720,7 +723,7 @@ def substitutions(view: VFSView, tick: Callable[[], Any]) -> list[tuple[Any, Any
         "getctime": view.getmtime,
         "getatime": view.getmtime,
         "abspath": view.abspath,
-        "realpath": lambda p, *, strict=False: view.abspath(p),
+        "realpath": lambda p, *, strict=False: view.abspath(p),  # type: ignore[misc]  # noqa: PLW0108 - it takes strict=
         "islink": lambda p: False,
         "ismount": lambda p: view.path(p) == "/",
     }
@@ -894,7 +897,8 @@ def make_path_class(view: VFSView, tick: Callable[[], Any]) -> type:
 
     Path.__module__ = "pathlib"
     Path.__qualname__ = "Path"
-    return open_to_sandbox(Path)
+    cls: type = open_to_sandbox(Path)
+    return cls
 
 
 class VirtualFS:
@@ -910,10 +914,10 @@ class VirtualFS:
 
     def __init__(
         self,
-        state: MutableMapping | None = None,
+        state: MutableMapping[str, Any] | None = None,
         max_size_mb: float | None = None,
         *,
-        directory: str | os.PathLike | None = None,
+        directory: str | os.PathLike[str] | None = None,
     ) -> None:
         if directory is not None:
             if state is not None or max_size_mb is not None:
@@ -927,7 +931,7 @@ class VirtualFS:
         return getattr(self.backend, "root", None)
 
     def read(self, path: str) -> bytes:
-        return self.backend.read(norm(path))
+        return bytes(self.backend.read(norm(path)))
 
     def read_text(self, path: str, encoding: str = "utf-8") -> str:
         return self.read(path).decode(encoding)
@@ -944,7 +948,7 @@ class VirtualFS:
 
     def list(self, path: str = "/", recursive: bool = False) -> list[str]:
         p = norm(path)
-        names = self.backend.list(p)
+        names: list[str] = self.backend.list(p)
         if not recursive:
             return names
         out = []
@@ -970,7 +974,7 @@ class VirtualFS:
         st = self.backend.stat(norm(path))
         if st is None:
             raise _oserror(errno.ENOENT, path)
-        return st[1]
+        return int(st[1])
 
     def remove(self, path: str) -> None:
         self.backend.remove(norm(path))

@@ -409,7 +409,7 @@ def main() -> int:
             _write(out, {"op": "ready", "pid": os.getpid(), "seccomp": dict(_INSTALLED)})
             if op == "template":
                 pol = policy
-                _serve_template(lambda: _warm(pol))  # returns in a fork
+                _serve_template(lambda: _warm(pol))  # noqa: B023 - called in this iteration; returns in a fork
                 session = None  # the host sends init (its filesystem root, echo)
                 _write(out, {"op": "ready", "pid": os.getpid()})
         elif op == "exec" and session is not None:

@@ -185,7 +185,7 @@ def run_plain(entry) -> bool:
                 ast.fix_missing_locations(tree)
             try:
                 exec(compile(tree, "<plain>", "exec"), ns)
-            except Exception:  # noqa: BLE001 - as in the sandbox, an earlier exec's fault is its result
+            except Exception:  # as in the sandbox, an earlier exec's fault is its result
                 if i == len(todo) - 1:
                     raise
         finally:

@@ -9,9 +9,9 @@ See corpus.py for the entry format.
 
 import sys
 
+import corpus
 import pytest
 
-import corpus
 from sandtrap_guest import GuestSession, Policy
 
 CORPUS = corpus.load()

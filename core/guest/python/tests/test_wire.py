@@ -141,9 +141,9 @@ def test_the_accelerated_codec_reads_and_writes_what_the_pure_one_does():
     if not mp.accelerate():
         pytest.skip("the msgpack C extension is not installed")
     try:
-        for v, p in zip(vals, packed):
+        for v, p in zip(vals, packed, strict=True):
             assert mp.unpackb(p) == mp.unpackb(mp.packb(v)) == pure_unpack(mp.packb(v))
-        for bad, err in zip((object(), 2**64, {1, 2}), errors):
+        for bad, err in zip((object(), 2**64, {1, 2}), errors, strict=False):
             with pytest.raises(err):
                 mp.packb(bad)
     finally:

@@ -1,4 +1,7 @@
-package engine
+// Package run runs one command to completion under a sandbox's plan (the spawn
+// through its zygote, stdio, deadline, cancellation, CPU time, the result), and
+// pipelines of such runs joined by kernel pipes.
+package run
 
 import (
 	"bytes"
@@ -8,19 +11,22 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/sandtrap/sandtrap/core/cgroup"
+	"github.com/sandtrap/sandtrap/core/plan"
 	"github.com/sandtrap/sandtrap/core/policy"
+	"github.com/sandtrap/sandtrap/core/protocol"
 	"github.com/sandtrap/sandtrap/core/spawn"
 	"golang.org/x/sys/unix"
 )
 
-// RunRequest is one command to run.
-type RunRequest struct {
+// Request is one command to run.
+type Request struct {
 	Argv      []string
 	Stdin     []byte
 	NoTimeout bool // not even the policy's (templates: their forks get their own)
@@ -45,11 +51,10 @@ type Usage struct {
 }
 
 // ErrorInfo is a result's error.
-type ErrorInfo struct {
-	Kind     string           `msgpack:"kind"`
-	Message  string           `msgpack:"message"`
-	Problems []policy.Problem `msgpack:"problems,omitempty"` // invalid_policy, invalid_request: field by field
-}
+type ErrorInfo = protocol.ErrorInfo
+
+// Isolation is a run's isolation report.
+type Isolation = plan.Isolation
 
 // Result is the outcome of a run.
 type Result struct {
@@ -67,8 +72,24 @@ type Result struct {
 	Usage           Usage      `msgpack:"usage"`
 }
 
+// Host is the sandbox a run belongs to (core/engine's Sandbox).
+type Host interface {
+	Enter() bool // registers a run in flight; false once the sandbox is closed
+	Leave()      // ends what Enter registered
+	RunPolicy() *policy.Policy
+	BaseEnv() []string          // the environment of its runs (policy applied)
+	Isolation() *plan.Isolation // its current report
+	Group() *cgroup.Group       // its cgroup (nil: none)
+	// Zygote is its zygote for the current plan (started, again when it is
+	// fresh — a zygote that died —, if needed) and that plan.
+	Zygote(fresh *spawn.Zygote) (*spawn.Zygote, *plan.Plan, error)
+	// Track registers cancel under tag (cancellation by tag, or of every run)
+	// until untrack is called.
+	Track(tag string, cancel func()) (untrack func())
+}
+
 func failed(kind, msg string, iso *Isolation) *Result {
-	return &Result{Error: &ErrorInfo{Kind: kind, Message: msg}, Isolation: iso, Stdout: []byte{}, Stderr: []byte{}}
+	return &Result{Error: &ErrorInfo{Kind: kind, Message: protocol.Text(msg)}, Isolation: iso, Stdout: []byte{}, Stderr: []byte{}}
 }
 
 var (
@@ -76,7 +97,9 @@ var (
 	devNull     int = -1
 )
 
-func nullFD() int {
+// NullFD is an fd of /dev/null kept open for every run's stdin (-1: none); call
+// it before the host confines itself.
+func NullFD() int {
 	devNullOnce.Do(func() {
 		fd, err := unix.Open("/dev/null", unix.O_RDWR|unix.O_CLOEXEC, 0)
 		if err == nil {
@@ -86,7 +109,8 @@ func nullFD() int {
 	return devNull
 }
 
-func pipe() (r, w int, err error) {
+// Pipe makes a close-on-exec pipe.
+func Pipe() (r, w int, err error) {
 	var p [2]int
 	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
 		return -1, -1, err
@@ -94,13 +118,14 @@ func pipe() (r, w int, err error) {
 	return p[0], p[1], nil // fd numbers do not matter: they reach the zygote as SCM_RIGHTS
 }
 
-// runEnv is a run's environment: the sandbox's, with the request's on top.
-func (s *Sandbox) runEnv(req *RunRequest) []string {
+// Env is a run's environment: the sandbox's, with the request's on top.
+func Env(h Host, req *Request) []string {
+	base := h.BaseEnv()
 	if len(req.Env) == 0 {
-		return s.env
+		return base
 	}
 	m := map[string]string{}
-	for _, kv := range s.env {
+	for _, kv := range base {
 		k, v, _ := strings.Cut(kv, "=")
 		m[k] = v
 	}
@@ -151,22 +176,22 @@ func (l *fdList) closeAll() {
 	*l = nil
 }
 
-// Run runs one command to completion under the sandbox.
-func (s *Sandbox) Run(req *RunRequest) *Result {
-	iso := s.isolation()
+// Run runs one command to completion under the sandbox h.
+func Run(h Host, req *Request) *Result {
+	iso := h.Isolation()
 	// the child's ends (and fds handed to us by a pipeline) close once it started
 	var childEnds fdList
 	childEnds.add(req.StdinFD, req.StdoutFD)
 	defer childEnds.closeAll()
-	if !s.enter() {
-		return failed(KindClosed, "the sandbox is closed", iso)
+	if !h.Enter() {
+		return failed(protocol.KindClosed, "the sandbox is closed", iso)
 	}
-	defer s.inflight.Done()
-	p := s.Policy
-	env := s.runEnv(req)
+	defer h.Leave()
+	p := h.RunPolicy()
+	env := Env(h, req)
 	path, err := lookPath(req.Argv[0], env)
 	if err != nil {
-		return failed(KindNotFound, err.Error(), iso)
+		return failed(protocol.KindNotFound, err.Error(), iso)
 	}
 	cwd := p.Cwd
 	if req.Cwd != "" {
@@ -186,7 +211,7 @@ func (s *Sandbox) Run(req *RunRequest) *Result {
 		rs.CPUSecs = uint32(math.Ceil(p.MaxCPUTime))
 	}
 
-	cg := s.group()
+	cg := h.Group()
 	var cpuBase time.Duration
 	if p.MaxCPUTime > 0 && cg != nil && cg.HasCPUTime() {
 		cpuBase = cg.CPUTime()
@@ -196,21 +221,21 @@ func (s *Sandbox) Run(req *RunRequest) *Result {
 	var ours fdList
 	defer ours.closeAll()
 	mkpipe := func() (r, w int, ok bool) {
-		r, w, err := pipe()
+		r, w, err := Pipe()
 		if err != nil {
 			return -1, -1, false
 		}
 		return r, w, true
 	}
 	sup := &supervisor{stdinW: -1, outR: -1, maxOut: maxOut}
-	stdinR := nullFD()
+	stdinR := NullFD()
 	switch {
 	case req.StdinFD >= 0:
 		stdinR = req.StdinFD
 	case req.Stdin != nil:
 		r, w, ok := mkpipe()
 		if !ok {
-			return failed(KindSpawn, "pipe failed", iso)
+			return failed(protocol.KindSpawn, "pipe failed", iso)
 		}
 		stdinR, sup.stdinW, sup.stdin = r, w, req.Stdin
 		childEnds.add(r)
@@ -220,7 +245,7 @@ func (s *Sandbox) Run(req *RunRequest) *Result {
 	if outW < 0 {
 		r, w, ok := mkpipe()
 		if !ok {
-			return failed(KindSpawn, "pipe failed", iso)
+			return failed(protocol.KindSpawn, "pipe failed", iso)
 		}
 		sup.outR, outW = r, w
 		ours.add(r)
@@ -228,39 +253,39 @@ func (s *Sandbox) Run(req *RunRequest) *Result {
 	}
 	errR, errW, ok := mkpipe()
 	if !ok {
-		return failed(KindSpawn, "pipe failed", iso)
+		return failed(protocol.KindSpawn, "pipe failed", iso)
 	}
 	sup.errR = errR
 	ours.add(errR)
 	childEnds.add(errW)
 	statusR, statusW, ok := mkpipe()
 	if !ok {
-		return failed(KindSpawn, "pipe failed", iso)
+		return failed(protocol.KindSpawn, "pipe failed", iso)
 	}
 	ours.add(statusR)
 	childEnds.add(statusW)
 	if stdinR < 0 {
-		return failed(KindSpawn, "cannot open /dev/null", iso)
+		return failed(protocol.KindSpawn, "cannot open /dev/null", iso)
 	}
 	rs.Stdio = [3]int{stdinR, outW, errW}
 	rs.StatusFD = statusW
 
 	cancel, err := newCanceller()
 	if err != nil {
-		return failed(KindSpawn, "eventfd: "+err.Error(), iso)
+		return failed(protocol.KindSpawn, "eventfd: "+err.Error(), iso)
 	}
 	defer cancel.close()
-	untrack := s.track(req.Tag, cancel.fire)
+	untrack := h.Track(req.Tag, cancel.fire)
 	defer untrack()
 
 	start := time.Now()
-	zyg, pl, err := s.zygote(nil)
+	zyg, pl, err := h.Zygote(nil)
 	var proc *spawn.Process
 	if err == nil {
-		iso = pl.isolation()
+		iso = pl.Isolation()
 		proc, err = zyg.Spawn(rs)
 		if err == spawn.ErrZygoteGone { // it died (killed, out of memory): once more with a new one
-			if zyg, pl, err = s.zygote(zyg); err == nil {
+			if zyg, pl, err = h.Zygote(zyg); err == nil {
 				proc, err = zyg.Spawn(rs)
 			}
 		}
@@ -273,8 +298,8 @@ func (s *Sandbox) Run(req *RunRequest) *Result {
 	defer unix.Close(proc.PidFD)
 
 	sup.proc, sup.cancelFD, sup.cg = proc, cancel.fd, cg
-	sup.pidNS = pl.pidNS
-	sup.treeDead = pl.pidNS
+	sup.pidNS = pl.PidNS
+	sup.treeDead = pl.PidNS
 	sup.cpuBase = cpuBase
 	if timeout > 0 {
 		sup.deadline = start.Add(time.Duration(timeout * float64(time.Second)))
@@ -294,15 +319,15 @@ func (s *Sandbox) Run(req *RunRequest) *Result {
 
 	res := &Result{Isolation: iso}
 	st := spawn.ReadStatus(readAll(statusR))
-	if st.InitFailed != "" {
-		return failed(KindIsolation, fmt.Sprintf("isolation unavailable: the run failed at %s: %v", st.InitFailed, st.InitErrno), iso)
+	if st.InitFailed != spawn.StepNone {
+		return failed(protocol.KindIsolation, fmt.Sprintf("isolation unavailable: the run failed at %s: %v", st.InitFailed, st.InitErrno), iso)
 	}
 	if st.ExecErrno != 0 {
-		kind := KindSpawn
+		kind := protocol.KindSpawn
 		if st.ExecErrno == unix.ENOENT || st.ExecErrno == unix.ENOTDIR {
-			kind = KindNotFound
+			kind = protocol.KindNotFound
 		}
-		return failed(kind, spawnErrMessage(path, &spawn.Error{Stage: "exec", Errno: st.ExecErrno}), iso)
+		return failed(kind, spawnErrMessage(path, &spawn.Error{Stage: spawn.StageExec, Errno: st.ExecErrno}), iso)
 	}
 	ws := unix.WaitStatus(unix.SIGKILL) // pid 1 was killed before it could report
 	if st.Ended {
@@ -340,21 +365,21 @@ func (s *Sandbox) Run(req *RunRequest) *Result {
 	if kind == "" && p.MaxCPUTime > 0 && res.Signal != nil &&
 		((*res.Signal == int(unix.SIGXCPU) && used >= limit/2) ||
 			(*res.Signal == int(unix.SIGKILL) && used >= limit-50*time.Millisecond)) {
-		kind = KindCPUTime
+		kind = protocol.KindCPUTime
 	}
 	if kind == "" && cg != nil && p.MaxMemory > 0 && res.Signal != nil && *res.Signal == int(unix.SIGKILL) && cg.NewOOMKill() {
-		kind = KindMemory
+		kind = protocol.KindMemory
 	}
 	switch kind {
-	case KindTimeout:
+	case protocol.KindTimeout:
 		res.TimedOut = true
 		res.Error = &ErrorInfo{Kind: kind, Message: fmt.Sprintf("timed out after %gs; the process tree was killed", timeout)}
-	case KindCancelled:
+	case protocol.KindCancelled:
 		res.Cancelled = true
 		res.Error = &ErrorInfo{Kind: kind, Message: "cancelled; the process tree was killed"}
-	case KindCPUTime:
+	case protocol.KindCPUTime:
 		res.Error = &ErrorInfo{Kind: kind, Message: fmt.Sprintf("CPU time limit of %gs exceeded; the process tree was killed", p.MaxCPUTime)}
-	case KindMemory:
+	case protocol.KindMemory:
 		res.Error = &ErrorInfo{Kind: kind, Message: fmt.Sprintf("memory limit of %d bytes exceeded; killed by the kernel", p.MaxMemory)}
 	}
 	res.Success = res.Error == nil && res.ExitCode != nil && *res.ExitCode == 0
@@ -516,13 +541,13 @@ func (s *supervisor) loop() {
 		wait := -1
 		now := time.Now()
 		if !s.exited && !s.deadline.IsZero() {
-			wait = msUntil(now, s.deadline)
+			wait = MsUntil(now, s.deadline)
 		}
 		if !s.exited && s.cpuLimit > 0 && (wait < 0 || wait > 20) {
 			wait = 20
 		}
 		if s.exited && !grace.IsZero() {
-			wait = msUntil(now, grace)
+			wait = MsUntil(now, grace)
 		}
 		n, err := unix.Poll(pfds, wait)
 		if err == unix.EINTR {
@@ -534,7 +559,7 @@ func (s *supervisor) loop() {
 			case s.exited:
 				return // grace period over: an escaped process holds the pipe
 			case !s.deadline.IsZero() && !now.Before(s.deadline):
-				s.kill(KindTimeout)
+				s.kill(protocol.KindTimeout)
 			}
 		}
 		ready := func(name string) bool {
@@ -569,11 +594,11 @@ func (s *supervisor) loop() {
 			}
 		}
 		if ready("cancel") {
-			s.kill(KindCancelled)
+			s.kill(protocol.KindCancelled)
 		}
 		if s.cpuLimit > 0 && !s.exited {
 			if s.treeCPU = s.cpuTime(); s.treeCPU > s.cpuLimit {
-				s.kill(KindCPUTime)
+				s.kill(protocol.KindCPUTime)
 			}
 		}
 		if ready("pid") {
@@ -593,7 +618,8 @@ func (s *supervisor) loop() {
 	}
 }
 
-func msUntil(now, t time.Time) int {
+// MsUntil is the poll timeout in ms from now until t (0: passed).
+func MsUntil(now, t time.Time) int {
 	d := t.Sub(now)
 	if d <= 0 {
 		return 0
@@ -602,58 +628,36 @@ func msUntil(now, t time.Time) int {
 }
 
 func spawnErrKind(err error) string {
-	var ee *Error
+	var ee *protocol.Error
 	if errors.As(err, &ee) {
 		return ee.Kind
 	}
 	var se *spawn.Error
 	if errors.As(err, &se) {
-		switch se.Stage {
-		case "exec":
-			if se.Errno == unix.ENOENT || se.Errno == unix.ENOTDIR {
-				return KindNotFound
-			}
-		case "capabilities", "no_new_privs", "cgroup", "ids", "user_namespace", "sysctl", "view", "pdeathsig":
-			return KindIsolation // a protection that could not be applied
+		switch {
+		case se.Stage == spawn.StageExec && (se.Errno == unix.ENOENT || se.Errno == unix.ENOTDIR):
+			return protocol.KindNotFound
+		case se.Protection():
+			return protocol.KindIsolation // a protection that could not be applied
 		}
 	}
-	return KindSpawn
+	return protocol.KindSpawn
 }
 
 func spawnErrMessage(path string, err error) string {
-	var ee *Error
+	var ee *protocol.Error
 	if errors.As(err, &ee) {
 		return ee.Message
 	}
 	var se *spawn.Error
-	if errors.As(err, &se) && se.Stage == "exec" {
+	if errors.As(err, &se) && se.Stage == spawn.StageExec {
 		hint := ""
 		if se.Errno == unix.EACCES {
 			hint = " (is it, and every library it loads, under fs_readable?)"
 		}
 		return fmt.Sprintf("exec %s: %v%s", path, se.Errno, hint)
 	}
-	if errors.As(err, &se) && se.Stage == "chdir" {
-		return fmt.Sprintf("cwd: %v", se.Errno)
-	}
 	return fmt.Sprintf("starting %s failed at %v", path, err)
-}
-
-// isolation returns a copy of the sandbox's current report for one run.
-func (s *Sandbox) isolation() *Isolation {
-	s.zmu.Lock()
-	pl := s.pl
-	s.zmu.Unlock()
-	return pl.isolation()
-}
-
-func (pl *plan) isolation() *Isolation {
-	if pl == nil {
-		return &Isolation{Degraded: []string{}}
-	}
-	c := pl.report
-	c.Degraded = append([]string{}, pl.report.Degraded...)
-	return &c
 }
 
 // treeCPU is the CPU time of a process tree rooted at pid 1 of a run: the live
@@ -704,3 +708,34 @@ func treeCPU(root int) time.Duration {
 
 // clockTicks is USER_HZ, the unit of /proc/<pid>/stat times (100 on Linux).
 const clockTicks = 100
+
+// DefaultPath is the PATH a program sees under clean_env.
+const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// BaseEnv is the environment of p's runs: the host's (or, under clean_env, only
+// PATH) with p's env on top.
+func BaseEnv(p *policy.Policy) []string {
+	env := map[string]string{}
+	if p.CleanEnv {
+		env["PATH"] = DefaultPath
+	} else {
+		for _, kv := range os.Environ() {
+			if k, v, ok := strings.Cut(kv, "="); ok {
+				env[k] = v
+			}
+		}
+	}
+	for k, v := range p.Env {
+		env[k] = v
+	}
+	return flatten(env)
+}
+
+func flatten(env map[string]string) []string {
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out
+}

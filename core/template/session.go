@@ -1,4 +1,9 @@
-package engine
+// Package template holds sessions — long-lived runs the caller talks to in
+// length-prefixed frames (docs/protocol.md, "sessions") — and templates: a program
+// started and prepared once, whose forks serve sessions of other sandboxes with
+// their own confinement (docs/protocol.md, "templates"). The sandbox they belong
+// to is core/engine's, seen through Host.
+package template
 
 import (
 	"encoding/binary"
@@ -7,7 +12,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sandtrap/sandtrap/core/cgroup"
+	"github.com/sandtrap/sandtrap/core/kernel"
+	"github.com/sandtrap/sandtrap/core/plan"
 	"github.com/sandtrap/sandtrap/core/policy"
+	"github.com/sandtrap/sandtrap/core/protocol"
+	runs "github.com/sandtrap/sandtrap/core/run"
 	"golang.org/x/sys/unix"
 )
 
@@ -15,12 +25,12 @@ import (
 // 4-byte big-endian length and that many bytes, written to the program's stdin and
 // read from its stdout. The cooperative Python sandbox's worker is one; everything
 // else about it (confinement, limits, tree kill) is an ordinary run.
-type session struct {
+type Session struct {
 	id     uint64
 	in     int // write end of the program's stdin
 	out    int // read end of its stdout
 	tag    string
-	done   chan *Result
+	done   chan *runs.Result
 	mu     sync.Mutex // one exchange at a time
 	closed bool
 	gen    uint64 // confineGen when the program started
@@ -28,12 +38,30 @@ type session struct {
 
 var sessionSeq atomic.Uint64
 
+// Host is the sandbox sessions and templates belong to (core/engine's Sandbox).
+type Host interface {
+	runs.Host
+	Sessions() *Table                // its open sessions
+	Plan() (*plan.Plan, error)       // its plan for the process's current confinement
+	Features() kernel.Features       // what this machine enforces
+	AdoptGroup(g *cgroup.Group) bool // takes g as its cgroup in place of its own, if that is unused
+	Cancel(tag string, all bool) int
+	Close()
+}
+
+// Set by core/engine: the sandbox of a template (its own policy), and the count of
+// the host process's confine() calls (what predates the latest serves nothing).
+var (
+	NewHost    func(p *policy.Policy) (Host, error)
+	ConfineGen func() uint64
+)
+
 // MaxFrame bounds one frame from a session.
 const MaxFrame = 256 << 20
 
-func (s *Sandbox) sessionOpen(m map[string]any) (map[string]any, error) {
+func Open(s Host, m map[string]any) (map[string]any, error) {
 	var probs policy.Problems
-	req := parseRun(m, "", "session_open", &probs, "template", "spawn")
+	req := runs.ParseRequest(m, "", "session_open", &probs, "template", "spawn")
 	start, hasTpl := m["template"]
 	startFrame, ok := start.([]byte)
 	if hasTpl && !ok {
@@ -51,12 +79,12 @@ func (s *Sandbox) sessionOpen(m map[string]any) (map[string]any, error) {
 		spawn = b
 	}
 	if len(probs) > 0 {
-		return nil, requestError(probs)
+		return nil, protocol.RequestError(probs)
 	}
 	if hasTpl {
-		return s.sessionFork(req, startFrame, spawn)
+		return Fork(s, req, startFrame, spawn)
 	}
-	ss, err := s.startSession(req, false)
+	ss, err := Start(s, req, false)
 	if err != nil {
 		return nil, err
 	}
@@ -65,51 +93,70 @@ func (s *Sandbox) sessionOpen(m map[string]any) (map[string]any, error) {
 
 // startSession starts req as a session. Its channel is two pipes, or (sock) one
 // unix stream socket on the program's stdin and stdout, over which fds can pass.
-func (s *Sandbox) startSession(req *RunRequest, sock bool) (*session, error) {
+func Start(s Host, req *runs.Request, sock bool) (*Session, error) {
 	var inR, inW, outR, outW int
 	if sock {
 		p, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
-			return nil, errorf(KindSpawn, "socketpair: %v", err)
+			return nil, protocol.Errorf(protocol.KindSpawn, "socketpair: %v", err)
 		}
 		inW, inR = p[0], p[1]
 		outR, _ = unix.FcntlInt(uintptr(p[0]), unix.F_DUPFD_CLOEXEC, 0)
 		outW, _ = unix.FcntlInt(uintptr(p[1]), unix.F_DUPFD_CLOEXEC, 0)
 		if outR < 0 || outW < 0 {
 			closeAll(inR, inW, outR, outW)
-			return nil, errorf(KindSpawn, "dup: out of file descriptors")
+			return nil, protocol.Errorf(protocol.KindSpawn, "dup: out of file descriptors")
 		}
 	} else {
 		var err error
-		if inR, inW, err = pipe(); err != nil {
-			return nil, errorf(KindSpawn, "pipe: %v", err)
+		if inR, inW, err = runs.Pipe(); err != nil {
+			return nil, protocol.Errorf(protocol.KindSpawn, "pipe: %v", err)
 		}
-		if outR, outW, err = pipe(); err != nil {
+		if outR, outW, err = runs.Pipe(); err != nil {
 			closeAll(inR, inW)
-			return nil, errorf(KindSpawn, "pipe: %v", err)
+			return nil, protocol.Errorf(protocol.KindSpawn, "pipe: %v", err)
 		}
 	}
-	ss := &session{id: sessionSeq.Add(1), in: inW, out: outR, done: make(chan *Result, 1), gen: confineGen.Load()}
+	ss := &Session{id: sessionSeq.Add(1), in: inW, out: outR, done: make(chan *runs.Result, 1), gen: ConfineGen()}
 	ss.tag = fmt.Sprintf("\x00session-%d", ss.id)
 	req.StdinFD, req.StdoutFD, req.Stdin = inR, outW, nil
 	req.Tag = ss.tag
 	started := make(chan struct{})
 	go func() {
 		close(started)
-		ss.done <- s.Run(req) // closes inR and outW once the program started
+		ss.done <- runs.Run(s, req) // closes inR and outW once the program started
 	}()
 	<-started
-	s.addSession(ss)
+	s.Sessions().add(ss)
 	return ss, nil
 }
 
-func (s *Sandbox) addSession(ss *session) {
-	s.mu.Lock()
-	if s.sessions == nil {
-		s.sessions = map[uint64]*session{}
+// Table holds a sandbox's open sessions.
+type Table struct {
+	mu sync.Mutex
+	m  map[uint64]*Session
+}
+
+func (t *Table) add(ss *Session) {
+	t.mu.Lock()
+	if t.m == nil {
+		t.m = map[uint64]*Session{}
 	}
-	s.sessions[ss.id] = ss
-	s.mu.Unlock()
+	t.m[ss.id] = ss
+	t.mu.Unlock()
+}
+
+// Get is the open session id (nil: none).
+func (t *Table) Get(id uint64) *Session {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.m[id]
+}
+
+func (t *Table) remove(id uint64) {
+	t.mu.Lock()
+	delete(t.m, id)
+	t.mu.Unlock()
 }
 
 func closeAll(fds ...int) {
@@ -120,16 +167,14 @@ func closeAll(fds ...int) {
 	}
 }
 
-func (s *Sandbox) getSession(m map[string]any) (*session, error) {
+func get(s Host, m map[string]any) (*Session, error) {
 	n, ok := policy.AsInt(m["session"])
 	if !ok {
-		return nil, invalidRequest("session", "must be the id session_open returned")
+		return nil, protocol.InvalidRequest("session", "must be the id session_open returned")
 	}
-	s.mu.Lock()
-	ss := s.sessions[uint64(n)]
-	s.mu.Unlock()
+	ss := s.Sessions().Get(uint64(n))
 	if ss == nil {
-		return nil, invalidRequest("session", "%d is not open", n)
+		return nil, protocol.InvalidRequest("session", "%d is not open", n)
 	}
 	return ss, nil
 }
@@ -137,9 +182,9 @@ func (s *Sandbox) getSession(m map[string]any) (*session, error) {
 // sessionSend writes one frame and waits (up to timeout) for one frame back. A
 // program that dies or overruns the timeout ends the session (it is killed): the
 // response says so, with the run's result.
-func (s *Sandbox) sessionSend(m map[string]any) (map[string]any, error) {
+func Send(s Host, m map[string]any) (map[string]any, error) {
 	var probs policy.Problems
-	probs = append(probs, fields(m, "", "session_send", "op", "session", "frame", "timeout", "tag")...)
+	probs = append(probs, protocol.Fields(m, "", "session_send", "op", "session", "frame", "timeout", "tag")...)
 	frame, ok := m["frame"].([]byte)
 	if !ok {
 		probs.Add("frame", "must be bytes")
@@ -154,13 +199,13 @@ func (s *Sandbox) sessionSend(m map[string]any) (map[string]any, error) {
 		}
 	}
 	if len(probs) > 0 {
-		return nil, requestError(probs)
+		return nil, protocol.RequestError(probs)
 	}
-	ss, err := s.getSession(m)
+	ss, err := get(s, m)
 	if err != nil {
 		return nil, err
 	}
-	reply, end, err := s.send(ss, frame, timeout)
+	reply, end, err := SendFrame(s, ss, frame, timeout)
 	if err != nil {
 		return nil, err
 	}
@@ -176,15 +221,15 @@ func (s *Sandbox) sessionSend(m map[string]any) (map[string]any, error) {
 
 // send writes one frame to ss and waits (up to timeout seconds; 0: no limit) for
 // one frame back, or says why the session ended.
-func (s *Sandbox) send(ss *session, frame []byte, timeout float64) ([]byte, *SessionEnd, error) {
+func SendFrame(s Host, ss *Session, frame []byte, timeout float64) ([]byte, *SessionEnd, error) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if ss.closed {
-		return nil, nil, invalidRequest("session", "is closed")
+		return nil, nil, protocol.InvalidRequest("session", "is closed")
 	}
-	if ss.gen != confineGen.Load() {
+	if ss.gen != ConfineGen() {
 		// the frame is not delivered: the program predates the host's confinement
-		end := s.sessionEnded(ss, "the host process confined itself after this session started; "+
+		end := ended(s, ss, "the host process confined itself after this session started; "+
 			"the session was ended (a new one is confined too)")
 		end.Confined = true
 		return nil, end, nil
@@ -197,19 +242,19 @@ func (s *Sandbox) send(ss *session, frame []byte, timeout float64) ([]byte, *Ses
 	binary.BigEndian.PutUint32(buf, uint32(len(frame)))
 	copy(buf[4:], frame)
 	if err := writeAll(ss.in, buf, deadline); err != nil {
-		return nil, s.sessionEnded(ss, "the session's program stopped reading: "+err.Error()), nil
+		return nil, ended(s, ss, "the session's program stopped reading: "+err.Error()), nil
 	}
 	hdr := buf[:4]
 	if err := readFull(ss.out, hdr, deadline); err != nil {
-		return nil, s.sessionEnded(ss, err.Error()), nil
+		return nil, ended(s, ss, err.Error()), nil
 	}
 	n := binary.BigEndian.Uint32(hdr)
 	if n > MaxFrame {
-		return nil, s.sessionEnded(ss, fmt.Sprintf("the program sent a %d-byte frame (limit %d)", n, MaxFrame)), nil
+		return nil, ended(s, ss, fmt.Sprintf("the program sent a %d-byte frame (limit %d)", n, MaxFrame)), nil
 	}
 	reply := make([]byte, n)
 	if err := readFull(ss.out, reply, deadline); err != nil {
-		return nil, s.sessionEnded(ss, err.Error()), nil
+		return nil, ended(s, ss, err.Error()), nil
 	}
 	return reply, nil, nil
 }
@@ -220,15 +265,15 @@ func (s *Sandbox) send(ss *session, frame []byte, timeout float64) ([]byte, *Ses
 type SessionEnd struct {
 	Reason   string
 	Confined bool
-	Result   *Result
+	Result   *runs.Result
 }
 
 // sessionEnded kills the session's tree, collects its result and forgets it.
-func (s *Sandbox) sessionEnded(ss *session, why string) *SessionEnd {
-	return &SessionEnd{Reason: why, Result: s.finishSession(ss)}
+func ended(s Host, ss *Session, why string) *SessionEnd {
+	return &SessionEnd{Reason: why, Result: Finish(s, ss)}
 }
 
-func (s *Sandbox) finishSession(ss *session) *Result {
+func Finish(s Host, ss *Session) *runs.Result {
 	if !ss.closed {
 		ss.closed = true
 		unix.Shutdown(ss.in, unix.SHUT_RDWR) // sockets: EOF even though out stays open
@@ -239,37 +284,36 @@ func (s *Sandbox) finishSession(ss *session) *Result {
 	ss.done <- res // later callers see it too
 	unix.Close(ss.out)
 	ss.out = -1
-	s.mu.Lock()
-	delete(s.sessions, ss.id)
-	s.mu.Unlock()
+	s.Sessions().remove(ss.id)
 	return res
 }
 
-func (s *Sandbox) sessionClose(m map[string]any) (map[string]any, error) {
-	if probs := fields(m, "", "session_close", "op", "session", "tag"); len(probs) > 0 {
-		return nil, requestError(probs)
+func CloseRequest(s Host, m map[string]any) (map[string]any, error) {
+	if probs := protocol.Fields(m, "", "session_close", "op", "session", "tag"); len(probs) > 0 {
+		return nil, protocol.RequestError(probs)
 	}
-	ss, err := s.getSession(m)
+	ss, err := get(s, m)
 	if err != nil {
 		return nil, err
 	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	return map[string]any{"result": s.finishSession(ss)}, nil
+	return map[string]any{"result": Finish(s, ss)}, nil
 }
 
-// closeSessions ends every session (sandbox close).
-func (s *Sandbox) closeSessions() {
-	s.mu.Lock()
-	var all []*session
-	for _, ss := range s.sessions {
+// CloseAll ends every session of s (sandbox close).
+func CloseAll(s Host) {
+	t := s.Sessions()
+	t.mu.Lock()
+	var all []*Session
+	for _, ss := range t.m {
 		all = append(all, ss)
 	}
-	s.mu.Unlock()
+	t.mu.Unlock()
 	for _, ss := range all {
 		ss.mu.Lock()
 		if !ss.closed {
-			s.finishSession(ss)
+			Finish(s, ss)
 		}
 		ss.mu.Unlock()
 	}
@@ -286,7 +330,7 @@ func writeAll(fd int, b []byte, deadline time.Time) error {
 		if err == unix.EAGAIN {
 			wait := -1
 			if !deadline.IsZero() {
-				if wait = msUntil(time.Now(), deadline); wait == 0 {
+				if wait = runs.MsUntil(time.Now(), deadline); wait == 0 {
 					return fmt.Errorf("timed out writing to the program; the session was killed")
 				}
 			}
@@ -306,7 +350,7 @@ func readFull(fd int, b []byte, deadline time.Time) error {
 	for len(b) > 0 {
 		wait := -1
 		if !deadline.IsZero() {
-			wait = msUntil(time.Now(), deadline)
+			wait = runs.MsUntil(time.Now(), deadline)
 			if wait == 0 {
 				return fmt.Errorf("timed out waiting for the program; the session was killed")
 			}
@@ -331,4 +375,42 @@ func readFull(fd int, b []byte, deadline time.Time) error {
 		b = b[n:]
 	}
 	return nil
+}
+
+// OpenSession starts req as a session of s, or — with a template start frame —
+// opens a fork of that template (spawn false: the fork refuses new processes and
+// programs). It returns the session's id.
+func OpenSession(s Host, req *runs.Request, startFrame []byte, spawn bool) (uint64, error) {
+	req.StdinFD, req.StdoutFD = -1, -1
+	if startFrame != nil {
+		out, err := Fork(s, req, startFrame, spawn)
+		if err != nil {
+			return 0, err
+		}
+		id, ok := out["session"].(uint64)
+		if !ok {
+			return 0, protocol.Internal("a fork's session id is a %T", out["session"])
+		}
+		return id, nil
+	}
+	ss, err := Start(s, req, false)
+	if err != nil {
+		return 0, err
+	}
+	return ss.id, nil
+}
+
+// Lookup is s's open session id.
+func Lookup(s Host, id uint64) (*Session, error) {
+	if ss := s.Sessions().Get(id); ss != nil {
+		return ss, nil
+	}
+	return nil, protocol.Errorf(protocol.KindInvalidRequest, "invalid request: session %d is not open", id)
+}
+
+// Close ends ss (its program is killed) and returns its result.
+func Close(s Host, ss *Session) *runs.Result {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return Finish(s, ss)
 }

@@ -1,4 +1,4 @@
-package engine
+package template
 
 import (
 	"crypto/sha256"
@@ -16,7 +16,10 @@ import (
 
 	"github.com/sandtrap/sandtrap/core/cgroup"
 	"github.com/sandtrap/sandtrap/core/kernel"
+	"github.com/sandtrap/sandtrap/core/plan"
 	"github.com/sandtrap/sandtrap/core/policy"
+	"github.com/sandtrap/sandtrap/core/protocol"
+	runs "github.com/sandtrap/sandtrap/core/run"
 	"github.com/sandtrap/sandtrap/core/seccomp"
 	"github.com/vmihailenco/msgpack/v5"
 	"golang.org/x/sys/unix"
@@ -50,8 +53,8 @@ type template struct {
 	closed  bool
 	key     string
 	mu      sync.Mutex // one start or fork at a time
-	sb      *Sandbox
-	ss      *session
+	sb      Host
+	ss      *Session
 	used    time.Time
 	forks   atomic.Int64 // live forks: they live in its pid namespace and die with it
 }
@@ -78,14 +81,14 @@ func templatePolicy(p *policy.Policy) *policy.Policy {
 	return &t
 }
 
-func templateKey(s *Sandbox, req *RunRequest, start []byte) string {
+func templateKey(s Host, req *runs.Request, start []byte) string {
 	b, _ := json.Marshal(struct {
 		Policy  any
 		Argv    []string
 		Env     map[string]string // the template program starts with it (json sorts keys)
 		Start   []byte
 		Confine uint64 // a template from before confine() is not this one
-	}{templatePolicy(s.Policy), req.Argv, req.Env, start, confineGen.Load()})
+	}{templatePolicy(s.RunPolicy()), req.Argv, req.Env, start, ConfineGen()})
 	h := sha256.Sum256(b)
 	return hex.EncodeToString(h[:])
 }
@@ -118,9 +121,9 @@ func getTemplate(key string) *template {
 	return t
 }
 
-// closeTemplates ends every template (after confine(): their forks would hold
+// CloseTemplates ends every template (after confine(): their forks would hold
 // none of the new confinement; the next open starts a new one, which does).
-func closeTemplates() {
+func CloseTemplates() {
 	tplMu.Lock()
 	all := tpls
 	tpls = map[string]*template{}
@@ -151,8 +154,8 @@ func (t *template) close() {
 }
 
 // start runs the template program and prepares it with the start frame.
-func (t *template) start(s *Sandbox, req *RunRequest, startFrame []byte) error {
-	sb, err := New(templatePolicy(s.Policy))
+func (t *template) start(s Host, req *runs.Request, startFrame []byte) error {
+	sb, err := NewHost(templatePolicy(s.RunPolicy()))
 	if err != nil {
 		return err
 	}
@@ -160,7 +163,7 @@ func (t *template) start(s *Sandbox, req *RunRequest, startFrame []byte) error {
 	treq.Timeout, treq.NoTimeout = 0, true // a template lives while it is useful
 	treq.Tag = ""
 	treq.Cwd = "/" // forks take their own sandbox's
-	ss, err := sb.startSession(&treq, true)
+	ss, err := Start(sb, &treq, true)
 	if err != nil {
 		sb.Close()
 		return err
@@ -171,9 +174,9 @@ func (t *template) start(s *Sandbox, req *RunRequest, startFrame []byte) error {
 		err = expectOp(reply, "ready")
 	}
 	if err != nil {
-		res := sb.finishSession(ss)
+		res := Finish(sb, ss)
 		sb.Close()
-		return errorf(KindSpawn, "the template did not start: %v%s", err, stderrTail(res))
+		return protocol.Errorf(protocol.KindSpawn, "the template did not start: %v%s", err, stderrTail(res))
 	}
 	t.sb, t.ss = sb, ss
 	return nil
@@ -181,11 +184,11 @@ func (t *template) start(s *Sandbox, req *RunRequest, startFrame []byte) error {
 
 // sessionFork opens a session that is a fork of the template for this sandbox, req
 // and start frame (started first if there is none yet).
-func (s *Sandbox) sessionFork(req *RunRequest, startFrame []byte, spawn bool) (map[string]any, error) {
-	if !s.enter() {
-		return nil, errorf(KindClosed, "the sandbox is closed")
+func Fork(s Host, req *runs.Request, startFrame []byte, spawn bool) (map[string]any, error) {
+	if !s.Enter() {
+		return nil, protocol.Errorf(protocol.KindClosed, "the sandbox is closed")
 	}
-	defer s.inflight.Done()
+	defer s.Leave()
 	t := getTemplate(templateKey(s, req, startFrame))
 	defer t.mu.Unlock()
 	for attempt := 0; ; attempt++ {
@@ -197,11 +200,11 @@ func (s *Sandbox) sessionFork(req *RunRequest, startFrame []byte, spawn bool) (m
 			if err := t.start(s, req, startFrame); err != nil {
 				return nil, err
 			}
-			if s.group() != nil { // for its first waiting fork
-				t.prepareStage(s.features.Cgroup, cgroupLimits(s.Policy))
+			if s.Group() != nil { // for its first waiting fork
+				t.prepareStage(s.Features().Cgroup, plan.CgroupLimits(s.RunPolicy()))
 			}
 		}
-		ss, err, templateDied := s.forkFrom(t, req, spawn)
+		ss, err, templateDied := forkFrom(s, t, req, spawn)
 		if err == nil {
 			return map[string]any{"session": ss.id}, nil
 		}
@@ -209,7 +212,7 @@ func (s *Sandbox) sessionFork(req *RunRequest, startFrame []byte, spawn bool) (m
 			return nil, err
 		}
 		// the template died (killed, or out of memory): start a fresh one, once
-		t.sb.finishSession(t.ss)
+		Finish(t.sb, t.ss)
 	}
 }
 
@@ -217,45 +220,45 @@ func (s *Sandbox) sessionFork(req *RunRequest, startFrame []byte, spawn bool) (m
 // with s's Landlock ruleset and adds a seccomp layer of its own (seccomp.Layer:
 // what the template's view, IPC namespace and supervisor cannot judge for it; and,
 // unless spawn, no new processes or programs).
-func (s *Sandbox) forkFrom(t *template, req *RunRequest, spawn bool) (*session, error, bool) {
-	pl, err := s.current()
+func forkFrom(s Host, t *template, req *runs.Request, spawn bool) (*Session, error, bool) {
+	pl, err := s.Plan()
 	if err != nil {
 		return nil, err, false
 	}
 	var layer *seccomp.Program
-	if pl.bpf != nil { // (without seccomp at all — allow_degraded — there is no layer either)
+	if pl.BPF != nil { // (without seccomp at all — allow_degraded — there is no layer either)
 		if layer, err = seccomp.Layer(seccomp.LayerConfig{DenySpawn: !spawn}); err != nil {
-			return nil, errorf(KindIsolation, "seccomp: %v", err), false
+			return nil, protocol.Errorf(protocol.KindIsolation, "seccomp: %v", err), false
 		}
 	}
 	p, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return nil, errorf(KindSpawn, "socketpair: %v", err), false
+		return nil, protocol.Errorf(protocol.KindSpawn, "socketpair: %v", err), false
 	}
 	send := []int{p[1]}
-	if pl.ruleset != nil {
-		send = append(send, pl.ruleset.FD)
+	if pl.Ruleset != nil {
+		send = append(send, pl.Ruleset.FD)
 	}
 	// A cgroup for the template's next spare fork to join while it waits: a fork
 	// joining a cgroup can wait ~10 ms for the kernel (an RCU grace period), so the
 	// next sandbox takes over the cgroup its fork is already in instead.
 	var stage *cgroup.Group
-	if s.group() != nil {
+	if s.Group() != nil {
 		if stage = t.takeStage(); stage != nil {
 			send = append(send, stage.ProcFDs()...)
 		}
 		// made off this path, for the request after this one
-		defer func() { go t.prepareStage(s.features.Cgroup, cgroupLimits(s.Policy)) }()
+		defer func() { go t.prepareStage(s.Features().Cgroup, plan.CgroupLimits(s.RunPolicy())) }()
 	}
 	nstage := len(send) - 1
-	if pl.ruleset != nil {
+	if pl.Ruleset != nil {
 		nstage--
 	}
-	cwd := s.Policy.Cwd
+	cwd := s.RunPolicy().Cwd
 	if req.Cwd != "" {
 		cwd = req.Cwd
 	}
-	frame := map[string]any{"op": "fork", "landlock": pl.ruleset != nil, "stage": nstage, "cwd": cwd, "env": s.runEnv(req)}
+	frame := map[string]any{"op": "fork", "landlock": pl.Ruleset != nil, "stage": nstage, "cwd": cwd, "env": runs.Env(s, req)}
 	if layer != nil {
 		frame["seccomp"] = layer.BPF
 	}
@@ -279,7 +282,7 @@ func (s *Sandbox) forkFrom(t *template, req *RunRequest, spawn bool) (*session, 
 	if err != nil {
 		closeAll(fds...)
 		unix.Close(p[0])
-		return nil, errorf(KindSpawn, "fork from the template: %v", err), true
+		return nil, protocol.Errorf(protocol.KindSpawn, "fork from the template: %v", err), true
 	}
 	proc := &pidfdProc{fd: fds[0]}
 	out, err := unix.FcntlInt(uintptr(p[0]), unix.F_DUPFD_CLOEXEC, 0)
@@ -287,9 +290,9 @@ func (s *Sandbox) forkFrom(t *template, req *RunRequest, spawn bool) (*session, 
 		proc.kill()
 		proc.release()
 		unix.Close(p[0])
-		return nil, errorf(KindSpawn, "dup: %v", err), false
+		return nil, protocol.Errorf(protocol.KindSpawn, "dup: %v", err), false
 	}
-	ss := &session{id: sessionSeq.Add(1), in: p[0], out: out, done: make(chan *Result, 1), gen: t.ss.gen}
+	ss := &Session{id: sessionSeq.Add(1), in: p[0], out: out, done: make(chan *runs.Result, 1), gen: t.ss.gen}
 	ss.tag = fmt.Sprintf("\x00session-%d", ss.id)
 	// the fork says ready once it is in this sandbox's cgroup and scoped
 	hello, rfds, err := exchange(ss, nil, nil, deadline)
@@ -298,17 +301,17 @@ func (s *Sandbox) forkFrom(t *template, req *RunRequest, spawn bool) (*session, 
 		err = expectOp(hello, "ready")
 	}
 	if err == nil {
-		err = s.joinGroup(proc.fd, &staged)
+		err = joinGroup(s, proc.fd, &staged)
 	}
 	if err != nil {
 		proc.kill()
 		proc.release()
 		closeAll(ss.in, ss.out)
-		return nil, errorf(KindSpawn, "the template's fork did not start: %v", err), false
+		return nil, protocol.Errorf(protocol.KindSpawn, "the template's fork did not start: %v", err), false
 	}
-	untrack := s.track(ss.tag, proc.kill)
+	untrack := s.Track(ss.tag, proc.kill)
 	t.forks.Add(1)
-	iso := pl.isolation()
+	iso := pl.Isolation()
 	switch {
 	case spawn:
 		iso.Spawn = "allowed"
@@ -322,7 +325,7 @@ func (s *Sandbox) forkFrom(t *template, req *RunRequest, spawn bool) (*session, 
 		sc.Layer = layer.Denied
 		iso.Seccomp = &sc
 	}
-	timeout := s.Policy.Timeout
+	timeout := s.RunPolicy().Timeout
 	if req.Timeout > 0 {
 		timeout = req.Timeout
 	}
@@ -349,23 +352,23 @@ func (s *Sandbox) forkFrom(t *template, req *RunRequest, spawn bool) (*session, 
 		proc.release()
 		t.forks.Add(-1)
 		// not our child: its status went to the template, which reaps it
-		res := &Result{Stdout: []byte{}, Stderr: []byte{}, Isolation: iso,
-			Usage: Usage{WallS: time.Since(start).Seconds()}}
+		res := &runs.Result{Stdout: []byte{}, Stderr: []byte{}, Isolation: iso,
+			Usage: runs.Usage{WallS: time.Since(start).Seconds()}}
 		if timedOut.Load() {
 			res.TimedOut = true
-			res.Error = &ErrorInfo{Kind: KindTimeout, Message: fmt.Sprintf("timed out after %gs", timeout)}
+			res.Error = &runs.ErrorInfo{Kind: protocol.KindTimeout, Message: fmt.Sprintf("timed out after %gs", timeout)}
 		}
 		ss.done <- res
 	}()
-	s.addSession(ss)
+	s.Sessions().add(ss)
 	return ss, nil, false
 }
 
 // joinGroup puts the fork (known by its pidfd) into this sandbox's cgroup before it
 // serves anything: by taking over *staged when the fork is already in it (and this
 // sandbox's own cgroup is unused), else by moving it.
-func (s *Sandbox) joinGroup(pidfd int, staged **cgroup.Group) error {
-	own := s.group()
+func joinGroup(s Host, pidfd int, staged **cgroup.Group) error {
+	own := s.Group()
 	if own == nil {
 		return nil
 	}
@@ -373,7 +376,7 @@ func (s *Sandbox) joinGroup(pidfd int, staged **cgroup.Group) error {
 	if err != nil {
 		return err
 	}
-	if g := *staged; g != nil && slices.Contains(g.Pids(), pid) && s.adoptGroup(g) {
+	if g := *staged; g != nil && slices.Contains(g.Pids(), pid) && s.AdoptGroup(g) {
 		*staged = nil
 		return nil
 	}
@@ -461,7 +464,7 @@ func expectOp(frame []byte, op string) error {
 	return fmt.Errorf("want %q, got %v", op, m["op"])
 }
 
-func stderrTail(r *Result) string {
+func stderrTail(r *runs.Result) string {
 	if r == nil || len(r.Stderr) == 0 {
 		return ""
 	}
@@ -474,7 +477,7 @@ func stderrTail(r *Result) string {
 
 // exchange writes one frame (none when frame is nil) with fds attached and reads one
 // frame back with any fds that came with it, by deadline.
-func exchange(ss *session, frame []byte, fds []int, deadline time.Time) ([]byte, []int, error) {
+func exchange(ss *Session, frame []byte, fds []int, deadline time.Time) ([]byte, []int, error) {
 	if frame != nil {
 		buf := make([]byte, 4+len(frame))
 		binary.BigEndian.PutUint32(buf, uint32(len(frame)))
@@ -533,7 +536,7 @@ func waitReadable(fd int, deadline time.Time) error {
 	for {
 		wait := -1
 		if !deadline.IsZero() {
-			if wait = msUntil(time.Now(), deadline); wait == 0 {
+			if wait = runs.MsUntil(time.Now(), deadline); wait == 0 {
 				return fmt.Errorf("timed out waiting for the program")
 			}
 		}
@@ -545,4 +548,31 @@ func waitReadable(fd int, deadline time.Time) error {
 			return nil
 		}
 	}
+}
+
+// Templates are the sandboxes of the templates kept now (their count, and their
+// processes through each one's cgroup).
+func Templates() []Host {
+	tplMu.Lock()
+	all := make([]*template, 0, len(tpls))
+	for _, t := range tpls {
+		all = append(all, t)
+	}
+	tplMu.Unlock()
+	var out []Host
+	for _, t := range all {
+		t.mu.Lock()
+		if t.sb != nil {
+			out = append(out, t.sb)
+		}
+		t.mu.Unlock()
+	}
+	return out
+}
+
+// Kept is how many templates are kept now (started or starting).
+func Kept() int {
+	tplMu.Lock()
+	defer tplMu.Unlock()
+	return len(tpls)
 }

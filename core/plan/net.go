@@ -1,4 +1,4 @@
-package engine
+package plan
 
 import (
 	"context"
@@ -15,16 +15,17 @@ import (
 	"github.com/sandtrap/sandtrap/core/supervise"
 )
 
-// netPlan is what the policy's network rules need from the kernel and the
+// NetPlan is what the policy's network rules need from the kernel and the
 // supervisor. Landlock enforces TCP ports (the floor, always); the supervisor
 // enforces everything about a destination's address, UDP and ICMP, and a deny
 // list. A policy the floor alone enforces (ports, any host) traps nothing.
-type netPlan struct {
+type NetPlan struct {
 	wanted       bool     // inet sockets at all
 	connectPorts []uint16 // Landlock TCP connect rules
 	anyConnect   bool     // Landlock allows every TCP connect (the supervisor, if any, decides)
 	udp, icmp    bool     // the filter allows such sockets
 	sup          *supervise.NetPolicy
+	ports        *supervise.PortMap  // port_remap (ports.go)
 	resolved     map[string][]string // host name -> addresses found at build
 	report       *NetReport
 }
@@ -36,7 +37,8 @@ type NetReport struct {
 	Supervised bool                `msgpack:"supervised"` // destinations checked by the supervisor
 	Floor      string              `msgpack:"floor"`      // what the kernel enforces underneath
 	Resolved   map[string][]string `msgpack:"resolved,omitempty"`
-	Notes      []string            `msgpack:"notes,omitempty"` // what the rules allow that this host will not do
+	Notes      []string            `msgpack:"notes,omitempty"`      // what the rules allow that this host will not do
+	PortRemap  bool                `msgpack:"port_remap,omitempty"` // binds of the bind ports remapped (ports.go)
 }
 
 // maxFloorPorts: more TCP ports than this in the rules make the Landlock floor
@@ -52,8 +54,8 @@ func lookupHost(ctx context.Context, host string) ([]netip.Addr, error) {
 
 // planNet resolves the rules' host names (every failure is a problem) and decides
 // who enforces what.
-func planNet(p *policy.Policy, probs *policy.Problems) netPlan {
-	np := netPlan{resolved: map[string][]string{}}
+func planNet(p *policy.Policy, probs *policy.Problems) NetPlan {
+	np := NetPlan{resolved: map[string][]string{}}
 	deny := len(p.NetDeny) > 0
 	rules := p.NetAllow
 	if deny {
@@ -159,6 +161,8 @@ func planNet(p *policy.Policy, probs *policy.Problems) netPlan {
 			rep.Notes = append(rep.Notes, note)
 		}
 	}
+	np.ports = planPorts(p, probs)
+	rep.PortRemap = np.ports != nil
 	return np
 }
 
@@ -188,3 +192,20 @@ func field(deny bool) string {
 	}
 	return "net_allow"
 }
+
+// planPorts is the sandbox's port map (nil without port_remap): the policy's bind
+// ports are virtual, the supervisor binds real ones (core/supervise/ports.go).
+func planPorts(p *policy.Policy, probs *policy.Problems) *supervise.PortMap {
+	if !p.PortRemap {
+		return nil
+	}
+	if len(p.NetAllowBind) == 0 {
+		probs.Add("port_remap", "needs the virtual ports: give them as net_allow_bind")
+		return nil
+	}
+	return supervise.NewPortMap(p.NetAllowBind)
+}
+
+// Ports is the sandbox's port map (nil without port_remap), shared by every zygote,
+// run, session and fork of the sandbox.
+func (np NetPlan) Ports() *supervise.PortMap { return np.ports }

@@ -1,4 +1,7 @@
-package engine
+// Package protocol is the msgpack protocol of the engine: requests decoded (checked
+// before any allocation, scan.go), responses encoded, errors with stable kinds and
+// their problems field by field, and the registry of ops.
+package protocol
 
 import (
 	"bytes"
@@ -21,7 +24,7 @@ func DecodeMap(b []byte, what string) (m map[string]any, err error) {
 	if len(b) > MaxRequest {
 		return nil, undecodable(what, "%d bytes is too large", len(b))
 	}
-	if err := scan(b); err != nil {
+	if err := Scan(b); err != nil {
 		return nil, undecodable(what, "malformed msgpack: %v", err)
 	}
 	defer func() {
@@ -126,15 +129,6 @@ func normalize(v any) (any, error) {
 	return v, nil
 }
 
-// NewFromMsgpack builds a sandbox from a msgpack policy map.
-func NewFromMsgpack(b []byte) (*Sandbox, error) {
-	m, err := DecodeMap(b, "policy")
-	if err != nil {
-		return nil, err
-	}
-	return NewFromMap(m)
-}
-
 // Encode marshals a response.
 func Encode(v any) []byte {
 	var buf bytes.Buffer
@@ -149,28 +143,40 @@ func Encode(v any) []byte {
 
 // ErrorResponse is the response for a request that could not run at all.
 func ErrorResponse(err error) []byte {
-	return Encode(map[string]any{"success": false, "error": errorInfo(err)})
+	return Encode(map[string]any{"success": false, "error": Info(err)})
 }
 
-// errorInfo is err as a response's error: its kind, message and problems.
-func errorInfo(err error) ErrorInfo {
+// Info is err as a response's error: its kind, message and problems.
+func Info(err error) ErrorInfo {
 	if e, ok := err.(*Error); ok {
-		return ErrorInfo{Kind: e.Kind, Message: e.Message, Problems: e.Problems}
+		probs := make([]policy.Problem, len(e.Problems))
+		for i, p := range e.Problems {
+			probs[i] = policy.Problem{Field: Text(p.Field), Message: Text(p.Message)}
+		}
+		if len(probs) == 0 {
+			probs = nil
+		}
+		return ErrorInfo{Kind: e.Kind, Message: Text(e.Message), Problems: probs}
 	}
-	return ErrorInfo{Kind: KindInternal, Message: err.Error()}
+	return ErrorInfo{Kind: KindInternal, Message: Text(err.Error())}
 }
 
-// kindOf is the kind of an engine error (internal for any other error).
-func kindOf(err error) string {
+// Text is s as a msgpack str may carry it: valid UTF-8 (a message that quotes
+// the request's bytes — a key, an argv element — is decoded as text by every
+// binding, and one invalid byte would fail the whole response there).
+func Text(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }
+
+// KindOf is the kind of an engine error (internal for any other error).
+func KindOf(err error) string {
 	if e, ok := err.(*Error); ok {
 		return e.Kind
 	}
 	return KindInternal
 }
 
-// fields checks a request map for unknown keys; at prefixes the problems' field
+// Fields checks a request map for unknown keys; at prefixes the problems' field
 // ("stages[2]." inside a pipeline stage).
-func fields(m map[string]any, at, what string, allowed ...string) policy.Problems {
+func Fields(m map[string]any, at, what string, allowed ...string) policy.Problems {
 	var probs policy.Problems
 	ok := map[string]bool{}
 	for _, a := range allowed {
@@ -189,7 +195,8 @@ func fields(m map[string]any, at, what string, allowed ...string) policy.Problem
 	return probs
 }
 
-func argv(v any, at string, probs *policy.Problems) []string {
+// Argv reads a request's argv (at prefixes the problems' field).
+func Argv(v any, at string, probs *policy.Problems) []string {
 	list, ok := v.([]any)
 	if !ok || len(list) == 0 {
 		probs.Add(at+"argv", "must be a non-empty list of strings")
@@ -219,99 +226,6 @@ func argv(v any, at string, probs *policy.Problems) []string {
 	return out
 }
 
-// parseRun reads the fields of a run request (or of a pipeline stage, at
-// "stages[i].").
-func parseRun(m map[string]any, at, what string, probs *policy.Problems, extra ...string) *RunRequest {
-	allowed := append([]string{"op", "argv", "stdin", "timeout", "env", "cwd", "tag", "max_output"}, extra...)
-	*probs = append(*probs, fields(m, at, what, allowed...)...)
-	req := &RunRequest{StdinFD: -1, StdoutFD: -1}
-	req.Argv = argv(m["argv"], at, probs)
-	switch s := m["stdin"].(type) {
-	case nil:
-	case []byte:
-		req.Stdin = s
-	case string:
-		req.Stdin = []byte(s)
-	default:
-		probs.Add(at+"stdin", "must be bytes or a string, got %T", s)
-	}
-	// reuse the policy reader for typed scalar fields
-	sub := map[string]any{}
-	for _, k := range []string{"timeout", "env", "cwd", "max_output"} {
-		if v, ok := m[k]; ok {
-			sub[k] = v
-		}
-	}
-	p, sp := policy.Decode(sub)
-	if len(sp) > 0 {
-		for _, pr := range sp {
-			probs.Add(at+pr.Field, "%s", pr.Message)
-		}
-	} else {
-		req.Timeout, req.Env, req.Cwd = p.Timeout, p.Env, p.Cwd
-		if _, ok := m["max_output"]; ok {
-			req.MaxOutput = p.MaxOutput
-		}
-	}
-	if t, ok := m["tag"]; ok {
-		s, isStr := t.(string)
-		if !isStr {
-			probs.Add(at+"tag", "must be a string")
-		}
-		req.Tag = s
-	}
-	return req
-}
-
-// Exec runs one msgpack request against the sandbox and returns the msgpack
-// response and the error kind ("" when the call itself succeeded).
-func (s *Sandbox) Exec(b []byte) ([]byte, string) {
-	if resp, kind, ok := s.execRaw(b); ok { // host-call answers, ops of other packages
-		return resp, kind
-	}
-	m, err := DecodeMap(b, "request")
-	if err != nil {
-		return ErrorResponse(err), KindInvalidRequest
-	}
-	op, _ := m["op"].(string)
-	switch op {
-	case "run":
-		var probs policy.Problems
-		req := parseRun(m, "", "run", &probs)
-		if len(probs) > 0 {
-			return ErrorResponse(requestError(probs)), KindInvalidRequest
-		}
-		res := s.Run(req)
-		return Encode(res), CallKind(res.Error)
-	case "pipeline":
-		res, err := s.pipelineRequest(m)
-		if err != nil {
-			return ErrorResponse(err), kindOf(err)
-		}
-		return Encode(res), CallKind(res.Error)
-	case "isolation":
-		return Encode(s.isolation()), ""
-	case "session_open", "session_send", "session_close":
-		var out map[string]any
-		var err error
-		switch op {
-		case "session_open":
-			out, err = s.sessionOpen(m)
-		case "session_send":
-			out, err = s.sessionSend(m)
-		default:
-			out, err = s.sessionClose(m)
-		}
-		if err != nil {
-			return ErrorResponse(err), kindOf(err)
-		}
-		return Encode(out), ""
-	case "":
-		return ErrorResponse(invalidRequest("op", "missing (%s)", strings.Join(knownOps(), ", "))), KindInvalidRequest
-	}
-	return ErrorResponse(invalidRequest("op", "unknown op %q (%s)", op, strings.Join(knownOps(), ", "))), KindInvalidRequest
-}
-
 // CallKind maps a result error to a call status: errors about the run's own fate
 // (timeout, cancel, limits, a pipeline stage that failed) are results, not call
 // failures.
@@ -326,15 +240,15 @@ func CallKind(e *ErrorInfo) string {
 	return e.Kind
 }
 
-// requestError turns collected problems into an invalid_request error.
-func requestError(probs policy.Problems) *Error {
+// RequestError turns collected problems into an invalid_request error.
+func RequestError(probs policy.Problems) *Error {
 	return &Error{Kind: KindInvalidRequest, Message: policy.FormatProblems("invalid request", probs),
 		Problems: append([]policy.Problem(nil), probs...)}
 }
 
-// invalidRequest is an invalid_request error with one problem.
-func invalidRequest(field, format string, a ...any) *Error {
+// InvalidRequest is an invalid_request error with one problem.
+func InvalidRequest(field, format string, a ...any) *Error {
 	var probs policy.Problems
 	probs.Add(field, format, a...)
-	return requestError(probs)
+	return RequestError(probs)
 }

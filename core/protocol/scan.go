@@ -1,4 +1,4 @@
-package engine
+package protocol
 
 import (
 	"encoding/binary"
@@ -8,10 +8,10 @@ import (
 // MaxDepth bounds nesting in requests and policies.
 const MaxDepth = 64
 
-// scan checks that b is exactly one well-formed msgpack value whose declared
+// Scan checks that b is exactly one well-formed msgpack value whose declared
 // lengths fit in the input and whose nesting stays under MaxDepth, before any
 // decoder allocates for it (a 5-byte input may claim a map of 4 billion entries).
-func scan(b []byte) error {
+func Scan(b []byte) error {
 	pending := []int{1} // values still expected at each open level
 	i := 0
 	for len(pending) > 0 {

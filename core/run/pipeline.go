@@ -1,44 +1,13 @@
-package engine
+package run
 
 import (
 	"fmt"
 	"sync"
-	"sync/atomic"
 
 	"github.com/sandtrap/sandtrap/core/policy"
+	"github.com/sandtrap/sandtrap/core/protocol"
 	"golang.org/x/sys/unix"
 )
-
-// Registry maps sandbox ids (handed to bindings) to sandboxes, so a pipeline request
-// names each stage's sandbox instead of re-sending its policy.
-var (
-	regMu  sync.RWMutex
-	reg    = map[uint64]*Sandbox{}
-	nextID atomic.Uint64
-)
-
-// Register gives s an id for use in pipeline requests.
-func Register(s *Sandbox) uint64 {
-	id := nextID.Add(1)
-	regMu.Lock()
-	reg[id] = s
-	regMu.Unlock()
-	s.id = id
-	return id
-}
-
-// Unregister forgets s.
-func Unregister(s *Sandbox) {
-	regMu.Lock()
-	delete(reg, s.id)
-	regMu.Unlock()
-}
-
-func lookup(id uint64) *Sandbox {
-	regMu.RLock()
-	defer regMu.RUnlock()
-	return reg[id]
-}
 
 // PipelineResult is the last stage's result plus every stage's (see pipelineResult).
 type PipelineResult struct {
@@ -49,8 +18,8 @@ type PipelineResult struct {
 
 // Stage is one command of a pipeline and the sandbox it runs in.
 type Stage struct {
-	Sandbox *Sandbox
-	Req     *RunRequest
+	Sandbox Host
+	Req     *Request
 }
 
 // Pipeline runs stages joined by kernel pipes: stage i's stdout is stage i+1's stdin.
@@ -62,13 +31,13 @@ func Pipeline(stages []Stage, stdin []byte) *PipelineResult {
 	type pp struct{ r, w int }
 	pipes := make([]pp, n-1)
 	for i := range pipes {
-		r, w, err := pipe()
+		r, w, err := Pipe()
 		if err != nil {
 			for _, p := range pipes[:i] {
 				unix.Close(p.r)
 				unix.Close(p.w)
 			}
-			res := failed(KindSpawn, "pipe: "+err.Error(), nil)
+			res := failed(protocol.KindSpawn, "pipe: "+err.Error(), nil)
 			return &PipelineResult{Result: *res, Stages: []*Result{}}
 		}
 		pipes[i] = pp{r, w}
@@ -85,9 +54,9 @@ func Pipeline(stages []Stage, stdin []byte) *PipelineResult {
 			req.StdoutFD = pipes[i].w
 		}
 		wg.Add(1)
-		go func(i int, req RunRequest) {
+		go func(i int, req Request) {
 			defer wg.Done()
-			results[i] = stages[i].Sandbox.Run(&req)
+			results[i] = Run(stages[i].Sandbox, &req)
 		}(i, req)
 	}
 	wg.Wait()
@@ -110,25 +79,28 @@ func pipelineResult(stages []Stage, results []*Result) *PipelineResult {
 		idx := i
 		out.FailedStage = &idx
 		out.Success = false
-		what := fmt.Sprintf("stage %d (%s)", i, stages[i].Req.Argv[0])
+		what := fmt.Sprintf("stage %d (%s)", i, protocol.Text(stages[i].Req.Argv[0]))
 		switch {
 		case r.Error != nil:
 			out.Error = &ErrorInfo{Kind: r.Error.Kind, Message: what + ": " + r.Error.Message}
 		case i == n-1:
 			// the last stage's own status is the pipeline's: no error of its own
 		case r.ExitCode != nil:
-			out.Error = &ErrorInfo{Kind: KindStageFailed, Message: fmt.Sprintf("%s exited with status %d", what, *r.ExitCode)}
+			out.Error = &ErrorInfo{Kind: protocol.KindStageFailed, Message: fmt.Sprintf("%s exited with status %d", what, *r.ExitCode)}
 		case r.Signal != nil:
-			out.Error = &ErrorInfo{Kind: KindStageFailed, Message: fmt.Sprintf("%s was killed by signal %d", what, *r.Signal)}
+			out.Error = &ErrorInfo{Kind: protocol.KindStageFailed, Message: fmt.Sprintf("%s was killed by signal %d", what, *r.Signal)}
 		}
 		break
 	}
 	return out
 }
 
-func (s *Sandbox) pipelineRequest(m map[string]any) (*PipelineResult, error) {
+// PipelineRequest decodes a pipeline request for h (docs/protocol.md, "pipeline")
+// and runs it; lookup finds the sandbox a stage names by its registry id (nil: no
+// such sandbox).
+func PipelineRequest(h Host, m map[string]any, lookup func(id uint64) Host) (*PipelineResult, error) {
 	var probs policy.Problems
-	probs = append(probs, fields(m, "", "pipeline", "op", "stages", "stdin", "timeout", "tag")...)
+	probs = append(probs, protocol.Fields(m, "", "pipeline", "op", "stages", "stdin", "timeout", "tag")...)
 	list, ok := m["stages"].([]any)
 	if !ok || len(list) == 0 {
 		probs.Add("stages", "must be a non-empty list")
@@ -149,7 +121,7 @@ func (s *Sandbox) pipelineRequest(m map[string]any) (*PipelineResult, error) {
 			commonFields[k] = v
 		}
 	}
-	common := parseRun(commonFields, "", "pipeline", &probs)
+	common := ParseRequest(commonFields, "", "pipeline", &probs)
 	var stages []Stage
 	for i, st := range list {
 		sm, ok := st.(map[string]any)
@@ -158,16 +130,20 @@ func (s *Sandbox) pipelineRequest(m map[string]any) (*PipelineResult, error) {
 			continue
 		}
 		at := fmt.Sprintf("stages[%d].", i)
-		sb := s
+		sb := h
 		if id, has := sm["sandbox"]; has {
 			n, isInt := policy.AsInt(id)
-			if !isInt || n <= 0 || lookup(uint64(n)) == nil {
+			var found Host
+			if isInt && n > 0 {
+				found = lookup(uint64(n))
+			}
+			if found == nil {
 				probs.Add(at+"sandbox", "%v is not a live sandbox id", id)
 				continue
 			}
-			sb = lookup(uint64(n))
+			sb = found
 		}
-		req := parseRun(sm, at, "a pipeline stage", &probs, "sandbox")
+		req := ParseRequest(sm, at, "a pipeline stage", &probs, "sandbox")
 		if _, has := sm["stdin"]; has {
 			probs.Add(at+"stdin", "only the pipeline itself takes stdin")
 		}
@@ -178,7 +154,7 @@ func (s *Sandbox) pipelineRequest(m map[string]any) (*PipelineResult, error) {
 		stages = append(stages, Stage{Sandbox: sb, Req: req})
 	}
 	if len(probs) > 0 {
-		return nil, requestError(probs)
+		return nil, protocol.RequestError(probs)
 	}
 	return Pipeline(stages, stdin), nil
 }

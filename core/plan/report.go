@@ -1,4 +1,4 @@
-package engine
+package plan
 
 import (
 	"github.com/sandtrap/sandtrap/core/fsview"
@@ -18,8 +18,9 @@ type Isolation struct {
 	View           []fsview.Mount   `msgpack:"view,omitempty"`  // how the view presents each path (everything else: read-only)
 	Spawn          string           `msgpack:"spawn,omitempty"` // template forks: "allowed" or "refused" (new processes and programs)
 	Net            *NetReport       `msgpack:"net"`
-	TreeKill       string           `msgpack:"tree_kill"` // pid_namespace | cgroup | process_group
-	Cgroup         string           `msgpack:"cgroup"`    // "" | cgroup_v1 | cgroup_v2
+	Hostname       string           `msgpack:"hostname,omitempty"` // the sandbox's own (name), in a UTS namespace of its own
+	TreeKill       string           `msgpack:"tree_kill"`          // pid_namespace | cgroup | process_group
+	Cgroup         string           `msgpack:"cgroup"`             // "" | cgroup_v1 | cgroup_v2
 	UID            *uint32          `msgpack:"uid,omitempty"`
 	GID            *uint32          `msgpack:"gid,omitempty"`
 	Limits         map[string]Limit `msgpack:"limits"`
