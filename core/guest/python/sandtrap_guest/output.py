@@ -17,7 +17,7 @@ import contextlib
 import sys
 import threading
 from collections.abc import Iterable, Iterator
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 _lock = threading.Lock()
 _routes: dict[int, tuple[Any, Any]] = {}  # thread ident -> (stdout capture, stderr capture)
@@ -47,10 +47,10 @@ class _Router:
     def write(self, s: object) -> int:
         cap = self._target()
         if cap is None:
-            return int(self._real.write(s))  # type: ignore[arg-type]  # what the real stream takes
+            return self._real.write(s)  # type: ignore[arg-type]  # what the real stream takes
         if not isinstance(s, str):
             s = str(s)
-        return int(cap.write(s))
+        return cast(int, cap.write(s))  # what the capture returns, unchanged
 
     def writelines(self, lines: Iterable[object]) -> None:
         for line in lines:
