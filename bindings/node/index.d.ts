@@ -187,6 +187,44 @@ export interface RunResult {
   stages: RunResult[];
   /** A pipeline's first failed stage (null for a run). */
   failedStage: number | null;
+  /** What the run was refused, at most 256 entries (docs/protocol.md "denials"). */
+  denials: Denial[];
+  /** Denials beyond the 256 entries kept. */
+  denialsDropped: number;
+  /** By source (supervisor, landlock, seccomp): "reported", or why its denials are not in denials. */
+  denialsSources: Record<string, string>;
+}
+
+/** What learn() found. */
+export interface LearnResult {
+  /** The learning run's own result. */
+  result: RunResult;
+  /** The smallest policy the command needed, as options for `new Sandbox(policy)`. */
+  policy: Pick<SandboxOptions, 'fsReadable' | 'fsWritable' | 'netAllow'>;
+  /** The same policy as TOML text in the profile format (policy field names as keys). */
+  profile: string;
+  /** Every access recorded: read, write, exec, create (paths as named), connect. */
+  observed: Record<string, string[]>;
+  /** Paths not recorded beyond the record's cap. */
+  dropped: number;
+  /** What the learning run was allowed. */
+  mode: string;
+}
+
+/** One access the sandbox refused a run, counted. */
+export interface Denial {
+  syscall: string;
+  /** The file, for calls about files. */
+  path: string | null;
+  /** The destination, for calls about sockets. */
+  address: string | null;
+  /** Why the supervisor could not decide (and so refused). */
+  reason: string | null;
+  /** The errno's name, e.g. "EACCES". */
+  errno: string;
+  errnoNr: number;
+  count: number;
+  source: 'supervisor' | 'landlock' | 'seccomp' | (string & {});
 }
 
 /** The last stage's result plus every stage's result, in order. It succeeds only
@@ -237,6 +275,12 @@ export declare class Sandbox {
    * with an AbortError (result in `err.result`) when `signal` aborted it.
    */
   run(argv: readonly string[], options?: RunOptions): Promise<RunResult>;
+  /**
+   * Run argv permissively but recorded (every file readable through a read-only
+   * view, writes only in fsWritable, every destination netAllow does not allow
+   * refused and recorded) and resolve with the smallest policy it needed.
+   */
+  learn(argv: readonly string[], options?: RunOptions): Promise<LearnResult>;
   /** A command for a pipeline: `a.cmd(x).pipe(b.cmd(y)).run()`. */
   cmd(argv: readonly string[], options?: CommandOptions): Command;
   /** What this sandbox enforces on this machine, without running anything. */

@@ -29,6 +29,15 @@ type (
 	Isolation = plan.Isolation
 	// Limit is one resource limit and the mechanism enforcing it.
 	Limit = plan.Limit
+	// Denial is one refused access of a run, counted (core/run/denials.go).
+	Denial = runs.Denial
+)
+
+// Denial sources (Result.DenialsSources; core/run).
+const (
+	SourceSupervisor = runs.SourceSupervisor
+	SourceLandlock   = runs.SourceLandlock
+	SourceSeccomp    = runs.SourceSeccomp
 )
 
 // Error kinds, stable across the C ABI and the bindings (core/protocol).

@@ -22,7 +22,7 @@ func FuzzExec(f *testing.F) {
 	f.Cleanup(sb.Close)
 	pack := func(m map[string]any) []byte { b, _ := msgpack.Marshal(m); return b }
 	for _, op := range []string{"run", "pipeline", "isolation", "session_open", "session_send", "session_close", "answer",
-		"coop_open", "coop_exec", "fork", "reduce", "nope"} {
+		"coop_open", "coop_exec", "fork", "reduce", "learn", "ports", "nope"} {
 		f.Add(pack(map[string]any{"op": op}))
 		f.Add(pack(map[string]any{"op": op, "session": -1, "frame": 3, "argv": []any{1, nil}, "stages": []any{map[string]any{"sandbox": "x"}},
 			"tag": []any{}, "id": "x", "value": map[string]any{"a": nil}, "n": -5, "template": true, "timeout": "soon"}))

@@ -67,7 +67,9 @@ func NewFromMsgpack(b []byte) (*Sandbox, error) {
 // New validates p against this machine and compiles its plan.
 func New(p *policy.Policy) (*Sandbox, error) { return build(p, nil) }
 
-func build(p *policy.Policy, probs policy.Problems) (*Sandbox, error) {
+// build makes the sandbox of p; opts (learn mode) adjust it before its plan is
+// compiled.
+func build(p *policy.Policy, probs policy.Problems, opts ...func(*Sandbox)) (*Sandbox, error) {
 	in, err := plan.Prepare(p, kernel.Probe(), probs)
 	if err != nil {
 		return nil, err
@@ -85,6 +87,9 @@ func build(p *policy.Policy, probs policy.Problems) (*Sandbox, error) {
 		} else {
 			sb.cg = cg
 		}
+	}
+	for _, o := range opts {
+		o(sb)
 	}
 	pl, err := sb.compile(confineGen.Load())
 	if err != nil {
@@ -289,6 +294,7 @@ func (s *Sandbox) zygote(fresh *spawn.Zygote) (*spawn.Zygote, *plan.Plan, error)
 			// no run outlives its supervisor: the zygote's runs die with it
 			sup.OnFail(z.Close)
 			s.sup = sup
+			runs.AddSupervisor(z, sup, pl.PidNS) // denials by run (core/run/denials.go)
 		}
 		s.zyg, s.zygPlan = z, pl
 	}

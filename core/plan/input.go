@@ -29,6 +29,9 @@ type Input struct {
 	Group    *cgroup.Group // the sandbox's cgroup (nil: no limit needs one)
 	GroupErr string        // why it has none although a limit wanted one (allow_degraded)
 	Net      NetPlan       // who enforces the network rules (net.go)
+	// Learn, in learn mode (core/engine/learn.go), is told every path call the
+	// supervisor sees (supervise.Config.Learn).
+	Learn func(kind, path string)
 }
 
 // Prepare checks p against this machine (with the problems decoding found: every

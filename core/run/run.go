@@ -70,6 +70,12 @@ type Result struct {
 	Error           *ErrorInfo `msgpack:"error"`
 	Isolation       *Isolation `msgpack:"isolation"`
 	Usage           Usage      `msgpack:"usage"`
+	// What the run was refused (denials.go): at most supervise.MaxDenials entries,
+	// DenialsDropped counting the denials beyond; DenialsSources says, by source,
+	// "reported" or why that source's denials are not in Denials.
+	Denials        []Denial          `msgpack:"denials"`
+	DenialsDropped int               `msgpack:"denials_dropped"`
+	DenialsSources map[string]string `msgpack:"denials_sources"`
 }
 
 // Host is the sandbox a run belongs to (core/engine's Sandbox).
@@ -89,7 +95,7 @@ type Host interface {
 }
 
 func failed(kind, msg string, iso *Isolation) *Result {
-	return &Result{Error: &ErrorInfo{Kind: kind, Message: protocol.Text(msg)}, Isolation: iso, Stdout: []byte{}, Stderr: []byte{}}
+	return &Result{Error: &ErrorInfo{Kind: kind, Message: protocol.Text(msg)}, Isolation: iso, Stdout: []byte{}, Stderr: []byte{}, Denials: []Denial{}}
 }
 
 var (
@@ -296,6 +302,8 @@ func Run(h Host, req *Request) *Result {
 		return failed(spawnErrKind(err), spawnErrMessage(path, err), iso)
 	}
 	defer unix.Close(proc.PidFD)
+	denied := attachRun(zyg, pl, proc)
+	defer denied.detach()
 
 	sup.proc, sup.cancelFD, sup.cg = proc, cancel.fd, cg
 	sup.pidNS = pl.PidNS
@@ -383,6 +391,7 @@ func Run(h Host, req *Request) *Result {
 		res.Error = &ErrorInfo{Kind: kind, Message: fmt.Sprintf("memory limit of %d bytes exceeded; killed by the kernel", p.MaxMemory)}
 	}
 	res.Success = res.Error == nil && res.ExitCode != nil && *res.ExitCode == 0
+	denied.fill(res)
 	return res
 }
 

@@ -22,6 +22,7 @@ type call struct {
 	pidfd    int
 	closes   []int
 	detached bool // handled by a goroutine of its own, no longer by the loop
+	live     bool // pidfd_getfd on c.pidfd succeeded: its task was alive during the call (denials.go)
 }
 
 func (c *call) arg(i int) uint64 { return c.n.Data.Args[i] }
@@ -91,6 +92,7 @@ func (c *call) openPidfd(fresh bool) error {
 	if c.pidfd >= 0 && !fresh {
 		return nil
 	}
+	c.live = false
 	if c.n.Pid == 0 {
 		return errors.New("the calling task is not visible in the supervisor's pid namespace")
 	}
@@ -134,6 +136,7 @@ func (c *call) childFD(n int32) (int, *reply) {
 		r := c.failure("pidfd_getfd", err, unix.EBADF)
 		return -1, &r
 	}
+	c.live = true
 	return c.keep(fd), nil // pidfd_getfd sets O_CLOEXEC
 }
 

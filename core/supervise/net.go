@@ -404,16 +404,7 @@ func (c *call) performSend(k sock, wouldBlock bool, isConnect bool, f func(extra
 			return r
 		}
 	}
-	if c.s.blocked.Add(1) > maxBlocked {
-		c.s.blocked.Add(-1)
-		return deny(unix.ENOBUFS, fmt.Sprintf("more than %d calls of this sandbox already block in connect or send", maxBlocked))
-	}
-	return c.detach(func() reply {
-		defer c.s.blocked.Add(-1)
-		if !c.s.track(k.fd) {
-			return gone() // closing
-		}
-		defer c.s.untrack(k.fd)
+	return c.detachBlocking(k.fd, func() reply {
 		if isConnect {
 			stop := make(chan struct{})
 			defer close(stop)
@@ -434,6 +425,24 @@ func (c *call) performSend(k sock, wouldBlock bool, isConnect bool, f func(extra
 			}()
 		}
 		return f(0)
+	})
+}
+
+// detachBlocking runs f, a call that may block on socket fd, on a goroutine of its
+// own (detach): at most maxBlocked of them per sandbox (then ENOBUFS), each with fd
+// registered so that Close shuts it down and f returns.
+func (c *call) detachBlocking(fd int, f func() reply) reply {
+	if c.s.blocked.Add(1) > maxBlocked {
+		c.s.blocked.Add(-1)
+		return deny(unix.ENOBUFS, fmt.Sprintf("more than %d calls of this sandbox already block in connect or send", maxBlocked))
+	}
+	return c.detach(func() reply {
+		defer c.s.blocked.Add(-1)
+		if !c.s.track(fd) {
+			return gone() // closing
+		}
+		defer c.s.untrack(fd)
+		return f()
 	})
 }
 
@@ -503,16 +512,7 @@ func (c *call) connectInet(k sock, a *addr) reply {
 	if r, done := connectDone(k.fd, 0); done {
 		return r
 	}
-	if c.s.blocked.Add(1) > maxBlocked {
-		c.s.blocked.Add(-1)
-		return deny(unix.ENOBUFS, fmt.Sprintf("more than %d calls of this sandbox already block in connect or send", maxBlocked))
-	}
-	return c.detach(func() reply {
-		defer c.s.blocked.Add(-1)
-		if !c.s.track(k.fd) {
-			return gone() // closing
-		}
-		defer c.s.untrack(k.fd)
+	return c.detachBlocking(k.fd, func() reply {
 		for {
 			if r, done := connectDone(k.fd, 250); done {
 				return r
@@ -796,7 +796,7 @@ func handleSendmmsg(c *call) reply {
 		return ret(0)
 	}
 	if stop != nil && stop.denied != "" {
-		c.s.denials.add(c.name, stop.denied, stop.errno) // recorded, though the batch answers with its count
+		c.s.record(c, c.name, stop.denied, stop.errno, true) // recorded, though the batch answers with its count
 	}
 	base := c.arg(1)
 	var names []*addr

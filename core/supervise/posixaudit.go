@@ -104,17 +104,26 @@ func (s *Supervisor) auditLoop() {
 			for _, tgid := range due {
 				a.mu.Lock()
 				e := a.procs[tgid]
+				pfd := -1
+				if e != nil {
+					// a copy of its own: auditPosixLock may close and replace e's
+					// meanwhile, and a closed number can name another process's pidfd
+					pfd, _ = unix.FcntlInt(uintptr(e.pidfd), unix.F_DUPFD_CLOEXEC, 0)
+				}
 				a.mu.Unlock()
-				if e == nil {
+				if e == nil || pfd < 0 {
 					continue
 				}
-				s.auditOne(tgid, e.pidfd, locks[tgid])
+				s.auditOne(tgid, pfd, locks[tgid])
+				unix.Close(pfd)
 				a.mu.Lock()
-				if e.left--; e.left <= 0 || !pidAlive(e.pidfd) {
-					unix.Close(e.pidfd)
-					delete(a.procs, tgid)
-				} else {
-					e.due = time.Now().Add(auditDelays[len(auditDelays)-e.left])
+				if a.procs[tgid] == e { // not replaced meanwhile (then the new one has its own schedule)
+					if e.left--; e.left <= 0 || !pidAlive(e.pidfd) {
+						unix.Close(e.pidfd)
+						delete(a.procs, tgid)
+					} else {
+						e.due = time.Now().Add(auditDelays[len(auditDelays)-e.left])
+					}
 				}
 				a.mu.Unlock()
 			}

@@ -39,6 +39,9 @@ type Config struct {
 	// blocking lock) then ends with EINTR when the caller has a caught signal pending,
 	// as the kernel's own wait would.
 	Killable bool
+	// Learn, when set, is told every path the sandbox opens, executes, creates or
+	// removes (learn.go): learn mode; those calls are then continued.
+	Learn func(kind, path string) `json:"-"`
 }
 
 // Trap is one filter rule whose action must be SECCOMP_RET_USER_NOTIF: the filter's
@@ -56,7 +59,7 @@ func Traps(cfg Config) []Trap {
 			ts = append(ts, h.traps(cfg)...)
 		}
 	}
-	return ts
+	return append(ts, learnTraps(cfg)...)
 }
 
 // Denial is what the supervisor refused: one entry per distinct (Syscall, Detail,
@@ -74,7 +77,8 @@ type Supervisor struct {
 	fd     int // the listener, closed by Close once no call can use it
 	wake   int // an eventfd: Close wakes the loop's poll with it
 	table  map[int32]*handler
-	pidfds map[uint32]int // by thread id; used by the loop goroutine only (call.openPidfd)
+	pidfds map[uint32]int     // by thread id; used by the loop goroutine only (call.openPidfd)
+	nsof   map[uint32]nsEntry // the pid namespaces of pidfds (denials.go), as pidfds
 
 	closing   atomic.Bool
 	closeOnce sync.Once
@@ -92,8 +96,10 @@ type Supervisor struct {
 	sockMu     sync.Mutex
 	socks      map[int]int // the supervisor's duplicates of sockets a blocked call uses (shut down at Close)
 
-	denials denialLog
-	audit   posixAudit // POSIX locks continued: looked at soon after (posixaudit.go)
+	denials    denialLog
+	runs       runLogs     // denials by run (denials.go)
+	attributes atomic.Bool // attribute denials to runs (AttributeRuns)
+	audit      posixAudit  // POSIX locks continued: looked at soon after (posixaudit.go)
 }
 
 // Start takes ownership of listenerFD (the fd SECCOMP_FILTER_FLAG_NEW_LISTENER
@@ -106,7 +112,7 @@ func Start(listenerFD int, cfg Config) (*Supervisor, error) {
 }
 
 func start(listenerFD int, cfg Config, override map[string]handlerFunc) (*Supervisor, error) {
-	s := &Supervisor{cfg: cfg, pidfds: map[uint32]int{}, loopDone: make(chan struct{}), socks: map[int]int{},
+	s := &Supervisor{cfg: cfg, pidfds: map[uint32]int{}, nsof: map[uint32]nsEntry{}, loopDone: make(chan struct{}), socks: map[int]int{},
 		privileged: privileged()}
 	fail := func(err error) (*Supervisor, error) {
 		unix.Close(listenerFD)
@@ -129,6 +135,7 @@ func start(listenerFD int, cfg Config, override map[string]handlerFunc) (*Superv
 		}
 		s.table[h.nr] = &h
 	}
+	s.addLearnHandlers()
 	unix.CloseOnExec(listenerFD)
 	// Synchronous wake-ups (6.6+): the kernel switches from the trapping thread to
 	// the supervisor's and back on the same CPU. Older kernels refuse the ioctl and
@@ -163,6 +170,7 @@ func (s *Supervisor) Close() {
 		s.sockMu.Unlock()
 		s.handling.Wait()
 		s.dropPidfds()
+		s.closeRuns()
 		// no call can answer any more: the kernel fails the calls still waiting,
 		// and every later trapped call, with ENOSYS
 		unix.Close(s.fd)
@@ -288,6 +296,7 @@ func (s *Supervisor) Abort(reason string) {
 const maxPidfds = 8
 
 func (s *Supervisor) cachePidfd(tid uint32, fd int) {
+	delete(s.nsof, tid) // it was the old pidfd's
 	if old, ok := s.pidfds[tid]; ok {
 		unix.Close(old)
 	} else if len(s.pidfds) >= maxPidfds {
@@ -297,6 +306,7 @@ func (s *Supervisor) cachePidfd(tid uint32, fd int) {
 }
 
 func (s *Supervisor) dropPidfds() {
+	clear(s.nsof)
 	for tid, fd := range s.pidfds {
 		unix.Close(fd)
 		delete(s.pidfds, tid)
@@ -360,8 +370,9 @@ func (s *Supervisor) answer(c *call, r reply) {
 	if r.kind == replyGone {
 		return
 	}
+	var unrecord func()
 	if r.denied != "" {
-		s.denials.add(c.name, r.denied, r.errno)
+		unrecord = s.record(c, c.name, r.denied, r.errno, false)
 	}
 	resp := seccompNotifResp{ID: c.n.ID}
 	switch r.kind {
@@ -372,7 +383,11 @@ func (s *Supervisor) answer(c *call, r reply) {
 	case replyValue:
 		resp.Val = r.val
 	}
-	if err := send(uintptr(s.fd), resp); err != nil && r.undo != nil {
+	err := send(uintptr(s.fd), resp)
+	if err != nil && unrecord != nil {
+		unrecord() // not delivered: not the program's (denials.go)
+	}
+	if err != nil && r.undo != nil {
 		// not delivered (the caller died or was interrupted, or we are closing): what
 		// was done on its behalf must not outlive the call
 		r.undo()
@@ -465,7 +480,9 @@ const (
 	maxDenialDetail = 512
 )
 
-func (l *denialLog) add(sc, detail string, e syscall.Errno) {
+func (l *denialLog) add(sc, detail string, e syscall.Errno) { l.addN(sc, detail, e, 1) }
+
+func (l *denialLog) addN(sc, detail string, e syscall.Errno, n int) {
 	if len(detail) > maxDenialDetail {
 		detail = detail[:maxDenialDetail] + "…"
 	}
@@ -473,18 +490,18 @@ func (l *denialLog) add(sc, detail string, e syscall.Errno) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if i, ok := l.index[k]; ok {
-		l.entries[i].Count++
+		l.entries[i].Count += n
 		return
 	}
 	if len(l.entries) >= maxDenials {
-		l.more++
+		l.more += n
 		return
 	}
 	if l.index == nil {
 		l.index = map[denialKey]int{}
 	}
 	l.index[k] = len(l.entries)
-	l.entries = append(l.entries, Denial{Syscall: sc, Detail: detail, Errno: e, Count: 1})
+	l.entries = append(l.entries, Denial{Syscall: sc, Detail: detail, Errno: e, Count: n})
 }
 
 func (l *denialLog) list() []Denial {

@@ -81,6 +81,51 @@ function runResult(r) {
     // a pipeline's (below); a run has none, as in Python
     stages: [],
     failedStage: null,
+    denials: Array.isArray(r.denials) ? r.denials.map(toDenial) : [],
+    denialsDropped: typeof r.denials_dropped === 'number' ? r.denials_dropped : 0,
+    denialsSources: r.denials_sources && typeof r.denials_sources === 'object' ? { ...r.denials_sources } : {},
+  };
+}
+
+/**
+ * A learn response: the learning run's result and the policy it needed, as options.
+ * @param {Wire} r
+ * @returns {Wire} index.d.ts's LearnResult
+ */
+function learnResult(r) {
+  /** @type {Record<string, unknown>} */
+  const policy = {};
+  for (const [k, v] of Object.entries(r.policy ?? {})) policy[optionName(k)] = Array.isArray(v) ? v.map(String) : v;
+  /** @type {Record<string, string[]>} */
+  const observed = {};
+  for (const [k, v] of Object.entries(r.observed ?? {})) observed[k] = Array.isArray(v) ? v.map(String) : [];
+  return {
+    result: runResult(r.result ?? {}),
+    policy,
+    profile: String(r.profile ?? ''),
+    observed,
+    dropped: typeof r.dropped === 'number' ? r.dropped : 0,
+    mode: String(r.mode ?? ''),
+  };
+}
+
+/**
+ * One refused access (docs/protocol.md "denials"); absent path/address/reason are null.
+ * @param {Wire} d
+ * @returns {Wire} index.d.ts's Denial
+ */
+function toDenial(d) {
+  /** @param {unknown} v */
+  const opt = (v) => (v ? String(v) : null);
+  return {
+    syscall: String(d.syscall ?? ''),
+    path: opt(d.path),
+    address: opt(d.address),
+    reason: opt(d.reason),
+    errno: String(d.errno ?? ''),
+    errnoNr: Number(d.errno_nr ?? 0),
+    count: Number(d.count ?? 0),
+    source: String(d.source ?? ''),
   };
 }
 
@@ -410,13 +455,26 @@ class Sandbox {
   }
 
   /**
+   * Run argv permissively but recorded, and resolve with the smallest policy it
+   * needed: {result, policy (options for new Sandbox(policy)), profile (TOML),
+   * observed, dropped, mode} (docs/protocol.md "learn").
+   * @param {string[]} argv
+   * @param {Record<string, unknown>} [opts] index.d.ts's RunOptions
+   * @returns {Promise<Wire>}
+   */
+  async learn(argv, opts = {}) {
+    return this._run({ op: 'learn' }, argv, opts, learnResult);
+  }
+
+  /**
    * run(), or an op whose request and result are a run's plus the keys of `base`.
    * @param {Wire} base
    * @param {unknown} argv
    * @param {unknown} opts
+   * @param {(r: Wire) => Wire} [shape]
    * @returns {Promise<Wire>}
    */
-  async _run(base, argv, opts) {
+  async _run(base, argv, opts, shape = runResult) {
     /** @type {Problem[]} */
     const problems = [];
     const args = checkArgv(argv, problems);
@@ -426,7 +484,7 @@ class Sandbox {
     const stdin = stdinBytes(o.stdin, problems);
     if (o.signal != null && !isAbortSignal(o.signal)) problems.push(new Problem('signal', `want an AbortSignal, got ${describe(o.signal)}`));
     if (problems.length) throw requestError(problems);
-    return finishRun(await this._requestShaped({ ...base, argv: args, stdin, ...map }, o.signal, runResult));
+    return finishRun(await this._requestShaped({ ...base, argv: args, stdin, ...map }, o.signal, shape));
   }
 
   /**

@@ -22,13 +22,15 @@ test('200 concurrent runs of /bin/true leak no fds and no processes', async () =
   const failed = settled.filter((s) => s.status === 'rejected' || !s.value.success);
   assert.equal(failed.length, 0, `${failed.length} of 200 failed, e.g. ${failed[0]?.reason ?? JSON.stringify(failed[0]?.value.error)}`);
 
-  // settle: finalizers of response buffers and engine goroutines may lag a moment
+  // settle: finalizers of response buffers and engine goroutines may lag a moment.
+  // The Go runtime keeps the threads it made for blocking calls (a few, more on a
+  // loaded machine); a leak per run would be 200 or more.
   const ok = await waitFor(
-    () => fdCount() <= fds0 && childPids().length <= kids0.length && threadCount() <= threads0 + 4,
+    () => fdCount() <= fds0 && childPids().length <= kids0.length && threadCount() <= threads0 + 12,
     3000,
   );
-  assert.ok(ok, `fds ${fds0} -> ${fdCount()}, children ${kids0} -> ${childPids()}, threads ${threads0} -> ${threadCount()}`);
   sb.close();
+  assert.ok(ok, `fds ${fds0} -> ${fdCount()}, children ${kids0} -> ${childPids()}, threads ${threads0} -> ${threadCount()}`);
   assert.ok(fdCount() <= fds0, `fds ${fds0} -> ${fdCount()} after close`);
 });
 

@@ -9,6 +9,8 @@ import sandtrap, {
   AbortError,
   NotFound,
   type RunResult,
+  type Denial,
+  type LearnResult,
   type PipelineResult,
   type SandboxOptions,
   Problem,
@@ -38,6 +40,14 @@ export async function main(): Promise<void> {
   }
   const wall: number | undefined = r.usage?.wallS;
   const tk: string | undefined = r.isolation?.treeKill;
+  const d: Denial | undefined = r.denials[0];
+  const where: string | null | undefined = d?.path ?? d?.address;
+  const dropped: number = r.denialsDropped;
+  const supervised: string | undefined = r.denialsSources['supervisor'];
+  const lr: LearnResult = await sb.learn(['cat', '/etc/hostname']);
+  const learned = new Sandbox({ ...lr.policy, timeout: 30 });
+  const toml: string = lr.profile;
+  void where, dropped, supervised, learned, toml;
 
   const ac = new AbortController();
   try {

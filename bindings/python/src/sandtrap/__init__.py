@@ -57,7 +57,7 @@ from ._errors import (
 from ._fields import PolicyOptions
 from ._fork import CloneResult, Clones
 from ._policy import parse_ports
-from ._result import ErrorInfo, Result
+from ._result import Denial, ErrorInfo, LearnResult, Result
 from ._sandbox import Command, Pipeline, Sandbox, confine, probe
 from ._version import __version__
 
@@ -77,6 +77,8 @@ __all__ = [
     "Command",
     "Pipeline",
     "Result",
+    "Denial",
+    "LearnResult",
     "ErrorInfo",
     "PolicyOptions",
     "Problem",

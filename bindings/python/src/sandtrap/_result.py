@@ -22,6 +22,44 @@ class ErrorInfo:
         return self.message
 
 
+@dataclass(frozen=True)
+class Denial:
+    """One access the sandbox refused a run, counted (docs/protocol.md "denials").
+
+    ``path`` names the file of a call about files, ``address`` the destination of a
+    call about sockets, ``reason`` why the supervisor could not decide (and so
+    refused); the others are ``None``. ``errno`` is the name (``"EACCES"``),
+    ``errno_nr`` the number. ``source`` is ``"supervisor"``, ``"landlock"`` or
+    ``"seccomp"``: ``Result.denials_sources`` says which of them are reported.
+    """
+
+    syscall: str
+    errno: str
+    errno_nr: int
+    count: int
+    source: str
+    path: str | None = None
+    address: str | None = None
+    reason: str | None = None
+
+    @classmethod
+    def from_response(cls, m: dict[str, Any]) -> Denial:
+        def opt(k: str) -> str | None:
+            v = m.get(k)
+            return str(v) if v else None
+
+        return cls(
+            syscall=str(m.get("syscall") or ""),
+            errno=str(m.get("errno") or ""),
+            errno_nr=int(m.get("errno_nr") or 0),
+            count=int(m.get("count") or 0),
+            source=str(m.get("source") or ""),
+            path=opt("path"),
+            address=opt("address"),
+            reason=opt("reason"),
+        )
+
+
 @dataclass
 class Result:
     """What a run did.
@@ -31,6 +69,11 @@ class Result:
     wrong. A pipeline's result is its last stage's, with every stage in ``stages``;
     it succeeds only if every stage did, and ``failed_stage`` is the index of the
     first that failed (its error is named in ``error``).
+
+    ``denials`` lists what the run was refused (at most 256 entries; the denials
+    beyond are counted in ``denials_dropped``), and ``denials_sources`` says for
+    each source (``supervisor``, ``landlock``, ``seccomp``) ``"reported"`` or why
+    its denials are not in the list.
     """
 
     success: bool
@@ -47,6 +90,9 @@ class Result:
     usage: dict[str, Any] = field(default_factory=dict, repr=False)
     stages: list[Result] = field(default_factory=list, repr=False)
     failed_stage: int | None = None
+    denials: list[Denial] = field(default_factory=list)
+    denials_dropped: int = 0
+    denials_sources: dict[str, str] = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_response(cls, m: dict[str, Any]) -> Result:
@@ -70,6 +116,9 @@ class Result:
             usage=m.get("usage") or {},
             stages=[cls.from_response(s) for s in (m.get("stages") or []) if isinstance(s, dict)],
             failed_stage=m.get("failed_stage") if isinstance(m.get("failed_stage"), int) else None,
+            denials=[Denial.from_response(d) for d in (m.get("denials") or []) if isinstance(d, dict)],
+            denials_dropped=int(m.get("denials_dropped") or 0),
+            denials_sources={str(k): str(v) for k, v in (m.get("denials_sources") or {}).items()},
         )
 
 
@@ -79,3 +128,37 @@ def _bytes(v: Any) -> bytes:
     if isinstance(v, str):
         return v.encode("utf-8", "surrogateescape")
     return bytes(v)
+
+
+@dataclass
+class LearnResult:
+    """What :meth:`Sandbox.learn` found.
+
+    ``policy`` is the smallest policy the command needed (``fs_readable``,
+    ``fs_writable``, ``net_allow``), as keyword arguments for ``Sandbox(**policy)``;
+    ``profile`` is the same as TOML text in the profile format. ``observed`` lists
+    every access recorded (``read``, ``write``, ``exec``, ``create``, ``connect``),
+    paths as the program named them; ``dropped`` counts paths beyond the record's
+    cap. ``result`` is the learning run's own :class:`Result`; ``mode`` says what
+    that run was allowed.
+    """
+
+    result: Result
+    policy: dict[str, Any]
+    profile: str
+    observed: dict[str, list[str]] = field(default_factory=dict, repr=False)
+    dropped: int = 0
+    mode: str = ""
+
+    @classmethod
+    def from_response(cls, m: dict[str, Any], keywords: dict[str, str] | None = None) -> LearnResult:
+        kw = keywords or {}
+        pol = m.get("policy") or {}
+        return cls(
+            result=Result.from_response(m.get("result") or {}),
+            policy={kw.get(str(k), str(k)): list(v) for k, v in pol.items()},
+            profile=str(m.get("profile") or ""),
+            observed={str(k): [str(x) for x in (v or [])] for k, v in (m.get("observed") or {}).items()},
+            dropped=int(m.get("dropped") or 0),
+            mode=str(m.get("mode") or ""),
+        )

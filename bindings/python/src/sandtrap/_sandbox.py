@@ -10,7 +10,7 @@ import threading
 import uuid
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, Union, overload
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, Union, cast, overload
 
 from . import _fork, _native
 from ._errors import (
@@ -25,7 +25,7 @@ from ._errors import (
 )
 from ._fields import KEYWORDS
 from ._policy import PolicyOptions, to_engine
-from ._result import Result
+from ._result import LearnResult, Result
 from ._typing import ArgSequence
 
 if TYPE_CHECKING:
@@ -203,13 +203,17 @@ def _outcome(rc: int, resp: dict[str, Any] | None) -> Result:
 
 
 def _wait_sync(call: _Call, req: bytes) -> Result:
+    return cast(Result, _wait_with(call, req, _outcome))
+
+
+def _wait_with(call: _Call, req: bytes, outcome: Callable[[int, dict[str, Any] | None], Any]) -> Any:
     """Run a call to completion in the calling thread, or — from the main thread —
     in a helper thread so that KeyboardInterrupt (or any exception raised by a
     signal handler) cancels the run's whole process tree before propagating."""
     if _forked or threading.current_thread() is not threading.main_thread():
         out = call.run(req)
         assert out is not None
-        return _outcome(*out)
+        return outcome(*out)
     fut = _sync_executor().submit(call.run, req)
     try:
         out = fut.result()
@@ -224,7 +228,7 @@ def _wait_sync(call: _Call, req: bytes) -> Result:
                 break
         raise
     assert out is not None
-    return _outcome(*out)
+    return outcome(*out)
 
 
 async def _wait_async(call: _Call, req: bytes) -> Result:
@@ -532,6 +536,38 @@ class Sandbox:
         re-raises ``CancelledError``."""
         call, req = self._run_request(argv, timeout, stdin, env, cwd, max_output)
         return await _wait_async(call, req)
+
+    def learn(
+        self,
+        argv: Argv,
+        timeout: float | None = None,
+        stdin: Stdin = None,
+        env: Mapping[str, str] | None = None,
+        cwd: StrPath | None = None,
+        max_output: int | str | None = None,
+    ) -> LearnResult:
+        """Run ``argv`` permissively but recorded, and return the smallest policy it
+        needed (:class:`LearnResult`: ``policy`` for ``Sandbox(**policy)``,
+        ``profile`` as TOML).
+
+        The learning run may read and execute every file (a read-only view of /),
+        write only where this sandbox's ``fs_writable`` lets it, and reach only what
+        its ``net_allow`` allows: every other write and destination is refused and
+        recorded (so a command that stops at a refused write learns only up to it:
+        grant a broad ``fs_writable`` to learn a narrower one). Every other protection
+        of this sandbox stays (docs/security.md, "Learn mode")."""
+
+        def outcome(rc: int, resp: dict[str, Any] | None) -> LearnResult:
+            if rc == _native.OK or (
+                resp is not None and "result" in resp and rc in (_native.E_NOT_FOUND, _native.E_SPAWN_FAILED)
+            ):
+                if resp is None:
+                    raise error_for(kind="internal", message="the engine returned no response")
+                return LearnResult.from_response(resp, KEYWORDS)
+            raise _native.status_error(rc, resp)
+
+        call, req = self._run_request(argv, timeout, stdin, env, cwd, max_output, op="learn")
+        return cast(LearnResult, _wait_with(call, req, outcome))
 
     def cmd(
         self,
