@@ -41,7 +41,7 @@ import builtins
 import string
 import sys
 import types
-from typing import Any
+from typing import Any, TypeVar
 
 from .errors import StAttributeDenied, StCallDenied
 
@@ -347,7 +347,10 @@ _PKG = __name__.rpartition(".")[0]
 _runtime_cache: dict = {}
 
 
-def open_to_sandbox(cls):
+_T = TypeVar("_T", bound=type)
+
+
+def open_to_sandbox(cls: _T) -> _T:
     """Mark a class of the runtime whose instances sandboxed code may use
     (``sys.stdout``'s writer, the gated ``string.Formatter``)."""
     type.__setattr__(cls, "_st_open", True)

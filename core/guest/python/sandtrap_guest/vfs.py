@@ -21,6 +21,7 @@ closed, and when the exec ends (files left open are closed then: no write is los
 
 from __future__ import annotations
 
+import builtins
 import errno
 import io
 import os
@@ -29,11 +30,33 @@ import stat as _stat
 import threading
 import time
 import weakref
-from collections.abc import Callable, MutableMapping
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, MutableMapping
+from typing import IO, TYPE_CHECKING, Any, Protocol, TypeVar, Union
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
+    from typing_extensions import Self
 
 OPS = ("read", "write", "stat", "list", "mkdir", "remove", "rmdir", "rename")
 MAX_PATH = 4096
+
+# what the stand-ins take for a path (what the functions they replace take)
+PathArg = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
+StrPath = Union[str, "os.PathLike[str]"]
+_C = TypeVar("_C", bound=type)
+
+
+class Backend(Protocol):
+    """What keeps a VirtualFS's files (paths normalized by ``norm``)."""
+
+    def read(self, p: str) -> bytes: ...
+    def write(self, p: str, data: bytes, append: bool = False) -> None: ...
+    def stat(self, p: str) -> builtins.list[Any] | None: ...
+    def list(self, p: str) -> builtins.list[str]: ...
+    def mkdir(self, p: str) -> None: ...
+    def remove(self, p: str) -> None: ...
+    def rmdir(self, p: str) -> None: ...
+    def rename(self, src: str, dst: str) -> None: ...
 
 
 def _oserror(code: int, path: str) -> OSError:
@@ -269,19 +292,19 @@ class RemoteBackend:
     def __init__(self, call: Callable[[str, list[Any]], Any]) -> None:
         self._call = call
 
-    def _do(self, op: str, *args):
+    def _do(self, op: str, *args: Any) -> Any:
         return self._call(op, list(args))
 
-    def read(self, p):
+    def read(self, p: str) -> bytes:
         data = self._do("read", p)
         if not isinstance(data, bytes):
             raise OSError(errno.EIO, "the host sent no bytes", p)
         return data
 
-    def write(self, p, data, append=False):
+    def write(self, p: str, data: bytes, append: bool = False) -> None:
         self._do("write", p, bytes(data), bool(append))
 
-    def stat(self, p):
+    def stat(self, p: str) -> list[Any] | None:
         r = self._do("stat", p)
         if r is None:
             return None
@@ -289,22 +312,22 @@ class RemoteBackend:
             raise OSError(errno.EIO, "the host sent a bad stat", p)
         return [r[0], int(r[1]), float(r[2])]
 
-    def list(self, p):
+    def list(self, p: str) -> builtins.list[str]:
         r = self._do("list", p)
         if not isinstance(r, (list, tuple)) or not all(isinstance(n, str) for n in r):
             raise OSError(errno.EIO, "the host sent a bad listing", p)
         return list(r)
 
-    def mkdir(self, p):
+    def mkdir(self, p: str) -> None:
         self._do("mkdir", p)
 
-    def remove(self, p):
+    def remove(self, p: str) -> None:
         self._do("remove", p)
 
-    def rmdir(self, p):
+    def rmdir(self, p: str) -> None:
         self._do("rmdir", p)
 
-    def rename(self, src, dst):
+    def rename(self, src: str, dst: str) -> None:
         self._do("rename", src, dst)
 
 
@@ -316,7 +339,7 @@ def remote_error(type_name: str, message: str) -> BaseException:
     return cls(message)
 
 
-def serve(backend: Any, op: object, args: object) -> Any:
+def serve(backend: Backend, op: object, args: object) -> Any:
     """The host's side of an fs host call: run ``op`` on ``backend`` after checking
     the arguments (they come from the worker: hostile)."""
     if not isinstance(op, str) or op not in OPS or not isinstance(args, list):
@@ -337,7 +360,7 @@ def serve(backend: Any, op: object, args: object) -> Any:
     return getattr(backend, op)(paths[0])
 
 
-def backend_of(fs) -> Any:
+def backend_of(fs: object) -> Any:
     """The backend of a VirtualFS, or the backend itself."""
     return getattr(fs, "backend", fs)
 
@@ -346,7 +369,7 @@ def backend_of(fs) -> Any:
 _WRITEBACK: weakref.WeakKeyDictionary[io.BytesIO, tuple[Any, ...]] = weakref.WeakKeyDictionary()
 
 
-def _open_to_sandbox(cls):
+def _open_to_sandbox(cls: _C) -> _C:
     from .gates import open_to_sandbox
 
     return open_to_sandbox(cls)
@@ -367,18 +390,18 @@ class VFile(io.BytesIO):
             backend.write(path, self.getvalue(), False)
             state["dirty"] = False
 
-    def write(self, b) -> int:
+    def write(self, b: ReadableBuffer, /) -> int:
         n = io.BytesIO.write(self, b)
         entry = _WRITEBACK.get(self)
         if entry is not None:
             entry[2]["dirty"] = True
         return n
 
-    def writelines(self, lines) -> None:
+    def writelines(self, lines: Iterable[ReadableBuffer], /) -> None:
         for line in lines:
             self.write(line)
 
-    def truncate(self, size=None) -> int:
+    def truncate(self, size: int | None = None, /) -> int:
         n = io.BytesIO.truncate(self, size)
         entry = _WRITEBACK.get(self)
         if entry is not None:
@@ -422,40 +445,49 @@ class VFSView:
     latest), and the functions that replace ``open``, ``os``, ``os.path``,
     ``io.open`` and ``pathlib.Path``."""
 
-    def __init__(self, backend) -> None:
+    def __init__(self, backend: Backend) -> None:
         self.backend = backend
         self.cwd = "/"
         self.open_files: weakref.WeakSet[io.IOBase] = weakref.WeakSet()
 
-    def path(self, p) -> str:
+    def path(self, p: PathArg) -> str:
         return norm(p, self.cwd)
 
     # the operations
-    def stat(self, p) -> list[Any] | None:
-        st: list[Any] | None = self.backend.stat(self.path(p))
-        return st
+    def stat(self, p: PathArg) -> list[Any] | None:
+        return self.backend.stat(self.path(p))
 
-    def exists(self, p) -> bool:
+    def exists(self, p: PathArg) -> bool:
         try:
             return self.stat(p) is not None
         except (OSError, ValueError, TypeError):
             return False
 
-    def isfile(self, p) -> bool:
+    def isfile(self, p: PathArg) -> bool:
         try:
             st = self.stat(p)
         except (OSError, ValueError, TypeError):
             return False
         return st is not None and st[0] == "file"
 
-    def isdir(self, p) -> bool:
+    def isdir(self, p: PathArg) -> bool:
         try:
             st = self.stat(p)
         except (OSError, ValueError, TypeError):
             return False
         return st is not None and st[0] == "dir"
 
-    def open(self, file, mode="r", buffering=-1, encoding=None, errors=None, newline=None, closefd=True, opener=None):
+    def open(
+        self,
+        file: PathArg | int,
+        mode: str = "r",
+        buffering: int = -1,
+        encoding: str | None = None,
+        errors: str | None = None,
+        newline: str | None = None,
+        closefd: bool = True,
+        opener: Callable[[str, int], int] | None = None,
+    ) -> IO[Any]:
         if opener is not None or closefd is not True:
             raise PermissionError(errno.EACCES, "opener/closefd are not available in the sandbox")
         if isinstance(file, (int, bool)):
@@ -514,14 +546,13 @@ class VFSView:
                 pass
         self.open_files = weakref.WeakSet()
 
-    def listdir(self, p=".") -> list[str]:
-        names: list[str] = self.backend.list(self.path(p))
-        return names
+    def listdir(self, p: PathArg = ".") -> list[str]:
+        return self.backend.list(self.path(p))
 
-    def mkdir(self, p, mode=0o777, *, dir_fd=None) -> None:
+    def mkdir(self, p: PathArg, mode: int = 0o777, *, dir_fd: int | None = None) -> None:
         self.backend.mkdir(self.path(p))
 
-    def makedirs(self, p, mode=0o777, exist_ok=False) -> None:
+    def makedirs(self, p: PathArg, mode: int = 0o777, exist_ok: bool = False) -> None:
         target = self.path(p)
         parts = target.strip("/").split("/") if target != "/" else []
         cur = ""
@@ -535,19 +566,21 @@ class VFSView:
             elif i == len(parts) - 1 and not exist_ok:
                 raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), os.fspath(p))
 
-    def remove(self, p, *, dir_fd=None) -> None:
+    def remove(self, p: PathArg, *, dir_fd: int | None = None) -> None:
         self.backend.remove(self.path(p))
 
-    def rmdir(self, p, *, dir_fd=None) -> None:
+    def rmdir(self, p: PathArg, *, dir_fd: int | None = None) -> None:
         self.backend.rmdir(self.path(p))
 
-    def rename(self, src, dst, *, src_dir_fd=None, dst_dir_fd=None) -> None:
+    def rename(
+        self, src: PathArg, dst: PathArg, *, src_dir_fd: int | None = None, dst_dir_fd: int | None = None
+    ) -> None:
         self.backend.rename(self.path(src), self.path(dst))
 
     def getcwd(self) -> str:
         return self.cwd
 
-    def chdir(self, p) -> None:
+    def chdir(self, p: PathArg) -> None:
         target = self.path(p)
         st = self.backend.stat(target)
         if st is None:
@@ -556,7 +589,7 @@ class VFSView:
             raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), os.fspath(p))
         self.cwd = target
 
-    def os_stat(self, p, *, dir_fd=None, follow_symlinks=True) -> os.stat_result:
+    def os_stat(self, p: PathArg, *, dir_fd: int | None = None, follow_symlinks: bool = True) -> os.stat_result:
         st = self.stat(p)
         if st is None:
             raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), os.fspath(p))
@@ -564,7 +597,13 @@ class VFSView:
         m = st[2]
         return os.stat_result((mode, 0, 0, 1, 0, 0, st[1], m, m, m))
 
-    def walk(self, top=".", topdown=True, onerror=None, followlinks=False):
+    def walk(
+        self,
+        top: Any = ".",
+        topdown: bool = True,
+        onerror: Callable[[OSError], object] | None = None,
+        followlinks: bool = False,
+    ) -> Iterator[tuple[Any, list[str], list[str]]]:
         try:
             names = self.listdir(top)
         except OSError as e:
@@ -582,16 +621,16 @@ class VFSView:
         if not topdown:
             yield top, dirs, files
 
-    def getsize(self, p) -> int:
+    def getsize(self, p: PathArg) -> int:
         return self.os_stat(p).st_size
 
-    def getmtime(self, p) -> float:
+    def getmtime(self, p: PathArg) -> float:
         return self.os_stat(p).st_mtime
 
-    def abspath(self, p) -> str:
+    def abspath(self, p: PathArg) -> str:
         return self.path(p)
 
-    def removedirs(self, p) -> None:
+    def removedirs(self, p: PathArg) -> None:
         target = self.path(p)
         self.rmdir(target)
         head = posixpath.dirname(target)
@@ -681,8 +720,8 @@ def substitutions(view: VFSView, tick: Callable[[], Any]) -> list[tuple[Any, Any
     """(real function or class, its VirtualFS stand-in or None to refuse) for the
     granted modules' file functions."""
 
-    def ticking(name, fn):
-        def wrapper(*args, **kwargs):
+    def ticking(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
             tick()
             return fn(*args, **kwargs)
 
@@ -690,7 +729,7 @@ def substitutions(view: VFSView, tick: Callable[[], Any]) -> list[tuple[Any, Any
         return wrapper
 
     out: list[tuple[Any, Any]] = []
-    table = {
+    table: dict[str, Callable[..., Any]] = {
         "listdir": view.listdir,
         "mkdir": view.mkdir,
         "makedirs": view.makedirs,
@@ -713,7 +752,7 @@ def substitutions(view: VFSView, tick: Callable[[], Any]) -> list[tuple[Any, Any
         real = getattr(os, name, None)
         if real is not None:
             out.append((real, None))
-    ptable = {
+    ptable: dict[str, Callable[..., Any]] = {
         "exists": view.exists,
         "lexists": view.exists,
         "isfile": view.isfile,
@@ -723,7 +762,7 @@ def substitutions(view: VFSView, tick: Callable[[], Any]) -> list[tuple[Any, Any
         "getctime": view.getmtime,
         "getatime": view.getmtime,
         "abspath": view.abspath,
-        "realpath": lambda p, *, strict=False: view.abspath(p),  # type: ignore[misc]  # noqa: PLW0108 - it takes strict=
+        "realpath": lambda p, *, strict=False: view.abspath(p),  # noqa: PLW0108 - it takes strict=
         "islink": lambda p: False,
         "ismount": lambda p: view.path(p) == "/",
     }
@@ -761,65 +800,76 @@ def make_path_class(view: VFSView, tick: Callable[[], Any]) -> type:
         __slots__ = ()
 
         @classmethod
-        def cwd(cls):
+        def cwd(cls) -> Self:
             return cls(view.getcwd())
 
         @classmethod
-        def home(cls):
+        def home(cls) -> Self:
             return cls("/")
 
-        def absolute(self):
+        def absolute(self) -> Self:
             return type(self)(view.path(self))
 
-        def resolve(self, strict=False):
+        def resolve(self, strict: bool = False) -> Self:
             return type(self)(view.path(self))
 
-        def expanduser(self):
+        def expanduser(self) -> Self:
             return self
 
-        def stat(self, *, follow_symlinks=True):
+        def stat(self, *, follow_symlinks: bool = True) -> os.stat_result:
             tick()
             return view.os_stat(self)
 
-        def exists(self, *, follow_symlinks=True):
+        def exists(self, *, follow_symlinks: bool = True) -> bool:
             tick()
             return view.exists(self)
 
-        def is_file(self):
+        def is_file(self) -> bool:
             tick()
             return view.isfile(self)
 
-        def is_dir(self):
+        def is_dir(self) -> bool:
             tick()
             return view.isdir(self)
 
-        def is_symlink(self):
+        def is_symlink(self) -> bool:
             return False
 
-        def open(self, mode="r", buffering=-1, encoding=None, errors=None, newline=None):
+        def open(
+            self,
+            mode: str = "r",
+            buffering: int = -1,
+            encoding: str | None = None,
+            errors: str | None = None,
+            newline: str | None = None,
+        ) -> IO[Any]:
             tick()
             return view.open(self, mode, buffering, encoding, errors, newline)
 
-        def read_bytes(self):
+        def read_bytes(self) -> bytes:
             with self.open("rb") as f:
-                return f.read()
+                data: bytes = f.read()
+                return data
 
-        def read_text(self, encoding=None, errors=None):
+        def read_text(self, encoding: str | None = None, errors: str | None = None) -> str:
             with self.open("r", encoding=encoding, errors=errors) as f:
-                return f.read()
+                text: str = f.read()
+                return text
 
-        def write_bytes(self, data):
-            data = memoryview(data).tobytes()
+        def write_bytes(self, data: ReadableBuffer) -> int:
+            content = memoryview(data).tobytes()
             with self.open("wb") as f:
-                return f.write(data)
+                return f.write(content)
 
-        def write_text(self, data, encoding=None, errors=None, newline=None):
+        def write_text(
+            self, data: str, encoding: str | None = None, errors: str | None = None, newline: str | None = None
+        ) -> int:
             if not isinstance(data, str):
                 raise TypeError(f"data must be str, not {type(data).__name__}")
             with self.open("w", encoding=encoding, errors=errors, newline=newline) as f:
                 return f.write(data)
 
-        def touch(self, mode=0o666, exist_ok=True):
+        def touch(self, mode: int = 0o666, exist_ok: bool = True) -> None:
             tick()
             if view.exists(self):
                 if not exist_ok:
@@ -827,19 +877,19 @@ def make_path_class(view: VFSView, tick: Callable[[], Any]) -> type:
                 return
             view.open(self, "ab").close()
 
-        def iterdir(self):
+        def iterdir(self) -> Iterator[Self]:
             tick()
             for n in view.listdir(self):
                 yield self / n
 
-        def glob(self, pattern):
+        def glob(self, pattern: str) -> Iterator[Self]:
             tick()
             import fnmatch
 
             parts = pattern.split("/")
-            found = [self]
+            found: list[Self] = [self]
             for i, part in enumerate(parts):
-                nxt = []
+                nxt: list[Self] = []
                 for base in found:
                     if part == "**":
                         nxt.append(base)
@@ -852,16 +902,16 @@ def make_path_class(view: VFSView, tick: Callable[[], Any]) -> type:
                         if fnmatch.fnmatchcase(n, part) and (i == len(parts) - 1 or view.isdir(base / n)):
                             nxt.append(base / n)
                 found = nxt
-            seen = set()
+            seen: set[str] = set()
             for p in found:
                 if str(p) not in seen:
                     seen.add(str(p))
                     yield p
 
-        def rglob(self, pattern):
+        def rglob(self, pattern: str) -> Iterator[Self]:
             return self.glob("**/" + pattern)
 
-        def mkdir(self, mode=0o777, parents=False, exist_ok=False):
+        def mkdir(self, mode: int = 0o777, parents: bool = False, exist_ok: bool = False) -> None:
             tick()
             try:
                 if parents:
@@ -872,7 +922,7 @@ def make_path_class(view: VFSView, tick: Callable[[], Any]) -> type:
                 if not exist_ok or not view.isdir(self):
                     raise
 
-        def unlink(self, missing_ok=False):
+        def unlink(self, missing_ok: bool = False) -> None:
             tick()
             try:
                 view.remove(self)
@@ -880,19 +930,19 @@ def make_path_class(view: VFSView, tick: Callable[[], Any]) -> type:
                 if not missing_ok:
                     raise
 
-        def rmdir(self):
+        def rmdir(self) -> None:
             tick()
             view.rmdir(self)
 
-        def rename(self, target):
+        def rename(self, target: StrPath) -> Self:
             tick()
             view.rename(self, target)
             return type(self)(target)
 
-        def replace(self, target):
+        def replace(self, target: StrPath) -> Self:
             return self.rename(target)
 
-        def samefile(self, other):
+        def samefile(self, other: StrPath) -> bool:
             return view.path(self) == view.path(other)
 
     Path.__module__ = "pathlib"
@@ -922,7 +972,7 @@ class VirtualFS:
         if directory is not None:
             if state is not None or max_size_mb is not None:
                 raise ValueError("a directory-backed VirtualFS takes no state or max_size_mb")
-            self.backend: Any = DirectoryBackend(directory)
+            self.backend: Backend = DirectoryBackend(directory)
         else:
             self.backend = MemoryBackend(state, None if max_size_mb is None else int(max_size_mb * (1 << 20)))
 
@@ -948,10 +998,10 @@ class VirtualFS:
 
     def list(self, path: str = "/", recursive: bool = False) -> list[str]:
         p = norm(path)
-        names: list[str] = self.backend.list(p)
+        names = self.backend.list(p)
         if not recursive:
             return names
-        out = []
+        out: list[str] = []
         for n in names:
             child = posixpath.join(p, n)
             out.append(posixpath.relpath(child, p))
