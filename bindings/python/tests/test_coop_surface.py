@@ -89,6 +89,125 @@ def test_nested_grants(level, tmp_path):
     assert errname(hidden_from.error) == "StImportDenied"
 
 
+# ------------------------------------------------------- policy introspection
+def _introspection_policy():
+    import fractions
+    import json
+
+    p = Policy(timeout=20)
+    p.module(os, recursive=True, exclude=["_*", "os.walk"])
+    p.module(json)
+    p.module(email, recursive=True)
+    p.module(email.mime, name="email.mime")
+    p.cls(fractions.Fraction, exclude=["_*", "limit_denominator"])
+    return p
+
+
+# (object expression in the sandbox, attribute): is_attr_allowed must say what a read does
+_ATTR_CASES = [
+    ("os", "getcwd"),
+    ("os", "walk"),
+    ("os", "_exit"),
+    ("os", "path"),
+    ("os", "no_such_name"),
+    ("os.path", "join"),
+    ("json", "loads"),
+    ("json", "decoder"),
+    ("email", "utils"),
+    ("email.mime", "text"),
+    ("Fraction(1, 3)", "numerator"),
+    ("Fraction(1, 3)", "limit_denominator"),
+    ("Fraction(1, 3)", "_numerator"),
+    ("Fraction", "from_float"),
+    ("Fraction", "__subclasses__"),
+]
+_IMPORT_CASES = ["os", "os.path", "json", "json.decoder", "sys", "os.no_such_module", "email", "email.utils"]
+_IMPORT_CASES += ["email.mime", "email.mime.text", "fractions", "main.x", "os.path.join"]
+
+
+def test_policy_introspection_agrees_with_the_sandbox(level, tmp_path):
+    import fractions
+    import json
+
+    p = _introspection_policy()
+    hosts = {"os": os, "os.path": os.path, "json": json, "email": email, "email.mime": email.mime}
+    hosts |= {"Fraction(1, 3)": fractions.Fraction(1, 3), "Fraction": fractions.Fraction}
+    src = "import os, os.path, json, email, email.mime\nout = []\n"
+    for expr, attr in _ATTR_CASES:
+        src += f"try:\n    getattr({expr}, {attr!r})\n    out.append(True)\nexcept (AttributeError, ImportError):\n    out.append(False)\n"
+    with open_sb(p, level, tmp_path) as sb:
+        r = sb.exec(src)
+        assert r.error is None, r.traceback
+        seen = dict(zip(_ATTR_CASES, r.namespace["out"], strict=True))
+        imports = {name: sb.exec(f"import {name}").error is None for name in _IMPORT_CASES}
+    said = {(e, a): p.is_attr_allowed(hosts[e], a) for e, a in _ATTR_CASES}
+    assert said == seen
+    # the cases are not all one answer
+    assert sum(said.values()) == 7, said
+    assert {n: p.is_import_allowed(n) for n in _IMPORT_CASES} == imports
+    assert [n for n in _IMPORT_CASES if imports[n]] == ["os", "os.path", "json", "email", "email.utils", "email.mime"]
+
+
+def test_policy_functions_and_introspection_refusals():
+    p = Policy()
+
+    @p.fn
+    def report(x):
+        return x
+
+    assert p.functions is p.fns and p.functions["report"].func is report
+    assert p.functions["report"].name == "report"
+    assert p.is_import_allowed("") is False and p.is_import_allowed("a b") is False
+    assert p.is_import_allowed(3) is False  # type: ignore[arg-type]
+    assert p.is_attr_allowed(report, "__globals__") is False
+    assert p.is_attr_allowed(os, 3) is False  # type: ignore[arg-type]
+    assert p.is_attr_allowed(os, "getcwd") is False  # os is not granted here
+    p.module(os)
+    assert p.is_attr_allowed(os, "getcwd") is True  # a new grant is seen
+    assert p.is_attr_allowed(os, "path") is False  # not recursive: submodules are not granted
+
+
+# ------------------------------------------------------------------ help()
+def test_help_shows_what_the_policy_lets_the_sandbox_read(level, tmp_path):
+    import fractions
+    import json
+
+    p = Policy(timeout=20)
+    p.module(json, exclude=["_*", "dumps"])
+    p.cls(fractions.Fraction, exclude=["_*", "limit_denominator"])
+    code = textwrap.dedent(
+        """
+        import json
+        help(json)
+        help(json.loads)
+        help(Fraction(1, 3))
+        def mine(a, *, b=3):
+            "Mine, documented."
+        help(mine)
+        help()
+        """
+    )
+    with open_sb(p, level, tmp_path, snapshot_prints=True) as sb:
+        r = sb.exec(code)
+        by_name = sb.exec("help('json')")
+        extra = sb.exec("help(1, 2)")
+    assert r.error is None, r.traceback
+    out = r.stdout
+    assert out.startswith("Help on module json:\n")
+    assert "    loads(s, *, cls=None" in out and "Deserialize ``s``" in out
+    assert "Help on function loads:\n\nloads(s, *, cls=None" in out
+    assert "Help on class Fraction:" in out and "    from_float(f)" in out and "    numerator\n" in out
+    assert "Help on function mine:\n\nmine(a, *, b=3)\n\n    Mine, documented.\n" in out
+    assert "Welcome to help!" in out
+    # excluded and private members are not listed, nor their docstrings
+    hidden = ["    dumps(", "Serialize ``obj`` to a JSON formatted ``str``", "limit_denominator", "_numerator"]
+    for text in [*hidden, "    decoder", "    scanner", "    _default_decoder"]:
+        assert text not in out, text
+    assert len(r.prints) == 5 and "".join(t for (t,) in r.prints) == out
+    assert errname(by_name.error) == "TypeError" and "string argument" in str(by_name.error)
+    assert errname(extra.error) == "TypeError"
+
+
 def test_echo_all_and_per_call_echo(level, tmp_path):
     code = "1 + 1\nx = 5\nx * 2\nx"
     with open_sb(Policy(timeout=20), level, tmp_path, echo="all") as sb:

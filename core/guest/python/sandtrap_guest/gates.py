@@ -44,6 +44,7 @@ import types
 from typing import Any, TypeVar
 
 from .errors import StAttributeDenied, StCallDenied
+from .policy import submodule_allowed as _submodule_allowed
 
 SANDBOX_FILENAME = "<sandbox>"
 _PREFIX = "__st_"
@@ -727,7 +728,7 @@ class Gate:
     through ``exec_modules`` (module object -> None, meaning "every non-dunder name").
     """
 
-    def __init__(self, policy, tick):
+    def __init__(self, policy: Any, tick: Any) -> None:
         self.policy = policy
         self._tick = tick
         self.cls_grants: dict[type, Any] = {}
@@ -1157,16 +1158,7 @@ class Gate:
             return known[1]
         return m.__name__
 
-    @staticmethod
-    def submodule_allowed(g, segments) -> bool:
-        path = g.name
-        real = g.module.__name__
-        for seg in segments:
-            quals = (f"{path}.{seg}", f"{real}.{seg}")
-            if not g.filter.allows(seg, quals):
-                return False
-            path, real = f"{path}.{seg}", f"{real}.{seg}"
-        return True
+    submodule_allowed = staticmethod(_submodule_allowed)
 
     def _module_name_ok(self, m, name: str) -> bool:
         rule = self.module_rule(m)

@@ -101,6 +101,11 @@ class FnGrant:
     fn: Callable[..., Any]
     kind: str = "fn"
 
+    @property
+    def func(self) -> Callable[..., Any]:
+        """The granted function (the seed's name for ``fn``)."""
+        return self.fn
+
 
 @dataclass
 class ClsGrant:
@@ -428,6 +433,87 @@ class Policy:
     def grants(self) -> list[FnGrant | ClsGrant | ModuleGrant]:
         return [*self.fns.values(), *self.classes.values(), *self.modules.values()]
 
+    # ----------------------------------------------------------- introspection
+    @property
+    def functions(self) -> dict[str, FnGrant]:
+        """The function grants by name (the seed's ``policy.functions``; the same dict as
+        ``fns``): each has ``name`` and ``func``."""
+        return self.fns
+
+    def import_grant(self, dotted: str) -> tuple[ModuleGrant, list[str]] | None:
+        """The module grant that ``import dotted`` is judged by and the segments of
+        ``dotted`` below its name (``[]`` for the grant itself), or None: the innermost
+        grant (longest name) decides, a non-recursive one grants nothing below it, and
+        its filters apply to every segment. By name: nothing is imported."""
+        if not isinstance(dotted, str) or not dotted or any(not p.isidentifier() for p in dotted.split(".")):
+            return None
+        g = self.modules.get(dotted)
+        if g is not None:
+            return g, []
+        for g in sorted(self.modules.values(), key=lambda g: -len(g.name)):
+            if dotted.startswith(g.name + "."):
+                segs = dotted[len(g.name) + 1 :].split(".")
+                if not g.recursive or not submodule_allowed(g, segs):
+                    return None
+                return g, segs
+        return None
+
+    def is_import_allowed(self, module_name: str) -> bool:
+        """Would ``import module_name`` succeed in a sandbox under this policy (the
+        seed's ``is_import_allowed``)? True for a granted module, a granted submodule
+        of a recursive grant (imported here to be judged as the sandbox would judge
+        it: False if it does not import) and the parent a dotted grant name implies
+        (granting ``os.path`` alone makes ``os`` importable, holding only ``path``).
+        What is not the policy's is not counted: per-exec ``modules=``, ``main`` and
+        the modules of a VirtualFS."""
+        found = self.import_grant(module_name)
+        if found is None:
+            return isinstance(module_name, str) and any(n.startswith(module_name + ".") for n in self.modules)
+        g, segs = found
+        if not segs:
+            return True
+        real = g.module.__name__ + "." + ".".join(segs)
+        try:
+            mod = importlib.import_module(real)
+        except ImportError:
+            return False
+        return self._gate().module_rule(mod, real) is not None
+
+    def is_attr_allowed(self, obj: object, attr: str) -> bool:
+        """May sandboxed code read ``obj.attr`` under this policy (the seed's
+        ``is_attr_allowed``)? The sandbox's own attribute gate answers, built from
+        this policy alone (a session adds its per-exec modules and its VirtualFS
+        stand-ins). A module's attribute is read as the sandbox reads it (a submodule
+        that is not granted, or a function the sandbox never gets, is False); other
+        objects' attributes are decided by name and type without being read, so a
+        value the gate refuses for what it turns out to be (an interpreter internal,
+        ``eval`` bound as a class attribute) is refused when read even here True."""
+        if not isinstance(attr, str):
+            return False
+        gate = self._gate()
+        if isinstance(obj, types.ModuleType):
+            try:
+                gate._read_module(obj, attr)
+            except (AttributeError, ImportError):
+                return False
+            return True
+        return bool(gate.allows_read(obj, attr))
+
+    def _gate(self) -> Any:
+        key = tuple(self.grants)
+        cached = self.__dict__.get("_st_gate")
+        if (
+            cached is not None
+            and len(cached[0]) == len(key)
+            and all(a is b for a, b in zip(cached[0], key, strict=True))
+        ):
+            return cached[1]
+        from .gates import Gate
+
+        gate = Gate(self, lambda: None)
+        self.__dict__["_st_gate"] = (key, gate)
+        return gate
+
     # ------------------------------------------------------------- portability
     def portability_problems(self, host_fns: bool = False) -> list[str]:
         """Every reason this policy cannot be sent to a worker by reference (empty: portable).
@@ -608,6 +694,19 @@ class Policy:
             f"allow_network={self.allow_network!r}, allow_subprocess={self.allow_subprocess!r}, "
             f"grants={len(self.grants)})"
         )
+
+
+def submodule_allowed(g: ModuleGrant, segments: Iterable[str]) -> bool:
+    """Every segment below grant ``g`` passes its filter (by the grant's name and the
+    module's real dotted name)."""
+    path = g.name
+    real = g.module.__name__
+    for seg in segments:
+        quals = (f"{path}.{seg}", f"{real}.{seg}")
+        if not g.filter.allows(seg, quals):
+            return False
+        path, real = f"{path}.{seg}", f"{real}.{seg}"
+    return True
 
 
 def _host_proxy(host_call: Callable[[str, tuple[Any, ...], dict[str, Any]], Any], name: str) -> Callable[..., Any]:

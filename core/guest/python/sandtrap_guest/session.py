@@ -186,7 +186,7 @@ _PLAIN_FUNCS = (
 )
 # C iterators that wrap iterators: nesting is bounded (helpers.depth_tracked)
 _TRACKED_ITERATORS = {n: depth_tracked(getattr(_bi, n)) for n in ("map", "filter", "zip", "enumerate")}
-# Documented absences: exec eval compile globals vars breakpoint __import__ help exit quit
+# Documented absences: exec eval compile globals vars breakpoint __import__ exit quit
 # memoryview (and open unless filesystem_root is given).
 BUILTIN_NAMES = tuple(
     sorted(
@@ -202,6 +202,7 @@ BUILTIN_NAMES = tuple(
             "setattr",
             "delattr",
             "dir",
+            "help",
             "locals",
             "input",
         }
@@ -649,6 +650,7 @@ class GuestSession:
         b["delattr"] = _ticking(gate.delattr, tick, "delattr")
         b["print"] = self._make_print()
         b["dir"] = self._make_dir()
+        b["help"] = self._make_help()
         b["locals"] = self._make_locals()
         b["input"] = self._make_input()
         if self.filesystem_root is not None:
@@ -719,6 +721,29 @@ class GuestSession:
             return [n for n in _bi.dir(obj) if gate.allows_read(obj, n)]
 
         return dir
+
+    def _make_help(self):
+        tick = self._tick
+        session = self
+        gate = self.gate
+
+        def help(*args):  # noqa: A001
+            """help(thing): its documentation as the sandbox may see it (the members
+            the policy lets it read, their signatures and docstrings) into stdout."""
+            tick()
+            if len(args) > 1:
+                raise TypeError(f"help expected at most 1 argument, got {len(args)}")
+            if not args:
+                text = _HELP_WELCOME
+            elif isinstance(args[0], str):
+                raise TypeError("help() with a string argument is not supported in the sandbox")
+            else:
+                text = _render_help(gate, args[0])
+            if session._prints is not None:
+                session._prints.append((text,))
+            session._cap.write(text)
+
+        return help
 
     def _make_locals(self):
         tick = self._tick
@@ -792,22 +817,17 @@ class GuestSession:
         p = self._synthetic_parents.get(dotted)
         if p is not None:
             return p
-        for g in sorted(self.policy.modules.values(), key=lambda g: -len(g.name)):
-            if dotted.startswith(g.name + "."):
-                if not g.recursive:
-                    break  # the innermost grant is not recursive: nothing below it
-                segs = dotted[len(g.name) + 1 :].split(".")
-                if not self.gate.submodule_allowed(g, segs):
-                    break
-                import importlib
+        found = self.policy.import_grant(dotted)  # the innermost grant, by name
+        if found is not None and found[1]:
+            import importlib
 
-                real = g.module.__name__ + "." + ".".join(segs)
-                try:
-                    mod = importlib.import_module(real)
-                except ImportError as e:
-                    raise ModuleNotFoundError(f"No module named {dotted!r}", name=dotted) from e
-                if self.gate.module_rule(mod, real) is None:
-                    break
+            g, segs = found
+            real = g.module.__name__ + "." + ".".join(segs)
+            try:
+                mod = importlib.import_module(real)
+            except ImportError as e:
+                raise ModuleNotFoundError(f"No module named {dotted!r}", name=dotted) from e
+            if self.gate.module_rule(mod, real) is not None:
                 return mod
         if dotted in ("main", "__main__"):
             return self._main_module()
@@ -1339,6 +1359,105 @@ def _frame_names(frame) -> dict:
     return frame.f_locals
 
 
+_HELP_WELCOME = (
+    "Welcome to help!\n\n"
+    "To get help on a function or object, call help(thing).\n"
+    "For example: help(sorted), help(int), help(my_function)\n"
+)
+_HELP_MEMBERS = 500  # members listed for one module or class at most
+
+
+def _help_read(gate: Gate, obj: Any, name: str) -> Any:
+    """``obj.name`` as sandboxed code would read it, or None where it may not."""
+    try:
+        return gate.ga(obj, name)
+    except Exception:  # noqa: BLE001 - refused or failing: not shown
+        return None
+
+
+def _help_signature(obj: Any) -> str:
+    import inspect
+
+    try:
+        return str(inspect.signature(_TICKED.get(obj, obj)))
+    except Exception:  # noqa: BLE001 - no signature to show
+        return "(...)"
+
+
+def _help_doc(gate: Gate, obj: Any, first_line: bool = False) -> str:
+    import inspect
+
+    doc = _help_read(gate, obj, "__doc__")
+    if not isinstance(doc, str) or not doc.strip():
+        return ""
+    doc = inspect.cleandoc(doc)
+    return doc.split("\n\n", 1)[0].replace("\n", " ") if first_line else doc
+
+
+def _render_help(gate: Gate, obj: Any) -> str:
+    """What ``help(obj)`` shows: only what the gate lets sandboxed code read (a
+    module's or class's members, each by its signature and first docstring line;
+    excluded and private members are not listed). An instance shows its class."""
+    shown = obj
+    if isinstance(obj, types.ModuleType):
+        kind = "module"
+    elif isinstance(obj, type):
+        kind = "class"
+    elif callable(obj):
+        kind = "function"
+    else:
+        kind = "class"
+        shown = type(obj)
+    real = (gate.proxies.get(shown) or gate.meta_proxies.get(shown) or shown) if kind == "class" else shown
+    name = _help_read(gate, shown, "__name__")
+    name = name if isinstance(name, str) else "?"
+    lines = [f"Help on {kind} {name}:", ""]
+    if kind == "function":
+        lines.append(f"{name}{_help_signature(obj)}")
+        doc = _help_doc(gate, obj)
+        if doc:
+            lines += ["", *("    " + ln if ln else "" for ln in doc.split("\n"))]
+        return "\n".join(lines).rstrip("\n") + "\n"
+    header = f"{kind} {name}"
+    if kind == "class":
+        header += _help_signature(real) if real is not type else ""
+    lines.append(header)
+    doc = _help_doc(gate, shown)
+    if doc:
+        lines += [*("    " + ln if ln else "" for ln in doc.split("\n"))]
+    members = []
+    try:
+        names = sorted(_bi.dir(real))
+    except Exception:  # noqa: BLE001 - a dir() that fails lists nothing
+        names = []
+    for n in names:
+        if n.startswith("_") or len(members) >= _HELP_MEMBERS:
+            continue
+        if not gate.allows_read(shown, n):
+            continue
+        try:
+            v = gate.ga(shown, n)
+        except Exception:  # noqa: BLE001 - refused when read: not shown
+            continue
+        if callable(v) or isinstance(v, (property, classmethod, staticmethod)):
+            sig = _help_signature(v) if callable(v) else ""
+            first = _help_doc(gate, v, first_line=True)
+            members.append(f"    {n}{sig}" + (f"\n        {first}" if first else ""))
+        else:
+            members.append(f"    {n} = {_help_value(v)}")
+    if members:
+        lines += ["", "    Members:", "", *members]
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _help_value(v: Any) -> str:
+    try:
+        r = repr(v)
+    except Exception:  # noqa: BLE001 - a repr that fails
+        return f"<{type(v).__name__}>"
+    return r if len(r) <= 80 else r[:77] + "..."
+
+
 def _print_values(args: tuple) -> tuple:
     """A print's values as wire data (never the live objects: the same at every level)."""
     from .wire import to_wire
@@ -1361,6 +1480,10 @@ def _submodule_exists(mod, name: str) -> bool:
         return False
 
 
+# ticking wrapper -> the function it calls (help() shows that one's signature)
+_TICKED: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
 def _ticking(fn, tick, name: str | None = None):
     def wrapper(*args, **kwargs):
         tick()
@@ -1369,6 +1492,7 @@ def _ticking(fn, tick, name: str | None = None):
     wrapper.__name__ = name or getattr(fn, "__name__", "function")
     wrapper.__qualname__ = wrapper.__name__
     wrapper.__doc__ = getattr(fn, "__doc__", None)
+    _TICKED[wrapper] = fn
     return wrapper
 
 
