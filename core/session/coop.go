@@ -101,7 +101,7 @@ func coopOpen(s *engine.Sandbox, req []byte) ([]byte, string) {
 
 func openCoop(s *engine.Sandbox, req []byte) (*coop, error) {
 	r, err := newReader(req, "coop_open", "op", "level", "policy", "interpreter", "sys_path", "module_dirs",
-		"filesystem_root", "echo", "vfs", "allow_degraded", "worker_module", "worker_path", "tag")
+		"filesystem_root", "echo", "vfs", "allow_degraded", "preload_grants", "worker_module", "worker_path", "tag")
 	if err != nil {
 		return nil, err
 	}
@@ -144,6 +144,10 @@ func openCoop(s *engine.Sandbox, req []byte) (*coop, error) {
 		vfsInit = map[string]any{"module_root": mr}
 	}
 	c.allowDegraded = r.boolean("allow_degraded")
+	// preload_grants (default true): the template imports the granted modules and
+	// classes, and its forks inherit them; false: the template imports none of
+	// them and each fork imports them at init (grants unsafe to import there)
+	preload := !r.has("preload_grants") || r.boolean("preload_grants")
 	module := r.str("worker_module")
 	if module == "" {
 		module = workerModule
@@ -235,7 +239,11 @@ func openCoop(s *engine.Sandbox, req []byte) (*coop, error) {
 	}
 	// the start frame holds no filesystem root: one template serves every sandbox
 	// that differs only in paths; each fork is then sent init like a fresh worker
-	c.start = encodeSorted(map[string]any{"op": "template", "policy": portable, "sys_path": paths})
+	startPolicy := portable
+	if !preload {
+		startPolicy = withoutImports(portable, r.m["policy"])
+	}
+	c.start = encodeSorted(map[string]any{"op": "template", "policy": startPolicy, "sys_path": paths})
 	echoVal := any(false)
 	if !echo.IsNil() {
 		echoVal = raw(echo)
@@ -256,6 +264,28 @@ func openCoop(s *engine.Sandbox, req []byte) (*coop, error) {
 	coopsMu.Unlock()
 	s.OnClose(c.close)
 	return c, nil
+}
+
+// withoutImports is the portable policy out with only the grants that import
+// nothing (host_fn: the host runs them): a template started with it imports no
+// granted module or class (preload_grants false). policy is the request's policy,
+// already checked by portablePolicy.
+func withoutImports(out map[string]any, policy rawmsg.Value) map[string]any {
+	t := make(map[string]any, len(out))
+	for k, v := range out {
+		t[k] = v
+	}
+	kept := []any{}
+	m, _ := policy.Fields()
+	items, _ := m["grants"].Items()
+	for _, g := range items {
+		f, _ := g.Fields()
+		if kind, _ := f["kind"].Str(); kind == "host_fn" {
+			kept = append(kept, raw(g))
+		}
+	}
+	t["grants"] = kept
+	return t
 }
 
 // dedupe keeps the first grant of each path.

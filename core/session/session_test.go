@@ -115,18 +115,49 @@ func TestCoopExecWithAHostCall(t *testing.T) {
 func TestCoopOpenNamesEveryProblem(t *testing.T) {
 	sb := handle(t)
 	resp, kind := call(t, sb, map[string]any{"op": "coop_open", "level": "vm", "interpreter": "/nonexistent/python3",
-		"filesystem_root": "/nonexistent/root", "policy": map[string]any{"timeout": -1, "tick_limt": 3}, "bogus": 1})
+		"filesystem_root": "/nonexistent/root", "policy": map[string]any{"timeout": -1, "tick_limt": 3}, "bogus": 1,
+		"preload_grants": "yes"})
 	msg, _ := resp["error"].(map[string]any)["message"].(string)
 	if kind != engine.KindInvalidRequest {
 		t.Fatalf("kind %q: %v", kind, resp)
 	}
-	for _, want := range []string{"level", "/nonexistent/python3", "/nonexistent/root", "policy.timeout", "tick_limt", "bogus"} {
+	for _, want := range []string{"level", "/nonexistent/python3", "/nonexistent/root", "policy.timeout", "tick_limt", "bogus",
+		"preload_grants must be a boolean"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("%q not named in %q", want, msg)
 		}
 	}
 	if _, kind := call(t, sb, map[string]any{"op": "coop_exec", "code": "x = 1"}); kind != engine.KindInvalidRequest {
 		t.Fatalf("coop_exec before coop_open: %q", kind)
+	}
+}
+
+// preload_grants false: the template's start frame keeps only the grants that import
+// nothing (host_fn); the init frame keeps them all.
+func TestWithoutImportsKeepsOnlyHostFunctions(t *testing.T) {
+	pol := map[string]any{"version": 1, "timeout": 5.0, "grants": []any{
+		map[string]any{"kind": "module", "name": "json", "ref": "json"},
+		map[string]any{"kind": "host_fn", "name": "twice", "ref": "twice"},
+		map[string]any{"kind": "cls", "name": "Fraction", "ref": "fractions:Fraction"}}}
+	b, _ := msgpack.Marshal(map[string]any{"op": "coop_open", "policy": pol})
+	r, err := newReader(b, "coop_open", "op", "policy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := portablePolicy(r)
+	var got, full map[string]any
+	if err := msgpack.Unmarshal(encodeSorted(withoutImports(out, r.m["policy"])), &got); err != nil {
+		t.Fatal(err)
+	}
+	if err := msgpack.Unmarshal(encodeSorted(out), &full); err != nil {
+		t.Fatal(err)
+	}
+	gs := got["grants"].([]any)
+	if len(gs) != 1 || gs[0].(map[string]any)["name"] != "twice" || got["timeout"] != 5.0 {
+		t.Fatalf("template policy: %v", got)
+	}
+	if len(full["grants"].([]any)) != 3 {
+		t.Fatalf("the full policy lost grants: %v", full)
 	}
 }
 

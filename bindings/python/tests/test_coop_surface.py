@@ -367,6 +367,26 @@ HIDDEN = textwrap.dedent(
 )
 
 
+@pytest.mark.parametrize("preload", [True, False])
+def test_preload_grants_chooses_where_grants_are_imported(tmp_path, preload):
+    import coop_import_pid
+
+    p = Policy(timeout=20)
+    p.module(coop_import_pid)
+    p.module(os, include=["getpid"])
+    code = "import coop_import_pid, os\nmine = coop_import_pid.IMPORT_PID == os.getpid()"
+    for level in ("process", "kernel"):
+        with open_sb(p, level, tmp_path, preload_grants=preload) as sb:
+            first = sb.exec(code)
+            assert first.error is None, first.traceback
+            # preloaded: the template imported it (the worker is its fork); not: this worker did
+            assert first.namespace["mine"] is (not preload), level
+    with pytest.raises(sandtrap.InvalidArgument, match="preload_grants must be a bool"):
+        sandbox(p, preload_grants="yes")  # type: ignore[arg-type]
+    with sandbox(p, preload_grants=preload) as sb:  # no worker at "none": accepted, the host imported it
+        assert sb.exec(code).namespace["mine"] is True
+
+
 def test_isolation_none_works_without_the_native_library(tmp_path):
     # a copy of the package where no library can be found: SANDTRAP_LIB names
     # nothing, and no _lib/ or build/ library lies next to it

@@ -268,6 +268,7 @@ class CoopSandbox:
         state: dict[str, Any] | None = None,
         keep_state: bool = False,
         snapshot_prints: bool = False,
+        preload_grants: bool = True,
     ) -> None:
         from ._sandbox import _Handle
 
@@ -309,6 +310,7 @@ class CoopSandbox:
             # a VirtualFS stays here: the worker reads and writes it through fs host calls
             "vfs": {"module_root": policy.module_root} if virtual is not None else None,
             "allow_degraded": allow_degraded,
+            "preload_grants": preload_grants,
         }
         if _WORKER_MODULE:
             req.update(worker_module=_WORKER_MODULE, worker_path=list(_WORKER_PATH))
@@ -527,6 +529,7 @@ def sandbox(
     state: dict[str, Any] | None = None,
     keep_state: bool = False,
     snapshot_prints: bool = False,
+    preload_grants: bool = True,
 ) -> CoopSandbox:
     """A cooperative Python sandbox.
 
@@ -551,6 +554,14 @@ def sandbox(
     inheriting the host's memory is what the design never does (grant by reference,
     and host functions run in the host through host calls, so a non-portable
     ``policy.fn`` needs no fork).
+
+    ``preload_grants`` (worker levels; default True): the template the workers are
+    forked from imports the granted modules and classes once, and every worker
+    inherits them (the seed's ``preload_grants=True``: the cheap start). False:
+    the template imports none of them and each worker imports them after its fork
+    (the seed's default, for grants unsafe to import in a process that is then
+    forked, such as one that starts a thread at import; each worker then pays the
+    import). At ``"none"`` there is no worker: the host imported the grants.
 
     ``isolation``:
 
@@ -583,13 +594,17 @@ def sandbox(
         raise InvalidArgument(f"start_method must be None, 'spawn' or 'forkserver', got {start_method!r}")
     if not isinstance(close_fds, bool):
         raise InvalidArgument("close_fds must be a bool (workers never inherit descriptors either way)")
+    if not isinstance(preload_grants, bool):
+        raise InvalidArgument("preload_grants must be a bool")
     if policy is None:
         policy = Policy()
     if not isinstance(policy, Policy):
         raise InvalidArgument("policy must be a sandtrap.Policy")
     if filesystem is not None and not isinstance(filesystem, (IsolatedFS, VirtualFS)):
         filesystem = IsolatedFS(os.fspath(filesystem))
-    return CoopSandbox(policy, isolation, filesystem, echo, allow_degraded, state, keep_state, snapshot_prints)
+    return CoopSandbox(
+        policy, isolation, filesystem, echo, allow_degraded, state, keep_state, snapshot_prints, preload_grants
+    )
 
 
 _ = sandtrap_guest  # the guest runtime ships with this package
