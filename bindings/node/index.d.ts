@@ -409,6 +409,8 @@ export interface PythonPolicy {
   allowNetwork?: boolean;
   /** At 'kernel', let the worker create processes and run programs (refused with EPERM otherwise). */
   allowSubprocess?: boolean;
+  /** Where `import name` finds `name.py` in a VirtualFS (default '/'; Python's `Policy.module_root`). */
+  moduleRoot?: string;
   /**
    * Host functions the sandboxed code may call by name: they run here, in JavaScript,
    * with the call's arguments (and its keyword arguments as one last object, when
@@ -421,8 +423,12 @@ export interface PythonPolicy {
 export interface PythonSandboxOptions {
   /** 'kernel' (default): Landlock, seccomp and limits under the worker; 'process': a separate process. */
   isolation?: 'kernel' | 'process';
-  /** The directory the code sees as its filesystem. */
-  filesystem?: string;
+  /**
+   * The directory the code sees as its filesystem, or a VirtualFS: files kept here,
+   * in memory, that the code's `open` and imports see (the worker asks for each
+   * operation; the data never enters its sandbox).
+   */
+  filesystem?: string | VirtualFS;
   /** REPL echo: 'last' (or true) the final expression statement, 'all' every top-level one, 'none' (or false) nothing. */
   echo?: boolean | 'none' | 'last' | 'all';
   allowDegraded?: boolean;
@@ -469,6 +475,30 @@ export declare class PythonSandbox {
   /** Stop the running exec (its worker is killed); with none running, nothing happens. */
   cancel(): void;
   close(): void;
+}
+
+/**
+ * An in-memory filesystem for the cooperative Python sandbox (Python's
+ * `VirtualFS(state, max_size_mb)`): absolute POSIX paths (`..` stops at `/`),
+ * directories implicit or made with mkdir. Errors thrown are named by the Python
+ * class the sandboxed code sees (FileNotFoundError, FileExistsError, ...).
+ */
+export declare class VirtualFS {
+  /** `files`: initial path -> content (a string is UTF-8); `maxSizeMb` bounds the total size (ENOSPC past it). */
+  constructor(files?: Record<string, string | Uint8Array>, options?: { maxSizeMb?: number });
+  read(path: string): Buffer;
+  readText(path: string): string;
+  /** Write content (a string is UTF-8), making parent directories. */
+  write(path: string, content: string | Uint8Array, options?: { append?: boolean }): void;
+  list(path?: string, options?: { recursive?: boolean }): string[];
+  exists(path: string): boolean;
+  isFile(path: string): boolean;
+  isDir(path: string): boolean;
+  getSize(path: string): number;
+  remove(path: string): void;
+  mkdir(path: string, options?: { parents?: boolean; existOk?: boolean }): void;
+  rmdir(path: string): void;
+  rename(src: string, dst: string): void;
 }
 
 /** The cooperative Python sandbox: `sandbox(policy, {isolation}).exec(code)`. */

@@ -10,13 +10,14 @@
  */
 const errors = require('./lib/errors');
 const { Sandbox, Command, Pipeline, confine, probe, version } = require('./lib/sandbox');
-const { sandbox, PythonSandbox } = require('./lib/python');
+const { sandbox, PythonSandbox, VirtualFS } = require('./lib/python');
 require('./lib/fork'); // Sandbox.prototype.fork / reduce
 
 module.exports = {
   Sandbox,
   sandbox,
   PythonSandbox,
+  VirtualFS,
   Command,
   Pipeline,
   confine,

@@ -11,11 +11,12 @@ const native = require('./native');
 const { Sandbox } = require('./sandbox');
 const { InvalidArgument, makeError } = require('./errors');
 const { camelKeys } = require('./options');
+const { VirtualFS, serve: serveFs } = require('./vfs');
 
 /** @typedef {import('./sandbox').Wire} Wire */
 /**
  * The options of sandbox() (index.d.ts's PythonSandboxOptions).
- * @typedef {{isolation?: string, filesystem?: string, echo?: boolean | string, allowDegraded?: boolean, python?: string, snapshotPrints?: boolean}} PythonSandboxOptions
+ * @typedef {{isolation?: string, filesystem?: string | VirtualFS, echo?: boolean | string, allowDegraded?: boolean, python?: string, snapshotPrints?: boolean}} PythonSandboxOptions
  */
 /** @typedef {(...args: any[]) => unknown} HostFunction */
 
@@ -46,8 +47,12 @@ class PythonSandbox {
     const portable = { grants: [] };
     /** @type {Record<string, HostFunction>} */
     this.functions = {};
+    let moduleRoot = '/';
     for (const [k, v] of Object.entries(policy ?? {})) {
-      if (k === 'functions') {
+      if (k === 'moduleRoot') {
+        if (typeof v !== 'string' || !v.startsWith('/')) problems.push('policy.moduleRoot: want an absolute path inside the VirtualFS');
+        else moduleRoot = v;
+      } else if (k === 'functions') {
         for (const [name, fn] of Object.entries(v ?? {})) {
           if (typeof fn !== 'function') problems.push(`policy.functions.${name}: want a function`);
           this.functions[name] = fn;
@@ -59,8 +64,15 @@ class PythonSandbox {
         problems.push(`policy: unknown option "${k}"`);
       }
     }
+    if (filesystem !== undefined && filesystem !== null && typeof filesystem !== 'string' && !(filesystem instanceof VirtualFS)) {
+      problems.push('filesystem: want a directory (a string) or a VirtualFS');
+    }
     if (problems.length) throw new InvalidArgument(problems.join('\n'), { problems });
     this.level = isolation;
+    // a VirtualFS stays here: the worker reads and writes it through fs host calls
+    /** @type {VirtualFS | null} */
+    this.vfs = filesystem instanceof VirtualFS ? filesystem : null;
+    const root = typeof filesystem === 'string' ? filesystem : undefined;
     this.snapshotPrints = snapshotPrints === true;
     /** the isolation report (camelCase), once the worker's sandbox is built @type {Wire | undefined} */
     this.report = undefined;
@@ -69,8 +81,8 @@ class PythonSandbox {
     // opened on a thread: what the engine refuses (IsolationUnavailable, a missing
     // filesystem) rejects open() and every exec
     this.opening = this.sandbox
-      .request({ op: 'coop_open', level: isolation, policy: portable, interpreter: python, filesystem_root: filesystem,
-        echo, allow_degraded: allowDegraded })
+      .request({ op: 'coop_open', level: isolation, policy: portable, interpreter: python, filesystem_root: root,
+        vfs: this.vfs ? { module_root: moduleRoot } : undefined, echo, allow_degraded: allowDegraded })
       .then(check)
       .then((r) => {
         this.report = camelKeys(r.isolation);
@@ -91,6 +103,14 @@ class PythonSandbox {
    * @returns {Promise<{value: unknown} | {error: {type: string, message: string}}>}
    */
   async _answer(call) {
+    if (call.kind === 'fs' && this.vfs) {
+      try {
+        return { value: serveFs(this.vfs, call.name, call.args) ?? null };
+      } catch (e) {
+        const err = /** @type {{name?: unknown, message?: unknown}} */ (e);
+        return { error: { type: String(err?.name ?? 'OSError'), message: String(err?.message ?? e) } };
+      }
+    }
     const fn = call.kind === 'fn' ? this.functions[call.name] : undefined;
     if (!fn) return { error: { type: 'NotImplemented', message: `no host call ${call.kind}:${call.name}` } };
     try {
@@ -169,4 +189,4 @@ function sandbox(policy, options) {
   return new PythonSandbox(policy, options);
 }
 
-module.exports = { sandbox, PythonSandbox };
+module.exports = { sandbox, PythonSandbox, VirtualFS };
