@@ -436,6 +436,10 @@ export interface PythonSandboxOptions {
   python?: string;
   /** Fill each result's `prints` with each print's values (Python's snapshot_prints). */
   snapshotPrints?: boolean;
+  /** A state from `snapshot()`, rebuilt in every fresh worker (its first exec, or one after a restart). */
+  state?: Uint8Array | null;
+  /** Every exec brings back the current state: functions, classes and instances survive a worker restart. */
+  keepState?: boolean;
 }
 
 export interface PythonExecResult {
@@ -472,6 +476,12 @@ export declare class PythonSandbox {
       echo?: boolean | 'none' | 'last' | 'all';
     },
   ): Promise<PythonExecResult>;
+  /**
+   * The namespace as source plus data (never pickle), as the bytes of its msgpack
+   * encoding (opaque here: JavaScript objects cannot hold its keys). Give it to
+   * `sandbox(policy, {state})`; Python's `sandbox(policy, state=msgpack.unpackb(b))` takes it too.
+   */
+  snapshot(): Promise<Buffer>;
   /** Stop the running exec (its worker is killed); with none running, nothing happens. */
   cancel(): void;
   close(): void;

@@ -550,6 +550,7 @@ type execState struct {
 	// freshFrame: the frame for a worker started for this exec (with the host's
 	// state to restore first); nil: frame serves both
 	freshFrame []byte
+	encoded    bool // the response's state as bin (state_encoded)
 }
 
 // frameFor: what to send a worker that was (fresh) or was not started for this exec.
@@ -570,7 +571,7 @@ func coopExec(s *engine.Sandbox, req []byte) ([]byte, string) {
 		return errorResponse(&engine.Error{Kind: engine.KindInvalidRequest, Message: "invalid request: coop_exec: this sandbox is not a cooperative sandbox (send coop_open first)"})
 	}
 	r, err := newReader(req, "coop_exec", "op", "code", "namespace", "modules", "stdin", "argv", "echo", "state",
-		"snapshot", "prints", "tag")
+		"snapshot", "state_encoded", "prints", "tag")
 	if err != nil {
 		return errorResponse(err)
 	}
@@ -578,8 +579,17 @@ func coopExec(s *engine.Sandbox, req []byte) ([]byte, string) {
 		r.addf("code is missing")
 	}
 	code := r.str("code")
-	for _, k := range []string{"namespace", "modules", "state"} {
-		if v := r.m[k]; !v.IsNil() {
+	// state: a map, or bin holding one encoded (what a response with state_encoded
+	// carries: a binding that cannot hold msgpack's map keys keeps it opaque)
+	state := r.m["state"]
+	if b, ok := state.Bin(); ok {
+		if rawmsg.Check(b, MaxDepth) != nil {
+			r.addf("state (bin) must be one msgpack-encoded map")
+		}
+		state = rawmsg.Value(b)
+	}
+	for k, v := range map[string]rawmsg.Value{"namespace": r.m["namespace"], "modules": r.m["modules"], "state": state} {
+		if !v.IsNil() {
 			if _, ok := v.Fields(); !ok {
 				r.addf("%s must be a map with string keys", k)
 			}
@@ -589,6 +599,7 @@ func coopExec(s *engine.Sandbox, req []byte) ([]byte, string) {
 	argv := r.strs("argv")
 	checkEcho(r, r.m["echo"])
 	snapshot := r.boolean("snapshot")
+	encoded := r.boolean("state_encoded")
 	prints := r.boolean("prints")
 	tag := r.str("tag")
 	if err := r.err(); err != nil {
@@ -611,10 +622,10 @@ func coopExec(s *engine.Sandbox, req []byte) ([]byte, string) {
 	if prints {
 		fr["prints"] = true // the result carries each print's values
 	}
-	x := &execState{c: c, frame: engine.Encode(fr)}
-	if st := r.m["state"]; !st.IsNil() {
+	x := &execState{c: c, frame: engine.Encode(fr), encoded: encoded}
+	if !state.IsNil() {
 		// restored only into a fresh worker (its first exec, or one after a restart)
-		fr["restore"] = raw(st)
+		fr["restore"] = raw(state)
 		x.freshFrame = engine.Encode(fr)
 	}
 	c.slot <- struct{}{} // one exec at a time
@@ -819,6 +830,9 @@ func (x *execState) result(f frame) hostcall.Step {
 		if v := f[k]; !v.IsNil() {
 			out[k] = raw(v)
 		}
+	}
+	if v := f["state"]; !v.IsNil() && x.encoded {
+		out["state"] = []byte(v) // the map's own bytes, as bin
 	}
 	return x.respond(out)
 }

@@ -273,3 +273,44 @@ func TestTheDefaultTimeoutIsPolicys(t *testing.T) {
 		t.Fatalf("policy.py's Policy() does not default to %gs (%q)", DefaultTimeout, want)
 	}
 }
+
+// state_encoded: the response's state is bin, the state map's own msgpack bytes
+// (kept opaque by a binding that cannot hold msgpack's map keys, as JavaScript);
+// sent back as state, bin restores it into a fresh worker as the map does, and a
+// bin that is not one encoded map is refused.
+func TestCoopStateEncoded(t *testing.T) {
+	open := func() *engine.Sandbox {
+		sb := handle(t)
+		if resp, kind := call(t, sb, map[string]any{"op": "coop_open", "level": "process", "interpreter": python,
+			"policy": map[string]any{"timeout": 20.0}}); kind != "" {
+			t.Fatalf("coop_open: %v", resp)
+		}
+		return sb
+	}
+	sb := open()
+	resp, kind := call(t, sb, map[string]any{"op": "coop_exec", "code": "d = {'a': 'one'}\ndef f():\n    return d['a']\n",
+		"snapshot": true, "state_encoded": true})
+	b, ok := resp["state"].([]byte)
+	if kind != "" || !ok {
+		t.Fatalf("want the state as bin: %v", resp)
+	}
+	var st map[string]any
+	if err := msgpack.Unmarshal(b, &st); err != nil || st["version"] == nil || !strings.Contains(fmt.Sprint(st["source"]), "def f") {
+		t.Fatalf("the bin is not the state map: %v %v", err, st)
+	}
+	plain, _ := call(t, sb, map[string]any{"op": "coop_exec", "code": "", "snapshot": true})
+	if _, ok := plain["state"].(map[string]any); !ok {
+		t.Fatalf("without state_encoded the state is a map: %v", plain)
+	}
+	fresh := open()
+	resp, kind = call(t, fresh, map[string]any{"op": "coop_exec", "code": "x = f()", "state": b})
+	if ns, _ := resp["namespace"].(map[string]any); kind != "" || resp["error"] != nil || ns["x"] != "one" {
+		t.Fatalf("restored from bin: %v", resp)
+	}
+	for _, bad := range [][]byte{{0x91, 0x01}, {0x81, 0xa1, 'a'}, []byte("not msgpack")} {
+		resp, kind = call(t, open(), map[string]any{"op": "coop_exec", "code": "", "state": bad})
+		if kind != engine.KindInvalidRequest {
+			t.Fatalf("state %x: want invalid_request, got %q %v", bad, kind, resp)
+		}
+	}
+}

@@ -16,7 +16,7 @@ const { VirtualFS, serve: serveFs } = require('./vfs');
 /** @typedef {import('./sandbox').Wire} Wire */
 /**
  * The options of sandbox() (index.d.ts's PythonSandboxOptions).
- * @typedef {{isolation?: string, filesystem?: string | VirtualFS, echo?: boolean | string, allowDegraded?: boolean, python?: string, snapshotPrints?: boolean}} PythonSandboxOptions
+ * @typedef {{isolation?: string, filesystem?: string | VirtualFS, echo?: boolean | string, allowDegraded?: boolean, python?: string, snapshotPrints?: boolean, state?: Uint8Array | null, keepState?: boolean}} PythonSandboxOptions
  */
 /** @typedef {(...args: any[]) => unknown} HostFunction */
 
@@ -37,7 +37,10 @@ class PythonSandbox {
    * @param {Record<string, any>} [policy] limits and `functions` (index.d.ts's PythonPolicy)
    * @param {PythonSandboxOptions} [options]
    */
-  constructor(policy = {}, { isolation = 'kernel', filesystem, echo = false, allowDegraded = false, python, snapshotPrints = false } = {}) {
+  constructor(
+    policy = {},
+    { isolation = 'kernel', filesystem, echo = false, allowDegraded = false, python, snapshotPrints = false, state = null, keepState = false } = {},
+  ) {
     if (!LEVELS.includes(isolation)) {
       throw new InvalidArgument(`isolation must be one of ${LEVELS.join(', ')} from JavaScript (got ${isolation})`);
     }
@@ -64,6 +67,9 @@ class PythonSandbox {
         problems.push(`policy: unknown option "${k}"`);
       }
     }
+    if (state !== null && state !== undefined && !(state instanceof Uint8Array)) {
+      problems.push('state: want the bytes snapshot() returned');
+    }
     if (filesystem !== undefined && filesystem !== null && typeof filesystem !== 'string' && !(filesystem instanceof VirtualFS)) {
       problems.push('filesystem: want a directory (a string) or a VirtualFS');
     }
@@ -74,6 +80,13 @@ class PythonSandbox {
     this.vfs = filesystem instanceof VirtualFS ? filesystem : null;
     const root = typeof filesystem === 'string' ? filesystem : undefined;
     this.snapshotPrints = snapshotPrints === true;
+    // the state a fresh worker is given (the engine sends it only to one started for
+    // the exec): the bytes of a snapshot (the state map msgpack-encoded, opaque here:
+    // JavaScript objects cannot hold its keys); with keepState every exec brings back
+    // the current one, so the namespace survives a worker restart
+    /** @type {Uint8Array | null} */
+    this.state = state ?? null;
+    this.keepState = keepState === true;
     /** the isolation report (camelCase), once the worker's sandbox is built @type {Wire | undefined} */
     this.report = undefined;
     // a handle for the ops: the engine builds the worker's own policy
@@ -138,12 +151,9 @@ class PythonSandbox {
     const req = { op: 'coop_exec', code, namespace: namespace ?? null, modules: modules ?? null, stdin: stdin ?? null, argv: argv ?? null };
     if (this.snapshotPrints) req.prints = true;
     if (echo !== undefined && echo !== null) req.echo = echo; // this exec's mode (the engine checks it)
-    let resp = check(await this.sandbox.request(req));
-    while (resp.call) {
-      const { call, pending } = resp;
-      resp = check(await this.sandbox.request({ op: 'answer', pending, call: call.id, ...(await this._answer(call)) }));
-    }
-    if (resp.isolation) this.report = camelKeys(resp.isolation); // sent when it changed
+    if (this.keepState) Object.assign(req, { snapshot: true, state_encoded: true });
+    const resp = await this._request(req);
+    if (resp.state instanceof Uint8Array) this.state = Buffer.from(resp.state);
     return {
       stdout: resp.stdout,
       stderr: resp.stderr,
@@ -157,6 +167,39 @@ class PythonSandbox {
       restarted: resp.restarted === true,
       prints: resp.prints ?? [], // each print's values, with {snapshotPrints: true}
     };
+  }
+
+  /**
+   * The namespace as source plus data (never pickle): the import, def and class
+   * statements that made its functions and classes, its data, its instances of
+   * sandbox classes as their attributes. Resolves with the state's bytes (its map
+   * msgpack-encoded); `sandbox(policy, {state})` rebuilds it (Python's
+   * `sandbox(policy, state=msgpack.unpackb(bytes))` too).
+   * @returns {Promise<Buffer>}
+   */
+  async snapshot() {
+    await this.opening;
+    const resp = await this._request({ op: 'coop_exec', code: '', snapshot: true, state_encoded: true });
+    if (!(resp.state instanceof Uint8Array)) throw makeError('internal', 'the engine sent no state');
+    const st = Buffer.from(resp.state);
+    if (this.keepState) this.state = st;
+    return st;
+  }
+
+  /**
+   * One coop_exec with the state a fresh worker needs, its host calls answered here.
+   * @param {Wire} req
+   * @returns {Promise<Wire>}
+   */
+  async _request(req) {
+    if (this.state) req.state = this.state;
+    let resp = check(await this.sandbox.request(req));
+    while (resp.call) {
+      const { call, pending } = resp;
+      resp = check(await this.sandbox.request({ op: 'answer', pending, call: call.id, ...(await this._answer(call)) }));
+    }
+    if (resp.isolation) this.report = camelKeys(resp.isolation); // sent when it changed
+    return resp;
   }
 
   /** Stop the running exec (its worker is killed); with none running, nothing happens. */

@@ -104,6 +104,8 @@ export async function pythonOverVirtualFS(): Promise<string> {
   const py = sandbox({ timeout: 5, moduleRoot: '/lib' }, { isolation: 'process', filesystem: fs });
   await py.exec('import helper');
   fs.write('/out.txt', 'text', { append: true });
+  const state: Buffer = await py.snapshot();
+  sandbox({}, { isolation: 'kernel', state, keepState: true }).close();
   py.close();
   return fs.readText('/out.txt') + fs.list('/', { recursive: true }).join(',');
 }
