@@ -315,7 +315,25 @@ void sandtrap_result_free(sandtrap_result *r)
 	free(r->err);
 	free(r->error_kind);
 	free(r->error_message);
+	for (size_t i = 0; i < r->ndenials; i++) {
+		sandtrap_denial *d = &r->denials[i];
+		free((char *)d->syscall);
+		free((char *)d->path);
+		free((char *)d->address);
+		free((char *)d->reason);
+		free((char *)d->errno_name);
+		free((char *)d->source);
+	}
+	free(r->denials);
 	free(r);
+}
+
+size_t sandtrap_result_denials_count(const sandtrap_result *r) { return r ? r->ndenials : 0; }
+uint64_t sandtrap_result_denials_dropped(const sandtrap_result *r) { return r ? r->denials_dropped : 0; }
+
+const sandtrap_denial *sandtrap_result_denial(const sandtrap_result *r, size_t i)
+{
+	return r && i < r->ndenials ? &r->denials[i] : NULL;
 }
 
 int sandtrap_result_success(const sandtrap_result *r) { return r ? r->success : 0; }

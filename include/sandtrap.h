@@ -305,6 +305,27 @@ int sandtrap_result_stderr_truncated(const sandtrap_result *r);
 const char *sandtrap_result_error_kind(const sandtrap_result *r);
 const char *sandtrap_result_error_message(const sandtrap_result *r);
 
+/* One thing the run was refused (the response's "denials", docs/protocol.md): a
+ * distinct (syscall, path or address, errno) with how many times. Owned by the
+ * result; later versions only ever append fields. */
+typedef struct sandtrap_denial {
+	const char *syscall;    /* "connect", "flock", ... */
+	const char *path;       /* the file, for calls about files; NULL otherwise */
+	const char *address;    /* the destination ("10.0.0.1:443"), for sockets; NULL otherwise */
+	const char *reason;     /* why the supervisor could not decide (then refused), or NULL */
+	const char *errno_name; /* "EACCES" */
+	int errno_nr;           /* 13 */
+	uint64_t count;
+	const char *source;     /* "supervisor" (what reports denials: the response's denials_sources) */
+} sandtrap_denial;
+
+/* The number of distinct denials kept (at most 256, in the order first seen), entry
+ * i of them (NULL when i is out of range), and how many further denials were dropped
+ * beyond the cap. Valid until sandtrap_result_free. */
+size_t sandtrap_result_denials_count(const sandtrap_result *r);
+const sandtrap_denial *sandtrap_result_denial(const sandtrap_result *r, size_t i);
+uint64_t sandtrap_result_denials_dropped(const sandtrap_result *r);
+
 /* Confine the calling process for good with sb's policy: Landlock on every thread
  * (files, network, scoping) and, when with_seccomp is non-zero, the seccomp filter.
  * Refuses (SANDTRAP_E_ISOLATION_UNAVAILABLE) rather than risking the host, e.g. when

@@ -154,6 +154,20 @@ int main(void)
 		CHECK(sandtrap_result_exit_code(r) == -1, "no exit code");
 		sandtrap_result_free(r);
 	}
+	{ /* what the run was refused: a lock on a read-only file */
+		const char *argv[] = {"flock", "/usr/bin", "true", NULL};
+		const sandtrap_denial *d;
+		rc = sandtrap_sandbox_run(sb, argv, NULL, &r);
+		CHECK(rc == SANDTRAP_OK && sandtrap_result_exit_code(r) != 0, "flock rc=%d exit %d", rc, sandtrap_result_exit_code(r));
+		CHECK(sandtrap_result_denials_count(r) == 1, "%zu denials", sandtrap_result_denials_count(r));
+		d = sandtrap_result_denial(r, 0);
+		CHECK(d && strcmp(d->syscall, "flock") == 0 && d->path && strcmp(d->path, "/usr/bin") == 0 && !d->address &&
+		      strcmp(d->errno_name, "EACCES") == 0 && d->errno_nr == 13 && d->count == 1 && strcmp(d->source, "supervisor") == 0,
+		      "the flock denial: %s %s %s %d", d ? d->syscall : "-", d && d->path ? d->path : "-", d ? d->errno_name : "-", d ? d->errno_nr : 0);
+		CHECK(sandtrap_result_denial(r, 1) == NULL && sandtrap_result_denials_dropped(r) == 0, "one denial, none dropped");
+		sandtrap_result_free(r);
+		CHECK(sandtrap_result_denials_count(NULL) == 0 && sandtrap_result_denial(NULL, 0) == NULL, "NULL result denials");
+	}
 	{ /* invalid arguments: *out is NULL, nothing ran */
 		const char *empty[] = {NULL};
 		const char *blank[] = {"", NULL};
