@@ -39,6 +39,7 @@ from sandtrap_guest import GuestSession, Policy
 from sandtrap_guest import errors as guest_errors
 from sandtrap_guest import output as _output
 from sandtrap_guest.output import passthrough_stdio
+from sandtrap_guest.policy import MemberSpec
 from sandtrap_guest.rewriter import echo_mode as _echo_mode
 from sandtrap_guest.session import _Capture
 from sandtrap_guest.vfs import VirtualFS
@@ -59,6 +60,7 @@ __all__ = [
     "WorkerError",
     "WorkerCrashed",
     "Policy",
+    "MemberSpec",
 ]
 
 LEVELS = ("none", "process", "kernel")
@@ -289,6 +291,13 @@ class CoopSandbox:
         self.snapshot_prints: bool = bool(snapshot_prints)
         virtual = filesystem if isinstance(filesystem, VirtualFS) else None
         root = filesystem.root if isinstance(filesystem, IsolatedFS) else None
+        if isolation == "kernel" and policy.needs_host_fs():
+            raise InvalidArgument(
+                'host_fs_access=True on a class or module grant is not offered at isolation="kernel": it would take '
+                "the host's whole filesystem into the worker (the seed then drops Landlock's filesystem rules). Grant "
+                "the function with policy.fn (it runs here in the host, with the host's files), or give the worker a "
+                'directory with IsolatedFS; at "none" and "process" granted code reaches the host\'s files anyway'
+            )
         if isolation == "none":
             self._local = GuestSession(policy, filesystem_root=root, echo=echo, filesystem=virtual)
             if state is not None:

@@ -14,7 +14,7 @@ import inspect
 import keyword
 import sys
 import types
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, overload
 
@@ -82,17 +82,66 @@ class Patterns:
 
 
 class Filter:
-    """include/exclude pair; a name passes when it matches include and not exclude."""
+    """include/exclude pair; a name passes when it matches include and not exclude,
+    or when it is one of ``configured`` (members named in a grant's ``configure``:
+    explicitly granted, as in the seed)."""
 
-    __slots__ = ("include", "exclude")
+    __slots__ = ("include", "exclude", "configured")
 
-    def __init__(self, include: PatternSpec | Patterns = "*", exclude: PatternSpec | Patterns = "_*") -> None:
+    def __init__(
+        self,
+        include: PatternSpec | Patterns = "*",
+        exclude: PatternSpec | Patterns = "_*",
+        configured: Iterable[str] = (),
+    ) -> None:
         self.include = include if isinstance(include, Patterns) else Patterns(include)
         self.exclude = exclude if isinstance(exclude, Patterns) else Patterns(exclude)
+        self.configured = frozenset(configured)
 
     def allows(self, name: str, qualified: Iterable[str] = ()) -> bool:
+        if name in self.configured:
+            return True
         qualified = tuple(qualified)
         return self.include.matches(name, qualified) and not self.exclude.matches(name, qualified)
+
+
+@dataclass
+class MemberSpec:
+    """Per-member privileges for a class or module grant's ``configure`` (the seed's
+    ``MemberSpec``): a configured member is granted even where the grant's
+    include/exclude would refuse it. ``network_access``: at ``isolation="kernel"``
+    the worker gets the network (the kernel cannot tell the member's sockets from
+    the code's; the code reaches it only through what is granted); at ``"none"``
+    and ``"process"`` granted code has the host's network anyway.
+    ``host_fs_access``: granted code already reaches the real filesystem at every
+    level (a VirtualFS redirects only what sandboxed code itself calls); at
+    ``"kernel"`` it would need the host's whole filesystem in the worker, which is
+    refused (grant the function with ``policy.fn``: it runs in the host)."""
+
+    host_fs_access: bool = False
+    network_access: bool = False
+
+    def __post_init__(self) -> None:
+        for k in ("host_fs_access", "network_access"):
+            if not isinstance(getattr(self, k), bool):
+                raise TypeError(f"MemberSpec.{k} must be a bool")
+
+
+def _flags(host_fs_access: object, network_access: object) -> None:
+    for k, v in (("host_fs_access", host_fs_access), ("network_access", network_access)):
+        if not isinstance(v, bool):
+            raise TypeError(f"{k} must be a bool")
+
+
+def _configure(configure: Mapping[str, MemberSpec] | None) -> dict[str, MemberSpec]:
+    out: dict[str, MemberSpec] = {}
+    for k, v in (configure or {}).items():
+        if not isinstance(k, str) or not k.isidentifier():
+            raise ValueError(f"configure keys are member names, got {k!r}")
+        if not isinstance(v, MemberSpec):
+            raise TypeError(f"configure[{k!r}] must be a MemberSpec")
+        out[k] = v
+    return out
 
 
 @dataclass
@@ -100,6 +149,8 @@ class FnGrant:
     name: str
     fn: Callable[..., Any]
     kind: str = "fn"
+    host_fs_access: bool = False
+    network_access: bool = False
 
     @property
     def func(self) -> Callable[..., Any]:
@@ -114,6 +165,9 @@ class ClsGrant:
     constructable: bool = True
     filter: Filter = field(default_factory=Filter)
     kind: str = "cls"
+    configure: dict[str, MemberSpec] = field(default_factory=dict)
+    host_fs_access: bool = False
+    network_access: bool = False
 
 
 @dataclass
@@ -124,6 +178,9 @@ class ModuleGrant:
     recursive: bool = False
     trusted: bool = False
     kind: str = "module"
+    configure: dict[str, MemberSpec] = field(default_factory=dict)
+    host_fs_access: bool = False
+    network_access: bool = False
 
 
 def _check_grant_name(name: str) -> str:
@@ -292,11 +349,27 @@ class Policy:
 
     # ------------------------------------------------------------------ grants
     @overload
-    def fn(self, f: _F, *, name: str | None = None) -> _F: ...
+    def fn(
+        self, f: _F, *, name: str | None = None, host_fs_access: bool = False, network_access: bool = False
+    ) -> _F: ...
     @overload
-    def fn(self, f: None = None, *, name: str | None = None) -> Callable[[_F], _F]: ...
-    def fn(self, f: _F | None = None, *, name: str | None = None) -> _F | Callable[[_F], _F]:
-        """Grant a host function under ``name`` (default ``f.__name__``). Decorator-friendly."""
+    def fn(
+        self, f: None = None, *, name: str | None = None, host_fs_access: bool = False, network_access: bool = False
+    ) -> Callable[[_F], _F]: ...
+    def fn(
+        self,
+        f: _F | None = None,
+        *,
+        name: str | None = None,
+        host_fs_access: bool = False,
+        network_access: bool = False,
+    ) -> _F | Callable[[_F], _F]:
+        """Grant a host function under ``name`` (default ``f.__name__``). Decorator-friendly.
+
+        A function grant runs in the host at every level (at the worker levels through
+        a host call), with the host's files and network: ``host_fs_access`` and
+        ``network_access`` (the seed's) are what it has already, accepted and kept."""
+        _flags(host_fs_access, network_access)
 
         def register(func: _F) -> _F:
             if not callable(func):
@@ -304,7 +377,7 @@ class Policy:
             n = _check_grant_name(name or getattr(func, "__name__", None) or "")
             if "." in n:
                 raise ValueError("function grant names cannot be dotted")
-            self.fns[n] = FnGrant(n, func)
+            self.fns[n] = FnGrant(n, func, host_fs_access=host_fs_access, network_access=network_access)
             return func
 
         return register(f) if f is not None else register
@@ -318,6 +391,9 @@ class Policy:
         constructable: bool = True,
         include: PatternSpec = "*",
         exclude: PatternSpec = "_*",
+        configure: Mapping[str, MemberSpec] | None = None,
+        host_fs_access: bool = False,
+        network_access: bool = False,
     ) -> _C: ...
     @overload
     def cls(
@@ -328,6 +404,9 @@ class Policy:
         constructable: bool = True,
         include: PatternSpec = "*",
         exclude: PatternSpec = "_*",
+        configure: Mapping[str, MemberSpec] | None = None,
+        host_fs_access: bool = False,
+        network_access: bool = False,
     ) -> Callable[[_C], _C]: ...
     def cls(
         self,
@@ -337,9 +416,17 @@ class Policy:
         constructable: bool = True,
         include: PatternSpec = "*",
         exclude: PatternSpec = "_*",
+        configure: Mapping[str, MemberSpec] | None = None,
+        host_fs_access: bool = False,
+        network_access: bool = False,
     ) -> _C | Callable[[_C], _C]:
         """Grant a host class. ``include``/``exclude`` filter member access on the class and
-        its instances; ``constructable=False`` refuses ``C(...)`` from sandboxed code."""
+        its instances; ``constructable=False`` refuses ``C(...)`` from sandboxed code.
+        ``configure`` ({member: MemberSpec}) grants those members whatever the filter
+        says, with the spec's privileges; ``host_fs_access``/``network_access`` give
+        them to every member (see MemberSpec for what they mean at each level)."""
+        _flags(host_fs_access, network_access)
+        conf = _configure(configure)
 
         def register(klass: _C) -> _C:
             if not isinstance(klass, type):
@@ -347,7 +434,15 @@ class Policy:
             n = _check_grant_name(name or klass.__name__)
             if "." in n:
                 raise ValueError("class grant names cannot be dotted")
-            self.classes[n] = ClsGrant(n, klass, bool(constructable), Filter(include, exclude))
+            self.classes[n] = ClsGrant(
+                n,
+                klass,
+                bool(constructable),
+                Filter(include, exclude, conf),
+                configure=conf,
+                host_fs_access=host_fs_access,
+                network_access=network_access,
+            )
             return klass
 
         return register(C) if C is not None else register
@@ -362,6 +457,9 @@ class Policy:
         exclude: PatternSpec = "_*",
         recursive: bool = False,
         trusted: bool = False,
+        configure: Mapping[str, MemberSpec] | None = None,
+        host_fs_access: bool = False,
+        network_access: bool = False,
     ) -> types.ModuleType: ...
     @overload
     def module(
@@ -373,6 +471,9 @@ class Policy:
         exclude: PatternSpec = "_*",
         recursive: bool = False,
         trusted: bool = False,
+        configure: Mapping[str, MemberSpec] | None = None,
+        host_fs_access: bool = False,
+        network_access: bool = False,
     ) -> Callable[[types.ModuleType], types.ModuleType]: ...
     def module(
         self,
@@ -383,12 +484,18 @@ class Policy:
         exclude: PatternSpec = "_*",
         recursive: bool = False,
         trusted: bool = False,
+        configure: Mapping[str, MemberSpec] | None = None,
+        host_fs_access: bool = False,
+        network_access: bool = False,
     ) -> types.ModuleType | Callable[[types.ModuleType], types.ModuleType]:
         """Grant a module for ``import``. ``recursive=True`` also grants its submodules
         (filters apply to them too). Modules that hand over the interpreter itself
         (``UNTRUSTED_MODULES``: ``inspect``, ``gc``, ``sys``, ``ctypes``, ``pickle`` ...)
         are refused with the reason unless ``trusted=True``, which says you accept that
-        the Python layer no longer holds (use it at ``isolation="kernel"``)."""
+        the Python layer no longer holds (use it at ``isolation="kernel"``).
+        ``configure``, ``host_fs_access``, ``network_access``: as for ``cls``."""
+        _flags(host_fs_access, network_access)
+        conf = _configure(configure)
 
         def register(mod: types.ModuleType) -> types.ModuleType:
             if not isinstance(mod, types.ModuleType):
@@ -400,7 +507,16 @@ class Policy:
                     f"granting {mod.__name__!r} hands sandboxed code the interpreter ({why}); "
                     "pass trusted=True to grant it anyway (only the kernel level then holds)"
                 )
-            self.modules[n] = ModuleGrant(n, mod, Filter(include, exclude), bool(recursive), bool(trusted))
+            self.modules[n] = ModuleGrant(
+                n,
+                mod,
+                Filter(include, exclude, conf),
+                bool(recursive),
+                bool(trusted),
+                configure=conf,
+                host_fs_access=host_fs_access,
+                network_access=network_access,
+            )
             return mod
 
         return register(m) if m is not None else register
@@ -432,6 +548,26 @@ class Policy:
     @property
     def grants(self) -> list[FnGrant | ClsGrant | ModuleGrant]:
         return [*self.fns.values(), *self.classes.values(), *self.modules.values()]
+
+    # ---------------------------------------------------------- privileges
+    def _worker_grants(self) -> list[ClsGrant | ModuleGrant]:
+        return [*self.classes.values(), *self.modules.values()]
+
+    def needs_network(self) -> bool:
+        """The worker needs the network (the seed's ``needs_network``): ``allow_network``,
+        or a class or module grant (or a member it configures) with ``network_access``.
+        Function grants run in the host, so theirs needs nothing of the worker."""
+        return self.allow_network or any(
+            g.network_access or any(m.network_access for m in g.configure.values()) for g in self._worker_grants()
+        )
+
+    def needs_host_fs(self) -> bool:
+        """A class or module grant (or a member it configures) has ``host_fs_access``
+        (the seed's ``needs_host_fs``): at ``isolation="kernel"`` that would take the
+        host's whole filesystem into the worker, and is refused there."""
+        return any(
+            g.host_fs_access or any(m.host_fs_access for m in g.configure.values()) for g in self._worker_grants()
+        )
 
     # ----------------------------------------------------------- introspection
     @property
@@ -574,6 +710,7 @@ class Policy:
                     "constructable": cg.constructable,
                     "include": cg.filter.include.to_list(),
                     "exclude": cg.filter.exclude.to_list(),
+                    **_portable_privileges(cg),
                 }
             )
         for mg in self.modules.values():
@@ -586,6 +723,7 @@ class Policy:
                     "trusted": mg.trusted,
                     "include": mg.filter.include.to_list(),
                     "exclude": mg.filter.exclude.to_list(),
+                    **_portable_privileges(mg),
                 }
             )
         return {
@@ -594,7 +732,8 @@ class Policy:
             "tick_limit": self.tick_limit,
             "memory_limit_bytes": self.memory_limit_bytes,
             "max_stdout": self.max_stdout,
-            "allow_network": self.allow_network,
+            # a grant's network_access opens the worker's network (needs_network)
+            "allow_network": self.needs_network(),
             "allow_subprocess": self.allow_subprocess,
             "grants": grants,
         }
@@ -668,6 +807,7 @@ class Policy:
                         constructable=bool(g.get("constructable", True)),
                         include=_pat(g.get("include", "*")),
                         exclude=_pat(g.get("exclude", "_*")),
+                        **_privileges_from_portable(g),
                     )
                 elif kind == "module":
                     mod = importlib.import_module(ref)
@@ -678,6 +818,7 @@ class Policy:
                         include=_pat(g.get("include", "*")),
                         exclude=_pat(g.get("exclude", "_*")),
                         trusted=bool(g.get("trusted", False)),
+                        **_privileges_from_portable(g),
                     )
                 else:
                     problems.append(f"{label}: unknown kind")
@@ -709,6 +850,32 @@ def submodule_allowed(g: ModuleGrant, segments: Iterable[str]) -> bool:
     return True
 
 
+def _portable_privileges(g: ClsGrant | ModuleGrant) -> dict[str, Any]:
+    if not (g.configure or g.host_fs_access or g.network_access):
+        return {}
+    return {
+        "configure": {
+            k: {"host_fs_access": m.host_fs_access, "network_access": m.network_access} for k, m in g.configure.items()
+        },
+        "host_fs_access": g.host_fs_access,
+        "network_access": g.network_access,
+    }
+
+
+def _privileges_from_portable(g: dict[str, Any]) -> dict[str, Any]:
+    conf = g.get("configure") or {}
+    if not isinstance(conf, dict) or not all(isinstance(v, dict) for v in conf.values()):
+        raise TypeError("configure must map member names to {host_fs_access, network_access}")
+    return {
+        "configure": {
+            k: MemberSpec(bool(v.get("host_fs_access", False)), bool(v.get("network_access", False)))
+            for k, v in conf.items()
+        },
+        "host_fs_access": bool(g.get("host_fs_access", False)),
+        "network_access": bool(g.get("network_access", False)),
+    }
+
+
 def _host_proxy(host_call: Callable[[str, tuple[Any, ...], dict[str, Any]], Any], name: str) -> Callable[..., Any]:
     def proxy(*args: Any, **kwargs: Any) -> Any:
         return host_call(name, args, kwargs)
@@ -725,4 +892,4 @@ def _pat(v: object) -> str | tuple[str, ...]:
     raise TypeError(f"pattern must be a str or list of str, got {v!r}")
 
 
-__all__ = ["Policy", "Patterns", "Filter", "FnGrant", "ClsGrant", "ModuleGrant", "UNTRUSTED_MODULES"]
+__all__ = ["Policy", "Patterns", "Filter", "FnGrant", "ClsGrant", "ModuleGrant", "MemberSpec", "UNTRUSTED_MODULES"]
