@@ -260,8 +260,19 @@ export declare class Sandbox {
   fork(n: number, options: ForkOptions): Promise<Clones>;
   /** Run argv here with the clones' stdout, in clone order, on stdin. */
   reduce(argv: string[], clones: CloneResult[], options?: RunOptions): Promise<RunResult>;
-  /** Validates every option at once: throws one PolicyError listing every problem. */
-  constructor(options?: SandboxOptions);
+  /**
+   * Validates every option at once: throws one PolicyError listing every problem.
+   * `policyFn(event, ctx)` (not a policy value) judges execve, connect, sendto, bind
+   * and open after the sandbox's own rules: see runWithHandlers.
+   */
+  constructor(options?: SandboxOptions & { policyFn?: PolicyFn });
+  /**
+   * Run argv with syscall handlers ([syscall, handler] pairs: a name or a number).
+   * The sandbox's own rules judge each call first; a handler sees only what they
+   * let through and can only tighten. A handler returning a Promise is deferred:
+   * other trapped calls are served meanwhile.
+   */
+  runWithHandlers(argv: readonly string[], handlers: ReadonlyArray<readonly [string | number, Handler]>, options?: RunOptions): Promise<RunResult>;
   /** The engine's id of this sandbox (names it as a pipeline stage). */
   readonly id: number;
   /** The options it was built with. */
@@ -544,3 +555,72 @@ export interface ForkOptions {
 
 /** The clones of a fork in clone order, and the template's isolation report (with `python.granted`: what the engine added to the mapper's policy for the Python runtime). */
 export type Clones = CloneResult[] & { readonly isolation: Record<string, unknown> | null };
+
+/** What a handler does when it throws or returns something that is not a NotifAction. */
+export declare const ExceptionPolicy: { readonly KILL: 'kill'; readonly DENY_EPERM: 'deny_eperm'; readonly CONTINUE: 'continue'; readonly DENY_EIO: 'deny_eio' };
+export type ExceptionPolicyValue = (typeof ExceptionPolicy)[keyof typeof ExceptionPolicy];
+
+/** A handler's decision. */
+export declare class NotifAction {
+  readonly wire: Readonly<Record<string, unknown>>;
+  static continue_(): NotifAction;
+  static errno(value: number): NotifAction;
+  static returns(value: number): NotifAction;
+  static hold(): NotifAction;
+  static kill(sig?: number): NotifAction;
+  /** fd passes to the engine (do not close it). */
+  static injectFd(fd: number, flags?: number): NotifAction;
+  static injectBytes(data: string | Uint8Array, options?: { cloexec?: boolean }): NotifAction;
+}
+
+/** One trapped call. */
+export declare class HandlerCtx {
+  readonly id: number;
+  readonly pid: number;
+  readonly syscall: string;
+  readonly syscallNr: number;
+  readonly args: readonly number[];
+  /** The supervisor's copy of the path argument (what the engine acts on). */
+  readonly path: string | null;
+  readonly argv: readonly string[] | null;
+  readonly family: string | null;
+  readonly host: string | null;
+  readonly port: number;
+  read(addr: number, length: number): Promise<Buffer | null>;
+  readCstr(addr: number, maxLen: number): Promise<string | null>;
+  readPath(): string | null;
+  readPath(arg: number, maxLen?: number): Promise<string | null>;
+}
+
+export declare class Handler {
+  readonly onException: ExceptionPolicyValue;
+  handle(ctx: HandlerCtx): NotifAction | Promise<NotifAction>;
+}
+
+export declare class SyscallEvent {
+  readonly syscall: string;
+  readonly category: string;
+  readonly pid: number;
+  readonly parentPid: number;
+  readonly host: string | null;
+  readonly port: number;
+  readonly argv: readonly string[] | null;
+  readonly path: string | null;
+  readonly denied: boolean;
+  argvContains(s: string): boolean;
+}
+
+export declare class PolicyContext {
+  /** From now on connect, sendto and bind reach only these addresses or CIDR prefixes. */
+  restrictNetwork(ips: string[]): void;
+}
+
+/** allow: null, undefined, false, 0; deny EPERM: true, -1; deny with errno: n > 0; 'audit' or -2. */
+export type PolicyFn = (event: SyscallEvent, ctx: PolicyContext) => boolean | number | 'audit' | null | undefined | void | Promise<boolean | number | 'audit' | null | undefined | void>;
+
+export declare const presets: {
+  readonly COMMON_PATH_SYSCALLS: readonly string[];
+  readonly PathDenyHandler: new (options: { deny: string[]; errno?: number; maxLen?: number }) => Handler;
+  readonly PathAllowHandler: new (options: { allow: string[]; errno?: number; maxLen?: number }) => Handler;
+  readonly AuditPathsHandler: new (callback: (path: string | null, ctx: HandlerCtx) => void, options?: { maxLen?: number }) => Handler;
+};

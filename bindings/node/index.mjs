@@ -26,5 +26,12 @@ export const {
   SandboxClosed,
   InternalError,
   AbortError,
+  Handler,
+  HandlerCtx,
+  NotifAction,
+  ExceptionPolicy,
+  SyscallEvent,
+  PolicyContext,
+  presets,
 } = sandtrap;
 export default sandtrap;

@@ -124,6 +124,34 @@ func (pl *Plan) Isolation() *Isolation {
 	return &c
 }
 
+// WithTraps is a copy of pl whose filter hands traps (pl's own and more) to a
+// supervisor configured with sup (core/engine's handlers.go: a zygote for runs whose
+// calls the host judges). The copy owns nothing of its own: its ruleset and
+// descriptors are pl's (close pl, never the copy).
+func (pl *Plan) WithTraps(traps []seccomp.Trap, sup supervise.Config) (*Plan, error) {
+	if pl.BPF == nil || pl.Zygote == nil {
+		return nil, protocol.Errorf(protocol.KindIsolation, "isolation unavailable: traps need seccomp")
+	}
+	c := *pl
+	c.tableFDs = nil
+	c.Supervise = sup
+	c.SCCfg.Traps = traps
+	prog, err := seccomp.Compile(c.SCCfg)
+	if err != nil {
+		return nil, protocol.Errorf(protocol.KindIsolation, "seccomp: %v", err)
+	}
+	c.BPF = prog
+	zs := *pl.Zygote
+	zs.BPF, zs.Listener = prog.BPF, len(prog.Notified) > 0
+	c.Zygote = &zs
+	if pl.report.Seccomp != nil {
+		sr := *pl.report.Seccomp
+		sr.Supervised = prog.Notified
+		c.report.Seccomp = &sr
+	}
+	return &c, nil
+}
+
 // Missing is every protection the plan's steps could not apply.
 func (pl *Plan) Missing() []string {
 	var out []string

@@ -239,8 +239,8 @@ var Schema = []Field{
 	{Key: "gpu_devices", Unsupported: "GPU devices cannot be granted"},
 	{Key: "cpu_cores", Unsupported: "CPU pinning is not supported; use {max_cpu}"},
 	{Key: "num_cpus", Unsupported: "CPU counts are not supported; use {max_cpu}"},
-	{Key: "policy_fn", Unsupported: "dynamic syscall policies are not supported; use {extra_deny_syscalls}"},
-	{Key: "handlers", Unsupported: "syscall handlers are not supported"},
+	{Key: "policy_fn", Unsupported: "a host callable, not a policy value: bindings take it as Sandbox(policy_fn=...); over the C ABI send the run_handlers op"},
+	{Key: "handlers", Unsupported: "handlers are given per run: run_with_handlers, or the run_handlers op"},
 }
 
 var byKey = func() map[string]*Field {

@@ -55,8 +55,8 @@ const UNSUPPORTED = {
   gpuDevices: 'not supported by sandtrap yet: GPU devices cannot be granted',
   cpuCores: 'not supported by sandtrap yet: CPU pinning is not supported; use maxCpu',
   numCpus: 'not supported by sandtrap yet: CPU counts are not supported; use maxCpu',
-  policyFn: 'not supported by sandtrap yet: dynamic syscall policies are not supported; use extraDenySyscalls',
-  handlers: 'not supported by sandtrap yet: syscall handlers are not supported',
+  policyFn: 'not supported by sandtrap yet: a host callable, not a policy value: bindings take it as Sandbox(policy_fn=...); over the C ABI send the run_handlers op',
+  handlers: 'not supported by sandtrap yet: handlers are given per run: run_with_handlers, or the run_handlers op',
 };
 
 module.exports = { POLICY, UNSUPPORTED };

@@ -57,6 +57,7 @@ from ._errors import (
 )
 from ._fields import PolicyOptions
 from ._fork import CloneResult, Clones
+from ._handlers import ExceptionPolicy, Handler, HandlerCtx, NotifAction, PolicyContext, SyscallEvent
 from ._policy import parse_ports
 from ._result import Denial, ErrorInfo, LearnResult, Result
 from ._sandbox import Command, Pipeline, Sandbox, confine, probe
@@ -99,6 +100,12 @@ __all__ = [
     "IsolationStatus",
     "passthrough_stdio",
     "errors",
+    "Handler",
+    "HandlerCtx",
+    "NotifAction",
+    "ExceptionPolicy",
+    "SyscallEvent",
+    "PolicyContext",
     "WorkerError",
     "WorkerCrashed",
     "StError",
