@@ -57,6 +57,14 @@ export interface SandboxOptions {
   extraDenySyscalls?: string[];
   /** The sandbox's hostname (`uname -n`), in a UTS namespace of its own: 1-64 letters, digits, `-` and `.` (default: none). */
   name?: string;
+  /** No address-space layout randomization in the run (`personality(ADDR_NO_RANDOMIZE)`, set by the engine; the program cannot change it) (default: false). */
+  noRandomizeMemory?: boolean;
+  /** No transparent huge pages for the run's memory (`PR_SET_THP_DISABLE`) (default: false). */
+  noHugePages?: boolean;
+  /** `false` lets the run dump core (refused when the host's `core_pattern` pipes cores to a program, or writes them outside fsWritable); `true` or unset: no core dumps (default: none (core dumps off)). */
+  noCoredump?: boolean;
+  /** The CPUs the run may use (numbers and ranges: `0`, `"2-3"`); the run cannot widen it (default: []). */
+  cpuCores?: Array<number | string>;
   /** Run even when a requested protection is unavailable; results say what was not applied (default: false). */
   allowDegraded?: boolean;
 }
