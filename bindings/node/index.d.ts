@@ -431,11 +431,14 @@ export interface PythonPolicy {
   /** Seconds an exec may run, host calls included (default 30; null: no limit). */
   timeout?: number | null;
   tickLimit?: number;
+  /** Bytes of memory growth an exec may use (Python's `Policy(memory_limit=)` is megabytes, its seed's unit). */
   memoryLimit?: number;
   maxStdout?: number;
   allowNetwork?: boolean;
   /** At 'kernel', let the worker create processes and run programs (refused with EPERM otherwise). */
   allowSubprocess?: boolean;
+  /** Where `import name` finds `name.py` in a VirtualFS (default '/'; Python's `Policy.module_root`). */
+  moduleRoot?: string;
   /**
    * Host functions the sandboxed code may call by name: they run here, in JavaScript,
    * with the call's arguments (and its keyword arguments as one last object, when
@@ -448,19 +451,31 @@ export interface PythonPolicy {
 export interface PythonSandboxOptions {
   /** 'kernel' (default): Landlock, seccomp and limits under the worker; 'process': a separate process. */
   isolation?: 'kernel' | 'process';
-  /** The directory the code sees as its filesystem. */
-  filesystem?: string;
-  echo?: boolean | 'all';
+  /**
+   * The directory the code sees as its filesystem, or a VirtualFS: files kept here,
+   * in memory, that the code's `open` and imports see (the worker asks for each
+   * operation; the data never enters its sandbox).
+   */
+  filesystem?: string | VirtualFS;
+  /** REPL echo: 'last' (or true) the final expression statement, 'all' every top-level one, 'none' (or false) nothing. */
+  echo?: boolean | 'none' | 'last' | 'all';
   allowDegraded?: boolean;
   /** The Python interpreter (default: the engine's pick: the first python3 program on PATH). */
   python?: string;
+  /** Fill each result's `prints` with each print's values (Python's snapshot_prints). */
+  snapshotPrints?: boolean;
+  /** A state from `snapshot()`, rebuilt in every fresh worker (its first exec, or one after a restart). */
+  state?: Uint8Array | null;
+  /** Every exec brings back the current state: functions, classes and instances survive a worker restart. */
+  keepState?: boolean;
 }
 
 export interface PythonExecResult {
   stdout: string;
   stderr: string;
   namespace: Record<string, unknown>;
-  error: { type: string; module: string; message: string; traceback: string | null } | null;
+  /** `args`: a builtin exception's scalar arguments (KeyError('k') → ['k']), when it had only scalars. */
+  error: { type: string; module: string; message: string; traceback: string | null; args?: unknown[] } | null;
   ticks: number;
   traceback: string | null;
   /** Characters of stdout dropped (the tail is kept). */
@@ -470,6 +485,8 @@ export interface PythonExecResult {
   isolation: { level: 'kernel' | 'process'; [key: string]: unknown };
   /** A fresh worker ran this call (the previous one crashed or was killed). */
   restarted: boolean;
+  /** With `snapshotPrints: true`: each print's (and echo's) values, as data. */
+  prints: unknown[][];
 }
 
 export declare class PythonSandbox {
@@ -478,11 +495,48 @@ export declare class PythonSandbox {
   open(): Promise<Record<string, unknown>>;
   exec(
     code: string,
-    options?: { namespace?: Record<string, unknown>; modules?: Record<string, Record<string, unknown>>; stdin?: string; argv?: string[] },
+    options?: {
+      namespace?: Record<string, unknown>;
+      modules?: Record<string, Record<string, unknown>>;
+      stdin?: string;
+      argv?: string[];
+      /** This exec's echo mode (default: the sandbox's). */
+      echo?: boolean | 'none' | 'last' | 'all';
+    },
   ): Promise<PythonExecResult>;
+  /**
+   * The namespace as source plus data (never pickle), as the bytes of its msgpack
+   * encoding (opaque here: JavaScript objects cannot hold its keys). Give it to
+   * `sandbox(policy, {state})`; Python's `sandbox(policy, state=msgpack.unpackb(b))` takes it too.
+   */
+  snapshot(): Promise<Buffer>;
   /** Stop the running exec (its worker is killed); with none running, nothing happens. */
   cancel(): void;
   close(): void;
+}
+
+/**
+ * An in-memory filesystem for the cooperative Python sandbox (Python's
+ * `VirtualFS(state, max_size_mb)`): absolute POSIX paths (`..` stops at `/`),
+ * directories implicit or made with mkdir. Errors thrown are named by the Python
+ * class the sandboxed code sees (FileNotFoundError, FileExistsError, ...).
+ */
+export declare class VirtualFS {
+  /** `files`: initial path -> content (a string is UTF-8); `maxSizeMb` bounds the total size (ENOSPC past it). */
+  constructor(files?: Record<string, string | Uint8Array>, options?: { maxSizeMb?: number });
+  read(path: string): Buffer;
+  readText(path: string): string;
+  /** Write content (a string is UTF-8), making parent directories. */
+  write(path: string, content: string | Uint8Array, options?: { append?: boolean }): void;
+  list(path?: string, options?: { recursive?: boolean }): string[];
+  exists(path: string): boolean;
+  isFile(path: string): boolean;
+  isDir(path: string): boolean;
+  getSize(path: string): number;
+  remove(path: string): void;
+  mkdir(path: string, options?: { parents?: boolean; existOk?: boolean }): void;
+  rmdir(path: string): void;
+  rename(src: string, dst: string): void;
 }
 
 /** The cooperative Python sandbox: `sandbox(policy, {isolation}).exec(code)`. */

@@ -10,7 +10,7 @@
  */
 const errors = require('./lib/errors');
 const { Sandbox, Command, Pipeline, confine, probe, version } = require('./lib/sandbox');
-const { sandbox, PythonSandbox } = require('./lib/python');
+const { sandbox, PythonSandbox, VirtualFS } = require('./lib/python');
 require('./lib/fork'); // Sandbox.prototype.fork / reduce
 const { loadProfile, policyFromDict, profileArgv } = require('./lib/profile');
 const handlers = require('./lib/handlers');
@@ -26,6 +26,7 @@ module.exports = {
   presets: handlers.presets,
   sandbox,
   PythonSandbox,
+  VirtualFS,
   Command,
   Pipeline,
   confine,

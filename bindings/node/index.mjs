@@ -8,6 +8,7 @@ export const {
   Sandbox,
   sandbox,
   PythonSandbox,
+  VirtualFS,
   Command,
   Pipeline,
   confine,

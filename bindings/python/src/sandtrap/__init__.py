@@ -28,7 +28,20 @@ from sandtrap_guest import (
     StValidationError,
 )
 
-from ._coop import CoopSandbox, ExecResult, IsolatedFS, Policy, WorkerCrashed, WorkerError, sandbox
+from . import errors
+from ._coop import (
+    CoopSandbox,
+    ExecResult,
+    IsolatedFS,
+    IsolationStatus,
+    MemberSpec,
+    Policy,
+    VirtualFS,
+    WorkerCrashed,
+    WorkerError,
+    passthrough_stdio,
+    sandbox,
+)
 from ._errors import (
     ForkedChildError,
     InternalError,
@@ -83,9 +96,14 @@ __all__ = [
     "Clones",
     "CloneResult",
     "Policy",
+    "MemberSpec",
     "IsolatedFS",
+    "VirtualFS",
     "ExecResult",
     "CoopSandbox",
+    "IsolationStatus",
+    "passthrough_stdio",
+    "errors",
     "Handler",
     "HandlerCtx",
     "NotifAction",

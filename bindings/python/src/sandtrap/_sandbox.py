@@ -10,7 +10,7 @@ import threading
 import uuid
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn, Union, cast
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, Union, cast, overload
 
 from . import _fork, _native
 from ._errors import (
@@ -30,6 +30,11 @@ from ._typing import ArgSequence
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
+
+    from ._coop import CoopSandbox
+    from ._coop import Policy as CoopPolicy
+
+_S = TypeVar("_S", bound="Sandbox")
 
 StrPath = Union[str, "os.PathLike[str]"]
 Arg = Union[str, bytes, "os.PathLike[str]"]
@@ -382,6 +387,26 @@ class Sandbox:
     in it at once. ``close()`` (or leaving a ``with`` block) frees it; runs in flight
     finish first.
     """
+
+    # typed as two forms: Sandbox(policy, ...) is a CoopSandbox, anything else a Sandbox
+    # whose __init__ checks the keywords (a __new__ returning Any would hide them from
+    # a checker that then skips __init__)
+    @overload
+    def __new__(cls, policy: CoopPolicy, *args: Any, **kwargs: Any) -> CoopSandbox: ...  # type: ignore[misc]
+
+    @overload
+    def __new__(cls: type[_S], *args: Any, **kwargs: Any) -> _S: ...
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        # Sandbox(policy, ...) with a cooperative Policy is the seed's in-process
+        # cooperative sandbox (docs/cooperative.md); the keyword form is this class
+        if cls is Sandbox and (args or "policy" in kwargs):
+            from ._coop import Policy as CoopPolicy
+            from ._coop import sandbox as coop_sandbox
+
+            if isinstance(args[0] if args else kwargs.get("policy"), CoopPolicy):
+                return coop_sandbox(*args, **kwargs)
+        return super().__new__(cls)
 
     def __init__(
         self,
