@@ -480,7 +480,7 @@ func (s *mcpServer) openCoop(pol map[string]any, timeout float64) (*engine.Sandb
 		portable["timeout"] = timeout
 	}
 	if mem, err := sizeOf(pol["max_memory"]); err == nil && mem > 0 {
-		portable["memory_limit"] = mem
+		portable["memory_limit_bytes"] = mem // the wire's bytes (memory_limit is megabytes in the guest API)
 	}
 	req := map[string]any{"op": "coop_open", "level": "kernel", "interpreter": s.python(), "policy": portable}
 	if s.workspace != "" {
