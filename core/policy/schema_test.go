@@ -12,7 +12,7 @@ var sample = map[Kind]any{
 	KindPaths: []any{"/usr"}, KindPath: "/tmp", KindTargets: []any{int64(443), "example.com:80"},
 	KindPorts: []any{int64(8080), "9000-9001"}, KindBool: true, KindSize: "1M", KindCount: int64(4),
 	KindSeconds: 1.5, KindID: int64(1000), KindEnv: map[string]any{"A": "b"}, KindNames: []any{"getcpu"},
-	KindHost: "api.local",
+	KindHost: "api.local", KindHTTP: []any{"GET example.com/*"},
 }
 
 func TestSchemaIsConsistent(t *testing.T) {
@@ -66,6 +66,9 @@ func TestEveryFieldIsDecoded(t *testing.T) {
 		m := map[string]any{f.Key: sample[f.Kind()]}
 		if f.Kind() == KindID { // uid and gid go together
 			m = map[string]any{"uid": int64(1000), "gid": int64(1000)}
+		}
+		if f.Key == "http_ports" { // with the rules it is about
+			m["http_allow"] = sample[KindHTTP]
 		}
 		p, probs := Decode(m)
 		if len(probs) != 0 {

@@ -247,7 +247,7 @@ func builderC() string {
 var msgpackType = map[policy.Kind]string{
 	policy.KindPaths: "[str]", policy.KindPath: "str", policy.KindTargets: "[str\\|int]", policy.KindPorts: "[int\\|str]",
 	policy.KindBool: "bool", policy.KindSize: "int\\|str", policy.KindCount: "int", policy.KindSeconds: "float",
-	policy.KindID: "int", policy.KindEnv: "{str: str}", policy.KindNames: "[str]", policy.KindHost: "str",
+	policy.KindID: "int", policy.KindEnv: "{str: str}", policy.KindNames: "[str]", policy.KindHost: "str", policy.KindHTTP: "[str]",
 }
 
 func protocolTable() string {
@@ -282,7 +282,7 @@ func expand(f *policy.Field, name func(*policy.Field) string) string {
 var pythonType = map[policy.Kind]string{
 	policy.KindPaths: "Iterable[StrPath]", policy.KindPath: "StrPath", policy.KindTargets: "Iterable[int | str]",
 	policy.KindPorts: "Iterable[int | str]", policy.KindBool: "bool", policy.KindSize: "int | str", policy.KindCount: "int",
-	policy.KindSeconds: "float", policy.KindID: "int", policy.KindEnv: "Mapping[str, str]", policy.KindNames: "Iterable[str]", policy.KindHost: "str",
+	policy.KindSeconds: "float", policy.KindID: "int", policy.KindEnv: "Mapping[str, str]", policy.KindNames: "Iterable[str]", policy.KindHost: "str", policy.KindHTTP: "Iterable[str]",
 }
 
 func python() string {
@@ -356,7 +356,7 @@ func node() string {
 var tsType = map[policy.Kind]string{
 	policy.KindPaths: "string[]", policy.KindPath: "string", policy.KindTargets: "Array<number | string>",
 	policy.KindPorts: "Array<number | string>", policy.KindBool: "boolean", policy.KindSize: "Size", policy.KindCount: "number",
-	policy.KindSeconds: "number", policy.KindID: "number", policy.KindEnv: "Record<string, string>", policy.KindNames: "string[]", policy.KindHost: "string",
+	policy.KindSeconds: "number", policy.KindID: "number", policy.KindEnv: "Record<string, string>", policy.KindNames: "string[]", policy.KindHost: "string", policy.KindHTTP: "string[]",
 }
 
 func typescript() string {

@@ -42,6 +42,9 @@ FIELDS: dict[str, tuple[str, str]] = {
     "extra_deny_syscalls": ("extra_deny_syscalls", "names"),
     "name": ("name", "hostname"),
     "allow_degraded": ("allow_degraded", "bool"),
+    "http_allow": ("http_allow", "http_rules"),
+    "http_deny": ("http_deny", "http_rules"),
+    "http_ports": ("http_ports", "ports"),
 }
 
 # msgpack key -> keyword
@@ -134,4 +137,17 @@ class PolicyOptions(TypedDict, total=False):
     allow_degraded: bool | None
     """Run even when a requested protection is unavailable; results say what was not
     applied (default: false).
+    """
+    http_allow: Iterable[str] | None
+    """HTTP requests the engine's proxy lets through, ``"METHOD host/path"`` with ``*``
+    wildcards (``"POST api.openai.com/v1/chat/completions"``); connects to the
+    http_ports go to it; with an allow list, nothing else passes (default: []).
+    """
+    http_deny: Iterable[str] | None
+    """HTTP requests it refuses (checked before http_allow), in the same grammar (``"*
+    */admin/*"``) (default: []).
+    """
+    http_ports: Iterable[int | str] | None
+    """TCP ports whose connects go to the proxy when HTTP rules are given (plain HTTP
+    and TLS told apart by the first byte) (default: [80, 443]).
     """
