@@ -296,3 +296,40 @@ except (OSError, ssl.SSLError) as e:
 	}
 	_ = os.Getpid
 }
+
+// The address the sandbox connects to is not where the request goes: another
+// address on the HTTP port (v4, v4-mapped on an IPv6 socket, a socket the program
+// bound itself) reaches the proxy, which sends the request to the Host as it
+// resolves it.
+func TestHTTPDestinationIsTheProxysResolution(t *testing.T) {
+	up := &upstream{}
+	srv := httptest.NewServer(up)
+	defer srv.Close()
+	port := portOfURL(t, srv.URL)
+	mapHosts(t, "api.test")
+	sb := httpSandbox(t, port, map[string]any{"net_allow_bind": []any{int64(40000 + os.Getpid()%20000)}})
+	prog := `import socket, sys
+port, fam, addr, bind = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
+s = socket.socket(socket.AF_INET6 if fam == "6" else socket.AF_INET)
+if bind:
+    s.bind(("::" if fam == "6" else "0.0.0.0", bind))
+s.settimeout(10)
+s.connect((addr, port))
+s.sendall(b"GET /ok/d HTTP/1.1\r\nHost: api.test\r\nConnection: close\r\n\r\n")
+out = b""
+while True:
+    b = s.recv(65536)
+    if not b:
+        break
+    out += b
+print(out.decode().split("\r\n")[-1])
+`
+	ps := strconv.Itoa(port)
+	bind := strconv.Itoa(40000 + os.Getpid()%20000)
+	for _, c := range [][]string{{"4", "10.255.255.1", "0"}, {"6", "::ffff:127.0.0.9", "0"}, {"4", "127.0.0.1", bind}, {"6", "::ffff:10.1.2.3", bind}} {
+		r := run(sb, "/usr/bin/python3", "-c", prog, ps, c[0], c[1], c[2])
+		if out := strings.TrimSpace(string(r.Stdout)); out != `hit GET /ok/d host=api.test body=""` {
+			t.Errorf("%v: %q %s", c, out, r.Stderr)
+		}
+	}
+}
