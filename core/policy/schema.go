@@ -223,7 +223,7 @@ var Schema = []Field{
 	{Key: "http_allow", Default: "[]", Doc: "HTTP requests the engine's proxy lets through, `\"METHOD host/path\"` with `*` wildcards (`\"POST api.openai.com/v1/chat/completions\"`); connects to the {http_ports} go to it; with an allow list, nothing else passes",
 		C:    []CSetter{str("http_allow", "rule", "An HTTP request the proxy lets through, one rule per call: \"METHOD host/path\" with * wildcards (\"POST api.openai.com/v1/chat/completions\"). TCP connects to the HTTP ports go to the engine's proxy.")},
 		bind: httpRules.into(func(p *Policy) *[]HTTPRule { return &p.HTTPAllow })},
-	{Key: "http_deny", Default: "[]", Doc: "HTTP requests it refuses (checked before {http_allow}), in the same grammar (`\"* */admin/*\"`)",
+	{Key: "http_deny", Default: "[]", Doc: "HTTP requests it refuses (checked before {http_allow}), in the same grammar (`\"* api.example.com/admin/*\"`)",
 		C:    []CSetter{str("http_deny", "rule", "An HTTP request the proxy refuses (checked before the allow rules), in the same grammar (\"DELETE api.example.com\": every path).")},
 		bind: httpRules.into(func(p *Policy) *[]HTTPRule { return &p.HTTPDeny })},
 	{Key: "http_ports", Default: "[80, 443]", Doc: "TCP ports whose connects go to the proxy when HTTP rules are given (plain HTTP and TLS told apart by the first byte)",

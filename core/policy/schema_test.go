@@ -24,6 +24,9 @@ func TestSchemaIsConsistent(t *testing.T) {
 			t.Errorf("field %q: empty, repeated or not snake_case", f.Key)
 		}
 		seen[f.Key] = true
+		if strings.Contains(f.Doc, "*/") {
+			t.Errorf("%s: its doc holds */, which ends the C header's and index.d.ts's comments", f.Key)
+		}
 		if f.Supported() {
 			if f.bind.read == nil || f.Kind() == "" || f.Doc == "" || f.Default == "" || len(f.C) == 0 {
 				t.Errorf("%s: a supported field needs a reader, a doc, a default and a C setter", f.Key)

@@ -145,7 +145,7 @@ class PolicyOptions(TypedDict, total=False):
     """
     http_deny: Iterable[str] | None
     """HTTP requests it refuses (checked before http_allow), in the same grammar (``"*
-    */admin/*"``) (default: []).
+    api.example.com/admin/*"``) (default: []).
     """
     http_ports: Iterable[int | str] | None
     """TCP ports whose connects go to the proxy when HTTP rules are given (plain HTTP
