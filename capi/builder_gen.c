@@ -128,6 +128,26 @@ int sandtrap_sandbox_builder_name(sandtrap_sandbox_builder *b, const char *hostn
 	return st_builder_string(b, "name", hostname);
 }
 
+int sandtrap_sandbox_builder_no_randomize_memory(sandtrap_sandbox_builder *b, int on)
+{
+	return st_builder_bool(b, "no_randomize_memory", on);
+}
+
+int sandtrap_sandbox_builder_no_huge_pages(sandtrap_sandbox_builder *b, int on)
+{
+	return st_builder_bool(b, "no_huge_pages", on);
+}
+
+int sandtrap_sandbox_builder_no_coredump(sandtrap_sandbox_builder *b, int on)
+{
+	return st_builder_bool(b, "no_coredump", on);
+}
+
+int sandtrap_sandbox_builder_cpu_core(sandtrap_sandbox_builder *b, unsigned int cpu)
+{
+	return st_builder_u64(b, "cpu_cores", cpu);
+}
+
 int sandtrap_sandbox_builder_allow_degraded(sandtrap_sandbox_builder *b, int allow)
 {
 	return st_builder_bool(b, "allow_degraded", allow);

@@ -183,6 +183,18 @@ int sandtrap_sandbox_builder_extra_deny_syscall(sandtrap_sandbox_builder *b, con
 /* The sandbox's hostname (uname -n), in a UTS namespace of its own: 1-64
  * letters, digits, - and .. */
 int sandtrap_sandbox_builder_name(sandtrap_sandbox_builder *b, const char *hostname);
+/* No address-space layout randomization in the run
+ * (personality(ADDR_NO_RANDOMIZE), set by the engine for every process of it;
+ * the program may clear it, not set others). */
+int sandtrap_sandbox_builder_no_randomize_memory(sandtrap_sandbox_builder *b, int on);
+/* No transparent huge pages for the run's memory (PR_SET_THP_DISABLE). */
+int sandtrap_sandbox_builder_no_huge_pages(sandtrap_sandbox_builder *b, int on);
+/* False lets the run dump core (refused when the host's core_pattern pipes
+ * cores to a program, or writes them outside fs_writable); true or unset: no
+ * core dumps. */
+int sandtrap_sandbox_builder_no_coredump(sandtrap_sandbox_builder *b, int on);
+/* One CPU the run may use. */
+int sandtrap_sandbox_builder_cpu_core(sandtrap_sandbox_builder *b, unsigned int cpu);
 /* Run even when a requested protection is unavailable; results say what was
  * not applied. */
 int sandtrap_sandbox_builder_allow_degraded(sandtrap_sandbox_builder *b, int allow);

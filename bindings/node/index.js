@@ -10,13 +10,22 @@
  */
 const errors = require('./lib/errors');
 const { Sandbox, Command, Pipeline, confine, probe, version } = require('./lib/sandbox');
-const { sandbox, PythonSandbox } = require('./lib/python');
+const { sandbox, PythonSandbox, VirtualFS } = require('./lib/python');
 require('./lib/fork'); // Sandbox.prototype.fork / reduce
+const handlers = require('./lib/handlers');
 
 module.exports = {
   Sandbox,
+  Handler: handlers.Handler,
+  HandlerCtx: handlers.HandlerCtx,
+  NotifAction: handlers.NotifAction,
+  ExceptionPolicy: handlers.ExceptionPolicy,
+  SyscallEvent: handlers.SyscallEvent,
+  PolicyContext: handlers.PolicyContext,
+  presets: handlers.presets,
   sandbox,
   PythonSandbox,
+  VirtualFS,
   Command,
   Pipeline,
   confine,

@@ -8,6 +8,7 @@ export const {
   Sandbox,
   sandbox,
   PythonSandbox,
+  VirtualFS,
   Command,
   Pipeline,
   confine,
@@ -25,5 +26,12 @@ export const {
   SandboxClosed,
   InternalError,
   AbortError,
+  Handler,
+  HandlerCtx,
+  NotifAction,
+  ExceptionPolicy,
+  SyscallEvent,
+  PolicyContext,
+  presets,
 } = sandtrap;
 export default sandtrap;

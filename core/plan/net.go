@@ -217,3 +217,34 @@ func planPorts(p *policy.Policy, probs *policy.Problems) *supervise.PortMap {
 // Ports is the sandbox's port map (nil without port_remap), shared by every zygote,
 // run, session and fork of the sandbox.
 func (np NetPlan) Ports() *supervise.PortMap { return np.ports }
+
+// Wanted: the sandbox may have inet sockets at all.
+func (np NetPlan) Wanted() bool { return np.wanted }
+
+// Floor is what the kernel enforces for a sandbox without rules by destination, as
+// supervisor rules: TCP to the Landlock connect ports (every port when it allows
+// any), UDP and ICMP anywhere when the filter allows such sockets (core/engine's
+// handlers.go: connect and sendto the supervisor performs for the caller, which
+// Landlock does not see).
+func (np NetPlan) Floor() *supervise.NetPolicy {
+	tcp := supervise.NetDest{Proto: "tcp", Any: true, Text: "the Landlock floor"}
+	if !np.anyConnect {
+		if len(np.connectPorts) == 0 {
+			tcp.Any = false // no TCP connect at all
+		}
+		for _, p := range np.connectPorts {
+			tcp.Ports = append(tcp.Ports, [2]uint16{p, p})
+		}
+	}
+	pol := &supervise.NetPolicy{}
+	if tcp.Any {
+		pol.Rules = append(pol.Rules, tcp)
+	}
+	if np.udp {
+		pol.Rules = append(pol.Rules, supervise.NetDest{Proto: "udp", Any: true, Text: "udp"})
+	}
+	if np.icmp {
+		pol.Rules = append(pol.Rules, supervise.NetDest{Proto: "icmp", Any: true, Text: "icmp"})
+	}
+	return pol
+}

@@ -42,7 +42,13 @@ type Policy struct {
 
 	ExtraAllowSyscalls []string
 	ExtraDenySyscalls  []string
-	AllowDegraded      bool
+
+	NoRandomizeMemory bool  // personality(ADDR_NO_RANDOMIZE) for every process of the run
+	NoHugePages       bool  // PR_SET_THP_DISABLE
+	NoCoredump        *bool // nil or true: RLIMIT_CORE 0; false: core dumps allowed (core_pattern checked)
+	CPUCores          []int // sched_setaffinity of the run (refused to the program); sorted, distinct
+
+	AllowDegraded bool
 }
 
 // DefaultMaxOutput caps each captured stream unless the policy says otherwise.

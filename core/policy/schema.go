@@ -30,16 +30,18 @@ const (
 	KindNames   Kind = "names"      // syscall names
 	KindHost    Kind = "hostname"   // a host name: 1-64 characters, letters, digits, '-' and '.'
 	KindHTTP    Kind = "http_rules" // HTTP rules: "METHOD host/path" with * wildcards (http.go)
+	KindCPUs    Kind = "cpus"       // CPU numbers and ranges: 0, "2-3"
+	KindOptBool Kind = "optbool"    // true, false, or absent (a default that is neither)
 )
 
 // Kinds lists every kind, in a stable order.
 var Kinds = []Kind{KindPaths, KindPath, KindTargets, KindPorts, KindBool, KindSize, KindCount,
-	KindSeconds, KindID, KindEnv, KindNames, KindHost, KindHTTP}
+	KindSeconds, KindID, KindEnv, KindNames, KindHost, KindHTTP, KindCPUs, KindOptBool}
 
 // List reports whether values of the kind are lists (a C setter appends to them).
 func (k Kind) List() bool {
 	switch k {
-	case KindPaths, KindTargets, KindPorts, KindNames, KindHTTP:
+	case KindPaths, KindTargets, KindPorts, KindNames, KindHTTP, KindCPUs:
 		return true
 	}
 	return false
@@ -153,6 +155,8 @@ var (
 	sysnames  = kindReader[[]string]{KindNames, reader.names}
 	hostname  = kindReader[string]{KindHost, reader.hostname}
 	httpRules = kindReader[[]HTTPRule]{KindHTTP, reader.httpRules}
+	cpus      = kindReader[[]int]{KindCPUs, reader.cpus}
+	optBool   = kindReader[*bool]{KindOptBool, reader.optBoolean}
 )
 
 func str(name, param, doc string) CSetter { return CSetter{name, "const char *" + param, CString, doc} }
@@ -216,6 +220,14 @@ var Schema = []Field{
 		C: []CSetter{str("extra_deny_syscall", "name", "")}, bind: sysnames.into(func(p *Policy) *[]string { return &p.ExtraDenySyscalls })},
 	{Key: "name", Default: "none", Doc: "the sandbox's hostname (`uname -n`), in a UTS namespace of its own: 1-64 letters, digits, `-` and `.`",
 		C: []CSetter{str("name", "hostname", "")}, bind: hostname.into(func(p *Policy) *string { return &p.Name })},
+	{Key: "no_randomize_memory", Default: "false", Doc: "no address-space layout randomization in the run (`personality(ADDR_NO_RANDOMIZE)`, set by the engine for every process of it; the program may clear it, not set others)",
+		C: []CSetter{{"no_randomize_memory", "int on", CBool, ""}}, bind: boolean.into(func(p *Policy) *bool { return &p.NoRandomizeMemory })},
+	{Key: "no_huge_pages", Default: "false", Doc: "no transparent huge pages for the run's memory (`PR_SET_THP_DISABLE`)",
+		C: []CSetter{{"no_huge_pages", "int on", CBool, ""}}, bind: boolean.into(func(p *Policy) *bool { return &p.NoHugePages })},
+	{Key: "no_coredump", Default: "none (core dumps off)", Doc: "`false` lets the run dump core (refused when the host's `core_pattern` pipes cores to a program, or writes them outside {fs_writable}); `true` or unset: no core dumps",
+		C: []CSetter{{"no_coredump", "int on", CBool, ""}}, bind: optBool.into(func(p *Policy) **bool { return &p.NoCoredump })},
+	{Key: "cpu_cores", Default: "[]", Doc: "the CPUs the run may use (numbers and ranges: `0`, `\"2-3\"`); the run cannot widen it",
+		C: []CSetter{{"cpu_core", "unsigned int cpu", CU64, "One CPU the run may use."}}, bind: cpus.into(func(p *Policy) *[]int { return &p.CPUCores })},
 	{Key: "allow_degraded", Default: "false", Doc: "run even when a requested protection is unavailable; results say what was not applied",
 		C: []CSetter{{"allow_degraded", "int allow", CBool, ""}}, bind: boolean.into(func(p *Policy) *bool { return &p.AllowDegraded })},
 
@@ -237,19 +249,15 @@ var Schema = []Field{
 	{Key: "random_seed", Unsupported: "determinism controls are not supported"},
 	{Key: "time_start", Unsupported: "determinism controls are not supported"},
 	{Key: "deterministic_dirs", Unsupported: "determinism controls are not supported"},
-	{Key: "no_randomize_memory", Unsupported: "determinism controls are not supported"},
-	{Key: "no_coredump", Unsupported: "core dumps are always disabled in sandtrap; drop the field"},
-	{Key: "no_huge_pages", Unsupported: "huge pages cannot be turned off"},
 	{Key: "no_supervisor", Unsupported: "the syscall supervisor cannot be turned off"},
 	{Key: "chroot", Unsupported: "sandtrap does not chroot; grant paths with {fs_readable} and {fs_writable}"},
 	{Key: "fs_mount", Unsupported: "sandtrap does not mount; grant paths with {fs_readable} and {fs_writable}"},
 	{Key: "on_exit", Unsupported: "sandtrap has no copy-on-write branches"},
 	{Key: "on_error", Unsupported: "sandtrap has no copy-on-write branches"},
 	{Key: "gpu_devices", Unsupported: "GPU devices cannot be granted"},
-	{Key: "cpu_cores", Unsupported: "CPU pinning is not supported; use {max_cpu}"},
 	{Key: "num_cpus", Unsupported: "CPU counts are not supported; use {max_cpu}"},
-	{Key: "policy_fn", Unsupported: "dynamic syscall policies are not supported; use {extra_deny_syscalls}"},
-	{Key: "handlers", Unsupported: "syscall handlers are not supported"},
+	{Key: "policy_fn", Unsupported: "a host callable, not a policy value: bindings take it as Sandbox(policy_fn=...); over the C ABI send the run_handlers op"},
+	{Key: "handlers", Unsupported: "handlers are given per run: run_with_handlers, or the run_handlers op"},
 }
 
 var byKey = func() map[string]*Field {

@@ -37,6 +37,23 @@ type Request struct {
 	Cwd       string
 	Tag       string
 	MaxOutput int64
+	Hooks     Hooks // a run with a zygote of its own (engine: calls judged by the host); nil: none
+}
+
+// Hooks run a request on a zygote of its own choosing (core/engine's handlers.go:
+// a run whose calls the host judges has a zygote trapping them, whose supervisor
+// finds the run by its process).
+type Hooks interface {
+	// Zygote picks the run's zygote and its plan in place of the host's (fresh: as
+	// Host.Zygote).
+	Zygote(fresh *spawn.Zygote) (*spawn.Zygote, *plan.Plan, error)
+	// Spawn starts rs on zyg and registers the process before any of its calls is
+	// served (in place of zyg.Spawn).
+	Spawn(zyg *spawn.Zygote, rs *spawn.RunSpec) (*spawn.Process, error)
+	// Started hands over what kills the run (before the spawn).
+	Started(cancel func())
+	// Ended: the run is over (its result is being made).
+	Ended()
 }
 
 // Usage is what a run consumed.
@@ -285,14 +302,20 @@ func Run(h Host, req *Request) *Result {
 	defer untrack()
 
 	start := time.Now()
-	zyg, pl, err := h.Zygote(nil)
+	pick, spawnOn := h.Zygote, (*spawn.Zygote).Spawn
+	if hk := req.Hooks; hk != nil {
+		pick, spawnOn = hk.Zygote, hk.Spawn
+		hk.Started(cancel.fire)
+		defer hk.Ended()
+	}
+	zyg, pl, err := pick(nil)
 	var proc *spawn.Process
 	if err == nil {
 		iso = pl.Isolation()
-		proc, err = zyg.Spawn(rs)
+		proc, err = spawnOn(zyg, rs)
 		if err == spawn.ErrZygoteGone { // it died (killed, out of memory): once more with a new one
-			if zyg, pl, err = h.Zygote(zyg); err == nil {
-				proc, err = zyg.Spawn(rs)
+			if zyg, pl, err = pick(zyg); err == nil {
+				proc, err = spawnOn(zyg, rs)
 			}
 		}
 	}

@@ -573,6 +573,15 @@ func execute(r req) (resp, []int) {
 		return resp{Val: int64(fd), Errno: errnoOf(err)}, nil
 	case "close":
 		return resp{Errno: errnoOf(unix.Close(r.FD))}, nil
+	case "open_mode": // open(path, Arg, Arg2) with the mode as given
+		fd, err := unix.Open(r.Path, int(r.Arg)|unix.O_CLOEXEC, uint32(r.Arg2))
+		if err == nil {
+			unix.Close(fd)
+		}
+		return resp{Errno: errnoOf(err)}, nil
+	case "getppid":
+		v, _, _ := unix.RawSyscall(unix.SYS_GETPPID, 0, 0, 0)
+		return resp{Val: int64(v)}, nil
 	case "flock": // flock(fd, op) with op as given (all 64 bits)
 		_, e := raw(unix.SYS_FLOCK, uintptr(r.FD), uintptr(r.Arg))
 		return resp{Errno: e}, nil
@@ -669,6 +678,8 @@ func execute(r req) (resp, []int) {
 		return resp{}, []int{r.FD}
 	case "race_watch":
 		return raceWatch(r), nil
+	case "race_open":
+		return raceOpen(r), nil
 	case "race_fcntl":
 		return raceFcntl(r), nil
 	case "sibling": // a process sharing this one's descriptor table (clone(CLONE_FILES)) that pauses
@@ -731,6 +742,45 @@ func flipper(f func(i int)) (stop func()) {
 
 // raceWatch: inotify_add_watch(FD, buf) N times while another thread rewrites buf
 // between Path and B (same length). Vals: [successes, EACCES, other errors].
+// raceOpen opens r.Path N times while a thread flips it into r.B: how many opens
+// succeeded, reached r.B's inode, failed.
+func raceOpen(r req) resp {
+	a, b := append([]byte(r.Path), 0), append([]byte(r.B), 0)
+	if len(a) != len(b) {
+		return resp{Errno: unix.EINVAL}
+	}
+	var bst unix.Stat_t
+	if err := unix.Stat(r.B, &bst); err != nil {
+		return resp{Errno: errnoOf(err)}
+	}
+	buf := make([]byte, len(a))
+	copy(buf, a)
+	stop := flipper(func(i int) {
+		if i%2 == 0 {
+			copy(buf, b)
+		} else {
+			copy(buf, a)
+		}
+	})
+	var ok, reached, failed int64
+	for i := 0; i < r.N; i++ {
+		fd, _, e := unix.Syscall6(unix.SYS_OPENAT, uintptr(0xffffff9c), uintptr(unsafe.Pointer(&buf[0])), unix.O_RDONLY|unix.O_CLOEXEC, 0, 0, 0)
+		if e != 0 {
+			failed++
+			continue
+		}
+		ok++
+		var st unix.Stat_t
+		if unix.Fstat(int(fd), &st) == nil && st.Ino == bst.Ino && st.Dev == bst.Dev {
+			reached++
+		}
+		unix.Close(int(fd))
+	}
+	stop()
+	runtime.KeepAlive(buf)
+	return resp{Vals: []int64{ok, reached, failed}}
+}
+
 func raceWatch(r req) resp {
 	a, b := append([]byte(r.Path), 0), append([]byte(r.B), 0)
 	if len(a) != len(b) {

@@ -189,6 +189,29 @@ int main(void)
 		CHECK(sandtrap_sandbox_run(sb, argv, &bad, &r) == SANDTRAP_E_INVALID_ARGUMENT, "unknown options version");
 	}
 	sandtrap_sandbox_free(sb);
+	{ /* the process knobs through the builder: pinned to CPU 0, no huge pages */
+		sandtrap_sandbox_builder *kb = sandtrap_sandbox_builder_new();
+		sandtrap_sandbox *ksb = NULL;
+		const char *argv[] = {"grep", "-E", "^(Cpus_allowed_list|THP_enabled):", "/proc/self/status", NULL};
+		sandtrap_sandbox_builder_fs_readable(kb, "/usr");
+		sandtrap_sandbox_builder_fs_readable(kb, "/lib");
+		sandtrap_sandbox_builder_fs_readable(kb, "/bin");
+		sandtrap_sandbox_builder_fs_readable(kb, "/proc");
+		sandtrap_sandbox_builder_cpu_core(kb, 0);
+		sandtrap_sandbox_builder_no_huge_pages(kb, 1);
+		rc = sandtrap_sandbox_builder_build(kb, &ksb, &err);
+		sandtrap_sandbox_builder_free(kb);
+		CHECK(rc == SANDTRAP_OK, "knobs build: %s", rc == SANDTRAP_OK ? "" : sandtrap_error_message(err));
+		if (rc == SANDTRAP_OK) {
+			rc = sandtrap_sandbox_run(ksb, argv, NULL, &r);
+			CHECK(rc == SANDTRAP_OK && out_is(r, 0, "THP_enabled:\t0\nCpus_allowed_list:\t0\n"), "knobs in the run: %s",
+			      (const char *)sandtrap_result_stdout(r, NULL));
+			sandtrap_result_free(r);
+			sandtrap_sandbox_free(ksb);
+		} else {
+			sandtrap_error_free(err);
+		}
+	}
 	if (failures) {
 		fprintf(stderr, "typed: %d failed\n", failures);
 		return 1;

@@ -28,7 +28,20 @@ from sandtrap_guest import (
     StValidationError,
 )
 
-from ._coop import CoopSandbox, ExecResult, IsolatedFS, Policy, WorkerCrashed, WorkerError, sandbox
+from . import errors
+from ._coop import (
+    CoopSandbox,
+    ExecResult,
+    IsolatedFS,
+    IsolationStatus,
+    MemberSpec,
+    Policy,
+    VirtualFS,
+    WorkerCrashed,
+    WorkerError,
+    passthrough_stdio,
+    sandbox,
+)
 from ._errors import (
     ForkedChildError,
     InternalError,
@@ -44,6 +57,7 @@ from ._errors import (
 )
 from ._fields import PolicyOptions
 from ._fork import CloneResult, Clones
+from ._handlers import ExceptionPolicy, Handler, HandlerCtx, NotifAction, PolicyContext, SyscallEvent
 from ._policy import parse_ports
 from ._result import Denial, ErrorInfo, LearnResult, Result
 from ._sandbox import Command, Pipeline, Sandbox, confine, probe
@@ -78,9 +92,20 @@ __all__ = [
     "Clones",
     "CloneResult",
     "Policy",
+    "MemberSpec",
     "IsolatedFS",
+    "VirtualFS",
     "ExecResult",
     "CoopSandbox",
+    "IsolationStatus",
+    "passthrough_stdio",
+    "errors",
+    "Handler",
+    "HandlerCtx",
+    "NotifAction",
+    "ExceptionPolicy",
+    "SyscallEvent",
+    "PolicyContext",
     "WorkerError",
     "WorkerCrashed",
     "StError",
