@@ -152,3 +152,23 @@ int sandtrap_sandbox_builder_allow_degraded(sandtrap_sandbox_builder *b, int all
 {
 	return st_builder_bool(b, "allow_degraded", allow);
 }
+
+int sandtrap_sandbox_builder_http_allow(sandtrap_sandbox_builder *b, const char *rule)
+{
+	return st_builder_string(b, "http_allow", rule);
+}
+
+int sandtrap_sandbox_builder_http_deny(sandtrap_sandbox_builder *b, const char *rule)
+{
+	return st_builder_string(b, "http_deny", rule);
+}
+
+int sandtrap_sandbox_builder_http_port(sandtrap_sandbox_builder *b, uint16_t port)
+{
+	return st_builder_u64(b, "http_ports", port);
+}
+
+int sandtrap_sandbox_builder_http_ports_str(sandtrap_sandbox_builder *b, const char *ports)
+{
+	return st_builder_string(b, "http_ports", ports);
+}

@@ -211,6 +211,17 @@ int sandtrap_sandbox_builder_cpu_core(sandtrap_sandbox_builder *b, unsigned int 
 /* Run even when a requested protection is unavailable; results say what was
  * not applied. */
 int sandtrap_sandbox_builder_allow_degraded(sandtrap_sandbox_builder *b, int allow);
+/* An HTTP request the proxy lets through, one rule per call: "METHOD
+ * host/path" with * wildcards ("POST api.openai.com/v1/chat/completions"). TCP
+ * connects to the HTTP ports go to the engine's proxy. */
+int sandtrap_sandbox_builder_http_allow(sandtrap_sandbox_builder *b, const char *rule);
+/* An HTTP request the proxy refuses (checked before the allow rules), in the
+ * same grammar ("DELETE api.example.com": every path). */
+int sandtrap_sandbox_builder_http_deny(sandtrap_sandbox_builder *b, const char *rule);
+/* A TCP port whose connects go to the HTTP proxy (default 80 and 443). */
+int sandtrap_sandbox_builder_http_port(sandtrap_sandbox_builder *b, uint16_t port);
+/* HTTP proxy ports: a port or a range, "8000-8005". */
+int sandtrap_sandbox_builder_http_ports_str(sandtrap_sandbox_builder *b, const char *ports);
 /* END generated */
 
 /* Validate and compile. On failure *out is NULL and *err (if err is not NULL) is

@@ -67,6 +67,12 @@ export interface SandboxOptions {
   cpuCores?: Array<number | string>;
   /** Run even when a requested protection is unavailable; results say what was not applied (default: false). */
   allowDegraded?: boolean;
+  /** HTTP requests the engine's proxy lets through, `"METHOD host/path"` with `*` wildcards (`"POST api.openai.com/v1/chat/completions"`); connects to the httpPorts go to it; with an allow list, nothing else passes (default: []). */
+  httpAllow?: string[];
+  /** HTTP requests it refuses (checked before httpAllow), in the same grammar (`"* api.example.com/admin/*"`) (default: []). */
+  httpDeny?: string[];
+  /** TCP ports whose connects go to the proxy when HTTP rules are given (plain HTTP and TLS told apart by the first byte) (default: [80, 443]). */
+  httpPorts?: Array<number | string>;
 }
 // END generated
 

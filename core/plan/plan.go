@@ -395,6 +395,7 @@ func (c *compiler) seccomp() error {
 	}
 	pl.Supervise.ListenNeedsBind = np.wanted
 	pl.Supervise.Ports = np.ports
+	pl.Supervise.HTTP = np.redirect()
 	pl.Supervise.Learn = c.in.Learn
 	if np.sup != nil {
 		pl.Supervise.Net = np.sup

@@ -24,25 +24,26 @@ const (
 	KindTargets Kind = "targets" // network rules: 443, "host:443", "10.0.0.0/8", "udp://…", "*" (net.go)
 	KindPorts   Kind = "ports"   // ports and ranges: 8080, "8000-8005"
 	KindBool    Kind = "bool"
-	KindSize    Kind = "size"     // bytes: an integer or "256M" (binary suffixes)
-	KindCount   Kind = "count"    // a positive integer
-	KindSeconds Kind = "seconds"  // a positive number of seconds
-	KindID      Kind = "id"       // a uid or gid
-	KindEnv     Kind = "env"      // a map of variable names to values
-	KindNames   Kind = "names"    // syscall names
-	KindHost    Kind = "hostname" // a host name: 1-64 characters, letters, digits, '-' and '.'
-	KindCPUs    Kind = "cpus"     // CPU numbers and ranges: 0, "2-3"
-	KindOptBool Kind = "optbool"  // true, false, or absent (a default that is neither)
+	KindSize    Kind = "size"       // bytes: an integer or "256M" (binary suffixes)
+	KindCount   Kind = "count"      // a positive integer
+	KindSeconds Kind = "seconds"    // a positive number of seconds
+	KindID      Kind = "id"         // a uid or gid
+	KindEnv     Kind = "env"        // a map of variable names to values
+	KindNames   Kind = "names"      // syscall names
+	KindHost    Kind = "hostname"   // a host name: 1-64 characters, letters, digits, '-' and '.'
+	KindHTTP    Kind = "http_rules" // HTTP rules: "METHOD host/path" with * wildcards (http.go)
+	KindCPUs    Kind = "cpus"       // CPU numbers and ranges: 0, "2-3"
+	KindOptBool Kind = "optbool"    // true, false, or absent (a default that is neither)
 )
 
 // Kinds lists every kind, in a stable order.
 var Kinds = []Kind{KindPaths, KindPath, KindTargets, KindPorts, KindBool, KindSize, KindCount,
-	KindSeconds, KindID, KindEnv, KindNames, KindHost, KindCPUs, KindOptBool}
+	KindSeconds, KindID, KindEnv, KindNames, KindHost, KindHTTP, KindCPUs, KindOptBool}
 
 // List reports whether values of the kind are lists (a C setter appends to them).
 func (k Kind) List() bool {
 	switch k {
-	case KindPaths, KindTargets, KindPorts, KindNames, KindCPUs:
+	case KindPaths, KindTargets, KindPorts, KindNames, KindHTTP, KindCPUs:
 		return true
 	}
 	return false
@@ -161,20 +162,21 @@ func (k kindReader[T]) into(dst func(*Policy) *T) binding {
 }
 
 var (
-	paths    = kindReader[[]string]{KindPaths, reader.paths}
-	path     = kindReader[string]{KindPath, reader.path}
-	netRules = kindReader[[]NetRule]{KindTargets, reader.netRules}
-	ports    = kindReader[[]uint16]{KindPorts, reader.ports}
-	boolean  = kindReader[bool]{KindBool, reader.boolean}
-	size     = kindReader[int64]{KindSize, reader.size}
-	count    = kindReader[int64]{KindCount, reader.count}
-	seconds  = kindReader[float64]{KindSeconds, reader.seconds}
-	id       = kindReader[*uint32]{KindID, reader.id}
-	env      = kindReader[map[string]string]{KindEnv, reader.env}
-	sysnames = kindReader[[]string]{KindNames, reader.names}
-	hostname = kindReader[string]{KindHost, reader.hostname}
-	cpus     = kindReader[[]int]{KindCPUs, reader.cpus}
-	optBool  = kindReader[*bool]{KindOptBool, reader.optBoolean}
+	paths     = kindReader[[]string]{KindPaths, reader.paths}
+	path      = kindReader[string]{KindPath, reader.path}
+	netRules  = kindReader[[]NetRule]{KindTargets, reader.netRules}
+	ports     = kindReader[[]uint16]{KindPorts, reader.ports}
+	boolean   = kindReader[bool]{KindBool, reader.boolean}
+	size      = kindReader[int64]{KindSize, reader.size}
+	count     = kindReader[int64]{KindCount, reader.count}
+	seconds   = kindReader[float64]{KindSeconds, reader.seconds}
+	id        = kindReader[*uint32]{KindID, reader.id}
+	env       = kindReader[map[string]string]{KindEnv, reader.env}
+	sysnames  = kindReader[[]string]{KindNames, reader.names}
+	hostname  = kindReader[string]{KindHost, reader.hostname}
+	httpRules = kindReader[[]HTTPRule]{KindHTTP, reader.httpRules}
+	cpus      = kindReader[[]int]{KindCPUs, reader.cpus}
+	optBool   = kindReader[*bool]{KindOptBool, reader.optBoolean}
 )
 
 func str(name, param, doc string) CSetter { return CSetter{name, "const char *" + param, CString, doc} }
@@ -250,11 +252,18 @@ var Schema = []Field{
 		C: []CSetter{{"allow_degraded", "int allow", CBool, ""}}, bind: boolean.into(func(p *Policy) *bool { return &p.AllowDegraded })},
 
 	// Not supported yet (the seed API's full constructor).
-	{Key: "http_ca", Section: "config", Unsupported: "sandtrap has no HTTP proxy"},
-	{Key: "http_key", Section: "config", Unsupported: "sandtrap has no HTTP proxy"},
-	{Key: "http_ports", Section: "http", Unsupported: "sandtrap has no HTTP proxy; use {net_allow}"},
-	{Key: "http_allow", Section: "http", Unsupported: "sandtrap has no HTTP ACL; use {net_allow} (ports)"},
-	{Key: "http_deny", Section: "http", Unsupported: "sandtrap has no HTTP ACL; use {net_allow} (ports)"},
+	{Key: "http_allow", Section: "http", Default: "[]", Doc: "HTTP requests the engine's proxy lets through, `\"METHOD host/path\"` with `*` wildcards (`\"POST api.openai.com/v1/chat/completions\"`); connects to the {http_ports} go to it; with an allow list, nothing else passes",
+		C:    []CSetter{str("http_allow", "rule", "An HTTP request the proxy lets through, one rule per call: \"METHOD host/path\" with * wildcards (\"POST api.openai.com/v1/chat/completions\"). TCP connects to the HTTP ports go to the engine's proxy.")},
+		bind: httpRules.into(func(p *Policy) *[]HTTPRule { return &p.HTTPAllow })},
+	{Key: "http_deny", Section: "http", Default: "[]", Doc: "HTTP requests it refuses (checked before {http_allow}), in the same grammar (`\"* api.example.com/admin/*\"`)",
+		C:    []CSetter{str("http_deny", "rule", "An HTTP request the proxy refuses (checked before the allow rules), in the same grammar (\"DELETE api.example.com\": every path).")},
+		bind: httpRules.into(func(p *Policy) *[]HTTPRule { return &p.HTTPDeny })},
+	{Key: "http_ports", Section: "http", Default: "[80, 443]", Doc: "TCP ports whose connects go to the proxy when HTTP rules are given (plain HTTP and TLS told apart by the first byte)",
+		C: []CSetter{{"http_port", "uint16_t port", CU64, "A TCP port whose connects go to the HTTP proxy (default 80 and 443)."},
+			str("http_ports_str", "ports", "HTTP proxy ports: a port or a range, \"8000-8005\".")},
+		bind: ports.into(func(p *Policy) *[]uint16 { return &p.HTTPPorts })},
+	{Key: "http_ca", Section: "config", Unsupported: "HTTPS interception is not built yet: without it HTTPS is allowed by SNI to the hosts {http_allow} names"},
+	{Key: "http_key", Section: "config", Unsupported: "HTTPS interception is not built yet: without it HTTPS is allowed by SNI to the hosts {http_allow} names"},
 	{Key: "fs_storage", Section: "config", Unsupported: "sandtrap has no copy-on-write storage layer"},
 	{Key: "workdir", Section: "config", Unsupported: "sandtrap has no copy-on-write workdir (and no dry run); use {cwd}"},
 	{Key: "random_seed", Section: "determinism", Unsupported: "determinism controls are not supported"},

@@ -12,7 +12,7 @@ var sample = map[Kind]any{
 	KindPaths: []any{"/usr"}, KindPath: "/tmp", KindTargets: []any{int64(443), "example.com:80"},
 	KindPorts: []any{int64(8080), "9000-9001"}, KindBool: true, KindSize: "1M", KindCount: int64(4),
 	KindSeconds: 1.5, KindID: int64(1000), KindEnv: map[string]any{"A": "b"}, KindNames: []any{"getcpu"},
-	KindHost: "api.local", KindCPUs: []any{int64(0)}, KindOptBool: false,
+	KindHost: "api.local", KindHTTP: []any{"GET example.com/*"}, KindCPUs: []any{int64(0)}, KindOptBool: false,
 }
 
 func TestSchemaIsConsistent(t *testing.T) {
@@ -24,6 +24,9 @@ func TestSchemaIsConsistent(t *testing.T) {
 			t.Errorf("field %q: empty, repeated or not snake_case", f.Key)
 		}
 		seen[f.Key] = true
+		if strings.Contains(f.Doc, "*/") {
+			t.Errorf("%s: its doc holds */, which ends the C header's and index.d.ts's comments", f.Key)
+		}
 		if f.Supported() {
 			if f.bind.read == nil || f.Kind() == "" || f.Doc == "" || f.Default == "" || len(f.C) == 0 {
 				t.Errorf("%s: a supported field needs a reader, a doc, a default and a C setter", f.Key)
@@ -66,6 +69,9 @@ func TestEveryFieldIsDecoded(t *testing.T) {
 		m := map[string]any{f.Key: sample[f.Kind()]}
 		if f.Kind() == KindID { // uid and gid go together
 			m = map[string]any{"uid": int64(1000), "gid": int64(1000)}
+		}
+		if f.Key == "http_ports" { // with the rules it is about
+			m["http_allow"] = sample[KindHTTP]
 		}
 		p, probs := Decode(m)
 		if len(probs) != 0 {

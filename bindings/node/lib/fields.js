@@ -34,15 +34,15 @@ const POLICY = {
   noCoredump: ['no_coredump', 'optbool'],
   cpuCores: ['cpu_cores', 'cpus'],
   allowDegraded: ['allow_degraded', 'bool'],
+  httpAllow: ['http_allow', 'http_rules'],
+  httpDeny: ['http_deny', 'http_rules'],
+  httpPorts: ['http_ports', 'ports'],
 };
 
 /** Options sandtrap does not support yet: option name -> the problem reported. */
 const UNSUPPORTED = {
-  httpCa: 'not supported by sandtrap yet: sandtrap has no HTTP proxy',
-  httpKey: 'not supported by sandtrap yet: sandtrap has no HTTP proxy',
-  httpPorts: 'not supported by sandtrap yet: sandtrap has no HTTP proxy; use netAllow',
-  httpAllow: 'not supported by sandtrap yet: sandtrap has no HTTP ACL; use netAllow (ports)',
-  httpDeny: 'not supported by sandtrap yet: sandtrap has no HTTP ACL; use netAllow (ports)',
+  httpCa: 'not supported by sandtrap yet: HTTPS interception is not built yet: without it HTTPS is allowed by SNI to the hosts httpAllow names',
+  httpKey: 'not supported by sandtrap yet: HTTPS interception is not built yet: without it HTTPS is allowed by SNI to the hosts httpAllow names',
   fsStorage: 'not supported by sandtrap yet: sandtrap has no copy-on-write storage layer',
   workdir: 'not supported by sandtrap yet: sandtrap has no copy-on-write workdir (and no dry run); use cwd',
   randomSeed: 'not supported by sandtrap yet: determinism controls are not supported',

@@ -46,6 +46,9 @@ FIELDS: dict[str, tuple[str, str]] = {
     "no_coredump": ("no_coredump", "optbool"),
     "cpu_cores": ("cpu_cores", "cpus"),
     "allow_degraded": ("allow_degraded", "bool"),
+    "http_allow": ("http_allow", "http_rules"),
+    "http_deny": ("http_deny", "http_rules"),
+    "http_ports": ("http_ports", "ports"),
 }
 
 # msgpack key -> keyword
@@ -156,4 +159,17 @@ class PolicyOptions(TypedDict, total=False):
     allow_degraded: bool | None
     """Run even when a requested protection is unavailable; results say what was not
     applied (default: false).
+    """
+    http_allow: Iterable[str] | None
+    """HTTP requests the engine's proxy lets through, ``"METHOD host/path"`` with ``*``
+    wildcards (``"POST api.openai.com/v1/chat/completions"``); connects to the
+    http_ports go to it; with an allow list, nothing else passes (default: []).
+    """
+    http_deny: Iterable[str] | None
+    """HTTP requests it refuses (checked before http_allow), in the same grammar (``"*
+    api.example.com/admin/*"``) (default: []).
+    """
+    http_ports: Iterable[int | str] | None
+    """TCP ports whose connects go to the proxy when HTTP rules are given (plain HTTP
+    and TLS told apart by the first byte) (default: [80, 443]).
     """
