@@ -81,6 +81,14 @@ int sandtrap_probe(uint8_t **out, size_t *out_len)
 	return stgo_probe(out, out_len);
 }
 
+int sandtrap_profile(const uint8_t *req, size_t req_len, uint8_t **out, size_t *out_len)
+{
+	GUARD(SANDTRAP_E_FORKED_CHILD);
+	if ((!req && req_len) || !out || !out_len)
+		return SANDTRAP_E_INVALID_ARGUMENT;
+	return stgo_profile((uint8_t *)req, req_len, out, out_len);
+}
+
 sandtrap_sandbox_builder *sandtrap_sandbox_builder_new(void)
 {
 	sandtrap_sandbox_builder *b;

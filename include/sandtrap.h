@@ -76,6 +76,19 @@ void sandtrap_buffer_free(uint8_t *buf);
  * "probe"): Landlock ABI, seccomp, namespaces, cgroups, root. */
 int sandtrap_probe(uint8_t **out, size_t *out_len);
 
+/* Profiles: TOML policies in the seed API's sections (docs/cli.md, "Profiles";
+ * docs/protocol.md, "profiles"). req is a msgpack map, either {"load": NAME_OR_PATH}
+ * (a saved profile, $XDG_CONFIG_HOME/sandtrap/profiles/NAME.toml, or a file: a
+ * PATH has a '/' or ends in .toml) or {"dict": SECTIONS, "source": TEXT} (a profile
+ * given as a map of sections of keys; source names it in problems). *out is a
+ * msgpack map: {"name", "path", "profile" (the sections as read), "policy" (the
+ * policy map, for sandtrap_sandbox_new), "argv" ([program] exec and args, or nil)};
+ * or {"error": {"kind", "message", "problems": [{"file", "line", "key", "field",
+ * "message"}]}} with SANDTRAP_E_INVALID_POLICY (every problem of the profile),
+ * SANDTRAP_E_NOT_FOUND (no such profile or file) or SANDTRAP_E_INVALID_REQUEST.
+ * Free *out with sandtrap_buffer_free. */
+int sandtrap_profile(const uint8_t *req, size_t req_len, uint8_t **out, size_t *out_len);
+
 /* ---- Errors -----------------------------------------------------------------
  * What a failed call that takes `sandtrap_error **err` reports. A validation
  * failure (SANDTRAP_E_INVALID_POLICY, SANDTRAP_E_INVALID_REQUEST) lists every

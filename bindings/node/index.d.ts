@@ -354,6 +354,15 @@ export declare function confine(sandbox: Sandbox | SandboxOptions, options?: { s
 /** What this kernel and process can enforce. */
 export declare function probe(): ProbeResult;
 
+/** A profile as sections of keys, the shape of its TOML file (docs/cli.md, "Profiles"). */
+export type ProfileDict = Record<string, Record<string, unknown>>;
+/** Reads a saved profile (a name) or a profile file (a path: it has a '/' or ends in .toml); throws PolicyError (every problem with file, line, key) or NotFound. */
+export declare function loadProfile(nameOrPath: string): ProfileDict;
+/** Sandbox options for a profile given as sections of keys, checked as a file is. */
+export declare function policyFromDict(profile: ProfileDict, source?: string): SandboxOptions;
+/** The program of a profile's [program] (exec then args), or null. */
+export declare function profileArgv(profile: ProfileDict): string[] | null;
+
 export declare function version(): VersionInfo;
 
 /**

@@ -12,6 +12,7 @@ const errors = require('./lib/errors');
 const { Sandbox, Command, Pipeline, confine, probe, version } = require('./lib/sandbox');
 const { sandbox, PythonSandbox, VirtualFS } = require('./lib/python');
 require('./lib/fork'); // Sandbox.prototype.fork / reduce
+const { loadProfile, policyFromDict, profileArgv } = require('./lib/profile');
 const handlers = require('./lib/handlers');
 
 module.exports = {
@@ -31,6 +32,9 @@ module.exports = {
   confine,
   probe,
   version,
+  loadProfile,
+  policyFromDict,
+  profileArgv,
   Problem: errors.Problem,
   SandtrapError: errors.SandtrapError,
   InvalidArgument: errors.InvalidArgument,

@@ -149,3 +149,39 @@ func TestCamelCase(t *testing.T) {
 		}
 	}
 }
+
+// Every field has a profile section (runtime arguments excepted), and the CLI's
+// options of the supported ones are unique.
+func TestSchemaSectionsAndFlags(t *testing.T) {
+	sections := map[string]bool{}
+	for _, s := range Sections {
+		sections[s] = true
+	}
+	runtime := map[string]bool{"name": true, "policy_fn": true, "handlers": true}
+	long, short := map[string]string{}, map[string]string{}
+	for i := range Schema {
+		f := &Schema[i]
+		switch {
+		case f.Section == "" && !runtime[f.Key]:
+			t.Errorf("%s: no profile section", f.Key)
+		case f.Section != "" && !sections[f.Section]:
+			t.Errorf("%s: section %q is not one of %v", f.Key, f.Section, Sections)
+		}
+		if !f.Supported() {
+			continue
+		}
+		if g, ok := long[f.FlagName()]; ok {
+			t.Errorf("%s and %s have the same option --%s", g, f.Key, f.FlagName())
+		}
+		long[f.FlagName()] = f.Key
+		if f.Short != "" {
+			if len(f.Short) != 1 {
+				t.Errorf("%s: short option %q is not one letter", f.Key, f.Short)
+			}
+			if g, ok := short[f.Short]; ok {
+				t.Errorf("%s and %s have the same option -%s", g, f.Key, f.Short)
+			}
+			short[f.Short] = f.Key
+		}
+	}
+}

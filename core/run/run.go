@@ -32,12 +32,14 @@ type Request struct {
 	NoTimeout bool // not even the policy's (templates: their forks get their own)
 	StdinFD   int  // >= 0: use this fd as stdin instead (pipelines)
 	StdoutFD  int  // >= 0: send stdout here instead of capturing it (pipelines)
+	StderrFD  int  // > 0: send stderr here instead of capturing it (the CLI's terminal); 0 captures
 	Timeout   float64
 	Env       map[string]string
 	Cwd       string
 	Tag       string
 	MaxOutput int64
-	Hooks     Hooks // a run with a zygote of its own (engine: calls judged by the host); nil: none
+	Started   func(pid int) // called with the host pid of the run's pid 1 once it started (the CLI's run registry)
+	Hooks     Hooks         // a run with a zygote of its own (engine: calls judged by the host); nil: none
 }
 
 // Hooks run a request on a zygote of its own choosing (core/engine's handlers.go:
@@ -205,6 +207,9 @@ func Run(h Host, req *Request) *Result {
 	// the child's ends (and fds handed to us by a pipeline) close once it started
 	var childEnds fdList
 	childEnds.add(req.StdinFD, req.StdoutFD)
+	if req.StderrFD > 0 {
+		childEnds.add(req.StderrFD)
+	}
 	defer childEnds.closeAll()
 	if !h.Enter() {
 		return failed(protocol.KindClosed, "the sandbox is closed", iso)
@@ -274,13 +279,17 @@ func Run(h Host, req *Request) *Result {
 		ours.add(r)
 		childEnds.add(w)
 	}
-	errR, errW, ok := mkpipe()
-	if !ok {
-		return failed(protocol.KindSpawn, "pipe failed", iso)
+	errW := req.StderrFD
+	sup.errR = -1
+	if errW <= 0 {
+		errR, w, ok := mkpipe()
+		if !ok {
+			return failed(protocol.KindSpawn, "pipe failed", iso)
+		}
+		sup.errR, errW = errR, w
+		ours.add(errR)
+		childEnds.add(w)
 	}
-	sup.errR = errR
-	ours.add(errR)
-	childEnds.add(errW)
 	statusR, statusW, ok := mkpipe()
 	if !ok {
 		return failed(protocol.KindSpawn, "pipe failed", iso)
@@ -327,6 +336,9 @@ func Run(h Host, req *Request) *Result {
 	defer unix.Close(proc.PidFD)
 	denied := attachRun(zyg, pl, proc)
 	defer denied.detach()
+	if req.Started != nil {
+		req.Started(proc.Pid)
+	}
 
 	sup.proc, sup.cancelFD, sup.cg = proc, cancel.fd, cg
 	sup.pidNS = pl.PidNS
@@ -540,6 +552,7 @@ func (s *supervisor) drain(fd int, k *sink, buf []byte) (eof bool) {
 func (s *supervisor) loop() {
 	s.out.max, s.err.max = s.maxOut, s.maxOut
 	s.outClosed = s.outR < 0
+	s.errClosed = s.errR < 0
 	for _, fd := range []int{s.outR, s.errR, s.stdinW} {
 		if fd >= 0 {
 			unix.SetNonblock(fd, true)

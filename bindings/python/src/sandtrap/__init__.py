@@ -59,6 +59,7 @@ from ._fields import PolicyOptions
 from ._fork import CloneResult, Clones
 from ._handlers import ExceptionPolicy, Handler, HandlerCtx, NotifAction, PolicyContext, SyscallEvent
 from ._policy import parse_ports
+from ._profile import load_profile, policy_from_dict, profile_argv
 from ._result import Denial, ErrorInfo, LearnResult, Result
 from ._sandbox import Command, Pipeline, Sandbox, confine, probe
 from ._version import __version__
@@ -85,6 +86,9 @@ __all__ = [
     "PolicyOptions",
     "Problem",
     "parse_ports",
+    "load_profile",
+    "policy_from_dict",
+    "profile_argv",
     "confine",
     "probe",
     "library_version",
