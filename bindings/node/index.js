@@ -10,14 +10,24 @@
  */
 const errors = require('./lib/errors');
 const { Sandbox, Command, Pipeline, Gather, confine, probe, version } = require('./lib/sandbox');
-const { sandbox, PythonSandbox } = require('./lib/python');
+const { sandbox, PythonSandbox, VirtualFS } = require('./lib/python');
 require('./lib/fork'); // Sandbox.prototype.fork / reduce
 const { SandboxProcess } = require('./lib/process'); // Sandbox.prototype.popen, spawn, …
+const { loadProfile, policyFromDict, profileArgv } = require('./lib/profile');
+const handlers = require('./lib/handlers');
 
 module.exports = {
   Sandbox,
+  Handler: handlers.Handler,
+  HandlerCtx: handlers.HandlerCtx,
+  NotifAction: handlers.NotifAction,
+  ExceptionPolicy: handlers.ExceptionPolicy,
+  SyscallEvent: handlers.SyscallEvent,
+  PolicyContext: handlers.PolicyContext,
+  presets: handlers.presets,
   sandbox,
   PythonSandbox,
+  VirtualFS,
   Command,
   Pipeline,
   Gather,
@@ -25,6 +35,9 @@ module.exports = {
   confine,
   probe,
   version,
+  loadProfile,
+  policyFromDict,
+  profileArgv,
   Problem: errors.Problem,
   SandtrapError: errors.SandtrapError,
   InvalidArgument: errors.InvalidArgument,

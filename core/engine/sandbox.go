@@ -77,11 +77,12 @@ func build(p *policy.Policy, probs policy.Problems, opts ...func(*Sandbox)) (*Sa
 	}
 	f := in.Features
 	runs.NullFD()
-	sb := &Sandbox{Policy: p, in: in, running: map[string]map[uint64]func(){}, env: runs.BaseEnv(p)}
+	sb := &Sandbox{Policy: p, in: in, running: map[string]map[uint64]func(){}, env: in.Net.ProxyEnv(runs.BaseEnv(p), p)}
 	if limits := plan.CgroupLimits(p); f.Cgroup != nil && limits.Needed() {
 		cg, err := cgroup.New(f.Cgroup, limits)
 		if err != nil {
 			if !p.AllowDegraded {
+				in.Net.CloseHTTP()
 				return nil, errorf(KindIsolation, "isolation unavailable: %v (pass allow_degraded to run without it)", err)
 			}
 			in.GroupErr = err.Error()
@@ -173,6 +174,7 @@ func (s *Sandbox) Close() {
 	}
 	s.pl, s.retiredPls = nil, nil
 	s.zmu.Unlock()
+	s.in.Net.CloseHTTP() // its HTTP proxy, once no run can use it
 	if cg := s.group(); cg != nil {
 		cg.Close()
 	}

@@ -32,6 +32,7 @@ type Request struct {
 	NoTimeout bool // not even the policy's (templates: their forks get their own)
 	StdinFD   int  // >= 0: use this fd as stdin instead (pipelines)
 	StdoutFD  int  // >= 0: send stdout here instead of capturing it (pipelines)
+	StderrFD  int  // > 0: send stderr here instead of capturing it (the CLI's terminal); 0 captures
 	Timeout   float64
 	Env       map[string]string
 	Cwd       string
@@ -39,6 +40,24 @@ type Request struct {
 	MaxOutput int64
 	Stream    *Stream // a popen'd run (popen.go): its own stderr, told when it started
 	ExtraFDs  []int   // placed on 3, 4, … of the program (a gather's inputs); closed once started
+	Started   func(pid int) // called with the host pid of the run's pid 1 once it started (the CLI's run registry)
+	Hooks     Hooks         // a run with a zygote of its own (engine: calls judged by the host); nil: none
+}
+
+// Hooks run a request on a zygote of its own choosing (core/engine's handlers.go:
+// a run whose calls the host judges has a zygote trapping them, whose supervisor
+// finds the run by its process).
+type Hooks interface {
+	// Zygote picks the run's zygote and its plan in place of the host's (fresh: as
+	// Host.Zygote).
+	Zygote(fresh *spawn.Zygote) (*spawn.Zygote, *plan.Plan, error)
+	// Spawn starts rs on zyg and registers the process before any of its calls is
+	// served (in place of zyg.Spawn).
+	Spawn(zyg *spawn.Zygote, rs *spawn.RunSpec) (*spawn.Process, error)
+	// Started hands over what kills the run (before the spawn).
+	Started(cancel func())
+	// Ended: the run is over (its result is being made).
+	Ended()
 }
 
 // Usage is what a run consumed.
@@ -195,6 +214,9 @@ func Run(h Host, req *Request) *Result {
 	if req.Stream != nil {
 		childEnds.add(req.Stream.StderrFD, req.Stream.GateFD)
 	}
+	if req.StderrFD > 0 {
+		childEnds.add(req.StderrFD)
+	}
 	defer childEnds.closeAll()
 	if !h.Enter() {
 		return failed(protocol.KindClosed, "the sandbox is closed", iso)
@@ -264,18 +286,22 @@ func Run(h Host, req *Request) *Result {
 		ours.add(r)
 		childEnds.add(w)
 	}
-	errR, errW := -1, -1
-	if req.Stream != nil && req.Stream.StderrFD >= 0 {
+	// stderr: a popen'd run's own (Stream), a descriptor of the caller's (the CLI's
+	// terminal), or captured
+	errW := req.StderrFD
+	if req.Stream != nil {
 		errW = req.Stream.StderrFD
-	} else {
-		var ok bool
-		if errR, errW, ok = mkpipe(); !ok {
+	}
+	sup.errR = -1
+	if errW < 0 || (errW == 0 && req.Stream == nil) {
+		errR, w, ok := mkpipe()
+		if !ok {
 			return failed(protocol.KindSpawn, "pipe failed", iso)
 		}
+		sup.errR, errW = errR, w
 		ours.add(errR)
-		childEnds.add(errW)
+		childEnds.add(w)
 	}
-	sup.errR = errR
 	statusR, statusW, ok := mkpipe()
 	if !ok {
 		return failed(protocol.KindSpawn, "pipe failed", iso)
@@ -301,14 +327,20 @@ func Run(h Host, req *Request) *Result {
 	defer untrack()
 
 	start := time.Now()
-	zyg, pl, err := h.Zygote(nil)
+	pick, spawnOn := h.Zygote, (*spawn.Zygote).Spawn
+	if hk := req.Hooks; hk != nil {
+		pick, spawnOn = hk.Zygote, hk.Spawn
+		hk.Started(cancel.fire)
+		defer hk.Ended()
+	}
+	zyg, pl, err := pick(nil)
 	var proc *spawn.Process
 	if err == nil {
 		iso = pl.Isolation()
-		proc, err = zyg.Spawn(rs)
+		proc, err = spawnOn(zyg, rs)
 		if err == spawn.ErrZygoteGone { // it died (killed, out of memory): once more with a new one
-			if zyg, pl, err = h.Zygote(zyg); err == nil {
-				proc, err = zyg.Spawn(rs)
+			if zyg, pl, err = pick(zyg); err == nil {
+				proc, err = spawnOn(zyg, rs)
 			}
 		}
 	}
@@ -320,6 +352,9 @@ func Run(h Host, req *Request) *Result {
 	defer unix.Close(proc.PidFD)
 	denied := attachRun(zyg, pl, proc)
 	defer denied.detach()
+	if req.Started != nil {
+		req.Started(proc.Pid)
+	}
 
 	sup.proc, sup.cancelFD, sup.cancelWhy, sup.cg = proc, cancel.fd, cancel.why, cg
 	if req.Stream != nil {

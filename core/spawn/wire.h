@@ -45,6 +45,7 @@
 #define ST_CF_LANDLOCK_TABLE (1u << 7) /* pid 1 builds its own ruleset: the table below, plus its /proc */
 #define ST_CF_CAPS (1u << 8)           /* the zygote holds capabilities, which pid 1 drops */
 #define ST_CF_SET_IDS (1u << 9)        /* pid 1 becomes uid/gid (root hosts without a user namespace of their own) */
+#define ST_CF_NO_THP (1u << 11)        /* PR_SET_THP_DISABLE (on the zygote's own memory: every process of it inherits it through fork and execve) */
 #define ST_CF_KILLABLE (1u << 10)      /* with ST_CF_LISTENER: SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV (a call the engine received is not interrupted by a signal that does not kill) */
 
 #define ST_MAX_RULES 1024
@@ -112,6 +113,7 @@ struct st_reply {
 #define ST_STEP_CONFIG 'G'   /* zygote: reading its configuration */
 #define ST_STEP_RLIMIT_AS 'A' /* zygote: RLIMIT_AS */
 #define ST_STEP_DUMPABLE 'N' /* zygote: PR_SET_DUMPABLE 0 */
+#define ST_STEP_THP 'H'      /* zygote: PR_SET_THP_DISABLE */
 #define ST_STEP_SECCOMP 'B'  /* zygote: loading the filter */
 #define ST_STEP_SIGCHLD 'Q'  /* zygote, pid 1: the SIGCHLD disposition */
 #define ST_STEP_SPARE 'W'    /* zygote: making the next run's pid 1 (socketpair, clone of its namespaces) */

@@ -158,6 +158,20 @@ int main(void)
 		CHECK(strcmp(sandtrap_result_reason(r), "not_found") == 0, "reason not_found");
 		sandtrap_result_free(r);
 	}
+	{ /* what the run was refused: a lock on a read-only file */
+		const char *argv[] = {"flock", "/usr/bin", "true", NULL};
+		const sandtrap_denial *d;
+		rc = sandtrap_sandbox_run(sb, argv, NULL, &r);
+		CHECK(rc == SANDTRAP_OK && sandtrap_result_exit_code(r) != 0, "flock rc=%d exit %d", rc, sandtrap_result_exit_code(r));
+		CHECK(sandtrap_result_denials_count(r) == 1, "%zu denials", sandtrap_result_denials_count(r));
+		d = sandtrap_result_denial(r, 0);
+		CHECK(d && strcmp(d->syscall, "flock") == 0 && d->path && strcmp(d->path, "/usr/bin") == 0 && !d->address &&
+		      strcmp(d->errno_name, "EACCES") == 0 && d->errno_nr == 13 && d->count == 1 && strcmp(d->source, "supervisor") == 0,
+		      "the flock denial: %s %s %s %d", d ? d->syscall : "-", d && d->path ? d->path : "-", d ? d->errno_name : "-", d ? d->errno_nr : 0);
+		CHECK(sandtrap_result_denial(r, 1) == NULL && sandtrap_result_denials_dropped(r) == 0, "one denial, none dropped");
+		sandtrap_result_free(r);
+		CHECK(sandtrap_result_denials_count(NULL) == 0 && sandtrap_result_denial(NULL, 0) == NULL, "NULL result denials");
+	}
 	{ /* invalid arguments: *out is NULL, nothing ran */
 		const char *empty[] = {NULL};
 		const char *blank[] = {"", NULL};
@@ -179,6 +193,29 @@ int main(void)
 		CHECK(sandtrap_sandbox_run(sb, argv, &bad, &r) == SANDTRAP_E_INVALID_ARGUMENT, "unknown options version");
 	}
 	sandtrap_sandbox_free(sb);
+	{ /* the process knobs through the builder: pinned to CPU 0, no huge pages */
+		sandtrap_sandbox_builder *kb = sandtrap_sandbox_builder_new();
+		sandtrap_sandbox *ksb = NULL;
+		const char *argv[] = {"grep", "-E", "^(Cpus_allowed_list|THP_enabled):", "/proc/self/status", NULL};
+		sandtrap_sandbox_builder_fs_readable(kb, "/usr");
+		sandtrap_sandbox_builder_fs_readable(kb, "/lib");
+		sandtrap_sandbox_builder_fs_readable(kb, "/bin");
+		sandtrap_sandbox_builder_fs_readable(kb, "/proc");
+		sandtrap_sandbox_builder_cpu_core(kb, 0);
+		sandtrap_sandbox_builder_no_huge_pages(kb, 1);
+		rc = sandtrap_sandbox_builder_build(kb, &ksb, &err);
+		sandtrap_sandbox_builder_free(kb);
+		CHECK(rc == SANDTRAP_OK, "knobs build: %s", rc == SANDTRAP_OK ? "" : sandtrap_error_message(err));
+		if (rc == SANDTRAP_OK) {
+			rc = sandtrap_sandbox_run(ksb, argv, NULL, &r);
+			CHECK(rc == SANDTRAP_OK && out_is(r, 0, "THP_enabled:\t0\nCpus_allowed_list:\t0\n"), "knobs in the run: %s",
+			      (const char *)sandtrap_result_stdout(r, NULL));
+			sandtrap_result_free(r);
+			sandtrap_sandbox_free(ksb);
+		} else {
+			sandtrap_error_free(err);
+		}
+	}
 	if (failures) {
 		fprintf(stderr, "typed: %d failed\n", failures);
 		return 1;

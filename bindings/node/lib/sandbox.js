@@ -325,7 +325,11 @@ class Sandbox {
    * @param {object} [options] policy options (camelCase; see index.d.ts)
    */
   constructor(options = {}) {
+    // policyFn is a host callable, not a policy value (lib/handlers.js)
+    let policyFn = null;
+    if (isPlainObject(options) && 'policyFn' in options) ({ policyFn = null, ...options } = options);
     const { map, problems } = policyOptions(options);
+    if (policyFn != null && typeof policyFn !== 'function') problems.push(new Problem('policyFn', `want a function (event, ctx), got ${describe(policyFn)}`));
     if (!map.clean_env && (map.env === undefined || isPlainObject(map.env))) {
       // as in Python: the program inherits this process's environment as it is now
       // (snapshotted per sandbox; the engine alone would see it as it was at load),
@@ -357,6 +361,9 @@ class Sandbox {
     /** The engine's id of this sandbox (names it as a pipeline stage). @type {bigint | number} */
     this.id; // declares the property for tsc (defined below, read-only)
     Object.defineProperty(this, 'id', { value: native.sandboxId(handle), enumerable: true });
+    /** @type {((event: any, ctx: any) => unknown) | null} lib/handlers.js asks it about each trapped call */
+    this._policyFn; // declares the property for tsc (defined below, read-only)
+    Object.defineProperty(this, '_policyFn', { value: policyFn, enumerable: false });
     /** A frozen snapshot of the options (confine() rebuilds the policy from it). @type {object} */
     this.options; // declares the property for tsc (defined below, read-only)
     Object.defineProperty(this, 'options', { value: snapshot(options), enumerable: true });
@@ -468,7 +475,21 @@ class Sandbox {
    *   an AbortError (err.result) when opts.signal aborted it.
    */
   async run(argv, opts = {}) {
+    if (this._policyFn) return this.runWithHandlers(argv, [], opts); // lib/handlers.js
     return this._run({ op: 'run' }, argv, opts);
+  }
+
+  /**
+   * Run argv with syscall handlers: handlers is an array of [syscall, handler] pairs
+   * (a name like 'openat' or a number); the sandbox's own rules judge each call first,
+   * a handler sees only what they let through and can only tighten (lib/handlers.js).
+   * @param {string[]} argv
+   * @param {Array<[string | number, import('./handlers').Handler]>} [handlers]
+   * @param {Record<string, unknown>} [opts] index.d.ts's RunOptions
+   * @returns {Promise<Wire>}
+   */
+  runWithHandlers(argv, handlers = [], opts = {}) {
+    return require('./handlers').runWithHandlers(this, argv, handlers, opts);
   }
 
   /**

@@ -20,6 +20,6 @@ test('every runtime export is declared', async () => {
   const dts = fs.readFileSync(path.join(pkg, 'index.d.ts'), 'utf8');
   for (const name of Object.keys(mod)) {
     if (name === 'default') continue;
-    assert.match(dts, new RegExp(`export declare (class|function) ${name}\\b`), `${name} is not declared in index.d.ts`);
+    assert.match(dts, new RegExp(`export declare (class|function|const) ${name}\\b`), `${name} is not declared in index.d.ts`);
   }
 });

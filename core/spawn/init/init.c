@@ -697,6 +697,11 @@ void init_main(long *sp)
 		if ((n = TRY(ST_STEP_RLIMIT_AS, sys2(__NR_setrlimit, RLIMIT_AS, &rl))) < 0)
 			zygote_failed(ST_STEP_RLIMIT_AS, n);
 	}
+	/* no transparent huge pages (no_huge_pages): a flag of this process's memory,
+	 * which fork copies and execve keeps (the launcher, which shares the host's
+	 * memory until its execve, cannot set it) */
+	if ((c->flags & ST_CF_NO_THP) && (n = TRY(ST_STEP_THP, sys2(__NR_prctl, 41 /* PR_SET_THP_DISABLE */, 1))) < 0)
+		zygote_failed(ST_STEP_THP, n);
 	/* nobody may read the cookie out of this process */
 	if ((n = TRY(ST_STEP_DUMPABLE, sys2(__NR_prctl, PR_SET_DUMPABLE, 0))) < 0)
 		zygote_failed(ST_STEP_DUMPABLE, n);

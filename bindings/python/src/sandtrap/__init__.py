@@ -28,7 +28,20 @@ from sandtrap_guest import (
     StValidationError,
 )
 
-from ._coop import CoopSandbox, ExecResult, IsolatedFS, Policy, WorkerCrashed, WorkerError, sandbox
+from . import errors
+from ._coop import (
+    CoopSandbox,
+    ExecResult,
+    IsolatedFS,
+    IsolationStatus,
+    MemberSpec,
+    Policy,
+    VirtualFS,
+    WorkerCrashed,
+    WorkerError,
+    passthrough_stdio,
+    sandbox,
+)
 from ._errors import (
     ForkedChildError,
     InternalError,
@@ -47,8 +60,10 @@ from ._errors import (
 from ._fields import PolicyOptions
 from ._fork import CloneResult, Clones
 from ._gather import Gather, GatherPipeline, NamedCommand, inputs
+from ._handlers import ExceptionPolicy, Handler, HandlerCtx, NotifAction, PolicyContext, SyscallEvent
 from ._policy import parse_ports
 from ._process import CAPTURE, INHERIT, NULL, PIPED, AsyncProcess, Process, StdioMode
+from ._profile import load_profile, policy_from_dict, profile_argv
 from ._result import Denial, ErrorInfo, ExitReason, LearnResult, Result
 from ._sandbox import Command, Pipeline, Sandbox, confine, probe
 from ._version import __version__
@@ -89,6 +104,9 @@ __all__ = [
     "PolicyOptions",
     "Problem",
     "parse_ports",
+    "load_profile",
+    "policy_from_dict",
+    "profile_argv",
     "confine",
     "probe",
     "library_version",
@@ -96,9 +114,20 @@ __all__ = [
     "Clones",
     "CloneResult",
     "Policy",
+    "MemberSpec",
     "IsolatedFS",
+    "VirtualFS",
     "ExecResult",
     "CoopSandbox",
+    "IsolationStatus",
+    "passthrough_stdio",
+    "errors",
+    "Handler",
+    "HandlerCtx",
+    "NotifAction",
+    "ExceptionPolicy",
+    "SyscallEvent",
+    "PolicyContext",
     "WorkerError",
     "WorkerCrashed",
     "StError",

@@ -110,8 +110,9 @@ class PolicyError(SandtrapError, ValueError):
     code: int = -3
 
 
-class IsolationUnavailable(SandtrapError):
-    """A requested protection cannot be applied here (and ``allow_degraded`` is off)."""
+class IsolationUnavailable(SandtrapError, RuntimeError):
+    """A requested protection cannot be applied here (and ``allow_degraded`` is off).
+    A ``RuntimeError`` too, as the cooperative sandbox's seed has it."""
 
     kind: str = "isolation_unavailable"
     code: int = -4
