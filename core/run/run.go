@@ -38,8 +38,8 @@ type Request struct {
 	Cwd       string
 	Tag       string
 	MaxOutput int64
-	Stream    *Stream // a popen'd run (popen.go): its own stderr, told when it started
-	ExtraFDs  []int   // placed on 3, 4, … of the program (a gather's inputs); closed once started
+	Stream    *Stream       // a popen'd run (popen.go): its own stderr, told when it started
+	ExtraFDs  []int         // placed on 3, 4, … of the program (a gather's inputs); closed once started
 	Started   func(pid int) // called with the host pid of the run's pid 1 once it started (the CLI's run registry)
 	Hooks     Hooks         // a run with a zygote of its own (engine: calls judged by the host); nil: none
 }
