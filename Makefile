@@ -223,6 +223,8 @@ bench: deps lib
 	$(PYTHON) bench/python/bench_ticks.py
 	$(PYTHON) bench/python/bench_fork.py
 	$(PYTHON) bench/python/bench_supervise.py
+	$(PYTHON) bench/python/bench_popen.py
+	$(PYTHON) bench/python/bench_popen_cpu.py
 	cd bindings/node && npm install --no-audit --no-fund
 	node bench/node/bench_run.mjs
 

@@ -323,6 +323,7 @@ void sandtrap_result_free(sandtrap_result *r)
 	free(r->err);
 	free(r->error_kind);
 	free(r->error_message);
+	free(r->reason);
 	for (size_t i = 0; i < r->ndenials; i++) {
 		sandtrap_denial *d = &r->denials[i];
 		free((char *)d->syscall);
@@ -352,6 +353,7 @@ int sandtrap_result_cancelled(const sandtrap_result *r) { return r ? r->cancelle
 int sandtrap_result_stdout_truncated(const sandtrap_result *r) { return r ? r->stdout_truncated : 0; }
 int sandtrap_result_stderr_truncated(const sandtrap_result *r) { return r ? r->stderr_truncated : 0; }
 const char *sandtrap_result_error_kind(const sandtrap_result *r) { return r ? r->error_kind : NULL; }
+const char *sandtrap_result_reason(const sandtrap_result *r) { return r ? (r->reason ? r->reason : "internal") : NULL; }
 const char *sandtrap_result_error_message(const sandtrap_result *r) { return r ? r->error_message : NULL; }
 
 static const uint8_t empty_output[1];

@@ -340,6 +340,12 @@ int sandtrap_result_stderr_truncated(const sandtrap_result *r);
  * has none). Valid until sandtrap_result_free. */
 const char *sandtrap_result_error_kind(const sandtrap_result *r);
 const char *sandtrap_result_error_message(const sandtrap_result *r);
+/* Why the run ended, the response's "reason": "exited" (see exit_code), "signaled"
+ * (see signal), "killed" (its owner killed it), "timeout", "cancelled",
+ * "memory_limit", "cpu_time_limit", or the kind that kept it from starting
+ * ("not_found", "spawn_failed", "isolation_unavailable", "closed", "internal").
+ * Never NULL for a result (NULL for NULL). Valid until sandtrap_result_free. */
+const char *sandtrap_result_reason(const sandtrap_result *r);
 
 /* One thing the run was refused (the response's "denials", docs/protocol.md): a
  * distinct (syscall, path or address, errno) with how many times. Owned by the

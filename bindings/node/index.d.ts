@@ -1,5 +1,7 @@
 // Type declarations of the `sandtrap` package (CommonJS and ESM entry points).
 /// <reference types="node" />
+import { EventEmitter } from 'node:events';
+import { Readable, Writable } from 'node:stream';
 
 /** Sizes in bytes, or strings with binary suffixes: `"512K"`, `"256M"`, `"1.5G"`. */
 export type Size = number | string;
@@ -104,6 +106,8 @@ export interface PipelineRunOptions {
   timeout?: number;
   /** Aborting kills every stage. */
   signal?: AbortSignal;
+  /** A file descriptor that gets the last stage's stdout instead of the result. */
+  stdout?: number;
 }
 
 /** Error kinds: the engine's status names and the run outcomes. */
@@ -120,7 +124,25 @@ export type ErrorKind =
   | 'timeout'
   | 'cancelled'
   | 'cpu_time_limit'
-  | 'memory_limit';
+  | 'memory_limit'
+  | 'killed';
+
+/** Why a run ended (result.reason): the engine's one definition (core/run/popen.go). */
+export type ExitReason =
+  | 'exited'
+  | 'signaled'
+  | 'killed'
+  | 'timeout'
+  | 'cancelled'
+  | 'memory_limit'
+  | 'cpu_time_limit'
+  | 'not_found'
+  | 'spawn_failed'
+  | 'isolation_unavailable'
+  | 'stage_failed'
+  | 'closed'
+  | 'internal'
+  | 'unknown';
 
 export interface RunError {
   kind: ErrorKind | (string & {});
@@ -183,6 +205,10 @@ export interface Usage {
 export interface RunResult {
   /** Exit code 0 and no error. */
   success: boolean;
+  /** Why it ended: 'exited' (exitCode), 'signaled' (signal), 'killed' (kill()), a limit or a start failure. */
+  reason: ExitReason | (string & {});
+  /** This result if it succeeded; else throws ProcessFailed (err.result is this result). Not enumerable. */
+  check(): this;
   /** null when killed by a signal. */
   exitCode: number | null;
   /** The signal that killed the main process. */
@@ -322,6 +348,76 @@ export declare class Sandbox {
    * decoded response map. `sandboxes`: other sandboxes the request names.
    */
   request(req: Record<string, unknown>, options?: { signal?: AbortSignal; sandboxes?: Sandbox[] }): Promise<Record<string, unknown>>;
+  /**
+   * Start argv and resolve with it running (rejects with NotFound, SpawnFailed,
+   * IsolationUnavailable, InvalidRequest when it cannot start).
+   */
+  popen(argv: readonly string[], options?: PopenOptions): Promise<SandboxProcess>;
+  /** Start argv as the sandbox's own process (stdio 'inherit' unless given); rejects with InvalidState while one runs. */
+  spawn(argv: readonly string[], options?: PopenOptions): Promise<SandboxProcess>;
+  /** The pid of the sandbox's own process (spawn), null before one. */
+  readonly pid: number | null;
+  /** wait() of the sandbox's own process (throws InvalidState without one). */
+  wait(options?: { timeout?: number }): Promise<RunResult | null>;
+  /** kill() of the sandbox's own process. */
+  kill(): boolean;
+  /** pause() of the sandbox's own process. */
+  pause(): Promise<void>;
+  /** resume() of the sandbox's own process. */
+  resume(): Promise<void>;
+  /** spawn() that parks the program before its execve: its pid is known; start() lets it run. */
+  create(argv: readonly string[], options?: PopenOptions): Promise<SandboxProcess>;
+  /** Let the program create() made run (rejects with InvalidState without one). */
+  start(): Promise<void>;
+}
+
+/**
+ * One stream of a popen'd program: 'pipe' (a stream on this side), 'inherit' (this
+ * process's own fd), 'ignore' (/dev/null), 'capture' (stdout, stderr: kept by the
+ * engine up to maxOutput, in the result), or a file descriptor (the program gets a
+ * duplicate).
+ */
+export type StdioMode = 'pipe' | 'inherit' | 'ignore' | 'capture' | number | null | undefined;
+
+export interface PopenOptions extends CommandOptions {
+  /** One mode for all three streams, or [stdin, stdout, stderr]; default 'pipe' (as child_process.spawn). */
+  stdio?: StdioMode | [StdioMode, StdioMode, StdioMode];
+  stdin?: StdioMode;
+  stdout?: StdioMode;
+  stderr?: StdioMode;
+  /** false: make the program (pid known, confined) and park it before its execve until start(). */
+  start?: boolean;
+}
+
+/**
+ * A program running in a sandbox (ChildProcess-like). Events: 'exit' (code,
+ * signal), 'close' (code, signal) once its piped output ended too, 'error'.
+ */
+export declare class SandboxProcess extends EventEmitter {
+  private constructor();
+  readonly sandbox: Sandbox;
+  readonly spawnargs: string[];
+  /** The program's pid on this machine; initPid is its parent, the run's pid 1. */
+  readonly pid: number;
+  readonly initPid: number;
+  readonly stdin: Writable | null;
+  readonly stdout: Readable | null;
+  readonly stderr: Readable | null;
+  readonly stdio: [Writable | null, Readable | null, Readable | null];
+  exitCode: number | null;
+  signalCode: string | null;
+  killed: boolean;
+  /** The run result once it ended. */
+  result: RunResult | null;
+  /** The result once it ended; with a timeout (seconds), null if it still runs then. */
+  wait(options?: { timeout?: number }): Promise<RunResult | null>;
+  /** Kill the program's whole tree (idempotent); false once it ended. */
+  kill(): boolean;
+  /** Stop every process of the run (docs/security.md, "pause"). */
+  pause(): Promise<void>;
+  resume(): Promise<void>;
+  /** Let a program popen'd with {start: false} exec (InvalidState when it is not parked). */
+  start(): Promise<void>;
 }
 
 export declare class Command {
@@ -332,6 +428,17 @@ export declare class Command {
   pipe(next: Command | Pipeline): Pipeline;
   /** Run this command alone. */
   run(options?: PipelineRunOptions): Promise<RunResult>;
+  /** This command's output named for a gather's consumer: a.as('code').and(b.as('data')).pipe(c).run(). */
+  as(name: string): Gather;
+}
+
+/** Named commands whose outputs feed one consumer (docs/protocol.md, gather). */
+export declare class Gather {
+  constructor(sources: Command[]);
+  readonly sources: Command[];
+  and(other: Gather): Gather;
+  /** The consumer: the last source on its stdin, the others on fds 3, 4, … named by SANDTRAP_GATHER. */
+  pipe(next: Command | Pipeline): Pipeline;
 }
 
 export declare class Pipeline {
@@ -425,6 +532,15 @@ export declare class SandboxClosed extends SandtrapError {
 }
 export declare class InternalError extends SandtrapError {
   readonly code: 'internal';
+}
+/** result.check() of a run that did not succeed: err.result is that result. */
+export declare class ProcessFailed extends SandtrapError {
+  readonly code: 'process_failed';
+  readonly result: RunResult;
+}
+/** spawn() while the sandbox's process runs, wait() without one. */
+export declare class InvalidState extends SandtrapError {
+  readonly code: 'invalid_state';
 }
 /** Node's convention: name 'AbortError', code 'ABORT_ERR', the signal's reason as `cause`. */
 export declare class AbortError extends SandtrapError {

@@ -9,9 +9,10 @@
  *   r.stdout; // <Buffer 68 69 0a>
  */
 const errors = require('./lib/errors');
-const { Sandbox, Command, Pipeline, confine, probe, version } = require('./lib/sandbox');
+const { Sandbox, Command, Pipeline, Gather, confine, probe, version } = require('./lib/sandbox');
 const { sandbox, PythonSandbox, VirtualFS } = require('./lib/python');
 require('./lib/fork'); // Sandbox.prototype.fork / reduce
+const { SandboxProcess } = require('./lib/process'); // Sandbox.prototype.popen, spawn, …
 const { loadProfile, policyFromDict, profileArgv } = require('./lib/profile');
 const handlers = require('./lib/handlers');
 
@@ -29,6 +30,8 @@ module.exports = {
   VirtualFS,
   Command,
   Pipeline,
+  Gather,
+  SandboxProcess,
   confine,
   probe,
   version,
@@ -46,5 +49,7 @@ module.exports = {
   ForkedChild: errors.ForkedChild,
   SandboxClosed: errors.SandboxClosed,
   InternalError: errors.InternalError,
+  ProcessFailed: errors.ProcessFailed,
+  InvalidState: errors.InvalidState,
   AbortError: errors.AbortError,
 };

@@ -45,6 +45,7 @@ type Sandbox struct {
 	closed   bool
 	running  map[string]map[uint64]func() // cancel tag -> run id -> cancel
 	sessions template.Table               // its open sessions (core/template)
+	procs    runs.Processes               // its popen'd runs not yet waited for (popen.go)
 	closers  []func()                     // OnClose
 }
 
@@ -156,6 +157,7 @@ func (s *Sandbox) Close() {
 	liveMu.Unlock()
 	s.runClosers()
 	template.CloseAll(s)
+	s.procs.KillAll()
 	s.inflight.Wait() // runs in flight still need the zygote
 	s.zmu.Lock()
 	if s.zyg != nil {

@@ -622,6 +622,11 @@ type RunSpec struct {
 	StatusFD  int
 	CPUSecs   uint32 // RLIMIT_CPU of the run (0: none)
 	NoFile    uint32 // RLIMIT_NOFILE of the run (0: the zygote's)
+	// GateFD > 0: the target is made and parked before its execve until a byte can
+	// be read from it (the read end of a pipe; end of file ends it unexec'd).
+	GateFD int
+	// ExtraFDs are placed on 3, 4, … of the target (a gather's named inputs).
+	ExtraFDs []int
 }
 
 // Process is a run's pid 1.
@@ -639,6 +644,10 @@ func (z *Zygote) Spawn(r *RunSpec) (*Process, error) {
 	hdr.magic = C.ST_REQ_MAGIC
 	hdr.argc, hdr.envc = C.__u32(len(r.Argv)), C.__u32(len(r.Env))
 	hdr.cpu_secs, hdr.nofile = C.__u32(r.CPUSecs), C.__u32(r.NoFile)
+	if r.GateFD > 0 {
+		hdr.flags |= C.ST_RQ_GATE
+	}
+	hdr.nextra = C.__u32(len(r.ExtraFDs))
 	msg := C.GoBytes(unsafe.Pointer(&hdr), C.sizeof_struct_st_request)
 	for _, s := range append(append([]string{r.Path, r.Dir}, r.Argv...), r.Env...) {
 		msg = append(append(msg, s...), 0)
@@ -647,6 +656,13 @@ func (z *Zygote) Spawn(r *RunSpec) (*Process, error) {
 		return nil, fmt.Errorf("argv and environment take %d bytes, more than a run request can carry (%d); pass large data on stdin", len(msg), C.ST_MAX_REQ)
 	}
 	fds := []int{r.Stdio[0], r.Stdio[1], r.Stdio[2], r.StatusFD}
+	if r.GateFD > 0 {
+		fds = append(fds, r.GateFD)
+	}
+	if len(fds)+len(r.ExtraFDs) > C.ST_MAX_FDS {
+		return nil, fmt.Errorf("%d extra descriptors: a run takes at most %d", len(r.ExtraFDs), C.ST_MAX_FDS-len(fds))
+	}
+	fds = append(fds, r.ExtraFDs...)
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	if z.closed {
@@ -676,6 +692,8 @@ type Status struct {
 	ExecErrno  unix.Errno // the target could not be exec'd
 	InitFailed Step       // pid 1 could not apply its part (StepNone: it did)
 	InitErrno  unix.Errno
+	Parked     bool // the target exists and waits on its gate (RunSpec.GateFD)
+	Started    bool // the target exec'd
 	Ended      bool
 	Wait       unix.WaitStatus
 	UserMicros uint64
@@ -699,6 +717,10 @@ func ReadStatus(b []byte) Status {
 		switch rec.kind {
 		case C.ST_STATUS_EXEC:
 			st.ExecErrno = unix.Errno(rec.value)
+		case C.ST_STATUS_STARTED:
+			st.Started = true
+		case C.ST_STATUS_PARKED:
+			st.Parked = true
 		case C.ST_STATUS_EXIT:
 			st.Ended, st.Wait = true, unix.WaitStatus(rec.value)
 		case C.ST_STATUS_USAGE:

@@ -47,20 +47,24 @@ from ._errors import (
     InternalError,
     InvalidArgument,
     InvalidRequest,
+    InvalidState,
     IsolationUnavailable,
     NotFound,
     PolicyError,
     Problem,
+    ProcessFailed,
     SandboxClosed,
     SandtrapError,
     SpawnFailed,
 )
 from ._fields import PolicyOptions
 from ._fork import CloneResult, Clones
+from ._gather import Gather, GatherPipeline, NamedCommand, inputs
 from ._handlers import ExceptionPolicy, Handler, HandlerCtx, NotifAction, PolicyContext, SyscallEvent
 from ._policy import parse_ports
+from ._process import CAPTURE, INHERIT, NULL, PIPED, AsyncProcess, Process, StdioMode
 from ._profile import load_profile, policy_from_dict, profile_argv
-from ._result import Denial, ErrorInfo, LearnResult, Result
+from ._result import Denial, ErrorInfo, ExitReason, LearnResult, Result
 from ._sandbox import Command, Pipeline, Sandbox, confine, probe
 from ._version import __version__
 
@@ -79,7 +83,21 @@ __all__ = [
     "Sandbox",
     "Command",
     "Pipeline",
+    "Gather",
+    "GatherPipeline",
+    "NamedCommand",
+    "inputs",
     "Result",
+    "ExitReason",
+    "Process",
+    "AsyncProcess",
+    "StdioMode",
+    "PIPED",
+    "INHERIT",
+    "NULL",
+    "CAPTURE",
+    "ProcessFailed",
+    "InvalidState",
     "Denial",
     "LearnResult",
     "ErrorInfo",

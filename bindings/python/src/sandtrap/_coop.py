@@ -488,9 +488,23 @@ class CoopSandbox:
             return resp
 
     async def aexec(self, code: str, **kwargs: Any) -> ExecResult:
-        """``exec`` on a worker thread; the event loop keeps running."""
+        """``exec`` on a worker thread; the event loop keeps running. Cancelling the
+        task stops the code (as ``cancel()``), waits until it has stopped, and
+        re-raises ``CancelledError``: the next exec does not wait for it."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(None, lambda: self.exec(code, **kwargs))
+        fut = loop.run_in_executor(None, lambda: self.exec(code, **kwargs))
+        try:
+            return await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            while not fut.done():
+                self.cancel()  # again until it lands: the exec may not have begun yet
+                try:
+                    await asyncio.wait([fut], timeout=0.02)
+                except asyncio.CancelledError:
+                    continue
+            if not fut.cancelled():
+                fut.exception()  # retrieved: no "never retrieved" warning
+            raise
 
     def cancel(self) -> None:
         """Stop the running exec (from another thread): its worker is killed. With no

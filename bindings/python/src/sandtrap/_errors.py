@@ -156,6 +156,23 @@ class InternalError(SandtrapError):
     code: int = -99
 
 
+class ProcessFailed(SandtrapError):
+    """:meth:`Result.check` of a run that did not succeed: ``result`` is that
+    :class:`Result` (its ``reason``, ``exit_code``, ``stderr``…)."""
+
+    kind: str = "process_failed"
+    code: int = -100
+    result: Any = None
+
+
+class InvalidState(SandtrapError, RuntimeError):
+    """An operation that the object's state does not allow (``start()`` without
+    ``create()``, ``spawn()`` while the sandbox's process runs)."""
+
+    kind: str = "invalid_state"
+    code: int = -101
+
+
 _BY_KIND: dict[str, type[SandtrapError]] = {
     c.kind: c
     for c in (
