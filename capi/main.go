@@ -420,6 +420,7 @@ func stgo_sandbox_run(h C.uintptr_t, argv **C.char, argc C.int, stdin *C.uint8_t
 	r.timed_out, r.cancelled = cBool(res.TimedOut), cBool(res.Cancelled)
 	r.out, r.out_len = cBytes(res.Stdout)
 	r.err, r.err_len = cBytes(res.Stderr)
+	r.reason = C.CString(res.Reason)
 	if res.Error != nil {
 		r.error_kind = C.CString(res.Error.Kind)
 		r.error_message = C.CString(res.Error.Message)

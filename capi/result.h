@@ -22,6 +22,7 @@ struct sandtrap_result {
 	size_t err_len;
 	char *error_kind;     /* NULL: no error */
 	char *error_message;
+	char *reason;         /* why it ended (docs/protocol.md, "reason"); NULL only before it is filled */
 	size_t ndenials;
 	struct sandtrap_denial *denials; /* ndenials entries, every string malloc'd or NULL */
 	uint64_t denials_dropped;

@@ -9,9 +9,11 @@
  *   r.stdout; // <Buffer 68 69 0a>
  */
 const errors = require('./lib/errors');
-const { Sandbox, Command, Pipeline, confine, probe, version } = require('./lib/sandbox');
-const { sandbox, PythonSandbox } = require('./lib/python');
+const { Sandbox, Command, Pipeline, Gather, confine, probe, version } = require('./lib/sandbox');
+const { sandbox, PythonSandbox, VirtualFS } = require('./lib/python');
 require('./lib/fork'); // Sandbox.prototype.fork / reduce
+const { SandboxProcess } = require('./lib/process'); // Sandbox.prototype.popen, spawn, …
+const { loadProfile, policyFromDict, profileArgv } = require('./lib/profile');
 const handlers = require('./lib/handlers');
 
 module.exports = {
@@ -25,11 +27,17 @@ module.exports = {
   presets: handlers.presets,
   sandbox,
   PythonSandbox,
+  VirtualFS,
   Command,
   Pipeline,
+  Gather,
+  SandboxProcess,
   confine,
   probe,
   version,
+  loadProfile,
+  policyFromDict,
+  profileArgv,
   Problem: errors.Problem,
   SandtrapError: errors.SandtrapError,
   InvalidArgument: errors.InvalidArgument,
@@ -41,5 +49,7 @@ module.exports = {
   ForkedChild: errors.ForkedChild,
   SandboxClosed: errors.SandboxClosed,
   InternalError: errors.InternalError,
+  ProcessFailed: errors.ProcessFailed,
+  InvalidState: errors.InvalidState,
   AbortError: errors.AbortError,
 };

@@ -28,6 +28,7 @@ type NetPlan struct {
 	ports        *supervise.PortMap  // port_remap (ports.go)
 	resolved     map[string][]string // host name -> addresses found at build
 	report       *NetReport
+	http         *httpPlan // HTTP rules: the sandbox's proxy (http.go)
 }
 
 // NetReport is the network part of the isolation report.
@@ -39,6 +40,7 @@ type NetReport struct {
 	Resolved   map[string][]string `msgpack:"resolved,omitempty"`
 	Notes      []string            `msgpack:"notes,omitempty"`      // what the rules allow that this host will not do
 	PortRemap  bool                `msgpack:"port_remap,omitempty"` // binds of the bind ports remapped (ports.go)
+	HTTP       *HTTPReport         `msgpack:"http,omitempty"`       // HTTP rules: connects to the HTTP ports go to the proxy (http.go)
 }
 
 // maxFloorPorts: more TCP ports than this in the rules make the Landlock floor
@@ -49,6 +51,9 @@ const maxFloorPorts = 256
 const resolveTimeout = 5 * time.Second
 
 func lookupHost(ctx context.Context, host string) ([]netip.Addr, error) {
+	if a, ok := testHost(host); ok {
+		return a, nil
+	}
 	return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
 }
 
@@ -136,6 +141,9 @@ func planNet(p *policy.Policy, probs *policy.Problems) NetPlan {
 			np.connectPorts = append(np.connectPorts, port)
 		}
 		sort.Slice(np.connectPorts, func(i, j int) bool { return np.connectPorts[i] < np.connectPorts[j] })
+	}
+	if planHTTP(p, &np) {
+		supervised = true // every connect: those to the HTTP ports go to the proxy
 	}
 	if supervised {
 		np.sup = &supervise.NetPolicy{Deny: deny, Rules: dests, Resolve: lookupHost}

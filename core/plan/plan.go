@@ -44,6 +44,9 @@ type Plan struct {
 	// the zygote step: the spawn specification that applies it all
 	Zygote   *spawn.ZygoteSpec
 	Hostname string // the sandbox's own (name), in the zygote's UTS namespace
+	// CorePattern: core dumps are allowed (no_coredump=false), written by this
+	// kernel.core_pattern; "": no core dumps.
+	CorePattern string
 
 	disabled []string // features the test hook turned off (kernel.Features.Disabled)
 	tableFDs []int    // O_PATH fds of the Landlock table's paths (runs with their own /proc)
@@ -392,6 +395,7 @@ func (c *compiler) seccomp() error {
 	}
 	pl.Supervise.ListenNeedsBind = np.wanted
 	pl.Supervise.Ports = np.ports
+	pl.Supervise.HTTP = np.redirect()
 	pl.Supervise.Learn = c.in.Learn
 	if np.sup != nil {
 		pl.Supervise.Net = np.sup
@@ -412,7 +416,7 @@ func (c *compiler) seccomp() error {
 	}
 	pl.SCCfg = seccomp.Config{
 		NoInet: !np.wanted, AllowUDP: np.udp, AllowICMP: np.icmp, AllowUnix: p.NetAllowUnix,
-		ExtraAllow: p.ExtraAllowSyscalls, ExtraDeny: p.ExtraDenySyscalls,
+		ExtraAllow: p.ExtraAllowSyscalls, ExtraDeny: append(slices.Clone(p.ExtraDenySyscalls), knobDenied(p)...),
 		// no TCP Fast Open where connect is limited (its implicit connect is
 		// seen by neither Landlock nor the supervisor's connect)
 		CloneCookie: c.cookie, RestrictConnect: np.wanted && (!np.anyConnect || np.sup != nil),
@@ -494,7 +498,9 @@ func (c *compiler) zygote() error {
 		// counted per user in the sandbox's user namespace: every run together
 		rl(unix.RLIMIT_NPROC, p.MaxProcesses+helperProcesses)
 	}
-	rl(unix.RLIMIT_CORE, 0) // no core dumps of sandbox memory
+	if err := c.processKnobs(zs, rl); err != nil {
+		return err
+	}
 	pl.Zygote = zs
 	return nil
 }
@@ -528,6 +534,17 @@ func (pl *Plan) derive(p *policy.Policy) Isolation {
 		rep.UID, rep.GID = p.UID, p.GID
 	}
 	rep.Hostname = pl.Hostname
+	rep.Process = ProcessReport{ASLR: true, HugePages: true, CoreDumps: "off"}
+	if z := pl.Zygote; z != nil {
+		rep.Process.ASLR = !(z.SetPersonality && z.Personality&addrNoRandomize != 0)
+		rep.Process.HugePages = !z.NoTHP
+		if len(z.CPUs) > 0 {
+			rep.Process.CPUCores, rep.Process.CPUVia = z.CPUs, "sched_setaffinity"
+		}
+	}
+	if pl.CorePattern != "" {
+		rep.Process.CoreDumps = pl.CorePattern
+	}
 	lim := pl.Limits
 	if lim.Memory != "" {
 		l := Limit{Value: p.MaxMemory, Via: string(lim.Memory)}

@@ -234,7 +234,7 @@ func CallKind(e *ErrorInfo) string {
 		return ""
 	}
 	switch e.Kind {
-	case KindTimeout, KindCancelled, KindCPUTime, KindMemory, KindStageFailed:
+	case KindTimeout, KindCancelled, KindKilled, KindCPUTime, KindMemory, KindStageFailed:
 		return ""
 	}
 	return e.Kind

@@ -39,7 +39,8 @@ const (
 )
 
 // socketCalls are the supervised calls whose detail is an address.
-var socketCalls = map[string]bool{"connect": true, "sendto": true, "sendmsg": true, "sendmmsg": true, "listen": true, "bind": true}
+// ("http": a request or TLS connection the HTTP proxy refused, core/httpproxy)
+var socketCalls = map[string]bool{"connect": true, "sendto": true, "sendmsg": true, "sendmmsg": true, "listen": true, "bind": true, "http": true}
 
 func toDenials(l supervise.DenialList) []Denial {
 	out := make([]Denial, 0, len(l.Entries))

@@ -33,12 +33,16 @@ type Request struct {
 	NoTimeout bool // not even the policy's (templates: their forks get their own)
 	StdinFD   int  // >= 0: use this fd as stdin instead (pipelines)
 	StdoutFD  int  // >= 0: send stdout here instead of capturing it (pipelines)
+	StderrFD  int  // > 0: send stderr here instead of capturing it (the CLI's terminal); 0 captures
 	Timeout   float64
 	Env       map[string]string
 	Cwd       string
 	Tag       string
 	MaxOutput int64
-	Hooks     Hooks // a run with a zygote of its own (engine: calls judged by the host); nil: none
+	Stream    *Stream       // a popen'd run (popen.go): its own stderr, told when it started
+	ExtraFDs  []int         // placed on 3, 4, … of the program (a gather's inputs); closed once started
+	Started   func(pid int) // called with the host pid of the run's pid 1 once it started (the CLI's run registry)
+	Hooks     Hooks         // a run with a zygote of its own (engine: calls judged by the host); nil: none
 }
 
 // Hooks run a request on a zygote of its own choosing (core/handlers:
@@ -77,6 +81,7 @@ type Isolation = plan.Isolation
 // Result is the outcome of a run.
 type Result struct {
 	Success         bool       `msgpack:"success"`
+	Reason          string     `msgpack:"reason"` // why it ended (popen.go: the Reason* values)
 	ExitCode        *int       `msgpack:"exit_code"`
 	Signal          *int       `msgpack:"signal"`
 	Stdout          []byte     `msgpack:"stdout"`
@@ -113,7 +118,7 @@ type Host interface {
 }
 
 func failed(kind, msg string, iso *Isolation) *Result {
-	return &Result{Error: &ErrorInfo{Kind: kind, Message: protocol.Text(msg)}, Isolation: iso, Stdout: []byte{}, Stderr: []byte{}, Denials: []Denial{}}
+	return &Result{Reason: kind, Error: &ErrorInfo{Kind: kind, Message: protocol.Text(msg)}, Isolation: iso, Stdout: []byte{}, Stderr: []byte{}, Denials: []Denial{}}
 }
 
 var (
@@ -206,6 +211,13 @@ func Run(h Host, req *Request) *Result {
 	// the child's ends (and fds handed to us by a pipeline) close once it started
 	var childEnds fdList
 	childEnds.add(req.StdinFD, req.StdoutFD)
+	childEnds.add(req.ExtraFDs...)
+	if req.Stream != nil {
+		childEnds.add(req.Stream.StderrFD, req.Stream.GateFD)
+	}
+	if req.StderrFD > 0 {
+		childEnds.add(req.StderrFD)
+	}
 	defer childEnds.closeAll()
 	if !h.Enter() {
 		return failed(protocol.KindClosed, "the sandbox is closed", iso)
@@ -275,13 +287,22 @@ func Run(h Host, req *Request) *Result {
 		ours.add(r)
 		childEnds.add(w)
 	}
-	errR, errW, ok := mkpipe()
-	if !ok {
-		return failed(protocol.KindSpawn, "pipe failed", iso)
+	// stderr: a popen'd run's own (Stream), a descriptor of the caller's (the CLI's
+	// terminal), or captured
+	errW := req.StderrFD
+	if req.Stream != nil {
+		errW = req.Stream.StderrFD
 	}
-	sup.errR = errR
-	ours.add(errR)
-	childEnds.add(errW)
+	sup.errR = -1
+	if errW < 0 || (errW == 0 && req.Stream == nil) {
+		errR, w, ok := mkpipe()
+		if !ok {
+			return failed(protocol.KindSpawn, "pipe failed", iso)
+		}
+		sup.errR, errW = errR, w
+		ours.add(errR)
+		childEnds.add(w)
+	}
 	statusR, statusW, ok := mkpipe()
 	if !ok {
 		return failed(protocol.KindSpawn, "pipe failed", iso)
@@ -293,6 +314,10 @@ func Run(h Host, req *Request) *Result {
 	}
 	rs.Stdio = [3]int{stdinR, outW, errW}
 	rs.StatusFD = statusW
+	rs.ExtraFDs = req.ExtraFDs
+	if req.Stream != nil && req.Stream.GateFD > 0 {
+		rs.GateFD = req.Stream.GateFD
+	}
 
 	cancel, err := newCanceller()
 	if err != nil {
@@ -329,8 +354,15 @@ func Run(h Host, req *Request) *Result {
 	}
 	defer unix.Close(proc.PidFD)
 	defer denied.detach()
+	if req.Started != nil {
+		req.Started(proc.Pid)
+	}
 
-	sup.proc, sup.cancelFD, sup.cg = proc, cancel.fd, cg
+	sup.proc, sup.cancelFD, sup.cancelWhy, sup.cg = proc, cancel.fd, cancel.why, cg
+	if req.Stream != nil {
+		sup.statusR = statusR
+		sup.started = req.Stream.onStart(proc, cancel, pl.PidNS)
+	}
 	sup.pidNS = pl.PidNS
 	sup.treeDead = pl.PidNS
 	sup.cpuBase = cpuBase
@@ -351,7 +383,7 @@ func Run(h Host, req *Request) *Result {
 	wall := time.Since(start)
 
 	res := &Result{Isolation: iso}
-	st := spawn.ReadStatus(readAll(statusR))
+	st := spawn.ReadStatus(append(sup.status, readAll(statusR)...))
 	if st.InitFailed != spawn.StepNone {
 		return failed(protocol.KindIsolation, fmt.Sprintf("isolation unavailable: the run failed at %s: %v", st.InitFailed, st.InitErrno), iso)
 	}
@@ -410,12 +442,15 @@ func Run(h Host, req *Request) *Result {
 	case protocol.KindCancelled:
 		res.Cancelled = true
 		res.Error = &ErrorInfo{Kind: kind, Message: "cancelled; the process tree was killed"}
+	case protocol.KindKilled:
+		res.Error = &ErrorInfo{Kind: kind, Message: "killed by its owner; the process tree was killed"}
 	case protocol.KindCPUTime:
 		res.Error = &ErrorInfo{Kind: kind, Message: fmt.Sprintf("CPU time limit of %gs exceeded; the process tree was killed", p.MaxCPUTime)}
 	case protocol.KindMemory:
 		res.Error = &ErrorInfo{Kind: kind, Message: fmt.Sprintf("memory limit of %d bytes exceeded; killed by the kernel", p.MaxMemory)}
 	}
 	res.Success = res.Error == nil && res.ExitCode != nil && *res.ExitCode == 0
+	res.Reason = reasonOf(res, kind)
 	denied.fill(res)
 	return res
 }
@@ -439,6 +474,7 @@ type canceller struct {
 	mu     sync.Mutex
 	fd     int
 	closed bool
+	reason string // what the first fire asked for ("": cancelled)
 }
 
 func newCanceller() (*canceller, error) {
@@ -449,12 +485,27 @@ func newCanceller() (*canceller, error) {
 	return &canceller{fd: fd}, nil
 }
 
-func (c *canceller) fire() {
+func (c *canceller) fire() { c.fireFor(protocol.KindCancelled) }
+
+// fireFor wakes the supervisor to kill the run for reason (the first one wins).
+func (c *canceller) fireFor(reason string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.reason == "" {
+		c.reason = reason
+	}
 	if !c.closed {
 		unix.Write(c.fd, []byte{1, 0, 0, 0, 0, 0, 0, 0})
 	}
+}
+
+func (c *canceller) why() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.reason == "" {
+		return protocol.KindCancelled
+	}
+	return c.reason
 }
 
 func (c *canceller) close() {
@@ -502,6 +553,10 @@ type supervisor struct {
 	stdinW    int
 	stdin     []byte
 	cancelFD  int
+	cancelWhy func() string
+	statusR   int                // with started: pid 1's status pipe, read as it comes
+	status    []byte             // what was read of it so far
+	started   func(spawn.Status) // popen: called once the target exec'd
 	maxOut    int64
 	deadline  time.Time
 	cpuLimit  time.Duration
@@ -542,6 +597,10 @@ func (s *supervisor) drain(fd int, k *sink, buf []byte) (eof bool) {
 func (s *supervisor) loop() {
 	s.out.max, s.err.max = s.maxOut, s.maxOut
 	s.outClosed = s.outR < 0
+	s.errClosed = s.errR < 0
+	if s.started != nil {
+		unix.SetNonblock(s.statusR, true)
+	}
 	for _, fd := range []int{s.outR, s.errR, s.stdinW} {
 		if fd >= 0 {
 			unix.SetNonblock(fd, true)
@@ -567,6 +626,9 @@ func (s *supervisor) loop() {
 		}
 		if s.stdinW >= 0 {
 			add("in", s.stdinW, unix.POLLOUT)
+		}
+		if s.started != nil {
+			add("status", s.statusR, unix.POLLIN)
 		}
 		if !s.exited {
 			add("pid", s.proc.PidFD, unix.POLLIN)
@@ -628,7 +690,10 @@ func (s *supervisor) loop() {
 			}
 		}
 		if ready("cancel") {
-			s.kill(protocol.KindCancelled)
+			s.kill(s.cancelWhy())
+		}
+		if ready("status") {
+			s.readStatus(buf)
 		}
 		if s.cpuLimit > 0 && !s.exited {
 			if s.treeCPU = s.cpuTime(); s.treeCPU > s.cpuLimit {

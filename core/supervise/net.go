@@ -219,7 +219,7 @@ func (p *NetPolicy) WatchesSends() bool {
 }
 
 func connectTraps(cfg Config) []Trap {
-	if cfg.Net == nil && cfg.Ports == nil {
+	if cfg.Net == nil && cfg.Ports == nil && cfg.HTTP == nil {
 		return nil
 	}
 	return []Trap{{Syscall: "connect", Arg: -1}}
@@ -462,7 +462,11 @@ func connectCopy(c *call, a *addr) reply {
 			return c.failure("read the address", err, unix.EFAULT, unix.EINVAL)
 		}
 	}
-	if !c.remapConnect(k, a) { // a virtual port of the sandbox's own (ports.go)
+	toProxy, r := c.redirectHTTP(k, a) // an HTTP port: to the proxy (httpredirect.go)
+	if r != nil {
+		return *r
+	}
+	if !toProxy && !c.remapConnect(k, a) { // a virtual port of the sandbox's own (ports.go)
 		if c.s.cfg.Net == nil {
 			return cont() // trapped for port_remap alone: the kernel's floor decides (ports.go)
 		}

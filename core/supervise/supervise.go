@@ -29,6 +29,8 @@ type Config struct {
 	Net *NetPolicy
 	// Ports: port virtualization (ports.go); nil: none.
 	Ports *PortMap
+	// HTTP: connects to HTTP ports go to the HTTP proxy (httpredirect.go); nil: none.
+	HTTP *HTTPRedirect
 	// AbstractScoped: Landlock keeps the sandbox from abstract unix sockets outside
 	// its domain; the supervisor, outside every domain, then performs no connect or
 	// send to an abstract address on its behalf (net.go).

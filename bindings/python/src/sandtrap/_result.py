@@ -2,8 +2,42 @@
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from typing import Any
+
+from ._errors import ProcessFailed
+
+
+class ExitReason(str, enum.Enum):
+    """Why a run ended (``Result.reason``): the engine's one definition
+    (core/run/popen.go), the same in every binding. ``SIGNALED`` comes with
+    ``Result.signal``; the limit and start-failure reasons are also ``error.kind``."""
+
+    EXITED = "exited"
+    SIGNALED = "signaled"
+    KILLED = "killed"
+    TIMEOUT = "timeout"
+    CANCELLED = "cancelled"
+    MEMORY_LIMIT = "memory_limit"
+    CPU_LIMIT = "cpu_time_limit"
+    NOT_FOUND = "not_found"
+    SPAWN_FAILED = "spawn_failed"
+    ISOLATION_UNAVAILABLE = "isolation_unavailable"
+    STAGE_FAILED = "stage_failed"
+    CLOSED = "closed"
+    INTERNAL = "internal"
+    UNKNOWN = "unknown"
+
+    @classmethod
+    def parse(cls, v: Any) -> ExitReason:
+        try:
+            return cls(str(v))
+        except ValueError:
+            return cls.UNKNOWN
+
+    def __str__(self) -> str:
+        return self.value
 
 
 @dataclass(frozen=True)
@@ -93,6 +127,34 @@ class Result:
     denials: list[Denial] = field(default_factory=list)
     denials_dropped: int = 0
     denials_sources: dict[str, str] = field(default_factory=dict, repr=False)
+    reason: ExitReason = ExitReason.UNKNOWN
+
+    @property
+    def returncode(self) -> int | None:
+        """``subprocess``'s convention: the exit code, or minus the signal that
+        ended it (sandtrap's own kills read as ``-9``)."""
+        if self.exit_code is not None:
+            return self.exit_code
+        if self.signal is not None:
+            return -self.signal
+        return None
+
+    def check(self) -> Result:
+        """Return this result if the run succeeded; else raise
+        :class:`ProcessFailed` naming why (its ``result`` is this one)."""
+        if self.success:
+            return self
+        why = {
+            ExitReason.EXITED: f"exited with status {self.exit_code}",
+            ExitReason.SIGNALED: f"was killed by signal {self.signal}",
+        }.get(self.reason)
+        if why is None:
+            why = str(self.error) if self.error else f"ended: {self.reason}"
+        tail = self.stderr[-400:].decode("utf-8", "replace").strip() if self.stderr else ""
+        msg = f"the run {why}" + (f"; its stderr ends with: {tail}" if tail else "")
+        err = ProcessFailed(msg)
+        err.result = self
+        raise err
 
     @classmethod
     def from_response(cls, m: dict[str, Any]) -> Result:
@@ -119,6 +181,7 @@ class Result:
             denials=[Denial.from_response(d) for d in (m.get("denials") or []) if isinstance(d, dict)],
             denials_dropped=int(m.get("denials_dropped") or 0),
             denials_sources={str(k): str(v) for k, v in (m.get("denials_sources") or {}).items()},
+            reason=ExitReason.parse(m.get("reason")),
         )
 
 

@@ -10,7 +10,7 @@ import threading
 import uuid
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn, Union, cast
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, Union, cast, overload
 
 from . import _fork, _native
 from ._errors import (
@@ -24,12 +24,19 @@ from ._errors import (
     problems_message,
 )
 from ._fields import KEYWORDS
+from ._gather import NamedCommand
 from ._policy import PolicyOptions, to_engine
+from ._process import ProcessMixin
 from ._result import LearnResult, Result
 from ._typing import ArgSequence
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
+
+    from ._coop import CoopSandbox
+    from ._coop import Policy as CoopPolicy
+
+_S = TypeVar("_S", bound="Sandbox")
 
 StrPath = Union[str, "os.PathLike[str]"]
 Arg = Union[str, bytes, "os.PathLike[str]"]
@@ -364,7 +371,7 @@ def _with_host_env(policy: dict[str, Any]) -> dict[str, Any]:
 # The public classes
 
 
-class Sandbox:
+class Sandbox(ProcessMixin):
     """A policy, validated and compiled once, that runs many commands.
 
     The keyword arguments are the policy fields of :class:`PolicyOptions`
@@ -382,6 +389,26 @@ class Sandbox:
     in it at once. ``close()`` (or leaving a ``with`` block) frees it; runs in flight
     finish first.
     """
+
+    # typed as two forms: Sandbox(policy, ...) is a CoopSandbox, anything else a Sandbox
+    # whose __init__ checks the keywords (a __new__ returning Any would hide them from
+    # a checker that then skips __init__)
+    @overload
+    def __new__(cls, policy: CoopPolicy, *args: Any, **kwargs: Any) -> CoopSandbox: ...  # type: ignore[misc]
+
+    @overload
+    def __new__(cls: type[_S], *args: Any, **kwargs: Any) -> _S: ...
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        # Sandbox(policy, ...) with a cooperative Policy is the seed's in-process
+        # cooperative sandbox (docs/cooperative.md); the keyword form is this class
+        if cls is Sandbox and (args or "policy" in kwargs):
+            from ._coop import Policy as CoopPolicy
+            from ._coop import sandbox as coop_sandbox
+
+            if isinstance(args[0] if args else kwargs.get("policy"), CoopPolicy):
+                return coop_sandbox(*args, **kwargs)
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -768,6 +795,11 @@ class Command:
     def __or__(self, other: Command | Pipeline) -> Pipeline:
         return Pipeline(self) | other
 
+    def as_(self, name: str) -> NamedCommand:
+        """This command's output, named for a gather's consumer:
+        ``(a.cmd(x).as_("code") + b.cmd(y).as_("data") | c.cmd(z)).run()``."""
+        return NamedCommand(self, name)
+
     def __repr__(self) -> str:
         return f"<sandtrap.Command {self.argv!r}>"
 
@@ -793,8 +825,9 @@ class Command:
             max_output=self.max_output,
         )
 
-    def _stage(self, probs: list[Problem], i: int) -> dict[str, Any]:
-        st = _run_fields(self.argv, self.timeout, self.env, self.cwd, self.max_output, probs, at=f"stages[{i}].")
+    def _stage(self, probs: list[Problem], i: int, at: str = "") -> dict[str, Any]:
+        at = at or f"stages[{i}]."
+        st = _run_fields(self.argv, self.timeout, self.env, self.cwd, self.max_output, probs, at=at)
         st["sandbox"] = self.sandbox._live().id
         return st
 
@@ -828,12 +861,33 @@ class Pipeline:
     def __repr__(self) -> str:
         return "<sandtrap.Pipeline " + " | ".join(repr(s.argv) for s in self.stages) + ">"
 
-    def _request(self, stdin: Any, timeout: Any) -> tuple[_Call, bytes]:
+    def _request(
+        self,
+        stdin: Any,
+        timeout: Any,
+        stdout: Any = None,
+        gather: list[dict[str, Any]] | None = None,
+        more: list[Sandbox] | None = None,
+        probs: list[Problem] | None = None,
+    ) -> tuple[_Call, bytes]:
         if not self.stages:
             raise InvalidRequest("an empty pipeline has nothing to run")
-        probs: list[Problem] = []
+        probs = probs if probs is not None else []
+        if gather is None and len(self.stages) < 2:
+            probs.append(Problem("stages", "a pipeline needs at least two stages (run one command with .run())"))
         stages = [s._stage(probs, i) for i, s in enumerate(self.stages)]
         req: dict[str, Any] = {"op": "pipeline", "stages": stages}
+        if gather is not None:
+            req["gather"] = gather
+        if stdout is not None:
+            fileno = getattr(stdout, "fileno", None)
+            fd = stdout if isinstance(stdout, int) and not isinstance(stdout, bool) else None
+            if fd is None and callable(fileno):
+                fd = int(cast(Any, fileno)())
+            if fd is None:
+                probs.append(Problem("stdout", f"want a file descriptor or a file, got {type(stdout).__name__}"))
+            else:
+                req["stdout"] = fd
         data = _stdin(stdin, probs)
         if data is not None:
             req["stdin"] = data
@@ -846,8 +900,8 @@ class Pipeline:
             _raise_request(probs)
         handles: list[_Handle] = []
         try:
-            for s in self.stages:
-                h = s.sandbox._live()
+            for sb in [*(more or []), *(s.sandbox for s in self.stages)]:
+                h = sb._live()
                 if h not in handles:
                     h.acquire()
                     handles.append(h)
@@ -865,16 +919,18 @@ class Pipeline:
             raise
         return call, packed
 
-    def run(self, stdin: Stdin = None, timeout: float | None = None) -> Result:
+    def run(self, stdin: Stdin = None, timeout: float | None = None, stdout: Any = None) -> Result:
         """Run every stage at once; returns the last stage's :class:`Result` with
         ``stages`` holding each stage's result in order. ``timeout`` is the default of
-        every stage that has none of its own."""
-        call, req = self._request(stdin, timeout)
+        every stage that has none of its own. ``stdout`` (a file descriptor or a file)
+        gets the last stage's output instead of the result. A pipeline has at least
+        two stages."""
+        call, req = self._request(stdin, timeout, stdout)
         return _wait_sync(call, req)
 
-    async def arun(self, stdin: Stdin = None, timeout: float | None = None) -> Result:
+    async def arun(self, stdin: Stdin = None, timeout: float | None = None, stdout: Any = None) -> Result:
         """``run`` for asyncio; cancellation kills every stage's process tree."""
-        call, req = self._request(stdin, timeout)
+        call, req = self._request(stdin, timeout, stdout)
         return await _wait_async(call, req)
 
 
