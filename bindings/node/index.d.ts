@@ -752,6 +752,14 @@ export declare class SyscallEvent {
 export declare class PolicyContext {
   /** From now on connect, sendto and bind reach only these addresses or CIDR prefixes. */
   restrictNetwork(ips: string[]): void;
+  /** Lowers the sandbox's cgroup memory limit to at most `bytes` until the run ends (needs a cgroup). */
+  restrictMaxMemory(bytes: number): void;
+  /** Lowers the sandbox's cgroup process limit (pids.max) to at most `n` until the run ends (needs a cgroup). */
+  restrictMaxProcesses(n: number): void;
+  /** Always throws: not enforceable (the engine cannot tell which processes descend from a pid). */
+  restrictPidNetwork(pid: number, ips: string[]): never;
+  /** Always throws: it would widen the policy. */
+  grantNetwork(ips: string[]): never;
 }
 
 /** allow: null, undefined, false, 0; deny EPERM: true, -1; deny with errno: n > 0; 'audit' or -2. */

@@ -135,6 +135,42 @@ func TestPolicyFnSeesExecveArgvAndRestrictsNetwork(t *testing.T) {
 	}
 }
 
+// Two restrict_network sets in one answer (two ctx.restrict_network calls) are
+// intersected by membership: 127.0.0.0/8 and 127.0.0.1 leave 127.0.0.1 (as strings
+// they have nothing in common, which refused everything).
+func TestRestrictNetworkSetsIntersectByMembership(t *testing.T) {
+	sb := newSB(t, map[string]any{"net_allow": []any{"127.0.0.0/8:9"}})
+	code := "import socket\nfor h in ('127.0.0.1','127.0.0.2'):\n s=socket.socket()\n try:\n  s.connect((h, 9))\n except OSError as e:\n  print(h, e.errno)\n"
+	for _, tc := range []struct {
+		name string
+		rn   any
+		want string
+	}{
+		{"two sets", []any{[]any{"127.0.0.0/8"}, []any{"127.0.0.1"}}, "127.0.0.1 111\n127.0.0.2 13\n"},
+		{"one flat set", []any{"127.0.0.2", "10.0.0.0/8"}, "127.0.0.1 13\n127.0.0.2 111\n"},
+		{"none", []any{}, "127.0.0.1 13\n127.0.0.2 13\n"},
+	} {
+		res := drive(t, sb, map[string]any{"argv": []any{"/usr/bin/python3", "-c", code}, "policy_fn": map[string]any{}},
+			func(c map[string]any) map[string]any {
+				if c["syscall"] == "execve" {
+					return map[string]any{"action": "continue", "restrict_network": tc.rn}
+				}
+				return map[string]any{"action": "continue"}
+			})
+		if got := string(res["stdout"].([]byte)); got != tc.want {
+			t.Errorf("%s: stdout %q, want %q (%v)", tc.name, got, tc.want, res["stderr"])
+		}
+	}
+	// a set that is not a list of strings applies the exception policy (deny_eperm)
+	res := drive(t, sb, map[string]any{"argv": []any{"/bin/true"}, "policy_fn": map[string]any{}},
+		func(c map[string]any) map[string]any {
+			return map[string]any{"action": "continue", "restrict_network": []any{[]any{"127.0.0.1"}, "x"}}
+		})
+	if res["success"] == true || !strings.Contains(fmt.Sprint(res["error"]), "operation not permitted") {
+		t.Errorf("a malformed restrict_network was accepted: %v", res)
+	}
+}
+
 func TestHandlerExceptionPolicies(t *testing.T) {
 	sb := newSB(t, nil)
 	for _, tc := range []struct {
@@ -421,4 +457,127 @@ func TestHandlerCloseWhileParked(t *testing.T) {
 			t.Fatalf("pid %d outlived its closed sandbox", p)
 		}
 	}
+}
+
+// One attribution for denials and host calls: concurrent runs on one host zygote
+// each get only their own calls (the supervisor routes by the attached run's pid
+// namespace), and a judge's refusal is in the result.denials of the run it refused.
+func TestHandlerRunsAttributedByNamespace(t *testing.T) {
+	dir := t.TempDir()
+	for _, n := range []string{"a", "b"} {
+		os.WriteFile(filepath.Join(dir, n), []byte(n), 0o644)
+	}
+	sb := newSB(t, map[string]any{"fs_readable": []any{"/usr", "/lib", "/bin", dir}})
+	var wg sync.WaitGroup
+	results := make([]map[string]any, 2)
+	strays := make([]int, 2)
+	for i, mine := range []string{"a", "b"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			other := map[string]string{"a": "b", "b": "a"}[mine]
+			var tok any
+			results[i] = drive(t, sb, map[string]any{"argv": []any{"/bin/sh", "-c",
+				fmt.Sprintf("for i in 1 2 3 4 5 6 7 8; do /bin/cat %s/%s %s/%s; done", dir, mine, dir, other)},
+				"handlers": []any{map[string]any{"syscall": "openat", "id": 1}}},
+				func(c map[string]any) map[string]any {
+					if tok == nil {
+						tok = c["run"]
+					}
+					if c["run"] != tok {
+						strays[i]++
+					}
+					if c["path"] == filepath.Join(dir, other) {
+						return map[string]any{"action": "errno", "errno": 13}
+					}
+					return map[string]any{"action": "continue"}
+				})
+		}()
+	}
+	wg.Wait()
+	for i, mine := range []string{"a", "b"} {
+		res := results[i]
+		if strays[i] != 0 || string(res["stdout"].([]byte)) != strings.Repeat(mine, 8) {
+			t.Fatalf("run %s: %d calls of another run; stdout %q", mine, strays[i], res["stdout"])
+		}
+		other := filepath.Join(dir, map[string]string{"a": "b", "b": "a"}[mine])
+		ds, _ := res["denials"].([]any)
+		if len(ds) != 1 {
+			t.Fatalf("run %s: denials %v (sources %v)", mine, ds, res["denials_sources"])
+		}
+		d := ds[0].(map[string]any)
+		if d["syscall"] != "openat" || d["path"] != other || d["errno"] != "EACCES" || exitCodeOf(d["count"]) != 8 {
+			t.Fatalf("run %s: denial %v", mine, d)
+		}
+	}
+}
+
+func exitCodeOf(v any) int64 { n, _ := toInt(v); return n }
+
+func toInt(v any) (int64, bool) {
+	switch n := v.(type) {
+	case int64:
+		return n, true
+	case uint64:
+		return int64(n), true
+	case int8, int16, int32, uint8, uint16, uint32, int:
+		x, err := strconv.ParseInt(fmt.Sprint(n), 10, 64)
+		return x, err == nil
+	}
+	return 0, false
+}
+
+// ctx.restrict_max_memory / restrict_max_processes lower the sandbox's cgroup
+// limits for the rest of the run (a program allocating or forking past the lowered
+// limit fails where it succeeds without), and the policy's limits hold again after
+// it; a sandbox without a cgroup cannot lower them: the judge's exception policy.
+func TestRestrictMaxMemoryAndProcesses(t *testing.T) {
+	sb := newSB(t, map[string]any{"max_memory": "512M", "max_processes": int64(64)})
+	alloc := []any{"/usr/bin/python3", "-c", "b = bytearray(200 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\nprint('ok')"}
+	lowerOn := func(key string, n int64) func(c map[string]any) map[string]any {
+		return func(c map[string]any) map[string]any {
+			if c["syscall"] == "execve" && n > 0 {
+				return map[string]any{"action": "continue", key: n}
+			}
+			return map[string]any{"action": "continue"}
+		}
+	}
+	// without a cgroup: the exception policy (policy_fn: deny_eperm) refuses the call
+	// whose answer restricted, and says why in the run's denials
+	noCgroup := func(sb *Sandbox) {
+		t.Helper()
+		res := drive(t, sb, map[string]any{"argv": []any{"/bin/sh", "-c", "/bin/true || echo refused"}, "policy_fn": map[string]any{}},
+			func(c map[string]any) map[string]any {
+				if a, _ := c["argv"].([]any); len(a) > 0 && a[0] == "/bin/true" {
+					return map[string]any{"action": "continue", "restrict_max_memory": int64(64 << 20)}
+				}
+				return map[string]any{"action": "continue"}
+			})
+		if string(res["stdout"].([]byte)) != "refused\n" || !strings.Contains(fmt.Sprint(res["denials"]), "the sandbox has no cgroup") {
+			t.Fatalf("a restriction without a cgroup: %v", res)
+		}
+	}
+	if sb.Group() == nil { // unprivileged here: rlimits, which cannot be lowered from outside
+		noCgroup(sb)
+		return
+	}
+	res := drive(t, sb, map[string]any{"argv": alloc, "policy_fn": map[string]any{}}, lowerOn("restrict_max_memory", 64<<20))
+	if string(res["stdout"].([]byte)) == "ok\n" || res["success"] == true {
+		t.Fatalf("200 MiB under a 64 MiB restriction: %v", res)
+	}
+	res = drive(t, sb, map[string]any{"argv": alloc, "policy_fn": map[string]any{}}, lowerOn("restrict_max_memory", 0))
+	if string(res["stdout"].([]byte)) != "ok\n" {
+		t.Fatalf("200 MiB after the restricted run ended (policy 512M): %v", res)
+	}
+	count := []any{"/usr/bin/python3", "-c", "import os, time\nn = 0\nfor i in range(12):\n try:\n  if os.fork() == 0:\n   time.sleep(1); os._exit(0)\n  n += 1\n except OSError:\n  pass\nprint(n)\nfor i in range(n): os.wait()\n"}
+	res = drive(t, sb, map[string]any{"argv": count, "policy_fn": map[string]any{}}, lowerOn("restrict_max_processes", 6))
+	lowered, _ := strconv.Atoi(strings.TrimSpace(string(res["stdout"].([]byte))))
+	res = drive(t, sb, map[string]any{"argv": count, "policy_fn": map[string]any{}}, lowerOn("restrict_max_processes", 0))
+	full, _ := strconv.Atoi(strings.TrimSpace(string(res["stdout"].([]byte))))
+	t.Logf("forks: %d under restrict_max_processes(6), %d after", lowered, full)
+	if lowered >= 6 || full != 12 {
+		t.Fatalf("forks: %d under restrict_max_processes(6), %d after (want < 6, 12): %v", lowered, full, res)
+	}
+	plain := newSB(t, nil)
+	noCgroup(plain)
 }

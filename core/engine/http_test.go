@@ -307,7 +307,13 @@ func TestHTTPDestinationIsTheProxysResolution(t *testing.T) {
 	defer srv.Close()
 	port := portOfURL(t, srv.URL)
 	mapHosts(t, "api.test")
-	sb := httpSandbox(t, port, map[string]any{"net_allow_bind": []any{int64(40000 + os.Getpid()%20000)}})
+	free, err := net.Listen("tcp", "[::]:0") // a port free for v4 and v6 now (a fixed one may be another test's)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bindPort := free.Addr().(*net.TCPAddr).Port
+	free.Close()
+	sb := httpSandbox(t, port, map[string]any{"net_allow_bind": []any{int64(bindPort)}})
 	prog := `import socket, sys
 port, fam, addr, bind = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
 s = socket.socket(socket.AF_INET6 if fam == "6" else socket.AF_INET)
@@ -325,7 +331,7 @@ while True:
 print(out.decode().split("\r\n")[-1])
 `
 	ps := strconv.Itoa(port)
-	bind := strconv.Itoa(40000 + os.Getpid()%20000)
+	bind := strconv.Itoa(bindPort)
 	for _, c := range [][]string{{"4", "10.255.255.1", "0"}, {"6", "::ffff:127.0.0.9", "0"}, {"4", "127.0.0.1", bind}, {"6", "::ffff:10.1.2.3", bind}} {
 		r := run(sb, "/usr/bin/python3", "-c", prog, ps, c[0], c[1], c[2])
 		if out := strings.TrimSpace(string(r.Stdout)); out != `hit GET /ok/d host=api.test body=""` {

@@ -128,7 +128,7 @@ func (pl *Plan) Isolation() *Isolation {
 }
 
 // WithTraps is a copy of pl whose filter hands traps (pl's own and more) to a
-// supervisor configured with sup (core/engine's handlers.go: a zygote for runs whose
+// supervisor configured with sup (core/handlers: a zygote for runs whose
 // calls the host judges). The copy owns nothing of its own: its ruleset and
 // descriptors are pl's (close pl, never the copy).
 func (pl *Plan) WithTraps(traps []seccomp.Trap, sup supervise.Config) (*Plan, error) {

@@ -22,6 +22,7 @@ import (
 	"github.com/sandtrap/sandtrap/core/policy"
 	"github.com/sandtrap/sandtrap/core/protocol"
 	"github.com/sandtrap/sandtrap/core/spawn"
+	"github.com/sandtrap/sandtrap/core/supervise"
 	"golang.org/x/sys/unix"
 )
 
@@ -44,16 +45,16 @@ type Request struct {
 	Hooks     Hooks         // a run with a zygote of its own (engine: calls judged by the host); nil: none
 }
 
-// Hooks run a request on a zygote of its own choosing (core/engine's handlers.go:
+// Hooks run a request on a zygote of its own choosing (core/handlers:
 // a run whose calls the host judges has a zygote trapping them, whose supervisor
 // finds the run by its process).
 type Hooks interface {
 	// Zygote picks the run's zygote and its plan in place of the host's (fresh: as
 	// Host.Zygote).
 	Zygote(fresh *spawn.Zygote) (*spawn.Zygote, *plan.Plan, error)
-	// Spawn starts rs on zyg and registers the process before any of its calls is
-	// served (in place of zyg.Spawn).
-	Spawn(zyg *spawn.Zygote, rs *spawn.RunSpec) (*spawn.Process, error)
+	// Host judges the run's trapped calls: the run is attached to its zygote's
+	// supervisor with it (supervise.AttachHost), which routes each call to it.
+	Host() supervise.HostRun
 	// Started hands over what kills the run (before the spawn).
 	Started(cancel func())
 	// Ended: the run is over (its result is being made).
@@ -327,20 +328,22 @@ func Run(h Host, req *Request) *Result {
 	defer untrack()
 
 	start := time.Now()
-	pick, spawnOn := h.Zygote, (*spawn.Zygote).Spawn
+	pick := h.Zygote
+	var judge supervise.HostRun
 	if hk := req.Hooks; hk != nil {
-		pick, spawnOn = hk.Zygote, hk.Spawn
+		pick, judge = hk.Zygote, hk.Host()
 		hk.Started(cancel.fire)
 		defer hk.Ended()
 	}
 	zyg, pl, err := pick(nil)
 	var proc *spawn.Process
+	var denied *runDenials
 	if err == nil {
 		iso = pl.Isolation()
-		proc, err = spawnOn(zyg, rs)
+		proc, denied, err = spawnRun(zyg, pl, rs, judge)
 		if err == spawn.ErrZygoteGone { // it died (killed, out of memory): once more with a new one
 			if zyg, pl, err = pick(zyg); err == nil {
-				proc, err = spawnOn(zyg, rs)
+				proc, denied, err = spawnRun(zyg, pl, rs, judge)
 			}
 		}
 	}
@@ -350,7 +353,6 @@ func Run(h Host, req *Request) *Result {
 		return failed(spawnErrKind(err), spawnErrMessage(path, err), iso)
 	}
 	defer unix.Close(proc.PidFD)
-	denied := attachRun(zyg, pl, proc)
 	defer denied.detach()
 	if req.Started != nil {
 		req.Started(proc.Pid)

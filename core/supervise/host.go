@@ -30,9 +30,13 @@ import (
 // address the host judged, after the built-in destination check.
 //
 // A call belongs to the run whose pid namespace the calling thread is in (each run
-// has its own); calls of a run's pid 1 (sandtrap's own init, before it forks the
-// target) are continued. The host's decision is awaited on a goroutine of the
-// call's own, so a slow host holds up only that call.
+// has its own): the engine attaches each run (AttachHost) and the supervisor finds
+// it as it finds the run of a denial (denials.go: the caller's namespace through its
+// cached pidfd), so one mechanism says which run made a call. A call of a namespace
+// not attached yet waits while a run is being started (Starting); calls of a run's
+// pid 1 (sandtrap's own init, before it forks the target) are continued. The host's
+// decision is awaited on a goroutine of the call's own, so a slow host holds up
+// only that call.
 
 // Host is what the host judges in one sandbox.
 type Host struct {
@@ -41,9 +45,6 @@ type Host struct {
 	// Base is the sandbox's filter without these traps: what the kernel answers
 	// when the host is not asked.
 	Base []byte
-	// Route finds the run of a pid namespace (its inode) — with wait, waiting a
-	// little for a run being started; nil: no run (the call is refused).
-	Route func(ns uint64, wait bool) HostRun
 	// RulesetFD is the sandbox's Landlock ruleset (-1: none): an open the host
 	// allowed is performed in its domain (hostopen.go).
 	RulesetFD int
@@ -54,13 +55,14 @@ type HostRun interface {
 	// Refused is the run's own tightened state (ctx.restrict_network, deny_path):
 	// non-zero refuses the call without asking the host.
 	Refused(ev *Event) (syscall.Errno, string)
-	// Decide asks the host and waits for its action (ActGone: the run ended, or
-	// the host will never answer).
-	Decide(ev *Event) Action
+	// Ask puts ev to the host without waiting: done is called exactly once with
+	// its action (ActGone: the run ended, or the host will never answer), on the
+	// goroutine the answer arrives on (possibly within Ask). done answers the
+	// kernel itself for the quick actions (continue, errno, returns, inject_fd,
+	// kill); the others go on on a goroutine of their own.
+	Ask(ev *Event, done func(Action))
 	// Done is closed when the run ends (a held call waits for it).
 	Done() <-chan struct{}
-	// Pid1 is the host pid of the run's pid 1 (sandtrap's init).
-	Pid1() int
 }
 
 // Event is a trapped call as the host sees it: the registers, and what the
@@ -191,38 +193,55 @@ func hostHandler(name string, builtin handlerFunc) handlerFunc {
 		default:
 			return deny(unix.EPERM, fmt.Sprintf("supervisor: the filter answers %#x", v))
 		}
-		return c.detachHost(func() reply { return c.askHost(name, builtin, v&seccomp.RetActionFull == seccomp.RetUserNotif) })
+		// the caller's pid namespace names its run: taken here, on the loop, through
+		// the cached pidfd of the thread (the call is checked valid after)
+		ns, ok := c.callerNS()
+		if !ok {
+			return c.failure("the caller's pid namespace", errors.New("not readable"))
+		}
+		hc := &hostCall{c: c, name: name, builtin: builtin, builtinTraps: v&seccomp.RetActionFull == seccomp.RetUserNotif}
+		if rl := c.s.hostRunOf(ns, false); rl != nil && (rl.noPid1 || int(c.n.Pid) != rl.pid) {
+			// the common case, without a goroutine: the event is copied and put to
+			// the host from the loop, and the host's thread answers the kernel
+			return hc.ask(rl.host)
+		}
+		return c.detachHost(func() reply { return hc.find(ns) })
 	}
 }
 
+// hostCall is one call put to the host.
+type hostCall struct {
+	c            *call
+	name         string
+	builtin      handlerFunc
+	builtinTraps bool
+	ev           *Event
+	run          HostRun
+}
+
 // detachHost is detach for calls whose goroutine may hand them on again (a
-// built-in handler that detaches): replyPending is then that goroutine's to answer.
+// built-in handler that detaches, the host): replyPending is then theirs to answer.
 func (c *call) detachHost(f func() reply) reply {
 	c.detached = true
 	c.pidfd = -1
 	c.s.handling.Add(1)
 	go func() {
 		defer c.s.handling.Done()
-		r := f()
-		if r.kind == replyPending {
-			return
-		}
-		if r.undo == nil {
-			c.release()
-		}
-		c.s.answer(c, r)
-		c.finish()
+		c.deliver(f())
 	}()
 	return reply{kind: replyPending}
 }
 
-// pidNS is the inode of the calling thread's pid namespace.
-func (c *call) pidNS() (uint64, error) {
-	var st unix.Stat_t
-	if err := unix.Stat(c.proc("ns/pid"), &st); err != nil {
-		return 0, err
+// deliver answers with r (replyPending: another took the call over).
+func (c *call) deliver(r reply) {
+	if r.kind == replyPending {
+		return
 	}
-	return st.Ino, nil
+	if r.undo == nil {
+		c.release()
+	}
+	c.s.answer(c, r)
+	c.finish()
 }
 
 // innerPid is the calling thread's pid in its own pid namespace.
@@ -243,25 +262,23 @@ func (c *call) innerPid() (int, error) {
 	return 0, errors.New("no NSpid in status")
 }
 
-func (c *call) askHost(name string, builtin handlerFunc, builtinTraps bool) reply {
-	h := c.s.cfg.Host
-	ns, err := c.pidNS()
-	if err != nil {
-		return c.failure("the caller's pid namespace", err)
-	}
-	// pid 1 of a run is the one whose host pid the run knows; a namespace not yet
-	// registered may be the next run's pid 1 setting itself up (its status says)
-	run := h.Route(ns, false)
+// find is the run of a call whose namespace had no run attached when it came (on
+// a goroutine of its own): the next run's pid 1 setting itself up (its status
+// says), or a run being started, waited for.
+func (h *hostCall) find(ns uint64) reply {
+	c := h.c
+	rl := c.s.hostRunOf(ns, false)
 	inner := 0
 	switch {
-	case run != nil && int(c.n.Pid) == run.Pid1():
+	case rl != nil && !rl.noPid1 && int(c.n.Pid) == rl.pid:
 		inner = 1
-	case run == nil:
+	case rl == nil:
+		var err error
 		if inner, err = c.innerPid(); err != nil {
 			return c.failure("the caller's pid namespace", err)
 		}
 		if inner != 1 {
-			run = h.Route(ns, true)
+			rl = c.s.hostRunOf(ns, true)
 		}
 	}
 	if inner == 1 {
@@ -269,18 +286,24 @@ func (c *call) askHost(name string, builtin handlerFunc, builtinTraps bool) repl
 			return gone()
 		}
 		// sandtrap's pid 1 (init.c), setting up its run: not the target's call
-		if builtinTraps {
-			return builtin(c)
+		if h.builtinTraps {
+			return h.builtin(c)
 		}
 		return cont()
 	}
-	if run == nil {
+	if rl == nil {
 		if !c.valid() {
 			return gone()
 		}
 		return deny(unix.EPERM, "supervisor: the call belongs to no run the host judges")
 	}
-	ev := &Event{Syscall: name, Nr: c.n.Data.Nr, Tid: c.n.Pid, Args: c.n.Data.Args, c: c}
+	return h.ask(rl.host)
+}
+
+// ask copies the event and puts it to run; replyPending: done answers.
+func (h *hostCall) ask(run HostRun) reply {
+	c := h.c
+	ev := &Event{Syscall: h.name, Nr: c.n.Data.Nr, Tid: c.n.Pid, Args: c.n.Data.Args, c: c}
 	if r := c.copyEvent(ev); r != nil {
 		return *r
 	}
@@ -290,7 +313,39 @@ func (c *call) askHost(name string, builtin handlerFunc, builtinTraps bool) repl
 	if e, why := run.Refused(ev); e != 0 {
 		return deny(e, why)
 	}
-	act := run.Decide(ev)
+	h.ev, h.run = ev, run
+	c.detached = true
+	c.pidfd = -1 // the cached one belongs to the loop
+	c.s.handling.Add(1)
+	run.Ask(ev, h.done)
+	return reply{kind: replyPending}
+}
+
+// done: the host's action, on the goroutine it arrived on; the calls that perform
+// something that can block (a connect, an open, a built-in handler) or wait (hold)
+// go on on a goroutine of their own.
+func (h *hostCall) done(act Action) {
+	if act.Kind == ActHold || act.Kind == ActContinue && h.performs() {
+		go func() {
+			defer h.c.s.handling.Done()
+			h.c.deliver(h.act(act))
+		}()
+		return
+	}
+	defer h.c.s.handling.Done()
+	h.c.deliver(h.act(act))
+}
+
+// performs: a continue the supervisor carries out itself.
+func (h *hostCall) performs() bool {
+	c, ev := h.c, h.ev
+	return h.name == "connect" && c.s.cfg.Net != nil || h.name == "sendto" && c.s.cfg.Net != nil && ev.adr != nil ||
+		h.builtinTraps || openTarget(ev)
+}
+
+// act is the reply of the host's action.
+func (h *hostCall) act(act Action) reply {
+	c, ev, name := h.c, h.ev, h.name
 	switch act.Kind {
 	case ActContinue:
 		switch {
@@ -298,8 +353,8 @@ func (c *call) askHost(name string, builtin handlerFunc, builtinTraps bool) repl
 			return connectCopy(c, ev.adr) // the address the host judged, checked and performed here
 		case name == "sendto" && c.s.cfg.Net != nil && ev.adr != nil:
 			return sendtoCopy(c, ev.adr)
-		case builtinTraps:
-			return builtin(c)
+		case h.builtinTraps:
+			return h.builtin(c)
 		case openTarget(ev):
 			return c.openForCaller(ev) // the path the host judged, opened here
 		}
@@ -309,7 +364,7 @@ func (c *call) askHost(name string, builtin handlerFunc, builtinTraps bool) repl
 		if d == "" {
 			d = ev.describe()
 		}
-		return deny(act.Errno, "handler: "+d)
+		return deny(act.Errno, d) // what the judge refused: the path or address it saw (result.denials)
 	case ActReturn:
 		return ret(act.Value)
 	case ActInjectFD:
@@ -322,7 +377,7 @@ func (c *call) askHost(name string, builtin handlerFunc, builtinTraps bool) repl
 		defer t.Stop()
 		for {
 			select {
-			case <-run.Done():
+			case <-h.run.Done():
 				return gone()
 			case <-t.C:
 				if !c.valid() {

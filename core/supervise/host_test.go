@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/sandtrap/sandtrap/core/seccomp"
 	"golang.org/x/sys/unix"
@@ -22,8 +23,8 @@ type fakeRun struct {
 
 func (f *fakeRun) Refused(*Event) (syscall.Errno, string) { return 0, "" }
 func (f *fakeRun) Done() <-chan struct{}                  { return f.done }
-func (f *fakeRun) Pid1() int                              { return -1 }
-func (f *fakeRun) Decide(ev *Event) Action {
+func (f *fakeRun) Ask(ev *Event, done func(Action))       { done(f.decide(ev)) }
+func (f *fakeRun) decide(ev *Event) Action {
 	f.asked.Add(1)
 	if f.act != nil {
 		return *f.act
@@ -39,10 +40,26 @@ func hostSandbox(t *testing.T, run *fakeRun, syscalls ...string) *sandbox {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newSandboxWith(t, func(sb *sandbox) Config {
-		return Config{Host: &Host{Syscalls: syscalls, Base: base.BPF, RulesetFD: -1,
-			Route: func(uint64, bool) HostRun { return run }}}
+	sb := newSandboxWith(t, func(sb *sandbox) Config {
+		return Config{Host: &Host{Syscalls: syscalls, Base: base.BPF, RulesetFD: -1}}
 	})
+	attachHostRun(t, sb, run)
+	return sb
+}
+
+// attachHostRun attaches the child as run (its pid 1 is the program: noPid1).
+func attachHostRun(t *testing.T, sb *sandbox, run HostRun) *RunLog {
+	t.Helper()
+	pidfd, err := unix.PidfdOpen(sb.cmd.Process.Pid, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(pidfd) })
+	rl, err := sb.sup.attachHost(&RunLog{nsfd: -1, pidfd: pidfd, pid: sb.cmd.Process.Pid, host: run, noPid1: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rl
 }
 
 // The host judges the supervisor's copy of the path, and the open it allows is
@@ -84,5 +101,48 @@ func TestHostBuiltinRulesFirst(t *testing.T) {
 	run.act = &Action{Kind: ActReturn, Value: 4242}
 	if r := sb.do(t, req{Op: "getppid"}); r.Val != 4242 {
 		t.Fatalf("getppid: %v", r)
+	}
+}
+
+// A trapped call is the run's whose pid namespace its caller is in, found as the
+// run of a denial is (the attached runs): a call of a namespace no run is attached
+// to is refused; one made while a run is being started waits for its attach and
+// is then judged by that run; after Detach its calls belong to no run again.
+func TestHostCallsFindTheirRunByAttach(t *testing.T) {
+	base, err := seccomp.Compile(seccomp.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb := newSandboxWith(t, func(sb *sandbox) Config {
+		return Config{Host: &Host{Syscalls: []string{"openat"}, Base: base.BPF, RulesetFD: -1}}
+	})
+	if r := sb.do(t, req{Op: "open", Path: sb.ro + "/f"}); r.Errno != unix.EPERM {
+		t.Fatalf("a call of no run: %v, want EPERM", errnoName(r.Errno))
+	}
+	run := &fakeRun{deny: "/no/", done: make(chan struct{})}
+	done := sb.sup.Starting()
+	ch := sb.async(req{Op: "open", Path: sb.no + "/f"})
+	time.Sleep(200 * time.Millisecond)
+	select {
+	case r := <-ch:
+		t.Fatalf("answered before its run was attached: %v", errnoName(r.Errno))
+	default:
+	}
+	rl := attachHostRun(t, sb, run)
+	done()
+	select {
+	case r := <-ch:
+		if r.Errno != unix.EACCES || run.asked.Load() != 1 {
+			t.Fatalf("after attach: %v, asked %d (want EACCES from the run's judge)", errnoName(r.Errno), run.asked.Load())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiting call was not judged after attach")
+	}
+	if r := sb.do(t, req{Op: "open", Path: sb.ro + "/f"}); r.Errno != 0 || run.asked.Load() != 2 {
+		t.Fatalf("attached: %v, asked %d", errnoName(r.Errno), run.asked.Load())
+	}
+	sb.sup.Detach(rl)
+	if r := sb.do(t, req{Op: "open", Path: sb.ro + "/f"}); r.Errno != unix.EPERM || run.asked.Load() != 2 {
+		t.Fatalf("detached: %v, asked %d", errnoName(r.Errno), run.asked.Load())
 	}
 }

@@ -196,6 +196,8 @@ class PolicyContext {
   constructor() {
     /** @type {string[][]} */
     this._restrict = [];
+    this._maxMemory = 0;
+    this._maxProcesses = 0;
   }
 
   /** From now on connect, sendto and bind reach only these addresses or CIDR prefixes ([]: none). */
@@ -208,6 +210,31 @@ class PolicyContext {
   grantNetwork() {
     throw new Error('grantNetwork would widen the policy: sandtrap only tightens');
   }
+
+  /**
+   * Lowers the sandbox's memory limit (its cgroup's) to at most `bytes` until this run
+   * ends; without a cgroup the engine applies the callback's exception policy.
+   * @param {number} bytes
+   */
+  restrictMaxMemory(bytes) {
+    if (!Number.isSafeInteger(bytes) || bytes <= 0) throw new RangeError(`restrictMaxMemory takes a positive number of bytes, got ${bytes}`);
+    this._maxMemory = this._maxMemory === 0 ? bytes : Math.min(this._maxMemory, bytes);
+  }
+
+  /**
+   * Lowers the sandbox's process limit (its cgroup's pids.max: every process of the
+   * sandbox counts) to at most `n` until this run ends.
+   * @param {number} n
+   */
+  restrictMaxProcesses(n) {
+    if (!Number.isSafeInteger(n) || n <= 0) throw new RangeError(`restrictMaxProcesses takes a positive count, got ${n}`);
+    this._maxProcesses = this._maxProcesses === 0 ? n : Math.min(this._maxProcesses, n);
+  }
+
+  /** Not offered: the engine cannot tell which processes descend from a pid (use restrictNetwork). */
+  restrictPidNetwork() {
+    throw new Error('restrictPidNetwork is not enforceable here (the engine does not track which processes descend from a pid): use restrictNetwork, which holds for the whole run');
+  }
 }
 
 /** @param {any} result @param {PolicyContext} ctx @returns {Wire} */
@@ -219,11 +246,11 @@ function policyAnswer(result, ctx) {
   else if (result === 'audit' || result === -2) ans = { action: 'audit' };
   else if (Number.isInteger(result) && result > 0) ans = { action: 'errno', errno: result };
   else ans = { action: 'errno', errno: 1 }; // unrecognised: fail closed
-  if (ctx._restrict.length) {
-    let inter = ctx._restrict[0];
-    for (const s of ctx._restrict.slice(1)) inter = inter.filter((x) => s.includes(x));
-    ans.restrict_network = inter;
-  }
+  // each call a set the address must be in: the engine intersects them by membership
+  // (10.0.0.0/8 and 10.1.2.3 leave 10.1.2.3)
+  if (ctx._restrict.length) ans.restrict_network = ctx._restrict.map((s) => [...s]);
+  if (ctx._maxMemory) ans.restrict_max_memory = ctx._maxMemory;
+  if (ctx._maxProcesses) ans.restrict_max_processes = ctx._maxProcesses;
   return ans;
 }
 

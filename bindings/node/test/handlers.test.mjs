@@ -28,6 +28,51 @@ test('seed: policyFn denies curl by argv and locks the network down', async () =
   sb.close();
 });
 
+test('several restrictNetwork calls intersect by membership', async () => {
+  // 127.0.0.0/8 and 127.0.0.1 leave 127.0.0.1 (as strings they left nothing)
+  const onEvent = (event, ctx) => {
+    if (event.syscall === 'execve') {
+      ctx.restrictNetwork(['127.0.0.0/8']);
+      ctx.restrictNetwork(['127.0.0.1']);
+    }
+    return 0;
+  };
+  const code = "import socket\nfor h in ('127.0.0.1', '127.0.0.2'):\n s=socket.socket()\n"
+    + ' try:\n  s.connect((h, 9))\n except OSError as e:\n  print(h, e.errno)\n';
+  const sb = new Sandbox({ fsReadable: ['/usr', '/lib'], netAllow: ['127.0.0.0/8:9'], policyFn: onEvent });
+  const r = await sb.run(['/usr/bin/python3', '-c', code]);
+  assert.equal(r.stdout.toString(), '127.0.0.1 111\n127.0.0.2 13\n');
+  sb.close();
+});
+
+test('restrictMaxMemory lowers the sandbox cgroup for the run; restrictPidNetwork throws', async () => {
+  const alloc = ['/usr/bin/python3', '-c', "b = bytearray(200 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\nprint('ok')"];
+  const lower = (event, ctx) => {
+    if (event.syscall === 'execve' && event.argv?.[0] === '/usr/bin/python3') ctx.restrictMaxMemory(64 << 20);
+    return 0;
+  };
+  const sb = new Sandbox({ fsReadable: ['/usr', '/lib'], maxMemory: '512M', policyFn: lower });
+  const r = await sb.run(alloc);
+  if (String(r.isolation.limits.maxMemory.via).startsWith('cgroup')) {
+    assert.notEqual(r.stdout.toString(), 'ok\n');
+    assert.equal(r.success, false);
+    const sb2 = new Sandbox({ fsReadable: ['/usr', '/lib'], maxMemory: '512M', policyFn: () => 0 });
+    assert.equal((await sb2.run(alloc)).stdout.toString(), 'ok\n');
+    sb2.close();
+  } else {
+    assert.match(JSON.stringify(r.denials), /no cgroup/); // unprivileged: the exception policy refused
+  }
+  sb.close();
+  const seen = [];
+  const sb3 = new Sandbox({ fsReadable: ['/usr', '/lib'], policyFn: (e, ctx) => {
+    try { ctx.restrictPidNetwork(e.pid, ['10.0.0.1']); } catch (err) { seen.push(err.message); }
+    return 0;
+  } });
+  await sb3.run(['/bin/true']);
+  sb3.close();
+  assert.match(seen[0], /restrictNetwork/);
+});
+
 test('seed: PathDenyHandler on COMMON_PATH_SYSCALLS', async () => {
   const home = tmp();
   fs.mkdirSync(path.join(home, '.ssh'));

@@ -129,6 +129,62 @@ def test_restrict_network_tightens_from_then_on() -> None:
     sb.close()
 
 
+def test_restrict_network_calls_intersect_by_membership() -> None:
+    # two restrictions in one callback: 127.0.0.0/8 and 127.0.0.1 leave 127.0.0.1
+    # (intersected as strings they left nothing)
+    def on_event(event, ctx):  # type: ignore[no-untyped-def]
+        if event.syscall == "execve":
+            ctx.restrict_network(["127.0.0.0/8"])
+            ctx.restrict_network(["127.0.0.1"])
+        return 0
+
+    code = (
+        "import socket\nfor h in ('127.0.0.1', '127.0.0.2'):\n s=socket.socket()\n"
+        " try:\n  s.connect((h, 9))\n except OSError as e:\n  print(h, e.errno)\n"
+    )
+    sb = Sandbox(fs_readable=RO, net_allow=["127.0.0.0/8:9"], policy_fn=on_event)
+    r = sb.run(["/usr/bin/python3", "-c", code])
+    assert r.stdout == b"127.0.0.1 111\n127.0.0.2 13\n", r
+    sb.close()
+
+
+def test_restrict_max_memory_lowers_the_cgroup_for_the_run() -> None:
+    alloc = [
+        "/usr/bin/python3",
+        "-c",
+        "b = bytearray(200 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\nprint('ok')",
+    ]
+
+    def lower(event, ctx):  # type: ignore[no-untyped-def]
+        if event.syscall == "execve" and event.argv and event.argv[0] == "/usr/bin/python3":
+            ctx.restrict_max_memory(128 << 20)
+            ctx.restrict_max_memory(64 << 20)  # the lowest holds
+        return 0
+
+    sb = Sandbox(fs_readable=RO, max_memory="512M", policy_fn=lower)
+    r = sb.run(alloc)
+    if not str(r.isolation["limits"]["max_memory"]["via"]).startswith("cgroup"):
+        # no cgroup (unprivileged): the engine cannot lower it, policy_fn's exception policy refuses
+        assert r.error is not None and "no cgroup" in str(r.denials), r
+        sb.close()
+        return
+    assert r.stdout != b"ok\n" and not r.success, r
+    sb.close()
+    sb = Sandbox(fs_readable=RO, max_memory="512M", policy_fn=lambda e, c: 0)
+    r = sb.run(alloc)
+    assert r.stdout == b"ok\n", r
+    sb.close()
+
+
+def test_restrict_pid_network_is_an_explicit_error() -> None:
+    from sandtrap import PolicyContext
+
+    with pytest.raises(NotImplementedError, match="restrict_network"):
+        PolicyContext().restrict_pid_network(1, ["10.0.0.1"])
+    with pytest.raises(ValueError):
+        PolicyContext().restrict_max_memory(0)
+
+
 def test_async_handler_does_not_stall_other_calls(tmp_path: Path) -> None:
     (tmp_path / "slow").write_text("slow")
     (tmp_path / "fast").write_text("fast")

@@ -272,6 +272,8 @@ class PolicyContext:
 
     def __init__(self) -> None:
         self._restrict: list[list[str]] = []
+        self._max_memory = 0
+        self._max_processes = 0
 
     def restrict_network(self, ips: Sequence[str]) -> None:
         """From now on connect, sendto and bind reach only these addresses (or CIDR
@@ -284,13 +286,30 @@ class PolicyContext:
         raise NotImplementedError("grant_network would widen the policy: sandtrap only tightens")
 
     def restrict_max_memory(self, bytes: int) -> None:  # noqa: A002
-        raise NotImplementedError("restrict_max_memory is not supported (yet)")
+        """Lowers the sandbox's memory limit (its cgroup's, every process of it) to at
+        most ``bytes`` until this run ends. The sandbox needs a cgroup (a policy with
+        ``max_memory``, where cgroups are delegated); without one the engine cannot
+        lower it and applies the callback's exception policy (the call is refused)."""
+        if isinstance(bytes, bool) or not isinstance(bytes, int) or bytes <= 0:
+            raise ValueError(f"restrict_max_memory takes a positive number of bytes, got {bytes!r}")
+        self._max_memory = bytes if self._max_memory == 0 else min(self._max_memory, bytes)
 
     def restrict_max_processes(self, n: int) -> None:
-        raise NotImplementedError("restrict_max_processes is not supported (yet)")
+        """Lowers the sandbox's process limit (its cgroup's pids.max: every process of
+        the sandbox counts, its zygote and each run's init included) to at most ``n``
+        until this run ends; needs a cgroup as ``restrict_max_memory`` does."""
+        if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+            raise ValueError(f"restrict_max_processes takes a positive count, got {n!r}")
+        self._max_processes = n if self._max_processes == 0 else min(self._max_processes, n)
 
     def restrict_pid_network(self, pid: int, ips: Sequence[str]) -> None:
-        raise NotImplementedError("restrict_pid_network is not supported (yet)")
+        """Not offered: the engine does not see forks, so it cannot tell which
+        processes descend from ``pid`` (an orphan is re-parented to the run's init).
+        Use ``restrict_network``, which holds for every process of the run."""
+        raise NotImplementedError(
+            "restrict_pid_network is not enforceable here (the engine does not track which processes "
+            "descend from a pid): use restrict_network, which holds for the whole run"
+        )
 
     def deny_path(self, path: str) -> None:
         raise NotImplementedError("deny_path is not supported (yet): use a PathDenyHandler")
@@ -319,10 +338,12 @@ def _policy_answer(result: Any, ctx: PolicyContext) -> dict[str, Any]:
         ans = {"action": "errno", "errno": _errno.EPERM}  # unrecognised: fail closed
     if ctx._restrict:
         # several restrictions in one callback: each is a set the address must be in
-        inter = set(ctx._restrict[0])
-        for s in ctx._restrict[1:]:
-            inter &= set(s)
-        ans["restrict_network"] = sorted(inter)
+        # (the engine intersects them by membership: 10.0.0.0/8 and 10.1.2.3 leave 10.1.2.3)
+        ans["restrict_network"] = [list(s) for s in ctx._restrict]
+    if ctx._max_memory:
+        ans["restrict_max_memory"] = ctx._max_memory
+    if ctx._max_processes:
+        ans["restrict_max_processes"] = ctx._max_processes
     return ans
 
 
