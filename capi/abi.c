@@ -81,6 +81,14 @@ int sandtrap_probe(uint8_t **out, size_t *out_len)
 	return stgo_probe(out, out_len);
 }
 
+int sandtrap_profile(const uint8_t *req, size_t req_len, uint8_t **out, size_t *out_len)
+{
+	GUARD(SANDTRAP_E_FORKED_CHILD);
+	if ((!req && req_len) || !out || !out_len)
+		return SANDTRAP_E_INVALID_ARGUMENT;
+	return stgo_profile((uint8_t *)req, req_len, out, out_len);
+}
+
 sandtrap_sandbox_builder *sandtrap_sandbox_builder_new(void)
 {
 	sandtrap_sandbox_builder *b;
@@ -315,7 +323,26 @@ void sandtrap_result_free(sandtrap_result *r)
 	free(r->err);
 	free(r->error_kind);
 	free(r->error_message);
+	free(r->reason);
+	for (size_t i = 0; i < r->ndenials; i++) {
+		sandtrap_denial *d = &r->denials[i];
+		free((char *)d->syscall);
+		free((char *)d->path);
+		free((char *)d->address);
+		free((char *)d->reason);
+		free((char *)d->errno_name);
+		free((char *)d->source);
+	}
+	free(r->denials);
 	free(r);
+}
+
+size_t sandtrap_result_denials_count(const sandtrap_result *r) { return r ? r->ndenials : 0; }
+uint64_t sandtrap_result_denials_dropped(const sandtrap_result *r) { return r ? r->denials_dropped : 0; }
+
+const sandtrap_denial *sandtrap_result_denial(const sandtrap_result *r, size_t i)
+{
+	return r && i < r->ndenials ? &r->denials[i] : NULL;
 }
 
 int sandtrap_result_success(const sandtrap_result *r) { return r ? r->success : 0; }
@@ -326,6 +353,7 @@ int sandtrap_result_cancelled(const sandtrap_result *r) { return r ? r->cancelle
 int sandtrap_result_stdout_truncated(const sandtrap_result *r) { return r ? r->stdout_truncated : 0; }
 int sandtrap_result_stderr_truncated(const sandtrap_result *r) { return r ? r->stderr_truncated : 0; }
 const char *sandtrap_result_error_kind(const sandtrap_result *r) { return r ? r->error_kind : NULL; }
+const char *sandtrap_result_reason(const sandtrap_result *r) { return r ? (r->reason ? r->reason : "internal") : NULL; }
 const char *sandtrap_result_error_message(const sandtrap_result *r) { return r ? r->error_message : NULL; }
 
 static const uint8_t empty_output[1];

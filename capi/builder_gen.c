@@ -143,7 +143,47 @@ int sandtrap_sandbox_builder_on_error(sandtrap_sandbox_builder *b, const char *a
 	return st_builder_string(b, "on_error", action);
 }
 
+int sandtrap_sandbox_builder_no_randomize_memory(sandtrap_sandbox_builder *b, int on)
+{
+	return st_builder_bool(b, "no_randomize_memory", on);
+}
+
+int sandtrap_sandbox_builder_no_huge_pages(sandtrap_sandbox_builder *b, int on)
+{
+	return st_builder_bool(b, "no_huge_pages", on);
+}
+
+int sandtrap_sandbox_builder_no_coredump(sandtrap_sandbox_builder *b, int on)
+{
+	return st_builder_bool(b, "no_coredump", on);
+}
+
+int sandtrap_sandbox_builder_cpu_core(sandtrap_sandbox_builder *b, unsigned int cpu)
+{
+	return st_builder_u64(b, "cpu_cores", cpu);
+}
+
 int sandtrap_sandbox_builder_allow_degraded(sandtrap_sandbox_builder *b, int allow)
 {
 	return st_builder_bool(b, "allow_degraded", allow);
+}
+
+int sandtrap_sandbox_builder_http_allow(sandtrap_sandbox_builder *b, const char *rule)
+{
+	return st_builder_string(b, "http_allow", rule);
+}
+
+int sandtrap_sandbox_builder_http_deny(sandtrap_sandbox_builder *b, const char *rule)
+{
+	return st_builder_string(b, "http_deny", rule);
+}
+
+int sandtrap_sandbox_builder_http_port(sandtrap_sandbox_builder *b, uint16_t port)
+{
+	return st_builder_u64(b, "http_ports", port);
+}
+
+int sandtrap_sandbox_builder_http_ports_str(sandtrap_sandbox_builder *b, const char *ports)
+{
+	return st_builder_string(b, "http_ports", ports);
 }

@@ -8,6 +8,7 @@ package main
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include "../include/sandtrap.h"
 #include "result.h"
 int st_host_nofile(uint64_t *cur, uint64_t *max);
 */
@@ -419,11 +420,37 @@ func stgo_sandbox_run(h C.uintptr_t, argv **C.char, argc C.int, stdin *C.uint8_t
 	r.timed_out, r.cancelled = cBool(res.TimedOut), cBool(res.Cancelled)
 	r.out, r.out_len = cBytes(res.Stdout)
 	r.err, r.err_len = cBytes(res.Stderr)
+	r.reason = C.CString(res.Reason)
 	if res.Error != nil {
 		r.error_kind = C.CString(res.Error.Kind)
 		r.error_message = C.CString(res.Error.Message)
 	}
+	cDenials(res, r)
 	return runStatus(res.Error)
+}
+
+// cDenials copies res's denials into r (malloc'd: sandtrap_result_free frees them).
+func cDenials(res *engine.Result, r *C.struct_sandtrap_result) {
+	r.denials_dropped = C.uint64_t(res.DenialsDropped)
+	if len(res.Denials) == 0 {
+		return
+	}
+	arr := (*C.struct_sandtrap_denial)(C.calloc(C.size_t(len(res.Denials)), C.size_t(unsafe.Sizeof(C.struct_sandtrap_denial{}))))
+	if arr == nil {
+		return
+	}
+	opt := func(s string) *C.char {
+		if s == "" {
+			return nil
+		}
+		return C.CString(s)
+	}
+	for i, d := range res.Denials {
+		c := (*C.struct_sandtrap_denial)(unsafe.Add(unsafe.Pointer(arr), uintptr(i)*unsafe.Sizeof(C.struct_sandtrap_denial{})))
+		c.syscall, c.path, c.address, c.reason = C.CString(d.Syscall), opt(d.Path), opt(d.Address), opt(d.Reason)
+		c.errno_name, c.errno_nr, c.count, c.source = C.CString(d.Errno), C.int(d.ErrnoNr), C.uint64_t(d.Count), C.CString(d.Source)
+	}
+	r.denials, r.ndenials = arr, C.size_t(len(res.Denials))
 }
 
 func cBool(b bool) C.int {

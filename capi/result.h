@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "../include/sandtrap.h"
 
 struct sandtrap_result {
 	int success;
@@ -21,6 +22,10 @@ struct sandtrap_result {
 	size_t err_len;
 	char *error_kind;     /* NULL: no error */
 	char *error_message;
+	char *reason;         /* why it ended (docs/protocol.md, "reason"); NULL only before it is filled */
+	size_t ndenials;
+	struct sandtrap_denial *denials; /* ndenials entries, every string malloc'd or NULL */
+	uint64_t denials_dropped;
 };
 
 /* An error: every string malloc'd, never NULL (fields[i] is "" when the problem is

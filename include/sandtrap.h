@@ -76,6 +76,19 @@ void sandtrap_buffer_free(uint8_t *buf);
  * "probe"): Landlock ABI, seccomp, namespaces, cgroups, root. */
 int sandtrap_probe(uint8_t **out, size_t *out_len);
 
+/* Profiles: TOML policies in the seed API's sections (docs/cli.md, "Profiles";
+ * docs/protocol.md, "profiles"). req is a msgpack map, either {"load": NAME_OR_PATH}
+ * (a saved profile, $XDG_CONFIG_HOME/sandtrap/profiles/NAME.toml, or a file: a
+ * PATH has a '/' or ends in .toml) or {"dict": SECTIONS, "source": TEXT} (a profile
+ * given as a map of sections of keys; source names it in problems). *out is a
+ * msgpack map: {"name", "path", "profile" (the sections as read), "policy" (the
+ * policy map, for sandtrap_sandbox_new), "argv" ([program] exec and args, or nil)};
+ * or {"error": {"kind", "message", "problems": [{"file", "line", "key", "field",
+ * "message"}]}} with SANDTRAP_E_INVALID_POLICY (every problem of the profile),
+ * SANDTRAP_E_NOT_FOUND (no such profile or file) or SANDTRAP_E_INVALID_REQUEST.
+ * Free *out with sandtrap_buffer_free. */
+int sandtrap_profile(const uint8_t *req, size_t req_len, uint8_t **out, size_t *out_len);
+
 /* ---- Errors -----------------------------------------------------------------
  * What a failed call that takes `sandtrap_error **err` reports. A validation
  * failure (SANDTRAP_E_INVALID_POLICY, SANDTRAP_E_INVALID_REQUEST) lists every
@@ -192,9 +205,32 @@ int sandtrap_sandbox_builder_workdir(sandtrap_sandbox_builder *b, const char *pa
 int sandtrap_sandbox_builder_on_exit(sandtrap_sandbox_builder *b, const char *action);
 /* With workdir: "commit", "abort" or "keep" for a failed run's changes. */
 int sandtrap_sandbox_builder_on_error(sandtrap_sandbox_builder *b, const char *action);
+/* No address-space layout randomization in the run
+ * (personality(ADDR_NO_RANDOMIZE), set by the engine for every process of it;
+ * the program may clear it, not set others). */
+int sandtrap_sandbox_builder_no_randomize_memory(sandtrap_sandbox_builder *b, int on);
+/* No transparent huge pages for the run's memory (PR_SET_THP_DISABLE). */
+int sandtrap_sandbox_builder_no_huge_pages(sandtrap_sandbox_builder *b, int on);
+/* False lets the run dump core (refused when the host's core_pattern pipes
+ * cores to a program, or writes them outside fs_writable); true or unset: no
+ * core dumps. */
+int sandtrap_sandbox_builder_no_coredump(sandtrap_sandbox_builder *b, int on);
+/* One CPU the run may use. */
+int sandtrap_sandbox_builder_cpu_core(sandtrap_sandbox_builder *b, unsigned int cpu);
 /* Run even when a requested protection is unavailable; results say what was
  * not applied. */
 int sandtrap_sandbox_builder_allow_degraded(sandtrap_sandbox_builder *b, int allow);
+/* An HTTP request the proxy lets through, one rule per call: "METHOD
+ * host/path" with * wildcards ("POST api.openai.com/v1/chat/completions"). TCP
+ * connects to the HTTP ports go to the engine's proxy. */
+int sandtrap_sandbox_builder_http_allow(sandtrap_sandbox_builder *b, const char *rule);
+/* An HTTP request the proxy refuses (checked before the allow rules), in the
+ * same grammar ("DELETE api.example.com": every path). */
+int sandtrap_sandbox_builder_http_deny(sandtrap_sandbox_builder *b, const char *rule);
+/* A TCP port whose connects go to the HTTP proxy (default 80 and 443). */
+int sandtrap_sandbox_builder_http_port(sandtrap_sandbox_builder *b, uint16_t port);
+/* HTTP proxy ports: a port or a range, "8000-8005". */
+int sandtrap_sandbox_builder_http_ports_str(sandtrap_sandbox_builder *b, const char *ports);
 /* END generated */
 
 /* Validate and compile. On failure *out is NULL and *err (if err is not NULL) is
@@ -313,6 +349,33 @@ int sandtrap_result_stderr_truncated(const sandtrap_result *r);
  * has none). Valid until sandtrap_result_free. */
 const char *sandtrap_result_error_kind(const sandtrap_result *r);
 const char *sandtrap_result_error_message(const sandtrap_result *r);
+/* Why the run ended, the response's "reason": "exited" (see exit_code), "signaled"
+ * (see signal), "killed" (its owner killed it), "timeout", "cancelled",
+ * "memory_limit", "cpu_time_limit", or the kind that kept it from starting
+ * ("not_found", "spawn_failed", "isolation_unavailable", "closed", "internal").
+ * Never NULL for a result (NULL for NULL). Valid until sandtrap_result_free. */
+const char *sandtrap_result_reason(const sandtrap_result *r);
+
+/* One thing the run was refused (the response's "denials", docs/protocol.md): a
+ * distinct (syscall, path or address, errno) with how many times. Owned by the
+ * result; later versions only ever append fields. */
+typedef struct sandtrap_denial {
+	const char *syscall;    /* "connect", "flock", ... */
+	const char *path;       /* the file, for calls about files; NULL otherwise */
+	const char *address;    /* the destination ("10.0.0.1:443"), for sockets; NULL otherwise */
+	const char *reason;     /* why the supervisor could not decide (then refused), or NULL */
+	const char *errno_name; /* "EACCES" */
+	int errno_nr;           /* 13 */
+	uint64_t count;
+	const char *source;     /* "supervisor" (what reports denials: the response's denials_sources) */
+} sandtrap_denial;
+
+/* The number of distinct denials kept (at most 256, in the order first seen), entry
+ * i of them (NULL when i is out of range), and how many further denials were dropped
+ * beyond the cap. Valid until sandtrap_result_free. */
+size_t sandtrap_result_denials_count(const sandtrap_result *r);
+const sandtrap_denial *sandtrap_result_denial(const sandtrap_result *r, size_t i);
+uint64_t sandtrap_result_denials_dropped(const sandtrap_result *r);
 
 /* Confine the calling process for good with sb's policy: Landlock on every thread
  * (files, network, scoping) and, when with_seccomp is non-zero, the seccomp filter.

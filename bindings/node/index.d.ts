@@ -1,5 +1,7 @@
 // Type declarations of the `sandtrap` package (CommonJS and ESM entry points).
 /// <reference types="node" />
+import { EventEmitter } from 'node:events';
+import { Readable, Writable } from 'node:stream';
 
 /** Sizes in bytes, or strings with binary suffixes: `"512K"`, `"256M"`, `"1.5G"`. */
 export type Size = number | string;
@@ -63,8 +65,22 @@ export interface SandboxOptions {
   onExit?: BranchAction;
   /** With workdir: the same for a run that failed (non-zero exit, signal, timeout, any error) (default: "abort"). */
   onError?: BranchAction;
+  /** No address-space layout randomization in the run (`personality(ADDR_NO_RANDOMIZE)`, set by the engine for every process of it; the program may clear it, not set others) (default: false). */
+  noRandomizeMemory?: boolean;
+  /** No transparent huge pages for the run's memory (`PR_SET_THP_DISABLE`) (default: false). */
+  noHugePages?: boolean;
+  /** `false` lets the run dump core (refused when the host's `core_pattern` pipes cores to a program, or writes them outside fsWritable); `true` or unset: no core dumps (default: none (core dumps off)). */
+  noCoredump?: boolean;
+  /** The CPUs the run may use (numbers and ranges: `0`, `"2-3"`); the run cannot widen it (default: []). */
+  cpuCores?: Array<number | string>;
   /** Run even when a requested protection is unavailable; results say what was not applied (default: false). */
   allowDegraded?: boolean;
+  /** HTTP requests the engine's proxy lets through, `"METHOD host/path"` with `*` wildcards (`"POST api.openai.com/v1/chat/completions"`); connects to the httpPorts go to it; with an allow list, nothing else passes (default: []). */
+  httpAllow?: string[];
+  /** HTTP requests it refuses (checked before httpAllow), in the same grammar (`"* api.example.com/admin/*"`) (default: []). */
+  httpDeny?: string[];
+  /** TCP ports whose connects go to the proxy when HTTP rules are given (plain HTTP and TLS told apart by the first byte) (default: [80, 443]). */
+  httpPorts?: Array<number | string>;
 }
 // END generated
 
@@ -96,6 +112,8 @@ export interface PipelineRunOptions {
   timeout?: number;
   /** Aborting kills every stage. */
   signal?: AbortSignal;
+  /** A file descriptor that gets the last stage's stdout instead of the result. */
+  stdout?: number;
 }
 
 /** Error kinds: the engine's status names and the run outcomes. */
@@ -112,7 +130,27 @@ export type ErrorKind =
   | 'timeout'
   | 'cancelled'
   | 'cpu_time_limit'
-  | 'memory_limit';
+  | 'memory_limit'
+  | 'killed';
+
+/** Why a run ended (result.reason): the engine's one definition (core/run/popen.go). */
+export type ExitReason =
+  | 'exited'
+  | 'signaled'
+  | 'killed'
+  | 'timeout'
+  | 'cancelled'
+  | 'memory_limit'
+  | 'cpu_time_limit'
+  | 'not_found'
+  | 'spawn_failed'
+  | 'isolation_unavailable'
+  | 'stage_failed'
+  | 'disk_limit'
+  | 'commit_failed'
+  | 'closed'
+  | 'internal'
+  | 'unknown';
 
 export interface RunError {
   kind: ErrorKind | (string & {});
@@ -175,6 +213,10 @@ export interface Usage {
 export interface RunResult {
   /** Exit code 0 and no error. */
   success: boolean;
+  /** Why it ended: 'exited' (exitCode), 'signaled' (signal), 'killed' (kill()), a limit or a start failure. */
+  reason: ExitReason | (string & {});
+  /** This result if it succeeded; else throws ProcessFailed (err.result is this result). Not enumerable. */
+  check(): this;
   /** null when killed by a signal. */
   exitCode: number | null;
   /** The signal that killed the main process. */
@@ -306,8 +348,19 @@ export declare class Sandbox {
   fork(n: number, options: ForkOptions): Promise<Clones>;
   /** Run argv here with the clones' stdout, in clone order, on stdin. */
   reduce(argv: string[], clones: CloneResult[], options?: RunOptions): Promise<RunResult>;
-  /** Validates every option at once: throws one PolicyError listing every problem. */
-  constructor(options?: SandboxOptions);
+  /**
+   * Validates every option at once: throws one PolicyError listing every problem.
+   * `policyFn(event, ctx)` (not a policy value) judges execve, connect, sendto, bind
+   * and open after the sandbox's own rules: see runWithHandlers.
+   */
+  constructor(options?: SandboxOptions & { policyFn?: PolicyFn });
+  /**
+   * Run argv with syscall handlers ([syscall, handler] pairs: a name or a number).
+   * The sandbox's own rules judge each call first; a handler sees only what they
+   * let through and can only tighten. A handler returning a Promise is deferred:
+   * other trapped calls are served meanwhile.
+   */
+  runWithHandlers(argv: readonly string[], handlers: ReadonlyArray<readonly [string | number, Handler]>, options?: RunOptions): Promise<RunResult>;
   /** The engine's id of this sandbox (names it as a pipeline stage). */
   readonly id: number;
   /** The options it was built with. */
@@ -349,6 +402,76 @@ export declare class Sandbox {
    * decoded response map. `sandboxes`: other sandboxes the request names.
    */
   request(req: Record<string, unknown>, options?: { signal?: AbortSignal; sandboxes?: Sandbox[] }): Promise<Record<string, unknown>>;
+  /**
+   * Start argv and resolve with it running (rejects with NotFound, SpawnFailed,
+   * IsolationUnavailable, InvalidRequest when it cannot start).
+   */
+  popen(argv: readonly string[], options?: PopenOptions): Promise<SandboxProcess>;
+  /** Start argv as the sandbox's own process (stdio 'inherit' unless given); rejects with InvalidState while one runs. */
+  spawn(argv: readonly string[], options?: PopenOptions): Promise<SandboxProcess>;
+  /** The pid of the sandbox's own process (spawn), null before one. */
+  readonly pid: number | null;
+  /** wait() of the sandbox's own process (throws InvalidState without one). */
+  wait(options?: { timeout?: number }): Promise<RunResult | null>;
+  /** kill() of the sandbox's own process. */
+  kill(): boolean;
+  /** pause() of the sandbox's own process. */
+  pause(): Promise<void>;
+  /** resume() of the sandbox's own process. */
+  resume(): Promise<void>;
+  /** spawn() that parks the program before its execve: its pid is known; start() lets it run. */
+  create(argv: readonly string[], options?: PopenOptions): Promise<SandboxProcess>;
+  /** Let the program create() made run (rejects with InvalidState without one). */
+  start(): Promise<void>;
+}
+
+/**
+ * One stream of a popen'd program: 'pipe' (a stream on this side), 'inherit' (this
+ * process's own fd), 'ignore' (/dev/null), 'capture' (stdout, stderr: kept by the
+ * engine up to maxOutput, in the result), or a file descriptor (the program gets a
+ * duplicate).
+ */
+export type StdioMode = 'pipe' | 'inherit' | 'ignore' | 'capture' | number | null | undefined;
+
+export interface PopenOptions extends CommandOptions {
+  /** One mode for all three streams, or [stdin, stdout, stderr]; default 'pipe' (as child_process.spawn). */
+  stdio?: StdioMode | [StdioMode, StdioMode, StdioMode];
+  stdin?: StdioMode;
+  stdout?: StdioMode;
+  stderr?: StdioMode;
+  /** false: make the program (pid known, confined) and park it before its execve until start(). */
+  start?: boolean;
+}
+
+/**
+ * A program running in a sandbox (ChildProcess-like). Events: 'exit' (code,
+ * signal), 'close' (code, signal) once its piped output ended too, 'error'.
+ */
+export declare class SandboxProcess extends EventEmitter {
+  private constructor();
+  readonly sandbox: Sandbox;
+  readonly spawnargs: string[];
+  /** The program's pid on this machine; initPid is its parent, the run's pid 1. */
+  readonly pid: number;
+  readonly initPid: number;
+  readonly stdin: Writable | null;
+  readonly stdout: Readable | null;
+  readonly stderr: Readable | null;
+  readonly stdio: [Writable | null, Readable | null, Readable | null];
+  exitCode: number | null;
+  signalCode: string | null;
+  killed: boolean;
+  /** The run result once it ended. */
+  result: RunResult | null;
+  /** The result once it ended; with a timeout (seconds), null if it still runs then. */
+  wait(options?: { timeout?: number }): Promise<RunResult | null>;
+  /** Kill the program's whole tree (idempotent); false once it ended. */
+  kill(): boolean;
+  /** Stop every process of the run (docs/security.md, "pause"). */
+  pause(): Promise<void>;
+  resume(): Promise<void>;
+  /** Let a program popen'd with {start: false} exec (InvalidState when it is not parked). */
+  start(): Promise<void>;
 }
 
 export declare class Command {
@@ -359,6 +482,17 @@ export declare class Command {
   pipe(next: Command | Pipeline): Pipeline;
   /** Run this command alone. */
   run(options?: PipelineRunOptions): Promise<RunResult>;
+  /** This command's output named for a gather's consumer: a.as('code').and(b.as('data')).pipe(c).run(). */
+  as(name: string): Gather;
+}
+
+/** Named commands whose outputs feed one consumer (docs/protocol.md, gather). */
+export declare class Gather {
+  constructor(sources: Command[]);
+  readonly sources: Command[];
+  and(other: Gather): Gather;
+  /** The consumer: the last source on its stdin, the others on fds 3, 4, … named by SANDTRAP_GATHER. */
+  pipe(next: Command | Pipeline): Pipeline;
 }
 
 export declare class Pipeline {
@@ -380,6 +514,15 @@ export declare function confine(sandbox: Sandbox | SandboxOptions, options?: { s
 
 /** What this kernel and process can enforce. */
 export declare function probe(): ProbeResult;
+
+/** A profile as sections of keys, the shape of its TOML file (docs/cli.md, "Profiles"). */
+export type ProfileDict = Record<string, Record<string, unknown>>;
+/** Reads a saved profile (a name) or a profile file (a path: it has a '/' or ends in .toml); throws PolicyError (every problem with file, line, key) or NotFound. */
+export declare function loadProfile(nameOrPath: string): ProfileDict;
+/** Sandbox options for a profile given as sections of keys, checked as a file is. */
+export declare function policyFromDict(profile: ProfileDict, source?: string): SandboxOptions;
+/** The program of a profile's [program] (exec then args), or null. */
+export declare function profileArgv(profile: ProfileDict): string[] | null;
 
 export declare function version(): VersionInfo;
 
@@ -444,6 +587,15 @@ export declare class SandboxClosed extends SandtrapError {
 export declare class InternalError extends SandtrapError {
   readonly code: 'internal';
 }
+/** result.check() of a run that did not succeed: err.result is that result. */
+export declare class ProcessFailed extends SandtrapError {
+  readonly code: 'process_failed';
+  readonly result: RunResult;
+}
+/** spawn() while the sandbox's process runs, wait() without one. */
+export declare class InvalidState extends SandtrapError {
+  readonly code: 'invalid_state';
+}
 /** Node's convention: name 'AbortError', code 'ABORT_ERR', the signal's reason as `cause`. */
 export declare class AbortError extends SandtrapError {
   readonly name: 'AbortError';
@@ -455,11 +607,14 @@ export interface PythonPolicy {
   /** Seconds an exec may run, host calls included (default 30; null: no limit). */
   timeout?: number | null;
   tickLimit?: number;
+  /** Bytes of memory growth an exec may use (Python's `Policy(memory_limit=)` is megabytes, its seed's unit). */
   memoryLimit?: number;
   maxStdout?: number;
   allowNetwork?: boolean;
   /** At 'kernel', let the worker create processes and run programs (refused with EPERM otherwise). */
   allowSubprocess?: boolean;
+  /** Where `import name` finds `name.py` in a VirtualFS (default '/'; Python's `Policy.module_root`). */
+  moduleRoot?: string;
   /**
    * Host functions the sandboxed code may call by name: they run here, in JavaScript,
    * with the call's arguments (and its keyword arguments as one last object, when
@@ -472,19 +627,31 @@ export interface PythonPolicy {
 export interface PythonSandboxOptions {
   /** 'kernel' (default): Landlock, seccomp and limits under the worker; 'process': a separate process. */
   isolation?: 'kernel' | 'process';
-  /** The directory the code sees as its filesystem. */
-  filesystem?: string;
-  echo?: boolean | 'all';
+  /**
+   * The directory the code sees as its filesystem, or a VirtualFS: files kept here,
+   * in memory, that the code's `open` and imports see (the worker asks for each
+   * operation; the data never enters its sandbox).
+   */
+  filesystem?: string | VirtualFS;
+  /** REPL echo: 'last' (or true) the final expression statement, 'all' every top-level one, 'none' (or false) nothing. */
+  echo?: boolean | 'none' | 'last' | 'all';
   allowDegraded?: boolean;
   /** The Python interpreter (default: the engine's pick: the first python3 program on PATH). */
   python?: string;
+  /** Fill each result's `prints` with each print's values (Python's snapshot_prints). */
+  snapshotPrints?: boolean;
+  /** A state from `snapshot()`, rebuilt in every fresh worker (its first exec, or one after a restart). */
+  state?: Uint8Array | null;
+  /** Every exec brings back the current state: functions, classes and instances survive a worker restart. */
+  keepState?: boolean;
 }
 
 export interface PythonExecResult {
   stdout: string;
   stderr: string;
   namespace: Record<string, unknown>;
-  error: { type: string; module: string; message: string; traceback: string | null } | null;
+  /** `args`: a builtin exception's scalar arguments (KeyError('k') → ['k']), when it had only scalars. */
+  error: { type: string; module: string; message: string; traceback: string | null; args?: unknown[] } | null;
   ticks: number;
   traceback: string | null;
   /** Characters of stdout dropped (the tail is kept). */
@@ -494,6 +661,8 @@ export interface PythonExecResult {
   isolation: { level: 'kernel' | 'process'; [key: string]: unknown };
   /** A fresh worker ran this call (the previous one crashed or was killed). */
   restarted: boolean;
+  /** With `snapshotPrints: true`: each print's (and echo's) values, as data. */
+  prints: unknown[][];
 }
 
 export declare class PythonSandbox {
@@ -502,11 +671,48 @@ export declare class PythonSandbox {
   open(): Promise<Record<string, unknown>>;
   exec(
     code: string,
-    options?: { namespace?: Record<string, unknown>; modules?: Record<string, Record<string, unknown>>; stdin?: string; argv?: string[] },
+    options?: {
+      namespace?: Record<string, unknown>;
+      modules?: Record<string, Record<string, unknown>>;
+      stdin?: string;
+      argv?: string[];
+      /** This exec's echo mode (default: the sandbox's). */
+      echo?: boolean | 'none' | 'last' | 'all';
+    },
   ): Promise<PythonExecResult>;
+  /**
+   * The namespace as source plus data (never pickle), as the bytes of its msgpack
+   * encoding (opaque here: JavaScript objects cannot hold its keys). Give it to
+   * `sandbox(policy, {state})`; Python's `sandbox(policy, state=msgpack.unpackb(b))` takes it too.
+   */
+  snapshot(): Promise<Buffer>;
   /** Stop the running exec (its worker is killed); with none running, nothing happens. */
   cancel(): void;
   close(): void;
+}
+
+/**
+ * An in-memory filesystem for the cooperative Python sandbox (Python's
+ * `VirtualFS(state, max_size_mb)`): absolute POSIX paths (`..` stops at `/`),
+ * directories implicit or made with mkdir. Errors thrown are named by the Python
+ * class the sandboxed code sees (FileNotFoundError, FileExistsError, ...).
+ */
+export declare class VirtualFS {
+  /** `files`: initial path -> content (a string is UTF-8); `maxSizeMb` bounds the total size (ENOSPC past it). */
+  constructor(files?: Record<string, string | Uint8Array>, options?: { maxSizeMb?: number });
+  read(path: string): Buffer;
+  readText(path: string): string;
+  /** Write content (a string is UTF-8), making parent directories. */
+  write(path: string, content: string | Uint8Array, options?: { append?: boolean }): void;
+  list(path?: string, options?: { recursive?: boolean }): string[];
+  exists(path: string): boolean;
+  isFile(path: string): boolean;
+  isDir(path: string): boolean;
+  getSize(path: string): number;
+  remove(path: string): void;
+  mkdir(path: string, options?: { parents?: boolean; existOk?: boolean }): void;
+  rmdir(path: string): void;
+  rename(src: string, dst: string): void;
 }
 
 /** The cooperative Python sandbox: `sandbox(policy, {isolation}).exec(code)`. */
@@ -542,3 +748,80 @@ export interface ForkOptions {
 
 /** The clones of a fork in clone order, and the template's isolation report (with `python.granted`: what the engine added to the mapper's policy for the Python runtime). */
 export type Clones = CloneResult[] & { readonly isolation: Record<string, unknown> | null };
+
+/** What a handler does when it throws or returns something that is not a NotifAction. */
+export declare const ExceptionPolicy: { readonly KILL: 'kill'; readonly DENY_EPERM: 'deny_eperm'; readonly CONTINUE: 'continue'; readonly DENY_EIO: 'deny_eio' };
+export type ExceptionPolicyValue = (typeof ExceptionPolicy)[keyof typeof ExceptionPolicy];
+
+/** A handler's decision. */
+export declare class NotifAction {
+  readonly wire: Readonly<Record<string, unknown>>;
+  static continue_(): NotifAction;
+  static errno(value: number): NotifAction;
+  static returns(value: number): NotifAction;
+  static hold(): NotifAction;
+  static kill(sig?: number): NotifAction;
+  /** fd passes to the engine (do not close it). */
+  static injectFd(fd: number, flags?: number): NotifAction;
+  static injectBytes(data: string | Uint8Array, options?: { cloexec?: boolean }): NotifAction;
+}
+
+/** One trapped call. */
+export declare class HandlerCtx {
+  readonly id: number;
+  readonly pid: number;
+  readonly syscall: string;
+  readonly syscallNr: number;
+  readonly args: readonly number[];
+  /** The supervisor's copy of the path argument (what the engine acts on). */
+  readonly path: string | null;
+  readonly argv: readonly string[] | null;
+  readonly family: string | null;
+  readonly host: string | null;
+  readonly port: number;
+  read(addr: number, length: number): Promise<Buffer | null>;
+  readCstr(addr: number, maxLen: number): Promise<string | null>;
+  readPath(): string | null;
+  readPath(arg: number, maxLen?: number): Promise<string | null>;
+}
+
+export declare class Handler {
+  readonly onException: ExceptionPolicyValue;
+  handle(ctx: HandlerCtx): NotifAction | Promise<NotifAction>;
+}
+
+export declare class SyscallEvent {
+  readonly syscall: string;
+  readonly category: string;
+  readonly pid: number;
+  readonly parentPid: number;
+  readonly host: string | null;
+  readonly port: number;
+  readonly argv: readonly string[] | null;
+  readonly path: string | null;
+  readonly denied: boolean;
+  argvContains(s: string): boolean;
+}
+
+export declare class PolicyContext {
+  /** From now on connect, sendto and bind reach only these addresses or CIDR prefixes. */
+  restrictNetwork(ips: string[]): void;
+  /** Lowers the sandbox's cgroup memory limit to at most `bytes` until the run ends (needs a cgroup). */
+  restrictMaxMemory(bytes: number): void;
+  /** Lowers the sandbox's cgroup process limit (pids.max) to at most `n` until the run ends (needs a cgroup). */
+  restrictMaxProcesses(n: number): void;
+  /** Always throws: not enforceable (the engine cannot tell which processes descend from a pid). */
+  restrictPidNetwork(pid: number, ips: string[]): never;
+  /** Always throws: it would widen the policy. */
+  grantNetwork(ips: string[]): never;
+}
+
+/** allow: null, undefined, false, 0; deny EPERM: true, -1; deny with errno: n > 0; 'audit' or -2. */
+export type PolicyFn = (event: SyscallEvent, ctx: PolicyContext) => boolean | number | 'audit' | null | undefined | void | Promise<boolean | number | 'audit' | null | undefined | void>;
+
+export declare const presets: {
+  readonly COMMON_PATH_SYSCALLS: readonly string[];
+  readonly PathDenyHandler: new (options: { deny: string[]; errno?: number; maxLen?: number }) => Handler;
+  readonly PathAllowHandler: new (options: { allow: string[]; errno?: number; maxLen?: number }) => Handler;
+  readonly AuditPathsHandler: new (callback: (path: string | null, ctx: HandlerCtx) => void, options?: { maxLen?: number }) => Handler;
+};

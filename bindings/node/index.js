@@ -9,21 +9,37 @@
  *   r.stdout; // <Buffer 68 69 0a>
  */
 const errors = require('./lib/errors');
-const { Sandbox, Command, Pipeline, confine, probe, version } = require('./lib/sandbox');
-const { sandbox, PythonSandbox } = require('./lib/python');
+const { Sandbox, Command, Pipeline, Gather, confine, probe, version } = require('./lib/sandbox');
+const { sandbox, PythonSandbox, VirtualFS } = require('./lib/python');
 require('./lib/fork'); // Sandbox.prototype.fork / reduce
 const { BranchAction } = require('./lib/view'); // Sandbox.prototype.dryRun / commit / abort
+const { SandboxProcess } = require('./lib/process'); // Sandbox.prototype.popen, spawn, …
+const { loadProfile, policyFromDict, profileArgv } = require('./lib/profile');
+const handlers = require('./lib/handlers');
 
 module.exports = {
   Sandbox,
+  Handler: handlers.Handler,
+  HandlerCtx: handlers.HandlerCtx,
+  NotifAction: handlers.NotifAction,
+  ExceptionPolicy: handlers.ExceptionPolicy,
+  SyscallEvent: handlers.SyscallEvent,
+  PolicyContext: handlers.PolicyContext,
+  presets: handlers.presets,
   sandbox,
   PythonSandbox,
+  VirtualFS,
   Command,
   Pipeline,
+  Gather,
+  SandboxProcess,
   confine,
   probe,
   version,
   BranchAction,
+  loadProfile,
+  policyFromDict,
+  profileArgv,
   Problem: errors.Problem,
   SandtrapError: errors.SandtrapError,
   InvalidArgument: errors.InvalidArgument,
@@ -35,5 +51,7 @@ module.exports = {
   ForkedChild: errors.ForkedChild,
   SandboxClosed: errors.SandboxClosed,
   InternalError: errors.InternalError,
+  ProcessFailed: errors.ProcessFailed,
+  InvalidState: errors.InvalidState,
   AbortError: errors.AbortError,
 };

@@ -7,8 +7,8 @@ Where the engine's sources are:
 
 The build first checks that Go (the version go.mod asks for), a C compiler,
 libseccomp's headers and make are there, naming everything missing at once; then it
-runs ``make -C <engine> lib`` and copies ``build/libsandtrap.so`` to
-``sandtrap/_lib/``. The guest runtime ``sandtrap_guest`` is an ordinary package of
+runs ``make -C <engine> lib cli`` and copies ``build/libsandtrap.so`` and the
+``sandtrap`` command to ``sandtrap/_lib/``. The guest runtime ``sandtrap_guest`` is an ordinary package of
 this distribution (src/sandtrap_guest links to core/guest/python/sandtrap_guest).
 
 pip hides a build's output unless run with -v; a cold build compiles about 130 Go
@@ -17,6 +17,7 @@ terminal (/dev/tty) when there is one. SANDTRAP_BUILD_TTY=0 turns that off.
 
 Environment:
   SANDTRAP_PREBUILT_LIB  ship this already-built libsandtrap.so instead of building
+  SANDTRAP_PREBUILT_CLI  and this sandtrap command (default: the sandtrap beside it)
   GO, CC                 the go command and C compiler (defaults: go, cc)
 """
 
@@ -41,6 +42,7 @@ except ImportError:  # setuptools < 70.1
 
 HERE = Path(__file__).resolve().parent
 LIBNAME = "libsandtrap.so"
+CLINAME = "sandtrap"  # the sandtrap command, built by `make cli` beside the library
 SDIST_ENGINE = "engine"  # where the sdist keeps the engine's sources
 # the licence of libseccomp (LGPL-2.1), which auditwheel copies into the wheel
 SECCOMP_COPYRIGHT = Path("/usr/share/doc/libseccomp2/copyright")
@@ -113,7 +115,7 @@ _PKG_LINE = re.compile(r"^[\w.\-]+(/[\w.\-]+)*$")
 def _run_make(root: Path, env: dict[str, str]) -> None:
     """make lib, with `go build -v` counted into progress lines every few seconds."""
     total = _go_packages(root, env)
-    cmd = ["make", "-C", str(root), "lib", f"GO={env.get('GO', 'go')}", "GOBUILDFLAGS=-v"]
+    cmd = ["make", "-C", str(root), "lib", "cli", f"GO={env.get('GO', 'go')}", "GOBUILDFLAGS=-v"]
     _log(" ".join(cmd))
     _log(
         f"compiling the engine ({total or 'about 130'} Go packages; a cold build takes one to two minutes "
@@ -142,7 +144,7 @@ def _run_make(root: Path, env: dict[str, str]) -> None:
             )
     rc = proc.wait()
     if rc != 0:
-        _fail("make lib failed (exit %d); its last lines:\n%s" % (rc, "\n".join(tail)))
+        _fail("make lib cli failed (exit %d); its last lines:\n%s" % (rc, "\n".join(tail)))
     _log(f"libsandtrap.so built in {time.monotonic() - start:.0f}s ({done} packages compiled, the rest cached)")
 
 
@@ -196,6 +198,13 @@ class build_py(_build_py):
         shutil.copyfile(lib, dest / LIBNAME)  # follows build/libsandtrap.so -> .so.0 -> .so.X.Y.Z
         os.chmod(dest / LIBNAME, 0o755)
         _log(f"shipping {lib.resolve()} as sandtrap/_lib/{LIBNAME}")
+        # the sandtrap command (docs/cli.md), beside the library: the console scripts run it
+        cli = Path(os.environ.get("SANDTRAP_PREBUILT_CLI") or lib.parent / CLINAME)
+        if not cli.is_file():
+            _fail(f"no sandtrap command at {cli} (make cli builds it; or set SANDTRAP_PREBUILT_CLI)")
+        shutil.copyfile(cli, dest / CLINAME)
+        os.chmod(dest / CLINAME, 0o755)
+        _log(f"shipping {cli} as sandtrap/_lib/{CLINAME}")
         if SECCOMP_COPYRIGHT.is_file():
             shutil.copyfile(SECCOMP_COPYRIGHT, dest / "libseccomp.copyright")
 

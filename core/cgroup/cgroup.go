@@ -41,7 +41,12 @@ type Group struct {
 	mu      sync.Mutex
 	ooms    int      // OOM kills already accounted to earlier runs
 	notes   []string // limits that hold only in part (reported as degraded)
+	base    Limits   // the policy's
+	lowered map[*Lowered]struct{}
 }
+
+// Lowered is a tightening of a group's memory and process limits (Restrict).
+type Lowered struct{ Memory, Processes int64 }
 
 // Notes are the limits of the group that hold only in part.
 func (g *Group) Notes() []string { return g.notes }
@@ -116,6 +121,7 @@ func New(info *kernel.CgroupInfo, l Limits) (*Group, error) {
 		g.Close()
 		return nil, err
 	}
+	g.base = l
 	for _, d := range g.dirs {
 		fd, err := unix.Open(filepath.Join(d, "cgroup.procs"), unix.O_WRONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
@@ -217,6 +223,107 @@ func (g *Group) apply(l Limits) error {
 		if err := write(d, "cpu.cfs_quota_us", q); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// Restrict lowers the group's memory and process limits (0: leave it) to at most
+// these, for every member, until undo (the policy's limits, or the lowest of the
+// restrictions still held, apply again). It never raises a limit. An error says the
+// group cannot hold that limit (no memory or pids controller in it).
+func (g *Group) Restrict(memory, processes int64) (undo func(), err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if memory > 0 && !g.has("memory") {
+		return nil, errors.New("the sandbox's cgroup has no memory controller (give the policy a max_memory)")
+	}
+	if processes > 0 && !g.has("pids") {
+		return nil, errors.New("the sandbox's cgroup has no pids controller (give the policy a max_processes)")
+	}
+	r := &Lowered{Memory: memory, Processes: processes}
+	if g.lowered == nil {
+		g.lowered = map[*Lowered]struct{}{}
+	}
+	g.lowered[r] = struct{}{}
+	if err := g.applyLowered(); err != nil {
+		delete(g.lowered, r)
+		g.applyLowered()
+		return nil, err
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			delete(g.lowered, r)
+			g.applyLowered()
+		})
+	}, nil
+}
+
+// has: the group holds controller c's limits.
+func (g *Group) has(c string) bool {
+	if g.info.Version == 2 {
+		_, ok := g.info.Dirs[c]
+		return ok && g.dirs["unified"] != ""
+	}
+	return g.dirs[c] != ""
+}
+
+// Limit is the memory and process limits in force (the lowest of the policy's and
+// the restrictions held; 0: none).
+func (g *Group) Limit() (memory, processes int64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	l := g.effective()
+	return l.Memory, l.Processes
+}
+
+func (g *Group) effective() Limits {
+	l := g.base
+	low := func(cur, v int64) int64 {
+		if v > 0 && (cur <= 0 || v < cur) {
+			return v
+		}
+		return cur
+	}
+	for r := range g.lowered {
+		l.Memory, l.Processes = low(l.Memory, r.Memory), low(l.Processes, r.Processes)
+	}
+	return l
+}
+
+// applyLowered writes the memory and process limits in force (g.mu held).
+func (g *Group) applyLowered() error {
+	l := g.effective()
+	if g.info.Version == 2 {
+		d := g.dirs["unified"]
+		if g.has("memory") {
+			if err := write(d, "memory.max", max(l.Memory)); err != nil {
+				return err
+			}
+		}
+		if g.has("pids") {
+			return write(d, "pids.max", max(l.Processes))
+		}
+		return nil
+	}
+	if d := g.dirs["memory"]; d != "" {
+		lim := "-1"
+		if l.Memory > 0 {
+			lim = strconv.FormatInt(l.Memory, 10)
+		}
+		// memsw may not be below limit_in_bytes: written before (raising) and after
+		// (lowering: the first write fails)
+		write(d, "memory.memsw.limit_in_bytes", lim)
+		if err := write(d, "memory.limit_in_bytes", lim); err != nil {
+			return err
+		}
+		write(d, "memory.memsw.limit_in_bytes", lim)
+		write(d, "memory.kmem.tcp.limit_in_bytes", lim)
+	}
+	if d := g.dirs["pids"]; d != "" {
+		return write(d, "pids.max", max(l.Processes))
 	}
 	return nil
 }

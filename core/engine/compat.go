@@ -49,6 +49,7 @@ const (
 	KindSpawn          = protocol.KindSpawn
 	KindTimeout        = protocol.KindTimeout
 	KindCancelled      = protocol.KindCancelled
+	KindKilled         = protocol.KindKilled
 	KindCPUTime        = protocol.KindCPUTime
 	KindMemory         = protocol.KindMemory
 	KindStageFailed    = protocol.KindStageFailed

@@ -26,7 +26,6 @@ package engine
 
 import (
 	"debug/elf"
-	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -34,6 +33,7 @@ import (
 	"sync"
 
 	"github.com/sandtrap/sandtrap/core/policy"
+	"github.com/sandtrap/sandtrap/core/profile"
 	"github.com/sandtrap/sandtrap/core/supervise"
 )
 
@@ -328,46 +328,14 @@ func elfInterp(path string) string {
 	return ""
 }
 
-// profileTOML is a learned policy in the profile format (TOML, the policy's field
-// names as keys), fields in a fixed order.
+// profileTOML is a learned policy as a profile (core/profile: fs_readable and
+// fs_writable under [filesystem], net_allow under [network]).
 func profileTOML(pol map[string]any) string {
-	var b strings.Builder
-	b.WriteString("# learned by sandtrap learn mode\n")
-	for _, k := range []string{"fs_readable", "fs_writable", "net_allow"} {
-		list, ok := pol[k].([]string)
-		if !ok {
-			continue
-		}
-		if len(list) == 0 {
-			fmt.Fprintf(&b, "%s = []\n", k)
-			continue
-		}
-		fmt.Fprintf(&b, "%s = [\n", k)
-		for _, v := range list {
-			fmt.Fprintf(&b, "  %s,\n", tomlString(v))
-		}
-		b.WriteString("]\n")
+	text, err := profile.Format(pol, nil, "learned by sandtrap learn mode")
+	if err != nil {
+		return "# BUG(engine): the learned policy cannot be written as a profile: " + err.Error() + "\n"
 	}
-	return b.String()
-}
-
-// tomlString is s as a TOML basic string.
-func tomlString(s string) string {
-	var b strings.Builder
-	b.WriteByte('"')
-	for _, r := range s {
-		switch {
-		case r == '"' || r == '\\':
-			b.WriteByte('\\')
-			b.WriteRune(r)
-		case r < 0x20 || r == 0x7f:
-			fmt.Fprintf(&b, "\\u%04x", r)
-		default:
-			b.WriteRune(r)
-		}
-	}
-	b.WriteByte('"')
-	return b.String()
+	return text
 }
 
 // learnRequest is the "learn" op: a run request, answered with a LearnResult.

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/sandtrap/sandtrap/core/profile"
 )
 
 func policyOf(t *testing.T, pol map[string]any, drop string, extra map[string]any) map[string]any {
@@ -75,6 +77,12 @@ func TestLearnFiles(t *testing.T) {
 	}
 	if !strings.Contains(lr.Profile, fmt.Sprintf("fs_writable = [\n  %q,\n]", outDir)) {
 		t.Errorf("profile: %s", lr.Profile)
+	}
+	// the profile is one --profile-file and load_profile read: the learned policy
+	if prof, err := profile.Parse("learned.toml", []byte(lr.Profile)); err != nil {
+		t.Errorf("the learned profile does not load: %v\n%s", err, lr.Profile)
+	} else if w, _ := prof.Policy["fs_writable"].([]any); len(w) != 1 || w[0] != outDir || len(prof.Policy["fs_readable"].([]any)) != len(readable) {
+		t.Errorf("the learned profile holds %v, not %v", prof.Policy, lr.Policy)
 	}
 	good := mustSandbox(t, policyOf(t, lr.Policy, "", nil))
 	if r := run(good, argv...); !r.Success || strings.TrimSpace(string(r.Stdout)) != "done" {

@@ -45,6 +45,7 @@ type Sandbox struct {
 	closed   bool
 	running  map[string]map[uint64]func() // cancel tag -> run id -> cancel
 	sessions template.Table               // its open sessions (core/template)
+	procs    runs.Processes               // its popen'd runs not yet waited for (popen.go)
 	closers  []func()                     // OnClose
 }
 
@@ -76,11 +77,12 @@ func build(p *policy.Policy, probs policy.Problems, opts ...func(*Sandbox)) (*Sa
 	}
 	f := in.Features
 	runs.NullFD()
-	sb := &Sandbox{Policy: p, in: in, running: map[string]map[uint64]func(){}, env: runs.BaseEnv(p)}
+	sb := &Sandbox{Policy: p, in: in, running: map[string]map[uint64]func(){}, env: in.Net.ProxyEnv(runs.BaseEnv(p), p)}
 	if limits := plan.CgroupLimits(p); f.Cgroup != nil && limits.Needed() {
 		cg, err := cgroup.New(f.Cgroup, limits)
 		if err != nil {
 			if !p.AllowDegraded {
+				in.Net.CloseHTTP()
 				return nil, errorf(KindIsolation, "isolation unavailable: %v (pass allow_degraded to run without it)", err)
 			}
 			in.GroupErr = err.Error()
@@ -155,6 +157,7 @@ func (s *Sandbox) Close() {
 	liveMu.Unlock()
 	s.runClosers()
 	template.CloseAll(s)
+	s.procs.KillAll()
 	s.inflight.Wait() // runs in flight still need the zygote
 	s.zmu.Lock()
 	if s.zyg != nil {
@@ -171,6 +174,7 @@ func (s *Sandbox) Close() {
 	}
 	s.pl, s.retiredPls = nil, nil
 	s.zmu.Unlock()
+	s.in.Net.CloseHTTP() // its HTTP proxy, once no run can use it
 	if cg := s.group(); cg != nil {
 		cg.Close()
 	}

@@ -25,6 +25,7 @@
 package hostcall
 
 import (
+	"bytes"
 	"fmt"
 	"sort"
 	"sync"
@@ -111,12 +112,62 @@ func deliver(owner any, id uint64, st Step) ([]byte, string) {
 	mu.Lock()
 	ops[id] = &parked{owner: owner, call: cid, next: st.Next}
 	mu.Unlock()
-	call := make(map[string]any, len(st.Call.Fields)+2)
-	for k, v := range st.Call.Fields {
-		call[k] = v
+	return encodeCall(st.Call, cid, id), ""
+}
+
+// encodeCall is {"call": {fields..., "id": cid, "kind": kind}, "pending": id},
+// written directly (no copy of the fields into a map of its own).
+func encodeCall(c *Call, cid, id uint64) []byte {
+	var buf bytes.Buffer
+	buf.Grow(256)
+	enc := msgpack.NewEncoder(&buf)
+	n := len(c.Fields) + 2
+	for k := range c.Fields {
+		if k == "id" || k == "kind" {
+			n-- // ours win
+		}
 	}
-	call["id"], call["kind"] = cid, st.Call.Kind
-	return encode(map[string]any{"call": call, "pending": id}), ""
+	err := enc.EncodeMapLen(2)
+	if err == nil {
+		err = enc.EncodeString("call")
+	}
+	if err == nil {
+		err = enc.EncodeMapLen(n)
+	}
+	for k, v := range c.Fields {
+		if err != nil {
+			break
+		}
+		if k == "id" || k == "kind" {
+			continue
+		}
+		if err = enc.EncodeString(k); err == nil {
+			err = enc.Encode(v)
+		}
+	}
+	if err == nil {
+		err = enc.EncodeString("id")
+	}
+	if err == nil {
+		err = enc.EncodeUint(cid)
+	}
+	if err == nil {
+		err = enc.EncodeString("kind")
+	}
+	if err == nil {
+		err = enc.EncodeString(c.Kind)
+	}
+	if err == nil {
+		err = enc.EncodeString("pending")
+	}
+	if err == nil {
+		err = enc.EncodeUint(id)
+	}
+	if err != nil {
+		return encode(map[string]any{"success": false, "error": map[string]string{
+			"kind": "internal", "message": "encoding a host call: " + err.Error()}})
+	}
+	return buf.Bytes()
 }
 
 // Resume handles an answer request (req is its msgpack map) sent to owner.

@@ -75,6 +75,9 @@ func Prepare(p *policy.Policy, f kernel.Features, probs policy.Problems) (*Input
 	if _, err := cloneCookie(); err != nil {
 		return nil, err
 	}
+	if err := np.startHTTP(); err != nil {
+		return nil, protocol.Errorf(protocol.KindIsolation, "isolation unavailable: %v", err)
+	}
 	return &Input{Policy: p, Features: f, Devices: devices, ViewPlan: view, Net: np}, nil
 }
 

@@ -28,6 +28,7 @@ type NetPlan struct {
 	ports        *supervise.PortMap  // port_remap (ports.go)
 	resolved     map[string][]string // host name -> addresses found at build
 	report       *NetReport
+	http         *httpPlan // HTTP rules: the sandbox's proxy (http.go)
 }
 
 // NetReport is the network part of the isolation report.
@@ -39,6 +40,7 @@ type NetReport struct {
 	Resolved   map[string][]string `msgpack:"resolved,omitempty"`
 	Notes      []string            `msgpack:"notes,omitempty"`      // what the rules allow that this host will not do
 	PortRemap  bool                `msgpack:"port_remap,omitempty"` // binds of the bind ports remapped (ports.go)
+	HTTP       *HTTPReport         `msgpack:"http,omitempty"`       // HTTP rules: connects to the HTTP ports go to the proxy (http.go)
 }
 
 // maxFloorPorts: more TCP ports than this in the rules make the Landlock floor
@@ -49,6 +51,9 @@ const maxFloorPorts = 256
 const resolveTimeout = 5 * time.Second
 
 func lookupHost(ctx context.Context, host string) ([]netip.Addr, error) {
+	if a, ok := testHost(host); ok {
+		return a, nil
+	}
 	return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
 }
 
@@ -137,6 +142,9 @@ func planNet(p *policy.Policy, probs *policy.Problems) NetPlan {
 		}
 		sort.Slice(np.connectPorts, func(i, j int) bool { return np.connectPorts[i] < np.connectPorts[j] })
 	}
+	if planHTTP(p, &np) {
+		supervised = true // every connect: those to the HTTP ports go to the proxy
+	}
 	if supervised {
 		np.sup = &supervise.NetPolicy{Deny: deny, Rules: dests, Resolve: lookupHost}
 	}
@@ -209,3 +217,34 @@ func planPorts(p *policy.Policy, probs *policy.Problems) *supervise.PortMap {
 // Ports is the sandbox's port map (nil without port_remap), shared by every zygote,
 // run, session and fork of the sandbox.
 func (np NetPlan) Ports() *supervise.PortMap { return np.ports }
+
+// Wanted: the sandbox may have inet sockets at all.
+func (np NetPlan) Wanted() bool { return np.wanted }
+
+// Floor is what the kernel enforces for a sandbox without rules by destination, as
+// supervisor rules: TCP to the Landlock connect ports (every port when it allows
+// any), UDP and ICMP anywhere when the filter allows such sockets (core/engine's
+// handlers.go: connect and sendto the supervisor performs for the caller, which
+// Landlock does not see).
+func (np NetPlan) Floor() *supervise.NetPolicy {
+	tcp := supervise.NetDest{Proto: "tcp", Any: true, Text: "the Landlock floor"}
+	if !np.anyConnect {
+		if len(np.connectPorts) == 0 {
+			tcp.Any = false // no TCP connect at all
+		}
+		for _, p := range np.connectPorts {
+			tcp.Ports = append(tcp.Ports, [2]uint16{p, p})
+		}
+	}
+	pol := &supervise.NetPolicy{}
+	if tcp.Any {
+		pol.Rules = append(pol.Rules, tcp)
+	}
+	if np.udp {
+		pol.Rules = append(pol.Rules, supervise.NetDest{Proto: "udp", Any: true, Text: "udp"})
+	}
+	if np.icmp {
+		pol.Rules = append(pol.Rules, supervise.NetDest{Proto: "icmp", Any: true, Text: "icmp"})
+	}
+	return pol
+}

@@ -44,6 +44,9 @@ type Plan struct {
 	// the zygote step: the spawn specification that applies it all
 	Zygote   *spawn.ZygoteSpec
 	Hostname string // the sandbox's own (name), in the zygote's UTS namespace
+	// CorePattern: core dumps are allowed (no_coredump=false), written by this
+	// kernel.core_pattern; "": no core dumps.
+	CorePattern string
 
 	disabled []string // features the test hook turned off (kernel.Features.Disabled)
 	tableFDs []int    // O_PATH fds of the Landlock table's paths (runs with their own /proc)
@@ -122,6 +125,34 @@ func (pl *Plan) Isolation() *Isolation {
 	c := pl.report
 	c.Degraded = append([]string{}, pl.report.Degraded...)
 	return &c
+}
+
+// WithTraps is a copy of pl whose filter hands traps (pl's own and more) to a
+// supervisor configured with sup (core/handlers: a zygote for runs whose
+// calls the host judges). The copy owns nothing of its own: its ruleset and
+// descriptors are pl's (close pl, never the copy).
+func (pl *Plan) WithTraps(traps []seccomp.Trap, sup supervise.Config) (*Plan, error) {
+	if pl.BPF == nil || pl.Zygote == nil {
+		return nil, protocol.Errorf(protocol.KindIsolation, "isolation unavailable: traps need seccomp")
+	}
+	c := *pl
+	c.tableFDs = nil
+	c.Supervise = sup
+	c.SCCfg.Traps = traps
+	prog, err := seccomp.Compile(c.SCCfg)
+	if err != nil {
+		return nil, protocol.Errorf(protocol.KindIsolation, "seccomp: %v", err)
+	}
+	c.BPF = prog
+	zs := *pl.Zygote
+	zs.BPF, zs.Listener = prog.BPF, len(prog.Notified) > 0
+	c.Zygote = &zs
+	if pl.report.Seccomp != nil {
+		sr := *pl.report.Seccomp
+		sr.Supervised = prog.Notified
+		c.report.Seccomp = &sr
+	}
+	return &c, nil
 }
 
 // Missing is every protection the plan's steps could not apply.
@@ -367,6 +398,7 @@ func (c *compiler) seccomp() error {
 	}
 	pl.Supervise.ListenNeedsBind = np.wanted
 	pl.Supervise.Ports = np.ports
+	pl.Supervise.HTTP = np.redirect()
 	pl.Supervise.Learn = c.in.Learn
 	if np.sup != nil {
 		pl.Supervise.Net = np.sup
@@ -387,7 +419,7 @@ func (c *compiler) seccomp() error {
 	}
 	pl.SCCfg = seccomp.Config{
 		NoInet: !np.wanted, AllowUDP: np.udp, AllowICMP: np.icmp, AllowUnix: p.NetAllowUnix,
-		ExtraAllow: p.ExtraAllowSyscalls, ExtraDeny: p.ExtraDenySyscalls,
+		ExtraAllow: p.ExtraAllowSyscalls, ExtraDeny: append(slices.Clone(p.ExtraDenySyscalls), knobDenied(p)...),
 		// no TCP Fast Open where connect is limited (its implicit connect is
 		// seen by neither Landlock nor the supervisor's connect)
 		CloneCookie: c.cookie, RestrictConnect: np.wanted && (!np.anyConnect || np.sup != nil),
@@ -472,7 +504,9 @@ func (c *compiler) zygote() error {
 		// counted per user in the sandbox's user namespace: every run together
 		rl(unix.RLIMIT_NPROC, p.MaxProcesses+helperProcesses)
 	}
-	rl(unix.RLIMIT_CORE, 0) // no core dumps of sandbox memory
+	if err := c.processKnobs(zs, rl); err != nil {
+		return err
+	}
 	pl.Zygote = zs
 	return nil
 }
@@ -506,6 +540,17 @@ func (pl *Plan) derive(p *policy.Policy) Isolation {
 		rep.UID, rep.GID = p.UID, p.GID
 	}
 	rep.Hostname = pl.Hostname
+	rep.Process = ProcessReport{ASLR: true, HugePages: true, CoreDumps: "off"}
+	if z := pl.Zygote; z != nil {
+		rep.Process.ASLR = !(z.SetPersonality && z.Personality&addrNoRandomize != 0)
+		rep.Process.HugePages = !z.NoTHP
+		if len(z.CPUs) > 0 {
+			rep.Process.CPUCores, rep.Process.CPUVia = z.CPUs, "sched_setaffinity"
+		}
+	}
+	if pl.CorePattern != "" {
+		rep.Process.CoreDumps = pl.CorePattern
+	}
 	lim := pl.Limits
 	if lim.Memory != "" {
 		l := Limit{Value: p.MaxMemory, Via: string(lim.Memory)}

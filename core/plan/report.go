@@ -25,6 +25,7 @@ type Isolation struct {
 	UID            *uint32          `msgpack:"uid,omitempty"`
 	GID            *uint32          `msgpack:"gid,omitempty"`
 	Limits         map[string]Limit `msgpack:"limits"`
+	Process        ProcessReport    `msgpack:"process"`
 	Degraded       []string         `msgpack:"degraded"`              // asked for, weaker than asked
 	NotApplied     []string         `msgpack:"not_applied,omitempty"` // hardening this kernel lacks
 	Disabled       []string         `msgpack:"test_disabled,omitempty"`
@@ -43,6 +44,16 @@ type SeccompReport struct {
 	UDP         bool     `msgpack:"udp"`
 	ICMP        bool     `msgpack:"icmp"`
 	UnixSockets bool     `msgpack:"unix_sockets"`
+}
+
+// ProcessReport is what every process of the run inherits of the policy's process
+// knobs (knobs.go).
+type ProcessReport struct {
+	ASLR      bool   `msgpack:"aslr"`                // address-space layout randomization (off: no_randomize_memory)
+	HugePages bool   `msgpack:"huge_pages"`          // transparent huge pages (off: no_huge_pages)
+	CoreDumps string `msgpack:"core_dumps"`          // "off", or the core_pattern they are written by
+	CPUCores  []int  `msgpack:"cpu_cores,omitempty"` // the CPUs the run may use (cpu_cores)
+	CPUVia    string `msgpack:"cpu_via,omitempty"`   // "sched_setaffinity" (refused to the program)
 }
 
 // Limit is one resource limit and the mechanism enforcing it.

@@ -21,8 +21,11 @@ type Policy struct {
 	NetAllowBind []uint16
 	NetAllowUDP  bool
 	NetAllowUnix bool
-	PortRemap    bool   // binds of NetAllowBind ports land on real ports of the sandbox's own (core/supervise/ports.go)
-	Name         string // the sandbox's hostname, in a UTS namespace of its own ("": the host's)
+	PortRemap    bool       // binds of NetAllowBind ports land on real ports of the sandbox's own (core/supervise/ports.go)
+	Name         string     // the sandbox's hostname, in a UTS namespace of its own ("": the host's)
+	HTTPAllow    []HTTPRule // requests the proxy lets through (http.go; core/httpproxy)
+	HTTPDeny     []HTTPRule // requests it refuses, checked first
+	HTTPPorts    []uint16   // TCP ports whose connects go to the proxy (empty: DefaultHTTPPorts)
 
 	MaxMemory    int64   // bytes
 	MaxProcesses int64   // tasks in the sandbox
@@ -40,7 +43,13 @@ type Policy struct {
 
 	ExtraAllowSyscalls []string
 	ExtraDenySyscalls  []string
-	AllowDegraded      bool
+
+	NoRandomizeMemory bool  // personality(ADDR_NO_RANDOMIZE) for every process of the run
+	NoHugePages       bool  // PR_SET_THP_DISABLE
+	NoCoredump        *bool // nil or true: RLIMIT_CORE 0; false: core dumps allowed (core_pattern checked)
+	CPUCores          []int // sched_setaffinity of the run (refused to the program); sorted, distinct
+
+	AllowDegraded bool
 
 	// Workdir, when set, is seen copy-on-write by every run (core/fsview/cow.go);
 	// OnExit and OnError are BranchCommit, BranchAbort or BranchKeep ("": the
@@ -161,6 +170,9 @@ func Decode(m map[string]any) (*Policy, Problems) {
 	}
 	if len(p.NetDeny) > 0 && p.NetAllowUDP {
 		probs.Add("net_allow_udp", "means nothing with a deny list: UDP is allowed wherever the deny list does not refuse it")
+	}
+	if len(p.HTTPPorts) > 0 && !p.HTTPRules() {
+		probs.Add("http_ports", "means nothing without HTTP rules (http_allow or http_deny)")
 	}
 	if p.MaxCPU > 100*1024 {
 		probs.Add("max_cpu", "%d%% is more than any machine has", p.MaxCPU)

@@ -2,6 +2,8 @@ package policy
 
 import (
 	"math"
+	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -154,6 +156,65 @@ func (r reader) boolean(k string) bool {
 		r.probs.Add(k, "want true or false, got %s", typeName(v))
 	}
 	return b
+}
+
+// optBoolean reads a boolean that may be absent (nil).
+func (r reader) optBoolean(k string) *bool {
+	if _, ok := r.get(k); !ok {
+		return nil
+	}
+	b := r.boolean(k)
+	return &b
+}
+
+// MaxCPU is one past the highest CPU number cpu_cores accepts (the kernel's
+// cpu_set_t, CPU_SETSIZE).
+const MaxCPU = 1024
+
+// cpus reads CPU numbers and ranges ("2-3"), sorted and without duplicates.
+func (r reader) cpus(k string) []int {
+	items := r.list(k)
+	seen := map[int]bool{}
+	add := func(lo, hi int64, what any) {
+		if lo < 0 || hi >= MaxCPU || lo > hi {
+			r.probs.Add(k, "%v is not a CPU number or range (0 to %d)", what, MaxCPU-1)
+			return
+		}
+		for c := lo; c <= hi; c++ {
+			seen[int(c)] = true
+		}
+	}
+	for _, it := range items {
+		if n, ok := asInt(it); ok {
+			add(n, n, n)
+			continue
+		}
+		s, ok := it.(string)
+		if !ok {
+			r.probs.Add(k, "want CPU numbers or \"lo-hi\" ranges, got %s", typeName(it))
+			continue
+		}
+		lo, hi, isRange := strings.Cut(s, "-")
+		a, err1 := strconv.ParseInt(strings.TrimSpace(lo), 10, 64)
+		b, err2 := a, error(nil)
+		if isRange {
+			b, err2 = strconv.ParseInt(strings.TrimSpace(hi), 10, 64)
+		}
+		if err1 != nil || err2 != nil {
+			r.probs.Add(k, "%q is not a CPU number or range", s)
+			continue
+		}
+		add(a, b, strconv.Quote(s))
+	}
+	if len(seen) == 0 {
+		return nil
+	}
+	out := make([]int, 0, len(seen))
+	for c := range seen {
+		out = append(out, c)
+	}
+	sort.Ints(out)
+	return out
 }
 
 func (r reader) size(k string) int64 {

@@ -1,5 +1,7 @@
 package policy
 
+import "strings"
+
 //go:generate go run ./gen
 
 // The policy field schema: the one list of policy fields. Everything else that
@@ -22,24 +24,27 @@ const (
 	KindTargets Kind = "targets" // network rules: 443, "host:443", "10.0.0.0/8", "udp://…", "*" (net.go)
 	KindPorts   Kind = "ports"   // ports and ranges: 8080, "8000-8005"
 	KindBool    Kind = "bool"
-	KindSize    Kind = "size"     // bytes: an integer or "256M" (binary suffixes)
-	KindCount   Kind = "count"    // a positive integer
-	KindSeconds Kind = "seconds"  // a positive number of seconds
-	KindID      Kind = "id"       // a uid or gid
-	KindEnv     Kind = "env"      // a map of variable names to values
-	KindNames   Kind = "names"    // syscall names
-	KindHost    Kind = "hostname" // a host name: 1-64 characters, letters, digits, '-' and '.'
-	KindBranch  Kind = "branch"   // what becomes of a copy-on-write workdir's changes: "commit", "abort" or "keep"
+	KindSize    Kind = "size"       // bytes: an integer or "256M" (binary suffixes)
+	KindCount   Kind = "count"      // a positive integer
+	KindSeconds Kind = "seconds"    // a positive number of seconds
+	KindID      Kind = "id"         // a uid or gid
+	KindEnv     Kind = "env"        // a map of variable names to values
+	KindNames   Kind = "names"      // syscall names
+	KindHost    Kind = "hostname"   // a host name: 1-64 characters, letters, digits, '-' and '.'
+	KindHTTP    Kind = "http_rules" // HTTP rules: "METHOD host/path" with * wildcards (http.go)
+	KindCPUs    Kind = "cpus"       // CPU numbers and ranges: 0, "2-3"
+	KindOptBool Kind = "optbool"    // true, false, or absent (a default that is neither)
+	KindBranch  Kind = "branch"     // what becomes of a copy-on-write workdir's changes: "commit", "abort" or "keep"
 )
 
 // Kinds lists every kind, in a stable order.
 var Kinds = []Kind{KindPaths, KindPath, KindTargets, KindPorts, KindBool, KindSize, KindCount,
-	KindSeconds, KindID, KindEnv, KindNames, KindHost, KindBranch}
+	KindSeconds, KindID, KindEnv, KindNames, KindHost, KindHTTP, KindCPUs, KindOptBool, KindBranch}
 
 // List reports whether values of the kind are lists (a C setter appends to them).
 func (k Kind) List() bool {
 	switch k {
-	case KindPaths, KindTargets, KindPorts, KindNames:
+	case KindPaths, KindTargets, KindPorts, KindNames, KindHTTP, KindCPUs:
 		return true
 	}
 	return false
@@ -71,13 +76,31 @@ type Field struct {
 	Default string // as documented: "[]", "none", "16 MiB"…
 	Doc     string // one line, for every generated document; {key} names another field
 	Python  string // the Python keyword, when it is not Key
-	Node    string // the Node option name, when it is not Key in camelCase
-	C       []CSetter
+	// Section is the profile (TOML) section the field is written in, one of Sections;
+	// "" for a runtime argument that no profile holds (name, policy_fn, handlers).
+	Section string
+	// Flag is the long option of `sandtrap run` when it is not Key with dashes
+	// (fs_readable: "read"); Short its one-letter option, if any.
+	Flag, Short string
+	Node        string // the Node option name, when it is not Key in camelCase
+	C           []CSetter
 	// Unsupported, for a field sandtrap does not support yet: why, and what to use
 	// instead. {key} names another field (each binding writes its own name for it).
 	Unsupported string
 
 	bind binding // how Decode reads it (supported fields)
+}
+
+// Sections are the sections of a profile (TOML), in the order of docs/cli.md: the
+// seed API's grouping of its fields.
+var Sections = []string{"config", "determinism", "program", "filesystem", "network", "http", "syscalls", "limits"}
+
+// FlagName is the field's long option of `sandtrap run` (without the dashes).
+func (f *Field) FlagName() string {
+	if f.Flag != "" {
+		return f.Flag
+	}
+	return strings.ReplaceAll(f.Key, "_", "-")
 }
 
 // Kind is how the field's value is read ("" for an unsupported field).
@@ -140,113 +163,128 @@ func (k kindReader[T]) into(dst func(*Policy) *T) binding {
 }
 
 var (
-	paths    = kindReader[[]string]{KindPaths, reader.paths}
-	path     = kindReader[string]{KindPath, reader.path}
-	netRules = kindReader[[]NetRule]{KindTargets, reader.netRules}
-	ports    = kindReader[[]uint16]{KindPorts, reader.ports}
-	boolean  = kindReader[bool]{KindBool, reader.boolean}
-	size     = kindReader[int64]{KindSize, reader.size}
-	count    = kindReader[int64]{KindCount, reader.count}
-	seconds  = kindReader[float64]{KindSeconds, reader.seconds}
-	id       = kindReader[*uint32]{KindID, reader.id}
-	env      = kindReader[map[string]string]{KindEnv, reader.env}
-	sysnames = kindReader[[]string]{KindNames, reader.names}
-	hostname = kindReader[string]{KindHost, reader.hostname}
-	dirPath  = kindReader[string]{KindPath, reader.dirPath}
-	branch   = kindReader[string]{KindBranch, reader.branch}
+	paths     = kindReader[[]string]{KindPaths, reader.paths}
+	path      = kindReader[string]{KindPath, reader.path}
+	netRules  = kindReader[[]NetRule]{KindTargets, reader.netRules}
+	ports     = kindReader[[]uint16]{KindPorts, reader.ports}
+	boolean   = kindReader[bool]{KindBool, reader.boolean}
+	size      = kindReader[int64]{KindSize, reader.size}
+	count     = kindReader[int64]{KindCount, reader.count}
+	seconds   = kindReader[float64]{KindSeconds, reader.seconds}
+	id        = kindReader[*uint32]{KindID, reader.id}
+	env       = kindReader[map[string]string]{KindEnv, reader.env}
+	sysnames  = kindReader[[]string]{KindNames, reader.names}
+	hostname  = kindReader[string]{KindHost, reader.hostname}
+	httpRules = kindReader[[]HTTPRule]{KindHTTP, reader.httpRules}
+	cpus      = kindReader[[]int]{KindCPUs, reader.cpus}
+	optBool   = kindReader[*bool]{KindOptBool, reader.optBoolean}
+	dirPath   = kindReader[string]{KindPath, reader.dirPath}
+	branch    = kindReader[string]{KindBranch, reader.branch}
 )
 
 func str(name, param, doc string) CSetter { return CSetter{name, "const char *" + param, CString, doc} }
 
 // Schema is every policy field, in the order of docs/protocol.md.
 var Schema = []Field{
-	{Key: "fs_readable", Default: "[]", Doc: "paths (files or directories) readable and executable; they must exist (a relative path resolves against the working directory when the sandbox is built)",
+	{Key: "fs_readable", Section: "filesystem", Flag: "read", Short: "r", Default: "[]", Doc: "paths (files or directories) readable and executable; they must exist (a relative path resolves against the working directory when the sandbox is built)",
 		C: []CSetter{str("fs_readable", "path", "")}, bind: paths.into(func(p *Policy) *[]string { return &p.FSReadable })},
-	{Key: "fs_writable", Default: "[]", Doc: "paths readable, writable, executable, creatable, removable; they must exist (relative: as {fs_readable})",
+	{Key: "fs_writable", Section: "filesystem", Flag: "write", Short: "w", Default: "[]", Doc: "paths readable, writable, executable, creatable, removable; they must exist (relative: as {fs_readable})",
 		C: []CSetter{str("fs_writable", "path", "")}, bind: paths.into(func(p *Policy) *[]string { return &p.FSWritable })},
-	{Key: "fs_denied", Default: "[]", Doc: "paths inside allowed trees that stay denied (see docs/security.md)",
+	{Key: "fs_denied", Section: "filesystem", Flag: "deny", Default: "[]", Doc: "paths inside allowed trees that stay denied (see docs/security.md)",
 		C: []CSetter{str("fs_denied", "path", "")}, bind: paths.into(func(p *Policy) *[]string { return &p.FSDenied })},
-	{Key: "net_allow", Default: "[]", Doc: "where sockets may connect and send: `443`, `\":443\"`, `\"api.example.com:443\"`, `\"10.0.0.0/8:22,443\"`, `\"[::1]:8080\"`, `\"udp://1.1.1.1:53\"`, `\"icmp://8.8.8.8\"`, `\"*\"` (host names resolved at build)",
+	{Key: "net_allow", Section: "network", Default: "[]", Doc: "where sockets may connect and send: `443`, `\":443\"`, `\"api.example.com:443\"`, `\"10.0.0.0/8:22,443\"`, `\"[::1]:8080\"`, `\"udp://1.1.1.1:53\"`, `\"icmp://8.8.8.8\"`, `\"*\"` (host names resolved at build)",
 		C:    []CSetter{str("net_allow", "target", "Where sockets may connect and send, one rule per call: \"443\", \":443\", \"api.example.com:443\", \"10.0.0.0/8:22,443\", \"[::1]:8080\", \"udp://1.1.1.1:53\", \"icmp://8.8.8.8\", \"*\". Host names are resolved when the sandbox is built.")},
 		bind: netRules.into(func(p *Policy) *[]NetRule { return &p.NetAllow })},
-	{Key: "net_deny", Default: "[]", Doc: "or where they may not (everything else may), in the same grammar; not with an allow list",
+	{Key: "net_deny", Section: "network", Default: "[]", Doc: "or where they may not (everything else may), in the same grammar; not with an allow list",
 		C:    []CSetter{str("net_deny", "target", "Where sockets may not connect or send (everything else may); not together with net_allow.")},
 		bind: netRules.into(func(p *Policy) *[]NetRule { return &p.NetDeny })},
-	{Key: "net_allow_bind", Default: "[]", Doc: "TCP ports that may be bound: `8080`, `\"8000-8005\"`",
+	{Key: "net_allow_bind", Section: "network", Default: "[]", Doc: "TCP ports that may be bound: `8080`, `\"8000-8005\"`",
 		C: []CSetter{{"net_allow_bind", "uint16_t port", CU64, "TCP bind: one port."},
 			str("net_allow_bind_str", "ports", "TCP bind: a port or a range, \"8000-8005\".")},
 		bind: ports.into(func(p *Policy) *[]uint16 { return &p.NetAllowBind })},
-	{Key: "net_allow_udp", Default: "false", Doc: "UDP to any host and port",
+	{Key: "net_allow_udp", Section: "network", Default: "false", Doc: "UDP to any host and port",
 		C: []CSetter{{"net_allow_udp", "int allow", CBool, ""}}, bind: boolean.into(func(p *Policy) *bool { return &p.NetAllowUDP })},
-	{Key: "net_allow_unix", Default: "false", Doc: "allow `socket(AF_UNIX)` (pathname sockets; abstract ones stay scoped)",
+	{Key: "net_allow_unix", Section: "network", Default: "false", Doc: "allow `socket(AF_UNIX)` (pathname sockets; abstract ones stay scoped)",
 		C: []CSetter{{"net_allow_unix", "int allow", CBool, ""}}, bind: boolean.into(func(p *Policy) *bool { return &p.NetAllowUnix })},
-	{Key: "port_remap", Default: "false", Doc: "binds of the {net_allow_bind} ports (virtual) land on real ports of the sandbox's own: the same when free and unprivileged, else ephemeral (`ports` op); getsockname answers the virtual port, a connect to a loopback virtual port reaches the real one",
+	{Key: "port_remap", Section: "network", Default: "false", Doc: "binds of the {net_allow_bind} ports (virtual) land on real ports of the sandbox's own: the same when free and unprivileged, else ephemeral (`ports` op); getsockname answers the virtual port, a connect to a loopback virtual port reaches the real one",
 		C: []CSetter{{"port_remap", "int remap", CBool, ""}}, bind: boolean.into(func(p *Policy) *bool { return &p.PortRemap })},
-	{Key: "max_memory", Default: "none", Doc: "bytes for the whole process tree (`\"256M\"`): memory cgroup, else RLIMIT_AS per process",
+	{Key: "max_memory", Section: "limits", Flag: "memory", Short: "m", Default: "none", Doc: "bytes for the whole process tree (`\"256M\"`): memory cgroup, else RLIMIT_AS per process",
 		C: []CSetter{{"max_memory", "uint64_t bytes", CU64, "Bytes of memory for the whole process tree: memory cgroup, else RLIMIT_AS per process."}}, bind: size.into(func(p *Policy) *int64 { return &p.MaxMemory })},
-	{Key: "max_processes", Default: "none", Doc: "tasks in the sandbox: pids cgroup, else RLIMIT_NPROC (non-root)",
+	{Key: "max_processes", Section: "limits", Flag: "processes", Short: "P", Default: "none", Doc: "tasks in the sandbox: pids cgroup, else RLIMIT_NPROC (non-root)",
 		C: []CSetter{{"max_processes", "uint32_t n", CU64, ""}}, bind: count.into(func(p *Policy) *int64 { return &p.MaxProcesses })},
-	{Key: "max_open_files", Default: "none", Doc: "RLIMIT_NOFILE per process",
+	{Key: "max_open_files", Section: "limits", Flag: "open-files", Default: "none", Doc: "RLIMIT_NOFILE per process",
 		C: []CSetter{{"max_open_files", "uint32_t n", CU64, ""}}, bind: count.into(func(p *Policy) *int64 { return &p.MaxOpenFiles })},
-	{Key: "max_disk", Default: "none", Doc: "RLIMIT_FSIZE: the largest file the run may write (`\"1G\"`)",
+	{Key: "max_disk", Section: "limits", Flag: "disk", Default: "none", Doc: "RLIMIT_FSIZE: the largest file the run may write (`\"1G\"`)",
 		C: []CSetter{{"max_disk", "uint64_t bytes", CU64, "RLIMIT_FSIZE: the largest file the run may write, in bytes."}}, bind: size.into(func(p *Policy) *int64 { return &p.MaxDisk })},
-	{Key: "max_cpu", Default: "none", Doc: "percent of one CPU, throttled (cpu cgroup): 50, 200",
+	{Key: "max_cpu", Section: "limits", Flag: "cpu", Default: "none", Doc: "percent of one CPU, throttled (cpu cgroup): 50, 200",
 		C: []CSetter{{"max_cpu", "uint32_t percent", CU64, ""}}, bind: count.into(func(p *Policy) *int64 { return &p.MaxCPU })},
-	{Key: "max_cpu_time", Default: "none", Doc: "CPU seconds for the whole process tree, then it is killed",
+	{Key: "max_cpu_time", Section: "limits", Flag: "cpu-time", Default: "none", Doc: "CPU seconds for the whole process tree, then it is killed",
 		C:    []CSetter{{"max_cpu_time_ms", "uint64_t ms", CMillis, "CPU time for the whole process tree, in milliseconds, then it is killed."}},
 		bind: seconds.into(func(p *Policy) *float64 { return &p.MaxCPUTime })},
-	{Key: "timeout", Default: "none", Doc: "default wall-clock seconds of a run",
+	{Key: "timeout", Section: "limits", Flag: "timeout", Short: "t", Default: "none", Doc: "default wall-clock seconds of a run",
 		C:    []CSetter{{"timeout_ms", "uint64_t ms", CMillis, "Default wall-clock timeout of a run, in milliseconds."}},
 		bind: seconds.into(func(p *Policy) *float64 { return &p.Timeout })},
-	{Key: "max_output", Default: "16 MiB", Doc: "bytes kept of each of stdout and stderr; the rest is drained and dropped",
+	{Key: "max_output", Section: "limits", Default: "16 MiB", Doc: "bytes kept of each of stdout and stderr; the rest is drained and dropped",
 		C: []CSetter{{"max_output", "uint64_t bytes", CU64, "Bytes kept of each of stdout and stderr (default 16 MiB); the rest is drained and dropped."}}, bind: size.into(func(p *Policy) *int64 { return &p.MaxOutput })},
-	{Key: "env", Default: "{}", Doc: "variables set for the program",
+	{Key: "env", Section: "program", Flag: "env", Short: "e", Default: "{}", Doc: "variables set for the program",
 		C: []CSetter{{"env", "const char *name, const char *value", CEnv, "Sets one variable for the program."}}, bind: env.into(func(p *Policy) *map[string]string { return &p.Env })},
-	{Key: "clean_env", Default: "false", Doc: "start from an empty environment (PATH set to the system default)",
+	{Key: "clean_env", Section: "program", Default: "false", Doc: "start from an empty environment (PATH set to the system default)",
 		C: []CSetter{{"clean_env", "int clean", CBool, ""}}, bind: boolean.into(func(p *Policy) *bool { return &p.CleanEnv })},
-	{Key: "cwd", Default: "inherited", Doc: "working directory (absolute)",
+	{Key: "cwd", Section: "program", Default: "inherited", Doc: "working directory (absolute)",
 		C: []CSetter{str("cwd", "path", "")}, bind: path.into(func(p *Policy) *string { return &p.Cwd })},
-	{Key: "uid", Default: "none", Doc: "run the program as this user (the host must be root; give {gid} too)",
+	{Key: "uid", Section: "program", Default: "none", Doc: "run the program as this user (the host must be root; give {gid} too)",
 		C:    []CSetter{{"ids", "uint32_t uid, uint32_t gid", CIDs, "Run the program as uid/gid (the host must be root)."}},
 		bind: id.into(func(p *Policy) **uint32 { return &p.UID })},
-	{Key: "gid", Default: "none", Doc: "run the program as this group (with {uid})",
+	{Key: "gid", Section: "program", Default: "none", Doc: "run the program as this group (with {uid})",
 		C: []CSetter{{"ids", "uint32_t uid, uint32_t gid", CIDs, ""}}, bind: id.into(func(p *Policy) **uint32 { return &p.GID })},
-	{Key: "extra_allow_syscalls", Default: "[]", Doc: "syscall names removed from the deny list",
+	{Key: "extra_allow_syscalls", Section: "syscalls", Flag: "allow-syscall", Default: "[]", Doc: "syscall names removed from the deny list",
 		C: []CSetter{str("extra_allow_syscall", "name", "")}, bind: sysnames.into(func(p *Policy) *[]string { return &p.ExtraAllowSyscalls })},
-	{Key: "extra_deny_syscalls", Default: "[]", Doc: "syscall names answered with EPERM",
+	{Key: "extra_deny_syscalls", Section: "syscalls", Flag: "deny-syscall", Default: "[]", Doc: "syscall names answered with EPERM",
 		C: []CSetter{str("extra_deny_syscall", "name", "")}, bind: sysnames.into(func(p *Policy) *[]string { return &p.ExtraDenySyscalls })},
-	{Key: "name", Default: "none", Doc: "the sandbox's hostname (`uname -n`), in a UTS namespace of its own: 1-64 letters, digits, `-` and `.`",
+	{Key: "name", Section: "program", Flag: "hostname", Default: "none", Doc: "the sandbox's hostname (`uname -n`), in a UTS namespace of its own: 1-64 letters, digits, `-` and `.`",
 		C: []CSetter{str("name", "hostname", "")}, bind: hostname.into(func(p *Policy) *string { return &p.Name })},
-	{Key: "workdir", Default: "none", Doc: "a directory seen copy-on-write: each run's writes under it land in a layer of the run's own (a tmpfs, sized {max_disk}), listed as the result's `changes`, then committed or discarded ({on_exit}, {on_error}); relative: as {fs_readable}",
+	{Key: "workdir", Section: "filesystem", Default: "none", Doc: "a directory seen copy-on-write: each run's writes under it land in a layer of the run's own (a tmpfs, sized {max_disk}), listed as the result's `changes`, then committed or discarded ({on_exit}, {on_error}); relative: as {fs_readable}",
 		C: []CSetter{str("workdir", "path", "")}, bind: dirPath.into(func(p *Policy) *string { return &p.Workdir })},
-	{Key: "on_exit", Default: "\"commit\"", Doc: "with {workdir}: what becomes of a successful run's changes: `\"commit\"` (applied to the workdir, file by file), `\"abort\"` (discarded) or `\"keep\"` (held for the `commit`/`abort` ops)",
+	{Key: "on_exit", Section: "filesystem", Default: "\"commit\"", Doc: "with {workdir}: what becomes of a successful run's changes: `\"commit\"` (applied to the workdir, file by file), `\"abort\"` (discarded) or `\"keep\"` (held for the `commit`/`abort` ops)",
 		C: []CSetter{str("on_exit", "action", "With workdir: \"commit\", \"abort\" or \"keep\" for a successful run's changes.")}, bind: branch.into(func(p *Policy) *string { return &p.OnExit })},
-	{Key: "on_error", Default: "\"abort\"", Doc: "with {workdir}: the same for a run that failed (non-zero exit, signal, timeout, any error)",
+	{Key: "on_error", Section: "filesystem", Default: "\"abort\"", Doc: "with {workdir}: the same for a run that failed (non-zero exit, signal, timeout, any error)",
 		C: []CSetter{str("on_error", "action", "With workdir: \"commit\", \"abort\" or \"keep\" for a failed run's changes.")}, bind: branch.into(func(p *Policy) *string { return &p.OnError })},
-	{Key: "allow_degraded", Default: "false", Doc: "run even when a requested protection is unavailable; results say what was not applied",
+	{Key: "no_randomize_memory", Section: "determinism", Default: "false", Doc: "no address-space layout randomization in the run (`personality(ADDR_NO_RANDOMIZE)`, set by the engine for every process of it; the program may clear it, not set others)",
+		C: []CSetter{{"no_randomize_memory", "int on", CBool, ""}}, bind: boolean.into(func(p *Policy) *bool { return &p.NoRandomizeMemory })},
+	{Key: "no_huge_pages", Section: "program", Default: "false", Doc: "no transparent huge pages for the run's memory (`PR_SET_THP_DISABLE`)",
+		C: []CSetter{{"no_huge_pages", "int on", CBool, ""}}, bind: boolean.into(func(p *Policy) *bool { return &p.NoHugePages })},
+	{Key: "no_coredump", Section: "program", Default: "none (core dumps off)", Doc: "`false` lets the run dump core (refused when the host's `core_pattern` pipes cores to a program, or writes them outside {fs_writable}); `true` or unset: no core dumps",
+		C: []CSetter{{"no_coredump", "int on", CBool, ""}}, bind: optBool.into(func(p *Policy) **bool { return &p.NoCoredump })},
+	{Key: "cpu_cores", Section: "limits", Default: "[]", Doc: "the CPUs the run may use (numbers and ranges: `0`, `\"2-3\"`); the run cannot widen it",
+		C: []CSetter{{"cpu_core", "unsigned int cpu", CU64, "One CPU the run may use."}}, bind: cpus.into(func(p *Policy) *[]int { return &p.CPUCores })},
+	{Key: "allow_degraded", Section: "config", Default: "false", Doc: "run even when a requested protection is unavailable; results say what was not applied",
 		C: []CSetter{{"allow_degraded", "int allow", CBool, ""}}, bind: boolean.into(func(p *Policy) *bool { return &p.AllowDegraded })},
 
+	{Key: "http_allow", Section: "http", Default: "[]", Doc: "HTTP requests the engine's proxy lets through, `\"METHOD host/path\"` with `*` wildcards (`\"POST api.openai.com/v1/chat/completions\"`); connects to the {http_ports} go to it; with an allow list, nothing else passes",
+		C:    []CSetter{str("http_allow", "rule", "An HTTP request the proxy lets through, one rule per call: \"METHOD host/path\" with * wildcards (\"POST api.openai.com/v1/chat/completions\"). TCP connects to the HTTP ports go to the engine's proxy.")},
+		bind: httpRules.into(func(p *Policy) *[]HTTPRule { return &p.HTTPAllow })},
+	{Key: "http_deny", Section: "http", Default: "[]", Doc: "HTTP requests it refuses (checked before {http_allow}), in the same grammar (`\"* api.example.com/admin/*\"`)",
+		C:    []CSetter{str("http_deny", "rule", "An HTTP request the proxy refuses (checked before the allow rules), in the same grammar (\"DELETE api.example.com\": every path).")},
+		bind: httpRules.into(func(p *Policy) *[]HTTPRule { return &p.HTTPDeny })},
+	{Key: "http_ports", Section: "http", Default: "[80, 443]", Doc: "TCP ports whose connects go to the proxy when HTTP rules are given (plain HTTP and TLS told apart by the first byte)",
+		C: []CSetter{{"http_port", "uint16_t port", CU64, "A TCP port whose connects go to the HTTP proxy (default 80 and 443)."},
+			str("http_ports_str", "ports", "HTTP proxy ports: a port or a range, \"8000-8005\".")},
+		bind: ports.into(func(p *Policy) *[]uint16 { return &p.HTTPPorts })},
+
 	// Not supported yet (the seed API's full constructor).
-	{Key: "http_ca", Unsupported: "sandtrap has no HTTP proxy"},
-	{Key: "http_key", Unsupported: "sandtrap has no HTTP proxy"},
-	{Key: "http_ports", Unsupported: "sandtrap has no HTTP proxy; use {net_allow}"},
-	{Key: "http_allow", Unsupported: "sandtrap has no HTTP ACL; use {net_allow} (ports)"},
-	{Key: "http_deny", Unsupported: "sandtrap has no HTTP ACL; use {net_allow} (ports)"},
-	{Key: "fs_storage", Unsupported: "the copy-on-write layer of {workdir} is a tmpfs private to each run (its size is {max_disk}); on-disk storage is not supported yet"},
-	{Key: "random_seed", Unsupported: "determinism controls are not supported"},
-	{Key: "time_start", Unsupported: "determinism controls are not supported"},
-	{Key: "deterministic_dirs", Unsupported: "determinism controls are not supported"},
-	{Key: "no_randomize_memory", Unsupported: "determinism controls are not supported"},
-	{Key: "no_coredump", Unsupported: "core dumps are always disabled in sandtrap; drop the field"},
-	{Key: "no_huge_pages", Unsupported: "huge pages cannot be turned off"},
-	{Key: "no_supervisor", Unsupported: "the syscall supervisor cannot be turned off"},
-	{Key: "chroot", Unsupported: "sandtrap does not chroot; grant paths with {fs_readable} and {fs_writable}"},
-	{Key: "fs_mount", Unsupported: "sandtrap does not mount; grant paths with {fs_readable} and {fs_writable}"},
-	{Key: "gpu_devices", Unsupported: "GPU devices cannot be granted"},
-	{Key: "cpu_cores", Unsupported: "CPU pinning is not supported; use {max_cpu}"},
-	{Key: "num_cpus", Unsupported: "CPU counts are not supported; use {max_cpu}"},
-	{Key: "policy_fn", Unsupported: "dynamic syscall policies are not supported; use {extra_deny_syscalls}"},
-	{Key: "handlers", Unsupported: "syscall handlers are not supported"},
+	{Key: "http_ca", Section: "config", Unsupported: "HTTPS interception is not built yet: without it HTTPS is allowed by SNI to the hosts {http_allow} names"},
+	{Key: "http_key", Section: "config", Unsupported: "HTTPS interception is not built yet: without it HTTPS is allowed by SNI to the hosts {http_allow} names"},
+	{Key: "fs_storage", Section: "config", Unsupported: "the copy-on-write layer of {workdir} is a tmpfs private to each run (its size is {max_disk}); on-disk storage is not supported yet"},
+	{Key: "random_seed", Section: "determinism", Unsupported: "determinism controls are not supported"},
+	{Key: "time_start", Section: "determinism", Unsupported: "determinism controls are not supported"},
+	{Key: "deterministic_dirs", Section: "determinism", Unsupported: "determinism controls are not supported"},
+	{Key: "no_supervisor", Section: "program", Unsupported: "the syscall supervisor cannot be turned off"},
+	{Key: "chroot", Section: "filesystem", Unsupported: "sandtrap does not chroot; grant paths with {fs_readable} and {fs_writable}"},
+	{Key: "fs_mount", Section: "filesystem", Unsupported: "sandtrap does not mount; grant paths with {fs_readable} and {fs_writable}"},
+	{Key: "gpu_devices", Section: "limits", Unsupported: "GPU devices cannot be granted"},
+	{Key: "num_cpus", Section: "limits", Unsupported: "CPU counts are not supported; use {max_cpu}"},
+	{Key: "policy_fn", Unsupported: "a host callable, not a policy value: bindings take it as Sandbox(policy_fn=...); over the C ABI send the run_handlers op"},
+	{Key: "handlers", Unsupported: "handlers are given per run: run_with_handlers, or the run_handlers op"},
 }
 
 var byKey = func() map[string]*Field {

@@ -12,7 +12,7 @@ var sample = map[Kind]any{
 	KindPaths: []any{"/usr"}, KindPath: "/tmp", KindTargets: []any{int64(443), "example.com:80"},
 	KindPorts: []any{int64(8080), "9000-9001"}, KindBool: true, KindSize: "1M", KindCount: int64(4),
 	KindSeconds: 1.5, KindID: int64(1000), KindEnv: map[string]any{"A": "b"}, KindNames: []any{"getcpu"},
-	KindHost: "api.local", KindBranch: "keep",
+	KindHost: "api.local", KindHTTP: []any{"GET example.com/*"}, KindCPUs: []any{int64(0)}, KindOptBool: false, KindBranch: "keep",
 }
 
 func TestSchemaIsConsistent(t *testing.T) {
@@ -24,6 +24,9 @@ func TestSchemaIsConsistent(t *testing.T) {
 			t.Errorf("field %q: empty, repeated or not snake_case", f.Key)
 		}
 		seen[f.Key] = true
+		if strings.Contains(f.Doc, "*/") {
+			t.Errorf("%s: its doc holds */, which ends the C header's and index.d.ts's comments", f.Key)
+		}
 		if f.Supported() {
 			if f.bind.read == nil || f.Kind() == "" || f.Doc == "" || f.Default == "" || len(f.C) == 0 {
 				t.Errorf("%s: a supported field needs a reader, a doc, a default and a C setter", f.Key)
@@ -66,6 +69,9 @@ func TestEveryFieldIsDecoded(t *testing.T) {
 		m := map[string]any{f.Key: sample[f.Kind()]}
 		if f.Kind() == KindID { // uid and gid go together
 			m = map[string]any{"uid": int64(1000), "gid": int64(1000)}
+		}
+		if f.Key == "http_ports" { // with the rules it is about
+			m["http_allow"] = sample[KindHTTP]
 		}
 		p, probs := Decode(m)
 		if len(probs) != 0 {
@@ -140,6 +146,42 @@ func TestCamelCase(t *testing.T) {
 	for in, want := range map[string]string{"max_cpu_time": "maxCpuTime", "cwd": "cwd", "net_allow_udp": "netAllowUdp", "http_ca": "httpCa"} {
 		if got := CamelCase(in); got != want {
 			t.Errorf("CamelCase(%q) = %q", in, got)
+		}
+	}
+}
+
+// Every field has a profile section (runtime arguments excepted), and the CLI's
+// options of the supported ones are unique.
+func TestSchemaSectionsAndFlags(t *testing.T) {
+	sections := map[string]bool{}
+	for _, s := range Sections {
+		sections[s] = true
+	}
+	runtime := map[string]bool{"name": true, "policy_fn": true, "handlers": true}
+	long, short := map[string]string{}, map[string]string{}
+	for i := range Schema {
+		f := &Schema[i]
+		switch {
+		case f.Section == "" && !runtime[f.Key]:
+			t.Errorf("%s: no profile section", f.Key)
+		case f.Section != "" && !sections[f.Section]:
+			t.Errorf("%s: section %q is not one of %v", f.Key, f.Section, Sections)
+		}
+		if !f.Supported() {
+			continue
+		}
+		if g, ok := long[f.FlagName()]; ok {
+			t.Errorf("%s and %s have the same option --%s", g, f.Key, f.FlagName())
+		}
+		long[f.FlagName()] = f.Key
+		if f.Short != "" {
+			if len(f.Short) != 1 {
+				t.Errorf("%s: short option %q is not one letter", f.Key, f.Short)
+			}
+			if g, ok := short[f.Short]; ok {
+				t.Errorf("%s and %s have the same option -%s", g, f.Key, f.Short)
+			}
+			short[f.Short] = f.Key
 		}
 	}
 }

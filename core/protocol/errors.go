@@ -15,6 +15,7 @@ const (
 	KindSpawn          = "spawn_failed"
 	KindTimeout        = "timeout"
 	KindCancelled      = "cancelled"
+	KindKilled         = "killed" // a popen'd run its owner killed (a result)
 	KindCPUTime        = "cpu_time_limit"
 	KindMemory         = "memory_limit"
 	KindDisk           = "disk_limit"    // a result: the workdir's copy-on-write layer reached max_disk

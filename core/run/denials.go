@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/sandtrap/sandtrap/core/plan"
+	"github.com/sandtrap/sandtrap/core/protocol"
 	"github.com/sandtrap/sandtrap/core/spawn"
 	"github.com/sandtrap/sandtrap/core/supervise"
 	"golang.org/x/sys/unix"
@@ -38,7 +39,8 @@ const (
 )
 
 // socketCalls are the supervised calls whose detail is an address.
-var socketCalls = map[string]bool{"connect": true, "sendto": true, "sendmsg": true, "sendmmsg": true, "listen": true, "bind": true}
+// ("http": a request or TLS connection the HTTP proxy refused, core/httpproxy)
+var socketCalls = map[string]bool{"connect": true, "sendto": true, "sendmsg": true, "sendmmsg": true, "listen": true, "bind": true, "http": true}
 
 func toDenials(l supervise.DenialList) []Denial {
 	out := make([]Denial, 0, len(l.Entries))
@@ -104,6 +106,41 @@ type runDenials struct {
 	log  *supervise.RunLog
 	why  string // the supervisor's denials are not this run's: why
 	none bool   // no supervisor: nothing is watched, nothing it could deny
+}
+
+// spawnRun starts rs on z and attaches the run to z's supervisor: for its denials,
+// and, with judge, for its trapped calls, which the supervisor routes to judge by
+// the run's pid namespace (the one attribution of both: core/supervise/denials.go).
+// A host run's calls made before its attach wait for it (Starting); a host run that
+// cannot be attached is killed (its calls would belong to no run).
+func spawnRun(z *spawn.Zygote, pl *plan.Plan, rs *spawn.RunSpec, judge supervise.HostRun) (*spawn.Process, *runDenials, error) {
+	if judge == nil {
+		proc, err := z.Spawn(rs)
+		if err != nil {
+			return nil, nil, err
+		}
+		return proc, attachRun(z, pl, proc), nil
+	}
+	sup := supervisorOf(z)
+	if sup == nil || !pl.PidNS {
+		return nil, nil, protocol.Errorf(protocol.KindInternal, "BUG(run): a run judged by the host on a zygote without a supervisor or pid namespaces")
+	}
+	done := sup.Starting()
+	defer done()
+	proc, err := z.Spawn(rs)
+	if err != nil {
+		return nil, nil, err
+	}
+	log, err := sup.AttachHost(proc.PidFD, proc.Pid, judge)
+	if err != nil {
+		unix.PidfdSendSignal(proc.PidFD, unix.SIGKILL, nil, 0) // the run is dead: it reports how
+		return proc, &runDenials{why: "not reported: " + err.Error()}, nil
+	}
+	d := &runDenials{sup: sup, log: log}
+	if NoAttribution { // attached for its calls; its log stays empty
+		d.why = "not reported (test hook: no attribution)"
+	}
+	return proc, d, nil
 }
 
 // attachRun starts collecting the denials of the run whose pid 1 is proc.

@@ -90,6 +90,9 @@ func pipelineResult(stages []Stage, results []*Result) *PipelineResult {
 		case r.Signal != nil:
 			out.Error = &ErrorInfo{Kind: protocol.KindStageFailed, Message: fmt.Sprintf("%s was killed by signal %d", what, *r.Signal)}
 		}
+		if i < n-1 && out.Error != nil {
+			out.Reason = out.Error.Kind // an earlier stage ended it
+		}
 		break
 	}
 	return out
@@ -100,10 +103,22 @@ func pipelineResult(stages []Stage, results []*Result) *PipelineResult {
 // such sandbox).
 func PipelineRequest(h Host, m map[string]any, lookup func(id uint64) Host) (*PipelineResult, error) {
 	var probs policy.Problems
-	probs = append(probs, protocol.Fields(m, "", "pipeline", "op", "stages", "stdin", "timeout", "tag")...)
+	probs = append(probs, protocol.Fields(m, "", "pipeline", "op", "stages", "stdin", "timeout", "tag", "gather", "stdout")...)
 	list, ok := m["stages"].([]any)
 	if !ok || len(list) == 0 {
 		probs.Add("stages", "must be a non-empty list")
+	}
+	gather, hasGather := m["gather"].([]any)
+	if _, present := m["gather"]; present && !hasGather {
+		probs.Add("gather", "must be a list of named stages")
+	}
+	stdoutFD := -1
+	if v, present := m["stdout"]; present {
+		st := ParseStdio(v, 1, &probs)
+		if st.FD < 0 {
+			probs.Add("stdout", "want a file descriptor (an int): the last stage's stdout")
+		}
+		stdoutFD = st.FD
 	}
 	var stdin []byte
 	switch v := m["stdin"].(type) {
@@ -129,32 +144,60 @@ func PipelineRequest(h Host, m map[string]any, lookup func(id uint64) Host) (*Pi
 			probs.Add(fmt.Sprintf("stages[%d]", i), "is %T, not a map", st)
 			continue
 		}
-		at := fmt.Sprintf("stages[%d].", i)
-		sb := h
-		if id, has := sm["sandbox"]; has {
-			n, isInt := policy.AsInt(id)
-			var found Host
-			if isInt && n > 0 {
-				found = lookup(uint64(n))
-			}
-			if found == nil {
-				probs.Add(at+"sandbox", "%v is not a live sandbox id", id)
-				continue
-			}
-			sb = found
+		if stage, ok := parseStage(h, sm, fmt.Sprintf("stages[%d].", i), lookup, common, &probs); ok {
+			stages = append(stages, stage)
 		}
-		req := ParseRequest(sm, at, "a pipeline stage", &probs, "sandbox")
-		if _, has := sm["stdin"]; has {
-			probs.Add(at+"stdin", "only the pipeline itself takes stdin")
+	}
+	var sources []Named
+	if hasGather {
+		sources = gatherRequest(h, gather, lookup, common, &probs)
+		if stdin != nil {
+			probs.Add("stdin", "a gather's producers take no stdin")
 		}
-		if req.Timeout == 0 {
-			req.Timeout = common.Timeout
-		}
-		req.Tag = common.Tag
-		stages = append(stages, Stage{Sandbox: sb, Req: req})
 	}
 	if len(probs) > 0 {
 		return nil, protocol.RequestError(probs)
 	}
+	if stdoutFD >= 0 {
+		fd, err := unix.FcntlInt(uintptr(stdoutFD), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			return nil, protocol.InvalidRequest("stdout", "fd %d: %v", stdoutFD, err)
+		}
+		stdoutFD = fd
+	}
+	if hasGather {
+		return Gather(sources, stages, stdoutFD), nil
+	}
+	if stdoutFD >= 0 {
+		last := *stages[len(stages)-1].Req
+		last.StdoutFD = stdoutFD
+		stages[len(stages)-1].Req = &last
+	}
 	return Pipeline(stages, stdin), nil
+}
+
+// parseStage reads one stage of a pipeline request (at: its field prefix).
+func parseStage(h Host, sm map[string]any, at string, lookup func(id uint64) Host, common *Request, probs *policy.Problems, extra ...string) (Stage, bool) {
+	sb := h
+	if id, has := sm["sandbox"]; has {
+		n, isInt := policy.AsInt(id)
+		var found Host
+		if isInt && n > 0 {
+			found = lookup(uint64(n))
+		}
+		if found == nil {
+			probs.Add(at+"sandbox", "%v is not a live sandbox id", id)
+			return Stage{}, false
+		}
+		sb = found
+	}
+	req := ParseRequest(sm, at, "a pipeline stage", probs, append([]string{"sandbox"}, extra...)...)
+	if _, has := sm["stdin"]; has {
+		probs.Add(at+"stdin", "only the pipeline itself takes stdin")
+	}
+	if req.Timeout == 0 {
+		req.Timeout = common.Timeout
+	}
+	req.Tag = common.Tag
+	return Stage{Sandbox: sb, Req: req}, true
 }

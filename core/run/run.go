@@ -22,6 +22,7 @@ import (
 	"github.com/sandtrap/sandtrap/core/policy"
 	"github.com/sandtrap/sandtrap/core/protocol"
 	"github.com/sandtrap/sandtrap/core/spawn"
+	"github.com/sandtrap/sandtrap/core/supervise"
 	"golang.org/x/sys/unix"
 )
 
@@ -32,12 +33,33 @@ type Request struct {
 	NoTimeout bool // not even the policy's (templates: their forks get their own)
 	StdinFD   int  // >= 0: use this fd as stdin instead (pipelines)
 	StdoutFD  int  // >= 0: send stdout here instead of capturing it (pipelines)
+	StderrFD  int  // > 0: send stderr here instead of capturing it (the CLI's terminal); 0 captures
 	Timeout   float64
 	Env       map[string]string
 	Cwd       string
 	Tag       string
 	MaxOutput int64
-	DryRun    bool // with a workdir: list the changes, then always abort them
+	DryRun    bool          // with a workdir: list the changes, then always abort them
+	Stream    *Stream       // a popen'd run (popen.go): its own stderr, told when it started
+	ExtraFDs  []int         // placed on 3, 4, … of the program (a gather's inputs); closed once started
+	Started   func(pid int) // called with the host pid of the run's pid 1 once it started (the CLI's run registry)
+	Hooks     Hooks         // a run with a zygote of its own (engine: calls judged by the host); nil: none
+}
+
+// Hooks run a request on a zygote of its own choosing (core/handlers:
+// a run whose calls the host judges has a zygote trapping them, whose supervisor
+// finds the run by its process).
+type Hooks interface {
+	// Zygote picks the run's zygote and its plan in place of the host's (fresh: as
+	// Host.Zygote).
+	Zygote(fresh *spawn.Zygote) (*spawn.Zygote, *plan.Plan, error)
+	// Host judges the run's trapped calls: the run is attached to its zygote's
+	// supervisor with it (supervise.AttachHost), which routes each call to it.
+	Host() supervise.HostRun
+	// Started hands over what kills the run (before the spawn).
+	Started(cancel func())
+	// Ended: the run is over (its result is being made).
+	Ended()
 }
 
 // Usage is what a run consumed.
@@ -60,6 +82,7 @@ type Isolation = plan.Isolation
 // Result is the outcome of a run.
 type Result struct {
 	Success         bool       `msgpack:"success"`
+	Reason          string     `msgpack:"reason"` // why it ended (popen.go: the Reason* values)
 	ExitCode        *int       `msgpack:"exit_code"`
 	Signal          *int       `msgpack:"signal"`
 	Stdout          []byte     `msgpack:"stdout"`
@@ -104,7 +127,7 @@ type Host interface {
 }
 
 func failed(kind, msg string, iso *Isolation) *Result {
-	return &Result{Error: &ErrorInfo{Kind: kind, Message: protocol.Text(msg)}, Isolation: iso, Stdout: []byte{}, Stderr: []byte{}, Denials: []Denial{}}
+	return &Result{Reason: kind, Error: &ErrorInfo{Kind: kind, Message: protocol.Text(msg)}, Isolation: iso, Stdout: []byte{}, Stderr: []byte{}, Denials: []Denial{}}
 }
 
 var (
@@ -197,6 +220,13 @@ func Run(h Host, req *Request) *Result {
 	// the child's ends (and fds handed to us by a pipeline) close once it started
 	var childEnds fdList
 	childEnds.add(req.StdinFD, req.StdoutFD)
+	childEnds.add(req.ExtraFDs...)
+	if req.Stream != nil {
+		childEnds.add(req.Stream.StderrFD, req.Stream.GateFD)
+	}
+	if req.StderrFD > 0 {
+		childEnds.add(req.StderrFD)
+	}
 	defer childEnds.closeAll()
 	if !h.Enter() {
 		return failed(protocol.KindClosed, "the sandbox is closed", iso)
@@ -266,13 +296,22 @@ func Run(h Host, req *Request) *Result {
 		ours.add(r)
 		childEnds.add(w)
 	}
-	errR, errW, ok := mkpipe()
-	if !ok {
-		return failed(protocol.KindSpawn, "pipe failed", iso)
+	// stderr: a popen'd run's own (Stream), a descriptor of the caller's (the CLI's
+	// terminal), or captured
+	errW := req.StderrFD
+	if req.Stream != nil {
+		errW = req.Stream.StderrFD
 	}
-	sup.errR = errR
-	ours.add(errR)
-	childEnds.add(errW)
+	sup.errR = -1
+	if errW < 0 || (errW == 0 && req.Stream == nil) {
+		errR, w, ok := mkpipe()
+		if !ok {
+			return failed(protocol.KindSpawn, "pipe failed", iso)
+		}
+		sup.errR, errW = errR, w
+		ours.add(errR)
+		childEnds.add(w)
+	}
 	statusR, statusW, ok := mkpipe()
 	if !ok {
 		return failed(protocol.KindSpawn, "pipe failed", iso)
@@ -284,6 +323,10 @@ func Run(h Host, req *Request) *Result {
 	}
 	rs.Stdio = [3]int{stdinR, outW, errW}
 	rs.StatusFD = statusW
+	rs.ExtraFDs = req.ExtraFDs
+	if req.Stream != nil && req.Stream.GateFD > 0 {
+		rs.GateFD = req.Stream.GateFD
+	}
 
 	cancel, err := newCanceller()
 	if err != nil {
@@ -294,10 +337,18 @@ func Run(h Host, req *Request) *Result {
 	defer untrack()
 
 	start := time.Now()
-	zyg, pl, err := h.Zygote(nil)
+	pick := h.Zygote
+	var judge supervise.HostRun
+	if hk := req.Hooks; hk != nil {
+		pick, judge = hk.Zygote, hk.Host()
+		hk.Started(cancel.fire)
+		defer hk.Ended()
+	}
+	zyg, pl, err := pick(nil)
 	var proc *spawn.Process
 	var cow *cowRun
 	defer func() { cow.close() }()
+	var denied *runDenials
 	if err == nil {
 		iso = pl.Isolation()
 		if cow, err = newCOW(pl); err == nil && cow != nil {
@@ -305,10 +356,10 @@ func Run(h Host, req *Request) *Result {
 		}
 	}
 	if err == nil {
-		proc, err = zyg.Spawn(rs)
+		proc, denied, err = spawnRun(zyg, pl, rs, judge)
 		if err == spawn.ErrZygoteGone { // it died (killed, out of memory): once more with a new one
-			if zyg, pl, err = h.Zygote(zyg); err == nil {
-				proc, err = zyg.Spawn(rs)
+			if zyg, pl, err = pick(zyg); err == nil {
+				proc, denied, err = spawnRun(zyg, pl, rs, judge)
 			}
 		}
 	}
@@ -319,10 +370,16 @@ func Run(h Host, req *Request) *Result {
 		return failed(spawnErrKind(err), spawnErrMessage(path, err), iso)
 	}
 	defer unix.Close(proc.PidFD)
-	denied := attachRun(zyg, pl, proc)
 	defer denied.detach()
+	if req.Started != nil {
+		req.Started(proc.Pid)
+	}
 
-	sup.proc, sup.cancelFD, sup.cg = proc, cancel.fd, cg
+	sup.proc, sup.cancelFD, sup.cancelWhy, sup.cg = proc, cancel.fd, cancel.why, cg
+	if req.Stream != nil {
+		sup.statusR = statusR
+		sup.started = req.Stream.onStart(proc, cancel, pl.PidNS)
+	}
 	sup.pidNS = pl.PidNS
 	sup.treeDead = pl.PidNS
 	sup.cpuBase = cpuBase
@@ -343,7 +400,7 @@ func Run(h Host, req *Request) *Result {
 	wall := time.Since(start)
 
 	res := &Result{Isolation: iso}
-	st := spawn.ReadStatus(readAll(statusR))
+	st := spawn.ReadStatus(append(sup.status, readAll(statusR)...))
 	if st.InitFailed != spawn.StepNone {
 		return failed(protocol.KindIsolation, fmt.Sprintf("isolation unavailable: the run failed at %s: %v", st.InitFailed, st.InitErrno), iso)
 	}
@@ -402,6 +459,8 @@ func Run(h Host, req *Request) *Result {
 	case protocol.KindCancelled:
 		res.Cancelled = true
 		res.Error = &ErrorInfo{Kind: kind, Message: "cancelled; the process tree was killed"}
+	case protocol.KindKilled:
+		res.Error = &ErrorInfo{Kind: kind, Message: "killed by its owner; the process tree was killed"}
 	case protocol.KindCPUTime:
 		res.Error = &ErrorInfo{Kind: kind, Message: fmt.Sprintf("CPU time limit of %gs exceeded; the process tree was killed", p.MaxCPUTime)}
 	case protocol.KindMemory:
@@ -409,6 +468,10 @@ func Run(h Host, req *Request) *Result {
 	}
 	res.Success = res.Error == nil && res.ExitCode != nil && *res.ExitCode == 0
 	cow.finish(h, p, res, req.DryRun)
+	if kind == "" && res.Error != nil {
+		kind = res.Error.Kind // the workdir's (disk_limit, commit_failed)
+	}
+	res.Reason = reasonOf(res, kind)
 	denied.fill(res)
 	return res
 }
@@ -432,6 +495,7 @@ type canceller struct {
 	mu     sync.Mutex
 	fd     int
 	closed bool
+	reason string // what the first fire asked for ("": cancelled)
 }
 
 func newCanceller() (*canceller, error) {
@@ -442,12 +506,27 @@ func newCanceller() (*canceller, error) {
 	return &canceller{fd: fd}, nil
 }
 
-func (c *canceller) fire() {
+func (c *canceller) fire() { c.fireFor(protocol.KindCancelled) }
+
+// fireFor wakes the supervisor to kill the run for reason (the first one wins).
+func (c *canceller) fireFor(reason string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.reason == "" {
+		c.reason = reason
+	}
 	if !c.closed {
 		unix.Write(c.fd, []byte{1, 0, 0, 0, 0, 0, 0, 0})
 	}
+}
+
+func (c *canceller) why() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.reason == "" {
+		return protocol.KindCancelled
+	}
+	return c.reason
 }
 
 func (c *canceller) close() {
@@ -495,6 +574,10 @@ type supervisor struct {
 	stdinW    int
 	stdin     []byte
 	cancelFD  int
+	cancelWhy func() string
+	statusR   int                // with started: pid 1's status pipe, read as it comes
+	status    []byte             // what was read of it so far
+	started   func(spawn.Status) // popen: called once the target exec'd
 	maxOut    int64
 	deadline  time.Time
 	cpuLimit  time.Duration
@@ -535,6 +618,10 @@ func (s *supervisor) drain(fd int, k *sink, buf []byte) (eof bool) {
 func (s *supervisor) loop() {
 	s.out.max, s.err.max = s.maxOut, s.maxOut
 	s.outClosed = s.outR < 0
+	s.errClosed = s.errR < 0
+	if s.started != nil {
+		unix.SetNonblock(s.statusR, true)
+	}
 	for _, fd := range []int{s.outR, s.errR, s.stdinW} {
 		if fd >= 0 {
 			unix.SetNonblock(fd, true)
@@ -560,6 +647,9 @@ func (s *supervisor) loop() {
 		}
 		if s.stdinW >= 0 {
 			add("in", s.stdinW, unix.POLLOUT)
+		}
+		if s.started != nil {
+			add("status", s.statusR, unix.POLLIN)
 		}
 		if !s.exited {
 			add("pid", s.proc.PidFD, unix.POLLIN)
@@ -621,7 +711,10 @@ func (s *supervisor) loop() {
 			}
 		}
 		if ready("cancel") {
-			s.kill(protocol.KindCancelled)
+			s.kill(s.cancelWhy())
+		}
+		if ready("status") {
+			s.readStatus(buf)
 		}
 		if s.cpuLimit > 0 && !s.exited {
 			if s.treeCPU = s.cpuTime(); s.treeCPU > s.cpuLimit {

@@ -33,7 +33,7 @@ const (
 	Grace = 0.5
 	// initTimeout bounds a fresh worker's init.
 	initTimeout = 30.0
-	// workerMemory is what a worker may use beyond the policy's memory_limit (the
+	// workerMemory is what a worker may use beyond the policy's memory_limit_bytes (the
 	// interpreter and the runtime) before the kernel stops it.
 	workerMemory = 256 << 20
 	// workerProcesses bounds a kernel worker's tasks (threads count).
@@ -54,6 +54,7 @@ type coop struct {
 	spawn         bool
 	timeout       float64 // 0: none
 	hostFns       map[string]bool
+	vfs           bool // the host serves a VirtualFS (fs host calls)
 	allowDegraded bool
 	denySpawn     bool
 
@@ -100,7 +101,7 @@ func coopOpen(s *engine.Sandbox, req []byte) ([]byte, string) {
 
 func openCoop(s *engine.Sandbox, req []byte) (*coop, error) {
 	r, err := newReader(req, "coop_open", "op", "level", "policy", "interpreter", "sys_path", "module_dirs",
-		"filesystem_root", "echo", "allow_degraded", "worker_module", "worker_path", "tag")
+		"filesystem_root", "echo", "vfs", "allow_degraded", "preload_grants", "worker_module", "worker_path", "tag")
 	if err != nil {
 		return nil, err
 	}
@@ -127,10 +128,26 @@ func openCoop(s *engine.Sandbox, req []byte) (*coop, error) {
 		}
 	}
 	echo := r.m["echo"]
-	if !echo.IsNil() && echo.Kind() != rawmsg.Bool && echo.Kind() != rawmsg.Str {
-		r.addf("echo must be a boolean or a string")
+	checkEcho(r, echo)
+	// vfs: the host serves a VirtualFS; the worker asks for its files with fs calls
+	vfsVal := r.m["vfs"]
+	var vfsInit any
+	if !vfsVal.IsNil() {
+		f, ok := vfsVal.Fields()
+		mr, okRoot := f["module_root"].Str()
+		if !ok || len(f) != 1 || !okRoot || !strings.HasPrefix(mr, "/") {
+			r.addf("vfs must be a map {module_root: an absolute path}")
+		} else if root != "" {
+			r.addf("give filesystem_root or vfs, not both")
+		}
+		c.vfs = true
+		vfsInit = map[string]any{"module_root": mr}
 	}
 	c.allowDegraded = r.boolean("allow_degraded")
+	// preload_grants (default true): the template imports the granted modules and
+	// classes, and its forks inherit them; false: the template imports none of
+	// them and each fork imports them at init (grants unsafe to import there)
+	preload := !r.has("preload_grants") || r.boolean("preload_grants")
 	module := r.str("worker_module")
 	if module == "" {
 		module = workerModule
@@ -222,12 +239,17 @@ func openCoop(s *engine.Sandbox, req []byte) (*coop, error) {
 	}
 	// the start frame holds no filesystem root: one template serves every sandbox
 	// that differs only in paths; each fork is then sent init like a fresh worker
-	c.start = encodeSorted(map[string]any{"op": "template", "policy": portable, "sys_path": paths})
+	startPolicy := portable
+	if !preload {
+		startPolicy = withoutImports(portable, r.m["policy"])
+	}
+	c.start = encodeSorted(map[string]any{"op": "template", "policy": startPolicy, "sys_path": paths})
 	echoVal := any(false)
 	if !echo.IsNil() {
 		echoVal = raw(echo)
 	}
-	c.init = encodeSorted(map[string]any{"op": "init", "policy": portable, "filesystem_root": rootVal, "echo": echoVal})
+	c.init = encodeSorted(map[string]any{"op": "init", "policy": portable, "filesystem_root": rootVal, "echo": echoVal,
+		"vfs": vfsInit})
 	c.base = engine.Encode(c.worker.Isolation())
 	c.extra = map[string]any{"level": c.level, "python": map[string]any{"interpreter": interp, "granted": granted}}
 	c.reportSubprocess(nil)
@@ -242,6 +264,28 @@ func openCoop(s *engine.Sandbox, req []byte) (*coop, error) {
 	coopsMu.Unlock()
 	s.OnClose(c.close)
 	return c, nil
+}
+
+// withoutImports is the portable policy out with only the grants that import
+// nothing (host_fn: the host runs them): a template started with it imports no
+// granted module or class (preload_grants false). policy is the request's policy,
+// already checked by portablePolicy.
+func withoutImports(out map[string]any, policy rawmsg.Value) map[string]any {
+	t := make(map[string]any, len(out))
+	for k, v := range out {
+		t[k] = v
+	}
+	kept := []any{}
+	m, _ := policy.Fields()
+	items, _ := m["grants"].Items()
+	for _, g := range items {
+		f, _ := g.Fields()
+		if kind, _ := f["kind"].Str(); kind == "host_fn" {
+			kept = append(kept, raw(g))
+		}
+	}
+	t["grants"] = kept
+	return t
 }
 
 // dedupe keeps the first grant of each path.
@@ -308,13 +352,13 @@ func portablePolicy(r *reader) (map[string]any, portableLimits) {
 			if n, ok := x.Int(); !x.IsNil() && (!ok || n < 0) {
 				r.addf("policy.%s must be a non-negative integer or nil", k)
 			}
-		case "memory_limit":
+		case "memory_limit_bytes":
 			if x.IsNil() {
 				continue
 			}
 			n, ok := x.Int()
 			if !ok || n <= 0 {
-				r.addf("policy.memory_limit must be a positive number of bytes or nil")
+				r.addf("policy.memory_limit_bytes must be a positive number of bytes or nil")
 			}
 			lim.memory = n
 		case "allow_network", "allow_subprocess":
@@ -346,7 +390,7 @@ func portablePolicy(r *reader) (map[string]any, portableLimits) {
 				}
 			}
 		default:
-			r.addf("policy: unknown field %q (known: version, timeout, tick_limit, memory_limit, max_stdout, allow_network, allow_subprocess, grants)", k)
+			r.addf("policy: unknown field %q (known: version, timeout, tick_limit, memory_limit_bytes, max_stdout, allow_network, allow_subprocess, grants)", k)
 		}
 	}
 	if _, has := m["version"]; !has {
@@ -503,6 +547,18 @@ type execState struct {
 	abandoned bool   // the host abandoned the exec during a host call (lastEnd says which)
 	call      string // the host function being called
 	done      bool
+	// freshFrame: the frame for a worker started for this exec (with the host's
+	// state to restore first); nil: frame serves both
+	freshFrame []byte
+	encoded    bool // the response's state as bin (state_encoded)
+}
+
+// frameFor: what to send a worker that was (fresh) or was not started for this exec.
+func (x *execState) frameFor(fresh bool) []byte {
+	if fresh && x.freshFrame != nil {
+		return x.freshFrame
+	}
+	return x.frame
 }
 
 func coopExec(s *engine.Sandbox, req []byte) ([]byte, string) {
@@ -514,7 +570,8 @@ func coopExec(s *engine.Sandbox, req []byte) ([]byte, string) {
 	if c == nil {
 		return errorResponse(&engine.Error{Kind: engine.KindInvalidRequest, Message: "invalid request: coop_exec: this sandbox is not a cooperative sandbox (send coop_open first)"})
 	}
-	r, err := newReader(req, "coop_exec", "op", "code", "namespace", "modules", "stdin", "argv", "tag")
+	r, err := newReader(req, "coop_exec", "op", "code", "namespace", "modules", "stdin", "argv", "echo", "state",
+		"snapshot", "state_encoded", "prints", "tag")
 	if err != nil {
 		return errorResponse(err)
 	}
@@ -522,8 +579,17 @@ func coopExec(s *engine.Sandbox, req []byte) ([]byte, string) {
 		r.addf("code is missing")
 	}
 	code := r.str("code")
-	for _, k := range []string{"namespace", "modules"} {
-		if v := r.m[k]; !v.IsNil() {
+	// state: a map, or bin holding one encoded (what a response with state_encoded
+	// carries: a binding that cannot hold msgpack's map keys keeps it opaque)
+	state := r.m["state"]
+	if b, ok := state.Bin(); ok {
+		if rawmsg.Check(b, MaxDepth) != nil {
+			r.addf("state (bin) must be one msgpack-encoded map")
+		}
+		state = rawmsg.Value(b)
+	}
+	for k, v := range map[string]rawmsg.Value{"namespace": r.m["namespace"], "modules": r.m["modules"], "state": state} {
+		if !v.IsNil() {
 			if _, ok := v.Fields(); !ok {
 				r.addf("%s must be a map with string keys", k)
 			}
@@ -531,6 +597,10 @@ func coopExec(s *engine.Sandbox, req []byte) ([]byte, string) {
 	}
 	stdin := r.str("stdin")
 	argv := r.strs("argv")
+	checkEcho(r, r.m["echo"])
+	snapshot := r.boolean("snapshot")
+	encoded := r.boolean("state_encoded")
+	prints := r.boolean("prints")
 	tag := r.str("tag")
 	if err := r.err(); err != nil {
 		return errorResponse(err)
@@ -543,7 +613,21 @@ func coopExec(s *engine.Sandbox, req []byte) ([]byte, string) {
 	if r.has("argv") {
 		fr["argv"] = argv
 	}
-	x := &execState{c: c, frame: engine.Encode(fr)}
+	if echo := r.m["echo"]; !echo.IsNil() {
+		fr["echo"] = raw(echo) // this exec's echo mode (checked above)
+	}
+	if snapshot {
+		fr["snapshot"] = true
+	}
+	if prints {
+		fr["prints"] = true // the result carries each print's values
+	}
+	x := &execState{c: c, frame: engine.Encode(fr), encoded: encoded}
+	if !state.IsNil() {
+		// restored only into a fresh worker (its first exec, or one after a restart)
+		fr["restore"] = raw(state)
+		x.freshFrame = engine.Encode(fr)
+	}
 	c.slot <- struct{}{} // one exec at a time
 	c.mu.Lock()
 	closed, running := c.closed, c.session != 0
@@ -562,6 +646,7 @@ func coopExec(s *engine.Sandbox, req []byte) ([]byte, string) {
 		c.started = true
 		c.mu.Unlock()
 	}
+	fresh := !running
 	x.untrack = s.Track(tag, x.cancel)
 	// one deadline for the whole exec: the code, every host call it makes, the
 	// conversion of its namespace, the reply
@@ -569,7 +654,7 @@ func coopExec(s *engine.Sandbox, req []byte) ([]byte, string) {
 	if c.timeout > 0 {
 		x.deadline = x.began.Add(time.Duration((c.timeout + Grace) * float64(time.Second)))
 	}
-	reply, end := c.send(x.frame, x.left())
+	reply, end := c.send(x.frameFor(fresh), x.left())
 	return hostcall.Deliver(s, x.handle(reply, end))
 }
 
@@ -606,7 +691,7 @@ func (x *execState) handle(reply []byte, end *engine.SessionEnd) hostcall.Step {
 					return hostcall.Final(b, kind)
 				}
 				x.restarted = true
-				reply, end = c.send(x.frame, x.left())
+				reply, end = c.send(x.frameFor(true), x.left())
 				continue
 			}
 			x.lastEnd = endReason(end)
@@ -628,6 +713,18 @@ func (x *execState) handle(reply []byte, end *engine.SessionEnd) hostcall.Step {
 				x.call = name
 				return hostcall.Ask(hostcall.Call{Kind: "fn", Fields: map[string]any{
 					"name": name, "args": raw(f["args"]), "kwargs": raw(f["kwargs"])}}, x)
+			case "fs":
+				if !c.vfs {
+					err = protof("an fs call, but this sandbox serves no VirtualFS")
+					break
+				}
+				if err = f.checkFS(); err != nil {
+					break
+				}
+				name := f.str("name")
+				x.call = "the filesystem's " + name
+				return hostcall.Ask(hostcall.Call{Kind: "fs", Fields: map[string]any{
+					"name": name, "args": raw(f["args"])}}, x)
 			case "result":
 				if err = f.checkResult(); err == nil {
 					return x.result(f)
@@ -729,6 +826,14 @@ func (x *execState) result(f frame) hostcall.Step {
 	for _, k := range []string{"stdout", "stderr", "namespace", "error", "traceback", "ticks", "stdout_truncated", "duration"} {
 		out[k] = raw(f[k])
 	}
+	for _, k := range []string{"state", "prints"} {
+		if v := f[k]; !v.IsNil() {
+			out[k] = raw(v)
+		}
+	}
+	if v := f["state"]; !v.IsNil() && x.encoded {
+		out["state"] = []byte(v) // the map's own bytes, as bin
+	}
 	return x.respond(out)
 }
 
@@ -748,4 +853,18 @@ func truncate(s string, n int) string {
 		return s[:n]
 	}
 	return s
+}
+
+// checkEcho: echo is nil, a boolean, or one of the modes "none", "last", "all" (the
+// guest runtime's names; a wrong one is the same error at every level).
+func checkEcho(r *reader, echo rawmsg.Value) {
+	switch {
+	case echo.IsNil() || echo.Kind() == rawmsg.Bool:
+	case echo.Kind() == rawmsg.Str:
+		if s, _ := echo.Str(); s != "none" && s != "last" && s != "all" {
+			r.addf("Invalid echo option: %q. Expected one of none, last, all (or a bool)", s)
+		}
+	default:
+		r.addf("echo must be a boolean or one of \"none\", \"last\", \"all\"")
+	}
 }

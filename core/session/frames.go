@@ -72,7 +72,8 @@ func (f frame) checkResult() error {
 	const S, I, F, M = rawmsg.Str, rawmsg.Int, rawmsg.Float, rawmsg.Map
 	if err := f.checkAll(f.want("stdout", false, S), f.want("stderr", false, S), f.want("namespace", false, M),
 		f.want("traceback", true, S), f.want("ticks", false, I), f.want("stdout_truncated", false, I),
-		f.want("duration", false, I, F), f.want("error", true, M)); err != nil {
+		f.want("duration", false, I, F), f.want("error", true, M), f.want("state", true, M),
+		f.want("prints", true, rawmsg.Array)); err != nil {
 		return err
 	}
 	if _, ok := f["namespace"].Fields(); !ok {
@@ -84,8 +85,55 @@ func (f frame) checkResult() error {
 			return protof("'error' is not a map with string keys")
 		}
 		ee := frame(ef)
-		return ee.checkAll(ee.want("type", false, S), ee.want("module", false, S), ee.want("message", false, S),
-			ee.want("traceback", true, S))
+		if err := ee.checkAll(ee.want("type", false, S), ee.want("module", false, S), ee.want("message", false, S),
+			ee.want("traceback", true, S), ee.want("args", true, rawmsg.Array)); err != nil {
+			return err
+		}
+		if args, ok := ee["args"].Items(); ok { // scalars only (wire.error_to_wire)
+			for _, a := range args {
+				if k := a.Kind(); !a.IsNil() && k != rawmsg.Bool && k != rawmsg.Int && k != rawmsg.Float && k != S {
+					return protof("'error.args' holds a %v (scalars only)", k)
+				}
+			}
+		}
+		return nil
+	}
+	return nil
+}
+
+// fsOps: the operations of a VirtualFS a worker may ask the host for (vfs.py OPS)
+// and how many arguments each takes.
+var fsOps = map[string]int{"read": 1, "stat": 1, "list": 1, "mkdir": 1, "remove": 1, "rmdir": 1, "write": 3, "rename": 2}
+
+// checkFS: a worker's VirtualFS operation (worker.py "fs"): a known name, its
+// number of arguments, paths as str (at most 4096 bytes), write's data as bin and
+// its append flag as bool.
+func (f frame) checkFS() error {
+	if err := f.checkAll(f.want("name", false, rawmsg.Str), f.want("args", false, rawmsg.Array)); err != nil {
+		return err
+	}
+	name := f.str("name")
+	n, ok := fsOps[name]
+	if !ok {
+		return protof("no filesystem operation %q", truncate(name, 40))
+	}
+	args, _ := f["args"].Items()
+	if len(args) != n {
+		return protof("fs %s takes %d arguments, got %d", name, n, len(args))
+	}
+	for i, a := range args {
+		want := rawmsg.Str
+		if name == "write" && i == 1 {
+			want = rawmsg.Bin
+		} else if name == "write" && i == 2 {
+			want = rawmsg.Bool
+		}
+		if a.Kind() != want {
+			return protof("fs %s: argument %d is a %v, not a %v", name, i, a.Kind(), want)
+		}
+		if s, isStr := a.Str(); isStr && len(s) > 4096 {
+			return protof("fs %s: a path longer than 4096 bytes", name)
+		}
 	}
 	return nil
 }

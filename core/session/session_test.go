@@ -115,18 +115,49 @@ func TestCoopExecWithAHostCall(t *testing.T) {
 func TestCoopOpenNamesEveryProblem(t *testing.T) {
 	sb := handle(t)
 	resp, kind := call(t, sb, map[string]any{"op": "coop_open", "level": "vm", "interpreter": "/nonexistent/python3",
-		"filesystem_root": "/nonexistent/root", "policy": map[string]any{"timeout": -1, "tick_limt": 3}, "bogus": 1})
+		"filesystem_root": "/nonexistent/root", "policy": map[string]any{"timeout": -1, "tick_limt": 3}, "bogus": 1,
+		"preload_grants": "yes"})
 	msg, _ := resp["error"].(map[string]any)["message"].(string)
 	if kind != engine.KindInvalidRequest {
 		t.Fatalf("kind %q: %v", kind, resp)
 	}
-	for _, want := range []string{"level", "/nonexistent/python3", "/nonexistent/root", "policy.timeout", "tick_limt", "bogus"} {
+	for _, want := range []string{"level", "/nonexistent/python3", "/nonexistent/root", "policy.timeout", "tick_limt", "bogus",
+		"preload_grants must be a boolean"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("%q not named in %q", want, msg)
 		}
 	}
 	if _, kind := call(t, sb, map[string]any{"op": "coop_exec", "code": "x = 1"}); kind != engine.KindInvalidRequest {
 		t.Fatalf("coop_exec before coop_open: %q", kind)
+	}
+}
+
+// preload_grants false: the template's start frame keeps only the grants that import
+// nothing (host_fn); the init frame keeps them all.
+func TestWithoutImportsKeepsOnlyHostFunctions(t *testing.T) {
+	pol := map[string]any{"version": 1, "timeout": 5.0, "grants": []any{
+		map[string]any{"kind": "module", "name": "json", "ref": "json"},
+		map[string]any{"kind": "host_fn", "name": "twice", "ref": "twice"},
+		map[string]any{"kind": "cls", "name": "Fraction", "ref": "fractions:Fraction"}}}
+	b, _ := msgpack.Marshal(map[string]any{"op": "coop_open", "policy": pol})
+	r, err := newReader(b, "coop_open", "op", "policy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := portablePolicy(r)
+	var got, full map[string]any
+	if err := msgpack.Unmarshal(encodeSorted(withoutImports(out, r.m["policy"])), &got); err != nil {
+		t.Fatal(err)
+	}
+	if err := msgpack.Unmarshal(encodeSorted(out), &full); err != nil {
+		t.Fatal(err)
+	}
+	gs := got["grants"].([]any)
+	if len(gs) != 1 || gs[0].(map[string]any)["name"] != "twice" || got["timeout"] != 5.0 {
+		t.Fatalf("template policy: %v", got)
+	}
+	if len(full["grants"].([]any)) != 3 {
+		t.Fatalf("the full policy lost grants: %v", full)
 	}
 }
 
@@ -240,5 +271,46 @@ func TestTheDefaultTimeoutIsPolicys(t *testing.T) {
 	want := fmt.Sprintf("timeout: float | None = %.1f", DefaultTimeout)
 	if !strings.Contains(string(src), want) {
 		t.Fatalf("policy.py's Policy() does not default to %gs (%q)", DefaultTimeout, want)
+	}
+}
+
+// state_encoded: the response's state is bin, the state map's own msgpack bytes
+// (kept opaque by a binding that cannot hold msgpack's map keys, as JavaScript);
+// sent back as state, bin restores it into a fresh worker as the map does, and a
+// bin that is not one encoded map is refused.
+func TestCoopStateEncoded(t *testing.T) {
+	open := func() *engine.Sandbox {
+		sb := handle(t)
+		if resp, kind := call(t, sb, map[string]any{"op": "coop_open", "level": "process", "interpreter": python,
+			"policy": map[string]any{"timeout": 20.0}}); kind != "" {
+			t.Fatalf("coop_open: %v", resp)
+		}
+		return sb
+	}
+	sb := open()
+	resp, kind := call(t, sb, map[string]any{"op": "coop_exec", "code": "d = {'a': 'one'}\ndef f():\n    return d['a']\n",
+		"snapshot": true, "state_encoded": true})
+	b, ok := resp["state"].([]byte)
+	if kind != "" || !ok {
+		t.Fatalf("want the state as bin: %v", resp)
+	}
+	var st map[string]any
+	if err := msgpack.Unmarshal(b, &st); err != nil || st["version"] == nil || !strings.Contains(fmt.Sprint(st["source"]), "def f") {
+		t.Fatalf("the bin is not the state map: %v %v", err, st)
+	}
+	plain, _ := call(t, sb, map[string]any{"op": "coop_exec", "code": "", "snapshot": true})
+	if _, ok := plain["state"].(map[string]any); !ok {
+		t.Fatalf("without state_encoded the state is a map: %v", plain)
+	}
+	fresh := open()
+	resp, kind = call(t, fresh, map[string]any{"op": "coop_exec", "code": "x = f()", "state": b})
+	if ns, _ := resp["namespace"].(map[string]any); kind != "" || resp["error"] != nil || ns["x"] != "one" {
+		t.Fatalf("restored from bin: %v", resp)
+	}
+	for _, bad := range [][]byte{{0x91, 0x01}, {0x81, 0xa1, 'a'}, []byte("not msgpack")} {
+		resp, kind = call(t, open(), map[string]any{"op": "coop_exec", "code": "", "state": bad})
+		if kind != engine.KindInvalidRequest {
+			t.Fatalf("state %x: want invalid_request, got %q %v", bad, kind, resp)
+		}
 	}
 }

@@ -29,6 +29,7 @@ func TestZygoteReportsFailedStep(t *testing.T) {
 		{"N", 'N', zygoteSpec},
 		{"Q", 'Q', zygoteSpec},
 		{"A", 'A', func() *ZygoteSpec { zs := zygoteSpec(); zs.ASLimit = 1 << 40; return zs }},
+		{"H", 'H', func() *ZygoteSpec { zs := zygoteSpec(); zs.NoTHP = true; return zs }},
 	} {
 		t.Run(c.letter, func(t *testing.T) {
 			t.Setenv("SANDTRAP_TEST_FAIL_INIT", c.letter)

@@ -236,6 +236,14 @@ static int child(void *arg)
 	/* no_new_privs: required by Landlock and seccomp without CAP_SYS_ADMIN. */
 	if (syscall(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
 		return fail(l, ST_STAGE_NO_NEW_PRIVS);
+	/* Process knobs of the policy: the personality and the affinity are the
+	 * task's (this child shares the host's memory, not its task), survive fork and
+	 * execve, so every process of the sandbox has them. The target's filter
+	 * refuses it the personality flags and sched_setaffinity. */
+	if (l->set_personality && syscall(SYS_personality, l->personality) < 0)
+		return fail(l, ST_STAGE_PROCESS);
+	if (l->cpu_mask && syscall(SYS_sched_setaffinity, 0, l->cpu_mask_len, l->cpu_mask) < 0)
+		return fail(l, ST_STAGE_PROCESS);
 	/* Die with the thread that started us (host death kills the sandbox). Set after
 	 * every change of credentials, which clears it. */
 	if (syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)

@@ -34,6 +34,7 @@ enum st_stage {
 	ST_STAGE_RLIMIT,
 	ST_STAGE_CAPS,
 	ST_STAGE_NO_NEW_PRIVS,
+	ST_STAGE_PROCESS,  /* personality, the CPU affinity */
 	ST_STAGE_PDEATHSIG,
 	ST_STAGE_STDIO,
 	ST_STAGE_CLOSE_FDS,
@@ -89,6 +90,14 @@ struct st_launch {
 	const struct st_mount_op *mount_ops;
 	int n_mount_ops;
 	const char *cwd; /* re-entered after the view (the host's working directory), through its mounts */
+
+	/* process knobs every process of the sandbox inherits (through fork and execve);
+	 * attributes of the task, not of its memory (which the child shares with the
+	 * host until it execs: PR_SET_THP_DISABLE is sandtrap-init's, ST_CF_NO_THP) */
+	unsigned long personality; /* set when set_personality */
+	int set_personality;
+	const unsigned long *cpu_mask; /* NULL: the affinity is left as it is */
+	size_t cpu_mask_len;           /* bytes */
 
 	uint64_t keep_caps; /* kept (ambient) for pid 1 of each run; all others dropped */
 	int drop_caps;

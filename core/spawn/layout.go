@@ -34,7 +34,7 @@ func wireLayout() map[string]uintptr {
 		"st_landlock_rule": unsafe.Sizeof(lr), "st_landlock_rule.rights": unsafe.Offsetof(lr.rights),
 		"st_landlock_rule.port": unsafe.Offsetof(lr.port), "st_landlock_rule.fd": unsafe.Offsetof(lr.fd),
 		"st_request": unsafe.Sizeof(rq), "st_request.magic": unsafe.Offsetof(rq.magic), "st_request.argc": unsafe.Offsetof(rq.argc),
-		"st_request.envc": unsafe.Offsetof(rq.envc), "st_request.cpu_secs": unsafe.Offsetof(rq.cpu_secs), "st_request.nofile": unsafe.Offsetof(rq.nofile),
+		"st_request.envc": unsafe.Offsetof(rq.envc), "st_request.cpu_secs": unsafe.Offsetof(rq.cpu_secs), "st_request.nofile": unsafe.Offsetof(rq.nofile), "st_request.flags": unsafe.Offsetof(rq.flags), "st_request.nextra": unsafe.Offsetof(rq.nextra),
 		"st_reply": unsafe.Sizeof(rp), "st_reply.pid": unsafe.Offsetof(rp.pid), "st_reply.err": unsafe.Offsetof(rp.err), "st_reply.step": unsafe.Offsetof(rp.step),
 		"st_status": unsafe.Sizeof(st), "st_status.kind": unsafe.Offsetof(st.kind), "st_status.value": unsafe.Offsetof(st.value),
 		"st_status.a": unsafe.Offsetof(st.a), "st_status.b": unsafe.Offsetof(st.b), "st_status.c": unsafe.Offsetof(st.c),

@@ -69,6 +69,7 @@ const (
 	StageView       Stage = "view"
 	StageCaps       Stage = "capabilities"
 	StageNoNewPrivs Stage = "no_new_privs"
+	StageProcess    Stage = "process" // personality, transparent huge pages, CPU affinity
 	StagePdeathsig  Stage = "pdeathsig"
 	StageStdio      Stage = "stdio"
 	StageCloseFDs   Stage = "close_fds"
@@ -82,7 +83,7 @@ var launcherStages = map[C.int]Stage{
 	C.ST_STAGE_CLONE: StageClone, C.ST_STAGE_SETSID: StageSetsid,
 	C.ST_STAGE_CGROUP: StageCgroup, C.ST_STAGE_RLIMIT: StageRlimit, C.ST_STAGE_IDS: StageIDs, C.ST_STAGE_SHARES: StageShares,
 	C.ST_STAGE_USERNS: StageUserNS, C.ST_STAGE_SYSCTL: StageSysctl, C.ST_STAGE_UTS: StageUTS, C.ST_STAGE_VIEW: StageView,
-	C.ST_STAGE_CAPS: StageCaps, C.ST_STAGE_NO_NEW_PRIVS: StageNoNewPrivs,
+	C.ST_STAGE_CAPS: StageCaps, C.ST_STAGE_NO_NEW_PRIVS: StageNoNewPrivs, C.ST_STAGE_PROCESS: StageProcess,
 	C.ST_STAGE_PDEATHSIG: StagePdeathsig, C.ST_STAGE_STDIO: StageStdio, C.ST_STAGE_CLOSE_FDS: StageCloseFDs,
 	C.ST_STAGE_EXEC: StageExec,
 }
@@ -110,7 +111,7 @@ const (
 )
 
 var stepNames = map[Step]string{C.ST_STEP_CONFIG: "reading its configuration", C.ST_STEP_RLIMIT_AS: "setting RLIMIT_AS",
-	C.ST_STEP_DUMPABLE: "making itself non-dumpable", C.ST_STEP_SECCOMP: "loading the seccomp filter",
+	C.ST_STEP_DUMPABLE: "making itself non-dumpable", C.ST_STEP_THP: "turning transparent huge pages off", C.ST_STEP_SECCOMP: "loading the seccomp filter",
 	C.ST_STEP_SIGCHLD: "setting its SIGCHLD disposition", C.ST_STEP_SPARE: "making the next run's pid 1",
 	C.ST_STEP_REQUEST: "reading the run request",
 	C.ST_STEP_PROC:    "mounting its /proc", C.ST_STEP_LANDLOCK: "entering the Landlock ruleset",
@@ -252,6 +253,14 @@ type ZygoteSpec struct {
 
 	Hostname string // non-empty: the zygote's own UTS namespace with this hostname
 
+	// Process knobs every process of the sandbox inherits: Personality (when
+	// SetPersonality, e.g. ADDR_NO_RANDOMIZE), NoTHP (PR_SET_THP_DISABLE), CPUs
+	// (the affinity; nil: unchanged).
+	SetPersonality bool
+	Personality    uint32
+	NoTHP          bool
+	CPUs           []int
+
 	KeepCaps uint64 // capabilities (in the sandbox's user namespace) pid 1 of each run still needs
 
 	SetIDs    bool // pid 1 becomes UID/GID (needs a zygote holding CAP_SETUID/CAP_SETGID)
@@ -368,7 +377,7 @@ func StartZygote(zs *ZygoteSpec) (*Zygote, error) {
 		on   bool
 		flag C.__u64
 	}{{zs.NewPidNS, C.ST_CF_NEWPID}, {zs.NewIPCNS, C.ST_CF_NEWIPC}, {zs.RulesetFD >= 0, C.ST_CF_LANDLOCK},
-		{zs.Listener && len(zs.BPF) > 0, C.ST_CF_LISTENER}, {zs.Listener && zs.Killable && len(zs.BPF) > 0, C.ST_CF_KILLABLE},
+		{zs.Listener && len(zs.BPF) > 0, C.ST_CF_LISTENER}, {zs.NoTHP, C.ST_CF_NO_THP}, {zs.Listener && zs.Killable && len(zs.BPF) > 0, C.ST_CF_KILLABLE},
 		{zs.View != nil && zs.View.ProcOwn, C.ST_CF_PROC}, {zs.COW != nil, C.ST_CF_COW}} {
 		if f.on {
 			cfg.flags |= f.flag
@@ -480,6 +489,17 @@ func StartZygote(zs *ZygoteSpec) (*Zygote, error) {
 	}
 	if zs.Hostname != "" {
 		l.hostname = mem.str(zs.Hostname)
+	}
+	l.set_personality, l.personality = cbool(zs.SetPersonality), C.ulong(zs.Personality)
+	if len(zs.CPUs) > 0 {
+		var set unix.CPUSet
+		for _, c := range zs.CPUs {
+			set.Set(c)
+		}
+		p := C.calloc(1, C.size_t(unsafe.Sizeof(set)))
+		mem = append(mem, p)
+		*(*unix.CPUSet)(p) = set
+		l.cpu_mask, l.cpu_mask_len = (*C.ulong)(p), C.size_t(unsafe.Sizeof(set))
 	}
 	l.new_mountns = cbool(zs.MountNS && !zs.UserNS)
 	if zs.UserNS || zs.MountNS {
@@ -659,6 +679,11 @@ type RunSpec struct {
 	CPUSecs   uint32 // RLIMIT_CPU of the run (0: none)
 	NoFile    uint32 // RLIMIT_NOFILE of the run (0: the zygote's)
 	COWSock   int    // with a COW zygote (only): the socket pid 1 sends the run's upper layer on
+	// GateFD > 0: the target is made and parked before its execve until a byte can
+	// be read from it (the read end of a pipe; end of file ends it unexec'd).
+	GateFD int
+	// ExtraFDs are placed on 3, 4, … of the target (a gather's named inputs).
+	ExtraFDs []int
 }
 
 // Process is a run's pid 1.
@@ -676,6 +701,10 @@ func (z *Zygote) Spawn(r *RunSpec) (*Process, error) {
 	hdr.magic = C.ST_REQ_MAGIC
 	hdr.argc, hdr.envc = C.__u32(len(r.Argv)), C.__u32(len(r.Env))
 	hdr.cpu_secs, hdr.nofile = C.__u32(r.CPUSecs), C.__u32(r.NoFile)
+	if r.GateFD > 0 {
+		hdr.flags |= C.ST_RQ_GATE
+	}
+	hdr.nextra = C.__u32(len(r.ExtraFDs))
 	msg := C.GoBytes(unsafe.Pointer(&hdr), C.sizeof_struct_st_request)
 	for _, s := range append(append([]string{r.Path, r.Dir}, r.Argv...), r.Env...) {
 		msg = append(append(msg, s...), 0)
@@ -690,6 +719,13 @@ func (z *Zygote) Spawn(r *RunSpec) (*Process, error) {
 		}
 		fds = append(fds, r.COWSock)
 	}
+	if r.GateFD > 0 {
+		fds = append(fds, r.GateFD)
+	}
+	if len(fds)+len(r.ExtraFDs) > C.ST_MAX_FDS {
+		return nil, fmt.Errorf("%d extra descriptors: a run takes at most %d", len(r.ExtraFDs), C.ST_MAX_FDS-len(fds))
+	}
+	fds = append(fds, r.ExtraFDs...)
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	if z.closed {
@@ -719,6 +755,8 @@ type Status struct {
 	ExecErrno  unix.Errno // the target could not be exec'd
 	InitFailed Step       // pid 1 could not apply its part (StepNone: it did)
 	InitErrno  unix.Errno
+	Parked     bool // the target exists and waits on its gate (RunSpec.GateFD)
+	Started    bool // the target exec'd
 	Ended      bool
 	Wait       unix.WaitStatus
 	UserMicros uint64
@@ -742,6 +780,10 @@ func ReadStatus(b []byte) Status {
 		switch rec.kind {
 		case C.ST_STATUS_EXEC:
 			st.ExecErrno = unix.Errno(rec.value)
+		case C.ST_STATUS_STARTED:
+			st.Started = true
+		case C.ST_STATUS_PARKED:
+			st.Parked = true
 		case C.ST_STATUS_EXIT:
 			st.Ended, st.Wait = true, unix.WaitStatus(rec.value)
 		case C.ST_STATUS_USAGE:

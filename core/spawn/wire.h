@@ -15,7 +15,7 @@
  * requests (it keeps the next run's pid 1 made ahead, in its namespaces, and
  * forwards it each request as it came): each is a struct st_request, then NUL-terminated strings (path, cwd
  * ("" = keep), argv[argc], envp[envc]), with SCM_RIGHTS fds (stdin, stdout,
- * stderr, status). The answer is a struct st_reply: the pid of the run's pid 1
+ * stderr, status, with ST_RQ_GATE the gate, then nextra more). The answer is a struct st_reply: the pid of the run's pid 1
  * (in the engine's pid namespace) with its pidfd as SCM_RIGHTS, or err = -errno.
  *
  * Pid 1 of a run writes struct st_status records to its status fd. */
@@ -33,7 +33,7 @@
 #define ST_REQ_MAGIC 0x51525453u           /* "STRQ" */
 #define ST_MAX_BPF 4096                    /* sock_filter entries */
 #define ST_MAX_REQ (4 << 20)               /* bytes of one run request */
-#define ST_MAX_FDS 8                       /* fds of one run request */
+#define ST_MAX_FDS 16                      /* fds of one run request */
 
 /* st_config.flags */
 #define ST_CF_RLIMIT_AS (1u << 0) /* set RLIMIT_AS to as_cur/as_max before the filter */
@@ -45,6 +45,7 @@
 #define ST_CF_LANDLOCK_TABLE (1u << 7) /* pid 1 builds its own ruleset: the table below, plus its /proc */
 #define ST_CF_CAPS (1u << 8)           /* the zygote holds capabilities, which pid 1 drops */
 #define ST_CF_SET_IDS (1u << 9)        /* pid 1 becomes uid/gid (root hosts without a user namespace of their own) */
+#define ST_CF_NO_THP (1u << 12)        /* PR_SET_THP_DISABLE (on the zygote's own memory: every process of it inherits it through fork and execve) */
 #define ST_CF_KILLABLE (1u << 10)      /* with ST_CF_LISTENER: SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV (a call the engine received is not interrupted by a signal that does not kill) */
 #define ST_CF_COW (1u << 11)           /* with ST_CF_LANDLOCK_TABLE or alone: each run in a mount namespace of its own where the workdir is an overlay (struct st_cow below); its request carries a 5th fd, a socket on which pid 1 sends the upper layer's directory */
 
@@ -106,7 +107,15 @@ struct st_request {
 	__u32 argc, envc;
 	__u32 cpu_secs; /* RLIMIT_CPU of the run, 0 = none */
 	__u32 nofile;   /* RLIMIT_NOFILE of the run, 0 = as the zygote's */
+	__u32 flags;    /* ST_RQ_* */
+	__u32 nextra;   /* fds after status (and the gate) that the target gets on 3, 4, … */
 };
+
+/* st_request.flags */
+#define ST_RQ_GATE (1u << 0) /* a fifth fd, the gate: the target is made (its pid known, an
+				ST_STATUS_PARKED record written) and waits before its execve
+				until one byte can be read from the gate; end of file instead
+				ends it without exec */
 
 struct st_reply {
 	__s32 pid;
@@ -120,12 +129,15 @@ struct st_reply {
 #define ST_STATUS_EXIT 'X'  /* value: the target's wait status */
 #define ST_STATUS_USAGE 'R' /* a: user µs, b: system µs, c: max RSS KiB (every reaped process) */
 #define ST_STATUS_INIT 'I'  /* value: the step below that failed; a: its errno */
+#define ST_STATUS_STARTED 'S' /* the target exec'd (written once its execve succeeded; value: its pid in the run) */
+#define ST_STATUS_PARKED 'P'  /* with ST_RQ_GATE: the target exists and waits on its gate */
 
 /* Steps of sandtrap-init that can fail: the zygote's (in a struct st_reply) and
  * pid 1's (in an ST_STATUS_INIT record). Every privileged call is one of them. */
 #define ST_STEP_CONFIG 'G'   /* zygote: reading its configuration */
 #define ST_STEP_RLIMIT_AS 'A' /* zygote: RLIMIT_AS */
 #define ST_STEP_DUMPABLE 'N' /* zygote: PR_SET_DUMPABLE 0 */
+#define ST_STEP_THP 'H'      /* zygote: PR_SET_THP_DISABLE */
 #define ST_STEP_SECCOMP 'B'  /* zygote: loading the filter */
 #define ST_STEP_SIGCHLD 'Q'  /* zygote, pid 1: the SIGCHLD disposition */
 #define ST_STEP_SPARE 'W'    /* zygote: making the next run's pid 1 (socketpair, clone of its namespaces) */

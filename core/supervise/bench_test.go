@@ -3,6 +3,7 @@
 package supervise
 
 import (
+	stdnet "net"
 	"path/filepath"
 	"testing"
 
@@ -20,10 +21,45 @@ import (
 // answered CONTINUE with no handler: the round trip alone.
 
 func benchCall(b *testing.B, op string, notified bool, override map[string]handlerFunc) {
-	cfg := func(sb *sandbox) Config { return Config{Allowed: []string{sb.ro, sb.rw}, ListenNeedsBind: true} }
+	var port int
+	var net *NetPolicy
+	switch op {
+	case "sendto":
+		u, err := stdnet.ListenPacket("udp4", "127.0.0.1:0")
+		must(b, err)
+		b.Cleanup(func() { u.Close() })
+		go func() { // drain
+			buf := make([]byte, 64)
+			for {
+				if _, _, err := u.ReadFrom(buf); err != nil {
+					return
+				}
+			}
+		}()
+		port = u.LocalAddr().(*stdnet.UDPAddr).Port
+		net = &NetPolicy{Rules: []NetDest{loopback4("udp", port)}}
+	case "connect":
+		l, err := stdnet.Listen("tcp4", "127.0.0.1:0")
+		must(b, err)
+		b.Cleanup(func() { l.Close() })
+		go func() { // accept and close
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				c.Close()
+			}
+		}()
+		port = l.Addr().(*stdnet.TCPAddr).Port
+		net = &NetPolicy{Rules: []NetDest{loopback4("tcp", port)}}
+	}
+	cfg := func(sb *sandbox) Config {
+		return Config{Allowed: []string{sb.ro, sb.rw}, ListenNeedsBind: true, Net: net}
+	}
 	var traps []Trap
 	if !notified {
-		for _, tr := range Traps(Config{ListenNeedsBind: true}) {
+		for _, tr := range Traps(Config{ListenNeedsBind: true, Net: net}) {
 			if tr.Syscall != op {
 				traps = append(traps, tr)
 			}
@@ -34,17 +70,19 @@ func benchCall(b *testing.B, op string, notified bool, override map[string]handl
 	switch op {
 	case "flock":
 		fd = sb.open(b, filepath.Join(sb.rw, "f"), unix.O_RDONLY)
+	case "sendto":
+		fd = int(sb.do(b, req{Op: "socket", Arg: unix.AF_INET, Arg2: unix.SOCK_DGRAM}).Val)
 	case "listen":
 		fd = int(sb.do(b, req{Op: "socket", Arg: unix.AF_INET, Arg2: unix.SOCK_STREAM}).Val)
 		if e := sb.do(b, req{Op: "bind_loopback", FD: fd, Arg: unix.AF_INET}).Errno; e != 0 {
 			b.Fatalf("bind: %s", errnoName(e))
 		}
 	}
-	if a := sb.do(b, req{Op: "bench", Path: op, FD: fd, N: 10}); a.Errno != 0 { // warm up, and check it works
+	if a := sb.do(b, req{Op: "bench", Path: op, FD: fd, N: 10, Arg: int64(port)}); a.Errno != 0 { // warm up, and check it works
 		b.Fatalf("%s: %s", op, errnoName(a.Errno))
 	}
 	b.ResetTimer()
-	a := sb.do(b, req{Op: "bench", Path: op, FD: fd, N: b.N})
+	a := sb.do(b, req{Op: "bench", Path: op, FD: fd, N: b.N, Arg: int64(port)})
 	b.StopTimer()
 	if a.Errno != 0 {
 		b.Fatalf("%s: %s", op, errnoName(a.Errno))
@@ -62,4 +100,20 @@ func BenchmarkListen(b *testing.B) {
 	b.Run("notified", func(b *testing.B) { benchCall(b, "listen", true, nil) })
 	b.Run("notified-continue", func(b *testing.B) { benchCall(b, "listen", true, continueAll()) })
 	b.Run("unnotified", func(b *testing.B) { benchCall(b, "listen", false, nil) })
+}
+
+// BenchmarkSendto and BenchmarkConnect: a UDP datagram to, and a TCP connect (and
+// close) to, an allowed 127.0.0.1 port: checked and performed by the supervisor
+// (notified), the trap alone answered CONTINUE, and the kernel alone (the rules'
+// traps left out of the filter).
+func BenchmarkSendto(b *testing.B) {
+	b.Run("notified", func(b *testing.B) { benchCall(b, "sendto", true, nil) })
+	b.Run("notified-continue", func(b *testing.B) { benchCall(b, "sendto", true, continueAll()) })
+	b.Run("unnotified", func(b *testing.B) { benchCall(b, "sendto", false, nil) })
+}
+
+func BenchmarkConnect(b *testing.B) {
+	b.Run("notified", func(b *testing.B) { benchCall(b, "connect", true, nil) })
+	b.Run("notified-continue", func(b *testing.B) { benchCall(b, "connect", true, continueAll()) })
+	b.Run("unnotified", func(b *testing.B) { benchCall(b, "connect", false, nil) })
 }

@@ -43,6 +43,10 @@ type RunLog struct {
 	pidfd int       // its pid 1 (the engine's, open until Detach)
 	pid   int       // its number, for kernels without PIDFD_GET_PID_NAMESPACE
 	at    time.Time // pending since (unattached)
+	// host judges the run's trapped calls (AttachHost; host.go); nil: none.
+	// noPid1 (tests): the run's pid 1 is the program itself, its calls are judged too.
+	host   HostRun
+	noPid1 bool
 }
 
 // DenialList is what a run was refused: at most maxDenials distinct entries in the
@@ -65,6 +69,8 @@ type runLogs struct {
 	attached   map[uint64]*RunLog   // by namespace inode
 	unresolved map[*RunLog]struct{} // attached, namespace not opened yet
 	pending    map[uint64]*RunLog
+	starting   int           // host runs being started (Starting)
+	changed    chan struct{} // closed when a run is attached or a start ends
 }
 
 // nsIno is the inode of the pid namespace fd names.
@@ -119,6 +125,79 @@ func (s *Supervisor) Attach(pidfd, pid int) (*RunLog, error) {
 		}
 	}
 	return r, nil
+}
+
+// AttachHost attaches a run whose trapped calls the host judges (Config.Host): as
+// Attach, with its pid namespace opened at once, since each of its trapped calls is
+// routed to h by the caller's namespace (host.go). Call it within Starting.
+func (s *Supervisor) AttachHost(pidfd, pid int, h HostRun) (*RunLog, error) {
+	return s.attachHost(&RunLog{nsfd: -1, pidfd: pidfd, pid: pid, host: h})
+}
+
+func (s *Supervisor) attachHost(r *RunLog) (*RunLog, error) {
+	s.runs.mu.Lock()
+	defer s.runs.mu.Unlock()
+	s.expirePendingLocked(time.Now())
+	if err := s.resolveLocked(r); err != nil {
+		return nil, err
+	}
+	s.runs.signalLocked()
+	return r, nil
+}
+
+// Starting marks a host run being started, until done is called (after its
+// AttachHost): its program can make trapped calls before it is attached, and a
+// trapped call of a namespace no run is attached to waits meanwhile (hostRunOf).
+func (s *Supervisor) Starting() (done func()) {
+	s.runs.mu.Lock()
+	s.runs.starting++
+	s.runs.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.runs.mu.Lock()
+			s.runs.starting--
+			s.runs.signalLocked()
+			s.runs.mu.Unlock()
+		})
+	}
+}
+
+func (rl *runLogs) signalLocked() {
+	if rl.changed != nil {
+		close(rl.changed)
+		rl.changed = nil
+	}
+}
+
+// hostRunWait bounds how long a trapped call waits for its run to be attached.
+const hostRunWait = 5 * time.Second
+
+// hostRunOf is the host run attached under pid namespace ino; with wait, a call of
+// a namespace not attached (yet) waits while a run is being started (at most
+// hostRunWait). nil: no host run.
+func (s *Supervisor) hostRunOf(ino uint64, wait bool) *RunLog {
+	deadline := time.Now().Add(hostRunWait)
+	s.runs.mu.Lock()
+	defer s.runs.mu.Unlock()
+	for {
+		if r := s.runs.attached[ino]; r != nil && r.host != nil {
+			return r
+		}
+		if !wait || s.runs.starting == 0 || time.Now().After(deadline) {
+			return nil
+		}
+		if s.runs.changed == nil {
+			s.runs.changed = make(chan struct{})
+		}
+		ch := s.runs.changed
+		s.runs.mu.Unlock()
+		select {
+		case <-ch:
+		case <-time.After(time.Until(deadline)):
+		}
+		s.runs.mu.Lock()
+	}
 }
 
 // resolveLocked opens r's pid namespace and files r under its inode, with the

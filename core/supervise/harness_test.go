@@ -108,6 +108,7 @@ type sandboxOpts struct {
 	traps    []Trap                 // default: Traps(cfg)
 	override map[string]handlerFunc // handlers replaced (tests showing an attack escapes without the real one)
 	handOff  bool                   // no supervisor: the listener is left in sandbox.listener
+	pidns    bool                   // the child is in a pid namespace of its own, attached as a run
 }
 
 // continueAll is a supervisor without checks: every trapped call runs as if unwatched.
@@ -186,10 +187,18 @@ func newSandbox(t testing.TB, o sandboxOpts) *sandbox {
 	sb.sock = os.NewFile(uintptr(pair[0]), "control")
 	theirs := os.NewFile(uintptr(pair[1]), "control-child")
 	sb.cmd = exec.Command(os.Args[0], "-test.run=^$")
+	if o.pidns {
+		// pid 1 is a shell that outlives the child (killing the child alone does not
+		// end the namespace): the run's init, as sandtrap-init is an engine run's
+		sb.cmd = exec.Command("/bin/sh", "-c", `"$0" "$1" & wait; exec sleep 3600`, os.Args[0], "-test.run=^$")
+	}
 	sb.cmd.Env = append(os.Environ(), childEnv+"="+string(spec))
 	sb.cmd.ExtraFiles = []*os.File{theirs}
 	sb.cmd.Stdout, sb.cmd.Stderr = sb.out, sb.out
 	sb.cmd.SysProcAttr = nsAttr()
+	if o.pidns {
+		sb.cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWPID
+	}
 	if err := startFromSpawner(sb.cmd); err != nil {
 		t.Fatalf("start the child: %v", err)
 	}
@@ -223,6 +232,15 @@ func newSandbox(t testing.TB, o sandboxOpts) *sandbox {
 			t.Fatalf("start: %v", err)
 		}
 		sb.sup = sup
+		if o.pidns {
+			pidfd, err := unix.PidfdOpen(sb.cmd.Process.Pid, 0)
+			must(t, err)
+			sup.AttributeRuns()
+			if _, err := sup.Attach(pidfd, sb.cmd.Process.Pid); err != nil {
+				t.Fatalf("attach: %v", err)
+			}
+			t.Cleanup(func() { unix.Close(pidfd) }) // after sup.Close (cleanups run last first)
+		}
 	}
 	go sb.readLoop()
 	return sb
@@ -555,6 +573,15 @@ func execute(r req) (resp, []int) {
 		return resp{Val: int64(fd), Errno: errnoOf(err)}, nil
 	case "close":
 		return resp{Errno: errnoOf(unix.Close(r.FD))}, nil
+	case "open_mode": // open(path, Arg, Arg2) with the mode as given
+		fd, err := unix.Open(r.Path, int(r.Arg)|unix.O_CLOEXEC, uint32(r.Arg2))
+		if err == nil {
+			unix.Close(fd)
+		}
+		return resp{Errno: errnoOf(err)}, nil
+	case "getppid":
+		v, _, _ := unix.RawSyscall(unix.SYS_GETPPID, 0, 0, 0)
+		return resp{Val: int64(v)}, nil
 	case "flock": // flock(fd, op) with op as given (all 64 bits)
 		_, e := raw(unix.SYS_FLOCK, uintptr(r.FD), uintptr(r.Arg))
 		return resp{Errno: e}, nil
@@ -651,8 +678,12 @@ func execute(r req) (resp, []int) {
 		return resp{}, []int{r.FD}
 	case "race_watch":
 		return raceWatch(r), nil
+	case "race_open":
+		return raceOpen(r), nil
 	case "race_fcntl":
 		return raceFcntl(r), nil
+	case "sibling": // a process sharing this one's descriptor table (clone(CLONE_FILES)) that pauses
+		return resp{Vals: []int64{int64(cloneFilesSibling())}}, nil
 	case "race_posix_fd":
 		return racePosixFD(r), nil
 	case "race_listen":
@@ -676,6 +707,25 @@ func execute(r req) (resp, []int) {
 	return resp{Errno: unix.ENOSYS, Text: []string{"unknown op " + r.Op}}, nil
 }
 
+// cloneFilesSibling forks a process that shares the descriptor table (and so the
+// POSIX locks) of this one and pauses forever; its pid, or -errno. The child runs
+// raw system calls only: it has one thread of a copied Go runtime.
+//
+//go:nosplit
+//go:norace
+func cloneFilesSibling() int {
+	pid, _, e := syscall.RawSyscall6(unix.SYS_CLONE, unix.CLONE_FILES|uintptr(unix.SIGCHLD), 0, 0, 0, 0, 0)
+	if e != 0 {
+		return -int(e)
+	}
+	if pid == 0 {
+		for {
+			syscall.RawSyscall(unix.SYS_PAUSE, 0, 0, 0)
+		}
+	}
+	return int(pid)
+}
+
 // flipper runs f in a loop on a thread of its own until stop is called.
 func flipper(f func(i int)) (stop func()) {
 	var quit atomic.Bool
@@ -692,6 +742,45 @@ func flipper(f func(i int)) (stop func()) {
 
 // raceWatch: inotify_add_watch(FD, buf) N times while another thread rewrites buf
 // between Path and B (same length). Vals: [successes, EACCES, other errors].
+// raceOpen opens r.Path N times while a thread flips it into r.B: how many opens
+// succeeded, reached r.B's inode, failed.
+func raceOpen(r req) resp {
+	a, b := append([]byte(r.Path), 0), append([]byte(r.B), 0)
+	if len(a) != len(b) {
+		return resp{Errno: unix.EINVAL}
+	}
+	var bst unix.Stat_t
+	if err := unix.Stat(r.B, &bst); err != nil {
+		return resp{Errno: errnoOf(err)}
+	}
+	buf := make([]byte, len(a))
+	copy(buf, a)
+	stop := flipper(func(i int) {
+		if i%2 == 0 {
+			copy(buf, b)
+		} else {
+			copy(buf, a)
+		}
+	})
+	var ok, reached, failed int64
+	for i := 0; i < r.N; i++ {
+		fd, _, e := unix.Syscall6(unix.SYS_OPENAT, uintptr(0xffffff9c), uintptr(unsafe.Pointer(&buf[0])), unix.O_RDONLY|unix.O_CLOEXEC, 0, 0, 0)
+		if e != 0 {
+			failed++
+			continue
+		}
+		ok++
+		var st unix.Stat_t
+		if unix.Fstat(int(fd), &st) == nil && st.Ino == bst.Ino && st.Dev == bst.Dev {
+			reached++
+		}
+		unix.Close(int(fd))
+	}
+	stop()
+	runtime.KeepAlive(buf)
+	return resp{Vals: []int64{ok, reached, failed}}
+}
+
 func raceWatch(r req) resp {
 	a, b := append([]byte(r.Path), 0), append([]byte(r.B), 0)
 	if len(a) != len(b) {
@@ -863,6 +952,36 @@ func bench(r req) resp {
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
+	if r.Path == "sendto" || r.Path == "connect" { // to 127.0.0.1:Arg
+		sa := unix.RawSockaddrInet4{Family: unix.AF_INET, Addr: [4]byte{127, 0, 0, 1}}
+		sa.Port = uint16(r.Arg>>8&0xff) | uint16(r.Arg&0xff)<<8
+		x := []byte("x")
+		var total time.Duration
+		for i := 0; i < r.N; i++ {
+			fd := r.FD
+			if r.Path == "connect" {
+				var err error
+				if fd, err = unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0); err != nil {
+					return resp{Errno: errnoOf(err)}
+				}
+			}
+			start := time.Now()
+			var e unix.Errno
+			if r.Path == "sendto" {
+				_, _, e = unix.Syscall6(unix.SYS_SENDTO, uintptr(fd), uintptr(unsafe.Pointer(&x[0])), 1, 0, uintptr(unsafe.Pointer(&sa)), unix.SizeofSockaddrInet4)
+			} else {
+				_, _, e = unix.Syscall(unix.SYS_CONNECT, uintptr(fd), uintptr(unsafe.Pointer(&sa)), unix.SizeofSockaddrInet4)
+			}
+			total += time.Since(start)
+			if r.Path == "connect" {
+				unix.Close(fd)
+			}
+			if e != 0 {
+				return resp{Errno: e}
+			}
+		}
+		return resp{Val: int64(total)}
+	}
 	start := time.Now()
 	for i := 0; i < r.N; i++ {
 		if _, e := raw(nr, uintptr(r.FD), a1); e != 0 {
@@ -903,8 +1022,9 @@ func racePosixFD(r req) resp {
 	if err := unix.Fstat(r.FD2, &st); err != nil {
 		return resp{Errno: errnoOf(err)}
 	}
-	mine := fmt.Sprintf(" %d ", os.Getpid())
-	inode := fmt.Sprintf(":%d ", st.Ino)
+	// the file's "maj:min:ino" as /proc/locks writes it (its pids are not those of a
+	// pid namespace of the sandbox's own, so the lock is found by the file)
+	inode := fmt.Sprintf(" %02x:%02x:%d ", unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino)
 	var got atomic.Bool
 	var mu sync.Mutex // the flipper's dup3 and the check of /proc/locks do not interleave
 	stop := flipper(func(i int) {
@@ -929,7 +1049,7 @@ func racePosixFD(r req) resp {
 			mu.Lock()
 			locks, _ := os.ReadFile("/proc/locks")
 			for _, line := range strings.Split(string(locks), "\n") {
-				if strings.Contains(line, "POSIX") && strings.Contains(line, mine) && strings.Contains(line, inode) {
+				if strings.Contains(line, "POSIX") && strings.Contains(line, inode) {
 					ro = 1
 					got.Store(true)
 					break

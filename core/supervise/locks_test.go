@@ -534,3 +534,49 @@ func TestPosixLockFDSwapIsAudited(t *testing.T) {
 		})
 	}
 }
+
+// TestPosixLockFDSwapKillsTheRun: a POSIX lock belongs to a descriptor table, and a
+// sibling made with clone(CLONE_FILES) shares it: killing only the process that won
+// the race leaves the lock held by the sibling. The audit kills the run (its pid
+// namespace, whose pid 1 the child is here).
+func TestPosixLockFDSwapKillsTheRun(t *testing.T) {
+	var won bool
+	for round := 0; round < 5 && !won; round++ {
+		sb := newSandbox(t, sandboxOpts{pidns: true})
+		if sib := sb.do(t, req{Op: "sibling"}); len(sib.Vals) != 1 || sib.Vals[0] <= 0 {
+			t.Fatalf("no sibling: %+v", sib)
+		}
+		rof, rwf := filepath.Join(sb.ro, "f"), filepath.Join(sb.rw, "f")
+		rw := sb.open(t, rwf, unix.O_RDWR)
+		ro := sb.open(t, rof, unix.O_RDONLY)
+		var a resp
+		died := false
+		select {
+		case r, ok := <-sb.async(req{Op: "race_posix_fd", FD: rw, FD2: ro, N: 20000}):
+			died, a = !ok, r
+		case <-time.After(60 * time.Second):
+			t.Fatal("no answer")
+		}
+		won = died || (len(a.Vals) == 4 && a.Vals[3] != 0)
+		time.Sleep(300 * time.Millisecond) // past the audit's last look
+		held := posixHeld(t, rof)
+		t.Logf("round %d: won %v, vals %v, lock held at the end %v; denials %+v", round, won, a.Vals, held, sb.sup.Denials())
+		if !won {
+			continue
+		}
+		if held {
+			t.Fatal("the sibling sharing the descriptor table kept the lock on the read-only file")
+		}
+		select {
+		case <-sb.dead:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the run (its pid 1) outlived the audit's kill")
+		}
+		if !sb.denied("its run was killed") {
+			t.Fatalf("no denial names the kill: %+v", sb.sup.Denials())
+		}
+	}
+	if !won {
+		t.Log("the race was not won in 5 rounds: nothing to audit this time")
+	}
+}

@@ -219,7 +219,7 @@ func (p *NetPolicy) WatchesSends() bool {
 }
 
 func connectTraps(cfg Config) []Trap {
-	if cfg.Net == nil && cfg.Ports == nil {
+	if cfg.Net == nil && cfg.Ports == nil && cfg.HTTP == nil {
 		return nil
 	}
 	return []Trap{{Syscall: "connect", Arg: -1}}
@@ -447,16 +447,26 @@ func (c *call) detachBlocking(fd int, f func() reply) reply {
 }
 
 // handleConnect: connect(fd, addr, addrlen).
-func handleConnect(c *call) reply {
+func handleConnect(c *call) reply { return connectCopy(c, nil) }
+
+// connectCopy performs connect with the address a copied before (nil: copy it now),
+// on the socket the argument names now (host.go: the host judged that copy).
+func connectCopy(c *call, a *addr) reply {
 	k, r := c.socket(0)
 	if r != nil {
 		return *r
 	}
-	a, err := c.readAddr(c.arg(1), uint64(uint32(c.arg(2))))
-	if err != nil {
-		return c.failure("read the address", err, unix.EFAULT, unix.EINVAL)
+	if a == nil {
+		var err error
+		if a, err = c.readAddr(c.arg(1), uint64(uint32(c.arg(2)))); err != nil {
+			return c.failure("read the address", err, unix.EFAULT, unix.EINVAL)
+		}
 	}
-	if !c.remapConnect(k, a) { // a virtual port of the sandbox's own (ports.go)
+	toProxy, r := c.redirectHTTP(k, a) // an HTTP port: to the proxy (httpredirect.go)
+	if r != nil {
+		return *r
+	}
+	if !toProxy && !c.remapConnect(k, a) { // a virtual port of the sandbox's own (ports.go)
 		if c.s.cfg.Net == nil {
 			return cont() // trapped for port_remap alone: the kernel's floor decides (ports.go)
 		}
@@ -585,7 +595,10 @@ func fastOpen(k sock, flags uint32) *reply {
 }
 
 // handleSendto: sendto(fd, buf, len, flags, addr, addrlen) with an address.
-func handleSendto(c *call) reply {
+func handleSendto(c *call) reply { return sendtoCopy(c, nil) }
+
+// sendtoCopy performs sendto with the address a copied before (nil: copy it now).
+func sendtoCopy(c *call, a *addr) reply {
 	k, r := c.socket(0)
 	if r != nil {
 		return *r
@@ -594,9 +607,11 @@ func handleSendto(c *call) reply {
 	if r := fastOpen(k, flags); r != nil {
 		return *r
 	}
-	a, err := c.readAddr(c.arg(4), uint64(uint32(c.arg(5))))
-	if err != nil {
-		return c.failure("read the address", err, unix.EFAULT, unix.EINVAL)
+	if a == nil {
+		var err error
+		if a, err = c.readAddr(c.arg(4), uint64(uint32(c.arg(5)))); err != nil {
+			return c.failure("read the address", err, unix.EFAULT, unix.EINVAL)
+		}
 	}
 	if r := c.destination(k, a); r != nil {
 		return *r

@@ -19,9 +19,10 @@ import (
 // reads the fd table again. Another thread that dup2s a read-only file over the fd
 // number in between gets a lock on it. The audit closes what that race leaves: soon
 // after each continued lock request (auditDelays), the supervisor looks at the POSIX
-// locks that process holds (/proc/locks) and kills it (SIGKILL: its locks go with
-// it) if one is on a file the process has open only through read-only mounts. A host
-// writer can be held up for that long at most; nothing else of the race remains.
+// locks that process holds (/proc/locks) and kills its run (killRun: the locks go
+// with the last process sharing its descriptor table) if one is on a file the
+// process has open only through read-only mounts. A host writer can be held up for
+// that long at most; nothing else of the race remains.
 var auditDelays = []time.Duration{2 * time.Millisecond, 20 * time.Millisecond, 200 * time.Millisecond}
 
 type auditEntry struct {
@@ -150,8 +151,7 @@ func (s *Supervisor) auditOne(tgid, pidfd int, locks []fileKey) {
 	if err != nil {
 		// it holds POSIX locks and its descriptors cannot be looked at: what cannot
 		// be decided is refused
-		unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0)
-		s.denials.add("fcntl", "POSIX locks held by a process whose descriptors cannot be inspected ("+err.Error()+"): the process was killed", unix.EACCES)
+		s.killRun(tgid, pidfd, "POSIX locks held by a process whose descriptors cannot be inspected ("+err.Error()+"): its run was killed")
 		return
 	}
 	writable := map[fileKey]bool{}
@@ -182,10 +182,50 @@ func (s *Supervisor) auditOne(tgid, pidfd int, locks []fileKey) {
 				name = t
 			}
 		}
-		unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0)
-		s.denials.add("fcntl", fmt.Sprintf("a POSIX lock on a read-only file (%s), taken through an fd swapped during the check: the process was killed", name), unix.EACCES)
+		s.killRun(tgid, pidfd, fmt.Sprintf("a POSIX lock on a read-only file (%s), taken through an fd swapped during the check: its run was killed", name))
 		return
 	}
+}
+
+// killRun kills the run of the process pidfd names (tgid its number): a POSIX lock
+// belongs to a descriptor table, which a sibling made with clone(CLONE_FILES) shares
+// and keeps alive, so killing the process alone would leave the lock held. The run
+// is its pid namespace: its pid 1 (the engine's pidfd, attached) is killed and the
+// kernel kills every process of the namespace. A process the supervisor cannot place
+// in an attached run (runs not attributed, or not attached yet) fails the sandbox
+// instead (Abort: the engine kills every process of the zygote). Either way the
+// process itself is killed first.
+func (s *Supervisor) killRun(tgid, pidfd int, why string) {
+	var ino uint64
+	placed := false
+	if s.attributes.Load() {
+		if nsfd, err := PidNamespaceFD(pidfd, tgid); err == nil {
+			ino, err = nsIno(nsfd)
+			unix.Close(nsfd)
+			placed = err == nil
+		}
+	}
+	unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0)
+	s.denials.add("fcntl", why, unix.EACCES)
+	if placed {
+		s.runs.mu.Lock()
+		r := s.runs.attached[ino]
+		if r == nil && len(s.runs.unresolved) > 0 {
+			s.resolveAllLocked()
+			r = s.runs.attached[ino]
+		}
+		if r != nil {
+			// under the lock: Detach (which precedes the engine closing r.pidfd)
+			// waits for it
+			r.log.add("fcntl", why, unix.EACCES)
+			unix.PidfdSendSignal(r.pidfd, unix.SIGKILL, nil, 0)
+		}
+		s.runs.mu.Unlock()
+		if r != nil {
+			return
+		}
+	}
+	s.Abort("a POSIX lock audit could not place the process in a run: " + why)
 }
 
 type fileKey struct {

@@ -29,6 +29,8 @@ type Config struct {
 	Net *NetPolicy
 	// Ports: port virtualization (ports.go); nil: none.
 	Ports *PortMap
+	// HTTP: connects to HTTP ports go to the HTTP proxy (httpredirect.go); nil: none.
+	HTTP *HTTPRedirect
 	// AbstractScoped: Landlock keeps the sandbox from abstract unix sockets outside
 	// its domain; the supervisor, outside every domain, then performs no connect or
 	// send to an abstract address on its behalf (net.go).
@@ -39,6 +41,8 @@ type Config struct {
 	// blocking lock) then ends with EINTR when the caller has a caught signal pending,
 	// as the kernel's own wait would.
 	Killable bool
+	// Host: calls the host judges after the built-in rules (host.go); nil: none.
+	Host *Host `json:"-"`
 	// Learn, when set, is told every path the sandbox opens, executes, creates or
 	// removes (learn.go): learn mode; those calls are then continued.
 	Learn func(kind, path string) `json:"-"`
@@ -54,9 +58,20 @@ type Trap = seccomp.Trap
 // Nothing else is trapped, so nothing else pays a round trip.
 func Traps(cfg Config) []Trap {
 	var ts []Trap
+	whole := map[string]bool{}
 	for _, h := range handlers {
 		if h.traps != nil {
-			ts = append(ts, h.traps(cfg)...)
+			for _, t := range h.traps(cfg) {
+				if t.Arg < 0 && !t.NonZero {
+					whole[t.Syscall] = true
+				}
+				ts = append(ts, t)
+			}
+		}
+	}
+	for _, t := range hostTraps(cfg) {
+		if !whole[t.Syscall] {
+			ts = append(ts, t)
 		}
 	}
 	return append(ts, learnTraps(cfg)...)
@@ -134,6 +149,19 @@ func start(listenerFD int, cfg Config, override map[string]handlerFunc) (*Superv
 			h.fn = fn
 		}
 		s.table[h.nr] = &h
+	}
+	if cfg.Host != nil {
+		for _, name := range cfg.Host.Syscalls {
+			nr, ok := seccomp.Nr(name)
+			if !ok {
+				return fail(fmt.Errorf("supervise: unknown syscall %q", name))
+			}
+			var builtin handlerFunc
+			if b := s.table[nr]; b != nil {
+				builtin = b.fn
+			}
+			s.table[nr] = &handler{name: name, nr: nr, fn: hostHandler(name, builtin)}
+		}
 	}
 	s.addLearnHandlers()
 	unix.CloseOnExec(listenerFD)

@@ -83,7 +83,8 @@ int main(void)
 	/* NULL-safety */
 	sandtrap_result_free(NULL);
 	CHECK(sandtrap_result_exit_code(NULL) == -1 && sandtrap_result_signal(NULL) == 0 &&
-	      sandtrap_result_success(NULL) == 0 && sandtrap_result_error_kind(NULL) == NULL, "NULL result");
+	      sandtrap_result_success(NULL) == 0 && sandtrap_result_error_kind(NULL) == NULL &&
+	      sandtrap_result_reason(NULL) == NULL, "NULL result");
 	CHECK(sandtrap_result_stdout(NULL, &n) != NULL && n == 0, "NULL result stdout");
 	CHECK(sandtrap_run_options_init(&o, SANDTRAP_RUN_OPTIONS_VERSION) == SANDTRAP_OK && o.timeout_ms == 0 && !o.stdin_data, "options init");
 	CHECK(sandtrap_run_options_init(&o, 99) == SANDTRAP_E_INVALID_ARGUMENT, "options init bad version");
@@ -104,6 +105,7 @@ int main(void)
 		rc = run(sb, argv, NULL, &r);
 		CHECK(rc == SANDTRAP_OK, "exit 3 rc=%d", rc);
 		CHECK(sandtrap_result_success(r) == 0 && sandtrap_result_exit_code(r) == 3 && sandtrap_result_signal(r) == 0, "exit 3");
+		CHECK(strcmp(sandtrap_result_reason(r), "exited") == 0, "reason exited");
 		CHECK(out_is(r, 0, "out\n") && out_is(r, 1, "oops\n"), "exit 3 output");
 		CHECK(sandtrap_result_error_kind(r) == NULL, "a non-zero exit is not an error");
 		sandtrap_result_free(r);
@@ -133,6 +135,7 @@ int main(void)
 		rc = run(sb, argv, &to, &r);
 		CHECK(rc == SANDTRAP_OK, "timeout rc=%d", rc);
 		CHECK(sandtrap_result_timed_out(r) == 1 && sandtrap_result_success(r) == 0, "timed out");
+		CHECK(strcmp(sandtrap_result_reason(r), "timeout") == 0, "reason timeout");
 		CHECK(sandtrap_result_error_kind(r) && strcmp(sandtrap_result_error_kind(r), "timeout") == 0, "kind timeout");
 		sandtrap_result_free(r);
 	}
@@ -152,7 +155,22 @@ int main(void)
 		CHECK(r && sandtrap_result_error_kind(r) && strcmp(sandtrap_result_error_kind(r), "not_found") == 0, "kind not_found");
 		CHECK(sandtrap_result_error_message(r) && strstr(sandtrap_result_error_message(r), "no-such-program-xyz"), "message names it");
 		CHECK(sandtrap_result_exit_code(r) == -1, "no exit code");
+		CHECK(strcmp(sandtrap_result_reason(r), "not_found") == 0, "reason not_found");
 		sandtrap_result_free(r);
+	}
+	{ /* what the run was refused: a lock on a read-only file */
+		const char *argv[] = {"flock", "/usr/bin", "true", NULL};
+		const sandtrap_denial *d;
+		rc = sandtrap_sandbox_run(sb, argv, NULL, &r);
+		CHECK(rc == SANDTRAP_OK && sandtrap_result_exit_code(r) != 0, "flock rc=%d exit %d", rc, sandtrap_result_exit_code(r));
+		CHECK(sandtrap_result_denials_count(r) == 1, "%zu denials", sandtrap_result_denials_count(r));
+		d = sandtrap_result_denial(r, 0);
+		CHECK(d && strcmp(d->syscall, "flock") == 0 && d->path && strcmp(d->path, "/usr/bin") == 0 && !d->address &&
+		      strcmp(d->errno_name, "EACCES") == 0 && d->errno_nr == 13 && d->count == 1 && strcmp(d->source, "supervisor") == 0,
+		      "the flock denial: %s %s %s %d", d ? d->syscall : "-", d && d->path ? d->path : "-", d ? d->errno_name : "-", d ? d->errno_nr : 0);
+		CHECK(sandtrap_result_denial(r, 1) == NULL && sandtrap_result_denials_dropped(r) == 0, "one denial, none dropped");
+		sandtrap_result_free(r);
+		CHECK(sandtrap_result_denials_count(NULL) == 0 && sandtrap_result_denial(NULL, 0) == NULL, "NULL result denials");
 	}
 	{ /* invalid arguments: *out is NULL, nothing ran */
 		const char *empty[] = {NULL};
@@ -175,6 +193,29 @@ int main(void)
 		CHECK(sandtrap_sandbox_run(sb, argv, &bad, &r) == SANDTRAP_E_INVALID_ARGUMENT, "unknown options version");
 	}
 	sandtrap_sandbox_free(sb);
+	{ /* the process knobs through the builder: pinned to CPU 0, no huge pages */
+		sandtrap_sandbox_builder *kb = sandtrap_sandbox_builder_new();
+		sandtrap_sandbox *ksb = NULL;
+		const char *argv[] = {"grep", "-E", "^(Cpus_allowed_list|THP_enabled):", "/proc/self/status", NULL};
+		sandtrap_sandbox_builder_fs_readable(kb, "/usr");
+		sandtrap_sandbox_builder_fs_readable(kb, "/lib");
+		sandtrap_sandbox_builder_fs_readable(kb, "/bin");
+		sandtrap_sandbox_builder_fs_readable(kb, "/proc");
+		sandtrap_sandbox_builder_cpu_core(kb, 0);
+		sandtrap_sandbox_builder_no_huge_pages(kb, 1);
+		rc = sandtrap_sandbox_builder_build(kb, &ksb, &err);
+		sandtrap_sandbox_builder_free(kb);
+		CHECK(rc == SANDTRAP_OK, "knobs build: %s", rc == SANDTRAP_OK ? "" : sandtrap_error_message(err));
+		if (rc == SANDTRAP_OK) {
+			rc = sandtrap_sandbox_run(ksb, argv, NULL, &r);
+			CHECK(rc == SANDTRAP_OK && out_is(r, 0, "THP_enabled:\t0\nCpus_allowed_list:\t0\n"), "knobs in the run: %s",
+			      (const char *)sandtrap_result_stdout(r, NULL));
+			sandtrap_result_free(r);
+			sandtrap_sandbox_free(ksb);
+		} else {
+			sandtrap_error_free(err);
+		}
+	}
 	if (failures) {
 		fprintf(stderr, "typed: %d failed\n", failures);
 		return 1;

@@ -122,6 +122,8 @@ def plain(v):
                 "module": "builtins" if isinstance(e, WorkerError) else type(e).__module__,
                 "message": v.error_message,
                 "traceback": getattr(e, "__sandtrap_traceback__", None),
+                # a builtin exception's scalar arguments cross the wire (KeyError('k'))
+                **({"args": list(e.args)} if type(e).__module__ == "builtins" and e.args else {}),
             }
         )
         return plain(d)

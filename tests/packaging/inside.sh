@@ -30,6 +30,14 @@ EOF
 pass "the wheel installs into $("$py" -V) (with the [kernel] extra) and loads from the venv"
 python3 "$tmp/t/snippets.py" run "$tmp/snippets" --only py --python "$py"
 pass "the READMEs' Python blocks run with the installed wheel"
+# the sandtrap command and the MCP server, as console scripts of the wheel ([mcp] extra)
+"$py" -m pip install -q "$whl[mcp]"
+bin="$tmp/venv-wheel/bin"
+out="$("$bin/sandtrap" run -r /usr -r /lib -- /bin/sh -c 'echo from-the-cli; exit 7')" && rc=0 || rc=$?
+[ "$rc" = 7 ] && [ "$out" = from-the-cli ] || fail "the wheel's sandtrap command: exit $rc, output '$out'"
+init='{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"packaging","version":"1"}}}'
+echo "$init" | timeout 20 "$bin/sandtrap-mcp" | grep -q '"serverInfo":{"name":"sandtrap"' || fail "the wheel's sandtrap-mcp does not answer initialize"
+pass "the wheel's sandtrap command (exit code passed through) and sandtrap-mcp (pip install 'sandtrap[mcp]')"
 
 # ---- Python: the sdist, built from source with the Go modules it carries
 "$other" -m venv "$tmp/venv-sdist"
@@ -82,6 +90,11 @@ console.log('ES module: ok');
 EOF
 (cd "$proj" && node check.cjs && node check.mjs)
 pass "the prebuilt addon loads through the CommonJS and the ES module entry points"
+out="$(cd "$proj" && PATH="$tmp/bin" ./node_modules/.bin/sandtrap run -r /usr -r /lib -- /bin/sh -c 'echo npm-cli; exit 6')" && rc=0 || rc=$?
+[ "$rc" = 6 ] && [ "$out" = npm-cli ] || fail "the npm package's sandtrap bin: exit $rc, output '$out'"
+(cd "$proj" && echo "$init" | timeout 20 env PATH="$tmp/bin" ./node_modules/.bin/sandtrap-mcp) | grep -q '"serverInfo":{"name":"sandtrap"' \
+  || fail "the npm package's sandtrap-mcp bin does not answer initialize"
+pass "the npm package's sandtrap and sandtrap-mcp bins (the prebuilt command)"
 python3 "$tmp/t/snippets.py" run "$tmp/snippets" --only js --node-project "$proj"
 pass "the READMEs' JavaScript blocks run in the project"
 

@@ -98,6 +98,10 @@ const SpawnFailed = define('SpawnFailed', 'spawn_failed', -6);
 const ForkedChild = define('ForkedChild', 'forked_child', -7);
 const SandboxClosed = define('SandboxClosed', 'closed', -8);
 const InternalError = define('InternalError', 'internal', -99);
+/** result.check() of a run that did not succeed: err.result is that result. */
+const ProcessFailed = define('ProcessFailed', 'process_failed', -100);
+/** An operation the object's state does not allow (spawn while running, wait without spawn). */
+const InvalidState = define('InvalidState', 'invalid_state', -101);
 
 /** Node's convention for a cancelled operation: name 'AbortError', code 'ABORT_ERR',
  * the signal's reason as `cause`. The run's result (cancelled: true) is `err.result`. */
@@ -123,6 +127,8 @@ const byCode = {
   forked_child: ForkedChild,
   closed: SandboxClosed,
   internal: InternalError,
+  process_failed: ProcessFailed,
+  invalid_state: InvalidState,
 };
 
 /**
@@ -176,6 +182,8 @@ module.exports = {
   ForkedChild,
   SandboxClosed,
   InternalError,
+  ProcessFailed,
+  InvalidState,
   AbortError,
   errorClass,
   makeError,

@@ -32,31 +32,31 @@ const POLICY = {
   workdir: ['workdir', 'path'],
   onExit: ['on_exit', 'branch'],
   onError: ['on_error', 'branch'],
+  noRandomizeMemory: ['no_randomize_memory', 'bool'],
+  noHugePages: ['no_huge_pages', 'bool'],
+  noCoredump: ['no_coredump', 'optbool'],
+  cpuCores: ['cpu_cores', 'cpus'],
   allowDegraded: ['allow_degraded', 'bool'],
+  httpAllow: ['http_allow', 'http_rules'],
+  httpDeny: ['http_deny', 'http_rules'],
+  httpPorts: ['http_ports', 'ports'],
 };
 
 /** Options sandtrap does not support yet: option name -> the problem reported. */
 const UNSUPPORTED = {
-  httpCa: 'not supported by sandtrap yet: sandtrap has no HTTP proxy',
-  httpKey: 'not supported by sandtrap yet: sandtrap has no HTTP proxy',
-  httpPorts: 'not supported by sandtrap yet: sandtrap has no HTTP proxy; use netAllow',
-  httpAllow: 'not supported by sandtrap yet: sandtrap has no HTTP ACL; use netAllow (ports)',
-  httpDeny: 'not supported by sandtrap yet: sandtrap has no HTTP ACL; use netAllow (ports)',
+  httpCa: 'not supported by sandtrap yet: HTTPS interception is not built yet: without it HTTPS is allowed by SNI to the hosts httpAllow names',
+  httpKey: 'not supported by sandtrap yet: HTTPS interception is not built yet: without it HTTPS is allowed by SNI to the hosts httpAllow names',
   fsStorage: 'not supported by sandtrap yet: the copy-on-write layer of workdir is a tmpfs private to each run (its size is maxDisk); on-disk storage is not supported yet',
   randomSeed: 'not supported by sandtrap yet: determinism controls are not supported',
   timeStart: 'not supported by sandtrap yet: determinism controls are not supported',
   deterministicDirs: 'not supported by sandtrap yet: determinism controls are not supported',
-  noRandomizeMemory: 'not supported by sandtrap yet: determinism controls are not supported',
-  noCoredump: 'not supported by sandtrap yet: core dumps are always disabled in sandtrap; drop the field',
-  noHugePages: 'not supported by sandtrap yet: huge pages cannot be turned off',
   noSupervisor: 'not supported by sandtrap yet: the syscall supervisor cannot be turned off',
   chroot: 'not supported by sandtrap yet: sandtrap does not chroot; grant paths with fsReadable and fsWritable',
   fsMount: 'not supported by sandtrap yet: sandtrap does not mount; grant paths with fsReadable and fsWritable',
   gpuDevices: 'not supported by sandtrap yet: GPU devices cannot be granted',
-  cpuCores: 'not supported by sandtrap yet: CPU pinning is not supported; use maxCpu',
   numCpus: 'not supported by sandtrap yet: CPU counts are not supported; use maxCpu',
-  policyFn: 'not supported by sandtrap yet: dynamic syscall policies are not supported; use extraDenySyscalls',
-  handlers: 'not supported by sandtrap yet: syscall handlers are not supported',
+  policyFn: 'not supported by sandtrap yet: a host callable, not a policy value: bindings take it as Sandbox(policy_fn=...); over the C ABI send the run_handlers op',
+  handlers: 'not supported by sandtrap yet: handlers are given per run: run_with_handlers, or the run_handlers op',
 };
 
 module.exports = { POLICY, UNSUPPORTED };

@@ -11,11 +11,12 @@ const native = require('./native');
 const { Sandbox } = require('./sandbox');
 const { InvalidArgument, makeError } = require('./errors');
 const { camelKeys } = require('./options');
+const { VirtualFS, serve: serveFs } = require('./vfs');
 
 /** @typedef {import('./sandbox').Wire} Wire */
 /**
  * The options of sandbox() (index.d.ts's PythonSandboxOptions).
- * @typedef {{isolation?: string, filesystem?: string, echo?: boolean | string, allowDegraded?: boolean, python?: string}} PythonSandboxOptions
+ * @typedef {{isolation?: string, filesystem?: string | VirtualFS, echo?: boolean | string, allowDegraded?: boolean, python?: string, snapshotPrints?: boolean, state?: Uint8Array | null, keepState?: boolean}} PythonSandboxOptions
  */
 /** @typedef {(...args: any[]) => unknown} HostFunction */
 
@@ -25,7 +26,7 @@ const LEVELS = ['process', 'kernel'];
 const LIMITS = {
   timeout: 'timeout',
   tickLimit: 'tick_limit',
-  memoryLimit: 'memory_limit',
+  memoryLimit: 'memory_limit_bytes', // bytes (Python's memory_limit is megabytes, as in its seed)
   maxStdout: 'max_stdout',
   allowNetwork: 'allow_network',
   allowSubprocess: 'allow_subprocess',
@@ -36,7 +37,10 @@ class PythonSandbox {
    * @param {Record<string, any>} [policy] limits and `functions` (index.d.ts's PythonPolicy)
    * @param {PythonSandboxOptions} [options]
    */
-  constructor(policy = {}, { isolation = 'kernel', filesystem, echo = false, allowDegraded = false, python } = {}) {
+  constructor(
+    policy = {},
+    { isolation = 'kernel', filesystem, echo = false, allowDegraded = false, python, snapshotPrints = false, state = null, keepState = false } = {},
+  ) {
     if (!LEVELS.includes(isolation)) {
       throw new InvalidArgument(`isolation must be one of ${LEVELS.join(', ')} from JavaScript (got ${isolation})`);
     }
@@ -46,8 +50,12 @@ class PythonSandbox {
     const portable = { grants: [] };
     /** @type {Record<string, HostFunction>} */
     this.functions = {};
+    let moduleRoot = '/';
     for (const [k, v] of Object.entries(policy ?? {})) {
-      if (k === 'functions') {
+      if (k === 'moduleRoot') {
+        if (typeof v !== 'string' || !v.startsWith('/')) problems.push('policy.moduleRoot: want an absolute path inside the VirtualFS');
+        else moduleRoot = v;
+      } else if (k === 'functions') {
         for (const [name, fn] of Object.entries(v ?? {})) {
           if (typeof fn !== 'function') problems.push(`policy.functions.${name}: want a function`);
           this.functions[name] = fn;
@@ -59,8 +67,26 @@ class PythonSandbox {
         problems.push(`policy: unknown option "${k}"`);
       }
     }
+    if (state !== null && state !== undefined && !(state instanceof Uint8Array)) {
+      problems.push('state: want the bytes snapshot() returned');
+    }
+    if (filesystem !== undefined && filesystem !== null && typeof filesystem !== 'string' && !(filesystem instanceof VirtualFS)) {
+      problems.push('filesystem: want a directory (a string) or a VirtualFS');
+    }
     if (problems.length) throw new InvalidArgument(problems.join('\n'), { problems });
     this.level = isolation;
+    // a VirtualFS stays here: the worker reads and writes it through fs host calls
+    /** @type {VirtualFS | null} */
+    this.vfs = filesystem instanceof VirtualFS ? filesystem : null;
+    const root = typeof filesystem === 'string' ? filesystem : undefined;
+    this.snapshotPrints = snapshotPrints === true;
+    // the state a fresh worker is given (the engine sends it only to one started for
+    // the exec): the bytes of a snapshot (the state map msgpack-encoded, opaque here:
+    // JavaScript objects cannot hold its keys); with keepState every exec brings back
+    // the current one, so the namespace survives a worker restart
+    /** @type {Uint8Array | null} */
+    this.state = state ?? null;
+    this.keepState = keepState === true;
     /** the isolation report (camelCase), once the worker's sandbox is built @type {Wire | undefined} */
     this.report = undefined;
     // a handle for the ops: the engine builds the worker's own policy
@@ -68,8 +94,8 @@ class PythonSandbox {
     // opened on a thread: what the engine refuses (IsolationUnavailable, a missing
     // filesystem) rejects open() and every exec
     this.opening = this.sandbox
-      .request({ op: 'coop_open', level: isolation, policy: portable, interpreter: python, filesystem_root: filesystem,
-        echo, allow_degraded: allowDegraded })
+      .request({ op: 'coop_open', level: isolation, policy: portable, interpreter: python, filesystem_root: root,
+        vfs: this.vfs ? { module_root: moduleRoot } : undefined, echo, allow_degraded: allowDegraded })
       .then(check)
       .then((r) => {
         this.report = camelKeys(r.isolation);
@@ -90,6 +116,14 @@ class PythonSandbox {
    * @returns {Promise<{value: unknown} | {error: {type: string, message: string}}>}
    */
   async _answer(call) {
+    if (call.kind === 'fs' && this.vfs) {
+      try {
+        return { value: serveFs(this.vfs, call.name, call.args) ?? null };
+      } catch (e) {
+        const err = /** @type {{name?: unknown, message?: unknown}} */ (e);
+        return { error: { type: String(err?.name ?? 'OSError'), message: String(err?.message ?? e) } };
+      }
+    }
     const fn = call.kind === 'fn' ? this.functions[call.name] : undefined;
     if (!fn) return { error: { type: 'NotImplemented', message: `no host call ${call.kind}:${call.name}` } };
     try {
@@ -107,19 +141,19 @@ class PythonSandbox {
   /**
    * Run Python code; resolves with {stdout, namespace, error, ticks, ...}; never rejects for the code's faults.
    * @param {string} code
-   * @param {{namespace?: Record<string, unknown>, modules?: Record<string, unknown>, stdin?: string, argv?: string[]}} [options]
+   * @param {{namespace?: Record<string, unknown>, modules?: Record<string, unknown>, stdin?: string, argv?: string[], echo?: 'none' | 'last' | 'all' | boolean}} [options]
    * @returns {Promise<Wire>} index.d.ts's PythonExecResult
    */
-  async exec(code, { namespace, modules, stdin, argv } = {}) {
+  async exec(code, { namespace, modules, stdin, argv, echo } = {}) {
     if (typeof code !== 'string') throw new InvalidArgument('code must be a string');
     await this.opening;
+    /** @type {Wire} */
     const req = { op: 'coop_exec', code, namespace: namespace ?? null, modules: modules ?? null, stdin: stdin ?? null, argv: argv ?? null };
-    let resp = check(await this.sandbox.request(req));
-    while (resp.call) {
-      const { call, pending } = resp;
-      resp = check(await this.sandbox.request({ op: 'answer', pending, call: call.id, ...(await this._answer(call)) }));
-    }
-    if (resp.isolation) this.report = camelKeys(resp.isolation); // sent when it changed
+    if (this.snapshotPrints) req.prints = true;
+    if (echo !== undefined && echo !== null) req.echo = echo; // this exec's mode (the engine checks it)
+    if (this.keepState) Object.assign(req, { snapshot: true, state_encoded: true });
+    const resp = await this._request(req);
+    if (resp.state instanceof Uint8Array) this.state = Buffer.from(resp.state);
     return {
       stdout: resp.stdout,
       stderr: resp.stderr,
@@ -131,7 +165,41 @@ class PythonSandbox {
       duration: resp.duration,
       isolation: { ...this.report },
       restarted: resp.restarted === true,
+      prints: resp.prints ?? [], // each print's values, with {snapshotPrints: true}
     };
+  }
+
+  /**
+   * The namespace as source plus data (never pickle): the import, def and class
+   * statements that made its functions and classes, its data, its instances of
+   * sandbox classes as their attributes. Resolves with the state's bytes (its map
+   * msgpack-encoded); `sandbox(policy, {state})` rebuilds it (Python's
+   * `sandbox(policy, state=msgpack.unpackb(bytes))` too).
+   * @returns {Promise<Buffer>}
+   */
+  async snapshot() {
+    await this.opening;
+    const resp = await this._request({ op: 'coop_exec', code: '', snapshot: true, state_encoded: true });
+    if (!(resp.state instanceof Uint8Array)) throw makeError('internal', 'the engine sent no state');
+    const st = Buffer.from(resp.state);
+    if (this.keepState) this.state = st;
+    return st;
+  }
+
+  /**
+   * One coop_exec with the state a fresh worker needs, its host calls answered here.
+   * @param {Wire} req
+   * @returns {Promise<Wire>}
+   */
+  async _request(req) {
+    if (this.state) req.state = this.state;
+    let resp = check(await this.sandbox.request(req));
+    while (resp.call) {
+      const { call, pending } = resp;
+      resp = check(await this.sandbox.request({ op: 'answer', pending, call: call.id, ...(await this._answer(call)) }));
+    }
+    if (resp.isolation) this.report = camelKeys(resp.isolation); // sent when it changed
+    return resp;
   }
 
   /** Stop the running exec (its worker is killed); with none running, nothing happens. */
@@ -156,7 +224,7 @@ function check(resp) {
 }
 
 /**
- * sandbox(policy, {isolation: 'kernel' | 'process', filesystem, echo, allowDegraded, python})
+ * sandbox(policy, {isolation: 'kernel' | 'process', filesystem, echo ('none' | 'last' | 'all' | boolean), allowDegraded, python})
  * @param {Record<string, any>} [policy]
  * @param {PythonSandboxOptions} [options]
  */
@@ -164,4 +232,4 @@ function sandbox(policy, options) {
   return new PythonSandbox(policy, options);
 }
 
-module.exports = { sandbox, PythonSandbox };
+module.exports = { sandbox, PythonSandbox, VirtualFS };

@@ -45,7 +45,7 @@ const decode = (/** @type {ArrayLike<number> | ArrayBufferView | ArrayBuffer} */
 // Error kinds that are a run's fate (the call itself worked): resolved, not rejected.
 // A program that is missing or could not start is one (as in Python and C: the
 // result's error says so); a sandbox that cannot isolate or is closed is not.
-const OUTCOME_KINDS = new Set(['timeout', 'cancelled', 'cpu_time_limit', 'memory_limit', 'stage_failed', 'not_found', 'spawn_failed', 'disk_limit', 'commit_failed']);
+const OUTCOME_KINDS = new Set(['timeout', 'cancelled', 'killed', 'cpu_time_limit', 'memory_limit', 'stage_failed', 'not_found', 'spawn_failed', 'disk_limit', 'commit_failed']);
 
 let tagSeq = 0;
 const newTag = () => `node:${process.pid}:${++tagSeq}`;
@@ -65,8 +65,9 @@ function toBuffer(v) {
  * @returns {Wire} index.d.ts's RunResult
  */
 function runResult(r) {
-  return {
+  const res = {
     success: r.success === true,
+    reason: typeof r.reason === 'string' ? r.reason : 'unknown',
     exitCode: r.exit_code ?? null,
     signal: r.signal ?? null,
     stdout: toBuffer(r.stdout),
@@ -91,6 +92,22 @@ function runResult(r) {
     committed: toChanges(r.committed),
     commitRefused: toChanges(r.commit_refused),
   };
+  Object.defineProperty(res, 'check', { value: checkResult, enumerable: false });
+  return res;
+}
+
+/**
+ * result.check(): the result if the run succeeded, else throws ProcessFailed (err.result).
+ * @this {Wire}
+ */
+function checkResult() {
+  if (this.success) return this;
+  const why =
+    this.reason === 'exited' ? `exited with status ${this.exitCode}` :
+    this.reason === 'signaled' ? `was killed by signal ${this.signal}` :
+    this.error ? this.error.message : `ended: ${this.reason}`;
+  const tail = this.stderr && this.stderr.length ? this.stderr.subarray(-400).toString().trim() : '';
+  throw makeError('process_failed', `the run ${why}${tail ? `; its stderr ends with: ${tail}` : ''}`, { result: this });
 }
 
 /**
@@ -324,7 +341,11 @@ class Sandbox {
    * @param {object} [options] policy options (camelCase; see index.d.ts)
    */
   constructor(options = {}) {
+    // policyFn is a host callable, not a policy value (lib/handlers.js)
+    let policyFn = null;
+    if (isPlainObject(options) && 'policyFn' in options) ({ policyFn = null, ...options } = options);
     const { map, problems } = policyOptions(options);
+    if (policyFn != null && typeof policyFn !== 'function') problems.push(new Problem('policyFn', `want a function (event, ctx), got ${describe(policyFn)}`));
     if (!map.clean_env && (map.env === undefined || isPlainObject(map.env))) {
       // as in Python: the program inherits this process's environment as it is now
       // (snapshotted per sandbox; the engine alone would see it as it was at load),
@@ -356,6 +377,9 @@ class Sandbox {
     /** The engine's id of this sandbox (names it as a pipeline stage). @type {bigint | number} */
     this.id; // declares the property for tsc (defined below, read-only)
     Object.defineProperty(this, 'id', { value: native.sandboxId(handle), enumerable: true });
+    /** @type {((event: any, ctx: any) => unknown) | null} lib/handlers.js asks it about each trapped call */
+    this._policyFn; // declares the property for tsc (defined below, read-only)
+    Object.defineProperty(this, '_policyFn', { value: policyFn, enumerable: false });
     /** A frozen snapshot of the options (confine() rebuilds the policy from it). @type {object} */
     this.options; // declares the property for tsc (defined below, read-only)
     Object.defineProperty(this, 'options', { value: snapshot(options), enumerable: true });
@@ -467,7 +491,21 @@ class Sandbox {
    *   an AbortError (err.result) when opts.signal aborted it.
    */
   async run(argv, opts = {}) {
+    if (this._policyFn) return this.runWithHandlers(argv, [], opts); // lib/handlers.js
     return this._run({ op: 'run' }, argv, opts);
+  }
+
+  /**
+   * Run argv with syscall handlers: handlers is an array of [syscall, handler] pairs
+   * (a name like 'openat' or a number); the sandbox's own rules judge each call first,
+   * a handler sees only what they let through and can only tighten (lib/handlers.js).
+   * @param {string[]} argv
+   * @param {Array<[string | number, import('./handlers').Handler]>} [handlers]
+   * @param {Record<string, unknown>} [opts] index.d.ts's RunOptions
+   * @returns {Promise<Wire>}
+   */
+  runWithHandlers(argv, handlers = [], opts = {}) {
+    return require('./handlers').runWithHandlers(this, argv, handlers, opts);
   }
 
   /**
@@ -624,7 +662,50 @@ class Command {
    * @param {Record<string, unknown>} [opts] index.d.ts's PipelineRunOptions
    */
   run(opts = {}) {
-    return new Pipeline([this]).run(opts);
+    const p = new Pipeline([this]);
+    p._single = true;
+    return p.run(opts);
+  }
+
+  /**
+   * This command's output named for a gather's consumer:
+   * a.cmd(x).as('code').and(b.cmd(y).as('data')).pipe(c.cmd(z)).run().
+   * @param {string} name
+   * @returns {Gather}
+   */
+  as(name) {
+    if (typeof name !== 'string' || name === '') throw new InvalidRequest(`as(): want a non-empty name, got ${describe(name)}`);
+    const c = new Command(this.sandbox, this.argv);
+    c._request = this._request;
+    Object.defineProperty(c, '_name', { value: name, enumerable: false });
+    return new Gather([c]);
+  }
+}
+
+/** Named commands run at once whose outputs feed one consumer (Command.as). */
+class Gather {
+  /** @param {Command[]} sources */
+  constructor(sources) {
+    this.sources = sources.slice();
+  }
+
+  /** @param {Gather} other @returns {Gather} */
+  and(other) {
+    if (!(other instanceof Gather)) throw new TypeError('and: want cmd.as(name)');
+    return new Gather([...this.sources, ...other.sources]);
+  }
+
+  /**
+   * The consumer (and any stages after it): the last source on its stdin, the others
+   * on fds 3, 4, …, named by SANDTRAP_GATHER ("code:3,data:0").
+   * @param {Command | Pipeline} next
+   * @returns {Pipeline}
+   */
+  pipe(next) {
+    const p = new Pipeline([]).pipe(next);
+    if (this.sources.length < 2) throw new InvalidRequest('a gather needs at least two named commands', { problems: [new Problem('gather', 'at least two')] });
+    p._gather = this.sources;
+    return p;
   }
 }
 
@@ -632,6 +713,11 @@ class Pipeline {
   /** @param {Command[]} commands */
   constructor(commands) {
     this.commands = commands.slice();
+    /** a gather's producers (Gather.pipe), or null @type {Command[] | null} */
+    this._gather = null;
+    this._single = false; // Command.run: one command, run as a run
+    Object.defineProperty(this, '_gather', { enumerable: false, writable: true });
+    Object.defineProperty(this, '_single', { enumerable: false, writable: true });
   }
 
   /**
@@ -639,9 +725,13 @@ class Pipeline {
    * @returns {Pipeline}
    */
   pipe(next) {
-    if (next instanceof Pipeline) return new Pipeline([...this.commands, ...next.commands]);
-    if (!(next instanceof Command)) throw new TypeError('pipe: want a Command (sandbox.cmd(argv)) or a Pipeline');
-    return new Pipeline([...this.commands, next]);
+    /** @type {Pipeline} */
+    let p;
+    if (next instanceof Pipeline) p = new Pipeline([...this.commands, ...next.commands]);
+    else if (!(next instanceof Command)) throw new TypeError('pipe: want a Command (sandbox.cmd(argv)) or a Pipeline');
+    else p = new Pipeline([...this.commands, next]);
+    p._gather = this._gather;
+    return p;
   }
 
   /**
@@ -654,22 +744,33 @@ class Pipeline {
   async run(opts = {}) {
     /** @type {Problem[]} */
     const problems = [];
-    const { map, problems: optProblems } = mapOptions(opts, { timeout: RUN.timeout }, 'pipeline', ['stdin', 'signal']);
+    const { map, problems: optProblems } = mapOptions(opts, { timeout: RUN.timeout }, 'pipeline', ['stdin', 'signal', 'stdout']);
     problems.push(...optProblems);
-    const o = /** @type {{stdin?: unknown, signal?: AbortSignal | null}} */ (isPlainObject(opts) ? opts : {});
+    const o = /** @type {{stdin?: unknown, signal?: AbortSignal | null, stdout?: unknown}} */ (isPlainObject(opts) ? opts : {});
+    if (o.stdout !== undefined && !(Number.isInteger(o.stdout) && /** @type {number} */ (o.stdout) >= 0)) {
+      problems.push(new Problem('stdout', `want a file descriptor (an integer), got ${describe(o.stdout)}`));
+    }
+    if (this.commands.length < 2 && !this._gather && !this._single) problems.push(new Problem('stages', 'a pipeline needs at least two stages (run one command with cmd.run())'));
     const stdin = stdinBytes(o.stdin, problems);
     if (o.signal != null && !isAbortSignal(o.signal)) problems.push(new Problem('signal', `want an AbortSignal, got ${describe(o.signal)}`));
     if (problems.length) throw requestError(problems);
     const first = this.commands[0].sandbox;
-    if (this.commands.length === 1) {
+    if (this._single) {
       const c = this.commands[0];
       return finishRun(
         await first._requestShaped({ op: 'run', argv: c.argv, stdin, ...c._request, ...map }, o.signal, runResult),
       );
     }
     const stages = this.commands.map((c) => ({ argv: c.argv, sandbox: BigInt(c.sandbox.id), ...c._request }));
-    const sandboxes = [...new Set(this.commands.map((c) => c.sandbox))];
+    /** @type {Command[]} */
+    const producers = this._gather ?? [];
+    const sandboxes = [...new Set([...producers, ...this.commands].map((c) => c.sandbox))];
+    /** @type {Wire} */
     const req = { op: 'pipeline', stages, stdin, ...map };
+    if (o.stdout !== undefined) req.stdout = o.stdout;
+    if (this._gather) {
+      req.gather = producers.map((c) => ({ name: /** @type {any} */ (c)._name, argv: c.argv, sandbox: BigInt(c.sandbox.id), ...c._request }));
+    }
     return finishRun(await first._requestShaped(req, o.signal, pipelineResult, sandboxes));
   }
 }
@@ -717,4 +818,4 @@ function version() {
   return { binding: pkg.version, library: v.version, abi: v.abi, headerAbi: v.headerAbi };
 }
 
-module.exports = { Sandbox, Command, Pipeline, confine, probe, version, SandtrapError, newTag, runResult, runError, toChanges };
+module.exports = { Sandbox, Command, Pipeline, Gather, confine, probe, version, SandtrapError, newTag, runResult, runError, toChanges };

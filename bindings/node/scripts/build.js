@@ -138,7 +138,7 @@ function main() {
   } else if (engine) {
     const check = spawnSync('bash', [path.join(engine, 'scripts', 'check-build-deps.sh'), '-v', '--make'], { stdio: ['ignore', 2, 2] });
     if (check.status !== 0) throw new Error('the build tools above are missing');
-    run('make', ['-C', engine, 'lib']);
+    run('make', ['-C', engine, 'lib', 'cli']);
   } else if (!fs.existsSync(libDst)) {
     throw new Error(`no engine sources: ${path.join(pkgDir, 'engine')} is missing and ${pkgDir} is not bindings/node of a sandtrap checkout`);
   }

@@ -9,6 +9,7 @@
 //     prebuilds/linux-x64/
 //       sandtrap.node               build/Release/sandtrap.node (N-API 8: any Node >= 18)
 //       libsandtrap.so.0            the engine (rpath $ORIGIN, set with patchelf)
+//       sandtrap                    the sandtrap command (bin/sandtrap.js; rpath $ORIGIN)
 //       libseccomp.so.2             the system's libseccomp (LGPL-2.1, dynamically linked)
 //       libseccomp.copyright        its licence notice
 //       prebuilt.json               what the binaries need (glibc version), for the loader
@@ -67,7 +68,8 @@ function main() {
   const pkg = JSON.parse(fs.readFileSync(path.join(pkgDir, 'package.json'), 'utf8'));
   const addon = path.join(pkgDir, 'build', 'Release', 'sandtrap.node');
   const lib = fs.realpathSync(path.join(repo, 'build', 'libsandtrap.so'));
-  for (const f of [addon, lib]) if (!fs.existsSync(f)) throw new Error(`${f} is missing: run make lib and node scripts/build.js first`);
+  const cli = path.join(repo, 'build', 'sandtrap'); // the sandtrap command (bin/sandtrap.js runs it)
+  for (const f of [addon, lib, cli]) if (!fs.existsSync(f)) throw new Error(`${f} is missing: run make lib cli and node scripts/build.js first`);
 
   fs.rmSync(path.dirname(stage), { recursive: true, force: true });
   fs.mkdirSync(stage, { recursive: true });
@@ -93,7 +95,9 @@ function main() {
   const copyright = '/usr/share/doc/libseccomp2/copyright';
   if (fs.existsSync(copyright)) fs.copyFileSync(copyright, path.join(pre, 'libseccomp.copyright'));
   sh(patchelf, ['--set-rpath', '$ORIGIN', path.join(pre, 'libsandtrap.so.0')]);
-  const bins = ['sandtrap.node', 'libsandtrap.so.0', 'libseccomp.so.2'].map((f) => path.join(pre, f));
+  fs.copyFileSync(cli, path.join(pre, 'sandtrap'));
+  sh(patchelf, ['--set-rpath', '$ORIGIN', path.join(pre, 'sandtrap')]);
+  const bins = ['sandtrap.node', 'libsandtrap.so.0', 'libseccomp.so.2', 'sandtrap'].map((f) => path.join(pre, f));
   for (const f of bins) fs.chmodSync(f, 0o755);
   const info = {
     platform,

@@ -149,6 +149,23 @@ Napi::Value Probe(const Napi::CallbackInfo& info) {
   return Napi::Buffer<uint8_t>::NewOrCopy(env, out, len, FreeBuffer);
 }
 
+// sandtrap_profile: [status, response buffer] (the response holds the error, whose
+// problems carry file and line: lib/profile.js shapes them)
+Napi::Value Profile(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Uint8Array req = GetBytes(info[0], "request");
+  uint8_t* out = nullptr;
+  size_t len = 0;
+  int st = sandtrap_profile(req.Data(), req.ByteLength(), &out, &len);
+  if (out == nullptr) {
+    throw StatusError(env, st, std::string("sandtrap_profile: ") + sandtrap_status_name(st));
+  }
+  Napi::Array r = Napi::Array::New(env, 2);
+  r.Set(uint32_t(0), Napi::Number::New(env, st));
+  r.Set(uint32_t(1), Napi::Buffer<uint8_t>::NewOrCopy(env, out, len, FreeBuffer));
+  return r;
+}
+
 Napi::Value NewSandbox(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Napi::Uint8Array policy = GetBytes(info[0], "policy");
@@ -287,6 +304,7 @@ Napi::Value Confine(const Napi::CallbackInfo& info) {
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("version", Napi::Function::New(env, Version, "version"));
   exports.Set("probe", Napi::Function::New(env, Probe, "probe"));
+  exports.Set("profile", Napi::Function::New(env, Profile, "profile"));
   exports.Set("statusName", Napi::Function::New(env, StatusName, "statusName"));
   exports.Set("newSandbox", Napi::Function::New(env, NewSandbox, "newSandbox"));
   exports.Set("sandboxId", Napi::Function::New(env, SandboxId, "sandboxId"));

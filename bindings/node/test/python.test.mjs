@@ -117,3 +117,40 @@ test('python: cancel() stops a running exec; the next exec gets a fresh worker',
     sb.close();
   }
 });
+
+test('python exec: echo modes (per sandbox, per exec), a wrong one refused, KeyError args, memory in bytes', async () => {
+  const sb = sandbox({ timeout: 10, memoryLimit: 64 * 1024 * 1024 }, { isolation: 'process', echo: 'all' });
+  try {
+    assert.equal((await sb.exec('1\nx = 2\nx * 3')).stdout, '1\n6\n');
+    assert.equal((await sb.exec('1\nx = 2\nx * 3', { echo: 'last' })).stdout, '6\n');
+    assert.equal((await sb.exec('1\nx = 2\nx * 3', { echo: false })).stdout, '');
+    await assert.rejects(sb.exec('1', { echo: 'bad' }), /Invalid echo option/);
+    const r = await sb.exec("d = {}\nd['k']");
+    assert.equal(r.error.type, 'KeyError');
+    assert.deepEqual(r.error.args, ['k']);
+    const m = await sb.exec('x = [bytearray(1 << 20) for _ in range(200)]');
+    assert.equal(m.error.type, 'MemoryError');
+    assert.match(m.error.message, /67108864 bytes/);
+  } finally {
+    sb.close();
+  }
+  const bad = sandbox({ timeout: 5 }, { isolation: 'process', echo: 'sometimes' });
+  await assert.rejects(bad.open(), /Invalid echo option/);
+  bad.close();
+});
+
+test('python exec: snapshotPrints fills prints', async () => {
+  const sb = sandbox({ timeout: 10 }, { isolation: 'process', snapshotPrints: true });
+  try {
+    const r = await sb.exec("print('a', 1)\nprint([2])");
+    assert.deepEqual(r.prints, [['a', 1], [[2]]]);
+  } finally {
+    sb.close();
+  }
+  const plain = sandbox({ timeout: 10 }, { isolation: 'process' });
+  try {
+    assert.deepEqual((await plain.exec("print('a')")).prints, []);
+  } finally {
+    plain.close();
+  }
+});

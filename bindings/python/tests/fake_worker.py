@@ -56,6 +56,10 @@ def evil(session, msg):
         time.sleep(3600)
     if mode == "exit":
         os._exit(3)
+    if mode == "fs_dotdot":  # a VirtualFS path out of the filesystem: the host keeps it inside
+        send_raw(mp.packb({"op": "fs", "name": "read", "args": ["/../../../etc/hostname"]}))
+        reply = read_frame()
+        return result(namespace={"reply": [reply.get("op"), reply.get("type"), str(reply.get("value"))[:40]]})
     raw = {
         "deep": b"\x91" * 100_000 + b"\xc0",
         "garbage": b"\xc1",
@@ -75,6 +79,20 @@ def evil(session, msg):
         "call_kwargs_int_keys": mp.packb({"op": "call", "name": "noop", "args": [], "kwargs": {1: 2}}),
         "call_args_map": mp.packb({"op": "call", "name": "noop", "args": {}, "kwargs": {}}),
         "system_exit": mp.packb(result(error={"type": "SystemExit", "module": "builtins", "message": "0"})),
+        "error_args_map": mp.packb(
+            result(error={"type": "KeyError", "module": "builtins", "message": "x", "args": [{"a": 1}]})
+        ),
+        "error_args_not_list": mp.packb(
+            result(error={"type": "KeyError", "module": "builtins", "message": "x", "args": 1})
+        ),
+        # VirtualFS operations (the host answers only those of a sandbox that serves one)
+        "fs_unknown_op": mp.packb({"op": "fs", "name": "chmod", "args": ["/x"]}),
+        "fs_args_count": mp.packb({"op": "fs", "name": "read", "args": ["/x", "/y"]}),
+        "fs_path_bytes": mp.packb({"op": "fs", "name": "read", "args": [b"/x"]}),
+        "fs_write_str": mp.packb({"op": "fs", "name": "write", "args": ["/x", "text", False]}),
+        "fs_long_path": mp.packb({"op": "fs", "name": "stat", "args": ["/" + "a" * 5000]}),
+        "fs_args_map": mp.packb({"op": "fs", "name": "read", "args": {"p": "/x"}}),
+        "fs_no_vfs": mp.packb({"op": "fs", "name": "read", "args": ["/x"]}),
     }[mode]
     send_raw(raw)
     read_frame()  # whatever the host does next (it should end us)

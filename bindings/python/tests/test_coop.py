@@ -153,8 +153,8 @@ def test_kernel_fails_closed_without_landlock(tmp_path, monkeypatch):
 
 def _escape(level: str, entry: dict) -> str | None:
     policy = corpus.policy_for(entry, Policy)
-    with sandbox(policy, isolation=level, echo=entry.get("session", {}).get("echo", False)) as sb:
-        # no filesystem: no open(), as in-process
+    fs = corpus.vfs_for(entry)  # a VirtualFS served by this process, or none: no open(), as in-process
+    with sandbox(policy, isolation=level, echo=entry.get("session", {}).get("echo", False), filesystem=fs) as sb:
         r = None
         for code in corpus.codes(entry):
             r = sb.exec(code)

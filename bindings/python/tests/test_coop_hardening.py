@@ -100,7 +100,7 @@ def test_a_geometric_loop_is_stopped_by_the_timeout(level, tmp_path):
 
 @pytest.mark.parametrize("level", WORKERS)
 def test_a_geometric_loop_is_stopped_by_the_memory_limit(level, tmp_path):
-    with sandbox(Policy(timeout=30, memory_limit=100 << 20), isolation=level, filesystem=IsolatedFS(tmp_path)) as sb:
+    with sandbox(Policy(timeout=30, memory_limit=100), isolation=level, filesystem=IsolatedFS(tmp_path)) as sb:
         r = sb.exec("x = 'a'\nfor i in range(34):\n    x = x + x\n")
     assert isinstance(r.error, MemoryError), r.error
     if "grew by" in str(r.error):

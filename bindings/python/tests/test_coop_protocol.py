@@ -54,8 +54,11 @@ CRASHES = [
     "call_name_int",
     "call_kwargs_int_keys",
     "call_args_map",
+    "error_args_map",
+    "error_args_not_list",
     "exit",
 ]
+FS_CRASHES = ["fs_unknown_op", "fs_args_count", "fs_path_bytes", "fs_write_str", "fs_long_path", "fs_args_map"]
 
 
 @pytest.mark.parametrize("level", LEVELS)
@@ -70,6 +73,29 @@ def test_every_protocol_fault_is_a_clean_worker_crash(fake, level, tmp_path):
             assert took < 3.0, (mode, took)
             r = sb.exec("ok\ny = 2")  # a fresh worker (the namespace was reset)
             assert r.error is None and r.restarted and r.namespace == {"y": 2}, (mode, r)
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_every_virtualfs_frame_fault_is_a_clean_worker_crash(fake, level):
+    fs = coop.VirtualFS()
+    fs.write("/x", "data")
+    with sandbox(policy(), isolation=level, filesystem=fs) as sb:
+        assert sb.exec("ok\nx = open('/x').read()").namespace == {"x": "data"}
+        for mode in FS_CRASHES:
+            r = sb.exec(mode)
+            assert isinstance(r.error, WorkerCrashed) and "protocol" in str(r.error), (mode, r.error)
+            r = sb.exec("ok\ny = open('/x').read()")
+            assert r.error is None and r.restarted and r.namespace == {"y": "data"}, (mode, r)
+        # a path that climbs out stays inside the VirtualFS (there is no /etc/hostname in it)
+        r = sb.exec("fs_dotdot")
+        assert r.namespace["reply"][:2] == ["raise", "FileNotFoundError"], r.namespace
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_an_fs_call_without_a_virtualfs_ends_the_worker(fake, level, tmp_path):
+    with sandbox(policy(), isolation=level, filesystem=IsolatedFS(tmp_path)) as sb:
+        r = sb.exec("fs_no_vfs")
+    assert isinstance(r.error, WorkerCrashed) and "serves no VirtualFS" in str(r.error), r.error
 
 
 @pytest.mark.parametrize("level", LEVELS)

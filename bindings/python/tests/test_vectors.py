@@ -13,6 +13,7 @@ import shutil
 import socket
 import stat
 import subprocess
+import tempfile
 import threading
 import time
 import uuid
@@ -207,11 +208,18 @@ def _alive(p: subprocess.Popen[bytes]) -> bool:
 
 
 @pytest.fixture
-def vector_env(tmp_path: Path) -> Iterator[dict[str, Any]]:
-    env: dict[str, Any] = {"tmp": tmp_path, "cleanup": []}
+def vector_env() -> Iterator[dict[str, Any]]:
+    # {tmp} lives where few entries sit beside it (/var/tmp), not in pytest's
+    # directory: a vector granting "/" and denying {tmp}/work/denied makes a Landlock
+    # rule of every entry beside the way down (docs/security.md), and pytest's
+    # directory holds one entry per test that ran before
+    base = "/var/tmp" if os.access("/var/tmp", os.W_OK) else tempfile.gettempdir()
+    tmp = Path(tempfile.mkdtemp(prefix="sandtrap-vector-", dir=base))
+    env: dict[str, Any] = {"tmp": tmp, "cleanup": []}
     yield env
     for fn in reversed(env["cleanup"]):
         fn()
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 def setid_files(root: str) -> list[str]:

@@ -538,6 +538,15 @@ static long send_fd(int sock, int fd)
 	return r < 0 ? r : 0;
 }
 
+/* set by the target's vfork child when its execve failed */
+static volatile int exec_failed;
+static int gate_fd = -1; /* with ST_RQ_GATE: the target waits on it before execve */
+/* the target's extra fds (st_request.nextra), kept close-on-exec by pid 1 and placed
+ * on 3, 4, … by the target's vfork child; that child's own copy of the status fd */
+static int extra_fds[ST_MAX_FDS], extra_moved[ST_MAX_FDS];
+static unsigned int n_extra;
+static int child_status;
+
 /* pid 1 of one run, once its request arrived. fds: stdin, stdout, stderr, status;
  * never returns. */
 static void run_child(struct st_request *rq, int *fds, char *path, char *cwd,
@@ -595,18 +604,72 @@ static void run_child(struct st_request *rq, int *fds, char *path, char *cwd,
 	} else if ((r = sys3(__NR_fcntl, 3, 2 /* F_SETFD */, 1)) < 0) {
 		step_failed(status_fd, ST_STEP_STDIO, r);
 	}
-	r = sys3(__NR_close_range, 4, ~0U, 0);
-	if (r < 0)
-		step_failed(status_fd, ST_STEP_STDIO, r);
+	if (rq->flags & ST_RQ_GATE) {
+		/* the gate on 4, close-on-exec (the target never sees it) */
+		r = sys3(__NR_dup3, fds[cow ? 5 : 4], 4, 02000000 /* O_CLOEXEC */);
+		if (r < 0)
+			step_failed(status_fd, ST_STEP_STDIO, r);
+		gate_fd = 4;
+	}
+	{
+		/* everything else closed: the extras (ascending, each > 4) stay, close-on-exec */
+		unsigned int lo = gate_fd >= 0 ? 5 : 4, k;
+		n_extra = rq->nextra;
+		for (k = 0; k < n_extra; k++) {
+			unsigned int fd = (unsigned int)fds[4 + (cow ? 1 : 0) + (gate_fd >= 0 ? 1 : 0) + k];
+			extra_fds[k] = (int)fd;
+			if (fd < lo || (r = sys3(__NR_fcntl, fd, 2 /* F_SETFD */, 1)) < 0)
+				step_failed(status_fd, ST_STEP_STDIO, fd < lo ? -22 : r);
+			if (fd > lo && (r = sys3(__NR_close_range, lo, fd - 1, 0)) < 0)
+				step_failed(status_fd, ST_STEP_STDIO, r);
+			lo = fd + 1;
+		}
+		r = sys3(__NR_close_range, lo, ~0U, 0);
+		if (r < 0)
+			step_failed(status_fd, ST_STEP_STDIO, r);
+	}
 
 	pid = sys5(__NR_clone, CLONE_VM | CLONE_VFORK | SIGCHLD, 0, 0, 0, 0);
 	if (pid == 0) {
+		if (gate_fd >= 0) {
+			/* parked: the engine knows our pid now; wait for its byte (EOF: end) */
+			char b;
+			report(status_fd, ST_STATUS_PARKED, 0, 0, 0, 0);
+			do
+				r = sys3(__NR_read, gate_fd, &b, 1);
+			while (r == -4 /* EINTR */);
+			if (r != 1) {
+				exec_failed = 1;
+				sys1(__NR_exit_group, 127);
+			}
+			sys1(__NR_close, gate_fd);
+		}
+		/* (this child shares pid 1's memory: it writes only what pid 1 no longer reads) */
+		child_status = status_fd;
+		if (n_extra) {
+			/* out of the way of 3 .. 3+n-1 first, then onto them (inherited) */
+			unsigned int k;
+			child_status = (int)sys3(__NR_fcntl, status_fd, 1030 /* F_DUPFD_CLOEXEC */, 3 + n_extra);
+			for (k = 0; k < n_extra; k++)
+				extra_moved[k] = (int)sys3(__NR_fcntl, extra_fds[k], 1030 /* F_DUPFD_CLOEXEC */, 3 + n_extra);
+			for (k = 0; k < n_extra; k++) {
+				if (child_status < 0 || extra_moved[k] < 0 || sys2(__NR_dup2, extra_moved[k], 3 + k) < 0) {
+					exec_failed = 1;
+					report(child_status >= 0 ? child_status : status_fd, ST_STATUS_EXEC, 24 /* EMFILE */, 0, 0, 0);
+					sys1(__NR_exit_group, 127);
+				}
+			}
+		}
 		r = sys3(__NR_execve, path, argv, envp);
-		report(status_fd, ST_STATUS_EXEC, (unsigned int)-r, 0, 0, 0);
+		exec_failed = 1; /* the child shares our memory until it execs or exits */
+		report(child_status, ST_STATUS_EXEC, (unsigned int)-r, 0, 0, 0);
 		sys1(__NR_exit_group, 127);
 	}
 	if (pid < 0)
 		step_failed(status_fd, ST_STEP_FORK, pid);
+	/* vfork: we run again once the target exec'd (or failed to) */
+	if (!exec_failed)
+		report(status_fd, ST_STATUS_STARTED, (unsigned int)pid, 0, 0, 0);
 	for (;;) {
 		st = 0;
 		r = sys4(__NR_wait4, -1, &st, __WALL, 0);
@@ -773,10 +836,11 @@ static int parse(long n, struct st_request **rqp, char **path, char **cwd, char 
 static long spare_pid = -1;
 static int spare_pidfd = -1, spare_sock = -1;
 
-/* the fds of a run request: stdin, stdout, stderr, status (and the upper layer's socket) */
-static int run_fds(void)
+/* the fds of a run request, in order: stdin, stdout, stderr, status, then the upper
+ * layer's socket (with a workdir), the gate (ST_RQ_GATE) and the extras */
+static int run_fds(const struct st_request *rq)
 {
-	return cow ? 5 : 4;
+	return 4 + (cow ? 1 : 0) + ((rq->flags & ST_RQ_GATE) ? 1 : 0) + (int)rq->nextra;
 }
 
 static void spare_main(int sock)
@@ -792,7 +856,7 @@ static void spare_main(int sock)
 		sys1(__NR_exit_group, 0); /* the zygote is gone, or made another */
 	sys1(__NR_close, sock);
 	err = parse(n, &rq, &path, &cwd, &argv, &envp);
-	if (err || nfds != run_fds() || ctrunc)
+	if (err || nfds != run_fds(rq) || ctrunc)
 		sys1(__NR_exit_group, 125); /* the zygote checked it: not reached */
 	run_child(rq, fds, path, cwd, argv, envp);
 }
@@ -892,6 +956,11 @@ void init_main(long *sp)
 		if ((n = TRY(ST_STEP_RLIMIT_AS, sys2(__NR_setrlimit, RLIMIT_AS, &rl))) < 0)
 			zygote_failed(ST_STEP_RLIMIT_AS, n);
 	}
+	/* no transparent huge pages (no_huge_pages): a flag of this process's memory,
+	 * which fork copies and execve keeps (the launcher, which shares the host's
+	 * memory until its execve, cannot set it) */
+	if ((c->flags & ST_CF_NO_THP) && (n = TRY(ST_STEP_THP, sys2(__NR_prctl, 41 /* PR_SET_THP_DISABLE */, 1))) < 0)
+		zygote_failed(ST_STEP_THP, n);
 	/* nobody may read the cookie out of this process */
 	if ((n = TRY(ST_STEP_DUMPABLE, sys2(__NR_prctl, PR_SET_DUMPABLE, 0))) < 0)
 		zygote_failed(ST_STEP_DUMPABLE, n);
@@ -931,7 +1000,7 @@ void init_main(long *sp)
 		if (n <= 0)
 			sys1(__NR_exit_group, 0); /* the engine closed the sandbox */
 		err = parse(n, &rq, &path, &cwd, &argv, &envp);
-		if (err == 0 && (nfds != run_fds() || ctrunc))
+		if (err == 0 && (nfds != run_fds(rq) || ctrunc))
 			err = -22;
 		for (attempt = 0; err == 0; attempt++) {
 			step = ST_STEP_SPARE;

@@ -1,5 +1,7 @@
 // Typed usage of the ESM entry point; checked by `tsc --noEmit` (never run).
 import sandtrap, {
+  VirtualFS,
+  sandbox,
   Sandbox,
   confine,
   probe,
@@ -95,3 +97,17 @@ new Sandbox({ maxProcesses: '10' });
 new Sandbox({ chroot: '/' });
 // @ts-expect-error: argv is a list of strings
 void new Sandbox().run('ls');
+
+// the cooperative Python sandbox over a VirtualFS (kept in this process)
+export async function pythonOverVirtualFS(): Promise<string> {
+  const fs = new VirtualFS({ '/lib/helper.py': 'X = 1\n' }, { maxSizeMb: 1 });
+  const py = sandbox({ timeout: 5, moduleRoot: '/lib' }, { isolation: 'process', filesystem: fs });
+  await py.exec('import helper');
+  fs.write('/out.txt', 'text', { append: true });
+  const state: Buffer = await py.snapshot();
+  sandbox({}, { isolation: 'kernel', state, keepState: true }).close();
+  py.close();
+  return fs.readText('/out.txt') + fs.list('/', { recursive: true }).join(',');
+}
+// @ts-expect-error: a VirtualFS's files are strings or bytes
+new VirtualFS({ '/a': 1 });

@@ -28,24 +28,43 @@ from sandtrap_guest import (
     StValidationError,
 )
 
-from ._coop import CoopSandbox, ExecResult, IsolatedFS, Policy, WorkerCrashed, WorkerError, sandbox
+from . import errors
+from ._coop import (
+    CoopSandbox,
+    ExecResult,
+    IsolatedFS,
+    IsolationStatus,
+    MemberSpec,
+    Policy,
+    VirtualFS,
+    WorkerCrashed,
+    WorkerError,
+    passthrough_stdio,
+    sandbox,
+)
 from ._errors import (
     ForkedChildError,
     InternalError,
     InvalidArgument,
     InvalidRequest,
+    InvalidState,
     IsolationUnavailable,
     NotFound,
     PolicyError,
     Problem,
+    ProcessFailed,
     SandboxClosed,
     SandtrapError,
     SpawnFailed,
 )
 from ._fields import PolicyOptions
 from ._fork import CloneResult, Clones
+from ._gather import Gather, GatherPipeline, NamedCommand, inputs
+from ._handlers import ExceptionPolicy, Handler, HandlerCtx, NotifAction, PolicyContext, SyscallEvent
 from ._policy import parse_ports
-from ._result import Denial, ErrorInfo, LearnResult, Result
+from ._process import CAPTURE, INHERIT, NULL, PIPED, AsyncProcess, Process, StdioMode
+from ._profile import load_profile, policy_from_dict, profile_argv
+from ._result import Denial, ErrorInfo, ExitReason, LearnResult, Result
 from ._sandbox import Command, Pipeline, Sandbox, confine, probe
 from ._version import __version__
 from ._view import BranchAction, Change, CommitResult, DryRunResult
@@ -65,7 +84,21 @@ __all__ = [
     "Sandbox",
     "Command",
     "Pipeline",
+    "Gather",
+    "GatherPipeline",
+    "NamedCommand",
+    "inputs",
     "Result",
+    "ExitReason",
+    "Process",
+    "AsyncProcess",
+    "StdioMode",
+    "PIPED",
+    "INHERIT",
+    "NULL",
+    "CAPTURE",
+    "ProcessFailed",
+    "InvalidState",
     "Denial",
     "LearnResult",
     "ErrorInfo",
@@ -76,6 +109,9 @@ __all__ = [
     "PolicyOptions",
     "Problem",
     "parse_ports",
+    "load_profile",
+    "policy_from_dict",
+    "profile_argv",
     "confine",
     "probe",
     "library_version",
@@ -83,9 +119,20 @@ __all__ = [
     "Clones",
     "CloneResult",
     "Policy",
+    "MemberSpec",
     "IsolatedFS",
+    "VirtualFS",
     "ExecResult",
     "CoopSandbox",
+    "IsolationStatus",
+    "passthrough_stdio",
+    "errors",
+    "Handler",
+    "HandlerCtx",
+    "NotifAction",
+    "ExceptionPolicy",
+    "SyscallEvent",
+    "PolicyContext",
     "WorkerError",
     "WorkerCrashed",
     "StError",

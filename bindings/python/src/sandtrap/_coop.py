@@ -29,6 +29,7 @@ import os
 import sys
 import threading
 import types
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,12 +37,31 @@ import sandtrap_guest
 from sandtrap_guest import ExecResult as GuestExecResult
 from sandtrap_guest import GuestSession, Policy
 from sandtrap_guest import errors as guest_errors
+from sandtrap_guest import output as _output
+from sandtrap_guest.output import passthrough_stdio
+from sandtrap_guest.policy import MemberSpec
+from sandtrap_guest.rewriter import echo_mode as _echo_mode
+from sandtrap_guest.session import _Capture
+from sandtrap_guest.vfs import VirtualFS
+from sandtrap_guest.vfs import serve as _serve_fs
 from sandtrap_guest.wire import to_wire
 
 from . import _native
-from ._errors import InvalidArgument, SandtrapError
+from ._errors import InvalidArgument, IsolationUnavailable, SandtrapError
 
-__all__ = ["sandbox", "IsolatedFS", "ExecResult", "CoopSandbox", "WorkerError", "WorkerCrashed", "Policy"]
+__all__ = [
+    "sandbox",
+    "IsolatedFS",
+    "VirtualFS",
+    "ExecResult",
+    "IsolationStatus",
+    "passthrough_stdio",
+    "CoopSandbox",
+    "WorkerError",
+    "WorkerCrashed",
+    "Policy",
+    "MemberSpec",
+]
 
 LEVELS = ("none", "process", "kernel")
 # the worker program and its directory (tests substitute a deliberately malicious one)
@@ -76,13 +96,127 @@ class IsolatedFS:
         os.makedirs(self.root, exist_ok=True)
 
 
+class IsolationStatus(Mapping[str, Any]):
+    """What isolation took effect, as the seed's ``IsolationStatus`` (attributes) and as
+    the engine's report (a read-only dict view: ``status["level"]``,
+    ``status["landlock"]["abi"]``, ``dict(status)``).
+
+    The seed's attributes: ``requested`` (``isolation="kernel"`` was asked for),
+    ``platform``, ``landlock`` / ``seccomp`` (True applied, False asked for and
+    missing, None not applicable), ``seatbelt`` (always None: Linux only),
+    ``allow_network``, ``allow_host_fs`` (the worker may read and write the host's
+    files: True at ``"process"``, which confines nothing, and at ``"none"``),
+    ``root`` (the directory writes are confined to), ``degraded`` and ``summary()``.
+    Ours: ``level`` and every key of the report (docs/protocol.md, "isolation
+    report"). Unlike the seed, ``isolation="none"`` has a status too (``level``
+    ``"none"``, nothing requested), never ``None``."""
+
+    __slots__ = ("_report",)
+
+    def __init__(self, report: Mapping[str, Any] | None = None) -> None:
+        self._report = dict(report or {})
+
+    # the dict view
+    def __getitem__(self, key: str) -> Any:
+        return self._report[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._report)
+
+    def __len__(self) -> int:
+        return len(self._report)
+
+    def __repr__(self) -> str:
+        return f"IsolationStatus({self._report!r})"
+
+    # the seed's attributes
+    @property
+    def level(self) -> str:
+        return str(self._report.get("level", "none"))
+
+    @property
+    def requested(self) -> bool:
+        return self.level == "kernel"
+
+    @property
+    def platform(self) -> str:
+        return sys.platform
+
+    @property
+    def landlock(self) -> bool | None:
+        if not self.requested:
+            return None
+        return bool(self._report.get("landlock"))
+
+    @property
+    def seccomp(self) -> bool | None:
+        if not self.requested:
+            return None
+        sc = self._report.get("seccomp")
+        return bool(sc and sc.get("enforced", True))
+
+    @property
+    def seatbelt(self) -> None:
+        return None
+
+    @property
+    def allow_network(self) -> bool:
+        if self.level != "kernel":
+            return True  # nothing confines the network at "none"/"process"
+        net = self._report.get("net") or {}
+        return net.get("mode") not in (None, "none")
+
+    @property
+    def allow_host_fs(self) -> bool:
+        return self.level != "kernel"
+
+    @property
+    def root(self) -> str | None:
+        if self.level != "kernel":
+            return None
+        for r in (self._report.get("landlock") or {}).get("fs_rules") or []:
+            if r.get("access") == "rw" and r.get("path") not in ("/dev", "/tmp"):
+                return str(r["path"])
+        return None
+
+    @property
+    def degraded(self) -> bool:
+        """Kernel isolation asked for and not fully applied."""
+        if not self.requested:
+            return False
+        return bool(self._report.get("degraded")) or not (self.landlock and self.seccomp)
+
+    def summary(self) -> str:
+        """One line: what took effect."""
+        if self.level == "none":
+            return "in-process: no isolation (the Python layer only; no worker, no kernel restrictions)"
+        if not self.requested:
+            return "process isolation only (no kernel restrictions requested)"
+        parts = [
+            f"{n}={'applied' if v else 'UNAVAILABLE'}"
+            for n, v in (("landlock", self.landlock), ("seccomp", self.seccomp))
+        ]
+        return f"kernel isolation on {self.platform}: {', '.join(parts)}"
+
+
 @dataclass
 class ExecResult(GuestExecResult):
     """The guest runtime's result, plus what the isolation level adds."""
 
-    # {"level": ..., and the engine's report}; the guest's own results carry the level's name
-    isolation: dict[str, Any] = field(default_factory=dict)  # pyright: ignore[reportIncompatibleVariableOverride]
+    # the engine's report + "level"; the guest's own results carry the level's name
+    isolation: IsolationStatus = field(default_factory=IsolationStatus)  # pyright: ignore[reportIncompatibleVariableOverride]
     restarted: bool = False  # a fresh worker ran this call (the namespace was reset)
+
+
+def _attach_traceback(err: BaseException, text: str | None) -> None:
+    """The traceback text where the seed put it (``error._st_traceback_text``), at
+    every level: only ``<sandbox>`` frames and their lines."""
+    if text is None:
+        return
+    try:
+        err._st_traceback_text = text.rstrip()  # type: ignore[attr-defined]
+    except (AttributeError, TypeError):  # an exception class with __slots__
+        pass
 
 
 def _error_from_wire(e: dict[str, Any] | None) -> BaseException | None:
@@ -96,6 +230,7 @@ def _error_from_wire(e: dict[str, Any] | None) -> BaseException | None:
         cls = getattr(builtins, name, None)
     elif module == "sandtrap" and name == "WorkerCrashed":
         cls = WorkerCrashed
+    args = e.get("args")
     err: BaseException
     if (
         isinstance(cls, type)
@@ -103,12 +238,14 @@ def _error_from_wire(e: dict[str, Any] | None) -> BaseException | None:
         and not issubclass(cls, (SystemExit, KeyboardInterrupt))
     ):
         try:
-            err = cls(message)
+            # a builtin exception's scalar arguments come as they were: KeyError('k')
+            err = cls(*args) if isinstance(args, list) and module == "builtins" else cls(message)
         except Exception:  # noqa: BLE001 - odd constructors
             err = WorkerError(name, message)
     else:
         err = WorkerError(name, message)
     err.__sandtrap_traceback__ = e.get("traceback")  # type: ignore[attr-defined]
+    _attach_traceback(err, e.get("traceback"))
     return err
 
 
@@ -124,22 +261,51 @@ class CoopSandbox:
     """A persistent sandboxed namespace; see :func:`sandbox`."""
 
     def __init__(
-        self, policy: Policy, isolation: str, filesystem: IsolatedFS | None, echo: bool | str, allow_degraded: bool
+        self,
+        policy: Policy,
+        isolation: str,
+        filesystem: IsolatedFS | VirtualFS | None,
+        echo: bool | str,
+        allow_degraded: bool,
+        state: dict[str, Any] | None = None,
+        keep_state: bool = False,
+        snapshot_prints: bool = False,
+        preload_grants: bool = True,
     ) -> None:
         from ._sandbox import _Handle
 
         self.policy = policy
         self.level = isolation
         self.filesystem = filesystem
+        _echo_mode(echo)  # ValueError for a wrong one, at every level
         self.echo = echo
         self.allow_degraded = allow_degraded
         self._lock = threading.Lock()  # one exec at a time (the engine also serialises)
         self._local: GuestSession | None = None
         self._handle: _Handle | None = None
         self._report: dict[str, Any] = {"level": isolation}
-        root = filesystem.root if filesystem else None
+        # the state a fresh worker is given (the engine sends it only to one started
+        # for the exec); with keep_state every exec brings back the current one
+        self._state: dict[str, Any] | None = state
+        self.keep_state: bool = bool(keep_state)
+        self.snapshot_prints: bool = bool(snapshot_prints)
+        virtual = filesystem if isinstance(filesystem, VirtualFS) else None
+        root = filesystem.root if isinstance(filesystem, IsolatedFS) else None
+        if isolation == "kernel" and policy.needs_host_fs():
+            raise InvalidArgument(
+                'host_fs_access=True on a class or module grant is not offered at isolation="kernel": it would take '
+                "the host's whole filesystem into the worker (the seed then drops Landlock's filesystem rules). Grant "
+                "the function with policy.fn (it runs here in the host, with the host's files), or give the worker a "
+                'directory with IsolatedFS; at "none" and "process" granted code reaches the host\'s files anyway'
+            )
         if isolation == "none":
-            self._local = GuestSession(policy, filesystem_root=root, echo=echo)
+            self._local = GuestSession(policy, filesystem_root=root, echo=echo, filesystem=virtual)
+            if state is not None:
+                r = self._local.restore(state)  # ValueError for a malformed one
+                if r.error is not None:
+                    raise InvalidArgument(
+                        f"the state could not be restored: {type(r.error).__name__}: {r.error_message}"
+                    )
             return
         req: dict[str, Any] = {
             "op": "coop_open",
@@ -150,12 +316,21 @@ class CoopSandbox:
             "module_dirs": _module_dirs(policy),
             "filesystem_root": root,
             "echo": echo,
+            # a VirtualFS stays here: the worker reads and writes it through fs host calls
+            "vfs": {"module_root": policy.module_root} if virtual is not None else None,
             "allow_degraded": allow_degraded,
+            "preload_grants": preload_grants,
         }
         if _WORKER_MODULE:
             req.update(worker_module=_WORKER_MODULE, worker_path=list(_WORKER_PATH))
         # a handle for the ops: the engine builds the worker's own policy (docs/protocol.md)
-        rc, ptr, msg = _native.sandbox_new(_native.pack({"allow_degraded": True}))
+        try:
+            rc, ptr, msg = _native.sandbox_new(_native.pack({"allow_degraded": True}))
+        except ImportError as e:  # isolation="none" needs no library; these levels do
+            raise IsolationUnavailable(
+                f'isolation="{isolation}" needs the native library libsandtrap.so (Linux), which cannot be '
+                f'loaded here: {e}. isolation="none" works without it'
+            ) from e
         if rc != _native.OK:
             raise _native.status_error(rc, None, msg)
         self._handle = _Handle(ptr)
@@ -178,7 +353,14 @@ class CoopSandbox:
         return resp or {}
 
     def _host_call(self, call: dict[str, Any]) -> dict[str, Any]:
-        """Run the granted function a host call names; the answer's value or error."""
+        """Run the granted function a host call names (or the VirtualFS operation);
+        the answer's value or error."""
+        if call.get("kind") == "fs" and isinstance(self.filesystem, VirtualFS):
+            try:
+                return {"value": _serve_fs(self.filesystem.backend, call.get("name"), call.get("args"))}
+            except Exception as e:  # noqa: BLE001 - an OSError for the sandboxed code
+                msg = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+                return {"error": {"type": type(e).__name__, "message": msg}}
         grant = self.policy.fns.get(str(call.get("name"))) if call.get("kind") == "fn" else None
         if grant is None:
             return {
@@ -197,13 +379,27 @@ class CoopSandbox:
         modules: dict[str, Any] | None = None,
         stdin: str | None = None,
         argv: list[str] | None = None,
+        echo: bool | str | None = None,
     ) -> ExecResult:
-        """Run ``code``; never raises for the code's own faults (see ``result.error``)."""
+        """Run ``code``; never raises for the code's own faults (see ``result.error``).
+        ``echo`` overrides the sandbox's echo mode for this call (None keeps it)."""
         if not isinstance(code, str):
             raise InvalidArgument("code must be a str")
+        if echo is not None:
+            _echo_mode(echo)  # ValueError, at every level
         with self._lock:
             if self._local is not None:
-                r = self._local.exec(code, namespace=namespace, modules=modules, stdin=stdin, argv=argv)
+                r = self._local.exec(
+                    code,
+                    namespace=namespace,
+                    modules=modules,
+                    stdin=stdin,
+                    argv=argv,
+                    echo=echo,
+                    snapshot_prints=self.snapshot_prints,
+                )
+                if r.error is not None:
+                    _attach_traceback(r.error, r.traceback)
                 return ExecResult(
                     r.stdout,
                     r.namespace,
@@ -214,7 +410,8 @@ class CoopSandbox:
                     stdout_truncated=r.stdout_truncated,
                     duration=r.duration,
                     error_message=r.error_message,
-                    isolation=dict(self._report),
+                    prints=r.prints,
+                    isolation=IsolationStatus(self._report),
                 )
             resp = self._request(
                 {
@@ -224,35 +421,90 @@ class CoopSandbox:
                     "modules": to_wire(modules) if modules else None,
                     "stdin": stdin,
                     "argv": list(argv) if argv is not None else None,
+                    **({"echo": echo} if echo is not None else {}),
+                    **({"state": self._state} if self._state is not None else {}),
+                    **({"snapshot": True} if self.keep_state else {}),
+                    **({"prints": True} if self.snapshot_prints else {}),
                 }
             )
+            # what granted host functions write while they run here (their prints,
+            # warnings): appended after the worker's own output
+            host_out, host_err = _Capture(self.policy.max_stdout), _Capture(self.policy.max_stdout)
             while "call" in resp:  # the worker called a granted function: it runs here
                 call = resp["call"]
                 answer: dict[str, Any] = {"abort": True}
+                route = _output.begin(host_out, host_err)
                 try:
                     answer = self._host_call(call)
                 finally:  # interrupted (Ctrl-C): abort the exec, which ends the worker
+                    _output.end(route)
                     resp = self._request({"op": "answer", "pending": resp["pending"], "call": call["id"], **answer})
         self._report = resp.get("isolation", self._report)  # sent when it changed
+        if isinstance(resp.get("state"), dict):
+            self._state = resp["state"]
         e = resp["error"]
         return ExecResult(
-            resp["stdout"],
+            resp["stdout"] + host_out.getvalue(),
             resp["namespace"],
             _error_from_wire(e),
             resp["ticks"],
-            stderr=resp["stderr"],
+            stderr=resp["stderr"] + host_err.getvalue(),
+            prints=[tuple(p) if isinstance(p, list) else p for p in resp.get("prints") or []],
             traceback=resp["traceback"],
             stdout_truncated=resp["stdout_truncated"],
             duration=float(resp["duration"]),
             error_message=e["message"] if e else None,
-            isolation=dict(self._report),
+            isolation=IsolationStatus(self._report),
             restarted=resp["restarted"],
         )
 
+    def snapshot(self) -> dict[str, Any]:
+        """The namespace as source plus data (never pickle): the import, def and class
+        statements that made its functions and classes, its plain values, and its
+        instances of sandbox classes as their attributes; ``dropped`` names the rest.
+        ``sandbox(policy, state=snapshot)`` (any level, any process) rebuilds it."""
+        with self._lock:
+            if self._local is not None:
+                return self._local.snapshot()
+        r = self._raw_exec({"op": "coop_exec", "code": "", "snapshot": True})
+        state: dict[str, Any] = r["state"]
+        return state
+
+    def _raw_exec(self, req: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            if self._state is not None:
+                req = {**req, "state": self._state}
+            resp = self._request(req)
+            while "call" in resp:
+                call = resp["call"]
+                answer: dict[str, Any] = {"abort": True}
+                try:
+                    answer = self._host_call(call)
+                finally:
+                    resp = self._request({"op": "answer", "pending": resp["pending"], "call": call["id"], **answer})
+            self._report = resp.get("isolation", self._report)
+            if isinstance(resp.get("state"), dict):
+                self._state = resp["state"] if self.keep_state else self._state
+            return resp
+
     async def aexec(self, code: str, **kwargs: Any) -> ExecResult:
-        """``exec`` on a worker thread; the event loop keeps running."""
+        """``exec`` on a worker thread; the event loop keeps running. Cancelling the
+        task stops the code (as ``cancel()``), waits until it has stopped, and
+        re-raises ``CancelledError``: the next exec does not wait for it."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(None, lambda: self.exec(code, **kwargs))
+        fut = loop.run_in_executor(None, lambda: self.exec(code, **kwargs))
+        try:
+            return await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            while not fut.done():
+                self.cancel()  # again until it lands: the exec may not have begun yet
+                try:
+                    await asyncio.wait([fut], timeout=0.02)
+                except asyncio.CancelledError:
+                    continue
+            if not fut.cancelled():
+                fut.exception()  # retrieved: no "never retrieved" warning
+            raise
 
     def cancel(self) -> None:
         """Stop the running exec (from another thread): its worker is killed. With no
@@ -293,8 +545,46 @@ def sandbox(
     filesystem: IsolatedFS | None = None,
     echo: bool | str = False,
     allow_degraded: bool = False,
+    *,
+    mode: str = "raw",
+    start_method: str | None = None,
+    close_fds: bool = False,
+    state: dict[str, Any] | None = None,
+    keep_state: bool = False,
+    snapshot_prints: bool = False,
+    preload_grants: bool = True,
 ) -> CoopSandbox:
     """A cooperative Python sandbox.
+
+    ``snapshot_prints=True``: ``result.prints`` holds each print's (and echo's)
+    values as data (tuples; non-data values as placeholders), at every level.
+    ``result.stdout``/``stderr`` also hold what host code writes to ``sys.stdout``/
+    ``sys.stderr`` during the exec (granted functions, library code, warnings,
+    threads the exec starts); host code inside ``passthrough_stdio()`` writes to the
+    real streams. At the worker levels a granted host function runs here, and what
+    it writes is appended after the worker's output.
+
+    ``state`` (from ``sb.snapshot()``) is rebuilt first: at ``"none"`` now, in a
+    worker in every fresh worker (its first exec, or one after a restart). With
+    ``keep_state=True`` each exec at a worker level brings back the current state,
+    so functions, classes and instances survive a worker restart.
+
+    The seed's ``mode`` (only ``"raw"``), ``start_method`` and ``close_fds`` are
+    accepted: workers are always forks of a template that the engine started by
+    execve and never inherit this process's memory or descriptors (what the seed's
+    ``"forkserver"``/``"spawn"`` and ``close_fds=True`` give), so ``None``,
+    ``"spawn"`` and ``"forkserver"`` are the same here and ``"fork"`` is refused:
+    inheriting the host's memory is what the design never does (grant by reference,
+    and host functions run in the host through host calls, so a non-portable
+    ``policy.fn`` needs no fork).
+
+    ``preload_grants`` (worker levels; default True): the template the workers are
+    forked from imports the granted modules and classes once, and every worker
+    inherits them (the seed's ``preload_grants=True``: the cheap start). False:
+    the template imports none of them and each worker imports them after its fork
+    (the seed's default, for grants unsafe to import in a process that is then
+    forked, such as one that starts a thread at import; each worker then pays the
+    import). At ``"none"`` there is no worker: the host imported the grants.
 
     ``isolation``:
 
@@ -314,13 +604,30 @@ def sandbox(
     """
     if isolation not in LEVELS:
         raise InvalidArgument(f"isolation must be one of {LEVELS}, got {isolation!r}")
+    if mode != "raw":
+        raise InvalidArgument(f"mode must be 'raw', got {mode!r}")
+    if start_method == "fork":
+        raise InvalidArgument(
+            'start_method="fork" is not offered: workers never inherit this process\'s memory (they are forks of '
+            "a template the engine starts by execve, so a multi-threaded host cannot deadlock them). Grants cross "
+            "by reference and policy.fn grants run here in the host when the worker calls them, so closures and "
+            "bound methods need no fork; use start_method=None (the same as 'forkserver' and 'spawn')"
+        )
+    if start_method not in (None, "spawn", "forkserver"):
+        raise InvalidArgument(f"start_method must be None, 'spawn' or 'forkserver', got {start_method!r}")
+    if not isinstance(close_fds, bool):
+        raise InvalidArgument("close_fds must be a bool (workers never inherit descriptors either way)")
+    if not isinstance(preload_grants, bool):
+        raise InvalidArgument("preload_grants must be a bool")
     if policy is None:
         policy = Policy()
     if not isinstance(policy, Policy):
         raise InvalidArgument("policy must be a sandtrap.Policy")
-    if filesystem is not None and not isinstance(filesystem, IsolatedFS):
+    if filesystem is not None and not isinstance(filesystem, (IsolatedFS, VirtualFS)):
         filesystem = IsolatedFS(os.fspath(filesystem))
-    return CoopSandbox(policy, isolation, filesystem, echo, allow_degraded)
+    return CoopSandbox(
+        policy, isolation, filesystem, echo, allow_degraded, state, keep_state, snapshot_prints, preload_grants
+    )
 
 
 _ = sandtrap_guest  # the guest runtime ships with this package

@@ -110,8 +110,9 @@ class PolicyError(SandtrapError, ValueError):
     code: int = -3
 
 
-class IsolationUnavailable(SandtrapError):
-    """A requested protection cannot be applied here (and ``allow_degraded`` is off)."""
+class IsolationUnavailable(SandtrapError, RuntimeError):
+    """A requested protection cannot be applied here (and ``allow_degraded`` is off).
+    A ``RuntimeError`` too, as the cooperative sandbox's seed has it."""
 
     kind: str = "isolation_unavailable"
     code: int = -4
@@ -153,6 +154,23 @@ class InternalError(SandtrapError):
 
     kind: str = "internal"
     code: int = -99
+
+
+class ProcessFailed(SandtrapError):
+    """:meth:`Result.check` of a run that did not succeed: ``result`` is that
+    :class:`Result` (its ``reason``, ``exit_code``, ``stderr``…)."""
+
+    kind: str = "process_failed"
+    code: int = -100
+    result: Any = None
+
+
+class InvalidState(SandtrapError, RuntimeError):
+    """An operation that the object's state does not allow (``start()`` without
+    ``create()``, ``spawn()`` while the sandbox's process runs)."""
+
+    kind: str = "invalid_state"
+    code: int = -101
 
 
 _BY_KIND: dict[str, type[SandtrapError]] = {

@@ -44,7 +44,14 @@ FIELDS: dict[str, tuple[str, str]] = {
     "workdir": ("workdir", "path"),
     "on_exit": ("on_exit", "branch"),
     "on_error": ("on_error", "branch"),
+    "no_randomize_memory": ("no_randomize_memory", "bool"),
+    "no_huge_pages": ("no_huge_pages", "bool"),
+    "no_coredump": ("no_coredump", "optbool"),
+    "cpu_cores": ("cpu_cores", "cpus"),
     "allow_degraded": ("allow_degraded", "bool"),
+    "http_allow": ("http_allow", "http_rules"),
+    "http_deny": ("http_deny", "http_rules"),
+    "http_ports": ("http_ports", "ports"),
 }
 
 # msgpack key -> keyword
@@ -150,7 +157,38 @@ class PolicyOptions(TypedDict, total=False):
     """With workdir: the same for a run that failed (non-zero exit, signal, timeout,
     any error) (default: "abort").
     """
+    no_randomize_memory: bool | None
+    """No address-space layout randomization in the run
+    (``personality(ADDR_NO_RANDOMIZE)``, set by the engine for every process of it;
+    the program may clear it, not set others) (default: false).
+    """
+    no_huge_pages: bool | None
+    """No transparent huge pages for the run's memory (``PR_SET_THP_DISABLE``)
+    (default: false).
+    """
+    no_coredump: bool | None
+    """``false`` lets the run dump core (refused when the host's ``core_pattern`` pipes
+    cores to a program, or writes them outside fs_writable); ``true`` or unset: no
+    core dumps (default: none (core dumps off)).
+    """
+    cpu_cores: Iterable[int | str] | None
+    """The CPUs the run may use (numbers and ranges: ``0``, ``"2-3"``); the run cannot
+    widen it (default: []).
+    """
     allow_degraded: bool | None
     """Run even when a requested protection is unavailable; results say what was not
     applied (default: false).
+    """
+    http_allow: Iterable[str] | None
+    """HTTP requests the engine's proxy lets through, ``"METHOD host/path"`` with ``*``
+    wildcards (``"POST api.openai.com/v1/chat/completions"``); connects to the
+    http_ports go to it; with an allow list, nothing else passes (default: []).
+    """
+    http_deny: Iterable[str] | None
+    """HTTP requests it refuses (checked before http_allow), in the same grammar (``"*
+    api.example.com/admin/*"``) (default: []).
+    """
+    http_ports: Iterable[int | str] | None
+    """TCP ports whose connects go to the proxy when HTTP rules are given (plain HTTP
+    and TLS told apart by the first byte) (default: [80, 443]).
     """

@@ -47,6 +47,7 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "sandtrap_string_free": (None, [c_void_p]),
     "sandtrap_buffer_free": (None, [c_void_p]),
     "sandtrap_probe": (c_int, [POINTER(c_void_p), POINTER(c_size_t)]),
+    "sandtrap_profile": (c_int, [c_char_p, c_size_t, POINTER(c_void_p), POINTER(c_size_t)]),
     # the builder (sandtrap_sandbox_builder_*) is for C callers: the binding sends
     # one msgpack policy map
     "sandtrap_error_status": (c_int, [c_void_p]),

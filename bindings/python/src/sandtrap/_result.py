@@ -2,10 +2,45 @@
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from typing import Any
 
 from ._view import Change, changes_of
+from ._errors import ProcessFailed
+
+
+class ExitReason(str, enum.Enum):
+    """Why a run ended (``Result.reason``): the engine's one definition
+    (core/run/popen.go), the same in every binding. ``SIGNALED`` comes with
+    ``Result.signal``; the limit and start-failure reasons are also ``error.kind``."""
+
+    EXITED = "exited"
+    SIGNALED = "signaled"
+    KILLED = "killed"
+    TIMEOUT = "timeout"
+    CANCELLED = "cancelled"
+    MEMORY_LIMIT = "memory_limit"
+    CPU_LIMIT = "cpu_time_limit"
+    NOT_FOUND = "not_found"
+    SPAWN_FAILED = "spawn_failed"
+    ISOLATION_UNAVAILABLE = "isolation_unavailable"
+    STAGE_FAILED = "stage_failed"
+    DISK_LIMIT = "disk_limit"
+    COMMIT_FAILED = "commit_failed"
+    CLOSED = "closed"
+    INTERNAL = "internal"
+    UNKNOWN = "unknown"
+
+    @classmethod
+    def parse(cls, v: Any) -> ExitReason:
+        try:
+            return cls(str(v))
+        except ValueError:
+            return cls.UNKNOWN
+
+    def __str__(self) -> str:
+        return self.value
 
 
 @dataclass(frozen=True)
@@ -105,6 +140,34 @@ class Result:
     branch_id: int | None = field(default=None, repr=False)
     committed: list[Change] = field(default_factory=list, repr=False)
     commit_refused: list[Change] = field(default_factory=list, repr=False)
+    reason: ExitReason = ExitReason.UNKNOWN
+
+    @property
+    def returncode(self) -> int | None:
+        """``subprocess``'s convention: the exit code, or minus the signal that
+        ended it (sandtrap's own kills read as ``-9``)."""
+        if self.exit_code is not None:
+            return self.exit_code
+        if self.signal is not None:
+            return -self.signal
+        return None
+
+    def check(self) -> Result:
+        """Return this result if the run succeeded; else raise
+        :class:`ProcessFailed` naming why (its ``result`` is this one)."""
+        if self.success:
+            return self
+        why = {
+            ExitReason.EXITED: f"exited with status {self.exit_code}",
+            ExitReason.SIGNALED: f"was killed by signal {self.signal}",
+        }.get(self.reason)
+        if why is None:
+            why = str(self.error) if self.error else f"ended: {self.reason}"
+        tail = self.stderr[-400:].decode("utf-8", "replace").strip() if self.stderr else ""
+        msg = f"the run {why}" + (f"; its stderr ends with: {tail}" if tail else "")
+        err = ProcessFailed(msg)
+        err.result = self
+        raise err
 
     @classmethod
     def from_response(cls, m: dict[str, Any]) -> Result:
@@ -136,6 +199,7 @@ class Result:
             branch_id=int(m["branch_id"]) if m.get("branch_id") else None,
             committed=changes_of(m.get("committed")),
             commit_refused=changes_of(m.get("commit_refused")),
+            reason=ExitReason.parse(m.get("reason")),
         )
 
 

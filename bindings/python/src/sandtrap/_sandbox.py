@@ -10,7 +10,7 @@ import threading
 import uuid
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn, Union, cast
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, Union, cast, overload
 
 from . import _fork, _native
 from ._errors import (
@@ -24,13 +24,20 @@ from ._errors import (
     problems_message,
 )
 from ._fields import KEYWORDS
+from ._gather import NamedCommand
 from ._policy import PolicyOptions, to_engine
+from ._process import ProcessMixin
 from ._result import ErrorInfo, LearnResult, Result
 from ._typing import ArgSequence
 from ._view import CommitResult, DryRunResult, changes_of
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
+
+    from ._coop import CoopSandbox
+    from ._coop import Policy as CoopPolicy
+
+_S = TypeVar("_S", bound="Sandbox")
 
 StrPath = Union[str, "os.PathLike[str]"]
 Arg = Union[str, bytes, "os.PathLike[str]"]
@@ -365,7 +372,7 @@ def _with_host_env(policy: dict[str, Any]) -> dict[str, Any]:
 # The public classes
 
 
-class Sandbox:
+class Sandbox(ProcessMixin):
     """A policy, validated and compiled once, that runs many commands.
 
     The keyword arguments are the policy fields of :class:`PolicyOptions`
@@ -384,15 +391,39 @@ class Sandbox:
     finish first.
     """
 
+    # typed as two forms: Sandbox(policy, ...) is a CoopSandbox, anything else a Sandbox
+    # whose __init__ checks the keywords (a __new__ returning Any would hide them from
+    # a checker that then skips __init__)
+    @overload
+    def __new__(cls, policy: CoopPolicy, *args: Any, **kwargs: Any) -> CoopSandbox: ...  # type: ignore[misc]
+
+    @overload
+    def __new__(cls: type[_S], *args: Any, **kwargs: Any) -> _S: ...
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        # Sandbox(policy, ...) with a cooperative Policy is the seed's in-process
+        # cooperative sandbox (docs/cooperative.md); the keyword form is this class
+        if cls is Sandbox and (args or "policy" in kwargs):
+            from ._coop import Policy as CoopPolicy
+            from ._coop import sandbox as coop_sandbox
+
+            if isinstance(args[0] if args else kwargs.get("policy"), CoopPolicy):
+                return coop_sandbox(*args, **kwargs)
+        return super().__new__(cls)
+
     def __init__(
         self,
         *_positional: Any,
         init_fn: Callable[[], Any] | str | None = None,
         work_fn: Callable[[int], Any] | str | None = None,
+        policy_fn: Callable[[Any, Any], Any] | None = None,
         **fields: Unpack[PolicyOptions],
     ) -> None:
         self._handle: _Handle | None = None
         probs: list[Problem] = []
+        if policy_fn is not None and not callable(policy_fn):
+            probs.append(Problem("policy_fn", f"must be a callable (event, ctx), got {type(policy_fn).__name__}"))
+        self._policy_fn = policy_fn
         if _positional:
             probs.append(Problem("", f"Sandbox takes keyword arguments only (got {len(_positional)} positional)"))
         policy, conversion = to_engine(fields)
@@ -494,8 +525,72 @@ class Sandbox:
         or :class:`InternalError` when the call itself cannot be carried out.
         Pressing Ctrl-C kills the run's whole process tree.
         """
+        if self._policy_fn is not None:
+            return self.run_with_handlers(
+                argv, [], timeout=timeout, stdin=stdin, env=env, cwd=cwd, max_output=max_output
+            )
         call, req = self._run_request(argv, timeout, stdin, env, cwd, max_output)
         return _wait_sync(call, req)
+
+    def run_with_handlers(
+        self,
+        argv: ArgSequence[Arg],
+        handlers: Sequence[tuple[str | int, Any]],
+        timeout: float | None = None,
+        stdin: Stdin = None,
+        env: Mapping[str, str] | None = None,
+        cwd: StrPath | None = None,
+        max_output: int | str | None = None,
+        name: str | None = None,
+    ) -> Result:
+        """Run ``argv`` with syscall handlers: ``handlers`` is a sequence of
+        ``(syscall, Handler)`` pairs (a name such as ``"openat"`` or a number). The
+        sandbox's own rules judge each call first; a handler only sees what they let
+        through and can only tighten (``NotifAction``). The sandbox's ``policy_fn``,
+        if any, is asked first. A handler on a syscall the deny list refuses raises
+        :class:`InvalidRequest`. Handlers run in the calling thread (``async def``
+        ones on an event loop of the run's own)."""
+        from . import _handlers
+
+        regs: list[dict[str, Any]] = []
+        by_id: dict[int, Any] = {}
+        probs: list[Problem] = []
+        for i, pair in enumerate(handlers):
+            try:
+                key, h = pair
+            except (TypeError, ValueError):
+                probs.append(Problem(f"handlers[{i}]", "must be a (syscall, Handler) pair"))
+                continue
+            if isinstance(key, bool) or not isinstance(key, (str, int)):
+                probs.append(Problem(f"handlers[{i}].syscall", f"must be a name or a number, got {type(key).__name__}"))
+                continue
+            if not callable(getattr(h, "handle", None)):
+                probs.append(Problem(f"handlers[{i}]", f"{type(h).__name__} has no handle(ctx) method"))
+                continue
+            pol = getattr(h, "on_exception", _handlers.ExceptionPolicy.KILL)
+            try:
+                wire = _handlers._POLICY_WIRE[_handlers.ExceptionPolicy(pol)]
+            except ValueError:
+                probs.append(Problem(f"handlers[{i}].on_exception", f"{pol!r} is not an ExceptionPolicy"))
+                continue
+            by_id[i + 1] = h
+            regs.append({"syscall": key, "id": i + 1, "on_exception": wire})
+        if probs:
+            _raise_request(probs)
+        extra: dict[str, Any] = {"handlers": regs}
+        if self._policy_fn is not None:
+            extra["policy_fn"] = {"on_exception": "deny_eperm"}
+        call, req = self._run_request(argv, timeout, stdin, env, cwd, max_output, op="run_handlers")
+        import msgpack
+
+        m = msgpack.unpackb(req, raw=False)
+        m.update(extra)
+        h = call.handles[0]
+        try:
+            rc, resp = _handlers.drive(h.ptr, m, by_id, self._policy_fn)
+        finally:
+            h.release()
+        return _outcome(rc, resp)
 
     async def arun(
         self,
@@ -747,6 +842,11 @@ class Command:
     def __or__(self, other: Command | Pipeline) -> Pipeline:
         return Pipeline(self) | other
 
+    def as_(self, name: str) -> NamedCommand:
+        """This command's output, named for a gather's consumer:
+        ``(a.cmd(x).as_("code") + b.cmd(y).as_("data") | c.cmd(z)).run()``."""
+        return NamedCommand(self, name)
+
     def __repr__(self) -> str:
         return f"<sandtrap.Command {self.argv!r}>"
 
@@ -772,8 +872,9 @@ class Command:
             max_output=self.max_output,
         )
 
-    def _stage(self, probs: list[Problem], i: int) -> dict[str, Any]:
-        st = _run_fields(self.argv, self.timeout, self.env, self.cwd, self.max_output, probs, at=f"stages[{i}].")
+    def _stage(self, probs: list[Problem], i: int, at: str = "") -> dict[str, Any]:
+        at = at or f"stages[{i}]."
+        st = _run_fields(self.argv, self.timeout, self.env, self.cwd, self.max_output, probs, at=at)
         st["sandbox"] = self.sandbox._live().id
         return st
 
@@ -807,12 +908,33 @@ class Pipeline:
     def __repr__(self) -> str:
         return "<sandtrap.Pipeline " + " | ".join(repr(s.argv) for s in self.stages) + ">"
 
-    def _request(self, stdin: Any, timeout: Any) -> tuple[_Call, bytes]:
+    def _request(
+        self,
+        stdin: Any,
+        timeout: Any,
+        stdout: Any = None,
+        gather: list[dict[str, Any]] | None = None,
+        more: list[Sandbox] | None = None,
+        probs: list[Problem] | None = None,
+    ) -> tuple[_Call, bytes]:
         if not self.stages:
             raise InvalidRequest("an empty pipeline has nothing to run")
-        probs: list[Problem] = []
+        probs = probs if probs is not None else []
+        if gather is None and len(self.stages) < 2:
+            probs.append(Problem("stages", "a pipeline needs at least two stages (run one command with .run())"))
         stages = [s._stage(probs, i) for i, s in enumerate(self.stages)]
         req: dict[str, Any] = {"op": "pipeline", "stages": stages}
+        if gather is not None:
+            req["gather"] = gather
+        if stdout is not None:
+            fileno = getattr(stdout, "fileno", None)
+            fd = stdout if isinstance(stdout, int) and not isinstance(stdout, bool) else None
+            if fd is None and callable(fileno):
+                fd = int(cast(Any, fileno)())
+            if fd is None:
+                probs.append(Problem("stdout", f"want a file descriptor or a file, got {type(stdout).__name__}"))
+            else:
+                req["stdout"] = fd
         data = _stdin(stdin, probs)
         if data is not None:
             req["stdin"] = data
@@ -825,8 +947,8 @@ class Pipeline:
             _raise_request(probs)
         handles: list[_Handle] = []
         try:
-            for s in self.stages:
-                h = s.sandbox._live()
+            for sb in [*(more or []), *(s.sandbox for s in self.stages)]:
+                h = sb._live()
                 if h not in handles:
                     h.acquire()
                     handles.append(h)
@@ -844,16 +966,18 @@ class Pipeline:
             raise
         return call, packed
 
-    def run(self, stdin: Stdin = None, timeout: float | None = None) -> Result:
+    def run(self, stdin: Stdin = None, timeout: float | None = None, stdout: Any = None) -> Result:
         """Run every stage at once; returns the last stage's :class:`Result` with
         ``stages`` holding each stage's result in order. ``timeout`` is the default of
-        every stage that has none of its own."""
-        call, req = self._request(stdin, timeout)
+        every stage that has none of its own. ``stdout`` (a file descriptor or a file)
+        gets the last stage's output instead of the result. A pipeline has at least
+        two stages."""
+        call, req = self._request(stdin, timeout, stdout)
         return _wait_sync(call, req)
 
-    async def arun(self, stdin: Stdin = None, timeout: float | None = None) -> Result:
+    async def arun(self, stdin: Stdin = None, timeout: float | None = None, stdout: Any = None) -> Result:
         """``run`` for asyncio; cancellation kills every stage's process tree."""
-        call, req = self._request(stdin, timeout)
+        call, req = self._request(stdin, timeout, stdout)
         return await _wait_async(call, req)
 
 

@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # the names __getattr__ loads, re-exported for type checkers
     from .errors import StTickLimit as StTickLimit
     from .errors import StTimeout as StTimeout
     from .errors import StValidationError as StValidationError
+    from .policy import MemberSpec as MemberSpec
     from .policy import Policy as Policy
     from .session import BUILTIN_NAMES as BUILTIN_NAMES
     from .session import ExecResult as ExecResult
@@ -42,6 +43,7 @@ __version__ = "0.1.0"
 # holds, and threading's at-fork hook alone costs each clone ~130 page faults.
 _WHERE = {
     "Policy": "policy",
+    "MemberSpec": "policy",
     "GuestSession": "session",
     "ExecResult": "session",
     "BUILTIN_NAMES": "session",

@@ -41,9 +41,10 @@ import builtins
 import string
 import sys
 import types
-from typing import Any
+from typing import Any, TypeVar
 
 from .errors import StAttributeDenied, StCallDenied
+from .policy import submodule_allowed as _submodule_allowed
 
 SANDBOX_FILENAME = "<sandbox>"
 _PREFIX = "__st_"
@@ -347,7 +348,10 @@ _PKG = __name__.rpartition(".")[0]
 _runtime_cache: dict = {}
 
 
-def open_to_sandbox(cls):
+_T = TypeVar("_T", bound=type)
+
+
+def open_to_sandbox(cls: _T) -> _T:
     """Mark a class of the runtime whose instances sandboxed code may use
     (``sys.stdout``'s writer, the gated ``string.Formatter``)."""
     type.__setattr__(cls, "_st_open", True)
@@ -724,7 +728,7 @@ class Gate:
     through ``exec_modules`` (module object -> None, meaning "every non-dunder name").
     """
 
-    def __init__(self, policy, tick):
+    def __init__(self, policy: Any, tick: Any) -> None:
         self.policy = policy
         self._tick = tick
         self.cls_grants: dict[type, Any] = {}
@@ -742,6 +746,7 @@ class Gate:
         for g in policy.modules.values():
             self.module_grants[id(g.module)] = (g.module, g)
         self.recursive_grants = [g for g in policy.modules.values() if g.recursive]
+        self._module_alias: dict[int, tuple[types.ModuleType, str]] = {}
         # type(f) of a function is a non-constructable stand-in: the real class would
         # turn any code object the sandbox finds (in a granted module's data) into a
         # callable function
@@ -769,6 +774,15 @@ class Gate:
         self.ga = self._make_ga()
 
     # ----------------------------------------------------------- substitutions
+    def add_substitutions(self, pairs) -> None:
+        """More (real, stand-in or None to refuse) pairs for values read from granted
+        modules and builtins (a VirtualFS's file functions)."""
+        for real, repl in pairs:
+            entry = (real, _DENY if repl is None else repl)
+            self._subst[id(real)] = entry
+            self._module_subst[id(real)] = entry
+        self._fast_read.clear()
+
     def _build_substitutions(self):
         deny = _DENY
         for n in (
@@ -854,7 +868,7 @@ class Gate:
             if vname in SLOT_DENIED:
                 raise _deny(obj, name, f"the slot wrapper {vname} reaches past the sandbox's checks")
         if t is types.ModuleType or isinstance(v, types.ModuleType):
-            if isinstance(obj, types.ModuleType) and self.module_rule(v) is None:
+            if isinstance(obj, types.ModuleType) and self.module_rule(v, f"{self.module_dotted(obj)}.{name}") is None:
                 raise _deny(obj, name, f"module {v.__name__!r} is not granted")
         if t is type or isinstance(v, type):
             if runtime_opaque(v):
@@ -1091,8 +1105,14 @@ class Gate:
         return self._shared
 
     # ------------------------------------------------------------- modules
-    def module_rule(self, m: types.ModuleType):
-        """(kind, grant) for an accessible module, else None.  kind: grant|all."""
+    def module_rule(self, m: types.ModuleType, alias: str | None = None):
+        """(kind, grant) for an accessible module, else None.  kind: grant|all.
+
+        A submodule is judged by the most specific grant whose module it lives
+        under, by its own name or by the dotted name it was reached through
+        (``alias``: ``os.path`` is ``posixpath``; kept for later reads): under a
+        non-recursive grant nothing below it is granted, even when an outer grant
+        is recursive."""
         mid = id(m)
         if mid in self.exec_modules and self.exec_modules[mid] is m:
             return ("all", None)
@@ -1101,25 +1121,44 @@ class Gate:
         entry = self.module_grants.get(mid)
         if entry is not None and entry[0] is m:
             return ("grant", entry[1])
+        names = []
         name = getattr(m, "__name__", None)
-        if isinstance(name, str):
-            for g in self.recursive_grants:
-                root = g.module.__name__
-                if name.startswith(root + ".") and sys.modules.get(name) is m:
-                    if self.submodule_allowed(g, name[len(root) + 1 :].split(".")):
-                        return ("grant", g)
+        if isinstance(name, str) and sys.modules.get(name) is m:
+            names.append(name)
+        if isinstance(alias, str) and sys.modules.get(alias) is m:
+            names.append(alias)
+        known = self._module_alias.get(mid)
+        if known is not None and known[0] is m and sys.modules.get(known[1]) is m:
+            names.append(known[1])
+        for name in names:
+            g = self._innermost_grant(name)
+            if g is None or not g.recursive:
+                continue
+            root = g.module.__name__
+            if self.submodule_allowed(g, name[len(root) + 1 :].split(".")):
+                if name != getattr(m, "__name__", None):
+                    self._module_alias[mid] = (m, name)
+                return ("grant", g)
         return None
 
-    @staticmethod
-    def submodule_allowed(g, segments) -> bool:
-        path = g.name
-        real = g.module.__name__
-        for seg in segments:
-            quals = (f"{path}.{seg}", f"{real}.{seg}")
-            if not g.filter.allows(seg, quals):
-                return False
-            path, real = f"{path}.{seg}", f"{real}.{seg}"
-        return True
+    def _innermost_grant(self, dotted: str):
+        """The grant of the longest module name that ``dotted`` lives under."""
+        best = None
+        for gm, g in self.module_grants.values():
+            root = getattr(gm, "__name__", None)
+            if isinstance(root, str) and dotted.startswith(root + "."):
+                if best is None or len(root) > len(best.module.__name__):
+                    best = g
+        return best
+
+    def module_dotted(self, m: types.ModuleType) -> str:
+        """The dotted name a granted submodule was reached by (its own, or its alias)."""
+        known = self._module_alias.get(id(m))
+        if known is not None and known[0] is m:
+            return known[1]
+        return m.__name__
+
+    submodule_allowed = staticmethod(_submodule_allowed)
 
     def _module_name_ok(self, m, name: str) -> bool:
         rule = self.module_rule(m)
@@ -1130,9 +1169,10 @@ class Gate:
         kind, g = rule
         if kind == "all":
             return True
-        quals = (f"{g.name}.{name}", f"{m.__name__}.{name}")
+        dotted = self.module_dotted(m)
+        quals = (f"{g.name}.{name}", f"{dotted}.{name}")
         if m is not g.module:
-            rel = m.__name__[len(g.module.__name__) :]
+            rel = dotted[len(g.module.__name__) :]
             quals += (f"{g.name}{rel}.{name}",)
         return g.filter.allows(name, quals)
 
@@ -1150,13 +1190,13 @@ class Gate:
                 import importlib
 
                 try:
-                    v = importlib.import_module(f"{m.__name__}.{name}")
+                    v = importlib.import_module(f"{self.module_dotted(m)}.{name}")
                 except ImportError:
                     raise AttributeError(f"module {m.__name__!r} has no attribute {name!r}") from None
             else:
                 raise
         if isinstance(v, types.ModuleType):
-            if self.module_rule(v) is None:
+            if self.module_rule(v, f"{self.module_dotted(m)}.{name}") is None:
                 raise _deny(m, name, f"module {v.__name__!r} is not granted")
             self._shared = None  # a submodule may have been imported
         entry = self._module_subst.get(id(v))

@@ -14,7 +14,7 @@ import inspect
 import keyword
 import sys
 import types
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, overload
 
@@ -82,17 +82,66 @@ class Patterns:
 
 
 class Filter:
-    """include/exclude pair; a name passes when it matches include and not exclude."""
+    """include/exclude pair; a name passes when it matches include and not exclude,
+    or when it is one of ``configured`` (members named in a grant's ``configure``:
+    explicitly granted, as in the seed)."""
 
-    __slots__ = ("include", "exclude")
+    __slots__ = ("include", "exclude", "configured")
 
-    def __init__(self, include: PatternSpec | Patterns = "*", exclude: PatternSpec | Patterns = "_*") -> None:
+    def __init__(
+        self,
+        include: PatternSpec | Patterns = "*",
+        exclude: PatternSpec | Patterns = "_*",
+        configured: Iterable[str] = (),
+    ) -> None:
         self.include = include if isinstance(include, Patterns) else Patterns(include)
         self.exclude = exclude if isinstance(exclude, Patterns) else Patterns(exclude)
+        self.configured = frozenset(configured)
 
     def allows(self, name: str, qualified: Iterable[str] = ()) -> bool:
+        if name in self.configured:
+            return True
         qualified = tuple(qualified)
         return self.include.matches(name, qualified) and not self.exclude.matches(name, qualified)
+
+
+@dataclass
+class MemberSpec:
+    """Per-member privileges for a class or module grant's ``configure`` (the seed's
+    ``MemberSpec``): a configured member is granted even where the grant's
+    include/exclude would refuse it. ``network_access``: at ``isolation="kernel"``
+    the worker gets the network (the kernel cannot tell the member's sockets from
+    the code's; the code reaches it only through what is granted); at ``"none"``
+    and ``"process"`` granted code has the host's network anyway.
+    ``host_fs_access``: granted code already reaches the real filesystem at every
+    level (a VirtualFS redirects only what sandboxed code itself calls); at
+    ``"kernel"`` it would need the host's whole filesystem in the worker, which is
+    refused (grant the function with ``policy.fn``: it runs in the host)."""
+
+    host_fs_access: bool = False
+    network_access: bool = False
+
+    def __post_init__(self) -> None:
+        for k in ("host_fs_access", "network_access"):
+            if not isinstance(getattr(self, k), bool):
+                raise TypeError(f"MemberSpec.{k} must be a bool")
+
+
+def _flags(host_fs_access: object, network_access: object) -> None:
+    for k, v in (("host_fs_access", host_fs_access), ("network_access", network_access)):
+        if not isinstance(v, bool):
+            raise TypeError(f"{k} must be a bool")
+
+
+def _configure(configure: Mapping[str, MemberSpec] | None) -> dict[str, MemberSpec]:
+    out: dict[str, MemberSpec] = {}
+    for k, v in (configure or {}).items():
+        if not isinstance(k, str) or not k.isidentifier():
+            raise ValueError(f"configure keys are member names, got {k!r}")
+        if not isinstance(v, MemberSpec):
+            raise TypeError(f"configure[{k!r}] must be a MemberSpec")
+        out[k] = v
+    return out
 
 
 @dataclass
@@ -100,6 +149,13 @@ class FnGrant:
     name: str
     fn: Callable[..., Any]
     kind: str = "fn"
+    host_fs_access: bool = False
+    network_access: bool = False
+
+    @property
+    def func(self) -> Callable[..., Any]:
+        """The granted function (the seed's name for ``fn``)."""
+        return self.fn
 
 
 @dataclass
@@ -109,6 +165,9 @@ class ClsGrant:
     constructable: bool = True
     filter: Filter = field(default_factory=Filter)
     kind: str = "cls"
+    configure: dict[str, MemberSpec] = field(default_factory=dict)
+    host_fs_access: bool = False
+    network_access: bool = False
 
 
 @dataclass
@@ -119,6 +178,9 @@ class ModuleGrant:
     recursive: bool = False
     trusted: bool = False
     kind: str = "module"
+    configure: dict[str, MemberSpec] = field(default_factory=dict)
+    host_fs_access: bool = False
+    network_access: bool = False
 
 
 def _check_grant_name(name: str) -> str:
@@ -214,12 +276,18 @@ def untrusted_reason(mod_name: str) -> str | None:
     return UNTRUSTED_MODULES.get(mod_name) or UNTRUSTED_MODULES.get(top)
 
 
+MIB = 1 << 20
+MAX_MEMORY_MB = 1 << 20  # 1 TiB in MiB: a bigger memory_limit is a byte count by mistake
+
+
 class Policy:
     """Limits and grants for sandboxed code.
 
     ``timeout`` wall-clock seconds (None: no limit); ``tick_limit`` maximum ticks
-    (None: no limit); ``memory_limit`` bytes of RSS growth allowed during one exec
-    (None: no limit); ``max_stdout`` characters of stdout kept (the tail is kept;
+    (None: no limit); ``memory_limit`` **megabytes** (MiB, the seed's unit; an int
+    or float) of RSS growth allowed during one exec, or ``memory_limit_bytes`` the
+    same in bytes (give one of them; None: no limit; ``policy.memory_limit_bytes`` is
+    what is enforced, and what crosses to a worker); ``max_stdout`` characters of stdout kept (the tail is kept;
     None: unlimited); ``allow_network`` is carried to worker/kernel levels (the
     in-process level has no network of its own: only grants can reach it);
     ``allow_subprocess``: at ``isolation="kernel"`` the worker may create processes
@@ -240,23 +308,38 @@ class Policy:
         self,
         timeout: float | None = 30.0,
         tick_limit: int | None = None,
-        memory_limit: int | None = None,
+        memory_limit: float | None = None,
         max_stdout: int | None = None,
         allow_network: bool = False,
         allow_subprocess: bool = False,
+        *,
+        memory_limit_bytes: int | None = None,
+        module_root: str = "/",
     ) -> None:
         if timeout is not None:
             if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
                 raise ValueError("timeout must be a positive number or None")
             timeout = float(timeout)
-        for nm, v in (("tick_limit", tick_limit), ("memory_limit", memory_limit), ("max_stdout", max_stdout)):
+        for nm, v in (
+            ("tick_limit", tick_limit),
+            ("memory_limit_bytes", memory_limit_bytes),
+            ("max_stdout", max_stdout),
+        ):
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
                 raise ValueError(f"{nm} must be a non-negative int or None")
-        if memory_limit is not None and memory_limit == 0:
-            raise ValueError("memory_limit must be positive or None")
+        if memory_limit is not None and memory_limit_bytes is not None:
+            raise ValueError("give memory_limit (megabytes) or memory_limit_bytes (bytes), not both")
+        if memory_limit_bytes is not None and memory_limit_bytes == 0:
+            raise ValueError("memory_limit_bytes must be positive or None")
         self.timeout = timeout
         self.tick_limit = tick_limit
-        self.memory_limit = memory_limit
+        self.memory_limit_bytes = memory_limit_bytes
+        if not isinstance(module_root, str) or not module_root.startswith("/"):
+            raise ValueError("module_root must be an absolute path inside the VirtualFS")
+        # where `import name` looks for name.py in a VirtualFS (the seed's Policy.module_root)
+        self.module_root = module_root
+        if memory_limit is not None:
+            self.memory_limit = memory_limit
         self.max_stdout = max_stdout
         self.allow_network: bool = bool(allow_network)
         self.allow_subprocess: bool = bool(allow_subprocess)
@@ -266,11 +349,27 @@ class Policy:
 
     # ------------------------------------------------------------------ grants
     @overload
-    def fn(self, f: _F, *, name: str | None = None) -> _F: ...
+    def fn(
+        self, f: _F, *, name: str | None = None, host_fs_access: bool = False, network_access: bool = False
+    ) -> _F: ...
     @overload
-    def fn(self, f: None = None, *, name: str | None = None) -> Callable[[_F], _F]: ...
-    def fn(self, f: _F | None = None, *, name: str | None = None) -> _F | Callable[[_F], _F]:
-        """Grant a host function under ``name`` (default ``f.__name__``). Decorator-friendly."""
+    def fn(
+        self, f: None = None, *, name: str | None = None, host_fs_access: bool = False, network_access: bool = False
+    ) -> Callable[[_F], _F]: ...
+    def fn(
+        self,
+        f: _F | None = None,
+        *,
+        name: str | None = None,
+        host_fs_access: bool = False,
+        network_access: bool = False,
+    ) -> _F | Callable[[_F], _F]:
+        """Grant a host function under ``name`` (default ``f.__name__``). Decorator-friendly.
+
+        A function grant runs in the host at every level (at the worker levels through
+        a host call), with the host's files and network: ``host_fs_access`` and
+        ``network_access`` (the seed's) are what it has already, accepted and kept."""
+        _flags(host_fs_access, network_access)
 
         def register(func: _F) -> _F:
             if not callable(func):
@@ -278,7 +377,7 @@ class Policy:
             n = _check_grant_name(name or getattr(func, "__name__", None) or "")
             if "." in n:
                 raise ValueError("function grant names cannot be dotted")
-            self.fns[n] = FnGrant(n, func)
+            self.fns[n] = FnGrant(n, func, host_fs_access=host_fs_access, network_access=network_access)
             return func
 
         return register(f) if f is not None else register
@@ -292,6 +391,9 @@ class Policy:
         constructable: bool = True,
         include: PatternSpec = "*",
         exclude: PatternSpec = "_*",
+        configure: Mapping[str, MemberSpec] | None = None,
+        host_fs_access: bool = False,
+        network_access: bool = False,
     ) -> _C: ...
     @overload
     def cls(
@@ -302,6 +404,9 @@ class Policy:
         constructable: bool = True,
         include: PatternSpec = "*",
         exclude: PatternSpec = "_*",
+        configure: Mapping[str, MemberSpec] | None = None,
+        host_fs_access: bool = False,
+        network_access: bool = False,
     ) -> Callable[[_C], _C]: ...
     def cls(
         self,
@@ -311,9 +416,17 @@ class Policy:
         constructable: bool = True,
         include: PatternSpec = "*",
         exclude: PatternSpec = "_*",
+        configure: Mapping[str, MemberSpec] | None = None,
+        host_fs_access: bool = False,
+        network_access: bool = False,
     ) -> _C | Callable[[_C], _C]:
         """Grant a host class. ``include``/``exclude`` filter member access on the class and
-        its instances; ``constructable=False`` refuses ``C(...)`` from sandboxed code."""
+        its instances; ``constructable=False`` refuses ``C(...)`` from sandboxed code.
+        ``configure`` ({member: MemberSpec}) grants those members whatever the filter
+        says, with the spec's privileges; ``host_fs_access``/``network_access`` give
+        them to every member (see MemberSpec for what they mean at each level)."""
+        _flags(host_fs_access, network_access)
+        conf = _configure(configure)
 
         def register(klass: _C) -> _C:
             if not isinstance(klass, type):
@@ -321,7 +434,15 @@ class Policy:
             n = _check_grant_name(name or klass.__name__)
             if "." in n:
                 raise ValueError("class grant names cannot be dotted")
-            self.classes[n] = ClsGrant(n, klass, bool(constructable), Filter(include, exclude))
+            self.classes[n] = ClsGrant(
+                n,
+                klass,
+                bool(constructable),
+                Filter(include, exclude, conf),
+                configure=conf,
+                host_fs_access=host_fs_access,
+                network_access=network_access,
+            )
             return klass
 
         return register(C) if C is not None else register
@@ -336,6 +457,9 @@ class Policy:
         exclude: PatternSpec = "_*",
         recursive: bool = False,
         trusted: bool = False,
+        configure: Mapping[str, MemberSpec] | None = None,
+        host_fs_access: bool = False,
+        network_access: bool = False,
     ) -> types.ModuleType: ...
     @overload
     def module(
@@ -347,6 +471,9 @@ class Policy:
         exclude: PatternSpec = "_*",
         recursive: bool = False,
         trusted: bool = False,
+        configure: Mapping[str, MemberSpec] | None = None,
+        host_fs_access: bool = False,
+        network_access: bool = False,
     ) -> Callable[[types.ModuleType], types.ModuleType]: ...
     def module(
         self,
@@ -357,12 +484,18 @@ class Policy:
         exclude: PatternSpec = "_*",
         recursive: bool = False,
         trusted: bool = False,
+        configure: Mapping[str, MemberSpec] | None = None,
+        host_fs_access: bool = False,
+        network_access: bool = False,
     ) -> types.ModuleType | Callable[[types.ModuleType], types.ModuleType]:
         """Grant a module for ``import``. ``recursive=True`` also grants its submodules
         (filters apply to them too). Modules that hand over the interpreter itself
         (``UNTRUSTED_MODULES``: ``inspect``, ``gc``, ``sys``, ``ctypes``, ``pickle`` ...)
         are refused with the reason unless ``trusted=True``, which says you accept that
-        the Python layer no longer holds (use it at ``isolation="kernel"``)."""
+        the Python layer no longer holds (use it at ``isolation="kernel"``).
+        ``configure``, ``host_fs_access``, ``network_access``: as for ``cls``."""
+        _flags(host_fs_access, network_access)
+        conf = _configure(configure)
 
         def register(mod: types.ModuleType) -> types.ModuleType:
             if not isinstance(mod, types.ModuleType):
@@ -374,14 +507,148 @@ class Policy:
                     f"granting {mod.__name__!r} hands sandboxed code the interpreter ({why}); "
                     "pass trusted=True to grant it anyway (only the kernel level then holds)"
                 )
-            self.modules[n] = ModuleGrant(n, mod, Filter(include, exclude), bool(recursive), bool(trusted))
+            self.modules[n] = ModuleGrant(
+                n,
+                mod,
+                Filter(include, exclude, conf),
+                bool(recursive),
+                bool(trusted),
+                configure=conf,
+                host_fs_access=host_fs_access,
+                network_access=network_access,
+            )
             return mod
 
         return register(m) if m is not None else register
 
     @property
+    def memory_limit(self) -> float | None:
+        """The memory limit in megabytes (MiB): the seed's unit. ``memory_limit_bytes``
+        holds it in bytes."""
+        b = self.memory_limit_bytes
+        if b is None:
+            return None
+        mb = b / MIB
+        return int(mb) if mb.is_integer() else mb
+
+    @memory_limit.setter
+    def memory_limit(self, mb: float | None) -> None:
+        if mb is None:
+            self.memory_limit_bytes = None
+            return
+        if isinstance(mb, bool) or not isinstance(mb, (int, float)) or not mb > 0:
+            raise ValueError("memory_limit must be a positive number of megabytes (MiB) or None")
+        if mb > MAX_MEMORY_MB:
+            raise ValueError(
+                f"memory_limit is in megabytes (MiB), the seed's unit: {mb!r} MiB is more than 1 TiB; "
+                "for a limit in bytes pass memory_limit_bytes="
+            )
+        self.memory_limit_bytes = max(1, int(mb * MIB))
+
+    @property
     def grants(self) -> list[FnGrant | ClsGrant | ModuleGrant]:
         return [*self.fns.values(), *self.classes.values(), *self.modules.values()]
+
+    # ---------------------------------------------------------- privileges
+    def _worker_grants(self) -> list[ClsGrant | ModuleGrant]:
+        return [*self.classes.values(), *self.modules.values()]
+
+    def needs_network(self) -> bool:
+        """The worker needs the network (the seed's ``needs_network``): ``allow_network``,
+        or a class or module grant (or a member it configures) with ``network_access``.
+        Function grants run in the host, so theirs needs nothing of the worker."""
+        return self.allow_network or any(
+            g.network_access or any(m.network_access for m in g.configure.values()) for g in self._worker_grants()
+        )
+
+    def needs_host_fs(self) -> bool:
+        """A class or module grant (or a member it configures) has ``host_fs_access``
+        (the seed's ``needs_host_fs``): at ``isolation="kernel"`` that would take the
+        host's whole filesystem into the worker, and is refused there."""
+        return any(
+            g.host_fs_access or any(m.host_fs_access for m in g.configure.values()) for g in self._worker_grants()
+        )
+
+    # ----------------------------------------------------------- introspection
+    @property
+    def functions(self) -> dict[str, FnGrant]:
+        """The function grants by name (the seed's ``policy.functions``; the same dict as
+        ``fns``): each has ``name`` and ``func``."""
+        return self.fns
+
+    def import_grant(self, dotted: str) -> tuple[ModuleGrant, list[str]] | None:
+        """The module grant that ``import dotted`` is judged by and the segments of
+        ``dotted`` below its name (``[]`` for the grant itself), or None: the innermost
+        grant (longest name) decides, a non-recursive one grants nothing below it, and
+        its filters apply to every segment. By name: nothing is imported."""
+        if not isinstance(dotted, str) or not dotted or any(not p.isidentifier() for p in dotted.split(".")):
+            return None
+        g = self.modules.get(dotted)
+        if g is not None:
+            return g, []
+        for g in sorted(self.modules.values(), key=lambda g: -len(g.name)):
+            if dotted.startswith(g.name + "."):
+                segs = dotted[len(g.name) + 1 :].split(".")
+                if not g.recursive or not submodule_allowed(g, segs):
+                    return None
+                return g, segs
+        return None
+
+    def is_import_allowed(self, module_name: str) -> bool:
+        """Would ``import module_name`` succeed in a sandbox under this policy (the
+        seed's ``is_import_allowed``)? True for a granted module, a granted submodule
+        of a recursive grant (imported here to be judged as the sandbox would judge
+        it: False if it does not import) and the parent a dotted grant name implies
+        (granting ``os.path`` alone makes ``os`` importable, holding only ``path``).
+        What is not the policy's is not counted: per-exec ``modules=``, ``main`` and
+        the modules of a VirtualFS."""
+        found = self.import_grant(module_name)
+        if found is None:
+            return isinstance(module_name, str) and any(n.startswith(module_name + ".") for n in self.modules)
+        g, segs = found
+        if not segs:
+            return True
+        real = g.module.__name__ + "." + ".".join(segs)
+        try:
+            mod = importlib.import_module(real)
+        except ImportError:
+            return False
+        return self._gate().module_rule(mod, real) is not None
+
+    def is_attr_allowed(self, obj: object, attr: str) -> bool:
+        """May sandboxed code read ``obj.attr`` under this policy (the seed's
+        ``is_attr_allowed``)? The sandbox's own attribute gate answers, built from
+        this policy alone (a session adds its per-exec modules and its VirtualFS
+        stand-ins). A module's attribute is read as the sandbox reads it (a submodule
+        that is not granted, or a function the sandbox never gets, is False); other
+        objects' attributes are decided by name and type without being read, so a
+        value the gate refuses for what it turns out to be (an interpreter internal,
+        ``eval`` bound as a class attribute) is refused when read even here True."""
+        if not isinstance(attr, str):
+            return False
+        gate = self._gate()
+        if isinstance(obj, types.ModuleType):
+            try:
+                gate._read_module(obj, attr)
+            except (AttributeError, ImportError):
+                return False
+            return True
+        return bool(gate.allows_read(obj, attr))
+
+    def _gate(self) -> Any:
+        key = tuple(self.grants)
+        cached = self.__dict__.get("_st_gate")
+        if (
+            cached is not None
+            and len(cached[0]) == len(key)
+            and all(a is b for a, b in zip(cached[0], key, strict=True))
+        ):
+            return cached[1]
+        from .gates import Gate
+
+        gate = Gate(self, lambda: None)
+        self.__dict__["_st_gate"] = (key, gate)
+        return gate
 
     # ------------------------------------------------------------- portability
     def portability_problems(self, host_fns: bool = False) -> list[str]:
@@ -443,6 +710,7 @@ class Policy:
                     "constructable": cg.constructable,
                     "include": cg.filter.include.to_list(),
                     "exclude": cg.filter.exclude.to_list(),
+                    **_portable_privileges(cg),
                 }
             )
         for mg in self.modules.values():
@@ -455,15 +723,17 @@ class Policy:
                     "trusted": mg.trusted,
                     "include": mg.filter.include.to_list(),
                     "exclude": mg.filter.exclude.to_list(),
+                    **_portable_privileges(mg),
                 }
             )
         return {
             "version": PORTABLE_VERSION,
             "timeout": self.timeout,
             "tick_limit": self.tick_limit,
-            "memory_limit": self.memory_limit,
+            "memory_limit_bytes": self.memory_limit_bytes,
             "max_stdout": self.max_stdout,
-            "allow_network": self.allow_network,
+            # a grant's network_access opens the worker's network (needs_network)
+            "allow_network": self.needs_network(),
             "allow_subprocess": self.allow_subprocess,
             "grants": grants,
         }
@@ -484,7 +754,7 @@ class Policy:
             "version",
             "timeout",
             "tick_limit",
-            "memory_limit",
+            "memory_limit_bytes",
             "max_stdout",
             "allow_network",
             "allow_subprocess",
@@ -496,7 +766,7 @@ class Policy:
             pol = cls(
                 timeout=d.get("timeout"),
                 tick_limit=d.get("tick_limit"),
-                memory_limit=d.get("memory_limit"),
+                memory_limit_bytes=d.get("memory_limit_bytes"),
                 max_stdout=d.get("max_stdout"),
                 allow_network=bool(d.get("allow_network", False)),
                 allow_subprocess=bool(d.get("allow_subprocess", False)),
@@ -537,6 +807,7 @@ class Policy:
                         constructable=bool(g.get("constructable", True)),
                         include=_pat(g.get("include", "*")),
                         exclude=_pat(g.get("exclude", "_*")),
+                        **_privileges_from_portable(g),
                     )
                 elif kind == "module":
                     mod = importlib.import_module(ref)
@@ -547,6 +818,7 @@ class Policy:
                         include=_pat(g.get("include", "*")),
                         exclude=_pat(g.get("exclude", "_*")),
                         trusted=bool(g.get("trusted", False)),
+                        **_privileges_from_portable(g),
                     )
                 else:
                     problems.append(f"{label}: unknown kind")
@@ -559,10 +831,49 @@ class Policy:
     def __repr__(self) -> str:
         return (
             f"Policy(timeout={self.timeout!r}, tick_limit={self.tick_limit!r}, "
-            f"memory_limit={self.memory_limit!r}, max_stdout={self.max_stdout!r}, "
+            f"memory_limit_bytes={self.memory_limit_bytes!r}, max_stdout={self.max_stdout!r}, "
             f"allow_network={self.allow_network!r}, allow_subprocess={self.allow_subprocess!r}, "
             f"grants={len(self.grants)})"
         )
+
+
+def submodule_allowed(g: ModuleGrant, segments: Iterable[str]) -> bool:
+    """Every segment below grant ``g`` passes its filter (by the grant's name and the
+    module's real dotted name)."""
+    path = g.name
+    real = g.module.__name__
+    for seg in segments:
+        quals = (f"{path}.{seg}", f"{real}.{seg}")
+        if not g.filter.allows(seg, quals):
+            return False
+        path, real = f"{path}.{seg}", f"{real}.{seg}"
+    return True
+
+
+def _portable_privileges(g: ClsGrant | ModuleGrant) -> dict[str, Any]:
+    if not (g.configure or g.host_fs_access or g.network_access):
+        return {}
+    return {
+        "configure": {
+            k: {"host_fs_access": m.host_fs_access, "network_access": m.network_access} for k, m in g.configure.items()
+        },
+        "host_fs_access": g.host_fs_access,
+        "network_access": g.network_access,
+    }
+
+
+def _privileges_from_portable(g: dict[str, Any]) -> dict[str, Any]:
+    conf = g.get("configure") or {}
+    if not isinstance(conf, dict) or not all(isinstance(v, dict) for v in conf.values()):
+        raise TypeError("configure must map member names to {host_fs_access, network_access}")
+    return {
+        "configure": {
+            k: MemberSpec(bool(v.get("host_fs_access", False)), bool(v.get("network_access", False)))
+            for k, v in conf.items()
+        },
+        "host_fs_access": bool(g.get("host_fs_access", False)),
+        "network_access": bool(g.get("network_access", False)),
+    }
 
 
 def _host_proxy(host_call: Callable[[str, tuple[Any, ...], dict[str, Any]], Any], name: str) -> Callable[..., Any]:
@@ -581,4 +892,4 @@ def _pat(v: object) -> str | tuple[str, ...]:
     raise TypeError(f"pattern must be a str or list of str, got {v!r}")
 
 
-__all__ = ["Policy", "Patterns", "Filter", "FnGrant", "ClsGrant", "ModuleGrant", "UNTRUSTED_MODULES"]
+__all__ = ["Policy", "Patterns", "Filter", "FnGrant", "ClsGrant", "ModuleGrant", "MemberSpec", "UNTRUSTED_MODULES"]

@@ -214,9 +214,9 @@ class _Scope:
 class Rewriter:
     """One-shot validator + rewriter for a parsed module."""
 
-    def __init__(self, source: str = "", echo: bool = False, filename: str = "<sandbox>"):
+    def __init__(self, source: str = "", echo: bool | str = False, filename: str = "<sandbox>"):
         self.source_lines = source.splitlines()
-        self.echo = echo
+        self.echo = echo_mode(echo)
         self.filename = filename
         self.future_annotations = False
         self.uses_n = False  # an inlined checkpoint was emitted (the body needs the cell)
@@ -401,11 +401,15 @@ class Rewriter:
         if not isinstance(tree, ast.Module):
             raise self.error("only modules can be executed")
         body = tree.body
-        # Only a final expression statement echoes.  A leading docstring followed by
-        # other statements is therefore never echoed; a program that is only a string
-        # literal echoes it, like a notebook cell.
-        echo_last = self.echo and bool(body) and isinstance(body[-1], ast.Expr)
+        # echo "last": only a final expression statement echoes; "all": every
+        # expression statement of the module body (never one nested in a block). A
+        # leading docstring followed by other statements is never echoed; a program
+        # that is only a string literal echoes it, like a notebook cell.
+        echo_last = self.echo != "none" and bool(body) and isinstance(body[-1], ast.Expr)
         docstring = _has_docstring(body) and not (echo_last and len(body) == 1)
+        echoed = {len(body) - 1} if echo_last else set()
+        if self.echo == "all":
+            echoed |= {i for i, st in enumerate(body) if isinstance(st, ast.Expr) and not (i == 0 and docstring)}
         # ``from __future__`` imports at the start of the module (after the docstring)
         # go to the top of the compiled module; any other one stays where it is and the
         # compiler rejects it as it would in a module.
@@ -420,7 +424,7 @@ class Rewriter:
         futures: list[ast.stmt] = []
         new_body: list[ast.stmt] = []
         for i, st in enumerate(body):
-            if echo_last and i == len(body) - 1:
+            if i in echoed:
                 self.visit(st)  # field check of the Expr node itself
                 new_body.append(_locate(ast.Expr(value=_locate(_call(ECHO, st.value), st)), st))
             elif i == 0 and docstring:
@@ -1287,7 +1291,23 @@ del R, _op
 ALLOWED_NODE_TYPES = frozenset(_HANDLERS)
 
 
-def rewrite(source: str, *, echo: bool = False, filename: str = "<sandbox>") -> ast.Module:
+ECHO_MODES = ("none", "last", "all")
+
+
+def echo_mode(echo) -> str:
+    """The echo mode: "none", "last" (the final expression statement) or "all" (every
+    expression statement of the module body); ``True`` is "last", ``False``/``None``
+    "none". Anything else is a ValueError (at every isolation level)."""
+    if echo is True or echo == "last":
+        return "last"
+    if echo is False or echo is None or echo == "none":
+        return "none"
+    if echo == "all":
+        return "all"
+    raise ValueError(f"Invalid echo option: {echo!r}. Expected one of {ECHO_MODES} (or a bool).")
+
+
+def rewrite(source: str, *, echo: bool | str = False, filename: str = "<sandbox>") -> ast.Module:
     """Parse, validate and rewrite ``source``.
 
     Raises SyntaxError (from the parser) or StValidationError."""

@@ -35,16 +35,21 @@ import errno
 import io
 import itertools
 import os
+import posixpath
 import sys
 import threading
 import time
 import traceback as _tb
 import types
 import weakref
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
+from . import output as _output
 from . import rewriter as rw
+from . import state as _state
+from . import vfs
 from .errors import StCancelled, StError, StImportDenied, StOutsideExec, StTickLimit, StTimeout, StValidationError
 from .gates import SANDBOX_FILENAME, USER_MARK, ExecToken, Gate, _MatchVals, open_to_sandbox
 from .helpers import depth_tracked
@@ -181,7 +186,7 @@ _PLAIN_FUNCS = (
 )
 # C iterators that wrap iterators: nesting is bounded (helpers.depth_tracked)
 _TRACKED_ITERATORS = {n: depth_tracked(getattr(_bi, n)) for n in ("map", "filter", "zip", "enumerate")}
-# Documented absences: exec eval compile globals vars breakpoint __import__ help exit quit
+# Documented absences: exec eval compile globals vars breakpoint __import__ exit quit
 # memoryview (and open unless filesystem_root is given).
 BUILTIN_NAMES = tuple(
     sorted(
@@ -197,6 +202,7 @@ BUILTIN_NAMES = tuple(
             "setattr",
             "delattr",
             "dir",
+            "help",
             "locals",
             "input",
         }
@@ -210,12 +216,13 @@ class ExecResult:
     namespace: dict[str, Any]
     error: BaseException | None
     ticks: int
-    isolation: str | dict[str, Any] = "none"  # the level; the binding's results: its report
+    isolation: str | Mapping[str, Any] = "none"  # the level; the binding's results: its report
     stderr: str = ""
     traceback: str | None = None
     stdout_truncated: int = 0
     duration: float = 0.0
     error_message: str | None = None  # str(error), made under the exec's limits
+    prints: list[Any] = field(default_factory=list)  # with snapshot_prints: each print's values (wire data)
 
     @property
     def ok(self) -> bool:
@@ -474,7 +481,11 @@ class GuestSession:
     isolation = "none"
 
     def __init__(
-        self, policy: Policy | None = None, filesystem_root: str | os.PathLike | None = None, echo: bool | str = False
+        self,
+        policy: Policy | None = None,
+        filesystem_root: str | os.PathLike | None = None,
+        echo: bool | str = False,
+        filesystem: Any = None,
     ):
         self.policy = policy if policy is not None else Policy()
         if not isinstance(self.policy, Policy):
@@ -486,6 +497,16 @@ class GuestSession:
             if not os.path.isdir(root):
                 raise ValueError(f"filesystem_root {root!r} is not a directory")
             self.filesystem_root = root
+        # a VirtualFS (or its backend): the sandbox's open/os/os.path/io.open/pathlib
+        # see it, and `import name` finds name.py under policy.module_root in it
+        self._vfs: vfs.VFSView | None = None
+        if filesystem is not None:
+            if filesystem_root is not None:
+                raise ValueError("give filesystem_root or a VirtualFS filesystem, not both")
+            self._vfs = vfs.VFSView(vfs.backend_of(filesystem))
+        self._vfs_modules: dict[str, tuple[bytes, types.ModuleType]] = {}
+        self._recorder = _state.Recorder()  # the def/class/import statements, for snapshot()
+        self._prints: list | None = None  # this exec's print values (snapshot_prints)
         self._lock = threading.Lock()
         # the tick countdown (rewriter.N): a checkpoint decrements it and calls
         # __st_chk__ when it reaches 0, so it is never armed below 1. 1 outside an
@@ -501,6 +522,8 @@ class GuestSession:
         self._exec_module_names: dict[str, types.ModuleType] = {}
         self._chk, self._tick = self._make_meter_fns()
         self.gate = Gate(self.policy, self._tick).finish()
+        if self._vfs is not None:
+            self.gate.add_substitutions(vfs.substitutions(self._vfs, self._tick))
         self._synthetic_parents = self._make_parents()
         self._builtins = self._make_builtins()
         self._ns.update({"__builtins__": self._builtins, "__name__": "__main__"})
@@ -627,16 +650,23 @@ class GuestSession:
         b["delattr"] = _ticking(gate.delattr, tick, "delattr")
         b["print"] = self._make_print()
         b["dir"] = self._make_dir()
+        b["help"] = self._make_help()
         b["locals"] = self._make_locals()
         b["input"] = self._make_input()
         if self.filesystem_root is not None:
             b["open"] = _make_open(self.filesystem_root, tick)
+        elif self._vfs is not None:
+            b["open"] = _ticking(self._vfs.open, tick, "open")
         for name, C in gate.exposed_classes.items():
             b[name] = C
         for name, g in self.policy.fns.items():
             b[name] = _ticking(g.fn, tick, name)
         # runtime helpers (unnameable by sandboxed code)
         b["__build_class__"] = gate.build_class
+        # C code called from sandbox frames (numpy, pandas, time.strptime) imports through
+        # the calling frame's builtins (PyImport_Import). Sandboxed code cannot name it:
+        # the rewriter refuses `__import__` and `__builtins__`, frames are unreachable.
+        b["__import__"] = _bi.__import__
         b[rw.CHK] = self._chk
         b[rw.TICK] = self._tick
         b[rw.GA] = gate.ga
@@ -667,6 +697,8 @@ class GuestSession:
             if not isinstance(end, str):
                 raise TypeError(f"end must be None or a string, not {type(end).__name__}")
             text = sep.join([str(a) for a in args]) + end
+            if session._prints is not None and file is None:
+                session._prints.append(_print_values(args))
             if file is None:
                 session._cap.write(text)
             else:
@@ -689,6 +721,29 @@ class GuestSession:
             return [n for n in _bi.dir(obj) if gate.allows_read(obj, n)]
 
         return dir
+
+    def _make_help(self):
+        tick = self._tick
+        session = self
+        gate = self.gate
+
+        def help(*args):  # noqa: A001
+            """help(thing): its documentation as the sandbox may see it (the members
+            the policy lets it read, their signatures and docstrings) into stdout."""
+            tick()
+            if len(args) > 1:
+                raise TypeError(f"help expected at most 1 argument, got {len(args)}")
+            if not args:
+                text = _HELP_WELCOME
+            elif isinstance(args[0], str):
+                raise TypeError("help() with a string argument is not supported in the sandbox")
+            else:
+                text = _render_help(gate, args[0])
+            if session._prints is not None:
+                session._prints.append((text,))
+            session._cap.write(text)
+
+        return help
 
     def _make_locals(self):
         tick = self._tick
@@ -718,6 +773,8 @@ class GuestSession:
 
     def _echo(self, value):
         self._tick()
+        if value is not None and self._prints is not None:
+            self._prints.append(_print_values((value,)))
         if value is not None:
             self._cap.write(repr(value) + "\n")
 
@@ -760,22 +817,82 @@ class GuestSession:
         p = self._synthetic_parents.get(dotted)
         if p is not None:
             return p
-        for g in self.policy.modules.values():
-            if g.recursive and dotted.startswith(g.name + "."):
-                segs = dotted[len(g.name) + 1 :].split(".")
-                if not self.gate.submodule_allowed(g, segs):
-                    break
-                import importlib
+        found = self.policy.import_grant(dotted)  # the innermost grant, by name
+        if found is not None and found[1]:
+            import importlib
 
-                real = g.module.__name__ + "." + ".".join(segs)
-                try:
-                    mod = importlib.import_module(real)
-                except ImportError as e:
-                    raise ModuleNotFoundError(f"No module named {dotted!r}", name=dotted) from e
-                if self.gate.module_rule(mod) is None:
-                    break
+            g, segs = found
+            real = g.module.__name__ + "." + ".".join(segs)
+            try:
+                mod = importlib.import_module(real)
+            except ImportError as e:
+                raise ModuleNotFoundError(f"No module named {dotted!r}", name=dotted) from e
+            if self.gate.module_rule(mod, real) is not None:
                 return mod
+        if dotted in ("main", "__main__"):
+            return self._main_module()
+        if self._vfs is not None:
+            m = self._vfs_module(dotted)
+            if m is not None:
+                return m
         raise StImportDenied(f"import of module {dotted!r} is not allowed by the sandbox policy", name=dotted)
+
+    def _main_module(self) -> types.ModuleType:
+        """``import main`` / ``from main import X``: the session's own namespace (what
+        earlier execs defined), read-only, as a module."""
+        mod = types.ModuleType("main", None)
+        for k, v in _user_namespace(self._ns).items():
+            setattr(mod, k, v)
+        self.gate.session_modules[id(mod)] = mod
+        return mod
+
+    def _vfs_module(self, dotted: str) -> types.ModuleType | None:
+        """A module the sandbox wrote into its VirtualFS: ``<module_root>/a/b.py`` or
+        ``<module_root>/a/b/__init__.py`` for ``a.b``, rewritten and run as sandboxed
+        code in a namespace of its own (same builtins, same limits). Re-run when its
+        source changed; a package's parents are imported first."""
+        view = self._vfs
+        root = vfs.norm(getattr(self.policy, "module_root", "/") or "/")
+        rel = dotted.replace(".", "/")
+        for path, is_pkg in ((f"{root}/{rel}/__init__.py", True), (f"{root}/{rel}.py", False)):
+            path = vfs.norm(path)
+            st = view.backend.stat(path)
+            if st is None or st[0] != "file":
+                continue
+            if "." in dotted:
+                parent = self._resolve_module(dotted.rsplit(".", 1)[0])
+            source = view.backend.read(path)
+            cached = self._vfs_modules.get(dotted)
+            if cached is not None and cached[0] == source:
+                return cached[1]
+            try:
+                text = source.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise SyntaxError(f"{path}: not UTF-8 ({e})") from None
+            tree = rw.rewrite(text, filename=SANDBOX_FILENAME)
+            codeobj = _main_code(compile(tree, SANDBOX_FILENAME, "exec", dont_inherit=True))
+            self._register_code(codeobj, text)
+            mod = types.ModuleType(dotted, None)
+            mod.__dict__["__builtins__"] = self._builtins
+            mod.__file__ = path
+            if is_pkg:
+                mod.__path__ = [posixpath.dirname(path)]
+            self.gate.session_modules[id(mod)] = mod
+            self._vfs_modules[dotted] = (source, mod)  # before it runs: a cycle finds it
+            try:
+                if codeobj.co_flags & _CO_NEWLOCALS:
+                    types.FunctionType(
+                        codeobj, mod.__dict__, "<module>", None, (self._cell,) * len(codeobj.co_freevars)
+                    )()
+                else:
+                    exec(codeobj, mod.__dict__)
+            except BaseException:
+                self._vfs_modules.pop(dotted, None)
+                raise
+            if "." in dotted:
+                setattr(parent, dotted.rsplit(".", 1)[1], mod)
+            return mod
+        return None
 
     def _import(self, dotted: str, leaf: bool):
         mod = self._resolve_module(dotted)
@@ -801,6 +918,9 @@ class GuestSession:
             try:
                 out.append(self._resolve_module(sub))
                 continue
+            except StImportDenied as e:
+                if _submodule_exists(mod, n):  # it is there: the policy refused it
+                    raise StImportDenied(f"cannot import name {n!r} from {modname!r}: {e}", name=modname) from None
             except ImportError:
                 pass
             if isinstance(denied, StError):
@@ -862,8 +982,11 @@ class GuestSession:
         stdin: str | None = None,
         argv: list | None = None,
         echo: bool | str | None = None,
+        snapshot_prints: bool = False,
     ) -> ExecResult:
-        """Run ``code``; never raises for the code's faults (see ``result.error``)."""
+        """Run ``code``; never raises for the code's faults (see ``result.error``).
+        ``snapshot_prints``: ``result.prints`` holds each print's (and echo's) values
+        as wire data."""
         if not isinstance(code, str):
             raise TypeError("code must be a str")
         if namespace is not None:
@@ -886,7 +1009,11 @@ class GuestSession:
         if not self._lock.acquire(blocking=False):
             raise RuntimeError("this GuestSession is already executing (sessions are not re-entrant)")
         try:
-            return self._exec_locked(code, namespace, modules, stdin, argv, echo_mode)
+            self._prints = [] if snapshot_prints else None
+            try:
+                return self._exec_locked(code, namespace, modules, stdin, argv, echo_mode)
+            finally:
+                self._prints = None
         finally:
             self._lock.release()
 
@@ -946,22 +1073,23 @@ class GuestSession:
         m.base = 0
         m.stride = 1  # start checking at once; the stride grows while ticks are cheap
         m.tick_limit = pol.tick_limit
-        m.memory_limit = pol.memory_limit
+        m.memory_limit = pol.memory_limit_bytes
         m.timeout = pol.timeout
         m.forced = False
         m.armed = 1  # the first checkpoint checks
         self._cell.cell_contents = 1
-        if pol.memory_limit is not None:
+        if pol.memory_limit_bytes is not None:
             m.peak = _reset_peak()
             m.rss_base = _read_rss()
         now = time.monotonic()
         m.last_chk = m.last_mem = now
         m.deadline = None if pol.timeout is None else now + pol.timeout
         m.running = True
-        watched = pol.timeout is not None or pol.memory_limit is not None
+        watched = pol.timeout is not None or pol.memory_limit_bytes is not None
         if watched:
             _WATCHDOG.watch(m)
         tb_text = message = None
+        route = _output.begin(self._cap, self._err)  # host writes to sys.stdout/err land here
         try:
             if main is not None:
                 main()
@@ -999,6 +1127,7 @@ class GuestSession:
                         raise TypeError
                 except BaseException:  # noqa: BLE001
                     message = _safe_message(error)
+            _output.end(route)
             if watched:
                 _WATCHDOG.unwatch(m)
             m.running = False
@@ -1006,6 +1135,8 @@ class GuestSession:
             self._cell.cell_contents = 1  # sandboxed code the host runs later stops at once
             m.base = 0
             token.alive = False  # values given through modules= are gone
+            if self._vfs is not None:
+                self._vfs.close_all()  # files left open are written back
             self.gate.exec_done()
             for g in reversed(guards):
                 try:
@@ -1020,6 +1151,7 @@ class GuestSession:
             self._exec_module_names = {}
         if error is not None:
             _set_tb(error, _strip_internal(_get_tb(error)))
+        self._recorder.record(code)
         return ExecResult(
             stdout=self._cap.getvalue(),
             namespace=self.namespace,
@@ -1031,7 +1163,24 @@ class GuestSession:
             stdout_truncated=self._cap.dropped,
             duration=time.monotonic() - t0,
             error_message=message,
+            prints=self._prints if self._prints is not None else [],
         )
+
+    # ----------------------------------------------------------------- state
+    def snapshot(self) -> dict:
+        """The namespace as source plus data (``state.py``): what ``restore`` rebuilds
+        in another session, another worker, another process. Never pickle."""
+        if not self._lock.acquire(blocking=False):
+            raise RuntimeError("this GuestSession is executing")
+        try:
+            return _state.snapshot(self)
+        finally:
+            self._lock.release()
+
+    def restore(self, state: dict) -> ExecResult:
+        """Rebuild a ``snapshot()`` here: its source runs as an exec (checked like any
+        code), then its data and objects are bound. The source's ExecResult."""
+        return _state.restore(self, state)
 
     # ------------------------------------------------------------ tracebacks
     def _register_code(self, codeobj, source: str):
@@ -1210,6 +1359,131 @@ def _frame_names(frame) -> dict:
     return frame.f_locals
 
 
+_HELP_WELCOME = (
+    "Welcome to help!\n\n"
+    "To get help on a function or object, call help(thing).\n"
+    "For example: help(sorted), help(int), help(my_function)\n"
+)
+_HELP_MEMBERS = 500  # members listed for one module or class at most
+
+
+def _help_read(gate: Gate, obj: Any, name: str) -> Any:
+    """``obj.name`` as sandboxed code would read it, or None where it may not."""
+    try:
+        return gate.ga(obj, name)
+    except Exception:  # noqa: BLE001 - refused or failing: not shown
+        return None
+
+
+def _help_signature(obj: Any) -> str:
+    import inspect
+
+    try:
+        return str(inspect.signature(_TICKED.get(obj, obj)))
+    except Exception:  # noqa: BLE001 - no signature to show
+        return "(...)"
+
+
+def _help_doc(gate: Gate, obj: Any, first_line: bool = False) -> str:
+    import inspect
+
+    doc = _help_read(gate, obj, "__doc__")
+    if not isinstance(doc, str) or not doc.strip():
+        return ""
+    doc = inspect.cleandoc(doc)
+    return doc.split("\n\n", 1)[0].replace("\n", " ") if first_line else doc
+
+
+def _render_help(gate: Gate, obj: Any) -> str:
+    """What ``help(obj)`` shows: only what the gate lets sandboxed code read (a
+    module's or class's members, each by its signature and first docstring line;
+    excluded and private members are not listed). An instance shows its class."""
+    shown = obj
+    if isinstance(obj, types.ModuleType):
+        kind = "module"
+    elif isinstance(obj, type):
+        kind = "class"
+    elif callable(obj):
+        kind = "function"
+    else:
+        kind = "class"
+        shown = type(obj)
+    real = (gate.proxies.get(shown) or gate.meta_proxies.get(shown) or shown) if kind == "class" else shown
+    name = _help_read(gate, shown, "__name__")
+    name = name if isinstance(name, str) else "?"
+    lines = [f"Help on {kind} {name}:", ""]
+    if kind == "function":
+        lines.append(f"{name}{_help_signature(obj)}")
+        doc = _help_doc(gate, obj)
+        if doc:
+            lines += ["", *("    " + ln if ln else "" for ln in doc.split("\n"))]
+        return "\n".join(lines).rstrip("\n") + "\n"
+    header = f"{kind} {name}"
+    if kind == "class":
+        header += _help_signature(real) if real is not type else ""
+    lines.append(header)
+    doc = _help_doc(gate, shown)
+    if doc:
+        lines += [*("    " + ln if ln else "" for ln in doc.split("\n"))]
+    members = []
+    try:
+        names = sorted(_bi.dir(real))
+    except Exception:  # noqa: BLE001 - a dir() that fails lists nothing
+        names = []
+    for n in names:
+        if n.startswith("_") or len(members) >= _HELP_MEMBERS:
+            continue
+        if not gate.allows_read(shown, n):
+            continue
+        try:
+            v = gate.ga(shown, n)
+        except Exception:  # noqa: BLE001 - refused when read: not shown
+            continue
+        if callable(v) or isinstance(v, (property, classmethod, staticmethod)):
+            sig = _help_signature(v) if callable(v) else ""
+            first = _help_doc(gate, v, first_line=True)
+            members.append(f"    {n}{sig}" + (f"\n        {first}" if first else ""))
+        else:
+            members.append(f"    {n} = {_help_value(v)}")
+    if members:
+        lines += ["", "    Members:", "", *members]
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _help_value(v: Any) -> str:
+    try:
+        r = repr(v)
+    except Exception:  # noqa: BLE001 - a repr that fails
+        return f"<{type(v).__name__}>"
+    return r if len(r) <= 80 else r[:77] + "..."
+
+
+def _print_values(args: tuple) -> tuple:
+    """A print's values as wire data (never the live objects: the same at every level)."""
+    from .wire import to_wire
+
+    return tuple(to_wire(list(args)))
+
+
+def _submodule_exists(mod, name: str) -> bool:
+    """Whether the host could import ``name`` from the package ``mod`` (never imports it)."""
+    real = getattr(mod, "__name__", None)
+    if not isinstance(real, str) or not isinstance(getattr(mod, "__path__", None), list):
+        return False
+    if f"{real}.{name}" in sys.modules:
+        return True
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(f"{real}.{name}") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+# ticking wrapper -> the function it calls (help() shows that one's signature)
+_TICKED: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
 def _ticking(fn, tick, name: str | None = None):
     def wrapper(*args, **kwargs):
         tick()
@@ -1218,6 +1492,7 @@ def _ticking(fn, tick, name: str | None = None):
     wrapper.__name__ = name or getattr(fn, "__name__", "function")
     wrapper.__qualname__ = wrapper.__name__
     wrapper.__doc__ = getattr(fn, "__doc__", None)
+    _TICKED[wrapper] = fn
     return wrapper
 
 
@@ -1256,12 +1531,7 @@ def _make_open(root: str, tick):
     return open
 
 
-def _echo_mode(echo) -> bool:
-    if echo in (True, "last", "all"):
-        return True
-    if echo in (False, None, "none"):
-        return False
-    raise ValueError(f"echo must be a bool or 'none'/'last', got {echo!r}")
+_echo_mode = rw.echo_mode
 
 
 def _visible_name(k) -> bool:

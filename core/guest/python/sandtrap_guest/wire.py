@@ -205,6 +205,16 @@ def error_to_wire(
         ),
     }
     if not _sandbox_defined(t):
+        # the arguments, when they are a few scalars: KeyError('k') comes back as
+        # KeyError('k'), not KeyError("'k'") (str() of a KeyError is its repr)
+        args = BaseException.args.__get__(error)
+        if len(args) <= 8 and all(
+            type(a) in (bool, float, type(None))
+            or (type(a) is int and -(2**63) <= a < 2**63)
+            or (type(a) is str and len(a) <= 4096)
+            for a in args
+        ):
+            d["args"] = [_clean_str(a) if type(a) is str else a for a in args]
         for attr in ("lineno", "col"):
             try:
                 v = object.__getattribute__(error, attr)

@@ -4,9 +4,12 @@ The engine runs it as a session (an ordinary sandboxed run — Landlock, seccomp
 limits in ``"kernel"`` isolation) and relays length-prefixed msgpack frames between
 it and the host. Frames, host → worker:
 
-    {"op": "init", "policy": <Policy.to_portable(host_fns=True)>, "filesystem_root": str|None, "echo": bool|str}
+    {"op": "init", "policy": <Policy.to_portable(host_fns=True)>, "filesystem_root": str|None, "echo": bool|str,
+     "vfs": {"module_root": str}|None (the host serves a VirtualFS: "fs" frames)}
     {"op": "exec", "code": str, "namespace": {...}|None, "modules": {name: {...}}|None,
-     "stdin": str|None, "argv": [str]|None}
+     "stdin": str|None, "argv": [str]|None, "echo": bool|str (optional: this exec's mode),
+     "restore": <state>|None (restored before the code: state.py), "snapshot": bool (the result carries "state"),
+     "prints": bool (the result carries "prints": each print's values)}
     {"op": "return", "value": ...} / {"op": "raise", "type": str, "message": str}   (answers to "call")
 
     {"op": "template", "policy": ..., "sys_path": [str]}   (the engine's template start frame)
@@ -16,6 +19,8 @@ worker → host:
     {"op": "ready", "pid": int, "seccomp": {"engine": int|None}}
         (engine: instructions of the engine's fork layer installed) / {"op": "error", "message": str}
     {"op": "call", "name": str, "args": [...], "kwargs": {...}}   (a policy.fn grant, run by the host)
+    {"op": "fs", "name": read|write|stat|list|mkdir|remove|rmdir|rename, "args": [...]}
+        (a VirtualFS operation, answered by the host's VirtualFS: "return"/"raise")
     {"op": "result", "stdout": str, "stderr": str, "namespace": {...}, "error": {...}|None,
      "traceback": str|None, "ticks": int, "stdout_truncated": int, "duration": float}
 
@@ -45,7 +50,7 @@ import signal
 import socket
 import sys
 
-from . import mp
+from . import mp, vfs
 from .policy import Policy
 from .session import GuestSession
 from .wire import _clean_str, error_to_wire, to_wire
@@ -292,7 +297,7 @@ def _warm(pol) -> None:
     fork adopts a request, restrict the calling thread (a thread started before would
     stay outside them), and threads started later inherit them."""
     pol.timeout = None  # this fork's copy: no watchdog for the warm-up
-    pol.memory_limit = None
+    pol.memory_limit_bytes = None
     GuestSession(pol).exec("x = 1")
 
 
@@ -308,13 +313,22 @@ def _send(sock, obj):
 def handle_exec(session, msg) -> dict:
     """Run an exec frame; the result frame."""
     code = msg.get("code", "")
-    r = session.exec(
-        code if isinstance(code, str) else "",
-        namespace=msg.get("namespace"),
-        modules=msg.get("modules"),
-        stdin=msg.get("stdin"),
-        argv=msg.get("argv"),
-    )
+    r = None
+    if isinstance(msg.get("restore"), dict):  # a fresh worker: the host's last state first
+        try:
+            r = session.restore(msg["restore"])
+        except ValueError as e:
+            r = session.exec(f"raise ValueError({str(e)[:2000]!r})")
+    if r is None or r.error is None:
+        r = session.exec(
+            code if isinstance(code, str) else "",
+            namespace=msg.get("namespace"),
+            modules=msg.get("modules"),
+            stdin=msg.get("stdin"),
+            argv=msg.get("argv"),
+            echo=msg.get("echo"),
+            snapshot_prints=bool(msg.get("prints")),
+        )
     try:
         namespace = to_wire(r.namespace)
     except Exception as e:  # noqa: BLE001 - a namespace that cannot be converted is reported
@@ -329,7 +343,16 @@ def handle_exec(session, msg) -> dict:
         "ticks": r.ticks,
         "stdout_truncated": r.stdout_truncated,
         "duration": r.duration,
+        **({"state": _snapshot(session)} if msg.get("snapshot") else {}),
+        **({"prints": to_wire(list(r.prints))} if msg.get("prints") else {}),
     }
+
+
+def _snapshot(session) -> dict:
+    try:
+        return session.snapshot()
+    except Exception as e:  # noqa: BLE001 - reported, not fatal
+        return {"version": 1, "source": "", "data": {}, "objects": {}, "dropped": [], "error": f"{type(e).__name__}"}
 
 
 def main() -> int:
@@ -347,6 +370,16 @@ def main() -> int:
             return reply.get("value")
         raise HostError(f"{reply.get('type', 'Exception')}: {reply.get('message', '')}")
 
+    def fs_call(name, args):
+        # a VirtualFS operation: the host keeps the files (vfs.RemoteBackend)
+        _write(out, {"op": "fs", "name": name, "args": args})
+        reply = _read(inp)
+        if reply is None:
+            raise SystemExit(0)
+        if reply.get("op") == "return":
+            return reply.get("value")
+        raise vfs.remote_error(str(reply.get("type", "OSError")), str(reply.get("message", "")))
+
     while True:
         msg = _read(inp)
         if msg is None:
@@ -357,7 +390,13 @@ def main() -> int:
                 sys.path.extend(p for p in msg.get("sys_path") or [] if p not in sys.path)
                 mp.accelerate()
                 policy = Policy.from_portable(msg["policy"], host_call=host_call)
-                session = GuestSession(policy, filesystem_root=msg.get("filesystem_root"), echo=msg.get("echo", False))
+                fs = None
+                if isinstance(msg.get("vfs"), dict):
+                    policy.module_root = str(msg["vfs"].get("module_root") or "/")
+                    fs = vfs.RemoteBackend(fs_call)
+                session = GuestSession(
+                    policy, filesystem_root=msg.get("filesystem_root"), echo=msg.get("echo", False), filesystem=fs
+                )
                 if msg.get("filesystem_root"):
                     os.chdir(msg["filesystem_root"])
                     os.environ["HOME"] = msg["filesystem_root"]

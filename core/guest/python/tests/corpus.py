@@ -3,7 +3,10 @@ proof that the attack is real, under plain ``exec()``.
 
 An entry: ``name``; ``code`` (a string, or a list run one after the other in one
 session); ``error`` (the exact exception class name the last exec must end in) and
-``contains`` (a substring of its message); optionally ``grants`` (modules),
+``contains`` (a substring of its message); optionally ``vfs`` (``{path: text}``: the session's filesystem is a VirtualFS holding
+those files; plain exec runs in a temporary directory holding them, paths relative),
+``grants`` (modules: a name, or ``{"module": name, "recursive": bool,
+"include": [...], "exclude": [...], "name": ...}``),
 ``classes`` (``{"ref": "module:qualname", "include": [...], "constructable": bool}``),
 ``inject`` (names bound by ``namespace=`` to ``"module:callable"`` results),
 ``modules`` (per-exec modules ``{name: {attr: "module:qualname" or "...()"}}``, given to
@@ -42,6 +45,7 @@ ENTRY_KEYS = {
     "session",
     "levels",
     "min_python",
+    "vfs",
 }
 
 
@@ -67,6 +71,10 @@ def codes(entry) -> list:
 def policy_for(entry, Policy):
     policy = Policy(timeout=10, **entry.get("policy", {}))
     for mod in entry.get("grants", []):
+        if isinstance(mod, dict):  # {"module": name, "recursive": bool, "include": [...], "exclude": [...]}
+            kw = {k: (tuple(v) if isinstance(v, list) else v) for k, v in mod.items() if k != "module"}
+            policy.module(importlib.import_module(mod["module"]), name=kw.pop("name", mod["module"]), **kw)
+            continue
         policy.module(importlib.import_module(mod), name=mod)
     for c in entry.get("classes", []):
         kw = {"constructable": c.get("constructable", True)}
@@ -84,9 +92,23 @@ def exec_modules(entry, i: int):
     return {name: {k: resolve(v) for k, v in attrs.items()} for name, attrs in mods.items()}
 
 
+def vfs_for(entry):
+    """The entry's VirtualFS (None without ``vfs``)."""
+    if "vfs" not in entry:
+        return None
+    from sandtrap_guest.vfs import VirtualFS
+
+    fs = VirtualFS()
+    for path, text in entry["vfs"].items():
+        fs.write(path, text)
+    return fs
+
+
 def run_sandbox(entry, GuestSession, Policy):
     """The last exec's result, at the in-process level."""
-    sess = GuestSession(policy_for(entry, Policy), echo=entry.get("session", {}).get("echo", False))
+    sess = GuestSession(
+        policy_for(entry, Policy), echo=entry.get("session", {}).get("echo", False), filesystem=vfs_for(entry)
+    )
     namespace = {k: resolve(v) for k, v in entry.get("inject", {}).items()} or None
     r = None
     for i, code in enumerate(codes(entry)):

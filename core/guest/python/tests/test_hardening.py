@@ -288,7 +288,7 @@ def test_tee_and_chain_from_iterable_are_bounded():
 
 def test_memory_allocated_and_freed_between_checks_is_seen():
     code = "x = 'a' * (512 << 20)\ndel x\ny = 1\n"
-    r = run(code, Policy(timeout=20, memory_limit=64 << 20))
+    r = run(code, Policy(timeout=20, memory_limit=64))
     assert isinstance(r.error, MemoryError), r.error
     assert run(code, Policy(timeout=20)).error is None  # without the limit it simply runs
 
@@ -305,7 +305,7 @@ def test_geometric_loop_is_stopped_by_the_timeout():
 def test_geometric_loop_is_stopped_by_the_memory_limit():
     code = "x = 'a'\nfor i in range(34):\n    x = x + x\n"
     start_rss = _rss()
-    r = run(code, Policy(timeout=30, memory_limit=100 << 20))
+    r = run(code, Policy(timeout=30, memory_limit=100))
     assert isinstance(r.error, MemoryError), r.error
     grown = int(str(r.error).split("grew by ")[1].split()[0])
     assert grown < 400 << 20, grown  # noticed within a doubling past the limit, not at gigabytes

@@ -125,7 +125,7 @@ def test_limit_cannot_be_swallowed_and_is_sticky():
 
 
 def test_memory_limit_raises_memory_error():
-    r = GuestSession(Policy(timeout=20, memory_limit=50 * 1024 * 1024)).exec(
+    r = GuestSession(Policy(timeout=20, memory_limit=50)).exec(
         "keep = []\nwhile True:\n    keep.append('x' * 1_000_000)"
     )
     assert type(r.error) is MemoryError
@@ -133,12 +133,12 @@ def test_memory_limit_raises_memory_error():
 
 
 def test_memory_limit_single_allocation_is_reported_at_end():
-    r = GuestSession(Policy(timeout=20, memory_limit=20 * 1024 * 1024)).exec("big = 'y' * 80_000_000")
+    r = GuestSession(Policy(timeout=20, memory_limit=20)).exec("big = 'y' * 80_000_000")
     assert type(r.error) is MemoryError
 
 
 def test_memory_limit_not_triggered_by_small_programs():
-    r = GuestSession(Policy(memory_limit=200 * 1024 * 1024)).exec("x = [i for i in range(1000)]")
+    r = GuestSession(Policy(memory_limit=200)).exec("x = [i for i in range(1000)]")
     assert r.error is None
 
 

@@ -153,7 +153,7 @@ def test_grant_name_validation():
 
 # ------------------------------------------------------------- portability
 def test_portable_roundtrip():
-    pol = Policy(timeout=3.0, tick_limit=1000, memory_limit=10_000_000, max_stdout=500, allow_network=True)
+    pol = Policy(timeout=3.0, tick_limit=1000, memory_limit_bytes=10_000_000, max_stdout=500, allow_network=True)
     pol.fn(ph.double)
     pol.fn(len, name="length")
     pol.cls(ph.Counter, include=("incr", "get_*"), exclude=("_*",))
@@ -232,7 +232,7 @@ def test_from_portable_reports_every_bad_ref():
         "version": 1,
         "timeout": 1.0,
         "tick_limit": None,
-        "memory_limit": None,
+        "memory_limit_bytes": None,
         "max_stdout": None,
         "allow_network": False,
         "grants": [
@@ -247,3 +247,34 @@ def test_from_portable_reports_every_bad_ref():
     assert len(ei.value.problems) == 4
     with pytest.raises(StPolicyNotPortable):
         Policy.from_portable({"version": 99})
+
+
+# ------------------------------------------------------------- memory units
+def test_memory_limit_is_megabytes_and_memory_limit_bytes_is_bytes():
+    assert Policy(memory_limit=256).memory_limit_bytes == 256 << 20
+    assert Policy(memory_limit=0.5).memory_limit_bytes == 512 << 10
+    p = Policy(memory_limit_bytes=10_000_000)
+    assert p.memory_limit_bytes == 10_000_000 and p.memory_limit == 10_000_000 / (1 << 20)
+    assert Policy(memory_limit_bytes=64 << 20).memory_limit == 64
+    assert Policy().memory_limit is None and Policy().memory_limit_bytes is None
+    # the portable form (what a worker and the engine read) is bytes, under its own name
+    assert Policy(memory_limit=3).to_portable()["memory_limit_bytes"] == 3 << 20
+    assert "memory_limit" not in Policy(memory_limit=3).to_portable()
+    assert Policy.from_portable(Policy(memory_limit=3).to_portable()).memory_limit == 3
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"memory_limit": 256 << 20}, "memory_limit is in megabytes"),  # a byte count by mistake
+        ({"memory_limit": 0}, "positive number of megabytes"),
+        ({"memory_limit": -1}, "positive number of megabytes"),
+        ({"memory_limit": True}, "positive number of megabytes"),
+        ({"memory_limit": 1, "memory_limit_bytes": 1 << 20}, "not both"),
+        ({"memory_limit_bytes": 0}, "memory_limit_bytes must be positive"),
+        ({"memory_limit_bytes": 1.5}, "memory_limit_bytes must be a non-negative int"),
+    ],
+)
+def test_memory_limit_units_are_never_ambiguous(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        Policy(**kwargs)

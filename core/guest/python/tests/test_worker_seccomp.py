@@ -104,7 +104,7 @@ def test_a_waiting_fork_starts_no_thread_before_it_is_confined():
     out = child("""
     import threading
     from sandtrap_guest.policy import Policy
-    worker._warm(Policy(timeout=30, memory_limit=1 << 30))
+    worker._warm(Policy(timeout=30, memory_limit=1024))
     print(threading.active_count(), len(os.listdir("/proc/self/task")))
     """)
     assert out.split() == ["1", "1"]

@@ -1,0 +1,302 @@
+'use strict';
+// Processes you can talk to (docs/protocol.md, "processes"):
+//
+//   const p = await sb.popen(['cat'], { stdio: ['pipe', 'pipe', 'inherit'] });
+//   p.stdout.on('data', (b) => ...); p.stdin.end('hello\n');
+//   const result = await p.wait();        // or p.on('exit', (code, signal) => ...)
+//
+// The piped streams are the kernel's pipes, handed to this process and opened as
+// libuv pipes (net.Socket): what the program writes is read here straight from its
+// pipe, without the engine, and never on the JavaScript thread's time. wait runs on
+// a thread of its own (as every engine call), kill/pause/resume are engine calls.
+
+const { EventEmitter } = require('node:events');
+const net = require('node:net');
+const os = require('node:os');
+const native = require('./native');
+const { Sandbox } = require('./sandbox');
+const { Problem, InvalidRequest, makeError, problemsMessage } = require('./errors');
+const { RUN, mapOptions, isPlainObject, describe } = require('./options');
+
+/** @typedef {import('./sandbox').Wire} Wire */
+
+const MODES = { pipe: 'piped', piped: 'piped', inherit: 'inherit', ignore: 'null', null: 'null', capture: 'capture' };
+const NAMES = ['stdin', 'stdout', 'stderr'];
+
+/**
+ * One stream's engine mode from a Node-style stdio entry.
+ * @param {unknown} v @param {number} i @param {Problem[]} problems
+ */
+function stdioValue(v, i, problems) {
+  if (v === undefined || v === null) return 'piped'; // child_process.spawn's default
+  if (typeof v === 'number' && Number.isInteger(v) && v >= 0) return v;
+  if (typeof v === 'string' && Object.hasOwn(MODES, v)) {
+    const m = /** @type {Record<string, string>} */ (MODES)[v];
+    if (m === 'capture' && i === 0) problems.push(new Problem('stdin', "'capture' is for stdout and stderr"));
+    return m;
+  }
+  if (v && typeof v === 'object' && typeof (/** @type {{fd?: unknown}} */ (v).fd) === 'number') return /** @type {{fd: number}} */ (v).fd;
+  problems.push(new Problem(NAMES[i], `want 'pipe', 'inherit', 'ignore', 'capture' or a file descriptor, got ${describe(v)}`));
+  return undefined;
+}
+
+/** @param {number | null} n */
+function signalName(n) {
+  if (n === null) return null;
+  for (const [name, num] of Object.entries(os.constants.signals)) if (num === n) return name;
+  return String(n);
+}
+
+/**
+ * A program running in a sandbox that you talk to (ChildProcess-like).
+ *
+ * Events: 'exit' (code, signal) once it ended, 'close' (code, signal) once its
+ * piped output streams ended too, 'error' when waiting for it failed.
+ */
+class SandboxProcess extends EventEmitter {
+  /**
+   * @param {Sandbox} sb @param {string[]} argv @param {Wire} resp @param {string} tag
+   */
+  constructor(sb, argv, resp, tag) {
+    super();
+    this.sandbox = sb;
+    this.spawnargs = argv;
+    /** The program's pid on this machine (its parent, the run's pid 1, is initPid). @type {number} */
+    this.pid = Number(resp.pid);
+    /** @type {number} */
+    this.initPid = Number(resp.init_pid);
+    /** @type {number | null} */
+    this.exitCode = null;
+    /** @type {string | null} */
+    this.signalCode = null;
+    /** The run result once it ended (index.d.ts's RunResult). @type {Wire | null} */
+    this.result = null;
+    this.killed = false;
+    this._id = resp.process;
+    this._tag = tag;
+    /** @type {import('node:stream').Writable | null} */
+    this.stdin = resp.stdin == null ? null : new net.Socket({ fd: Number(resp.stdin), readable: false, writable: true });
+    /** @type {import('node:stream').Readable | null} */
+    this.stdout = resp.stdout == null ? null : new net.Socket({ fd: Number(resp.stdout), readable: true, writable: false });
+    /** @type {import('node:stream').Readable | null} */
+    this.stderr = resp.stderr == null ? null : new net.Socket({ fd: Number(resp.stderr), readable: true, writable: false });
+    this.stdio = [this.stdin, this.stdout, this.stderr];
+    // a program that stops reading: EPIPE is the program's fate, not an uncaught error
+    this.stdin?.on('error', () => {});
+    /** @type {Promise<Wire>} */
+    this._done = this._waitLoop();
+    this._done.catch(() => {});
+  }
+
+  async _waitLoop() {
+    const sb = this.sandbox;
+    let r;
+    try {
+      r = await processCall(sb, 'process_wait', this._id, {});
+    } catch (e) {
+      this.emit('error', e);
+      throw e;
+    } finally {
+      procsOf(sb).delete(this);
+    }
+    const { runResult } = require('./sandbox');
+    const res = r && r.done ? runResult(r.result ?? {}) : closedResult();
+    this.result = res;
+    this.exitCode = res.exitCode;
+    this.signalCode = signalName(res.signal);
+    this.emit('exit', this.exitCode, this.signalCode);
+    const outs = [this.stdout, this.stderr].filter((s) => s !== null);
+    let open = outs.length;
+    const close = () => this.emit('close', this.exitCode, this.signalCode);
+    if (open === 0) process.nextTick(close);
+    for (const s of outs) {
+      if (s.readableEnded || s.destroyed) {
+        if (--open === 0) process.nextTick(close);
+      } else {
+        s.once('close', () => {
+          if (--open === 0) close();
+        });
+      }
+    }
+    return res;
+  }
+
+  /**
+   * Resolve with the run result once the program ended (its reason, exit code,
+   * captured streams, usage). With a timeout (seconds), resolve with null if it
+   * still runs by then.
+   * @param {{timeout?: number}} [opts]
+   * @returns {Promise<Wire | null>}
+   */
+  async wait(opts = {}) {
+    const secs = opts.timeout;
+    if (secs === undefined) return this._done;
+    /** @type {NodeJS.Timeout | undefined} */
+    let timer;
+    /** @type {Promise<null>} */
+    const t = new Promise((resolve) => {
+      timer = setTimeout(() => resolve(null), secs * 1000);
+    });
+    try {
+      return await Promise.race([this._done, t]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /**
+   * Kill the program and every process it started (its pid namespace, setsid
+   * daemons included). Idempotent; returns false once it ended.
+   */
+  kill() {
+    if (this.result) return false;
+    this.killed = true;
+    processCall(this.sandbox, 'process_kill', this._id, {}).catch(() => {});
+    return true;
+  }
+
+  /** Stop every process of the run (docs/security.md, "pause"). */
+  async pause() {
+    if (!this.result) await processCall(this.sandbox, 'process_pause', this._id, {});
+  }
+
+  /** Continue every process of a paused run. */
+  async resume() {
+    if (!this.result) await processCall(this.sandbox, 'process_resume', this._id, {});
+  }
+
+  /** Let a program popen'd with {start: false} (create) exec; rejects with InvalidState when it is not parked. */
+  async start() {
+    try {
+      await processCall(this.sandbox, 'process_start', this._id, {});
+    } catch (e) {
+      const err = /** @type {Error} */ (e);
+      throw makeError('invalid_state', err.message);
+    }
+  }
+}
+
+function closedResult() {
+  const { runResult } = require('./sandbox');
+  return runResult({ success: false, reason: 'closed', error: { kind: 'closed', message: 'the sandbox was closed; its processes were killed' } });
+}
+
+/**
+ * Start argv in the sandbox; resolve with a SandboxProcess once it runs, reject
+ * (NotFound, SpawnFailed, IsolationUnavailable, InvalidRequest) when it cannot start.
+ * @this {Sandbox}
+ * @param {string[]} argv
+ * @param {Record<string, unknown>} [opts] index.d.ts's PopenOptions
+ */
+async function popen(argv, opts = {}) {
+  /** @type {Problem[]} */
+  const problems = [];
+  if (!Array.isArray(argv) || argv.length === 0 || argv.some((a) => typeof a !== 'string')) {
+    problems.push(new Problem('argv', `want a non-empty array of strings, got ${describe(argv)}`));
+  }
+  const o = isPlainObject(opts) ? /** @type {Record<string, unknown>} */ (opts) : {};
+  const { map, problems: optProblems } = mapOptions(opts, RUN, 'popen', ['stdio', 'stdin', 'stdout', 'stderr', 'start']);
+  problems.push(...optProblems);
+  /** @type {unknown[]} */
+  let stdio = [undefined, undefined, undefined];
+  if (typeof o.stdio === 'string') stdio = [o.stdio, o.stdio, o.stdio];
+  else if (Array.isArray(o.stdio)) stdio = [o.stdio[0], o.stdio[1], o.stdio[2]];
+  else if (o.stdio !== undefined) problems.push(new Problem('stdio', `want a string or an array of three, got ${describe(o.stdio)}`));
+  NAMES.forEach((n, i) => {
+    if (o[n] !== undefined) stdio[i] = o[n];
+  });
+  /** @type {Wire} */
+  const req = { op: 'popen', argv, ...map };
+  if (o.start !== undefined && typeof o.start !== 'boolean') problems.push(new Problem('start', `want a boolean, got ${describe(o.start)}`));
+  if (o.start === false) req.start = false;
+  stdio.forEach((v, i) => {
+    const m = stdioValue(v, i, problems);
+    if (m !== undefined) req[NAMES[i]] = m;
+  });
+  if (problems.length) throw new InvalidRequest(problemsMessage('invalid request', problems), { problems });
+  const tag = `node-popen:${process.pid}:${++seq}`;
+  const resp = await this.request({ ...req, tag });
+  if (resp.error && resp.error.kind) throw makeError(resp.error.kind, resp.error.message);
+  const p = new SandboxProcess(this, argv, resp, tag);
+  procsOf(this).add(p);
+  return p;
+}
+let seq = 0;
+
+/**
+ * One call on a process (by its id); null when the sandbox is gone.
+ * @param {Sandbox} sb @param {string} op @param {unknown} id @param {Wire} extra
+ * @returns {Promise<Wire | null>}
+ */
+async function processCall(sb, op, id, extra) {
+  if (sb.closed) return null;
+  const r = await sb.request({ op, process: id, ...extra });
+  if (r.error && r.error.kind) throw makeError(r.error.kind, r.error.message);
+  return r;
+}
+
+/** @type {WeakMap<Sandbox, Set<SandboxProcess>>} a sandbox's processes not yet ended */
+const procs = new WeakMap();
+/** @type {WeakMap<Sandbox, SandboxProcess>} a sandbox's own process (spawn) */
+const currents = new WeakMap();
+/** @param {Sandbox} sb */
+function procsOf(sb) {
+  let s = procs.get(sb);
+  if (!s) procs.set(sb, (s = new Set()));
+  return s;
+}
+
+const proto = /** @type {any} */ (Sandbox.prototype);
+proto.popen = popen;
+// close(): every process of the sandbox is killed (by its run's tag: synchronous),
+// so their waits end and the engine's side is freed once they did.
+const close = proto.close;
+proto.close = function closeWithProcesses() {
+  if (!this._closed && this._pending > 0) for (const p of procsOf(this)) native.cancel(this._handle, p._tag);
+  return close.call(this);
+};
+
+// The sandbox's own process: spawn / wait / kill / pause / resume / pid.
+/** @this {Sandbox} @param {string[]} argv @param {Record<string, unknown>} [opts] */
+proto.spawn = async function spawn(argv, opts = {}) {
+  const cur = currents.get(this);
+  if (cur && !cur.result) throw makeError('invalid_state', `the sandbox's process (pid ${cur.pid}) is still running: wait() or kill() it first`);
+  const p = await popen.call(this, argv, { stdio: 'inherit', ...opts });
+  currents.set(this, p);
+  return p;
+};
+/** @param {Sandbox} sb @param {string} what @returns {SandboxProcess} */
+function current(sb, what) {
+  const p = currents.get(sb);
+  if (!p) throw makeError('invalid_state', `${what}: the sandbox has no process (spawn() one)`);
+  return p;
+}
+Object.defineProperty(proto, 'pid', {
+  get() {
+    const p = currents.get(this);
+    return p ? p.pid : null;
+  },
+});
+proto.wait = function wait(/** @type {{timeout?: number}} */ opts) {
+  return current(this, 'wait').wait(opts);
+};
+proto.kill = function kill() {
+  return current(this, 'kill').kill();
+};
+proto.pause = function pause() {
+  return current(this, 'pause').pause();
+};
+proto.resume = function resume() {
+  return current(this, 'resume').resume();
+};
+/** @this {Sandbox} @param {string[]} argv @param {Record<string, unknown>} [opts] */
+proto.create = function create(argv, opts = {}) {
+  return proto.spawn.call(this, argv, { ...opts, start: false });
+};
+proto.start = async function start() {
+  const p = currents.get(this);
+  if (!p || p.result) throw makeError('invalid_state', 'start() without create(): the sandbox has no parked program');
+  return p.start();
+};
+
+module.exports = { SandboxProcess, popen };

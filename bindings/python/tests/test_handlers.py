@@ -1,0 +1,296 @@
+"""policy_fn and syscall handlers, attacked: they only tighten, exceptions follow
+their policy, async handlers do not stall other calls, an abandoned run dies."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from sandtrap import ExceptionPolicy, Handler, HandlerCtx, InvalidRequest, NotifAction, Sandbox
+from sandtrap.presets import COMMON_PATH_SYSCALLS, AuditPathsHandler, PathAllowHandler
+
+RO = ["/usr", "/lib", "/bin"]
+
+
+class Fixed(Handler):
+    def __init__(self, act: NotifAction, when: str = "", policy: ExceptionPolicy = ExceptionPolicy.KILL) -> None:
+        self.act, self.when, self.on_exception = act, when, policy
+
+    def handle(self, ctx: HandlerCtx) -> NotifAction:
+        if self.when and not (ctx.path or "").endswith(self.when):
+            return NotifAction.continue_()
+        return self.act
+
+
+def test_continue_cannot_loosen_landlock() -> None:
+    sb = Sandbox(fs_readable=RO)
+    r = sb.run_with_handlers(["/bin/cat", "/etc/hostname"], [("openat", Fixed(NotifAction.continue_()))])
+    assert r.exit_code == 1 and b"Permission denied" in r.stderr, r
+    sb.close()
+
+
+def test_handler_on_denied_syscall_is_refused() -> None:
+    sb = Sandbox(fs_readable=RO)
+    with pytest.raises(InvalidRequest) as ei:
+        sb.run_with_handlers(["/bin/true"], [("ptrace", Fixed(NotifAction.continue_()))])
+    assert "handlers[0].syscall" in str(ei.value) and "deny list" in str(ei.value)
+    with pytest.raises(InvalidRequest):
+        sb.run_with_handlers(["/bin/true"], [("no_such_call", Fixed(NotifAction.continue_()))])
+    sb.close()
+
+
+def test_returns_inject_bytes_and_errno(tmp_path: Path) -> None:
+    f = tmp_path / "real.txt"
+    f.write_text("real")
+    sb = Sandbox(fs_readable=RO + [str(tmp_path)])
+    r = sb.run_with_handlers(
+        ["/bin/cat", str(f)], [("openat", Fixed(NotifAction.inject_bytes(b"virtual\n"), "real.txt"))]
+    )
+    assert r.stdout == b"virtual\n", r
+    r = sb.run_with_handlers(["/bin/cat", str(f)], [("openat", Fixed(NotifAction.errno(errno.ENOENT), "real.txt"))])
+    assert b"No such file" in r.stderr, r
+    r = sb.run_with_handlers(
+        ["/usr/bin/python3", "-c", "import os; print(os.getppid())"], [("getppid", Fixed(NotifAction.returns(4242)))]
+    )
+    assert r.stdout == b"4242\n", r
+    sb.close()
+
+
+def test_exception_policies() -> None:
+    class Boom(Handler):
+        def __init__(self, policy: ExceptionPolicy) -> None:
+            self.on_exception = policy
+
+        def handle(self, ctx: HandlerCtx) -> NotifAction:
+            if ctx.argv and ctx.argv[0] == "/bin/echo":
+                raise RuntimeError("boom")
+            return NotifAction.continue_()
+
+    sb = Sandbox(fs_readable=RO)
+    cmd = ["/bin/sh", "-c", "/bin/echo x"]
+    r = sb.run_with_handlers(cmd, [("execve", Boom(ExceptionPolicy.KILL))])
+    assert r.exit_code == 137 or r.signal == 9, r
+    r = sb.run_with_handlers(cmd, [("execve", Boom(ExceptionPolicy.DENY_EPERM))])
+    assert b"Operation not permitted" in r.stderr, r
+    r = sb.run_with_handlers(cmd, [("execve", Boom(ExceptionPolicy.DENY_EIO))])
+    assert b"Input/output error" in r.stderr, r
+    r = sb.run_with_handlers(cmd, [("execve", Boom(ExceptionPolicy.CONTINUE))])
+    assert r.stdout == b"x\n", r
+
+    # not a NotifAction: the exception policy too
+    class Wrong(Handler):
+        on_exception = ExceptionPolicy.DENY_EIO
+
+        def handle(self, ctx: HandlerCtx):  # type: ignore[no-untyped-def]
+            return 0 if ctx.argv and ctx.argv[0] == "/bin/echo" else NotifAction.continue_()
+
+    r = sb.run_with_handlers(cmd, [("execve", Wrong())])
+    assert b"Input/output error" in r.stderr, r
+
+    # policy_fn raising: denied with EPERM
+    def bad(event, ctx):  # type: ignore[no-untyped-def]
+        if event.syscall == "execve" and event.argv and event.argv[0] == "/bin/echo":
+            raise ValueError("nope")
+        return 0
+
+    sb2 = Sandbox(fs_readable=RO, policy_fn=bad)
+    r = sb2.run(cmd)
+    assert b"Operation not permitted" in r.stderr, r
+    sb.close()
+    sb2.close()
+
+
+def test_restrict_network_tightens_from_then_on() -> None:
+    seen = []
+
+    def on_event(event, ctx):  # type: ignore[no-untyped-def]
+        seen.append((event.syscall, event.host, event.port))
+        if event.syscall == "execve":
+            ctx.restrict_network([])
+        return 0
+
+    code = (
+        "import socket\ns=socket.socket()\ntry:\n s.connect(('127.0.0.1', 9))\nexcept OSError as e:\n print(e.errno)\n"
+    )
+    sb = Sandbox(fs_readable=RO, net_allow=["127.0.0.1:9"], policy_fn=on_event)
+    r = sb.run(["/usr/bin/python3", "-c", code])
+    assert r.stdout == b"13\n", r  # EACCES from the restriction, not ECONNREFUSED
+    assert not any(s == "connect" for s, _, _ in seen)  # refused before the callback
+    sb.close()
+    # without the restriction the connect reaches the (closed) port
+    sb = Sandbox(fs_readable=RO, net_allow=["127.0.0.1:9"], policy_fn=lambda e, c: 0)
+    r = sb.run(["/usr/bin/python3", "-c", code])
+    assert r.stdout == b"111\n", r
+    sb.close()
+
+
+def test_restrict_network_calls_intersect_by_membership() -> None:
+    # two restrictions in one callback: 127.0.0.0/8 and 127.0.0.1 leave 127.0.0.1
+    # (intersected as strings they left nothing)
+    def on_event(event, ctx):  # type: ignore[no-untyped-def]
+        if event.syscall == "execve":
+            ctx.restrict_network(["127.0.0.0/8"])
+            ctx.restrict_network(["127.0.0.1"])
+        return 0
+
+    code = (
+        "import socket\nfor h in ('127.0.0.1', '127.0.0.2'):\n s=socket.socket()\n"
+        " try:\n  s.connect((h, 9))\n except OSError as e:\n  print(h, e.errno)\n"
+    )
+    sb = Sandbox(fs_readable=RO, net_allow=["127.0.0.0/8:9"], policy_fn=on_event)
+    r = sb.run(["/usr/bin/python3", "-c", code])
+    assert r.stdout == b"127.0.0.1 111\n127.0.0.2 13\n", r
+    sb.close()
+
+
+def test_restrict_max_memory_lowers_the_cgroup_for_the_run() -> None:
+    alloc = [
+        "/usr/bin/python3",
+        "-c",
+        "b = bytearray(200 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\nprint('ok')",
+    ]
+
+    def lower(event, ctx):  # type: ignore[no-untyped-def]
+        if event.syscall == "execve" and event.argv and event.argv[0] == "/usr/bin/python3":
+            ctx.restrict_max_memory(128 << 20)
+            ctx.restrict_max_memory(64 << 20)  # the lowest holds
+        return 0
+
+    sb = Sandbox(fs_readable=RO, max_memory="512M", policy_fn=lower)
+    r = sb.run(alloc)
+    if not str(r.isolation["limits"]["max_memory"]["via"]).startswith("cgroup"):
+        # no cgroup (unprivileged): the engine cannot lower it, policy_fn's exception policy refuses
+        assert r.error is not None and "no cgroup" in str(r.denials), r
+        sb.close()
+        return
+    assert r.stdout != b"ok\n" and not r.success, r
+    sb.close()
+    sb = Sandbox(fs_readable=RO, max_memory="512M", policy_fn=lambda e, c: 0)
+    r = sb.run(alloc)
+    assert r.stdout == b"ok\n", r
+    sb.close()
+
+
+def test_restrict_pid_network_is_an_explicit_error() -> None:
+    from sandtrap import PolicyContext
+
+    with pytest.raises(NotImplementedError, match="restrict_network"):
+        PolicyContext().restrict_pid_network(1, ["10.0.0.1"])
+    with pytest.raises(ValueError):
+        PolicyContext().restrict_max_memory(0)
+
+
+def test_async_handler_does_not_stall_other_calls(tmp_path: Path) -> None:
+    (tmp_path / "slow").write_text("slow")
+    (tmp_path / "fast").write_text("fast")
+    marks: dict[str, float] = {}
+
+    class Slow(Handler):
+        async def handle(self, ctx: HandlerCtx) -> NotifAction:
+            p = ctx.path or ""
+            if p.endswith("/slow"):
+                marks["slow_asked"] = time.monotonic()
+                await asyncio.sleep(1.0)
+                marks["slow_done"] = time.monotonic()
+            elif p.endswith("/fast"):
+                marks["fast_asked"] = time.monotonic()
+            return NotifAction.continue_()
+
+    code = (
+        "import threading,time\n"
+        "def slow():\n open(%r).read()\n"
+        % str(tmp_path / "slow")
+        + "t=threading.Thread(target=slow); t.start(); time.sleep(0.2)\n"
+        "a=time.monotonic(); open(%r).read(); b=time.monotonic()\n"
+        % str(tmp_path / "fast")
+        + "t.join(); print(round(b-a, 3))\n"
+    )
+    sb = Sandbox(fs_readable=RO + [str(tmp_path)])
+    r = sb.run_with_handlers(["/usr/bin/python3", "-c", code], [("openat", Slow())])
+    assert r.success, r
+    assert float(r.stdout) < 0.5, r.stdout  # the fast open did not wait for the slow one
+    assert marks["slow_asked"] < marks["fast_asked"] < marks["slow_done"], marks
+    sb.close()
+
+
+def test_handler_interrupt_kills_run() -> None:
+    class Stop(Handler):
+        def handle(self, ctx: HandlerCtx) -> NotifAction:
+            if ctx.argv and ctx.argv[0] == "/bin/sleep":
+                raise KeyboardInterrupt
+            return NotifAction.continue_()
+
+    sb = Sandbox(fs_readable=RO)
+    t = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        sb.run_with_handlers(["/bin/sh", "-c", "/bin/sleep 30; echo no"], [("execve", Stop())])
+    assert time.monotonic() - t < 5
+    # the sandbox still works, and nothing of that run survives
+    r = sb.run(["/bin/echo", "ok"])
+    assert r.stdout == b"ok\n"
+    sb.close()
+
+
+def test_ctx_reads_and_presets(tmp_path: Path) -> None:
+    f = tmp_path / "a.txt"
+    f.write_text("A")
+    got: list = []
+
+    class Reader(Handler):
+        def handle(self, ctx: HandlerCtx) -> NotifAction:
+            if ctx.path and ctx.path.endswith("a.txt"):
+                got.append((ctx.read_cstr(ctx.args[1], 4096), ctx.read(ctx.args[1], 3), ctx.read_path(arg=1)))
+            return NotifAction.continue_()
+
+    paths: list = []
+    sb = Sandbox(fs_readable=RO + [str(tmp_path)])
+    r = sb.run_with_handlers(
+        ["/bin/cat", str(f)], [("openat", Reader()), ("openat", AuditPathsHandler(lambda p, c: paths.append(p)))]
+    )
+    assert r.stdout == b"A"
+    assert got == [(str(f), str(f).encode()[:3], str(f))], got
+    assert str(f) in paths
+    allow = PathAllowHandler(allow=["", "/bin/cat", "/usr/*", "/lib/*", "/etc/*", str(tmp_path) + "/*"])
+    r = sb.run_with_handlers(["/bin/cat", str(f), "/bin/sh"], [(s, allow) for s in COMMON_PATH_SYSCALLS])
+    assert r.stdout == b"A" and b"Permission denied" in r.stderr, r
+    sb.close()
+
+
+def test_killed_host_kills_the_run(tmp_path: Path) -> None:
+    # the host process dies while a handler holds a call: the run dies with it, also
+    # a process of it that runs on untrapped (the sleep)
+    marker = tmp_path / "pid"
+    script = tmp_path / "host.py"
+    script.write_text(
+        "import os, sys\n"
+        "from sandtrap import Handler, NotifAction, Sandbox\n"
+        "import time\n"
+        "class Die(Handler):\n"
+        "    def handle(self, ctx):\n"
+        "        if ctx.argv == ('/bin/sleep', '30'):\n"
+        f"            open({str(marker)!r}, 'w').write(str(ctx.pid))\n"
+        "        if ctx.argv and ctx.argv[0] == '/bin/true':\n"
+        "            time.sleep(0.3)\n"
+        "            os._exit(3)\n"
+        "        return NotifAction.continue_()\n"
+        "Sandbox(fs_readable=['/usr', '/lib', '/bin']).run_with_handlers(['/bin/sh', '-c', '/bin/sleep 30 & /bin/sleep 0.5; /bin/true; wait'], [('execve', Die())])\n"
+    )
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, str(script)], timeout=60, env=dict(os.environ))
+    assert r.returncode == 3
+    pid = int(marker.read_text())
+    for _ in range(100):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError(f"pid {pid} outlived its host")

@@ -1,0 +1,583 @@
+package engine
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+	"golang.org/x/sys/unix"
+)
+
+// drive runs a run_handlers request, answering each host call with decide (nil:
+// abort). It returns the final response.
+func drive(t *testing.T, sb *Sandbox, req map[string]any, decide func(call map[string]any) map[string]any) map[string]any {
+	t.Helper()
+	req["op"] = "run_handlers"
+	m, _ := request(t, sb, req)
+	for {
+		c, ok := m["call"].(map[string]any)
+		if !ok {
+			return m
+		}
+		ans := map[string]any{"op": "answer", "pending": m["pending"], "call": c["id"]}
+		v := decide(c)
+		switch {
+		case v == nil:
+			ans["abort"] = true
+		case v["__error"] != nil:
+			ans["error"] = map[string]any{"type": "RuntimeError", "message": v["__error"]}
+		default:
+			ans["value"] = v
+		}
+		m, _ = request(t, sb, ans)
+	}
+}
+
+func exitCode(m map[string]any) int64 {
+	n, _ := toInt(m["exit_code"])
+	return n
+}
+
+func TestHandlersPathDenyAndChainOrder(t *testing.T) {
+	dir := t.TempDir()
+	secret := filepath.Join(dir, "secret.txt")
+	os.WriteFile(secret, []byte("s3cret"), 0o644)
+	sb := newSB(t, map[string]any{"fs_readable": []any{"/usr", "/lib", "/bin", dir}})
+	var mu sync.Mutex
+	var seen []string
+	res := drive(t, sb, map[string]any{"argv": []any{"/bin/cat", secret},
+		"handlers": []any{map[string]any{"syscall": "openat", "id": 1}}},
+		func(c map[string]any) map[string]any {
+			p, _ := c["path"].(string)
+			mu.Lock()
+			seen = append(seen, p)
+			mu.Unlock()
+			if strings.HasSuffix(p, "secret.txt") {
+				return map[string]any{"action": "errno", "errno": 13}
+			}
+			return map[string]any{"action": "continue"}
+		})
+	if exitCode(res) == 0 || strings.Contains(string(res["stdout"].([]byte)), "s3cret") {
+		t.Fatalf("the handler's denial did not hold: %v", res)
+	}
+	if !strings.Contains(string(res["stderr"].([]byte)), "Permission denied") {
+		t.Fatalf("stderr: %q", res["stderr"])
+	}
+	found := false
+	for _, p := range seen {
+		found = found || p == secret
+	}
+	if !found {
+		t.Fatalf("paths seen: %v", seen)
+	}
+}
+
+func TestHandlersCannotLoosen(t *testing.T) {
+	// Landlock refuses /etc; a handler that continues everything changes nothing
+	sb := newSB(t, nil)
+	res := drive(t, sb, map[string]any{"argv": []any{"/bin/cat", "/etc/hostname"},
+		"handlers": []any{map[string]any{"syscall": "openat", "id": 1}}},
+		func(c map[string]any) map[string]any { return map[string]any{"action": "continue"} })
+	if exitCode(res) == 0 {
+		t.Fatalf("continue loosened Landlock: %v", res)
+	}
+	// the filter's own refusals stay: openat creating a set-uid file
+	dir := t.TempDir()
+	sb2 := newSB(t, map[string]any{"fs_writable": []any{dir}})
+	asked := 0
+	res = drive(t, sb2, map[string]any{"argv": []any{"/usr/bin/python3", "-c",
+		"import os,sys\ntry:\n os.open(sys.argv[1], os.O_CREAT|os.O_WRONLY, 0o4755)\nexcept OSError as e:\n print(e.errno)\n", filepath.Join(dir, "suid")},
+		"handlers": []any{map[string]any{"syscall": "openat", "id": 1}}},
+		func(c map[string]any) map[string]any { asked++; return map[string]any{"action": "continue"} })
+	if strings.TrimSpace(string(res["stdout"].([]byte))) != "1" {
+		t.Fatalf("set-uid create was not refused with EPERM: %v", res)
+	}
+	// registering on a syscall the deny list refuses is an error
+	m, kind := request(t, sb, map[string]any{"op": "run_handlers", "argv": []any{"/bin/true"},
+		"handlers": []any{map[string]any{"syscall": "ptrace", "id": 1}}})
+	if kind != KindInvalidRequest || !strings.Contains(m["error"].(map[string]any)["message"].(string), "handlers[0].syscall") {
+		t.Fatalf("ptrace handler: %s %v", kind, m)
+	}
+}
+
+func TestPolicyFnSeesExecveArgvAndRestrictsNetwork(t *testing.T) {
+	sb := newSB(t, nil)
+	var argvs [][]any
+	res := drive(t, sb, map[string]any{"argv": []any{"/bin/sh", "-c", "c=cu; /bin/echo hi; /bin/true ${c}rl"},
+		"policy_fn": map[string]any{}},
+		func(c map[string]any) map[string]any {
+			if c["syscall"] == "execve" {
+				a, _ := c["argv"].([]any)
+				argvs = append(argvs, a)
+				for _, x := range a {
+					if strings.Contains(x.(string), "curl") {
+						return map[string]any{"action": "errno", "errno": 1}
+					}
+				}
+				return map[string]any{"action": "continue", "restrict_network": []any{}}
+			}
+			return map[string]any{"action": "continue"}
+		})
+	if string(res["stdout"].([]byte)) != "hi\n" || exitCode(res) == 0 {
+		t.Fatalf("result: %v", res)
+	}
+	if len(argvs) != 3 || argvs[0][0] != "/bin/sh" {
+		t.Fatalf("argvs: %v", argvs)
+	}
+}
+
+// Two restrict_network sets in one answer (two ctx.restrict_network calls) are
+// intersected by membership: 127.0.0.0/8 and 127.0.0.1 leave 127.0.0.1 (as strings
+// they have nothing in common, which refused everything).
+func TestRestrictNetworkSetsIntersectByMembership(t *testing.T) {
+	sb := newSB(t, map[string]any{"net_allow": []any{"127.0.0.0/8:9"}})
+	code := "import socket\nfor h in ('127.0.0.1','127.0.0.2'):\n s=socket.socket()\n try:\n  s.connect((h, 9))\n except OSError as e:\n  print(h, e.errno)\n"
+	for _, tc := range []struct {
+		name string
+		rn   any
+		want string
+	}{
+		{"two sets", []any{[]any{"127.0.0.0/8"}, []any{"127.0.0.1"}}, "127.0.0.1 111\n127.0.0.2 13\n"},
+		{"one flat set", []any{"127.0.0.2", "10.0.0.0/8"}, "127.0.0.1 13\n127.0.0.2 111\n"},
+		{"none", []any{}, "127.0.0.1 13\n127.0.0.2 13\n"},
+	} {
+		res := drive(t, sb, map[string]any{"argv": []any{"/usr/bin/python3", "-c", code}, "policy_fn": map[string]any{}},
+			func(c map[string]any) map[string]any {
+				if c["syscall"] == "execve" {
+					return map[string]any{"action": "continue", "restrict_network": tc.rn}
+				}
+				return map[string]any{"action": "continue"}
+			})
+		if got := string(res["stdout"].([]byte)); got != tc.want {
+			t.Errorf("%s: stdout %q, want %q (%v)", tc.name, got, tc.want, res["stderr"])
+		}
+	}
+	// a set that is not a list of strings applies the exception policy (deny_eperm)
+	res := drive(t, sb, map[string]any{"argv": []any{"/bin/true"}, "policy_fn": map[string]any{}},
+		func(c map[string]any) map[string]any {
+			return map[string]any{"action": "continue", "restrict_network": []any{[]any{"127.0.0.1"}, "x"}}
+		})
+	if res["success"] == true || !strings.Contains(fmt.Sprint(res["error"]), "operation not permitted") {
+		t.Errorf("a malformed restrict_network was accepted: %v", res)
+	}
+}
+
+func TestHandlerExceptionPolicies(t *testing.T) {
+	sb := newSB(t, nil)
+	for _, tc := range []struct {
+		policy string
+		want   func(m map[string]any) bool
+	}{
+		{"kill", func(m map[string]any) bool { s, _ := toInt(m["signal"]); return s == 9 || exitCode(m) == 137 }},
+		{"deny_eperm", func(m map[string]any) bool {
+			return strings.Contains(string(m["stderr"].([]byte)), "Operation not permitted")
+		}},
+		{"deny_eio", func(m map[string]any) bool {
+			return strings.Contains(string(m["stderr"].([]byte)), "Input/output error")
+		}},
+		{"continue", func(m map[string]any) bool { return exitCode(m) == 0 && string(m["stdout"].([]byte)) == "x\n" }},
+	} {
+		res := drive(t, sb, map[string]any{"argv": []any{"/bin/sh", "-c", "/bin/echo x"},
+			"handlers": []any{map[string]any{"syscall": "execve", "id": 5, "on_exception": tc.policy}}},
+			func(c map[string]any) map[string]any {
+				if a, _ := c["argv"].([]any); len(a) > 0 && a[0] == "/bin/echo" {
+					return map[string]any{"__error": "boom"}
+				}
+				return map[string]any{"action": "continue"}
+			})
+		if !tc.want(res) {
+			t.Errorf("%s: %v", tc.policy, res)
+		}
+	}
+}
+
+func TestHandlerAbortKillsRun(t *testing.T) {
+	sb := newSB(t, nil)
+	start := time.Now()
+	res := drive(t, sb, map[string]any{"argv": []any{"/bin/sh", "-c", "/bin/sleep 20"},
+		"handlers": []any{map[string]any{"syscall": "execve", "id": 1}}},
+		func(c map[string]any) map[string]any {
+			if a, _ := c["argv"].([]any); len(a) > 0 && a[0] == "/bin/sleep" {
+				return nil // abort
+			}
+			return map[string]any{"action": "continue"}
+		})
+	if time.Since(start) > 5*time.Second || res["cancelled"] != true {
+		t.Fatalf("abort: %v", res)
+	}
+}
+
+func TestHandlerDeferDoesNotStallOtherCalls(t *testing.T) {
+	// a deferred (async) answer for one thread's call: another process's calls are
+	// served meanwhile; the deferred one is answered later by handler_decide
+	sb := newSB(t, nil)
+	var first map[string]any
+	var deferredAt, otherAt time.Time
+	done := make(chan struct{})
+	res := drive(t, sb, map[string]any{"argv": []any{"/bin/sh", "-c", "/bin/sleep 0.01 & /bin/echo other; wait"},
+		"handlers": []any{map[string]any{"syscall": "execve", "id": 1}}},
+		func(c map[string]any) map[string]any {
+			a, _ := c["argv"].([]any)
+			if len(a) > 0 && a[0] == "/bin/sleep" && first == nil {
+				first = c
+				deferredAt = time.Now()
+				go func() {
+					defer close(done)
+					time.Sleep(500 * time.Millisecond)
+					m, _ := request(t, sb, map[string]any{"op": "handler_decide", "run": c["run"], "event": c["event"],
+						"value": map[string]any{"action": "continue"}})
+					if m["success"] != true {
+						t.Errorf("decide: %v", m)
+					}
+				}()
+				return map[string]any{"action": "defer"}
+			}
+			if len(a) > 0 && a[0] == "/bin/echo" {
+				otherAt = time.Now()
+			}
+			return map[string]any{"action": "continue"}
+		})
+	if first != nil {
+		<-done
+	}
+	if string(res["stdout"].([]byte)) != "other\n" || exitCode(res) != 0 {
+		t.Fatalf("result: %v", res)
+	}
+	if otherAt.IsZero() || otherAt.Sub(deferredAt) > 300*time.Millisecond {
+		t.Fatalf("the other call waited for the deferred one: %v", otherAt.Sub(deferredAt))
+	}
+}
+
+// A second thread flips the path between an allowed and a denied file while the
+// first opens it: every open the handler allowed must have read the allowed file.
+func TestHandlerPathRace(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "ok"), []byte("ok"), 0o644)
+	os.WriteFile(filepath.Join(dir, "no"), []byte("SECRET"), 0o644)
+	src := filepath.Join(dir, "race.c")
+	os.WriteFile(src, []byte(raceC), 0o644)
+	bin := filepath.Join(dir, "race")
+	if out, err := exec.Command("gcc", "-O2", "-pthread", "-o", bin, src).CombinedOutput(); err != nil {
+		t.Skipf("gcc: %v %s", err, out)
+	}
+	sb := newSB(t, map[string]any{"fs_readable": []any{"/usr", "/lib", "/bin", dir}})
+	res := drive(t, sb, map[string]any{"argv": []any{bin, dir},
+		"handlers": []any{map[string]any{"syscall": "openat", "id": 1}}},
+		func(c map[string]any) map[string]any {
+			if p, _ := c["path"].(string); strings.HasSuffix(p, "/no") {
+				return map[string]any{"action": "errno", "errno": 13}
+			}
+			return map[string]any{"action": "continue"}
+		})
+	out := string(res["stdout"].([]byte))
+	if strings.Contains(out, "LEAK") {
+		t.Fatalf("a racing thread changed the outcome: %s", out)
+	}
+	t.Logf("race: %s", out)
+}
+
+const raceC = `
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+static char path[4096];
+static volatile int stop;
+static size_t off;
+static void *flip(void *a) {
+	(void)a;
+	volatile int i;
+	volatile char *p = path;
+	while (!stop) {
+		p[off] = 'n'; p[off+1] = 'o';
+		for (i = 0; i < 2000; i++) ;
+		p[off] = 'o'; p[off+1] = 'k';
+		for (i = 0; i < 2000; i++) ;
+	}
+	return 0;
+}
+int main(int argc, char **argv) {
+	pthread_t t; int i, leak = 0, opened = 0;
+	snprintf(path, sizeof path, "%s/ok", argv[1]);
+	off = strlen(path) - 2;
+	pthread_create(&t, 0, flip, 0);
+	for (i = 0; i < 3000; i++) {
+		char buf[16] = {0};
+		int fd = open(path, O_RDONLY);
+		if (fd < 0) continue;
+		opened++;
+		read(fd, buf, sizeof buf - 1);
+		close(fd);
+		if (strcmp(buf, "SECRET") == 0) leak++;
+	}
+	stop = 1; pthread_join(t, 0);
+	printf("%s opened=%d leaks=%d\n", leak ? "LEAK" : "clean", opened, leak);
+	return 0;
+}
+`
+
+var _ = msgpack.Marshal
+
+// A second thread flips the connect address between an allowed and a refused host
+// while the host judges it: no connection the host refused reaches its listener.
+func TestHandlerConnectRace(t *testing.T) {
+	okL, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer okL.Close()
+	port := okL.Addr().(*net.TCPAddr).Port
+	noL, err := net.Listen("tcp", fmt.Sprintf("127.0.0.2:%d", port))
+	if err != nil {
+		t.Skipf("127.0.0.2: %v", err)
+	}
+	defer noL.Close()
+	var leaks, oks atomic.Int64
+	for _, l := range []struct {
+		l net.Listener
+		n *atomic.Int64
+	}{{okL, &oks}, {noL, &leaks}} {
+		go func() {
+			for {
+				c, err := l.l.Accept()
+				if err != nil {
+					return
+				}
+				l.n.Add(1)
+				c.Close()
+			}
+		}()
+	}
+	dir := t.TempDir()
+	src := filepath.Join(dir, "c.c")
+	os.WriteFile(src, []byte(connectRaceC), 0o644)
+	bin := filepath.Join(dir, "c")
+	if out, err := exec.Command("gcc", "-O2", "-pthread", "-o", bin, src).CombinedOutput(); err != nil {
+		t.Skipf("gcc: %v %s", err, out)
+	}
+	os.Chmod(dir, 0o755)
+	sb := newSB(t, map[string]any{"fs_readable": []any{"/usr", "/lib", "/bin", dir}, "net_allow": []any{fmt.Sprintf(":%d", port)}})
+	res := drive(t, sb, map[string]any{"argv": []any{bin, strconv.Itoa(port)}, "policy_fn": map[string]any{}},
+		func(c map[string]any) map[string]any {
+			if c["syscall"] == "connect" && c["host"] == "127.0.0.2" {
+				return map[string]any{"action": "errno", "errno": 13}
+			}
+			return map[string]any{"action": "continue"}
+		})
+	time.Sleep(200 * time.Millisecond)
+	t.Logf("connect race: %s; accepted ok=%d refused-host=%d", res["stdout"], oks.Load(), leaks.Load())
+	if leaks.Load() > 0 {
+		t.Fatalf("a racing thread reached the refused host %d times", leaks.Load())
+	}
+	if oks.Load() == 0 {
+		t.Fatalf("no connection got through at all: %v", res)
+	}
+}
+
+const connectRaceC = `
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+static struct sockaddr_in sa;
+static volatile int stop;
+static void *flip(void *a) {
+	volatile unsigned char *p = (unsigned char *)&sa.sin_addr;
+	volatile int i;
+	(void)a;
+	while (!stop) {
+		p[3] = 2; for (i = 0; i < 2000; i++) ;
+		p[3] = 1; for (i = 0; i < 2000; i++) ;
+	}
+	return 0;
+}
+int main(int argc, char **argv) {
+	pthread_t t; int i, ok = 0;
+	sa.sin_family = AF_INET; sa.sin_port = htons(atoi(argv[1]));
+	sa.sin_addr.s_addr = htonl(0x7f000001);
+	pthread_create(&t, 0, flip, 0);
+	for (i = 0; i < 1500; i++) {
+		int s = socket(AF_INET, SOCK_STREAM, 0);
+		if (connect(s, (struct sockaddr *)&sa, sizeof sa) == 0) ok++;
+		close(s);
+	}
+	stop = 1; pthread_join(t, 0);
+	printf("connected=%d\n", ok);
+	return 0;
+}
+`
+
+// Closing the sandbox while a call waits for the host kills the run (fail closed):
+// nothing of it survives, and the operation is gone.
+func TestHandlerCloseWhileParked(t *testing.T) {
+	m := map[string]any{}
+	for k, v := range basePolicy {
+		m[k] = v
+	}
+	sb, err := NewFromMap(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, _ := request(t, sb, map[string]any{"op": "run_handlers", "argv": []any{"/bin/sh", "-c", "/bin/sleep 30"},
+		"handlers": []any{map[string]any{"syscall": "execve", "id": 1}}})
+	var pids []int
+	for {
+		c, ok := resp["call"].(map[string]any)
+		if !ok {
+			t.Fatalf("the run ended: %v", resp)
+		}
+		if a, _ := c["argv"].([]any); len(a) > 0 && a[0] == "/bin/sleep" {
+			pid, _ := toInt(c["pid"])
+			pids = append(pids, int(pid))
+			break
+		}
+		resp, _ = request(t, sb, map[string]any{"op": "answer", "pending": resp["pending"], "call": c["id"],
+			"value": map[string]any{"action": "continue"}})
+	}
+	start := time.Now()
+	sb.Close() // the call still waits for its answer
+	if time.Since(start) > 5*time.Second {
+		t.Fatalf("close took %v", time.Since(start))
+	}
+	for _, p := range pids {
+		if err := unix.Kill(p, 0); err == nil {
+			t.Fatalf("pid %d outlived its closed sandbox", p)
+		}
+	}
+}
+
+// One attribution for denials and host calls: concurrent runs on one host zygote
+// each get only their own calls (the supervisor routes by the attached run's pid
+// namespace), and a judge's refusal is in the result.denials of the run it refused.
+func TestHandlerRunsAttributedByNamespace(t *testing.T) {
+	dir := t.TempDir()
+	for _, n := range []string{"a", "b"} {
+		os.WriteFile(filepath.Join(dir, n), []byte(n), 0o644)
+	}
+	sb := newSB(t, map[string]any{"fs_readable": []any{"/usr", "/lib", "/bin", dir}})
+	var wg sync.WaitGroup
+	results := make([]map[string]any, 2)
+	strays := make([]int, 2)
+	for i, mine := range []string{"a", "b"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			other := map[string]string{"a": "b", "b": "a"}[mine]
+			var tok any
+			results[i] = drive(t, sb, map[string]any{"argv": []any{"/bin/sh", "-c",
+				fmt.Sprintf("for i in 1 2 3 4 5 6 7 8; do /bin/cat %s/%s %s/%s; done", dir, mine, dir, other)},
+				"handlers": []any{map[string]any{"syscall": "openat", "id": 1}}},
+				func(c map[string]any) map[string]any {
+					if tok == nil {
+						tok = c["run"]
+					}
+					if c["run"] != tok {
+						strays[i]++
+					}
+					if c["path"] == filepath.Join(dir, other) {
+						return map[string]any{"action": "errno", "errno": 13}
+					}
+					return map[string]any{"action": "continue"}
+				})
+		}()
+	}
+	wg.Wait()
+	for i, mine := range []string{"a", "b"} {
+		res := results[i]
+		if strays[i] != 0 || string(res["stdout"].([]byte)) != strings.Repeat(mine, 8) {
+			t.Fatalf("run %s: %d calls of another run; stdout %q", mine, strays[i], res["stdout"])
+		}
+		other := filepath.Join(dir, map[string]string{"a": "b", "b": "a"}[mine])
+		ds, _ := res["denials"].([]any)
+		if len(ds) != 1 {
+			t.Fatalf("run %s: denials %v (sources %v)", mine, ds, res["denials_sources"])
+		}
+		d := ds[0].(map[string]any)
+		if d["syscall"] != "openat" || d["path"] != other || d["errno"] != "EACCES" || exitCodeOf(d["count"]) != 8 {
+			t.Fatalf("run %s: denial %v", mine, d)
+		}
+	}
+}
+
+func exitCodeOf(v any) int64 { n, _ := toInt(v); return n }
+
+func toInt(v any) (int64, bool) {
+	switch n := v.(type) {
+	case int64:
+		return n, true
+	case uint64:
+		return int64(n), true
+	case int8, int16, int32, uint8, uint16, uint32, int:
+		x, err := strconv.ParseInt(fmt.Sprint(n), 10, 64)
+		return x, err == nil
+	}
+	return 0, false
+}
+
+// ctx.restrict_max_memory / restrict_max_processes lower the sandbox's cgroup
+// limits for the rest of the run (a program allocating or forking past the lowered
+// limit fails where it succeeds without), and the policy's limits hold again after
+// it; a sandbox without a cgroup cannot lower them: the judge's exception policy.
+func TestRestrictMaxMemoryAndProcesses(t *testing.T) {
+	sb := newSB(t, map[string]any{"max_memory": "512M", "max_processes": int64(64)})
+	alloc := []any{"/usr/bin/python3", "-c", "b = bytearray(200 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\nprint('ok')"}
+	lowerOn := func(key string, n int64) func(c map[string]any) map[string]any {
+		return func(c map[string]any) map[string]any {
+			if c["syscall"] == "execve" && n > 0 {
+				return map[string]any{"action": "continue", key: n}
+			}
+			return map[string]any{"action": "continue"}
+		}
+	}
+	// without a cgroup: the exception policy (policy_fn: deny_eperm) refuses the call
+	// whose answer restricted, and says why in the run's denials
+	noCgroup := func(sb *Sandbox) {
+		t.Helper()
+		res := drive(t, sb, map[string]any{"argv": []any{"/bin/sh", "-c", "/bin/true || echo refused"}, "policy_fn": map[string]any{}},
+			func(c map[string]any) map[string]any {
+				if a, _ := c["argv"].([]any); len(a) > 0 && a[0] == "/bin/true" {
+					return map[string]any{"action": "continue", "restrict_max_memory": int64(64 << 20)}
+				}
+				return map[string]any{"action": "continue"}
+			})
+		if string(res["stdout"].([]byte)) != "refused\n" || !strings.Contains(fmt.Sprint(res["denials"]), "the sandbox has no cgroup") {
+			t.Fatalf("a restriction without a cgroup: %v", res)
+		}
+	}
+	if sb.Group() == nil { // unprivileged here: rlimits, which cannot be lowered from outside
+		noCgroup(sb)
+		return
+	}
+	res := drive(t, sb, map[string]any{"argv": alloc, "policy_fn": map[string]any{}}, lowerOn("restrict_max_memory", 64<<20))
+	if string(res["stdout"].([]byte)) == "ok\n" || res["success"] == true {
+		t.Fatalf("200 MiB under a 64 MiB restriction: %v", res)
+	}
+	res = drive(t, sb, map[string]any{"argv": alloc, "policy_fn": map[string]any{}}, lowerOn("restrict_max_memory", 0))
+	if string(res["stdout"].([]byte)) != "ok\n" {
+		t.Fatalf("200 MiB after the restricted run ended (policy 512M): %v", res)
+	}
+	count := []any{"/usr/bin/python3", "-c", "import os, time\nn = 0\nfor i in range(12):\n try:\n  if os.fork() == 0:\n   time.sleep(1); os._exit(0)\n  n += 1\n except OSError:\n  pass\nprint(n)\nfor i in range(n): os.wait()\n"}
+	res = drive(t, sb, map[string]any{"argv": count, "policy_fn": map[string]any{}}, lowerOn("restrict_max_processes", 6))
+	lowered, _ := strconv.Atoi(strings.TrimSpace(string(res["stdout"].([]byte))))
+	res = drive(t, sb, map[string]any{"argv": count, "policy_fn": map[string]any{}}, lowerOn("restrict_max_processes", 0))
+	full, _ := strconv.Atoi(strings.TrimSpace(string(res["stdout"].([]byte))))
+	t.Logf("forks: %d under restrict_max_processes(6), %d after", lowered, full)
+	if lowered >= 6 || full != 12 {
+		t.Fatalf("forks: %d under restrict_max_processes(6), %d after (want < 6, 12): %v", lowered, full, res)
+	}
+	plain := newSB(t, nil)
+	noCgroup(plain)
+}

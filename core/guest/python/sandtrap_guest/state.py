@@ -1,0 +1,304 @@
+"""State across turns: a session's namespace as source plus data, never pickle.
+
+``snapshot(session)`` returns plain msgpack-able data::
+
+    {"version": 1,
+     "source": "import math\\ndef f(x): ...\\nclass C: ...",   # the import, def and class
+                                                        # statements that made what is bound
+     "data": {name: value},        # plain data; an instance of a sandbox class, anywhere
+                                   # in it, is {"__st_obj__": "C", "state": {attr: value}}
+     "dropped": [name, ...]}       # what could not be kept, by name
+
+``restore(session, state)`` runs ``source`` as an ordinary exec (rewritten and checked
+like any code: a state is untrusted input), binds ``data``, and rebuilds each object
+without running its code (``object.__new__`` of a class the source defined, then its
+attributes into its ``__dict__``). Tuples come back as lists; shared references
+and cycles are not kept (a value met twice is copied; a cycle is dropped). Instances
+of host classes, generators, open files, lambdas assigned to names, and classes
+with ``__slots__`` are dropped (and named).
+"""
+
+from __future__ import annotations
+
+import ast
+import types
+from collections.abc import Callable
+from typing import Any
+
+from .gates import SANDBOX_FILENAME, USER_MARK
+from .wire import PLACEHOLDER, to_wire
+
+VERSION = 1
+_DEF = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+class Recorder:
+    """The statements of a session's execs that bind functions, classes and modules,
+    in order (a later definition of a name replaces the earlier one)."""
+
+    __slots__ = ("defs", "decorated", "imports")
+
+    def __init__(self) -> None:
+        self.defs: dict[str, str] = {}
+        self.decorated: set[str] = set()  # what a decorator made may be any object
+        self.imports: dict[str, None] = {}
+
+    def record(self, source: str) -> None:
+        if "def " not in source and "class " not in source and "import " not in source:
+            return
+        try:
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return
+        lines = source.splitlines(keepends=True)
+        for st in tree.body:
+            if isinstance(st, _DEF):
+                start = min([d.lineno for d in st.decorator_list] + [st.lineno])
+                text = "".join(lines[start - 1 : st.end_lineno])
+                if st.col_offset:
+                    continue
+                self.defs.pop(st.name, None)
+                self.defs[st.name] = text if text.endswith("\n") else text + "\n"
+                if st.decorator_list:
+                    self.decorated.add(st.name)
+                else:
+                    self.decorated.discard(st.name)
+            elif isinstance(st, (ast.Import, ast.ImportFrom)) and not st.col_offset:
+                imp = ast.get_source_segment(source, st)
+                if imp:
+                    self.imports.pop(imp, None)
+                    self.imports[imp] = None
+
+
+def _has_placeholder(w: Any, depth: int = 0) -> bool:
+    if depth > 200:
+        return True
+    if isinstance(w, dict):
+        return PLACEHOLDER in w or any(_has_placeholder(v, depth + 1) for v in w.values())
+    if isinstance(w, (list, tuple)):
+        return any(_has_placeholder(v, depth + 1) for v in w)
+    return False
+
+
+def _sandbox_class(c: object) -> bool:
+    try:
+        return isinstance(c, type) and type.__dict__["__dict__"].__get__(c).get("__st_user__") is USER_MARK
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _defined_here(v: object, name: str) -> bool:
+    """``v`` is what a recorded def or class statement of this name made."""
+    if type(v) is types.FunctionType:
+        code = v.__code__
+        return code.co_filename == SANDBOX_FILENAME and code.co_name == name
+    return _sandbox_class(v) and type.__dict__["__name__"].__get__(v) == name
+
+
+class _Drop(Exception):
+    pass
+
+
+OBJ = "__st_obj__"  # {OBJ: class name, "state": {attr: value}}: an instance of a sandbox class
+
+
+_SCALARS = frozenset({str, bytes, bool, float, type(None)})
+_INT_MIN, _INT_MAX = -(2**63), 2**63
+_KEY_TYPES = frozenset({str, int, float, bool, type(None)})
+
+
+def _encoder(classes: set[str]) -> Callable[[Any, int], Any]:
+    """An encoder for one snapshot: plain data, with instances of the kept sandbox
+    classes (nested anywhere in lists, tuples and dicts) as object markers; _Drop
+    when something cannot be kept. Per-type verdicts are cached for the snapshot."""
+    kinds: dict[type, str | bool | None] = {}  # type -> class name (a kept sandbox class) or None
+    get_dict = object.__getattribute__
+
+    def enc(v: Any, depth: int) -> Any:
+        t = type(v)
+        if t in _SCALARS:
+            return v
+        if t is int:
+            if _INT_MIN <= v < _INT_MAX:
+                return v
+            raise _Drop
+        if depth > 100:
+            raise _Drop
+        if t is list or t is tuple:
+            return [x if type(x) in _SCALARS else enc(x, depth + 1) for x in v]
+        if t is dict:
+            out: dict[Any, Any] = {}
+            for k, x in v.items():
+                if type(k) not in _KEY_TYPES or (type(k) is str and k.startswith("__st_")):
+                    raise _Drop
+                out[k] = enc(x, depth + 1)
+            return out
+        name = kinds.get(t, False)
+        if name is False:
+            name = None
+            if _sandbox_class(t):
+                n = type.__dict__["__name__"].__get__(t)
+                name = n if n in classes else None
+            kinds[t] = name
+        if name is not None:
+            try:
+                d = get_dict(v, "__dict__")
+            except AttributeError:
+                raise _Drop from None  # __slots__
+            st: dict[str, Any] = {}
+            for k, x in dict(d).items():
+                if type(k) is not str:
+                    raise _Drop
+                st[k] = x if type(x) in _SCALARS else enc(x, depth + 1)
+            return {OBJ: name, "state": st}
+        w = to_wire(v)
+        if _has_placeholder(w):
+            raise _Drop
+        return w
+
+    return enc
+
+
+def snapshot(session: Any) -> dict[str, Any]:
+    rec: Recorder = session._recorder
+    ns = session.namespace
+    kept_defs = [
+        name
+        for name in rec.defs
+        if name in ns
+        and (_defined_here(ns[name], name) or (name in rec.decorated and _has_placeholder(to_wire(ns[name]))))
+    ]
+    classes = {n for n in kept_defs if _sandbox_class(ns[n])}
+    enc = _encoder(classes)
+    data: dict[str, Any] = {}
+    dropped: list[str] = []
+    for name, v in ns.items():
+        if name in kept_defs:
+            continue
+        if type(v) is types.FunctionType or isinstance(v, type):
+            dropped.append(name)  # not made by a def/class statement of that name
+            continue
+        try:
+            data[name] = enc(v, 0)
+        except (_Drop, RecursionError):
+            dropped.append(name)
+    source = "".join(f"{imp}\n" for imp in rec.imports) + "".join(rec.defs[n] for n in kept_defs)
+    return {"version": VERSION, "source": source, "data": data, "dropped": sorted(dropped)}
+
+
+def _check(state: object) -> list[str]:
+    problems: list[str] = []
+    if not isinstance(state, dict):
+        return ["a state is a dict (from snapshot())"]
+    if state.get("version") != VERSION:
+        problems.append(f"unsupported state version {state.get('version')!r}")
+    if not isinstance(state.get("source", ""), str):
+        problems.append("state source must be a str")
+    for key in ("data", "objects"):
+        v = state.get(key, {})
+        if not isinstance(v, dict) or not all(isinstance(k, str) and k.isidentifier() for k in v):
+            problems.append(f"state {key} must map names to values")
+    for name, o in (state.get("objects") or {}).items():
+        if not (
+            isinstance(o, dict)
+            and isinstance(o.get("class"), str)
+            and isinstance(o.get("state"), dict)
+            and all(isinstance(k, str) and k.isidentifier() for k in o["state"])
+        ):
+            problems.append(f"state objects[{name!r}] must be {{class: str, state: {{attr: value}}}}")
+    return problems
+
+
+def _decoder(ns: dict[str, Any]) -> tuple[Callable[[Any, int], Any], Callable[[Any, int], Any]]:
+    """A decoder for one restore: object markers become instances of classes the
+    state's source defined (checked once per class)."""
+    from . import rewriter as rw
+
+    ok: dict[str, Any] = {}
+    new = object.__new__
+    get_dict = object.__getattribute__
+    reserved = rw.RESERVED_PREFIX
+
+    def cls_for(name: Any) -> Any:
+        c = ok.get(name, False)
+        if c is False:
+            c = ns.get(name) if isinstance(name, str) else None
+            # only classes the sandbox wrote, all the way down (a host base class
+            # could refuse construction: constructable=False), with object's __new__
+            if not (
+                _sandbox_class(c)
+                and all(b is object or _sandbox_class(b) for b in type.__dict__["__mro__"].__get__(c))
+                and c.__new__ is object.__new__
+            ):
+                c = None
+            ok[name] = c
+        return c
+
+    def build(w: Any, depth: int) -> Any:
+        cls = cls_for(w.get(OBJ))
+        st = w.get("state")
+        if cls is None or not isinstance(st, dict):
+            return None
+        inst = new(cls)
+        try:
+            d = get_dict(inst, "__dict__")
+        except AttributeError:
+            return None
+        for k, x in st.items():
+            if type(k) is not str or k.startswith(reserved) or (k[:2] == "__" and k[-2:] == "__"):
+                continue
+            t = type(x)
+            d[k] = dec(x, depth + 1) if (t is list or t is dict) else x
+        return inst
+
+    def dec(w: Any, depth: int) -> Any:
+        t = type(w)
+        if t is list:
+            if depth > 100:
+                raise ValueError("invalid state: nested too deeply")
+            return [dec(x, depth + 1) if (type(x) is list or type(x) is dict) else x for x in w]
+        if t is dict:
+            if depth > 100:
+                raise ValueError("invalid state: nested too deeply")
+            if OBJ in w:
+                return build(w, depth)
+            return {k: dec(x, depth + 1) for k, x in w.items()}
+        return w
+
+    return dec, build
+
+
+def restore(session: Any, state: Any) -> Any:
+    """Run the state's source, then bind its data (objects rebuilt without running
+    their code); the source's exec result (its ``error`` says what failed; a
+    malformed state is a ValueError)."""
+    from . import rewriter as rw
+
+    problems = _check(state)
+    if problems:
+        raise ValueError("invalid state: " + "; ".join(problems))
+    data = dict(state.get("data") or {})
+    objects = dict(state.get("objects") or {})
+    bad = [
+        n
+        for n in (*data, *objects)
+        if n.startswith(rw.RESERVED_PREFIX) or n in rw.DENIED_NAMES or (n.startswith("__") and n.endswith("__"))
+    ]
+    if bad:
+        raise ValueError(f"invalid state: names {bad}")
+    r = session.exec(state.get("source", ""))
+    if r.error is not None:
+        return r
+    ns = session._ns
+    dec, build = _decoder(ns)
+    for name, w in data.items():
+        ns[name] = dec(w, 0)
+    for name, o in objects.items():  # the older form: {name: {class, state}}
+        inst = build({OBJ: o["class"], "state": o["state"]}, 0)
+        if inst is not None:
+            ns[name] = inst
+    r.namespace = session.namespace
+    return r
+
+
+__all__ = ["snapshot", "restore", "Recorder", "VERSION"]

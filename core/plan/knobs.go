@@ -1,0 +1,124 @@
+package plan
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/sandtrap/sandtrap/core/policy"
+	"github.com/sandtrap/sandtrap/core/protocol"
+	"github.com/sandtrap/sandtrap/core/spawn"
+	"golang.org/x/sys/unix"
+)
+
+// The policy's process knobs (no_randomize_memory, no_huge_pages, no_coredump,
+// cpu_cores): set once on the zygote by its launcher, inherited by every process
+// of the sandbox through fork and execve (core/spawn/launch.c, ST_STAGE_PROCESS).
+
+// knobDenied is what the filter refuses the target so that it cannot undo a knob:
+// sched_setaffinity under cpu_cores (the affinity is the only thing that pins the
+// run; the personality flags are refused to every target already).
+func knobDenied(p *policy.Policy) []string {
+	if len(p.CPUCores) > 0 {
+		return []string{"sched_setaffinity"}
+	}
+	return nil
+}
+
+// addrNoRandomize is ADDR_NO_RANDOMIZE of <linux/personality.h>.
+const addrNoRandomize = 0x0040000
+
+// corePatternPath is where the kernel's core_pattern is read (a variable for tests).
+var corePatternPath = "/proc/sys/kernel/core_pattern"
+
+func (c *compiler) processKnobs(zs *spawn.ZygoteSpec, rl func(int, int64)) error {
+	p := c.p
+	if p.NoRandomizeMemory {
+		zs.SetPersonality, zs.Personality = true, addrNoRandomize
+	}
+	zs.NoTHP = p.NoHugePages
+	if len(p.CPUCores) > 0 {
+		var have unix.CPUSet
+		if err := unix.SchedGetaffinity(0, &have); err != nil {
+			return protocol.Errorf(protocol.KindIsolation, "cpu_cores: the CPUs this process may use cannot be read: %v", err)
+		}
+		var missing []string
+		for _, cpu := range p.CPUCores {
+			if !have.IsSet(cpu) {
+				missing = append(missing, fmt.Sprint(cpu))
+			}
+		}
+		if len(missing) > 0 {
+			var probs policy.Problems
+			probs.Add("cpu_cores", "CPU %s is not one this process may run on (it may use %s)", strings.Join(missing, ", "), cpuList(&have))
+			return &protocol.Error{Kind: protocol.KindInvalidPolicy, Message: policy.FormatProblems("invalid policy", probs), Problems: probs}
+		}
+		zs.CPUs = p.CPUCores
+	}
+	if p.NoCoredump == nil || *p.NoCoredump {
+		rl(unix.RLIMIT_CORE, 0) // no core dumps of sandbox memory
+		return nil
+	}
+	// Core dumps asked for: only where the sandbox may write anyway, and never
+	// through a program of the host's (a piped core_pattern runs one, as root, on
+	// the sandbox's memory).
+	raw, err := os.ReadFile(corePatternPath)
+	if err != nil {
+		return protocol.Errorf(protocol.KindIsolation, "no_coredump=false: the kernel's core_pattern cannot be read (%v)", err)
+	}
+	pattern := strings.TrimSpace(string(raw))
+	var probs policy.Problems
+	switch {
+	case strings.HasPrefix(pattern, "|"):
+		probs.Add("no_coredump", "core dumps cannot be allowed: this host's kernel.core_pattern pipes them to a program (%q), which would run outside the sandbox on its memory", pattern)
+	case strings.HasPrefix(pattern, "/"):
+		dir := pattern[:strings.LastIndex(pattern, "/")+1]
+		if strings.Contains(dir, "%") || !underAny(dir, p.FSWritable) {
+			probs.Add("no_coredump", "core dumps cannot be allowed: this host's kernel.core_pattern writes them to %q, which is not under a writable path of the sandbox", pattern)
+		}
+	}
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_CORE, &lim); err != nil || lim.Max == 0 {
+		probs.Add("no_coredump", "core dumps cannot be allowed: this process's RLIMIT_CORE hard limit is 0 (raise it before starting the engine)")
+	}
+	if len(probs) > 0 {
+		return &protocol.Error{Kind: protocol.KindInvalidPolicy, Message: policy.FormatProblems("invalid policy", probs), Problems: probs}
+	}
+	// a relative pattern lands in the dumping process's working directory, where
+	// Landlock (the kernel opens the core file as that process) allows it only
+	// under fs_writable; the soft limit goes up to the host's hard one
+	zs.Rlimits = append(zs.Rlimits, spawn.Rlimit{Resource: unix.RLIMIT_CORE, Cur: lim.Max, Max: lim.Max})
+	c.pl.CorePattern = pattern
+	return nil
+}
+
+// underAny reports whether dir (ending in "/") is in one of the trees.
+func underAny(dir string, trees []string) bool {
+	for _, t := range trees {
+		if t == "/" || strings.HasPrefix(dir, strings.TrimSuffix(t, "/")+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// cpuList writes a CPU set as "0-3,6".
+func cpuList(s *unix.CPUSet) string {
+	var parts []string
+	for i := 0; i < policy.MaxCPU; i++ {
+		if !s.IsSet(i) {
+			continue
+		}
+		j := i
+		for j+1 < policy.MaxCPU && s.IsSet(j+1) {
+			j++
+		}
+		if j > i {
+			parts = append(parts, fmt.Sprintf("%d-%d", i, j))
+		} else {
+			parts = append(parts, fmt.Sprint(i))
+		}
+		i = j
+	}
+	return strings.Join(parts, ",")
+}

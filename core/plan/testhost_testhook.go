@@ -1,0 +1,27 @@
+//go:build sandtrap_testhook
+
+package plan
+
+import (
+	"net/netip"
+	"os"
+	"strings"
+)
+
+// testHost reads SANDTRAP_TEST_HOSTS ("api.openai.com=127.0.0.1,b.test=::1"), a
+// test hook that makes the policy's resolution (net_allow host names, the HTTP
+// proxy's upstreams) answer those addresses for those names, so that tests stand
+// local servers in for named hosts without touching /etc/hosts. It exists only in
+// builds with the sandtrap_testhook tag, as the kernel package's hooks.
+func testHost(host string) ([]netip.Addr, bool) {
+	for _, kv := range strings.Split(os.Getenv("SANDTRAP_TEST_HOSTS"), ",") {
+		name, ip, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		if !ok || !strings.EqualFold(name, host) {
+			continue
+		}
+		if a, err := netip.ParseAddr(ip); err == nil {
+			return []netip.Addr{a}, true
+		}
+	}
+	return nil, false
+}

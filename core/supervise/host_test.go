@@ -1,0 +1,148 @@
+//go:build linux
+
+package supervise
+
+import (
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sandtrap/sandtrap/core/seccomp"
+	"golang.org/x/sys/unix"
+)
+
+// fakeRun judges like a host: deny (EACCES) every path containing deny.
+type fakeRun struct {
+	deny  string
+	asked atomic.Int64
+	done  chan struct{}
+	act   *Action
+}
+
+func (f *fakeRun) Refused(*Event) (syscall.Errno, string) { return 0, "" }
+func (f *fakeRun) Done() <-chan struct{}                  { return f.done }
+func (f *fakeRun) Ask(ev *Event, done func(Action))       { done(f.decide(ev)) }
+func (f *fakeRun) decide(ev *Event) Action {
+	f.asked.Add(1)
+	if f.act != nil {
+		return *f.act
+	}
+	if f.deny != "" && strings.Contains(ev.Path, f.deny) {
+		return Action{Kind: ActErrno, Errno: unix.EACCES}
+	}
+	return Action{Kind: ActContinue}
+}
+
+func hostSandbox(t *testing.T, run *fakeRun, syscalls ...string) *sandbox {
+	base, err := seccomp.Compile(seccomp.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb := newSandboxWith(t, func(sb *sandbox) Config {
+		return Config{Host: &Host{Syscalls: syscalls, Base: base.BPF, RulesetFD: -1}}
+	})
+	attachHostRun(t, sb, run)
+	return sb
+}
+
+// attachHostRun attaches the child as run (its pid 1 is the program: noPid1).
+func attachHostRun(t *testing.T, sb *sandbox, run HostRun) *RunLog {
+	t.Helper()
+	pidfd, err := unix.PidfdOpen(sb.cmd.Process.Pid, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(pidfd) })
+	rl, err := sb.sup.attachHost(&RunLog{nsfd: -1, pidfd: pidfd, pid: sb.cmd.Process.Pid, host: run, noPid1: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rl
+}
+
+// The host judges the supervisor's copy of the path, and the open it allows is
+// performed with that copy: a thread flipping the path to a refused one never gets it.
+func TestHostOpenRace(t *testing.T) {
+	run := &fakeRun{deny: "/no/", done: make(chan struct{})}
+	sb := hostSandbox(t, run, "openat")
+	r := sb.do(t, req{Op: "race_open", Path: sb.ro + "/f", B: sb.no + "/f", N: 3000})
+	if r.Errno != 0 || len(r.Vals) != 3 {
+		t.Fatalf("race_open: %v", r)
+	}
+	ok, reached, failed := r.Vals[0], r.Vals[1], r.Vals[2]
+	t.Logf("opened %d, reached the refused file %d, refused %d", ok, reached, failed)
+	if reached != 0 {
+		t.Fatalf("a racing thread opened the refused file %d times", reached)
+	}
+	if failed == 0 || ok == 0 {
+		t.Fatalf("the race did not happen (opened %d, refused %d)", ok, failed)
+	}
+}
+
+// The sandbox's own filter answers first: a call it refuses never reaches the host.
+func TestHostBuiltinRulesFirst(t *testing.T) {
+	run := &fakeRun{done: make(chan struct{})}
+	sb := hostSandbox(t, run, "openat", "getppid")
+	// a set-uid create: the base filter's EPERM
+	if r := sb.do(t, req{Op: "open_mode", Path: sb.rw + "/suid", Arg: unix.O_CREAT | unix.O_WRONLY, Arg2: 0o4755}); r.Errno != unix.EPERM {
+		t.Fatalf("set-uid create: %v", errnoName(r.Errno))
+	}
+	if run.asked.Load() != 0 {
+		t.Fatalf("the host was asked about a call the filter refuses")
+	}
+	if r := sb.do(t, req{Op: "open", Path: sb.ro + "/f"}); r.Errno != 0 {
+		t.Fatalf("open: %v", errnoName(r.Errno))
+	}
+	if run.asked.Load() != 1 {
+		t.Fatalf("asked %d times", run.asked.Load())
+	}
+	run.act = &Action{Kind: ActReturn, Value: 4242}
+	if r := sb.do(t, req{Op: "getppid"}); r.Val != 4242 {
+		t.Fatalf("getppid: %v", r)
+	}
+}
+
+// A trapped call is the run's whose pid namespace its caller is in, found as the
+// run of a denial is (the attached runs): a call of a namespace no run is attached
+// to is refused; one made while a run is being started waits for its attach and
+// is then judged by that run; after Detach its calls belong to no run again.
+func TestHostCallsFindTheirRunByAttach(t *testing.T) {
+	base, err := seccomp.Compile(seccomp.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb := newSandboxWith(t, func(sb *sandbox) Config {
+		return Config{Host: &Host{Syscalls: []string{"openat"}, Base: base.BPF, RulesetFD: -1}}
+	})
+	if r := sb.do(t, req{Op: "open", Path: sb.ro + "/f"}); r.Errno != unix.EPERM {
+		t.Fatalf("a call of no run: %v, want EPERM", errnoName(r.Errno))
+	}
+	run := &fakeRun{deny: "/no/", done: make(chan struct{})}
+	done := sb.sup.Starting()
+	ch := sb.async(req{Op: "open", Path: sb.no + "/f"})
+	time.Sleep(200 * time.Millisecond)
+	select {
+	case r := <-ch:
+		t.Fatalf("answered before its run was attached: %v", errnoName(r.Errno))
+	default:
+	}
+	rl := attachHostRun(t, sb, run)
+	done()
+	select {
+	case r := <-ch:
+		if r.Errno != unix.EACCES || run.asked.Load() != 1 {
+			t.Fatalf("after attach: %v, asked %d (want EACCES from the run's judge)", errnoName(r.Errno), run.asked.Load())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiting call was not judged after attach")
+	}
+	if r := sb.do(t, req{Op: "open", Path: sb.ro + "/f"}); r.Errno != 0 || run.asked.Load() != 2 {
+		t.Fatalf("attached: %v, asked %d", errnoName(r.Errno), run.asked.Load())
+	}
+	sb.sup.Detach(rl)
+	if r := sb.do(t, req{Op: "open", Path: sb.ro + "/f"}); r.Errno != unix.EPERM || run.asked.Load() != 2 {
+		t.Fatalf("detached: %v, asked %d", errnoName(r.Errno), run.asked.Load())
+	}
+}

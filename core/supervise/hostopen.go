@@ -1,0 +1,159 @@
+//go:build linux
+
+package supervise
+
+import (
+	"errors"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// An open the host allowed is performed here, not continued: the host judged the
+// supervisor's copy of the path, and a thread of the caller could rewrite the
+// path between that copy and the kernel's own read of it. The supervisor opens the
+// copy for the caller, on a thread of its own that holds the sandbox's Landlock
+// domain (landlock_restrict_self on that thread alone, with no_new_privs), the
+// caller's credentials (when the supervisor has more) and no capability, resolving
+// in the caller's root (RESOLVE_IN_ROOT through /proc/<tid>/root: its view, with
+// the view's read-only and nodev mounts) and cwd, and answers with the descriptor
+// (SECCOMP_IOCTL_NOTIF_ADDFD with SEND). What differs from the kernel's own open:
+//
+//   - magic links (/proc/self/fd/…, /proc/<pid>/root, …) are refused (ELOOP): they
+//     would name the supervisor's; /proc/self names no process of the sandbox;
+//   - a path relative to a directory descriptor (not AT_FDCWD) must stay beneath it
+//     (RESOLVE_BENEATH: ".." out of it or an absolute symlink is EXDEV);
+//   - a run with a /proc of its own has a Landlock rule for it that the zygote's
+//     ruleset (the one used here) lacks: opens under /proc are refused (EACCES).
+
+func openTarget(ev *Event) bool {
+	return ev.Syscall == "openat" || ev.Syscall == "open" || ev.Syscall == "creat"
+}
+
+// openFlags are the flags openat2 accepts (it refuses unknown bits where openat
+// ignores them).
+const openFlags = unix.O_ACCMODE | unix.O_CREAT | unix.O_EXCL | unix.O_NOCTTY | unix.O_TRUNC | unix.O_APPEND |
+	unix.O_NONBLOCK | unix.O_DSYNC | unix.O_DIRECT | unix.O_LARGEFILE | unix.O_DIRECTORY | unix.O_NOFOLLOW |
+	unix.O_NOATIME | unix.O_CLOEXEC | unix.O_SYNC | unix.O_PATH | unix.O_TMPFILE | unix.O_ASYNC
+
+func (c *call) openForCaller(ev *Event) reply {
+	dirfd := int32(unix.AT_FDCWD)
+	var flags, mode uint64
+	switch ev.Syscall {
+	case "openat":
+		dirfd, flags, mode = c.argInt(0), uint64(uint32(c.arg(2))), c.arg(3)
+	case "open":
+		flags, mode = uint64(uint32(c.arg(1))), c.arg(2)
+	case "creat":
+		flags, mode = unix.O_CREAT|unix.O_WRONLY|unix.O_TRUNC, c.arg(1)
+	}
+	if !ev.HasPath {
+		if strings.Contains(ev.PathErr, "name too long") {
+			return fail(unix.ENAMETOOLONG)
+		}
+		return fail(unix.EFAULT)
+	}
+	if ev.Path == "" {
+		return fail(unix.ENOENT)
+	}
+	if flags&^uint64(openFlags) != 0 {
+		flags &= openFlags
+	}
+	how := unix.OpenHow{Flags: flags | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_MAGICLINKS}
+	if flags&unix.O_CREAT != 0 || flags&unix.O_TMPFILE == unix.O_TMPFILE {
+		how.Mode = mode & 07777 &^ uint64(c.umask())
+	}
+	var base int
+	path := ev.Path
+	if strings.HasPrefix(path, "/") || dirfd == unix.AT_FDCWD {
+		root, abs, r := c.inRoot(path)
+		if r != nil {
+			return *r
+		}
+		base, path = root, abs
+		how.Resolve |= unix.RESOLVE_IN_ROOT
+	} else {
+		fd, r := c.childFD(dirfd)
+		if r != nil {
+			return *r
+		}
+		base = fd
+		how.Resolve |= unix.RESOLVE_BENEATH
+	}
+	var cr *creds
+	if c.s.privileged {
+		var err error
+		if cr, err = readCreds(c.proc("status")); err != nil {
+			return c.failure("read the caller's credentials", err)
+		}
+	}
+	if !c.valid() {
+		return gone()
+	}
+	fd, err := c.s.openAs(cr, base, path, &how)
+	if err != nil {
+		if !c.valid() {
+			return gone()
+		}
+		var e syscall.Errno
+		if errors.As(err, &e) {
+			return fail(e) // the kernel's answer for the caller's open (ENOENT, EACCES from Landlock, EROFS, …)
+		}
+		return deny(unix.EACCES, "supervisor: open for the caller: "+err.Error())
+	}
+	defer unix.Close(fd)
+	return c.injectFD(fd, uint32(flags&unix.O_CLOEXEC))
+}
+
+// umask is the calling thread's (0022 when /proc does not say).
+func (c *call) umask() uint32 {
+	b, err := os.ReadFile(c.proc("status"))
+	if err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "Umask:"); ok {
+				if n, err := strconv.ParseUint(strings.TrimSpace(v), 8, 32); err == nil {
+					return uint32(n)
+				}
+			}
+		}
+	}
+	return 0o022
+}
+
+// openAs opens path (relative to dir) on a thread of its own in the sandbox's
+// Landlock domain, with cr (nil: ours, unprivileged) and no capability. The thread
+// is never unlocked: it ends with its goroutine and serves nothing else.
+func (s *Supervisor) openAs(cr *creds, dir int, path string, how *unix.OpenHow) (int, error) {
+	type result struct {
+		fd  int
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		if _, _, e := unix.RawSyscall6(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0, 0); e != 0 {
+			done <- result{-1, errors.New("no_new_privs: " + e.Error())}
+			return
+		}
+		if cr != nil {
+			if err := cr.become(); err != nil {
+				done <- result{-1, errors.New("take the caller's credentials: " + err.Error())}
+				return
+			}
+		}
+		if rs := s.cfg.Host.RulesetFD; rs >= 0 {
+			if _, _, e := unix.RawSyscall(unix.SYS_LANDLOCK_RESTRICT_SELF, uintptr(rs), 0, 0); e != 0 {
+				done <- result{-1, errors.New("landlock_restrict_self: " + e.Error())}
+				return
+			}
+		}
+		fd, err := unix.Openat2(dir, path, how)
+		done <- result{fd, err}
+	}()
+	r := <-done
+	return r.fd, r.err
+}
