@@ -6,8 +6,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._view import Change, changes_of
 from ._errors import ProcessFailed
+from ._view import Change, changes_of
 
 
 class ExitReason(str, enum.Enum):
