@@ -128,6 +128,21 @@ int sandtrap_sandbox_builder_name(sandtrap_sandbox_builder *b, const char *hostn
 	return st_builder_string(b, "name", hostname);
 }
 
+int sandtrap_sandbox_builder_workdir(sandtrap_sandbox_builder *b, const char *path)
+{
+	return st_builder_string(b, "workdir", path);
+}
+
+int sandtrap_sandbox_builder_on_exit(sandtrap_sandbox_builder *b, const char *action)
+{
+	return st_builder_string(b, "on_exit", action);
+}
+
+int sandtrap_sandbox_builder_on_error(sandtrap_sandbox_builder *b, const char *action)
+{
+	return st_builder_string(b, "on_error", action);
+}
+
 int sandtrap_sandbox_builder_no_randomize_memory(sandtrap_sandbox_builder *b, int on)
 {
 	return st_builder_bool(b, "no_randomize_memory", on);

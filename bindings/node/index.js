@@ -12,6 +12,7 @@ const errors = require('./lib/errors');
 const { Sandbox, Command, Pipeline, Gather, confine, probe, version } = require('./lib/sandbox');
 const { sandbox, PythonSandbox, VirtualFS } = require('./lib/python');
 require('./lib/fork'); // Sandbox.prototype.fork / reduce
+const { BranchAction } = require('./lib/view'); // Sandbox.prototype.dryRun / commit / abort
 const { SandboxProcess } = require('./lib/process'); // Sandbox.prototype.popen, spawn, …
 const { loadProfile, policyFromDict, profileArgv } = require('./lib/profile');
 const handlers = require('./lib/handlers');
@@ -35,6 +36,7 @@ module.exports = {
   confine,
   probe,
   version,
+  BranchAction,
   loadProfile,
   policyFromDict,
   profileArgv,

@@ -16,6 +16,7 @@ export const {
   confine,
   probe,
   version,
+  BranchAction,
   loadProfile,
   policyFromDict,
   profileArgv,

@@ -56,7 +56,7 @@ func addPolicyFlags(fs *pflag.FlagSet) {
 			fs.StringArrayP(name, short, nil, usage+" (repeatable, or comma-separated)")
 		case policy.KindEnv:
 			fs.StringArrayP(name, short, nil, usage+": NAME=VALUE, or NAME to pass this shell's value (repeatable)")
-		case policy.KindPath, policy.KindHost:
+		case policy.KindPath, policy.KindHost, policy.KindBranch:
 			fs.StringP(name, short, "", usage)
 		case policy.KindSize:
 			fs.StringP(name, short, "", usage+": bytes or 64K, 256M, 1.5G")
@@ -127,7 +127,7 @@ func flagPolicy(fs *pflag.FlagSet) (map[string]any, error) {
 				}
 			}
 			out[f.Key] = v
-		case policy.KindSize, policy.KindHost:
+		case policy.KindSize, policy.KindHost, policy.KindBranch:
 			v, _ := fs.GetString(name)
 			out[f.Key] = v
 		case policy.KindBool, policy.KindOptBool:
@@ -241,9 +241,10 @@ Examples:
 	fs.String("name", "", "a name for the run, for sandtrap ps / inspect / kill (default: run-PID)")
 	fs.Bool("json", false, "capture the output and print the result as JSON: exit code, stdout, stderr, error, usage and the isolation report")
 	fs.Bool("learn", false, "learn mode: run the program permissively but recorded (a read-only view of /; writes only where -w grants, the network only where --net-allow allows: every other attempt is refused and recorded) and print the smallest policy it needed as a profile (TOML) on stdout; the program's stdout and stderr go to stderr")
-	fs.Bool("dry-run", false, "not supported yet: sandtrap has no dry run (a run whose writes are discarded); refused")
+	fs.Bool("dry-run", false, "run with --workdir seen copy-on-write, list what the program would change there (A/M/D path, on stderr; in the result with --json) and discard it: the workdir is left as it was")
 	c.MarkFlagsMutuallyExclusive("interactive", "json")
 	c.MarkFlagsMutuallyExclusive("interactive", "learn")
+	c.MarkFlagsMutuallyExclusive("learn", "dry-run")
 	c.MarkFlagsMutuallyExclusive("profile", "profile-file")
 	_ = c.RegisterFlagCompletionFunc("profile", completeProfiles)
 	return c
@@ -311,12 +312,13 @@ func runMain(c *cobra.Command, args []string) error {
 
 func run(c *cobra.Command, args []string) error {
 	fs := c.Flags()
-	if dry, _ := fs.GetBool("dry-run"); dry {
-		return fail(ExitSandbox, "--dry-run: not supported yet: sandtrap has no dry run (a run whose writes are discarded); nothing was run")
-	}
+	dry, _ := fs.GetBool("dry-run")
 	pol, prof, err := buildPolicy(fs)
 	if err != nil {
 		return err
+	}
+	if w, _ := pol["workdir"].(string); dry && w == "" {
+		return fail(ExitSandbox, "--dry-run needs --workdir DIR (or a profile's workdir): the directory whose changes are listed, then discarded; nothing was run")
 	}
 	argv := args
 	if len(argv) == 0 && prof != nil {
@@ -404,7 +406,13 @@ func run(c *cobra.Command, args []string) error {
 			os.Stdout.WriteString(learned["profile"].(string))
 		}
 	} else {
+		req.DryRun = dry
 		res = sb.Run(req)
+		if dry && !asJSON {
+			for _, ch := range res.Changes {
+				fmt.Fprintf(os.Stderr, "%s %s\n", ch.Kind, ch.Path)
+			}
+		}
 	}
 	if term != nil {
 		term.finish()

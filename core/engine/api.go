@@ -18,7 +18,7 @@ type OpFunc = protocol.OpFunc[*Sandbox]
 
 // ops are the protocol's ops: the ones Exec decodes itself, and those other
 // packages register.
-var ops = &protocol.Registry[*Sandbox]{Core: []string{"run", "pipeline", "isolation", "session_open", "session_send", "session_close", "answer"}}
+var ops = &protocol.Registry[*Sandbox]{Core: []string{"run", "dry_run", "commit", "abort", "pipeline", "isolation", "session_open", "session_send", "session_close", "answer"}}
 
 // RegisterOp adds an op to the protocol (from an init function).
 func RegisterOp(name string, fn OpFunc) { ops.Register(name, fn) }

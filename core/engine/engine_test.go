@@ -163,11 +163,13 @@ func TestErrorResponsesCarryProblems(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("pipeline: %#v", got)
 	}
+	// a relative path resolves against the working directory: the problem names the absolute path
+	wd, _ := os.Getwd()
 	_, err := NewFromMap(map[string]any{"fs_readable": []any{"rel"}, "fs_readble": nil})
 	var e *Error
 	if !errors.As(err, &e) || !reflect.DeepEqual(e.Problems, []policy.Problem{
 		{Field: "fs_readble", Message: "unknown field; did you mean fs_readable?"},
-		{Field: "fs_readable", Message: `path "rel" is relative; give an absolute path`}}) {
+		{Field: "fs_readable", Message: filepath.Join(wd, "rel") + ": no such file or directory"}}) {
 		t.Errorf("policy: %#v", err)
 	}
 }

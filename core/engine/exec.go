@@ -36,6 +36,8 @@ func (s *Sandbox) Exec(b []byte) ([]byte, string) {
 		return Encode(res), CallKind(res.Error)
 	case "isolation":
 		return Encode(s.isolation()), ""
+	case "dry_run", "commit", "abort":
+		return s.branchOp(op, m) // branches.go
 	case "session_open", "session_send", "session_close":
 		var out map[string]any
 		var err error

@@ -39,6 +39,7 @@ type Input struct {
 // view and network rules. The cgroup is the caller's to make (Group, GroupErr).
 func Prepare(p *policy.Policy, f kernel.Features, probs policy.Problems) (*Input, error) {
 	resolvePaths(p, &probs)
+	checkWorkdir(p, &probs)
 	if p.Cwd != "" {
 		if st, err := os.Stat(p.Cwd); err != nil {
 			probs.Add("cwd", "%s: %v", p.Cwd, unwrapPathErr(err))

@@ -205,6 +205,9 @@ func Compile(in *Input, gen uint64) (*Plan, error) {
 		return fail(err)
 	}
 	c.view()
+	if err := c.cowView(); err != nil {
+		return fail(err)
+	}
 	if err := c.landlock(); err != nil {
 		return fail(err)
 	}
@@ -374,7 +377,7 @@ func (c *compiler) limits() {
 		lim.OpenFiles = RlimitNofile
 	}
 	if p.MaxDisk > 0 {
-		lim.Disk = RlimitFsize
+		lim.Disk = diskMechanism(p) // cow.go
 	}
 }
 
@@ -421,7 +424,7 @@ func (c *compiler) seccomp() error {
 		// seen by neither Landlock nor the supervisor's connect)
 		CloneCookie: c.cookie, RestrictConnect: np.wanted && (!np.anyConnect || np.sup != nil),
 		NoSourceRoute: np.sup != nil,
-		MaxDisk:       p.MaxDisk > 0, NoSysVMemory: pl.Limits.Memory == RlimitAS, NoMetadata: pl.View == nil,
+		MaxDisk:       p.MaxDisk > 0 && fileSizeLimit(p), NoSysVMemory: pl.Limits.Memory == RlimitAS, NoMetadata: pl.View == nil,
 		Traps: traps,
 	}
 	prog, err := seccomp.Compile(pl.SCCfg)
@@ -468,7 +471,7 @@ func (c *compiler) zygote() error {
 	}
 	if pl.Ruleset != nil {
 		zs.RulesetFD = pl.Ruleset.FD
-		if pl.View != nil && pl.View.ProcOwn {
+		if pl.View != nil && (pl.View.ProcOwn || p.Workdir != "") {
 			// a rule for each run's /proc can only be made in the run: pid 1 builds
 			// its ruleset from the table (the O_PATH fds of its paths live with the plan)
 			if n := len(pl.Ruleset.Table.Paths) + len(pl.Ruleset.Table.Ports); n > spawn.MaxLandlockRules {
@@ -483,6 +486,9 @@ func (c *compiler) zygote() error {
 			}
 		}
 	}
+	if p.Workdir != "" {
+		c.cowZygote(zs)
+	}
 	if pl.BPF != nil {
 		zs.BPF = pl.BPF.BPF
 		zs.Listener = len(pl.BPF.Notified) > 0
@@ -491,7 +497,7 @@ func (c *compiler) zygote() error {
 	rl := func(res int, v int64) {
 		zs.Rlimits = append(zs.Rlimits, spawn.Rlimit{Resource: res, Cur: uint64(v), Max: uint64(v)})
 	}
-	if p.MaxDisk > 0 {
+	if p.MaxDisk > 0 && fileSizeLimit(p) {
 		rl(unix.RLIMIT_FSIZE, p.MaxDisk)
 	}
 	if pl.Limits.Processes == RlimitNproc {
@@ -510,7 +516,7 @@ func (pl *Plan) derive(p *policy.Policy) Isolation {
 
 	rep := Isolation{Degraded: []string{}, Net: pl.Net, Disabled: pl.disabled,
 		UserNamespace: pl.Namespaces.User, MountNamespace: pl.Namespaces.Mount, IPCNamespace: pl.Namespaces.IPC,
-		PidNamespace: pl.PidNS, NoNewPrivs: true, Capabilities: "dropped", Cgroup: pl.Limits.Cgroup,
+		PidNamespace: pl.PidNS, NoNewPrivs: true, Capabilities: "dropped", Cgroup: pl.Limits.Cgroup, Workdir: p.Workdir,
 		Limits: map[string]Limit{}}
 	if pl.View != nil {
 		rep.View = pl.View.Mounts
@@ -570,7 +576,7 @@ func (pl *Plan) derive(p *policy.Policy) Isolation {
 		rep.Limits["max_open_files"] = Limit{Value: p.MaxOpenFiles, Via: string(lim.OpenFiles), Note: "per process"}
 	}
 	if lim.Disk != "" {
-		rep.Limits["max_disk"] = Limit{Value: p.MaxDisk, Via: string(lim.Disk), Note: "largest file the run may write (space reserved past a file's size is refused)"}
+		rep.Limits["max_disk"] = Limit{Value: p.MaxDisk, Via: string(lim.Disk), Note: diskNote(p)}
 	}
 	if pl.BPF != nil {
 		cfg := pl.SCCfg

@@ -12,11 +12,12 @@ type Isolation struct {
 	NoNewPrivs     bool             `msgpack:"no_new_privs"`
 	Capabilities   string           `msgpack:"capabilities"` // "dropped" | "none held"
 	PidNamespace   bool             `msgpack:"pid_namespace"`
-	UserNamespace  bool             `msgpack:"user_namespace"`  // the sandbox's own (root hosts too)
-	MountNamespace bool             `msgpack:"mount_namespace"` // the sandbox's own, with View
-	IPCNamespace   bool             `msgpack:"ipc_namespace"`   // each run's own
-	View           []fsview.Mount   `msgpack:"view,omitempty"`  // how the view presents each path (everything else: read-only)
-	Spawn          string           `msgpack:"spawn,omitempty"` // template forks: "allowed" or "refused" (new processes and programs)
+	UserNamespace  bool             `msgpack:"user_namespace"`    // the sandbox's own (root hosts too)
+	MountNamespace bool             `msgpack:"mount_namespace"`   // the sandbox's own, with View
+	IPCNamespace   bool             `msgpack:"ipc_namespace"`     // each run's own
+	View           []fsview.Mount   `msgpack:"view,omitempty"`    // how the view presents each path (everything else: read-only)
+	Workdir        string           `msgpack:"workdir,omitempty"` // the copy-on-write workdir (absolute): each run's writes under it land in a tmpfs of its own
+	Spawn          string           `msgpack:"spawn,omitempty"`   // template forks: "allowed" or "refused" (new processes and programs)
 	Net            *NetReport       `msgpack:"net"`
 	Hostname       string           `msgpack:"hostname,omitempty"` // the sandbox's own (name), in a UTS namespace of its own
 	TreeKill       string           `msgpack:"tree_kill"`          // pid_namespace | cgroup | process_group

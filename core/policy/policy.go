@@ -4,6 +4,7 @@ package policy
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -49,6 +50,27 @@ type Policy struct {
 	CPUCores          []int // sched_setaffinity of the run (refused to the program); sorted, distinct
 
 	AllowDegraded bool
+
+	// Workdir, when set, is seen copy-on-write by every run (core/fsview/cow.go);
+	// OnExit and OnError are BranchCommit, BranchAbort or BranchKeep ("": the
+	// defaults, commit and abort).
+	Workdir         string
+	OnExit, OnError string
+}
+
+// ExitAction is what becomes of a run's workdir changes: on_exit when it
+// succeeded, on_error otherwise.
+func (p *Policy) ExitAction(success bool) string {
+	if success {
+		if p.OnExit == "" {
+			return BranchCommit
+		}
+		return p.OnExit
+	}
+	if p.OnError == "" {
+		return BranchAbort
+	}
+	return p.OnError
 }
 
 // DefaultMaxOutput caps each captured stream unless the policy says otherwise.
@@ -299,6 +321,23 @@ func asFloat(v any) (float64, bool) {
 		return float64(n), true
 	}
 	return 0, false
+}
+
+// CheckPathAt is CheckPath for the policy's filesystem fields (fs_readable,
+// fs_writable, fs_denied, workdir): a relative path is resolved against the
+// working directory of the process building the sandbox (the caller's: the
+// engine runs in the host process, whose cwd the binding shares), and the
+// absolute path is what the sandbox uses and reports.
+func CheckPathAt(field, s string, probs *Problems) string {
+	if s == "" || strings.ContainsRune(s, 0) || filepath.IsAbs(s) {
+		return CheckPath(field, s, probs)
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		probs.Add(field, "path %q is relative and the working directory is unknown (%v); give an absolute path", s, err)
+		return ""
+	}
+	return filepath.Join(wd, s)
 }
 
 // CheckPath validates an absolute path without NUL and returns it cleaned.

@@ -3,7 +3,10 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"reflect"
+	"sort"
 	"strings"
 	"testing"
 )
@@ -87,5 +90,44 @@ func TestHostname(t *testing.T) {
 		if _, probs := Decode(map[string]any{"name": bad}); len(probs) != 1 || probs[0].Field != "name" {
 			t.Errorf("%q: %v", bad, probs)
 		}
+	}
+}
+
+// Relative paths of the filesystem fields resolve against the working directory
+// of the process building the sandbox; cwd stays absolute-only.
+func TestRelativePathsResolveAgainstTheWorkingDirectory(t *testing.T) {
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, probs := Decode(map[string]any{"fs_readable": []any{".", "sub/../x"}, "fs_writable": []any{"w"},
+		"fs_denied": []any{"./d"}, "workdir": "..", "cwd": "rel"})
+	if want := (Problems{{"cwd", `path "rel" is relative; give an absolute path`}}); !reflect.DeepEqual(probs, want) {
+		t.Fatalf("problems %v, want %v", probs, want)
+	}
+	for _, c := range []struct{ got, want string }{{p.FSReadable[0], wd}, {p.FSReadable[1], filepath.Join(wd, "x")},
+		{p.FSWritable[0], filepath.Join(wd, "w")}, {p.FSDenied[0], filepath.Join(wd, "d")}, {p.Workdir, filepath.Dir(wd)}} {
+		if c.got != c.want {
+			t.Errorf("resolved to %q, want %q", c.got, c.want)
+		}
+	}
+}
+
+func TestBranchActions(t *testing.T) {
+	p, probs := Decode(map[string]any{"on_exit": "KEEP", "on_error": "commit"})
+	if len(probs) != 0 || p.OnExit != BranchKeep || p.OnError != BranchCommit {
+		t.Fatalf("%+v %v", p, probs)
+	}
+	if p.ExitAction(true) != BranchKeep || p.ExitAction(false) != BranchCommit {
+		t.Fatal("actions")
+	}
+	if d := (&Policy{}); d.ExitAction(true) != BranchCommit || d.ExitAction(false) != BranchAbort {
+		t.Fatal("defaults: commit on success, abort on failure")
+	}
+	_, probs = Decode(map[string]any{"on_exit": "merge", "on_error": int64(1)})
+	want := Problems{{"on_error", "want a string, got an integer"}, {"on_exit", `"merge" is not a branch action (commit, abort or keep)`}}
+	sort.Slice(probs, func(i, j int) bool { return probs[i].Field < probs[j].Field })
+	if !reflect.DeepEqual(probs, want) {
+		t.Fatalf("got %v", probs)
 	}
 }

@@ -77,7 +77,7 @@ func (r reader) paths(k string) []string {
 	var out []string
 	for _, it := range r.list(k) {
 		if s, ok := r.str(k, it); ok {
-			if c := CheckPath(k, s, r.probs); c != "" {
+			if c := CheckPathAt(k, s, r.probs); c != "" {
 				out = append(out, c)
 			}
 		}
@@ -93,6 +93,42 @@ func (r reader) path(k string) string {
 	if s, ok := r.str(k, v); ok {
 		return CheckPath(k, s, r.probs)
 	}
+	return ""
+}
+
+// dirPath is path for a field that may be relative (resolved like fs_*: CheckPathAt).
+func (r reader) dirPath(k string) string {
+	v, ok := r.get(k)
+	if !ok {
+		return ""
+	}
+	if s, ok := r.str(k, v); ok {
+		return CheckPathAt(k, s, r.probs)
+	}
+	return ""
+}
+
+// Branch actions (on_exit, on_error).
+const (
+	BranchCommit = "commit"
+	BranchAbort  = "abort"
+	BranchKeep   = "keep"
+)
+
+func (r reader) branch(k string) string {
+	v, ok := r.get(k)
+	if !ok {
+		return ""
+	}
+	s, ok := r.str(k, v)
+	if !ok {
+		return ""
+	}
+	switch t := strings.ToLower(s); t {
+	case BranchCommit, BranchAbort, BranchKeep:
+		return t
+	}
+	r.probs.Add(k, "%q is not a branch action (commit, abort or keep)", s)
 	return ""
 }
 

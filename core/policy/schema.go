@@ -19,8 +19,8 @@ import "strings"
 type Kind string
 
 const (
-	KindPaths   Kind = "paths"   // a list of absolute paths
-	KindPath    Kind = "path"    // one absolute path
+	KindPaths   Kind = "paths"   // a list of paths (relative ones: against the builder's working directory)
+	KindPath    Kind = "path"    // one path (absolute, except workdir's, which resolves like fs_*)
 	KindTargets Kind = "targets" // network rules: 443, "host:443", "10.0.0.0/8", "udp://…", "*" (net.go)
 	KindPorts   Kind = "ports"   // ports and ranges: 8080, "8000-8005"
 	KindBool    Kind = "bool"
@@ -34,11 +34,12 @@ const (
 	KindHTTP    Kind = "http_rules" // HTTP rules: "METHOD host/path" with * wildcards (http.go)
 	KindCPUs    Kind = "cpus"       // CPU numbers and ranges: 0, "2-3"
 	KindOptBool Kind = "optbool"    // true, false, or absent (a default that is neither)
+	KindBranch  Kind = "branch"     // what becomes of a copy-on-write workdir's changes: "commit", "abort" or "keep"
 )
 
 // Kinds lists every kind, in a stable order.
 var Kinds = []Kind{KindPaths, KindPath, KindTargets, KindPorts, KindBool, KindSize, KindCount,
-	KindSeconds, KindID, KindEnv, KindNames, KindHost, KindHTTP, KindCPUs, KindOptBool}
+	KindSeconds, KindID, KindEnv, KindNames, KindHost, KindHTTP, KindCPUs, KindOptBool, KindBranch}
 
 // List reports whether values of the kind are lists (a C setter appends to them).
 func (k Kind) List() bool {
@@ -177,15 +178,17 @@ var (
 	httpRules = kindReader[[]HTTPRule]{KindHTTP, reader.httpRules}
 	cpus      = kindReader[[]int]{KindCPUs, reader.cpus}
 	optBool   = kindReader[*bool]{KindOptBool, reader.optBoolean}
+	dirPath   = kindReader[string]{KindPath, reader.dirPath}
+	branch    = kindReader[string]{KindBranch, reader.branch}
 )
 
 func str(name, param, doc string) CSetter { return CSetter{name, "const char *" + param, CString, doc} }
 
 // Schema is every policy field, in the order of docs/protocol.md.
 var Schema = []Field{
-	{Key: "fs_readable", Section: "filesystem", Flag: "read", Short: "r", Default: "[]", Doc: "absolute paths (files or directories) readable and executable; they must exist",
+	{Key: "fs_readable", Section: "filesystem", Flag: "read", Short: "r", Default: "[]", Doc: "paths (files or directories) readable and executable; they must exist (a relative path resolves against the working directory when the sandbox is built)",
 		C: []CSetter{str("fs_readable", "path", "")}, bind: paths.into(func(p *Policy) *[]string { return &p.FSReadable })},
-	{Key: "fs_writable", Section: "filesystem", Flag: "write", Short: "w", Default: "[]", Doc: "absolute paths readable, writable, executable, creatable, removable; they must exist",
+	{Key: "fs_writable", Section: "filesystem", Flag: "write", Short: "w", Default: "[]", Doc: "paths readable, writable, executable, creatable, removable; they must exist (relative: as {fs_readable})",
 		C: []CSetter{str("fs_writable", "path", "")}, bind: paths.into(func(p *Policy) *[]string { return &p.FSWritable })},
 	{Key: "fs_denied", Section: "filesystem", Flag: "deny", Default: "[]", Doc: "paths inside allowed trees that stay denied (see docs/security.md)",
 		C: []CSetter{str("fs_denied", "path", "")}, bind: paths.into(func(p *Policy) *[]string { return &p.FSDenied })},
@@ -240,6 +243,12 @@ var Schema = []Field{
 		C: []CSetter{str("extra_deny_syscall", "name", "")}, bind: sysnames.into(func(p *Policy) *[]string { return &p.ExtraDenySyscalls })},
 	{Key: "name", Section: "program", Flag: "hostname", Default: "none", Doc: "the sandbox's hostname (`uname -n`), in a UTS namespace of its own: 1-64 letters, digits, `-` and `.`",
 		C: []CSetter{str("name", "hostname", "")}, bind: hostname.into(func(p *Policy) *string { return &p.Name })},
+	{Key: "workdir", Section: "filesystem", Default: "none", Doc: "a directory seen copy-on-write: each run's writes under it land in a layer of the run's own (a tmpfs, sized {max_disk}), listed as the result's `changes`, then committed or discarded ({on_exit}, {on_error}); relative: as {fs_readable}",
+		C: []CSetter{str("workdir", "path", "")}, bind: dirPath.into(func(p *Policy) *string { return &p.Workdir })},
+	{Key: "on_exit", Section: "filesystem", Default: "\"commit\"", Doc: "with {workdir}: what becomes of a successful run's changes: `\"commit\"` (applied to the workdir, file by file), `\"abort\"` (discarded) or `\"keep\"` (held for the `commit`/`abort` ops)",
+		C: []CSetter{str("on_exit", "action", "With workdir: \"commit\", \"abort\" or \"keep\" for a successful run's changes.")}, bind: branch.into(func(p *Policy) *string { return &p.OnExit })},
+	{Key: "on_error", Section: "filesystem", Default: "\"abort\"", Doc: "with {workdir}: the same for a run that failed (non-zero exit, signal, timeout, any error)",
+		C: []CSetter{str("on_error", "action", "With workdir: \"commit\", \"abort\" or \"keep\" for a failed run's changes.")}, bind: branch.into(func(p *Policy) *string { return &p.OnError })},
 	{Key: "no_randomize_memory", Section: "determinism", Default: "false", Doc: "no address-space layout randomization in the run (`personality(ADDR_NO_RANDOMIZE)`, set by the engine for every process of it; the program may clear it, not set others)",
 		C: []CSetter{{"no_randomize_memory", "int on", CBool, ""}}, bind: boolean.into(func(p *Policy) *bool { return &p.NoRandomizeMemory })},
 	{Key: "no_huge_pages", Section: "program", Default: "false", Doc: "no transparent huge pages for the run's memory (`PR_SET_THP_DISABLE`)",
@@ -251,7 +260,6 @@ var Schema = []Field{
 	{Key: "allow_degraded", Section: "config", Default: "false", Doc: "run even when a requested protection is unavailable; results say what was not applied",
 		C: []CSetter{{"allow_degraded", "int allow", CBool, ""}}, bind: boolean.into(func(p *Policy) *bool { return &p.AllowDegraded })},
 
-	// Not supported yet (the seed API's full constructor).
 	{Key: "http_allow", Section: "http", Default: "[]", Doc: "HTTP requests the engine's proxy lets through, `\"METHOD host/path\"` with `*` wildcards (`\"POST api.openai.com/v1/chat/completions\"`); connects to the {http_ports} go to it; with an allow list, nothing else passes",
 		C:    []CSetter{str("http_allow", "rule", "An HTTP request the proxy lets through, one rule per call: \"METHOD host/path\" with * wildcards (\"POST api.openai.com/v1/chat/completions\"). TCP connects to the HTTP ports go to the engine's proxy.")},
 		bind: httpRules.into(func(p *Policy) *[]HTTPRule { return &p.HTTPAllow })},
@@ -262,18 +270,17 @@ var Schema = []Field{
 		C: []CSetter{{"http_port", "uint16_t port", CU64, "A TCP port whose connects go to the HTTP proxy (default 80 and 443)."},
 			str("http_ports_str", "ports", "HTTP proxy ports: a port or a range, \"8000-8005\".")},
 		bind: ports.into(func(p *Policy) *[]uint16 { return &p.HTTPPorts })},
+
+	// Not supported yet (the seed API's full constructor).
 	{Key: "http_ca", Section: "config", Unsupported: "HTTPS interception is not built yet: without it HTTPS is allowed by SNI to the hosts {http_allow} names"},
 	{Key: "http_key", Section: "config", Unsupported: "HTTPS interception is not built yet: without it HTTPS is allowed by SNI to the hosts {http_allow} names"},
-	{Key: "fs_storage", Section: "config", Unsupported: "sandtrap has no copy-on-write storage layer"},
-	{Key: "workdir", Section: "config", Unsupported: "sandtrap has no copy-on-write workdir (and no dry run); use {cwd}"},
+	{Key: "fs_storage", Section: "config", Unsupported: "the copy-on-write layer of {workdir} is a tmpfs private to each run (its size is {max_disk}); on-disk storage is not supported yet"},
 	{Key: "random_seed", Section: "determinism", Unsupported: "determinism controls are not supported"},
 	{Key: "time_start", Section: "determinism", Unsupported: "determinism controls are not supported"},
 	{Key: "deterministic_dirs", Section: "determinism", Unsupported: "determinism controls are not supported"},
 	{Key: "no_supervisor", Section: "program", Unsupported: "the syscall supervisor cannot be turned off"},
 	{Key: "chroot", Section: "filesystem", Unsupported: "sandtrap does not chroot; grant paths with {fs_readable} and {fs_writable}"},
 	{Key: "fs_mount", Section: "filesystem", Unsupported: "sandtrap does not mount; grant paths with {fs_readable} and {fs_writable}"},
-	{Key: "on_exit", Section: "filesystem", Unsupported: "sandtrap has no copy-on-write branches"},
-	{Key: "on_error", Section: "filesystem", Unsupported: "sandtrap has no copy-on-write branches"},
 	{Key: "gpu_devices", Section: "limits", Unsupported: "GPU devices cannot be granted"},
 	{Key: "num_cpus", Section: "limits", Unsupported: "CPU counts are not supported; use {max_cpu}"},
 	{Key: "policy_fn", Unsupported: "a host callable, not a policy value: bindings take it as Sandbox(policy_fn=...); over the C ABI send the run_handlers op"},

@@ -261,7 +261,7 @@ var examples = map[policy.Kind]string{
 	policy.KindPorts: `[8080, "9000-9005"]`, policy.KindBool: `true`, policy.KindSize: `"256M"`, policy.KindCount: `64`,
 	policy.KindSeconds: `30`, policy.KindID: `1000`, policy.KindEnv: `{ LANG = "C.UTF-8" }`, policy.KindNames: `["ptrace", "mount"]`,
 	policy.KindHost: `"build-01"`, policy.KindCPUs: `[0, "2-3"]`, policy.KindOptBool: `false`,
-	policy.KindHTTP: `["GET api.example.com/v1/*"]`,
+	policy.KindHTTP: `["GET api.example.com/v1/*"]`, policy.KindBranch: `"abort"`,
 }
 
 // Example is a value of kind k as a profile writes it.

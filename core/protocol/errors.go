@@ -18,7 +18,9 @@ const (
 	KindKilled         = "killed" // a popen'd run its owner killed (a result)
 	KindCPUTime        = "cpu_time_limit"
 	KindMemory         = "memory_limit"
-	KindStageFailed    = "stage_failed" // a pipeline stage other than the last failed (a result)
+	KindDisk           = "disk_limit"    // a result: the workdir's copy-on-write layer reached max_disk
+	KindCommit         = "commit_failed" // a result, or the commit op: the workdir's changes could not all be applied
+	KindStageFailed    = "stage_failed"  // a pipeline stage other than the last failed (a result)
 	KindForked         = "forked_child"
 	KindClosed         = "closed"
 	KindInternal       = "internal"

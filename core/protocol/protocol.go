@@ -234,7 +234,7 @@ func CallKind(e *ErrorInfo) string {
 		return ""
 	}
 	switch e.Kind {
-	case KindTimeout, KindCancelled, KindKilled, KindCPUTime, KindMemory, KindStageFailed:
+	case KindTimeout, KindCancelled, KindKilled, KindCPUTime, KindMemory, KindStageFailed, KindDisk, KindCommit:
 		return ""
 	}
 	return e.Kind

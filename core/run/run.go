@@ -39,6 +39,7 @@ type Request struct {
 	Cwd       string
 	Tag       string
 	MaxOutput int64
+	DryRun    bool          // with a workdir: list the changes, then always abort them
 	Stream    *Stream       // a popen'd run (popen.go): its own stderr, told when it started
 	ExtraFDs  []int         // placed on 3, 4, … of the program (a gather's inputs); closed once started
 	Started   func(pid int) // called with the host pid of the run's pid 1 once it started (the CLI's run registry)
@@ -99,6 +100,14 @@ type Result struct {
 	Denials        []Denial          `msgpack:"denials"`
 	DenialsDropped int               `msgpack:"denials_dropped"`
 	DenialsSources map[string]string `msgpack:"denials_sources"`
+	// With a workdir (cow.go): every path the run changed, what became of the
+	// changes ("committed", "aborted", "kept": BranchID names them for the
+	// commit and abort ops), what a commit applied and what it refused.
+	Changes       []Change `msgpack:"changes,omitempty"`
+	Branch        string   `msgpack:"branch,omitempty"`
+	BranchID      uint64   `msgpack:"branch_id,omitempty"`
+	Committed     []Change `msgpack:"committed,omitempty"`
+	CommitRefused []Change `msgpack:"commit_refused,omitempty"`
 }
 
 // Host is the sandbox a run belongs to (core/engine's Sandbox).
@@ -337,9 +346,16 @@ func Run(h Host, req *Request) *Result {
 	}
 	zyg, pl, err := pick(nil)
 	var proc *spawn.Process
+	var cow *cowRun
+	defer func() { cow.close() }()
 	var denied *runDenials
 	if err == nil {
 		iso = pl.Isolation()
+		if cow, err = newCOW(pl); err == nil && cow != nil {
+			rs.COWSock = cow.theirs
+		}
+	}
+	if err == nil {
 		proc, denied, err = spawnRun(zyg, pl, rs, judge)
 		if err == spawn.ErrZygoteGone { // it died (killed, out of memory): once more with a new one
 			if zyg, pl, err = pick(zyg); err == nil {
@@ -349,6 +365,7 @@ func Run(h Host, req *Request) *Result {
 	}
 	spawnDur := time.Since(start)
 	childEnds.closeAll() // EOF reaches us once every process of the run is gone
+	cow.started()
 	if err != nil {
 		return failed(spawnErrKind(err), spawnErrMessage(path, err), iso)
 	}
@@ -450,6 +467,10 @@ func Run(h Host, req *Request) *Result {
 		res.Error = &ErrorInfo{Kind: kind, Message: fmt.Sprintf("memory limit of %d bytes exceeded; killed by the kernel", p.MaxMemory)}
 	}
 	res.Success = res.Error == nil && res.ExitCode != nil && *res.ExitCode == 0
+	cow.finish(h, p, res, req.DryRun)
+	if kind == "" && res.Error != nil {
+		kind = res.Error.Kind // the workdir's (disk_limit, commit_failed)
+	}
 	res.Reason = reasonOf(res, kind)
 	denied.fill(res)
 	return res

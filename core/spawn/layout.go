@@ -17,7 +17,12 @@ func wireLayout() map[string]uintptr {
 	var rq C.struct_st_request
 	var rp C.struct_st_reply
 	var st C.struct_st_status
+	var cw C.struct_st_cow
+	var cr C.struct_st_cow_rule
 	return map[string]uintptr{
+		"st_cow": unsafe.Sizeof(cw), "st_cow.size": unsafe.Offsetof(cw.size), "st_cow.flags": unsafe.Offsetof(cw.flags),
+		"st_cow.nrules": unsafe.Offsetof(cw.nrules), "st_cow.strlen": unsafe.Offsetof(cw.strlen),
+		"st_cow_rule": unsafe.Sizeof(cr), "st_cow_rule.rights": unsafe.Offsetof(cr.rights), "st_cow_rule.name": unsafe.Offsetof(cr.name),
 		"st_config": unsafe.Sizeof(cfg), "st_config.magic": unsafe.Offsetof(cfg.magic), "st_config.flags": unsafe.Offsetof(cfg.flags),
 		"st_config.as_limit": unsafe.Offsetof(cfg.as_limit), "st_config.cookie": unsafe.Offsetof(cfg.cookie),
 		"st_config.bpf_len": unsafe.Offsetof(cfg.bpf_len), "st_config.uid": unsafe.Offsetof(cfg.uid), "st_config.gid": unsafe.Offsetof(cfg.gid),

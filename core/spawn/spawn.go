@@ -117,7 +117,8 @@ var stepNames = map[Step]string{C.ST_STEP_CONFIG: "reading its configuration", C
 	C.ST_STEP_PROC:    "mounting its /proc", C.ST_STEP_LANDLOCK: "entering the Landlock ruleset",
 	C.ST_STEP_CAPS: "dropping capabilities", C.ST_STEP_CWD: "entering cwd", C.ST_STEP_FORK: "forking the target",
 	C.ST_STEP_RLIMIT: "setting the run's rlimits", C.ST_STEP_STDIO: "placing stdio", C.ST_STEP_IDS: "switching user",
-	C.ST_STEP_PDEATHSIG: "setting its parent-death signal", C.ST_STEP_SETSID: "making its session"}
+	C.ST_STEP_PDEATHSIG: "setting its parent-death signal", C.ST_STEP_SETSID: "making its session",
+	C.ST_STEP_COW: "mounting its copy-on-write workdir"}
 
 func (s Step) String() string {
 	if n, ok := stepNames[s]; ok {
@@ -281,6 +282,24 @@ type ZygoteSpec struct {
 	Cookie   uint64 // lets the zygote's clone and pid 1's proc mount through the filter
 	NewPidNS bool
 	NewIPCNS bool
+	// COW, when set, makes every run see Workdir copy-on-write (wire.h's st_cow;
+	// core/fsview/cow.go reads and applies what a run changed).
+	COW *COW
+}
+
+// COW is the copy-on-write workdir of every run of a zygote.
+type COW struct {
+	Workdir   string
+	Size      uint64 // bytes of the run's upper layer (a tmpfs); 0: tmpfs's default
+	UserXattr bool   // the overlay's own xattrs in user.overlay.* (the sandbox's user namespace)
+	Rules     []COWRule
+}
+
+// COWRule is a Landlock rule pid 1 adds on the overlay: Rel is relative to the
+// workdir ("" for the workdir itself).
+type COWRule struct {
+	Rel    string
+	Rights uint64
 }
 
 // Zygote serves the runs of one sandbox.
@@ -291,7 +310,8 @@ type Zygote struct {
 	pidfd    int
 	closed   bool
 	onClose  []func()
-	Listener int // the seccomp user-notification fd (-1: none); the caller owns it
+	cow      bool // its runs take a 5th fd (RunSpec.COWSock)
+	Listener int  // the seccomp user-notification fd (-1: none); the caller owns it
 }
 
 func mountKind(k fsview.Kind) C.int {
@@ -358,7 +378,7 @@ func StartZygote(zs *ZygoteSpec) (*Zygote, error) {
 		flag C.__u64
 	}{{zs.NewPidNS, C.ST_CF_NEWPID}, {zs.NewIPCNS, C.ST_CF_NEWIPC}, {zs.RulesetFD >= 0, C.ST_CF_LANDLOCK},
 		{zs.Listener && len(zs.BPF) > 0, C.ST_CF_LISTENER}, {zs.NoTHP, C.ST_CF_NO_THP}, {zs.Listener && zs.Killable && len(zs.BPF) > 0, C.ST_CF_KILLABLE},
-		{zs.View != nil && zs.View.ProcOwn, C.ST_CF_PROC}} {
+		{zs.View != nil && zs.View.ProcOwn, C.ST_CF_PROC}, {zs.COW != nil, C.ST_CF_COW}} {
 		if f.on {
 			cfg.flags |= f.flag
 		}
@@ -397,6 +417,13 @@ func StartZygote(zs *ZygoteSpec) (*Zygote, error) {
 			table = append(table, C.GoBytes(unsafe.Pointer(&r), C.sizeof_struct_st_landlock_rule)...)
 		}
 		slices.Sort(keep)
+	}
+	if zs.COW != nil {
+		sec, err := cowSection(zs.COW, table != nil)
+		if err != nil {
+			return nil, err
+		}
+		table = append(table, sec...)
 	}
 	conf := append(append(C.GoBytes(unsafe.Pointer(&cfg), C.sizeof_struct_st_config), zs.BPF...), table...)
 	cfgFD, err := sealedMemfd("sandtrap-config", conf)
@@ -520,7 +547,7 @@ func StartZygote(zs *ZygoteSpec) (*Zygote, error) {
 		}
 		return nil, e
 	}
-	z := &Zygote{ctl: ours, pid: int(l.pid), pidfd: int(l.pidfd), Listener: -1}
+	z := &Zygote{ctl: ours, pid: int(l.pid), pidfd: int(l.pidfd), Listener: -1, cow: zs.COW != nil}
 	// the zygote says it is confined, with the filter's listener when asked
 	pid, fds, err := z.reply()
 	if err != nil || pid != 0 || (zs.Listener && len(zs.BPF) > 0) != (len(fds) == 1) {
@@ -541,6 +568,32 @@ func StartZygote(zs *ZygoteSpec) (*Zygote, error) {
 		z.Listener = fds[0]
 	}
 	return z, nil
+}
+
+// cowSection is wire.h's st_cow section of the zygote's configuration.
+func cowSection(c *COW, haveTable bool) ([]byte, error) {
+	if len(c.Rules) > 0 && !haveTable {
+		return nil, errors.New("BUG(spawn): copy-on-write rules without a Landlock table")
+	}
+	strs := append([]byte(c.Workdir), 0)
+	var hdr C.struct_st_cow
+	hdr.size, hdr.nrules = C.__u64(c.Size), C.__u32(len(c.Rules))
+	if c.UserXattr {
+		hdr.flags |= C.ST_COW_USERXATTR
+	}
+	var rules []byte
+	for _, r := range c.Rules {
+		var cr C.struct_st_cow_rule
+		cr.rights, cr.name = C.__u64(r.Rights), C.__u32(len(strs))
+		strs = append(append(strs, r.Rel...), 0)
+		rules = append(rules, C.GoBytes(unsafe.Pointer(&cr), C.sizeof_struct_st_cow_rule)...)
+	}
+	hdr.strlen = C.__u32(len(strs))
+	out := append(append(C.GoBytes(unsafe.Pointer(&hdr), C.sizeof_struct_st_cow), rules...), strs...)
+	if len(out) > C.ST_MAX_COW {
+		return nil, fmt.Errorf("the workdir's %d Landlock rules take %d bytes, more than %d", len(c.Rules), len(out), C.ST_MAX_COW)
+	}
+	return out, nil
 }
 
 func opName(k fsview.Kind) string {
@@ -585,6 +638,9 @@ func (z *Zygote) reply() (int, []int, error) {
 	}
 }
 
+// COW reports whether the zygote's runs see a copy-on-write workdir.
+func (z *Zygote) COW() bool { return z.cow }
+
 // Pid is the zygote's pid.
 func (z *Zygote) Pid() int { return z.pid }
 
@@ -622,6 +678,7 @@ type RunSpec struct {
 	StatusFD  int
 	CPUSecs   uint32 // RLIMIT_CPU of the run (0: none)
 	NoFile    uint32 // RLIMIT_NOFILE of the run (0: the zygote's)
+	COWSock   int    // with a COW zygote (only): the socket pid 1 sends the run's upper layer on
 	// GateFD > 0: the target is made and parked before its execve until a byte can
 	// be read from it (the read end of a pipe; end of file ends it unexec'd).
 	GateFD int
@@ -656,6 +713,12 @@ func (z *Zygote) Spawn(r *RunSpec) (*Process, error) {
 		return nil, fmt.Errorf("argv and environment take %d bytes, more than a run request can carry (%d); pass large data on stdin", len(msg), C.ST_MAX_REQ)
 	}
 	fds := []int{r.Stdio[0], r.Stdio[1], r.Stdio[2], r.StatusFD}
+	if z.cow {
+		if r.COWSock <= 2 {
+			return nil, errors.New("BUG(spawn): a copy-on-write run without its socket")
+		}
+		fds = append(fds, r.COWSock)
+	}
 	if r.GateFD > 0 {
 		fds = append(fds, r.GateFD)
 	}

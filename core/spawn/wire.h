@@ -45,8 +45,9 @@
 #define ST_CF_LANDLOCK_TABLE (1u << 7) /* pid 1 builds its own ruleset: the table below, plus its /proc */
 #define ST_CF_CAPS (1u << 8)           /* the zygote holds capabilities, which pid 1 drops */
 #define ST_CF_SET_IDS (1u << 9)        /* pid 1 becomes uid/gid (root hosts without a user namespace of their own) */
-#define ST_CF_NO_THP (1u << 11)        /* PR_SET_THP_DISABLE (on the zygote's own memory: every process of it inherits it through fork and execve) */
+#define ST_CF_NO_THP (1u << 12)        /* PR_SET_THP_DISABLE (on the zygote's own memory: every process of it inherits it through fork and execve) */
 #define ST_CF_KILLABLE (1u << 10)      /* with ST_CF_LISTENER: SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV (a call the engine received is not interrupted by a signal that does not kill) */
+#define ST_CF_COW (1u << 11)           /* with ST_CF_LANDLOCK_TABLE or alone: each run in a mount namespace of its own where the workdir is an overlay (struct st_cow below); its request carries a 5th fd, a socket on which pid 1 sends the upper layer's directory */
 
 #define ST_MAX_RULES 1024
 
@@ -77,6 +78,29 @@ struct st_landlock_rule {
 	__u32 fd;   /* path rules: an O_PATH fd the zygote holds */
 	__u32 pad;
 };
+
+/* With ST_CF_COW, after the Landlock table (or after the filter without one):
+ * the copy-on-write workdir. Pid 1 mounts a tmpfs (size bytes, 0: tmpfs's
+ * default), makes upper/ and work/ in it, mounts an overlay of the workdir
+ * (lower) and upper/ over the workdir, then adds nrules Landlock rules on the
+ * overlay (paths relative to the workdir, "" for the workdir itself: rules on
+ * the host's inodes do not reach the overlay's). Then strlen bytes of strings:
+ * the workdir's path at offset 0, each rule's name at its offset, NUL-terminated. */
+struct st_cow {
+	__u64 size;
+	__u32 flags; /* ST_COW_* */
+	__u32 nrules;
+	__u32 strlen;
+	__u32 pad;
+};
+#define ST_COW_USERXATTR (1u << 0) /* the overlay's xattrs in user.overlay.* (a user namespace's) */
+
+struct st_cow_rule {
+	__u64 rights;
+	__u32 name; /* offset in the strings */
+	__u32 pad;
+};
+#define ST_MAX_COW (64 << 10) /* bytes of the st_cow section */
 
 struct st_request {
 	__u32 magic;
@@ -128,6 +152,7 @@ struct st_reply {
 #define ST_STEP_IDS 'U'      /* switching user */
 #define ST_STEP_PDEATHSIG 'K' /* dying with the zygote */
 #define ST_STEP_SETSID 'O'   /* a session of its own */
+#define ST_STEP_COW 'V'      /* mounting the copy-on-write workdir (tmpfs, overlay) and handing its upper layer over */
 
 struct st_status {
 	__u32 kind;

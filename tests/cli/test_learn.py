@@ -1,5 +1,5 @@
-"""sandtrap run --learn (main's learn op through the CLI), --dry-run (refused: no dry
-run yet), and the options of the fields main added (--hostname, --port-remap, --cpu-cores,
+"""sandtrap run --learn (main's learn op through the CLI), --dry-run (the engine's dry run of a
+workdir), and the options of the fields main added (--hostname, --port-remap, --cpu-cores,
 --no-huge-pages, --no-randomize-memory, --no-coredump)."""
 
 from __future__ import annotations
@@ -97,14 +97,35 @@ def test_learn_refuses_interactive():
     assert p.returncode == 125 and b"[interactive learn]" in p.stderr
 
 
-def test_dry_run_is_refused_and_runs_nothing(tmp_path):
+def test_dry_run_lists_the_changes_and_leaves_the_workdir(tmp_path):
+    w = tmp_path / "w"
+    w.mkdir()
+    (w / "keep").write_text("old\n")
+    (w / "gone").write_text("x\n")
+    before = sorted((p.name, p.read_bytes()) for p in w.iterdir())
+    script = "echo new > keep; echo b > added; rm gone; mkdir d"
+    args = ("run", "--dry-run", *R, "-w", str(w), "--workdir", str(w), "--cwd", str(w), "--", "/bin/sh", "-c", script)
+    p = sandtrap(*args)
+    assert p.returncode == 0, p.stderr
+    assert sorted(p.stderr.decode().splitlines()) == ["A added", "A d", "D gone", "M keep"], p.stderr
+    assert sorted((p.name, p.read_bytes()) for p in w.iterdir()) == before
+    p = sandtrap(*args[:2], "--json", *args[2:])
+    res = json.loads(p.stdout)
+    assert p.returncode == 0 and sorted((c["kind"], c["path"]) for c in res["changes"]) == [
+        ("A", "added"),
+        ("A", "d"),
+        ("D", "gone"),
+        ("M", "keep"),
+    ]
+    assert sorted((p.name, p.read_bytes()) for p in w.iterdir()) == before
+
+
+def test_dry_run_needs_a_workdir_and_runs_nothing(tmp_path):
     marker = tmp_path / "ran"
     p = sandtrap("run", "--dry-run", *R, "-w", str(tmp_path), "--", "/bin/sh", "-c", f"touch {marker}")
     assert p.returncode == 125
-    assert b"--dry-run: not supported yet" in p.stderr and b"nothing was run" in p.stderr
+    assert b"--dry-run needs --workdir" in p.stderr and b"nothing was run" in p.stderr
     assert not marker.exists()
-    p = sandtrap("run", "--dry-run", "--json", *R, "--", "/bin/true")
-    assert p.returncode == 125 and "not supported yet" in json.loads(p.stdout)["error"]["message"]
 
 
 def test_hostname_option_and_profile_key(tmp_path):

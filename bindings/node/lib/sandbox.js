@@ -45,7 +45,7 @@ const decode = (/** @type {ArrayLike<number> | ArrayBufferView | ArrayBuffer} */
 // Error kinds that are a run's fate (the call itself worked): resolved, not rejected.
 // A program that is missing or could not start is one (as in Python and C: the
 // result's error says so); a sandbox that cannot isolate or is closed is not.
-const OUTCOME_KINDS = new Set(['timeout', 'cancelled', 'killed', 'cpu_time_limit', 'memory_limit', 'stage_failed', 'not_found', 'spawn_failed']);
+const OUTCOME_KINDS = new Set(['timeout', 'cancelled', 'killed', 'cpu_time_limit', 'memory_limit', 'stage_failed', 'not_found', 'spawn_failed', 'disk_limit', 'commit_failed']);
 
 let tagSeq = 0;
 const newTag = () => `node:${process.pid}:${++tagSeq}`;
@@ -85,6 +85,12 @@ function runResult(r) {
     denials: Array.isArray(r.denials) ? r.denials.map(toDenial) : [],
     denialsDropped: typeof r.denials_dropped === 'number' ? r.denials_dropped : 0,
     denialsSources: r.denials_sources && typeof r.denials_sources === 'object' ? { ...r.denials_sources } : {},
+    // with a workdir (lib/view.js)
+    changes: toChanges(r.changes),
+    branch: typeof r.branch === 'string' && r.branch ? r.branch : null,
+    branchId: typeof r.branch_id === 'number' && r.branch_id > 0 ? r.branch_id : null,
+    committed: toChanges(r.committed),
+    commitRefused: toChanges(r.commit_refused),
   };
   Object.defineProperty(res, 'check', { value: checkResult, enumerable: false });
   return res;
@@ -102,6 +108,16 @@ function checkResult() {
     this.error ? this.error.message : `ended: ${this.reason}`;
   const tail = this.stderr && this.stderr.length ? this.stderr.subarray(-400).toString().trim() : '';
   throw makeError('process_failed', `the run ${why}${tail ? `; its stderr ends with: ${tail}` : ''}`, { result: this });
+}
+
+/**
+ * The changes of an engine response list: [{kind: 'A'|'M'|'D', path}].
+ * @param {unknown} v
+ * @returns {{kind: string, path: string}[]}
+ */
+function toChanges(v) {
+  if (!Array.isArray(v)) return [];
+  return v.filter((c) => c && typeof c === 'object').map((c) => ({ kind: String(c.kind ?? ''), path: String(c.path ?? '') }));
 }
 
 /**
@@ -802,4 +818,4 @@ function version() {
   return { binding: pkg.version, library: v.version, abi: v.abi, headerAbi: v.headerAbi };
 }
 
-module.exports = { Sandbox, Command, Pipeline, Gather, confine, probe, version, SandtrapError, newTag, runResult };
+module.exports = { Sandbox, Command, Pipeline, Gather, confine, probe, version, SandtrapError, newTag, runResult, runError, toChanges };

@@ -94,7 +94,8 @@ test('bad input: one PolicyError listing every problem', () => {
         /^cleanEnv: want true or false, got a string$/,
         /^bogusOption: unknown field$/,
         /^max_memory: unknown field; did you mean maxMemory\?$/,
-        /^fsReadable: path "relative\/path" is relative/,
+        // a relative path resolves against the working directory: the problem names the absolute path
+        new RegExp(`^fsReadable: ${path.join(process.cwd(), 'relative', 'path').replace(/[/.]/g, '\\$&')}: no such file or directory$`),
         /^netAllowBind: port 70000 out of range/,
         /^timeout: -1 must be a positive number/,
         /\/definitely\/not\/here/,

@@ -1,6 +1,6 @@
 """Every example of the API page we follow (sandlock's Python SDK page, package
 renamed sandtrap). Features sandtrap does not offer (HTTPS interception's http_ca,
-chroot/mounts, dry-run, policy_fn/handlers) must be refused by name."""
+chroot/mounts) must be refused by name."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from conftest import SYS_RO
 
 import sandtrap
-from sandtrap import InvalidArgument, PolicyError, Sandbox, parse_ports
+from sandtrap import BranchAction, InvalidArgument, PolicyError, Sandbox, parse_ports
 
 # -- Running a command --------------------------------------------------------------
 
@@ -49,7 +49,6 @@ SEED_UNSUPPORTED = {
     "http_ca": None,
     "http_key": None,
     "fs_storage": None,
-    "workdir": None,
     # [determinism]
     "random_seed": None,
     "time_start": None,
@@ -59,8 +58,6 @@ SEED_UNSUPPORTED = {
     # [filesystem]
     "chroot": None,
     "fs_mount": {},
-    "on_exit": "commit",
-    "on_error": "abort",
     # [limits]
     "gpu_devices": None,
     "num_cpus": None,
@@ -94,6 +91,9 @@ def test_full_constructor_supported_fields() -> None:
         max_open_files=None,
         max_cpu=None,
         max_disk=None,
+        workdir=None,
+        on_exit=BranchAction.COMMIT,
+        on_error=BranchAction.ABORT,
         no_randomize_memory=False,
         no_huge_pages=False,
         cpu_cores=None,
@@ -102,6 +102,7 @@ def test_full_constructor_supported_fields() -> None:
         **({} if Path("/proc/sys/kernel/core_pattern").read_text().startswith(("|", "/")) else {"no_coredump": False}),
     )
     assert sb.policy["max_processes"] == 64
+    assert sb.policy["on_exit"] == BranchAction.COMMIT
     sb.close()
 
 
@@ -272,16 +273,32 @@ def test_chroot_and_mounts_are_refused_by_name() -> None:
     assert "chroot" in msg and "fs_mount" in msg
 
 
-# -- Dry-run (not in sandtrap) -----------------------------------------------------------
+# -- Dry-run ---------------------------------------------------------------------------
 
 
-def test_dry_run_is_refused_by_name() -> None:
-    with pytest.raises(PolicyError) as ei:
-        Sandbox(fs_writable=["."], workdir=".", fs_readable=["/usr", "/lib", "/bin", "/etc"])
-    msg = str(ei.value)
-    assert "workdir" in msg
-    assert "relative" in msg  # "." is not an absolute path: named in the same error
-    assert not hasattr(Sandbox, "dry_run")
+def test_dry_run(world_tmp: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # the page's example, in a checkout with a Makefile: relative paths resolve
+    # against the working directory when the sandbox is built
+    (world_tmp / "Makefile").write_text("build:\n\tmkdir -p out && echo built > out/app && rm -f stale.o\n")
+    (world_tmp / "stale.o").write_text("old")
+    monkeypatch.chdir(world_tmp)
+    before = sorted((p.relative_to(world_tmp), p.read_bytes() if p.is_file() else b"") for p in world_tmp.rglob("*"))
+    sandbox = Sandbox(
+        fs_writable=["."],
+        workdir=".",
+        fs_readable=["/usr", "/lib", "/bin", "/etc"],
+    )
+    result = sandbox.dry_run(["make", "build"])
+
+    for c in result.changes:
+        print(f"{c.kind}  {c.path}")  # A=added, M=modified, D=deleted
+
+    assert result.success, result
+    assert capsys.readouterr().out == "A  out\nA  out/app\nD  stale.o\n"
+    after = sorted((p.relative_to(world_tmp), p.read_bytes() if p.is_file() else b"") for p in world_tmp.rglob("*"))
+    assert after == before  # a dry run always aborts
+    assert sandbox.policy["workdir"] == "."  # as given; the engine resolved it
+    sandbox.close()
 
 
 # -- Pipelines -----------------------------------------------------------------------------

@@ -32,6 +32,7 @@
 #include <linux/time.h>
 #include <linux/uio.h>
 #include <linux/mount.h>
+#include <linux/stat.h>
 #include <asm/unistd.h>
 
 #include "../wire.h"
@@ -130,8 +131,12 @@ struct k_rusage {
 #define MAX_PTRS (256 << 10)
 
 static unsigned char cfgbuf[sizeof(struct st_config) + ST_MAX_BPF * 8 + sizeof(struct st_landlock_table) +
-			    ST_MAX_RULES * sizeof(struct st_landlock_rule)];
+			    ST_MAX_RULES * sizeof(struct st_landlock_rule) + ST_MAX_COW];
 static struct st_landlock_table *lltable; /* with ST_CF_LANDLOCK_TABLE */
+static struct st_cow *cow;                /* with ST_CF_COW */
+static struct st_cow_rule *cow_rules;
+static char *cow_str;
+static long cow_upper = -1; /* pid 1: the upper layer's directory (a tmpfs of its own), for the engine */
 static unsigned char reqbuf[ST_MAX_REQ];
 static char *ptrs[MAX_PTRS];
 static unsigned long long cookie;
@@ -194,6 +199,145 @@ static long mount_proc(void)
 	return r;
 }
 
+static long fsconfig_str(long fs, const char *key, const char *value)
+{
+	return sys6(__NR_fsconfig, fs, FSCONFIG_SET_STRING, (long)key, (long)value, 0, (long)cookie);
+}
+
+/* The copy-on-write workdir (struct st_cow), made ahead: a tmpfs of the run's
+ * own holding upper/ and work/, an overlay of the workdir and upper/, detached
+ * (cow_mnt) until attach_cow puts it over the workdir. Every layer is given by
+ * descriptor (no option string to escape). Keeps upper/ open in cow_upper for
+ * the engine, which reads the run's changes there after it (the tmpfs lives as
+ * long as a descriptor of it does). */
+static long cow_mnt = -1;
+
+static long make_cow(void)
+{
+	unsigned long attr = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+	char size[24];
+	long fs, mnt, lower, work, ofs, omnt, r;
+	struct statx sx;
+	unsigned long long n = cow->size;
+	int i = 0, j;
+
+	lower = sys3(__NR_openat, -100, cow_str, 010000000 /* O_PATH */ | 0200000 /* O_DIRECTORY */ | 02000000);
+	if (lower < 0)
+		return lower;
+	fs = TRY(ST_STEP_COW, sys6(__NR_fsopen, (long)"tmpfs", FSOPEN_CLOEXEC, 0, 0, 0, (long)cookie));
+	if (fs < 0)
+		return fs;
+	if (n) {
+		char tmp[24];
+		while (n) {
+			tmp[i++] = (char)('0' + n % 10);
+			n /= 10;
+		}
+		for (j = 0; j < i; j++)
+			size[j] = tmp[i - 1 - j];
+		size[i] = 0;
+		if ((r = fsconfig_str(fs, "size", size)) < 0)
+			return r;
+	}
+	if ((r = fsconfig_str(fs, "mode", "0700")) < 0)
+		return r;
+	if ((r = sys6(__NR_fsconfig, fs, FSCONFIG_CMD_CREATE, 0, 0, 0, (long)cookie)) < 0)
+		return r;
+	mnt = sys6(__NR_fsmount, fs, FSMOUNT_CLOEXEC, (long)attr, 0, 0, (long)cookie);
+	if (mnt < 0)
+		return mnt;
+	sys1(__NR_close, fs);
+	if ((r = sys3(__NR_mkdirat, mnt, "upper", 0755)) < 0 || (r = sys3(__NR_mkdirat, mnt, "work", 0700)) < 0)
+		return r;
+	cow_upper = sys3(__NR_openat, mnt, "upper", 0200000 /* O_DIRECTORY */ | 0400000 /* O_NOFOLLOW */ | 02000000);
+	if (cow_upper < 0)
+		return cow_upper;
+	work = sys3(__NR_openat, mnt, "work", 010000000 | 0200000 | 02000000);
+	if (work < 0)
+		return work;
+	/* the merged root shows upper/'s mode and owner: the workdir's */
+	r = sys5(__NR_statx, lower, "", 0x1000 /* AT_EMPTY_PATH */, STATX_MODE | STATX_UID | STATX_GID, &sx);
+	if (r < 0)
+		return r;
+	sys3(__NR_fchown, cow_upper, sx.stx_uid, sx.stx_gid); /* an owner the namespace does not map stays ours */
+	if ((r = sys2(__NR_fchmod, cow_upper, sx.stx_mode & 01777)) < 0)
+		return r;
+	ofs = sys6(__NR_fsopen, (long)"overlay", FSOPEN_CLOEXEC, 0, 0, 0, (long)cookie);
+	if (ofs < 0)
+		return ofs;
+	if ((r = sys6(__NR_fsconfig, ofs, FSCONFIG_SET_FD, (long)"lowerdir+", 0, lower, (long)cookie)) < 0 ||
+	    (r = sys6(__NR_fsconfig, ofs, FSCONFIG_SET_FD, (long)"upperdir", 0, cow_upper, (long)cookie)) < 0 ||
+	    (r = sys6(__NR_fsconfig, ofs, FSCONFIG_SET_FD, (long)"workdir", 0, work, (long)cookie)) < 0)
+		return r;
+	if (cow->flags & ST_COW_USERXATTR) {
+		if ((r = sys6(__NR_fsconfig, ofs, FSCONFIG_SET_FLAG, (long)"userxattr", 0, 0, (long)cookie)) < 0)
+			return r;
+	} else if ((r = fsconfig_str(ofs, "redirect_dir", "off")) < 0 || (r = fsconfig_str(ofs, "metacopy", "off")) < 0 ||
+		   (r = fsconfig_str(ofs, "index", "off")) < 0) {
+		return r;
+	}
+	if ((r = sys6(__NR_fsconfig, ofs, FSCONFIG_CMD_CREATE, 0, 0, 0, (long)cookie)) < 0)
+		return r;
+	omnt = sys6(__NR_fsmount, ofs, FSMOUNT_CLOEXEC, (long)attr, 0, 0, (long)cookie);
+	if (omnt < 0)
+		return omnt;
+	cow_mnt = omnt;
+	sys1(__NR_close, ofs);
+	sys1(__NR_close, work);
+	sys1(__NR_close, lower);
+	/* only now: closing the tmpfs's mount fd unmounts it (its anonymous
+	 * namespace dissolves), which the overlay's creation needs mounted */
+	sys1(__NR_close, mnt);
+	return 0;
+}
+
+/* Once the run's request arrived: the overlay made ahead (detached) goes over
+ * the workdir. Nothing of the workdir was looked up through it before: what
+ * the run before committed shows. */
+static long attach_cow(void)
+{
+	long r = sys6(__NR_move_mount, cow_mnt, (long)"", -100, (long)cow_str, MOVE_MOUNT_F_EMPTY_PATH, (long)cookie);
+	sys1(__NR_close, cow_mnt);
+	cow_mnt = -1;
+	if (r < 0)
+		return r;
+	{
+		/* a working directory inside the workdir is the lower's, under the
+		 * overlay now: enter it again by its path (through the overlay) */
+		static char cwdbuf[4096];
+		if (sys2(__NR_getcwd, cwdbuf, sizeof cwdbuf) > 0)
+			sys1(__NR_chdir, cwdbuf);
+	}
+	return 0;
+}
+
+/* Opens name (relative, "" for dir itself) beneath dir without following any
+ * symlink or "..": O_PATH, or -errno (openat2 is refused by the filter: one
+ * component at a time). */
+static long open_beneath(long dir, char *name)
+{
+	long fd = sys3(__NR_openat, dir, ".", 010000000 | 02000000), next;
+	char *p = name, *q;
+	while (fd >= 0 && *p) {
+		char save;
+		for (q = p; *q && *q != '/'; q++)
+			;
+		save = *q;
+		*q = 0;
+		if ((q - p == 2 && p[0] == '.' && p[1] == '.') || q == p) {
+			*q = save;
+			sys1(__NR_close, fd);
+			return -22;
+		}
+		next = sys3(__NR_openat, fd, p, 010000000 | 0400000 /* O_NOFOLLOW */ | 02000000 | (save ? 0200000 : 0));
+		*q = save;
+		sys1(__NR_close, fd);
+		fd = next;
+		p = save ? q + 1 : q;
+	}
+	return fd;
+}
+
 /* The run's own ruleset: the table, and a rule for its /proc. Returns its fd or -errno. */
 static long own_ruleset(void)
 {
@@ -223,6 +367,35 @@ static long own_ruleset(void)
 		if (r < 0)
 			return r;
 	}
+	if (cow) {
+		/* the workdir's rules, on the overlay's inodes */
+		long base = sys3(__NR_openat, -100, cow_str, 010000000 | 0200000 | 02000000);
+		if (base < 0)
+			return base;
+		for (i = 0; i < cow->nrules; i++) {
+			struct ll_path_beneath pb;
+			struct statx sx;
+			long rf = open_beneath(base, cow_str + cow_rules[i].name);
+			if (rf == -2 /* ENOENT */ || rf == -40 /* ELOOP */ || rf == -20 /* ENOTDIR */)
+				continue; /* gone, or a symlink, since the engine listed it: it allows nothing */
+			if (rf < 0)
+				return rf;
+			r = sys5(__NR_statx, rf, "", 0x1000 | 0x100 /* AT_EMPTY_PATH|AT_SYMLINK_NOFOLLOW */, STATX_TYPE, &sx);
+			if (r == 0 && (sx.stx_mode & 0170000) == 0120000) {
+				sys1(__NR_close, rf);
+				continue;
+			}
+			pb.allowed_access = cow_rules[i].rights;
+			pb.parent_fd = (int)rf;
+			r = sys4(__NR_landlock_add_rule, fd, LL_RULE_PATH_BENEATH, &pb, 0);
+			sys1(__NR_close, rf);
+			if (r < 0)
+				return r;
+		}
+		sys1(__NR_close, base);
+	}
+	if (!(cflags & ST_CF_PROC))
+		return fd;
 	proc = sys3(__NR_openat, -100 /* AT_FDCWD */, "/proc", 010000000 /* O_PATH */ | 02000000 /* O_CLOEXEC */);
 	if (proc < 0)
 		return proc;
@@ -241,10 +414,11 @@ static long own_ruleset(void)
 static unsigned int prep_step;
 static long prep_err;
 
+static void confine_self(void);
+
 static void prepare(void)
 {
 	long r;
-	int i;
 
 	if ((r = TRY(ST_STEP_PDEATHSIG, sys2(__NR_prctl, PR_SET_PDEATHSIG, SIGKILL))) < 0) {
 		prep_step = ST_STEP_PDEATHSIG, prep_err = r;
@@ -266,6 +440,28 @@ static void prepare(void)
 			return;
 		}
 	}
+	if (cow) {
+		r = make_cow();
+		if (r < 0) {
+			prep_step = ST_STEP_COW, prep_err = r;
+			return;
+		}
+	} else {
+		confine_self();
+	}
+}
+
+/* The rest of what pid 1 does before its target: the Landlock domain, the
+ * run's user, the capabilities dropped. Ahead of the request (prepare), except
+ * with a copy-on-write workdir: its overlay goes over the workdir once the
+ * request arrived, and the rules inside the workdir are made on it then (an
+ * overlay looked up ahead would keep what it found of the workdir as it was:
+ * a file the run before committed would show its old content). */
+static void confine_self(void)
+{
+	long r;
+	int i;
+
 	if (cflags & ST_CF_LANDLOCK) {
 		/* a domain of its own: the run's processes reach no other run's */
 		long rs = ST_FD_RULESET;
@@ -315,6 +511,33 @@ static void prepare(void)
 	}
 }
 
+/* Sends one byte with fd as SCM_RIGHTS on sock; 0 or -errno. */
+static long send_fd(int sock, int fd)
+{
+	struct iovec iov;
+	struct st_msghdr mh;
+	unsigned char ctl[CMSG_SPACE_FDS(1)];
+	struct st_cmsghdr *cm = (struct st_cmsghdr *)ctl;
+	char byte = 'U';
+	unsigned long i;
+	long r;
+
+	iov.iov_base = &byte;
+	iov.iov_len = 1;
+	for (i = 0; i < sizeof mh; i++)
+		((unsigned char *)&mh)[i] = 0;
+	mh.iov = &iov;
+	mh.iovlen = 1;
+	cm->len = sizeof(struct st_cmsghdr) + sizeof(int);
+	cm->level = ST_SOL_SOCKET;
+	cm->type = ST_SCM_RIGHTS;
+	*(int *)(ctl + sizeof(struct st_cmsghdr)) = fd;
+	mh.control = ctl;
+	mh.controllen = CMSG_SPACE_FDS(1);
+	r = sys6(__NR_sendmsg, sock, (long)&mh, ST_MSG_NOSIGNAL, 0, 0, (long)cookie);
+	return r < 0 ? r : 0;
+}
+
 /* set by the target's vfork child when its execve failed */
 static volatile int exec_failed;
 static int gate_fd = -1; /* with ST_RQ_GATE: the target waits on it before execve */
@@ -335,6 +558,19 @@ static void run_child(struct st_request *rq, int *fds, char *path, char *cwd,
 
 	if (prep_step)
 		step_failed(status_fd, prep_step, prep_err);
+	if (cow) {
+		if ((r = attach_cow()) < 0)
+			step_failed(status_fd, ST_STEP_COW, r);
+		confine_self();
+		if (prep_step)
+			step_failed(status_fd, prep_step, prep_err);
+		/* the upper layer, to the engine (before the target can run) */
+		r = send_fd(fds[4], (int)cow_upper);
+		if (r < 0)
+			step_failed(status_fd, ST_STEP_COW, r);
+		sys1(__NR_close, cow_upper);
+		sys1(__NR_close, fds[4]);
+	}
 	if (rq->cpu_secs) {
 		struct rlimit rl;
 		rl.rlim_cur = rq->cpu_secs;
@@ -370,7 +606,7 @@ static void run_child(struct st_request *rq, int *fds, char *path, char *cwd,
 	}
 	if (rq->flags & ST_RQ_GATE) {
 		/* the gate on 4, close-on-exec (the target never sees it) */
-		r = sys3(__NR_dup3, fds[4], 4, 02000000 /* O_CLOEXEC */);
+		r = sys3(__NR_dup3, fds[cow ? 5 : 4], 4, 02000000 /* O_CLOEXEC */);
 		if (r < 0)
 			step_failed(status_fd, ST_STEP_STDIO, r);
 		gate_fd = 4;
@@ -380,7 +616,7 @@ static void run_child(struct st_request *rq, int *fds, char *path, char *cwd,
 		unsigned int lo = gate_fd >= 0 ? 5 : 4, k;
 		n_extra = rq->nextra;
 		for (k = 0; k < n_extra; k++) {
-			unsigned int fd = (unsigned int)fds[(gate_fd >= 0 ? 5 : 4) + k];
+			unsigned int fd = (unsigned int)fds[4 + (cow ? 1 : 0) + (gate_fd >= 0 ? 1 : 0) + k];
 			extra_fds[k] = (int)fd;
 			if (fd < lo || (r = sys3(__NR_fcntl, fd, 2 /* F_SETFD */, 1)) < 0)
 				step_failed(status_fd, ST_STEP_STDIO, fd < lo ? -22 : r);
@@ -600,6 +836,13 @@ static int parse(long n, struct st_request **rqp, char **path, char **cwd, char 
 static long spare_pid = -1;
 static int spare_pidfd = -1, spare_sock = -1;
 
+/* the fds of a run request, in order: stdin, stdout, stderr, status, then the upper
+ * layer's socket (with a workdir), the gate (ST_RQ_GATE) and the extras */
+static int run_fds(const struct st_request *rq)
+{
+	return 4 + (cow ? 1 : 0) + ((rq->flags & ST_RQ_GATE) ? 1 : 0) + (int)rq->nextra;
+}
+
 static void spare_main(int sock)
 {
 	int fds[ST_MAX_FDS], nfds, ctrunc = 0, err;
@@ -613,7 +856,7 @@ static void spare_main(int sock)
 		sys1(__NR_exit_group, 0); /* the zygote is gone, or made another */
 	sys1(__NR_close, sock);
 	err = parse(n, &rq, &path, &cwd, &argv, &envp);
-	if (err || nfds != ((rq->flags & ST_RQ_GATE) ? 5 : 4) + (int)rq->nextra || ctrunc)
+	if (err || nfds != run_fds(rq) || ctrunc)
 		sys1(__NR_exit_group, 125); /* the zygote checked it: not reached */
 	run_child(rq, fds, path, cwd, argv, envp);
 }
@@ -642,7 +885,7 @@ static long make_spare(void)
 		flags |= CLONE_NEWPID;
 	if (cflags & ST_CF_NEWIPC)
 		flags |= CLONE_NEWIPC;
-	if (cflags & ST_CF_PROC)
+	if (cflags & (ST_CF_PROC | ST_CF_COW))
 		flags |= CLONE_NEWNS;
 #if defined(__x86_64__)
 	r = sys5(__NR_clone, flags, 0, &pidfd, 0, cookie); /* flags, stack, ptid, ctid, tls */
@@ -684,6 +927,22 @@ void init_main(long *sp)
 		    (long)(sizeof *c + c->bpf_len * 8 + sizeof *lltable +
 			   (lltable->npaths + lltable->nports) * sizeof(struct st_landlock_rule)) > n)
 			zygote_failed(ST_STEP_CONFIG, -22 /* EINVAL */);
+	}
+	if (c->flags & ST_CF_COW) {
+		long off = (long)(sizeof *c + c->bpf_len * 8);
+		if (lltable)
+			off += (long)(sizeof *lltable + (lltable->npaths + lltable->nports) * sizeof(struct st_landlock_rule));
+		cow = (struct st_cow *)(cfgbuf + off);
+		if (off + (long)sizeof *cow > n || off + (long)(sizeof *cow + cow->nrules * sizeof(struct st_cow_rule) + cow->strlen) != n ||
+		    cow->strlen == 0 || (cow->nrules && !lltable))
+			zygote_failed(ST_STEP_CONFIG, -22);
+		cow_rules = (struct st_cow_rule *)(cow + 1);
+		cow_str = (char *)(cow_rules + cow->nrules);
+		if (cow_str[cow->strlen - 1] != 0)
+			zygote_failed(ST_STEP_CONFIG, -22);
+		for (n = 0; n < (long)cow->nrules; n++)
+			if (cow_rules[n].name >= cow->strlen)
+				zygote_failed(ST_STEP_CONFIG, -22);
 	}
 	sys1(__NR_close, ST_FD_CONFIG);
 	cookie = c->cookie;
@@ -741,7 +1000,7 @@ void init_main(long *sp)
 		if (n <= 0)
 			sys1(__NR_exit_group, 0); /* the engine closed the sandbox */
 		err = parse(n, &rq, &path, &cwd, &argv, &envp);
-		if (err == 0 && (nfds != ((rq->flags & ST_RQ_GATE) ? 5 : 4) + (int)rq->nextra || ctrunc))
+		if (err == 0 && (nfds != run_fds(rq) || ctrunc))
 			err = -22;
 		for (attempt = 0; err == 0; attempt++) {
 			step = ST_STEP_SPARE;

@@ -67,6 +67,7 @@ from ._profile import load_profile, policy_from_dict, profile_argv
 from ._result import Denial, ErrorInfo, ExitReason, LearnResult, Result
 from ._sandbox import Command, Pipeline, Sandbox, confine, probe
 from ._version import __version__
+from ._view import BranchAction, Change, CommitResult, DryRunResult
 
 ForkedChild = ForkedChildError  # the engine's name for it
 
@@ -101,6 +102,10 @@ __all__ = [
     "Denial",
     "LearnResult",
     "ErrorInfo",
+    "BranchAction",
+    "Change",
+    "DryRunResult",
+    "CommitResult",
     "PolicyOptions",
     "Problem",
     "parse_ports",

@@ -41,6 +41,9 @@ FIELDS: dict[str, tuple[str, str]] = {
     "extra_allow_syscalls": ("extra_allow_syscalls", "names"),
     "extra_deny_syscalls": ("extra_deny_syscalls", "names"),
     "name": ("name", "hostname"),
+    "workdir": ("workdir", "path"),
+    "on_exit": ("on_exit", "branch"),
+    "on_error": ("on_error", "branch"),
     "no_randomize_memory": ("no_randomize_memory", "bool"),
     "no_huge_pages": ("no_huge_pages", "bool"),
     "no_coredump": ("no_coredump", "optbool"),
@@ -61,12 +64,13 @@ class PolicyOptions(TypedDict, total=False):
     set: not granted, no limit."""
 
     fs_readable: Iterable[StrPath] | None
-    """Absolute paths (files or directories) readable and executable; they must exist
+    """Paths (files or directories) readable and executable; they must exist (a
+    relative path resolves against the working directory when the sandbox is built)
     (default: []).
     """
     fs_writable: Iterable[StrPath] | None
-    """Absolute paths readable, writable, executable, creatable, removable; they must
-    exist (default: []).
+    """Paths readable, writable, executable, creatable, removable; they must exist
+    (relative: as fs_readable) (default: []).
     """
     fs_denied: Iterable[StrPath] | None
     """Paths inside allowed trees that stay denied (see docs/security.md) (default:
@@ -137,6 +141,21 @@ class PolicyOptions(TypedDict, total=False):
     name: str | None
     """The sandbox's hostname (``uname -n``), in a UTS namespace of its own: 1-64
     letters, digits, ``-`` and ``.`` (default: none).
+    """
+    workdir: StrPath | None
+    """A directory seen copy-on-write: each run's writes under it land in a layer of
+    the run's own (a tmpfs, sized max_disk), listed as the result's ``changes``,
+    then committed or discarded (on_exit, on_error); relative: as fs_readable
+    (default: none).
+    """
+    on_exit: str | None
+    """With workdir: what becomes of a successful run's changes: ``"commit"`` (applied
+    to the workdir, file by file), ``"abort"`` (discarded) or ``"keep"`` (held for
+    the ``commit``/``abort`` ops) (default: "commit").
+    """
+    on_error: str | None
+    """With workdir: the same for a run that failed (non-zero exit, signal, timeout,
+    any error) (default: "abort").
     """
     no_randomize_memory: bool | None
     """No address-space layout randomization in the run

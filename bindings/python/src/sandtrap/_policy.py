@@ -8,6 +8,7 @@ dict, ``None`` as "not set", and ``bytes`` refused as a path.
 
 from __future__ import annotations
 
+import enum
 import os
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -23,6 +24,8 @@ def _value(v: Any) -> Any:
     """A value msgpack can carry: paths as str, iterables as lists, mappings as dicts."""
     if isinstance(v, os.PathLike):
         return os.fspath(v)
+    if isinstance(v, enum.Enum):
+        return v.value  # BranchAction
     if isinstance(v, (str, bytes, bytearray, bool, int, float)) or v is None:
         return v
     if isinstance(v, Mapping):

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._errors import ProcessFailed
+from ._view import Change, changes_of
 
 
 class ExitReason(str, enum.Enum):
@@ -25,6 +26,8 @@ class ExitReason(str, enum.Enum):
     SPAWN_FAILED = "spawn_failed"
     ISOLATION_UNAVAILABLE = "isolation_unavailable"
     STAGE_FAILED = "stage_failed"
+    DISK_LIMIT = "disk_limit"
+    COMMIT_FAILED = "commit_failed"
     CLOSED = "closed"
     INTERNAL = "internal"
     UNKNOWN = "unknown"
@@ -108,6 +111,11 @@ class Result:
     beyond are counted in ``denials_dropped``), and ``denials_sources`` says for
     each source (``supervisor``, ``landlock``, ``seccomp``) ``"reported"`` or why
     its denials are not in the list.
+
+    With a ``workdir``: ``changes`` lists every path the run changed under it,
+    ``branch`` what became of them (``"committed"``, ``"aborted"`` or ``"kept"``:
+    then :meth:`Sandbox.commit` / :meth:`Sandbox.abort` take the result),
+    ``committed`` what a commit applied and ``commit_refused`` what it refused.
     """
 
     success: bool
@@ -127,6 +135,11 @@ class Result:
     denials: list[Denial] = field(default_factory=list)
     denials_dropped: int = 0
     denials_sources: dict[str, str] = field(default_factory=dict, repr=False)
+    changes: list[Change] = field(default_factory=list)
+    branch: str | None = None
+    branch_id: int | None = field(default=None, repr=False)
+    committed: list[Change] = field(default_factory=list, repr=False)
+    commit_refused: list[Change] = field(default_factory=list, repr=False)
     reason: ExitReason = ExitReason.UNKNOWN
 
     @property
@@ -181,6 +194,11 @@ class Result:
             denials=[Denial.from_response(d) for d in (m.get("denials") or []) if isinstance(d, dict)],
             denials_dropped=int(m.get("denials_dropped") or 0),
             denials_sources={str(k): str(v) for k, v in (m.get("denials_sources") or {}).items()},
+            changes=changes_of(m.get("changes")),
+            branch=str(m["branch"]) if m.get("branch") else None,
+            branch_id=int(m["branch_id"]) if m.get("branch_id") else None,
+            committed=changes_of(m.get("committed")),
+            commit_refused=changes_of(m.get("commit_refused")),
             reason=ExitReason.parse(m.get("reason")),
         )
 

@@ -27,8 +27,9 @@ from ._fields import KEYWORDS
 from ._gather import NamedCommand
 from ._policy import PolicyOptions, to_engine
 from ._process import ProcessMixin
-from ._result import LearnResult, Result
+from ._result import ErrorInfo, LearnResult, Result
 from ._typing import ArgSequence
+from ._view import CommitResult, DryRunResult, changes_of
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -606,6 +607,52 @@ class Sandbox(ProcessMixin):
         re-raises ``CancelledError``."""
         call, req = self._run_request(argv, timeout, stdin, env, cwd, max_output)
         return await _wait_async(call, req)
+
+    def dry_run(
+        self,
+        argv: Argv,
+        timeout: float | None = None,
+        stdin: Stdin = None,
+        env: Mapping[str, str] | None = None,
+        cwd: StrPath | None = None,
+        max_output: int | str | None = None,
+    ) -> DryRunResult:
+        """Run ``argv`` as :meth:`run` does, list what it changed under the
+        sandbox's ``workdir`` and discard it all: the workdir is left as it was,
+        byte for byte. Raises :class:`InvalidRequest` when the sandbox has no
+        workdir."""
+        call, req = self._run_request(argv, timeout, stdin, env, cwd, max_output, op="dry_run")
+        return DryRunResult.from_result(_wait_sync(call, req))
+
+    def _branch_op(self, op: str, result: Result | int) -> dict[str, Any]:
+        bid = result if isinstance(result, int) else result.branch_id
+        if not bid:
+            raise InvalidRequest(
+                "invalid request: branch_id: the result's changes were not kept (on_exit/on_error keep)",
+                [Problem("branch_id", "the result's changes were not kept (on_exit/on_error keep)")],
+            )
+        h = self._live()
+        h.acquire()
+        try:
+            rc, resp = _native.sandbox_exec(h.ptr, _native.pack({"op": op, "branch_id": bid}))
+        finally:
+            h.release()
+        if rc != _native.OK or resp is None:
+            raise _native.status_error(rc, resp)
+        return resp
+
+    def commit(self, result: Result | int) -> CommitResult:
+        """Apply the kept changes of ``result`` (a run whose branch was ``"kept"``, or
+        its ``branch_id``) to the workdir, file by file; they are gone afterwards.
+        What was applied and what was refused is in the :class:`CommitResult`."""
+        resp = self._branch_op("commit", result)
+        err = resp.get("error")
+        info = ErrorInfo(str(err.get("kind") or ""), str(err.get("message") or "")) if isinstance(err, dict) else None
+        return CommitResult(changes_of(resp.get("committed")), changes_of(resp.get("commit_refused")), info)
+
+    def abort(self, result: Result | int) -> None:
+        """Discard the kept changes of ``result`` (or of its ``branch_id``)."""
+        self._branch_op("abort", result)
 
     def learn(
         self,
