@@ -69,7 +69,7 @@ const (
 	StageView       Stage = "view"
 	StageCaps       Stage = "capabilities"
 	StageNoNewPrivs Stage = "no_new_privs"
-	StageProcess    Stage = "process" // personality, transparent huge pages, CPU affinity
+	StageProcess    Stage = "process" // the personality and the CPU affinity of the policy
 	StagePdeathsig  Stage = "pdeathsig"
 	StageStdio      Stage = "stdio"
 	StageCloseFDs   Stage = "close_fds"
