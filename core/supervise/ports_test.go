@@ -4,6 +4,7 @@ package supervise
 
 import (
 	"encoding/binary"
+	"math/rand/v2"
 	"net"
 	"runtime"
 	"strconv"
@@ -96,6 +97,23 @@ func freePort(t *testing.T) int {
 	p := l.Addr().(*net.TCPAddr).Port
 	l.Close()
 	return p
+}
+
+// quietPort is a free port below the ephemeral range (ip_local_port_range starts
+// at 32768 by default): no connect or bind to port 0 — of this machine's other
+// programs, or a remap of the supervisor's own — is given it meanwhile, so finding
+// it held later means one of ours holds it.
+func quietPort(t *testing.T) int {
+	t.Helper()
+	for i := 0; i < 200; i++ {
+		p := 20000 + rand.IntN(12000)
+		if l, err := net.Listen("tcp4", "127.0.0.1:"+strconv.Itoa(p)); err == nil {
+			l.Close()
+			return p
+		}
+	}
+	t.Fatal("no free port in 20000-31999")
+	return 0
 }
 
 func portsSandbox(t *testing.T, pm *PortMap, override map[string]handlerFunc) *sandbox {
@@ -249,7 +267,7 @@ func TestPortsBindRace(t *testing.T) {
 	}}
 	for _, mode := range []string{"supervised", "naive"} {
 		t.Run(mode, func(t *testing.T) {
-			v, other := freePort(t), freePort(t)
+			v, other := freePort(t), quietPort(t)
 			var o map[string]handlerFunc
 			if mode == "naive" {
 				o = naive
