@@ -15,6 +15,8 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 	"golang.org/x/sys/unix"
+
+	"github.com/sandtrap/sandtrap/core/policy"
 )
 
 // drive runs a run_handlers request, answering each host call with decide (nil:
@@ -43,7 +45,7 @@ func drive(t *testing.T, sb *Sandbox, req map[string]any, decide func(call map[s
 }
 
 func exitCode(m map[string]any) int64 {
-	n, _ := toInt(m["exit_code"])
+	n, _ := policy.AsInt(m["exit_code"])
 	return n
 }
 
@@ -177,7 +179,7 @@ func TestHandlerExceptionPolicies(t *testing.T) {
 		policy string
 		want   func(m map[string]any) bool
 	}{
-		{"kill", func(m map[string]any) bool { s, _ := toInt(m["signal"]); return s == 9 || exitCode(m) == 137 }},
+		{"kill", func(m map[string]any) bool { s, _ := policy.AsInt(m["signal"]); return s == 9 || exitCode(m) == 137 }},
 		{"deny_eperm", func(m map[string]any) bool {
 			return strings.Contains(string(m["stderr"].([]byte)), "Operation not permitted")
 		}},
@@ -440,7 +442,7 @@ func TestHandlerCloseWhileParked(t *testing.T) {
 			t.Fatalf("the run ended: %v", resp)
 		}
 		if a, _ := c["argv"].([]any); len(a) > 0 && a[0] == "/bin/sleep" {
-			pid, _ := toInt(c["pid"])
+			pid, _ := policy.AsInt(c["pid"])
 			pids = append(pids, int(pid))
 			break
 		}
@@ -512,20 +514,7 @@ func TestHandlerRunsAttributedByNamespace(t *testing.T) {
 	}
 }
 
-func exitCodeOf(v any) int64 { n, _ := toInt(v); return n }
-
-func toInt(v any) (int64, bool) {
-	switch n := v.(type) {
-	case int64:
-		return n, true
-	case uint64:
-		return int64(n), true
-	case int8, int16, int32, uint8, uint16, uint32, int:
-		x, err := strconv.ParseInt(fmt.Sprint(n), 10, 64)
-		return x, err == nil
-	}
-	return 0, false
-}
+func exitCodeOf(v any) int64 { n, _ := policy.AsInt(v); return n }
 
 // ctx.restrict_max_memory / restrict_max_processes lower the sandbox's cgroup
 // limits for the rest of the run (a program allocating or forking past the lowered

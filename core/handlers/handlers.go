@@ -179,7 +179,7 @@ func parseHostRun(s Sandbox, m map[string]any, probs *policy.Problems) *hostRun 
 				probs.Add(at+".syscall", "%s is refused by the sandbox's deny list: a handler there would never run", name)
 				continue
 			}
-			id, okID := toInt(hm["id"])
+			id, okID := policy.AsInt(hm["id"])
 			if !okID || id <= 0 {
 				probs.Add(at+".id", "must be a positive integer (the binding's handler id)")
 				continue
@@ -196,19 +196,6 @@ func parseHostRun(s Sandbox, m map[string]any, probs *policy.Problems) *hostRun 
 		probs.Add("handlers", "run_handlers needs handlers or policy_fn")
 	}
 	return r
-}
-
-func toInt(v any) (int64, bool) {
-	switch n := v.(type) {
-	case int64:
-		return n, true
-	case uint64:
-		return int64(n), true
-	case int8, int16, int32, uint8, uint16, uint32, int:
-		x, err := strconv.ParseInt(fmt.Sprint(n), 10, 64)
-		return x, err == nil
-	}
-	return 0, false
 }
 
 // setCancel: what kills the run (an abort before it is set kills it at once).
@@ -693,8 +680,8 @@ func RunOp(s Sandbox, b []byte) ([]byte, string) {
 }
 
 func lookupEvent(m map[string]any) (*hostRun, *hostEvent, *protocol.Error) {
-	tok, _ := toInt(m["run"])
-	id, _ := toInt(m["event"])
+	tok, _ := policy.AsInt(m["run"])
+	id, _ := policy.AsInt(m["event"])
 	hostRunsMu.Lock()
 	r := hostRuns[uint64(tok)]
 	hostRunsMu.Unlock()
@@ -750,15 +737,15 @@ func ReadOp(s Sandbox, b []byte) ([]byte, string) {
 	if perr != nil {
 		return protocol.ErrorResponse(perr), protocol.KindInvalidRequest
 	}
-	addr, _ := toInt(m["addr"])
-	if cs, ok := toInt(m["cstr"]); ok {
+	addr, _ := policy.AsInt(m["addr"])
+	if cs, ok := policy.AsInt(m["cstr"]); ok {
 		str, err := e.ev.ReadString(uint64(addr), int(cs))
 		if err != nil {
 			return protocol.Encode(map[string]any{"success": false, "error": map[string]string{"kind": "read_failed", "message": err.Error()}}), ""
 		}
 		return protocol.Encode(map[string]any{"success": true, "data": []byte(str)}), ""
 	}
-	n, _ := toInt(m["len"])
+	n, _ := policy.AsInt(m["len"])
 	data, err := e.ev.Read(uint64(addr), int(n))
 	if err != nil {
 		return protocol.Encode(map[string]any{"success": false, "error": map[string]string{"kind": "read_failed", "message": err.Error()}}), ""
