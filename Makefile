@@ -25,7 +25,7 @@ INCLUDEDIR ?= $(PREFIX)/include
 BINDIR     ?= $(PREFIX)/bin
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 
-.PHONY: all lib cli test-cli init generate install uninstall wheel sdist npm-pack packages lint test test-go test-c test-guest test-python test-node test-cross test-packaging fuzz bench deps demo clean
+.PHONY: all lib cli test-cli init generate install uninstall wheel sdist npm-pack packages lint test test-go test-c test-guest test-python test-node test-cross test-ray test-packaging fuzz bench bench-ray deps demo clean
 
 all: lib cli
 
@@ -117,7 +117,7 @@ deps:
 # The whole suite; installs what it needs first (README's test command).
 test: deps
 	$(MAKE) lib cli
-	$(MAKE) lint test-go test-c fuzz test-guest test-python test-node test-cross test-cli test-packaging
+	$(MAKE) lint test-go test-c fuzz test-guest test-python test-node test-cross test-cli test-ray test-packaging
 
 # ---- lint (part of make test) -----------------------------------------------------
 # Every tool pinned and installed here on first use: staticcheck from the Go module
@@ -210,6 +210,16 @@ $(CLIVENV)/.ok:
 test-cli: cli $(CLIVENV)/.ok
 	SANDTRAP_CLI=$(CURDIR)/$(CLI) $(CLIVENV)/bin/python -m pytest -q tests/cli
 
+# sandtrap.ray on a two-node Ray cluster of the test's own, in a network and pid
+# namespace of its own (tests/ray/conftest.py); Ray from PyPI in a venv of its own
+RAYVENV := $(BUILD)/ray-venv
+$(RAYVENV)/.ok:
+	$(PYTHON) -m venv $(RAYVENV)
+	$(RAYVENV)/bin/pip install -q --disable-pip-version-check pytest msgpack 'ray==2.60.0'
+	@touch $@
+test-ray: lib $(RAYVENV)/.ok
+	PYTHONPATH=$(CURDIR)/bindings/python/src SANDTRAP_LIB=$(CURDIR)/$(LIB) tests/ray/run.sh $(RAYVENV)/bin/python tests/ray
+
 # the wheel, sdist, npm tarball and C library installed away from the hidden
 # repository, and every README code block run against them (tests/packaging/run.sh)
 test-packaging: lib
@@ -227,6 +237,11 @@ bench: deps lib
 	$(PYTHON) bench/python/bench_popen_cpu.py
 	cd bindings/node && npm install --no-audit --no-fund
 	node bench/node/bench_run.mjs
+
+# sandtrap.ray's overhead (a one-node cluster in a namespace of its own, as test-ray)
+bench-ray: lib $(RAYVENV)/.ok
+	PYTHONPATH=$(CURDIR)/bindings/python/src SANDTRAP_LIB=$(CURDIR)/$(LIB) \
+	    unshare --net --pid --fork --mount-proc sh -c 'ip link set lo up; "$$0" bench/ray/bench_ray.py' $(RAYVENV)/bin/python
 
 # Builds everything and runs the demo (README's first command), then the same kind
 # of containment from the command line.

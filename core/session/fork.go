@@ -59,13 +59,22 @@ func forkOp(s *engine.Sandbox, req []byte) ([]byte, string) {
 
 func startFork(s *engine.Sandbox, req []byte) (*forkState, error) {
 	r, err := newReader(req, "fork", "op", "n", "init_ref", "init_src", "work_ref", "work_src", "sys_path",
-		"main_path", "interpreter", "parallel", "timeout", "tag")
+		"main_path", "interpreter", "parallel", "timeout", "tag", "first")
 	if err != nil {
 		return nil, err
 	}
 	n := r.count("n")
 	if !r.has("n") {
 		r.addf("n is missing (how many clones)")
+	}
+	first := int64(0) // the first clone's id: a share of a larger fork (sandtrap.ray)
+	if r.has("first") {
+		v, ok := r.m["first"].Int()
+		if !ok || v < 0 || v > 1<<31-n {
+			r.addf("first must be an integer from 0 to 2^31-1-n")
+		} else {
+			first = v
+		}
 	}
 	initFrame := map[string]any{"op": "init"}
 	for _, k := range []string{"init_ref", "init_src", "work_ref", "work_src"} {
@@ -184,7 +193,7 @@ func startFork(s *engine.Sandbox, req []byte) (*forkState, error) {
 	if op := reply.str("op"); op != "ready" {
 		return fail(&engine.Error{Kind: engine.KindSpawn, Message: initFailure(reply, mainPath)})
 	}
-	fr := map[string]any{"op": "fork", "n": n, "parallel": nil, "timeout": nil, "max_output": s.Policy.MaxOutput,
+	fr := map[string]any{"op": "fork", "n": n, "first": first, "parallel": nil, "timeout": nil, "max_output": s.Policy.MaxOutput,
 		"max_processes": nil}
 	if parallel > 0 {
 		fr["parallel"] = parallel

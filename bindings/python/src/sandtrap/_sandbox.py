@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
     from ._coop import CoopSandbox
     from ._coop import Policy as CoopPolicy
+    from .ray import ClusterClones, SandboxPool
 
 _S = TypeVar("_S", bound="Sandbox")
 
@@ -235,6 +236,10 @@ def _wait_with(call: _Call, req: bytes, outcome: Callable[[int, dict[str, Any] |
 
 
 async def _wait_async(call: _Call, req: bytes) -> Result:
+    return cast(Result, await _wait_async_with(call, req, _outcome))
+
+
+async def _wait_async_with(call: _Call, req: bytes, outcome: Callable[[int, dict[str, Any] | None], Any]) -> Any:
     loop = asyncio.get_running_loop()
     fut = loop.run_in_executor(_async_executor(), call.run, req)
     try:
@@ -251,7 +256,7 @@ async def _wait_async(call: _Call, req: bytes) -> Result:
             fut.exception()  # retrieved: no "never retrieved" warning
         raise
     assert out is not None
-    return _outcome(*out)
+    return outcome(*out)
 
 
 # ---------------------------------------------------------------------------
@@ -743,7 +748,37 @@ class Sandbox(ProcessMixin):
 
     # -- hooks for later issues -------------------------------------------------
 
-    def fork(self, n: int, *, timeout: float | None = None, parallel: int | None = None) -> _fork.Clones:
+    @overload
+    def fork(
+        self,
+        n: int,
+        *,
+        timeout: float | None = None,
+        parallel: int | None = None,
+        first: int = 0,
+        cluster: None = None,
+    ) -> _fork.Clones: ...
+
+    @overload
+    def fork(
+        self,
+        n: int,
+        *,
+        timeout: float | None = None,
+        parallel: int | None = None,
+        first: int = 0,
+        cluster: SandboxPool,
+    ) -> ClusterClones: ...
+
+    def fork(
+        self,
+        n: int,
+        *,
+        timeout: float | None = None,
+        parallel: int | None = None,
+        first: int = 0,
+        cluster: SandboxPool | None = None,
+    ) -> _fork.Clones | ClusterClones:
         """Run ``init_fn`` once in a confined template, then fork ``n`` clones of it
         (inside the sandbox, copy-on-write) that each run ``work_fn(clone_id)`` with
         ``CLONE_ID`` set and their own stdout. Iterate the returned :class:`Clones` to
@@ -751,15 +786,26 @@ class Sandbox(ProcessMixin):
         ``timeout`` kills a clone that runs longer (default: the policy's ``timeout``, as
         for a run); ``parallel`` bounds clones alive at once (default: 4 per CPU). The
         template may also read this interpreter's files, the guest runtime and the
-        functions' modules: ``Clones.isolation["python"]`` says what was added."""
+        functions' modules: ``Clones.isolation["python"]`` says what was added.
+        ``first`` numbers the clones ``first .. first+n-1`` (one share of a larger fork).
+        ``cluster`` (a :class:`sandtrap.ray.SandboxPool`) forks across its nodes instead:
+        ``init_fn`` once per node, each node's share of the ids there, results streamed
+        back (:class:`sandtrap.ray.ClusterClones`)."""
+        if cluster is not None:
+            if first:
+                raise InvalidArgument("fork: first numbers a local share; a cluster fork numbers its clones 0..n-1")
+            return cluster.fork(self, n, timeout=timeout, parallel=parallel)
         h = self._live()
         if not self._work:
             raise InvalidArgument("fork needs work_fn (a module-level function or Python source)")
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise InvalidArgument(f"fork: n must be a positive int, got {n!r}")
+        if not isinstance(first, int) or isinstance(first, bool) or first < 0:
+            raise InvalidArgument(f"fork: first must be a non-negative int, got {first!r}")
         req: dict[str, Any] = {
             "op": "fork",
             "n": n,
+            "first": first,
             "interpreter": sys.executable,
             "timeout": timeout,
             "parallel": parallel,
@@ -772,7 +818,7 @@ class Sandbox(ProcessMixin):
     def reduce(self, argv: Argv, clones: Any, timeout: float | None = None) -> Result:
         """Run ``argv`` here with the clones' outputs, in clone order, on its stdin.
         This sandbox holds its own policy: none of the mapper's access."""
-        if isinstance(clones, _fork.Clones):
+        if isinstance(clones, _fork.Clones) or callable(getattr(clones, "results", None)):
             clones = clones.results()
         items = [
             {"id": c.id, "stdout": c.stdout} if isinstance(c, _fork.CloneResult) else {"id": i, "stdout": bytes(c)}

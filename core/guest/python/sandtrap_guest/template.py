@@ -16,7 +16,8 @@ worker.py):
     host → {"op": "fork", "n": int, "parallel": int, "timeout": float|None, "max_output": int,
             "forkers": int|None (default: one per CPU this process may run on),
             "max_processes": int|None (the sandbox's process limit, if any: forkers and
-            clones are kept within it)}
+            clones are kept within it), "first": int (the first clone's id, default 0:
+            the clones are first .. first+n-1)}
          ← {"op": "forking"}
     host → {"op": "next"}   (repeat until done)
          ← {"op": "clones", "items": [{id, stdout, stderr, exit_code, signal, timed_out,
@@ -501,9 +502,9 @@ class Fork:
     leaves room for a single process besides the template gets no forker: the template
     forks its clones itself, one at a time (as it does when no forker can be forked)."""
 
-    def __init__(self, work, g, n, parallel, timeout, max_output, forkers=None, max_processes=None):
-        self.n = n
-        self.next_id = 0
+    def __init__(self, work, g, n, parallel, timeout, max_output, forkers=None, max_processes=None, first=0):
+        self.n = first + n  # ids first .. first+n-1 (a share of a larger fork starts past 0)
+        self.next_id = first
         self.pending = []  # packed items not yet sent to the host
         self.pending_bytes = 0
         self.subs = {}  # result fd -> _Sub
@@ -786,6 +787,7 @@ def main() -> int:
                     int(msg.get("max_output") or (16 << 20)),
                     msg.get("forkers"),
                     msg.get("max_processes"),
+                    int(msg.get("first") or 0),
                 )
                 _write_frame({"op": "forking"})
                 if not _serve_fork(fork):
