@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Installs what building and testing sandtrap needs on a fresh Debian machine:
-# Debian packages (libseccomp-dev, a C compiler, bubblewrap for the benchmark),
+# Debian packages (libseccomp-dev, a C compiler, bubblewrap for the benchmark,
+# iproute2 and util-linux for the Ray tests' namespace),
 # Go modules (from the module proxy), Python packages (pip) and Node packages (npm).
 # Idempotent: a machine that has everything returns in a second.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_pkgs=()
-for p in libseccomp-dev gcc make pkg-config bubblewrap; do
+for p in libseccomp-dev gcc make pkg-config bubblewrap iproute2 util-linux; do
   dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then
