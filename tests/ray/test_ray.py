@@ -113,6 +113,23 @@ def test_distributed_fork_and_reduce_match_local(pool, cluster):
     assert pool.reduce(reducer, ["/bin/cat"], got, node=cluster["worker"]).stdout == want.stdout
 
 
+def test_the_reducer_reads_clones_as_they_come(pool, cluster):
+    # ids 0..9 (head) finish at once, 10..19 (worker) after 4 s: the reducer has read
+    # the first ones long before the last exist
+    src = "import time\nif CLONE_ID >= 10: time.sleep(4)\nprint(CLONE_ID)"
+    mapper = Sandbox(fs_readable=SYSTEM, work_fn=src)
+    reducer = Sandbox(fs_readable=SYSTEM)
+    script = "read first; date +%s.%N; echo $first; cat"
+    t0 = time.time()
+    r = reducer.reduce(["/bin/sh", "-c", script], mapper.fork(20, cluster=pool, parallel=10))
+    t1 = time.time()
+    assert r.success, r.stderr
+    lines = r.stdout.decode().split()
+    first_read = float(lines[0])
+    assert lines[1:] == [str(i) for i in range(20)]
+    assert first_read < t1 - 2.5, (first_read - t0, t1 - t0)
+
+
 def test_clone_ids_are_global(pool):
     out = Sandbox(fs_readable=SYSTEM, work_fn="import os\nprint(CLONE_ID, os.environ['CLONE_ID'])").fork(
         7, cluster=pool

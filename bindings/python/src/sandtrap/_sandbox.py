@@ -818,7 +818,10 @@ class Sandbox(ProcessMixin):
     def reduce(self, argv: Argv, clones: Any, timeout: float | None = None) -> Result:
         """Run ``argv`` here with the clones' outputs, in clone order, on its stdin.
         This sandbox holds its own policy: none of the mapper's access."""
-        if isinstance(clones, _fork.Clones) or callable(getattr(clones, "results", None)):
+        stream = getattr(clones, "_stream_reduce", None)
+        if stream is not None:  # sandtrap.ray's clones: fed to the reducer as they come
+            return cast(Result, stream(self, argv, timeout))
+        if isinstance(clones, _fork.Clones):
             clones = clones.results()
         items = [
             {"id": c.id, "stdout": c.stdout} if isinstance(c, _fork.CloneResult) else {"id": i, "stdout": bytes(c)}

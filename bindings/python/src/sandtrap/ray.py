@@ -481,6 +481,53 @@ class ClusterClones:
     def __len__(self) -> int:
         return self.n
 
+    def _stream_reduce(self, reducer: Sandbox, argv: Sequence[Any], timeout: float | None) -> Result:
+        """``reducer.reduce(argv, clones)``: the reducer starts at once and reads the
+        clones' stdout in clone order as they arrive from the nodes (a clone is held
+        only until those before it came in; a lost clone is skipped)."""
+        from ._process import StdioMode
+
+        p = reducer.popen(
+            argv, stdin=StdioMode.PIPED, stdout=StdioMode.CAPTURE, stderr=StdioMode.CAPTURE, timeout=timeout
+        )
+        assert p.stdin is not None
+        held: dict[int, bytes] = {}
+        nxt, ok = 0, True
+
+        def flush(upto: int) -> None:
+            nonlocal nxt, ok
+            lost = set(self.lost)
+            wrote = False
+            while nxt < upto and (nxt in held or nxt in lost):
+                out = held.pop(nxt, b"")
+                nxt += 1
+                if ok and out:
+                    try:
+                        p.stdin.write(out)
+                        wrote = True
+                    except (BrokenPipeError, ValueError):
+                        ok = False  # the reducer stopped reading: it still gets waited for
+            if ok and wrote:
+                try:
+                    p.stdin.flush()
+                except (BrokenPipeError, ValueError):
+                    ok = False
+
+        try:
+            for c in self:
+                held[c.id] = c.stdout
+                flush(self.n)
+            flush(self.n)  # every node is done: each id came in or is lost
+        except BaseException:
+            p.kill()
+            raise
+        finally:
+            try:
+                p.stdin.close()
+            except (BrokenPipeError, ValueError):
+                pass
+        return p.wait()
+
     def cancel(self) -> None:
         """Stop every node's share: templates and clones are killed there."""
         ray = _ray()
