@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/sandtrap/sandtrap/core/httpproxy"
 )
@@ -238,4 +239,162 @@ func TestHTTPSGivenCA(t *testing.T) {
 	if got, _ := os.ReadFile(filepath.Join(dir, "out.pem")); !bytes.Equal(got, ca.PEM()) {
 		t.Fatal("http_ca_out is not the given CA")
 	}
+}
+
+// scanProg makes requests through https_proxy, then looks for the secret (given
+// in two halves, never joined in its memory) in its environment, every file of
+// /proc/self, every readable mapping of its memory, and every file it can read
+// that changed since the secret was made (one older cannot hold it).
+const scanProg = `import os, sys, time, urllib.request
+A, B, since = sys.argv[1].encode(), sys.argv[2].encode(), float(sys.argv[3])
+def has(d):
+    i = d.find(A)
+    while i >= 0:
+        if d[i + len(A):i + len(A) + len(B)] == B:
+            return True
+        i = d.find(A, i + 1)
+    return False
+for url, data, hdr in ((sys.argv[4], b"{}", {"Authorization": "Bearer fake"}), (sys.argv[5], None, {}), (sys.argv[6], None, {})):
+    try:
+        req = urllib.request.Request(url, data=data, headers=hdr)
+        print("RESP", urllib.request.urlopen(req, timeout=20).read().decode())
+    except Exception as e:
+        print("ERR", url, e)
+found, files = [], 0
+for k, v in os.environ.items():
+    if has((k + "=" + v).encode()) or k == "SANDTRAP_TEST_SECRET":
+        found.append("env " + k)
+for n in os.listdir("/proc/self"):
+    p = "/proc/self/" + n
+    try:
+        if os.path.isfile(p) and n not in ("mem", "pagemap", "clear_refs", "kpageflags"):
+            with open(p, "rb") as f:
+                if has(f.read()):
+                    found.append(p)
+    except OSError:
+        pass
+mem = open("/proc/self/mem", "rb", 0)
+regions = 0
+for line in open("/proc/self/maps").read().splitlines():
+    addr, perms = line.split()[:2]
+    lo, hi = (int(x, 16) for x in addr.split("-"))
+    if perms[0] != "r" or "[vvar" in line:
+        continue
+    try:
+        mem.seek(lo)
+        d = mem.read(hi - lo)
+    except OSError:
+        continue
+    regions += 1
+    if has(d):
+        found.append("mem " + line)
+for root in sys.argv[7:]:
+    for dp, dns, fns in os.walk(root):
+        for fn in fns:
+            p = os.path.join(dp, fn)
+            try:
+                st = os.lstat(p)
+                if not os.path.isfile(p) or os.path.islink(p) or st.st_ctime < since:
+                    continue
+                with open(p, "rb") as f:
+                    files += 1
+                    if has(f.read()):
+                        found.append(p)
+            except OSError:
+                pass
+print("SCANNED", regions, files)
+print("FOUND", found)
+`
+
+// Credentials: the proxy adds the header after the rule check, over intercepted
+// HTTPS to the verified upstream; the secret is not in the run's environment
+// (its variable removed), its /proc/self, its memory or any file it can read; the
+// sandbox's own Authorization is replaced; plain HTTP gets no credential without
+// http_auth_plain; a credential file the sandbox could read is refused.
+func TestHTTPSCredentials(t *testing.T) {
+	ca := upstreamCA(t)
+	up := newTLSUpstream(t, ca, "api.test")
+	plainUp := &upstream{}
+	var plainAuth []string
+	var pmu sync.Mutex
+	plain := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		pmu.Lock()
+		plainAuth = append(plainAuth, r.Header.Get("X-Api-Key")+"|"+r.Header.Get("Authorization"))
+		pmu.Unlock()
+		plainUp.ServeHTTP(w, r)
+	}))
+	defer plain.Close()
+	mapHosts(t, "api.test", "plain.test")
+	since := float64(time.Now().Unix() - 1)
+	secret := fmt.Sprintf("sk-test-%x", sha256.Sum256([]byte(time.Now().String())))[:40]
+	fileSecret := secret[:20] + "-file-" + secret[20:]
+	t.Setenv("SANDTRAP_TEST_SECRET", secret)
+	dir := t.TempDir()
+	credFile := filepath.Join(dir, "key")
+	os.WriteFile(credFile, []byte(fileSecret+"\n"), 0o600)
+	gp, pp := up.port(t), portOfURL(t, plain.URL)
+	pol := map[string]any{
+		"fs_readable":    []any{"/usr", "/lib", "/bin", "/etc", "/proc", "/tmp"},
+		"http_allow":     []any{"POST api.test/v1/*", "GET api.test/ok/*", "GET plain.test/*"},
+		"http_ports":     []any{int64(gp), int64(pp)},
+		"http_intercept": true,
+		"http_inject_ca": []any{hostBundle},
+		"credentials":    map[string]any{"api": "env:SANDTRAP_TEST_SECRET", "f": "file:" + credFile},
+		"http_auth":      []any{"POST api.test/v1/* bearer api", "GET api.test/ok/* header:x-api-key f", "GET plain.test/* header:X-Api-Key f"},
+	}
+	// the file lies in /tmp, which the sandbox may read: refused
+	if _, err := NewFromMap(withBase(pol)); err == nil || !strings.Contains(err.Error(), credFile+" is readable in the sandbox (/tmp)") {
+		t.Fatalf("a readable credential file: %v", err)
+	}
+	pol["fs_denied"] = []any{dir}
+	sb := newSB(t, pol)
+	h := sb.isolation().Net.HTTP
+	if strings.Contains(fmt.Sprintf("%+v", h), secret[8:20]) || len(h.Auth) != 3 {
+		t.Fatalf("report: %+v", h)
+	}
+	ps, pls := strconv.Itoa(gp), strconv.Itoa(pp)
+	half := len(secret) / 2
+	r := run(sb, "/usr/bin/python3", "-c", scanProg, secret[:half], secret[half:], strconv.FormatFloat(since, 'f', 0, 64),
+		"https://api.test:"+ps+"/v1/chat", "https://api.test:"+ps+"/ok/k", "http://plain.test:"+pls+"/p",
+		"/usr", "/lib", "/bin", "/etc", "/tmp")
+	out := string(r.Stdout)
+	t.Logf("%s", out[strings.Index(out, "SCANNED"):])
+	if !strings.Contains(out, "RESP hit POST /v1/chat") || !strings.Contains(out, "RESP hit GET /ok/k") || !strings.Contains(out, "RESP hit GET /p") {
+		t.Errorf("requests: %q %s", out, r.Stderr)
+	}
+	if !strings.Contains(out, "FOUND []") || !strings.Contains(out, "SCANNED") || strings.Contains(out, "SCANNED 0 ") {
+		t.Errorf("the secret in the sandbox: %q %s", out, r.Stderr)
+	}
+	// the file secret, by the same scan
+	half = len(fileSecret) / 2
+	r = run(sb, "/usr/bin/python3", "-c", scanProg, fileSecret[:half], fileSecret[half:], strconv.FormatFloat(since, 'f', 0, 64),
+		"https://api.test:"+ps+"/v1/chat", "https://api.test:"+ps+"/ok/k", "http://plain.test:"+pls+"/p", "/tmp")
+	if out := string(r.Stdout); !strings.Contains(out, "FOUND []") {
+		t.Errorf("the file secret in the sandbox: %q %s", out, r.Stderr)
+	}
+	got := map[string]string{}
+	for _, req := range up.requests() {
+		got[req.Method+" "+req.URL.Path] = req.Header.Get("Authorization") + "|" + req.Header.Get("X-Api-Key")
+	}
+	if got["POST /v1/chat"] != "Bearer "+secret+"|" || got["GET /ok/k"] != "|"+fileSecret {
+		t.Errorf("the upstream's headers: %q", got)
+	}
+	pmu.Lock()
+	defer pmu.Unlock()
+	for _, a := range plainAuth {
+		if a != "|" {
+			t.Errorf("plain HTTP got a credential: %q", a)
+		}
+	}
+}
+
+func withBase(m map[string]any) map[string]any {
+	out := map[string]any{}
+	for k, v := range basePolicy {
+		out[k] = v
+	}
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
 }
