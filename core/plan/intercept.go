@@ -130,13 +130,15 @@ func planAuth(p *policy.Policy, h *httpPlan, rep *HTTPReport, probs *policy.Prob
 		kind, rest, _ := strings.Cut(src, ":")
 		switch kind {
 		case "env":
-			v, ok := os.LookupEnv(rest)
-			if !ok || v == "" {
-				probs.Add("credentials", "%q: the variable %s is not set in the engine's environment", name, rest)
-				continue
+			// the environment the run would have been given: the policy's env
+			// (the bindings send their process's current environment there),
+			// else this process's; the variable is then kept from the run
+			v, ok := p.Env[rest]
+			if !ok {
+				v, ok = os.LookupEnv(rest)
 			}
-			if _, given := p.Env[rest]; given {
-				probs.Add("credentials", "%q: env gives the run %s, the credential's own variable", name, rest)
+			if !ok || v == "" {
+				probs.Add("credentials", "%q: the variable %s is not set (in env or the host's environment)", name, rest)
 				continue
 			}
 			secrets[name] = v
@@ -191,14 +193,12 @@ func readableBySandbox(p *policy.Policy, path string) string {
 }
 
 // withoutCredentials drops the variables that credentials read ("env:VAR") from
-// the run's environment (unless the policy's env sets them: a problem already).
+// the run's environment, whether inherited or given by the policy's env.
 func withoutCredentials(env []string, p *policy.Policy) []string {
 	drop := map[string]bool{}
 	for _, src := range p.Credentials {
 		if v, ok := strings.CutPrefix(src, "env:"); ok {
-			if _, given := p.Env[v]; !given {
-				drop[v] = true
-			}
+			drop[v] = true
 		}
 	}
 	if len(drop) == 0 {
