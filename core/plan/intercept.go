@@ -144,7 +144,7 @@ func planAuth(p *policy.Policy, h *httpPlan, rep *HTTPReport, probs *policy.Prob
 			secrets[name] = v
 		case "file":
 			if why := readableBySandbox(p, rest); why != "" {
-				probs.Add("credentials", "%q: %s is readable in the sandbox (%s): keep it outside the granted trees or add it to fs_denied", name, rest, why)
+				probs.Add("credentials", "%q: %s is readable in the sandbox (%s): keep it outside the granted trees, or deny it", name, rest, why)
 				continue
 			}
 			b, err := os.ReadFile(rest)

@@ -194,12 +194,16 @@ func (r reader) httpAuth(k string) []HTTPAuth {
 
 // checkHTTPS checks the interception and credential fields together.
 func (p *Policy) checkHTTPS(probs *Problems) {
-	const needs = "needs HTTPS interception (http_intercept = true, or http_ca and http_key)"
-	if (p.HTTPCA == "") != (p.HTTPKey == "") {
-		probs.Add("http_ca", "http_ca and http_key are given together (the CA's certificate and its private key, PEM)")
+	// (messages name no other field: each binding has its own names)
+	const needs = "needs HTTPS interception: turn it on, or give the CA's certificate and key"
+	switch {
+	case p.HTTPCA != "" && p.HTTPKey == "":
+		probs.Add("http_key", "is missing: the CA's certificate needs its private key (PEM)")
+	case p.HTTPCA == "" && p.HTTPKey != "":
+		probs.Add("http_ca", "is missing: the CA's private key needs its certificate (PEM)")
 	}
 	if (p.HTTPIntercept || p.HTTPCA != "") && !p.HTTPRules() {
-		probs.Add("http_intercept", "means nothing without HTTP rules (http_allow or http_deny): the proxy is not started")
+		probs.Add("http_intercept", "means nothing without HTTP rules: the proxy is not started")
 	}
 	if len(p.HTTPInjectCA) > 0 && !p.Intercepts() {
 		probs.Add("http_inject_ca", "%s", needs)
@@ -208,16 +212,16 @@ func (p *Policy) checkHTTPS(probs *Problems) {
 		probs.Add("http_ca_out", "%s", needs)
 	}
 	if len(p.HTTPAuth) > 0 && !p.Intercepts() && !p.HTTPAuthPlain {
-		probs.Add("http_auth", "%s (credentials go over HTTPS to a verified upstream only; http_auth_plain allows plain HTTP)", needs)
+		probs.Add("http_auth", "%s (credentials go over HTTPS to a verified upstream only, unless plain HTTP is allowed explicitly)", needs)
 	}
 	if p.HTTPAuthPlain && len(p.HTTPAuth) == 0 {
-		probs.Add("http_auth_plain", "means nothing without http_auth")
+		probs.Add("http_auth_plain", "means nothing without rules that add credentials")
 	}
 	used := map[string]bool{}
 	for _, a := range p.HTTPAuth {
 		used[a.Credential] = true
 		if _, ok := p.Credentials[a.Credential]; !ok {
-			probs.Add("http_auth", "%q names the credential %q, which credentials does not give", a.Text, a.Credential)
+			probs.Add("http_auth", "%q names the credential %q, which is not among the credentials", a.Text, a.Credential)
 		}
 	}
 	for name, src := range p.Credentials {
@@ -229,7 +233,7 @@ func (p *Policy) checkHTTPS(probs *Problems) {
 			probs.Add("credentials", "%q: %q is not \"env:VARIABLE\" or \"file:/absolute/path\"", name, src)
 		}
 		if !used[name] {
-			probs.Add("credentials", "%q is used by no http_auth rule", name)
+			probs.Add("credentials", "%q is used by no rule that adds credentials to requests", name)
 		}
 	}
 }
