@@ -1,8 +1,8 @@
 package httpproxy
 
 import (
-	"bytes"
 	"bufio"
+	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
