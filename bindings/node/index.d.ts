@@ -89,9 +89,9 @@ export interface SandboxOptions {
   httpKey?: string;
   /** Trust bundles (PEM files) the run sees with the interception CA appended (`"/etc/ssl/certs/ca-certificates.crt"`): a file of the sandbox's own laid over each in its view; the host's files are never changed (default: []). */
   httpInjectCa?: string[];
-  /** A path where the engine writes the interception CA's certificate (PEM) when the sandbox is built (for `NODE_EXTRA_CA_CERTS`, `REQUESTS_CA_BUNDLE` and runtimes with their own lists) (default: none). */
+  /** A path where the engine writes the interception CA's certificate (PEM) when the sandbox is built (for NODE_EXTRA_CA_CERTS, REQUESTS_CA_BUNDLE and runtimes with their own lists) (default: none). */
   httpCaOut?: string;
-  /** Secrets the proxy adds to requests, by name: `"env:VARIABLE"` (from env, where the bindings pass their current environment, else the engine's; the variable is removed from the run's environment) or `"file:/path"`, read when the sandbox is built; never in the sandbox's environment, memory or files (default: {}). */
+  /** Secrets the proxy adds to requests, by name: "env:VARIABLE" (from env, where the bindings pass their current environment, else the engine's; the variable is removed from the run's environment) or "file:/path", read when the sandbox is built; never in the sandbox's environment, memory or files (default: {}). */
   credentials?: Record<string, string>;
   /** Headers the proxy adds after the rule check: `"POST api.openai.com/* bearer openai"` (scheme `bearer`, `basic` with a `user:password` value, or `header:NAME`); the first rule that matches; over HTTPS to a verified upstream only (interception) unless httpAuthPlain (default: []). */
   httpAuth?: string[];

@@ -222,14 +222,14 @@ class PolicyOptions(TypedDict, total=False):
     """
     http_ca_out: StrPath | None
     """A path where the engine writes the interception CA's certificate (PEM) when the
-    sandbox is built (for ``NODE_EXTRA_CA_CERTS``, ``REQUESTS_CA_BUNDLE`` and
-    runtimes with their own lists) (default: none).
+    sandbox is built (for NODE_EXTRA_CA_CERTS, REQUESTS_CA_BUNDLE and runtimes with
+    their own lists) (default: none).
     """
     credentials: Mapping[str, str] | None
-    """Secrets the proxy adds to requests, by name: ``"env:VARIABLE"`` (from env, where
-    the bindings pass their current environment, else the engine's; the variable is
-    removed from the run's environment) or ``"file:/path"``, read when the sandbox
-    is built; never in the sandbox's environment, memory or files (default: {}).
+    """Secrets the proxy adds to requests, by name: "env:VARIABLE" (from env, where the
+    bindings pass their current environment, else the engine's; the variable is
+    removed from the run's environment) or "file:/path", read when the sandbox is
+    built; never in the sandbox's environment, memory or files (default: {}).
     """
     http_auth: Iterable[str] | None
     """Headers the proxy adds after the rule check: ``"POST api.openai.com/* bearer
