@@ -398,3 +398,110 @@ func withBase(m map[string]any) map[string]any {
 	}
 	return out
 }
+
+// wsEcho upgrades "Upgrade: websocket" requests and echoes bytes upper-cased (a
+// stand-in for a websocket server: the proxy does not read frames).
+func wsEcho(seen *[]string, mu *sync.Mutex) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		*seen = append(*seen, r.URL.Path+" "+r.Header.Get("Upgrade")+" "+r.Header.Get("Authorization"))
+		mu.Unlock()
+		if r.Header.Get("Upgrade") != "websocket" {
+			http.Error(w, "want a websocket", http.StatusBadRequest)
+			return
+		}
+		c, brw, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+		brw.Flush()
+		buf := make([]byte, 256)
+		for {
+			n, err := brw.Read(buf)
+			if n > 0 {
+				c.Write(bytes.ToUpper(buf[:n]))
+			}
+			if err != nil {
+				return
+			}
+		}
+	})
+}
+
+// wsClient opens a websocket-style upgrade to 127.0.0.1:port (TLS with the
+// default trust when argv[3] is "1"), sends "hello" and prints the status line
+// and what came back.
+const wsClient = `import socket, ssl, sys
+port, path, tls = int(sys.argv[1]), sys.argv[2], sys.argv[3] == "1"
+s = socket.create_connection(("127.0.0.1", port), timeout=20)
+if tls:
+    s = ssl.create_default_context().wrap_socket(s, server_hostname="api.test")
+s.sendall(("GET " + path + " HTTP/1.1\r\nHost: api.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n").encode())
+head = b""
+while b"\r\n\r\n" not in head:
+    b = s.recv(4096)
+    if not b:
+        break
+    head += b
+status, _, rest = head.partition(b"\r\n\r\n")
+print(status.split(b"\r\n")[0].decode())
+if b" 101 " in status:
+    s.sendall(b"hello")
+    got = rest
+    while len(got) < 5:
+        b = s.recv(4096)
+        if not b:
+            break
+        got += b
+    print(got.decode())
+else:
+    print(rest.decode(errors="replace"))
+`
+
+// Websockets: the opening request is checked by the rules (a refused path is a
+// 403, nothing reaches the upstream); an allowed one is upgraded and spliced, over
+// plain HTTP and intercepted TLS alike, with the credential added to it.
+func TestHTTPWebsocket(t *testing.T) {
+	ca := upstreamCA(t)
+	var seen []string
+	var mu sync.Mutex
+	plain := httptest.NewServer(wsEcho(&seen, &mu))
+	defer plain.Close()
+	leaf, _ := ca.Leaf("api.test")
+	tlsSrv := httptest.NewUnstartedServer(wsEcho(&seen, &mu))
+	tlsSrv.TLS = &tls.Config{Certificates: []tls.Certificate{*leaf}}
+	tlsSrv.StartTLS()
+	defer tlsSrv.Close()
+	mapHosts(t, "api.test")
+	t.Setenv("SANDTRAP_TEST_WS_KEY", "ws-secret")
+	pp, tp := portOfURL(t, plain.URL), portOfURL(t, tlsSrv.URL)
+	sb := newSB(t, map[string]any{
+		"fs_readable":    []any{"/usr", "/lib", "/bin", "/etc"},
+		"http_allow":     []any{"GET api.test/ws/*"},
+		"http_ports":     []any{int64(pp), int64(tp)},
+		"http_intercept": true,
+		"http_inject_ca": []any{hostBundle},
+		"credentials":    map[string]any{"k": "env:SANDTRAP_TEST_WS_KEY"},
+		"http_auth":      []any{"GET api.test/ws/* bearer k"},
+	})
+	for _, c := range []struct {
+		port int
+		tls  string
+	}{{pp, "0"}, {tp, "1"}} {
+		r := run(sb, "/usr/bin/python3", "-c", wsClient, strconv.Itoa(c.port), "/ws/chat", c.tls)
+		if out := strings.TrimSpace(string(r.Stdout)); out != "HTTP/1.1 101 Switching Protocols\nHELLO" {
+			t.Errorf("tls=%s allowed: %q %s", c.tls, out, r.Stderr)
+		}
+		r = run(sb, "/usr/bin/python3", "-c", wsClient, strconv.Itoa(c.port), "/other", c.tls)
+		if out := string(r.Stdout); !strings.HasPrefix(out, "HTTP/1.1 403") || !strings.Contains(out, "no http_allow rule matches") || !denied(r, "GET api.test/other") {
+			t.Errorf("tls=%s refused: %q %s", c.tls, out, r.Stderr)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 2 || seen[0] != "/ws/chat websocket " || seen[1] != "/ws/chat websocket Bearer ws-secret" {
+		t.Errorf("the upstreams saw %q (plain HTTP without the credential, TLS with it)", seen)
+	}
+}

@@ -383,7 +383,14 @@ func (s *session) request(req *http.Request, tunnelHost string, tunnelPort uint1
 		}
 	}
 	out.Header = req.Header.Clone()
+	ws := websocket(req)
 	removeHop(out.Header)
+	if ws {
+		// a websocket's opening request, checked as any request: the upgrade is
+		// passed on, and a 101 splices the two connections (websocket.go)
+		out.Header.Set("Connection", "Upgrade")
+		out.Header.Set("Upgrade", "websocket")
+	}
 	s.authorize(out.Header, t)
 	out.Close = false
 	if req.ContentLength == 0 {
@@ -400,6 +407,10 @@ func (s *session) request(req *http.Request, tunnelHost string, tunnelPort uint1
 		return false
 	}
 	defer resp.Body.Close()
+	if ws && resp.StatusCode == http.StatusSwitchingProtocols {
+		s.switched(resp)
+		return false
+	}
 	removeHop(resp.Header)
 	resp.Close = req.Close
 	if req.ProtoMajor == 1 && req.ProtoMinor == 0 && !req.Close {
