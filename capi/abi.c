@@ -142,12 +142,12 @@ int st_builder_ms(sandtrap_sandbox_builder *b, const char *key, uint64_t ms)
 	return stgo_builder_ms(b->h, (char *)key, ms);
 }
 
-int st_builder_env(sandtrap_sandbox_builder *b, const char *name, const char *value)
+int st_builder_env(sandtrap_sandbox_builder *b, const char *key, const char *name, const char *value)
 {
 	GUARD(SANDTRAP_E_FORKED_CHILD);
 	if (!b || !name || !value)
 		return SANDTRAP_E_INVALID_ARGUMENT;
-	return stgo_builder_env(b->h, (char *)name, (char *)value);
+	return stgo_builder_env(b->h, (char *)key, (char *)name, (char *)value);
 }
 
 int st_builder_ids(sandtrap_sandbox_builder *b, uint32_t uid, uint32_t gid)

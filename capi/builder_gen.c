@@ -95,7 +95,7 @@ int sandtrap_sandbox_builder_max_output(sandtrap_sandbox_builder *b, uint64_t by
 
 int sandtrap_sandbox_builder_env(sandtrap_sandbox_builder *b, const char *name, const char *value)
 {
-	return st_builder_env(b, name, value);
+	return st_builder_env(b, "env", name, value);
 }
 
 int sandtrap_sandbox_builder_clean_env(sandtrap_sandbox_builder *b, int clean)
@@ -186,4 +186,44 @@ int sandtrap_sandbox_builder_http_port(sandtrap_sandbox_builder *b, uint16_t por
 int sandtrap_sandbox_builder_http_ports_str(sandtrap_sandbox_builder *b, const char *ports)
 {
 	return st_builder_string(b, "http_ports", ports);
+}
+
+int sandtrap_sandbox_builder_http_intercept(sandtrap_sandbox_builder *b, int on)
+{
+	return st_builder_bool(b, "http_intercept", on);
+}
+
+int sandtrap_sandbox_builder_http_ca(sandtrap_sandbox_builder *b, const char *path)
+{
+	return st_builder_string(b, "http_ca", path);
+}
+
+int sandtrap_sandbox_builder_http_key(sandtrap_sandbox_builder *b, const char *path)
+{
+	return st_builder_string(b, "http_key", path);
+}
+
+int sandtrap_sandbox_builder_http_inject_ca(sandtrap_sandbox_builder *b, const char *path)
+{
+	return st_builder_string(b, "http_inject_ca", path);
+}
+
+int sandtrap_sandbox_builder_http_ca_out(sandtrap_sandbox_builder *b, const char *path)
+{
+	return st_builder_string(b, "http_ca_out", path);
+}
+
+int sandtrap_sandbox_builder_credential(sandtrap_sandbox_builder *b, const char *name, const char *source)
+{
+	return st_builder_env(b, "credentials", name, source);
+}
+
+int sandtrap_sandbox_builder_http_auth(sandtrap_sandbox_builder *b, const char *rule)
+{
+	return st_builder_string(b, "http_auth", rule);
+}
+
+int sandtrap_sandbox_builder_http_auth_plain(sandtrap_sandbox_builder *b, int on)
+{
+	return st_builder_bool(b, "http_auth_plain", on);
 }

@@ -238,17 +238,18 @@ func stgo_builder_ms(h C.uintptr_t, key *C.char, ms C.uint64_t) C.int {
 }
 
 //export stgo_builder_env
-func stgo_builder_env(h C.uintptr_t, name, val *C.char) C.int {
+func stgo_builder_env(h C.uintptr_t, key, name, val *C.char) C.int {
 	b, ok := getBuilder(h)
 	if !ok {
 		return stInvalidArg
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	env, _ := b.m["env"].(map[string]any)
+	k := C.GoString(key) // a field of kind env: "env", "credentials"
+	env, _ := b.m[k].(map[string]any)
 	if env == nil {
 		env = map[string]any{}
-		b.m["env"] = env
+		b.m[k] = env
 	}
 	env[C.GoString(name)] = C.GoString(val)
 	return stOK

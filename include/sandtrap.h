@@ -231,6 +231,33 @@ int sandtrap_sandbox_builder_http_deny(sandtrap_sandbox_builder *b, const char *
 int sandtrap_sandbox_builder_http_port(sandtrap_sandbox_builder *b, uint16_t port);
 /* HTTP proxy ports: a port or a range, "8000-8005". */
 int sandtrap_sandbox_builder_http_ports_str(sandtrap_sandbox_builder *b, const char *ports);
+/* HTTPS interception: the proxy terminates the sandbox's TLS with certificates
+ * of a CA of its own (ephemeral, ECDSA P-256, its key only in the engine's
+ * memory; or http_ca), checks every request's method, host and path, and sends
+ * it on over TLS verified against the host's trust store; adds 443 to the
+ * http_ports. */
+int sandtrap_sandbox_builder_http_intercept(sandtrap_sandbox_builder *b, int on);
+/* The interception CA's certificate (PEM file) instead of an ephemeral one;
+ * with http_key; implies http_intercept. */
+int sandtrap_sandbox_builder_http_ca(sandtrap_sandbox_builder *b, const char *path);
+/* That CA's private key (PEM file: PKCS#8, EC or RSA), read when the sandbox
+ * is built. */
+int sandtrap_sandbox_builder_http_key(sandtrap_sandbox_builder *b, const char *path);
+/* A trust bundle the run sees with the interception CA appended (the host file
+ * is not changed). */
+int sandtrap_sandbox_builder_http_inject_ca(sandtrap_sandbox_builder *b, const char *path);
+/* A path where the engine writes the interception CA's certificate (PEM) when
+ * the sandbox is built (for NODE_EXTRA_CA_CERTS, REQUESTS_CA_BUNDLE and
+ * runtimes with their own lists). */
+int sandtrap_sandbox_builder_http_ca_out(sandtrap_sandbox_builder *b, const char *path);
+/* A secret the proxy adds to requests: source "env:VARIABLE" or "file:/path". */
+int sandtrap_sandbox_builder_credential(sandtrap_sandbox_builder *b, const char *name, const char *source);
+/* A header the proxy adds: "METHOD host/path SCHEME CREDENTIAL" (SCHEME
+ * bearer, basic or header:NAME). */
+int sandtrap_sandbox_builder_http_auth(sandtrap_sandbox_builder *b, const char *rule);
+/* Let http_auth add credentials to plain-HTTP requests too (anyone on the path
+ * can read them; the isolation report warns). */
+int sandtrap_sandbox_builder_http_auth_plain(sandtrap_sandbox_builder *b, int on);
 /* END generated */
 
 /* Validate and compile. On failure *out is NULL and *err (if err is not NULL) is

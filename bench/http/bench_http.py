@@ -16,9 +16,11 @@ from __future__ import annotations
 import argparse
 import http.server
 import json
+import os
 import ssl
 import statistics
 import subprocess
+import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -61,6 +63,12 @@ def serve(tls: bool, d: Path) -> int:
     s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)  # localhost: 127.0.0.1 first here
     if tls:
         cert, key = d / "c.pem", d / "k.pem"
+        if cert.exists():
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(cert, key)
+            s.socket = ctx.wrap_socket(s.socket, server_side=True)
+            threading.Thread(target=s.serve_forever, daemon=True).start()
+            return s.server_address[1]
         subprocess.run(
             [
                 "openssl",
@@ -73,6 +81,8 @@ def serve(tls: bool, d: Path) -> int:
                 "1",
                 "-subj",
                 "/CN=localhost",
+                "-addext",
+                "subjectAltName=DNS:localhost",
                 "-keyout",
                 str(key),
                 "-out",
@@ -93,10 +103,21 @@ def main() -> None:
     ap.add_argument("-n", type=int, default=2000)
     ap.add_argument("-r", type=int, default=5)
     a = ap.parse_args()
+    if "SANDTRAP_BENCH_CERTS" not in os.environ:
+        # the engine (a Go library) reads its environment as the process started:
+        # make the server's certificate first, then re-exec with SSL_CERT_FILE (the
+        # host's bundle and it), the trust store interception verifies against
+        d = Path(tempfile.mkdtemp())
+        serve(True, d)
+        bundle = d / "bundle.pem"
+        host = Path("/etc/ssl/certs/ca-certificates.crt")
+        bundle.write_bytes((host.read_bytes() if host.exists() else b"") + (d / "c.pem").read_bytes())
+        env = dict(os.environ, SANDTRAP_BENCH_CERTS=str(d), SSL_CERT_FILE=str(bundle))
+        os.execve(sys.executable, [sys.executable, *sys.argv], env)
     import sandtrap
 
     ro = ["/usr", "/lib", "/bin", "/etc"]
-    d = Path(tempfile.mkdtemp())
+    d = Path(os.environ["SANDTRAP_BENCH_CERTS"])
     port, tport = serve(False, d), serve(True, d)
     runs: dict[str, tuple[object, int, str]] = {
         "sandtrap direct (net_allow)": (sandtrap.Sandbox(fs_readable=ro, net_allow=[f"127.0.0.1:{port}"]), port, "0"),
@@ -112,6 +133,13 @@ def main() -> None:
         ),
         "sandtrap https via proxy (SNI, not intercepted)": (
             sandtrap.Sandbox(fs_readable=ro, http_allow=["GET localhost/ok/*"], http_ports=[port, tport]),
+            tport,
+            "1",
+        ),
+        # the proxy verifies the upstream against the host's store: SSL_CERT_FILE,
+        # set by the re-exec below, holds the bench server's certificate
+        "sandtrap https via proxy (intercepted)": (
+            sandtrap.Sandbox(fs_readable=ro, http_allow=["GET localhost/ok/*"], http_ports=[port, tport], http_intercept=True),
             tport,
             "1",
         ),

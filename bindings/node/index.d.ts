@@ -81,6 +81,22 @@ export interface SandboxOptions {
   httpDeny?: string[];
   /** TCP ports whose connects go to the proxy when HTTP rules are given (plain HTTP and TLS told apart by the first byte) (default: [80, 443]). */
   httpPorts?: Array<number | string>;
+  /** HTTPS interception: the proxy terminates the sandbox's TLS with certificates of a CA of its own (ephemeral, ECDSA P-256, its key only in the engine's memory; or httpCa), checks every request's method, host and path, and sends it on over TLS verified against the host's trust store; adds 443 to the httpPorts (default: false). */
+  httpIntercept?: boolean;
+  /** The interception CA's certificate (PEM file) instead of an ephemeral one; with httpKey; implies httpIntercept (default: none). */
+  httpCa?: string;
+  /** That CA's private key (PEM file: PKCS#8, EC or RSA), read when the sandbox is built (default: none). */
+  httpKey?: string;
+  /** Trust bundles (PEM files) the run sees with the interception CA appended (`"/etc/ssl/certs/ca-certificates.crt"`): a file of the sandbox's own laid over each in its view; the host's files are never changed (default: []). */
+  httpInjectCa?: string[];
+  /** A path where the engine writes the interception CA's certificate (PEM) when the sandbox is built (for NODE_EXTRA_CA_CERTS, REQUESTS_CA_BUNDLE and runtimes with their own lists) (default: none). */
+  httpCaOut?: string;
+  /** Secrets the proxy adds to requests, by name: "env:VARIABLE" (from env, where the bindings pass their current environment, else the engine's; the variable is removed from the run's environment) or "file:/path", read when the sandbox is built; never in the sandbox's environment, memory or files (default: {}). */
+  credentials?: Record<string, string>;
+  /** Headers the proxy adds after the rule check: `"POST api.openai.com/* bearer openai"` (scheme `bearer`, `basic` with a `user:password` value, or `header:NAME`); the first rule that matches; over HTTPS to a verified upstream only (interception) unless httpAuthPlain (default: []). */
+  httpAuth?: string[];
+  /** Let httpAuth add credentials to plain-HTTP requests too (anyone on the path can read them; the isolation report warns) (default: false). */
+  httpAuthPlain?: boolean;
 }
 // END generated
 

@@ -50,7 +50,7 @@ func addPolicyFlags(fs *pflag.FlagSet) {
 		switch f.Kind() {
 		case policy.KindPaths:
 			fs.StringArrayP(name, short, nil, usage+" (repeatable; relative paths are made absolute)")
-		case policy.KindTargets, policy.KindHTTP:
+		case policy.KindTargets, policy.KindHTTP, policy.KindHTTPAuth:
 			fs.StringArrayP(name, short, nil, usage+" (repeatable)")
 		case policy.KindPorts, policy.KindNames, policy.KindCPUs:
 			fs.StringArrayP(name, short, nil, usage+" (repeatable, or comma-separated)")
@@ -87,7 +87,7 @@ func flagPolicy(fs *pflag.FlagSet) (map[string]any, error) {
 		}
 		name := f.FlagName()
 		switch f.Kind() {
-		case policy.KindPaths, policy.KindTargets, policy.KindPorts, policy.KindNames, policy.KindCPUs, policy.KindHTTP:
+		case policy.KindPaths, policy.KindTargets, policy.KindPorts, policy.KindNames, policy.KindCPUs, policy.KindHTTP, policy.KindHTTPAuth:
 			vals, _ := fs.GetStringArray(name)
 			var l []any
 			for _, v := range vals {

@@ -57,12 +57,21 @@ type Op struct {
 type Spec struct {
 	Readable, Writable []string // resolved absolute paths
 	Devices            []string // device nodes to keep usable
+	Overlays           []Overlay
+}
+
+// Overlay is a file of the engine's laid over a host file in the view,
+// read-only (a bind mount of Source on Path): the sandbox's own trust bundle
+// with its interception CA (core/plan/intercept.go). The host file is unchanged.
+type Overlay struct {
+	Path   string // the file the sandbox sees replaced (resolved, regular)
+	Source string // the engine's file it sees there
 }
 
 // Mount is one entry of the report: a path and how the view presents it.
 type Mount struct {
 	Path string `msgpack:"path"`
-	Mode string `msgpack:"mode"` // "rw" | "ro" | "dev" | "hidden" | "own" (a proc of the run's pid namespace)
+	Mode string `msgpack:"mode"` // "rw" | "ro" | "dev" | "hidden" | "own" (a proc of the run's pid namespace) | "overlay" (Overlay)
 }
 
 // MaxSlots bounds the detached copies a plan holds at once; one more is the
@@ -205,6 +214,14 @@ func Build(s Spec) (*Plan, error) {
 			Op{Kind: SetAttr, Slot: slot[d], Set: unix.MOUNT_ATTR_NOSUID},
 			Op{Kind: Move, Path: d, Slot: slot[d]})
 		pl.Mounts = append(pl.Mounts, Mount{d, "dev"})
+	}
+	for _, o := range s.Overlays { // last: on top of every tree put back above
+		const n = MaxSlots
+		pl.Ops = append(pl.Ops,
+			Op{Kind: Clone, Path: o.Source, Slot: n},
+			Op{Kind: SetAttr, Slot: n, Set: sealed},
+			Op{Kind: Move, Path: o.Path, Slot: n})
+		pl.Mounts = append(pl.Mounts, Mount{o.Path, "overlay"})
 	}
 	if pl.ProcOwn {
 		pl.Mounts = append(pl.Mounts, Mount{"/proc", "own"})

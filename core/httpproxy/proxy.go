@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -33,6 +34,15 @@ type Config struct {
 	// Resolve looks up the host a request names; the proxy dials what it answers
 	// (never the address the sandbox connected to).
 	Resolve func(ctx context.Context, host string) ([]netip.Addr, error)
+	// CA, when set, intercepts TLS (ca.go, intercept.go): requests inside are
+	// checked as plain HTTP's and sent on over TLS verified against UpstreamRoots
+	// (nil: the host's trust store).
+	CA            *CA
+	UpstreamRoots *x509.CertPool
+	// Auth adds credentials to the requests its rules match, after the rule check
+	// (the first that matches): over intercepted TLS only, unless AuthPlain.
+	Auth      []Auth
+	AuthPlain bool
 }
 
 // Timeouts of the sandbox's side.
@@ -89,7 +99,7 @@ func Start(cfg Config) (*Proxy, error) {
 		TLSHandshakeTimeout:   10 * time.Second,
 		ExpectContinueTimeout: time.Second,
 		DisableCompression:    true, // bodies pass as they are
-		TLSClientConfig:       &tls.Config{MinVersion: tls.VersionTLS12},
+		TLSClientConfig:       &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: cfg.UpstreamRoots},
 	}
 	for _, ln := range []net.Listener{p.ln4, p.ln6} {
 		if ln != nil {
@@ -217,6 +227,7 @@ type session struct {
 	br     *bufio.Reader
 	e      expected
 	direct bool // connected to the proxy's own address (http_proxy in its environment)
+	https  bool // inside intercepted TLS: requests go on over verified TLS
 }
 
 func (p *Proxy) serve(c net.Conn) {
@@ -315,6 +326,11 @@ func (s *session) request(req *http.Request, tunnelHost string, tunnelPort uint1
 	}
 	t := target{method: strings.ToUpper(req.Method), path: CleanPath(req.URL.Path)}
 	switch {
+	case s.https && req.Host != "" && CleanHost(req.Host) != tunnelHost:
+		// the TLS server name is the host (checked and verified): a Host header
+		// naming another (domain fronting) is refused, not obeyed or ignored
+		s.refuse(fmt.Sprintf("%s %s%s", t.method, CleanHost(req.Host), t.path), "the Host header is not the TLS server name "+tunnelHost)
+		return false
 	case tunnelHost != "":
 		t.host, t.port = tunnelHost, tunnelPort
 	case req.URL.IsAbs():
@@ -355,22 +371,46 @@ func (s *session) request(req *http.Request, tunnelHost string, tunnelPort uint1
 	}
 	out := req.WithContext(s.p.ctx)
 	out.RequestURI = ""
-	out.URL = &url.URL{Scheme: "http", Host: net.JoinHostPort(t.host, strconv.Itoa(int(t.port))), Path: t.path, RawQuery: req.URL.RawQuery}
+	scheme := "http"
+	if s.https {
+		scheme = "https"
+	}
+	out.URL = &url.URL{Scheme: scheme, Host: net.JoinHostPort(t.host, strconv.Itoa(int(t.port))), Path: t.path, RawQuery: req.URL.RawQuery}
 	if tunnelHost != "" || req.URL.IsAbs() || req.Host == "" {
 		out.Host = out.URL.Host
+		if s.https && t.port == 443 {
+			out.Host = t.host
+		}
 	}
 	out.Header = req.Header.Clone()
+	ws := websocket(req)
 	removeHop(out.Header)
+	if ws {
+		// a websocket's opening request, checked as any request: the upgrade is
+		// passed on, and a 101 splices the two connections (websocket.go)
+		out.Header.Set("Connection", "Upgrade")
+		out.Header.Set("Upgrade", "websocket")
+	}
+	s.authorize(out.Header, t)
 	out.Close = false
 	if req.ContentLength == 0 {
 		out.Body = nil
 	}
 	resp, err := s.p.tr.RoundTrip(out)
 	if err != nil {
+		if why, bad := badCertificate(err); bad {
+			s.deny(t.String(), why)
+			writeStatus(s.c, http.StatusBadGateway, fmt.Sprintf("sandtrap: %s refused: %s\n", t, why))
+			return false
+		}
 		writeStatus(s.c, http.StatusBadGateway, fmt.Sprintf("sandtrap: %s: the upstream: %v\n", t, err))
 		return false
 	}
 	defer resp.Body.Close()
+	if ws && resp.StatusCode == http.StatusSwitchingProtocols {
+		s.switched(resp)
+		return false
+	}
 	removeHop(resp.Header)
 	resp.Close = req.Close
 	if req.ProtoMajor == 1 && req.ProtoMinor == 0 && !req.Close {

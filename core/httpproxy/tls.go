@@ -78,6 +78,10 @@ func (s *session) tls(connectHost string, port uint16) {
 		s.deny(what, why)
 		return
 	}
+	if s.p.cfg.CA != nil {
+		s.intercept(host, port, raw)
+		return
+	}
 	up, err := s.p.dial(s.p.ctx, host, port)
 	if err != nil {
 		return

@@ -1,9 +1,12 @@
 package plan
 
 import (
+	"fmt"
 	"net/netip"
+	"os"
 	"sort"
 
+	"github.com/sandtrap/sandtrap/core/fsview"
 	"github.com/sandtrap/sandtrap/core/httpproxy"
 	"github.com/sandtrap/sandtrap/core/policy"
 	"github.com/sandtrap/sandtrap/core/supervise"
@@ -21,8 +24,17 @@ type HTTPReport struct {
 	Deny  []string `msgpack:"deny"`
 	Proxy string   `msgpack:"proxy"` // its listener (what http_proxy says in the environment)
 	// HTTPS: how TLS is judged: "sni" (by server name and the proxy's own
-	// resolution of it; method and path not checked)
-	HTTPS string   `msgpack:"https"`
+	// resolution of it; method and path not checked) or "intercepted" (TLS
+	// terminated with the sandbox's CA, every request checked, sent on over TLS
+	// verified against the host's trust store)
+	HTTPS string `msgpack:"https"`
+	// CA: the interception CA ("ephemeral" or the http_ca file), its subject and
+	// end of validity; InjectCA: the bundles the run sees with it appended
+	CA       string   `msgpack:"ca,omitempty"`
+	CAExpiry string   `msgpack:"ca_expiry,omitempty"`
+	InjectCA []string `msgpack:"inject_ca,omitempty"`
+	// Auth: the http_auth rules (never a credential's value)
+	Auth  []string `msgpack:"auth,omitempty"`
 	Notes []string `msgpack:"notes,omitempty"`
 }
 
@@ -30,10 +42,15 @@ type HTTPReport struct {
 type httpPlan struct {
 	cfg   httpproxy.Config
 	proxy *httpproxy.Proxy
+	// interception: the bundles laid over in the view (host file, then the
+	// sandbox's own copy with the CA appended, in dir), and http_ca_out
+	overlays []fsview.Overlay
+	dir      string
+	caOut    string
 }
 
 // planHTTP reads the policy's HTTP rules into np; true when there are any.
-func planHTTP(p *policy.Policy, np *NetPlan) bool {
+func planHTTP(p *policy.Policy, np *NetPlan, probs *policy.Problems) bool {
 	if !p.HTTPRules() {
 		return false
 	}
@@ -51,9 +68,15 @@ func planHTTP(p *policy.Policy, np *NetPlan) bool {
 	for _, r := range p.HTTPDeny {
 		rep.Deny = append(rep.Deny, r.Text)
 	}
+	if p.Intercepts() {
+		planIntercept(p, np.http, rep, probs)
+	} else {
+		rep.Notes = append(rep.Notes,
+			"https is not intercepted: TLS is allowed by its server name (SNI) to a host the rules name, dialed as the proxy resolves that name; its method and path are not checked")
+	}
 	rep.Notes = append(rep.Notes,
-		"https is not intercepted: TLS is allowed by its server name (SNI) to a host the rules name, dialed as the proxy resolves that name; its method and path are not checked",
 		"plain HTTP is checked request by request (method, Host, path without the query); the upstream is the proxy's resolution of the Host, never the address the sandbox connected to")
+	planAuth(p, np.http, rep, probs)
 	np.report.HTTP = rep
 	np.wanted = true
 	return true
@@ -63,6 +86,11 @@ func planHTTP(p *policy.Policy, np *NetPlan) bool {
 func (np *NetPlan) startHTTP() error {
 	if np.http == nil {
 		return nil
+	}
+	if np.http.caOut != "" {
+		if err := os.WriteFile(np.http.caOut, np.http.cfg.CA.PEM(), 0o644); err != nil {
+			return fmt.Errorf("http_ca_out: %w", err)
+		}
 	}
 	px, err := httpproxy.Start(np.http.cfg)
 	if err != nil {
@@ -92,6 +120,17 @@ func (np NetPlan) CloseHTTP() {
 	if np.http != nil && np.http.proxy != nil {
 		np.http.proxy.Close()
 	}
+	if np.http != nil && np.http.dir != "" {
+		os.RemoveAll(np.http.dir)
+	}
+}
+
+// Overlays are the files the view lays over host files (http_inject_ca).
+func (np NetPlan) Overlays() []fsview.Overlay {
+	if np.http == nil {
+		return nil
+	}
+	return np.http.overlays
 }
 
 // ProxyEnv adds the proxy variables (http_proxy, https_proxy and their upper-case
@@ -99,6 +138,7 @@ func (np NetPlan) CloseHTTP() {
 // the proxy by name (no name look-up of their own, which the sandbox may not be
 // able to make); programs that do not are redirected all the same.
 func (np NetPlan) ProxyEnv(env []string, p *policy.Policy) []string {
+	env = withoutCredentials(env, p)
 	if np.http == nil || np.http.proxy == nil {
 		return env
 	}

@@ -65,17 +65,20 @@ func Prepare(p *policy.Policy, f kernel.Features, probs policy.Problems) (*Input
 	var view *fsview.Plan
 	if err := probs.Err(); err == nil {
 		var verr error
-		if view, verr = fsview.Build(fsview.Spec{Readable: p.FSReadable, Writable: p.FSWritable, Devices: devices}); verr != nil {
+		if view, verr = fsview.Build(fsview.Spec{Readable: p.FSReadable, Writable: p.FSWritable, Devices: devices, Overlays: np.Overlays()}); verr != nil {
 			probs.Add("", "%v", verr)
 		}
 	}
 	if err := probs.Err(); err != nil {
+		np.CloseHTTP() // the bundles' directory, if any
 		return nil, &protocol.Error{Kind: protocol.KindInvalidPolicy, Message: err.Error(), Problems: err.Problems}
 	}
 	if _, err := cloneCookie(); err != nil {
+		np.CloseHTTP()
 		return nil, err
 	}
 	if err := np.startHTTP(); err != nil {
+		np.CloseHTTP()
 		return nil, protocol.Errorf(protocol.KindIsolation, "isolation unavailable: %v", err)
 	}
 	return &Input{Policy: p, Features: f, Devices: devices, ViewPlan: view, Net: np}, nil

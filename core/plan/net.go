@@ -142,7 +142,7 @@ func planNet(p *policy.Policy, probs *policy.Problems) NetPlan {
 		}
 		sort.Slice(np.connectPorts, func(i, j int) bool { return np.connectPorts[i] < np.connectPorts[j] })
 	}
-	if planHTTP(p, &np) {
+	if planHTTP(p, &np, probs) {
 		supervised = true // every connect: those to the HTTP ports go to the proxy
 	}
 	if supervised {

@@ -254,6 +254,9 @@ func (c *compiler) view() {
 	}
 	st.NotApplied = append(st.NotApplied, "a view of the filesystem of its own ("+why+
 		"): metadata changes and locks through a descriptor are refused everywhere instead, and device nodes inside granted trees are denied")
+	if len(c.in.Net.Overlays()) > 0 {
+		c.need(false, "http_inject_ca: the trust bundles with the interception CA are laid over in the sandbox's view ("+why+"); give the CA by http_ca_out instead")
+	}
 	allowed := append(append([]string{}, p.FSReadable...), p.FSWritable...)
 	_, err := os.ReadDir("/proc")
 	switch {

@@ -25,3 +25,18 @@ func testHost(host string) ([]netip.Addr, bool) {
 	}
 	return nil, false
 }
+
+// testUpstreamCA reads SANDTRAP_TEST_UPSTREAM_CA (a PEM file), a test hook that
+// adds a test CA to the trust store the HTTP proxy verifies upstreams against
+// (the host's), so that tests stand local HTTPS servers in for named hosts.
+func testUpstreamCA() []byte {
+	f := os.Getenv("SANDTRAP_TEST_UPSTREAM_CA")
+	if f == "" {
+		return nil
+	}
+	b, err := os.ReadFile(f)
+	if err != nil {
+		return nil
+	}
+	return b
+}

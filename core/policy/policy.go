@@ -26,6 +26,15 @@ type Policy struct {
 	HTTPAllow    []HTTPRule // requests the proxy lets through (http.go; core/httpproxy)
 	HTTPDeny     []HTTPRule // requests it refuses, checked first
 	HTTPPorts    []uint16   // TCP ports whose connects go to the proxy (empty: DefaultHTTPPorts)
+	// HTTPS interception (http.go; core/httpproxy/ca.go): on with HTTPIntercept or
+	// HTTPCA; the CA's certificate and key files (PEM), else an ephemeral CA.
+	HTTPIntercept   bool
+	HTTPCA, HTTPKey string
+	HTTPInjectCA    []string          // trust bundles the run sees with the CA appended
+	HTTPCAOut       string            // where the CA's certificate (PEM) is written
+	Credentials     map[string]string // name -> "env:VAR" or "file:PATH" (read by the engine)
+	HTTPAuth        []HTTPAuth        // headers the proxy adds after the rule check
+	HTTPAuthPlain   bool              // credentials may go over plain HTTP too (warned)
 
 	MaxMemory    int64   // bytes
 	MaxProcesses int64   // tasks in the sandbox
@@ -174,6 +183,7 @@ func Decode(m map[string]any) (*Policy, Problems) {
 	if len(p.HTTPPorts) > 0 && !p.HTTPRules() {
 		probs.Add("http_ports", "means nothing without HTTP rules (http_allow or http_deny)")
 	}
+	p.checkHTTPS(&probs)
 	if p.MaxCPU > 100*1024 {
 		probs.Add("max_cpu", "%d%% is more than any machine has", p.MaxCPU)
 	}

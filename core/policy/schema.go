@@ -19,32 +19,33 @@ import "strings"
 type Kind string
 
 const (
-	KindPaths   Kind = "paths"   // a list of paths (relative ones: against the builder's working directory)
-	KindPath    Kind = "path"    // one path (absolute, except workdir's, which resolves like fs_*)
-	KindTargets Kind = "targets" // network rules: 443, "host:443", "10.0.0.0/8", "udp://…", "*" (net.go)
-	KindPorts   Kind = "ports"   // ports and ranges: 8080, "8000-8005"
-	KindBool    Kind = "bool"
-	KindSize    Kind = "size"       // bytes: an integer or "256M" (binary suffixes)
-	KindCount   Kind = "count"      // a positive integer
-	KindSeconds Kind = "seconds"    // a positive number of seconds
-	KindID      Kind = "id"         // a uid or gid
-	KindEnv     Kind = "env"        // a map of variable names to values
-	KindNames   Kind = "names"      // syscall names
-	KindHost    Kind = "hostname"   // a host name: 1-64 characters, letters, digits, '-' and '.'
-	KindHTTP    Kind = "http_rules" // HTTP rules: "METHOD host/path" with * wildcards (http.go)
-	KindCPUs    Kind = "cpus"       // CPU numbers and ranges: 0, "2-3"
-	KindOptBool Kind = "optbool"    // true, false, or absent (a default that is neither)
-	KindBranch  Kind = "branch"     // what becomes of a copy-on-write workdir's changes: "commit", "abort" or "keep"
+	KindPaths    Kind = "paths"   // a list of paths (relative ones: against the builder's working directory)
+	KindPath     Kind = "path"    // one path (absolute, except workdir's, which resolves like fs_*)
+	KindTargets  Kind = "targets" // network rules: 443, "host:443", "10.0.0.0/8", "udp://…", "*" (net.go)
+	KindPorts    Kind = "ports"   // ports and ranges: 8080, "8000-8005"
+	KindBool     Kind = "bool"
+	KindSize     Kind = "size"       // bytes: an integer or "256M" (binary suffixes)
+	KindCount    Kind = "count"      // a positive integer
+	KindSeconds  Kind = "seconds"    // a positive number of seconds
+	KindID       Kind = "id"         // a uid or gid
+	KindEnv      Kind = "env"        // a map of variable names to values
+	KindNames    Kind = "names"      // syscall names
+	KindHost     Kind = "hostname"   // a host name: 1-64 characters, letters, digits, '-' and '.'
+	KindHTTP     Kind = "http_rules" // HTTP rules: "METHOD host/path" with * wildcards (http.go)
+	KindCPUs     Kind = "cpus"       // CPU numbers and ranges: 0, "2-3"
+	KindOptBool  Kind = "optbool"    // true, false, or absent (a default that is neither)
+	KindBranch   Kind = "branch"     // what becomes of a copy-on-write workdir's changes: "commit", "abort" or "keep"
+	KindHTTPAuth Kind = "http_auth"  // credential rules: "METHOD host/path SCHEME CREDENTIAL" (http.go)
 )
 
 // Kinds lists every kind, in a stable order.
 var Kinds = []Kind{KindPaths, KindPath, KindTargets, KindPorts, KindBool, KindSize, KindCount,
-	KindSeconds, KindID, KindEnv, KindNames, KindHost, KindHTTP, KindCPUs, KindOptBool, KindBranch}
+	KindSeconds, KindID, KindEnv, KindNames, KindHost, KindHTTP, KindCPUs, KindOptBool, KindBranch, KindHTTPAuth}
 
 // List reports whether values of the kind are lists (a C setter appends to them).
 func (k Kind) List() bool {
 	switch k {
-	case KindPaths, KindTargets, KindPorts, KindNames, KindHTTP, KindCPUs:
+	case KindPaths, KindTargets, KindPorts, KindNames, KindHTTP, KindCPUs, KindHTTPAuth:
 		return true
 	}
 	return false
@@ -180,6 +181,7 @@ var (
 	optBool   = kindReader[*bool]{KindOptBool, reader.optBoolean}
 	dirPath   = kindReader[string]{KindPath, reader.dirPath}
 	branch    = kindReader[string]{KindBranch, reader.branch}
+	httpAuth  = kindReader[[]HTTPAuth]{KindHTTPAuth, reader.httpAuth}
 )
 
 func str(name, param, doc string) CSetter { return CSetter{name, "const char *" + param, CString, doc} }
@@ -271,9 +273,24 @@ var Schema = []Field{
 			str("http_ports_str", "ports", "HTTP proxy ports: a port or a range, \"8000-8005\".")},
 		bind: ports.into(func(p *Policy) *[]uint16 { return &p.HTTPPorts })},
 
+	{Key: "http_intercept", Section: "http", Default: "false", Doc: "HTTPS interception: the proxy terminates the sandbox's TLS with certificates of a CA of its own (ephemeral, ECDSA P-256, its key only in the engine's memory; or {http_ca}), checks every request's method, host and path, and sends it on over TLS verified against the host's trust store; adds 443 to the {http_ports}",
+		C: []CSetter{{"http_intercept", "int on", CBool, ""}}, bind: boolean.into(func(p *Policy) *bool { return &p.HTTPIntercept })},
+	{Key: "http_ca", Section: "http", Default: "none", Doc: "the interception CA's certificate (PEM file) instead of an ephemeral one; with {http_key}; implies {http_intercept}",
+		C: []CSetter{str("http_ca", "path", "")}, bind: path.into(func(p *Policy) *string { return &p.HTTPCA })},
+	{Key: "http_key", Section: "http", Default: "none", Doc: "that CA's private key (PEM file: PKCS#8, EC or RSA), read when the sandbox is built",
+		C: []CSetter{str("http_key", "path", "")}, bind: path.into(func(p *Policy) *string { return &p.HTTPKey })},
+	{Key: "http_inject_ca", Section: "http", Default: "[]", Doc: "trust bundles (PEM files) the run sees with the interception CA appended (`\"/etc/ssl/certs/ca-certificates.crt\"`): a file of the sandbox's own laid over each in its view; the host's files are never changed",
+		C: []CSetter{str("http_inject_ca", "path", "A trust bundle the run sees with the interception CA appended (the host file is not changed).")}, bind: paths.into(func(p *Policy) *[]string { return &p.HTTPInjectCA })},
+	{Key: "http_ca_out", Section: "http", Default: "none", Doc: "a path where the engine writes the interception CA's certificate (PEM) when the sandbox is built (for NODE_EXTRA_CA_CERTS, REQUESTS_CA_BUNDLE and runtimes with their own lists)",
+		C: []CSetter{str("http_ca_out", "path", "")}, bind: path.into(func(p *Policy) *string { return &p.HTTPCAOut })},
+	{Key: "credentials", Section: "http", Flag: "credential", Default: "{}", Doc: "secrets the proxy adds to requests, by name: \"env:VARIABLE\" (from {env}, where the bindings pass their current environment, else the engine's; the variable is removed from the run's environment) or \"file:/path\", read when the sandbox is built; never in the sandbox's environment, memory or files",
+		C: []CSetter{{"credential", "const char *name, const char *source", CEnv, "A secret the proxy adds to requests: source \"env:VARIABLE\" or \"file:/path\"."}}, bind: env.into(func(p *Policy) *map[string]string { return &p.Credentials })},
+	{Key: "http_auth", Section: "http", Default: "[]", Doc: "headers the proxy adds after the rule check: `\"POST api.openai.com/* bearer openai\"` (scheme `bearer`, `basic` with a `user:password` value, or `header:NAME`); the first rule that matches; over HTTPS to a verified upstream only (interception) unless {http_auth_plain}",
+		C: []CSetter{str("http_auth", "rule", "A header the proxy adds: \"METHOD host/path SCHEME CREDENTIAL\" (SCHEME bearer, basic or header:NAME).")}, bind: httpAuth.into(func(p *Policy) *[]HTTPAuth { return &p.HTTPAuth })},
+	{Key: "http_auth_plain", Section: "http", Default: "false", Doc: "let {http_auth} add credentials to plain-HTTP requests too (anyone on the path can read them; the isolation report warns)",
+		C: []CSetter{{"http_auth_plain", "int on", CBool, ""}}, bind: boolean.into(func(p *Policy) *bool { return &p.HTTPAuthPlain })},
+
 	// Not supported yet (the seed API's full constructor).
-	{Key: "http_ca", Section: "config", Unsupported: "HTTPS interception is not built yet: without it HTTPS is allowed by SNI to the hosts {http_allow} names"},
-	{Key: "http_key", Section: "config", Unsupported: "HTTPS interception is not built yet: without it HTTPS is allowed by SNI to the hosts {http_allow} names"},
 	{Key: "fs_storage", Section: "config", Unsupported: "the copy-on-write layer of {workdir} is a tmpfs private to each run (its size is {max_disk}); on-disk storage is not supported yet"},
 	{Key: "random_seed", Section: "determinism", Unsupported: "determinism controls are not supported"},
 	{Key: "time_start", Section: "determinism", Unsupported: "determinism controls are not supported"},

@@ -12,7 +12,7 @@ var sample = map[Kind]any{
 	KindPaths: []any{"/usr"}, KindPath: "/tmp", KindTargets: []any{int64(443), "example.com:80"},
 	KindPorts: []any{int64(8080), "9000-9001"}, KindBool: true, KindSize: "1M", KindCount: int64(4),
 	KindSeconds: 1.5, KindID: int64(1000), KindEnv: map[string]any{"A": "b"}, KindNames: []any{"getcpu"},
-	KindHost: "api.local", KindHTTP: []any{"GET example.com/*"}, KindCPUs: []any{int64(0)}, KindOptBool: false, KindBranch: "keep",
+	KindHost: "api.local", KindHTTP: []any{"GET example.com/*"}, KindCPUs: []any{int64(0)}, KindOptBool: false, KindBranch: "keep", KindHTTPAuth: []any{"POST api.test/* bearer k"},
 }
 
 func TestSchemaIsConsistent(t *testing.T) {
@@ -72,6 +72,26 @@ func TestEveryFieldIsDecoded(t *testing.T) {
 		}
 		if f.Key == "http_ports" { // with the rules it is about
 			m["http_allow"] = sample[KindHTTP]
+		}
+		if strings.HasPrefix(f.Key, "http_") && f.Key != "http_allow" && f.Key != "http_deny" && f.Key != "http_ports" || f.Key == "credentials" {
+			// interception and credentials: with what they need
+			m["http_allow"] = sample[KindHTTP]
+			m["http_intercept"] = true
+			switch f.Key {
+			case "http_ca":
+				m["http_key"] = "/tmp"
+			case "http_key":
+				m["http_ca"] = "/tmp"
+			case "credentials", "http_auth", "http_auth_plain":
+				m["credentials"] = map[string]any{"k": "env:K"}
+				m["http_auth"] = sample[KindHTTPAuth]
+			}
+			if f.Key != "http_intercept" {
+				m[f.Key] = sample[f.Kind()]
+			}
+			if f.Key == "credentials" {
+				m[f.Key] = map[string]any{"k": "file:/k"}
+			}
 		}
 		p, probs := Decode(m)
 		if len(probs) != 0 {

@@ -25,6 +25,8 @@ func TestFormatRoundTrip(t *testing.T) {
 				v = "0" // the pair: both given
 			case "net_deny", "net_allow_udp":
 				continue // not with net_allow (below)
+			case "credentials":
+				v = `{ openai = "env:OPENAI_API_KEY" }`
 			case "extra_deny_syscalls":
 				v = `["kexec_load"]`
 			}

@@ -261,7 +261,7 @@ var examples = map[policy.Kind]string{
 	policy.KindPorts: `[8080, "9000-9005"]`, policy.KindBool: `true`, policy.KindSize: `"256M"`, policy.KindCount: `64`,
 	policy.KindSeconds: `30`, policy.KindID: `1000`, policy.KindEnv: `{ LANG = "C.UTF-8" }`, policy.KindNames: `["ptrace", "mount"]`,
 	policy.KindHost: `"build-01"`, policy.KindCPUs: `[0, "2-3"]`, policy.KindOptBool: `false`,
-	policy.KindHTTP: `["GET api.example.com/v1/*"]`, policy.KindBranch: `"abort"`,
+	policy.KindHTTP: `["GET api.example.com/v1/*"]`, policy.KindBranch: `"abort"`, policy.KindHTTPAuth: `["POST api.openai.com/* bearer openai"]`,
 }
 
 // Example is a value of kind k as a profile writes it.
@@ -394,7 +394,7 @@ func sectionKeys(sec string) []string {
 
 func kindWord(f *policy.Field) string {
 	switch f.Kind() {
-	case policy.KindPaths, policy.KindTargets, policy.KindPorts, policy.KindNames, policy.KindCPUs, policy.KindHTTP:
+	case policy.KindPaths, policy.KindTargets, policy.KindPorts, policy.KindNames, policy.KindCPUs, policy.KindHTTP, policy.KindHTTPAuth:
 		return "a list"
 	case policy.KindBool, policy.KindOptBool:
 		return "a boolean"

@@ -59,7 +59,7 @@ fs_writable = ["/tmp"]
 timeout = 1979-05-27
 
 [config]
-http_ca = "/etc/ssl/ca.pem"
+fs_storage = "/var/st"
 
 [network]
 net_allow_bind = "x-y"
@@ -82,7 +82,7 @@ func TestBadProfile(t *testing.T) {
 		{6, "limits.max_procs", "did you mean max_processes?"},
 		{7, "limits.fs_writable", "fs_writable belongs in [filesystem], not [limits]"},
 		{8, "limits.timeout", "got a date or time"},
-		{11, "config.http_ca", "not supported by sandtrap yet: HTTPS interception is not built yet"},
+		{11, "config.fs_storage", "not supported by sandtrap yet: the copy-on-write layer"},
 		{14, "network.net_allow_bind", "want a list"},
 	}
 	if len(pe.Problems) != len(want) {

@@ -74,7 +74,7 @@ max_procs = 4
 fs_writable = ["/tmp"]
 
 [config]
-http_ca = "/etc/ssl/ca.pem"
+fs_storage = "/var/st"
 
 [network]
 net_allow_bind = "x-y"
@@ -94,7 +94,7 @@ def test_bad_profile_names_file_line_and_key_of_every_problem(tmp_path, xdg):
             f'{f}:5: limits.max_memory: want a byte count or a size string like "256M", got a list; for example: max_memory = "256M"',
             f"{f}:6: limits.max_procs: unknown key; did you mean max_processes?",
             f"{f}:7: limits.fs_writable: fs_writable belongs in [filesystem], not [limits]",
-            f"{f}:10: config.http_ca: not supported by sandtrap yet: HTTPS interception is not built yet",
+            f"{f}:10: config.fs_storage: not supported by sandtrap yet: the copy-on-write layer",
             f"{f}:13: network.net_allow_bind: want a list",
         ):
             assert want in err, (want, err)

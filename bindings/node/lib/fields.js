@@ -40,12 +40,18 @@ const POLICY = {
   httpAllow: ['http_allow', 'http_rules'],
   httpDeny: ['http_deny', 'http_rules'],
   httpPorts: ['http_ports', 'ports'],
+  httpIntercept: ['http_intercept', 'bool'],
+  httpCa: ['http_ca', 'path'],
+  httpKey: ['http_key', 'path'],
+  httpInjectCa: ['http_inject_ca', 'paths'],
+  httpCaOut: ['http_ca_out', 'path'],
+  credentials: ['credentials', 'env'],
+  httpAuth: ['http_auth', 'http_auth'],
+  httpAuthPlain: ['http_auth_plain', 'bool'],
 };
 
 /** Options sandtrap does not support yet: option name -> the problem reported. */
 const UNSUPPORTED = {
-  httpCa: 'not supported by sandtrap yet: HTTPS interception is not built yet: without it HTTPS is allowed by SNI to the hosts httpAllow names',
-  httpKey: 'not supported by sandtrap yet: HTTPS interception is not built yet: without it HTTPS is allowed by SNI to the hosts httpAllow names',
   fsStorage: 'not supported by sandtrap yet: the copy-on-write layer of workdir is a tmpfs private to each run (its size is maxDisk); on-disk storage is not supported yet',
   randomSeed: 'not supported by sandtrap yet: determinism controls are not supported',
   timeStart: 'not supported by sandtrap yet: determinism controls are not supported',

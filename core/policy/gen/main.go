@@ -227,7 +227,8 @@ func builderC() string {
 			case policy.CMillis:
 				call = fmt.Sprintf("st_builder_ms(b, %q, %s)", f.Key, paramName(c.Params))
 			case policy.CEnv:
-				call = "st_builder_env(b, name, value)"
+				first := strings.Fields(strings.Split(c.Params, ",")[0])
+				call = fmt.Sprintf("st_builder_env(b, %q, %s, %s)", f.Key, strings.TrimLeft(first[len(first)-1], "*"), paramName(c.Params))
 			case policy.CIDs:
 				if f.Key != "uid" {
 					continue // one setter for uid and gid
@@ -248,7 +249,7 @@ var msgpackType = map[policy.Kind]string{
 	policy.KindPaths: "[str]", policy.KindPath: "str", policy.KindTargets: "[str\\|int]", policy.KindPorts: "[int\\|str]",
 	policy.KindBool: "bool", policy.KindSize: "int\\|str", policy.KindCount: "int", policy.KindSeconds: "float",
 	policy.KindID: "int", policy.KindEnv: "{str: str}", policy.KindNames: "[str]", policy.KindHost: "str",
-	policy.KindCPUs: "[int\\|str]", policy.KindOptBool: "bool", policy.KindHTTP: "[str]", policy.KindBranch: "str",
+	policy.KindCPUs: "[int\\|str]", policy.KindOptBool: "bool", policy.KindHTTP: "[str]", policy.KindBranch: "str", policy.KindHTTPAuth: "[str]",
 }
 
 func protocolTable() string {
@@ -284,7 +285,7 @@ var pythonType = map[policy.Kind]string{
 	policy.KindPaths: "Iterable[StrPath]", policy.KindPath: "StrPath", policy.KindTargets: "Iterable[int | str]",
 	policy.KindPorts: "Iterable[int | str]", policy.KindBool: "bool", policy.KindSize: "int | str", policy.KindCount: "int",
 	policy.KindSeconds: "float", policy.KindID: "int", policy.KindEnv: "Mapping[str, str]", policy.KindNames: "Iterable[str]", policy.KindHost: "str",
-	policy.KindCPUs: "Iterable[int | str]", policy.KindOptBool: "bool", policy.KindHTTP: "Iterable[str]", policy.KindBranch: "str",
+	policy.KindCPUs: "Iterable[int | str]", policy.KindOptBool: "bool", policy.KindHTTP: "Iterable[str]", policy.KindBranch: "str", policy.KindHTTPAuth: "Iterable[str]",
 }
 
 func python() string {
@@ -359,7 +360,7 @@ var tsType = map[policy.Kind]string{
 	policy.KindPaths: "string[]", policy.KindPath: "string", policy.KindTargets: "Array<number | string>",
 	policy.KindPorts: "Array<number | string>", policy.KindBool: "boolean", policy.KindSize: "Size", policy.KindCount: "number",
 	policy.KindSeconds: "number", policy.KindID: "number", policy.KindEnv: "Record<string, string>", policy.KindNames: "string[]", policy.KindHost: "string",
-	policy.KindCPUs: "Array<number | string>", policy.KindOptBool: "boolean", policy.KindHTTP: "string[]", policy.KindBranch: "BranchAction",
+	policy.KindCPUs: "Array<number | string>", policy.KindOptBool: "boolean", policy.KindHTTP: "string[]", policy.KindBranch: "BranchAction", policy.KindHTTPAuth: "string[]",
 }
 
 func typescript() string {

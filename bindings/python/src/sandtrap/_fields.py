@@ -52,6 +52,14 @@ FIELDS: dict[str, tuple[str, str]] = {
     "http_allow": ("http_allow", "http_rules"),
     "http_deny": ("http_deny", "http_rules"),
     "http_ports": ("http_ports", "ports"),
+    "http_intercept": ("http_intercept", "bool"),
+    "http_ca": ("http_ca", "path"),
+    "http_key": ("http_key", "path"),
+    "http_inject_ca": ("http_inject_ca", "paths"),
+    "http_ca_out": ("http_ca_out", "path"),
+    "credentials": ("credentials", "env"),
+    "http_auth": ("http_auth", "http_auth"),
+    "http_auth_plain": ("http_auth_plain", "bool"),
 }
 
 # msgpack key -> keyword
@@ -191,4 +199,45 @@ class PolicyOptions(TypedDict, total=False):
     http_ports: Iterable[int | str] | None
     """TCP ports whose connects go to the proxy when HTTP rules are given (plain HTTP
     and TLS told apart by the first byte) (default: [80, 443]).
+    """
+    http_intercept: bool | None
+    """HTTPS interception: the proxy terminates the sandbox's TLS with certificates of
+    a CA of its own (ephemeral, ECDSA P-256, its key only in the engine's memory; or
+    http_ca), checks every request's method, host and path, and sends it on over TLS
+    verified against the host's trust store; adds 443 to the http_ports (default:
+    false).
+    """
+    http_ca: StrPath | None
+    """The interception CA's certificate (PEM file) instead of an ephemeral one; with
+    http_key; implies http_intercept (default: none).
+    """
+    http_key: StrPath | None
+    """That CA's private key (PEM file: PKCS#8, EC or RSA), read when the sandbox is
+    built (default: none).
+    """
+    http_inject_ca: Iterable[StrPath] | None
+    """Trust bundles (PEM files) the run sees with the interception CA appended
+    (``"/etc/ssl/certs/ca-certificates.crt"``): a file of the sandbox's own laid
+    over each in its view; the host's files are never changed (default: []).
+    """
+    http_ca_out: StrPath | None
+    """A path where the engine writes the interception CA's certificate (PEM) when the
+    sandbox is built (for NODE_EXTRA_CA_CERTS, REQUESTS_CA_BUNDLE and runtimes with
+    their own lists) (default: none).
+    """
+    credentials: Mapping[str, str] | None
+    """Secrets the proxy adds to requests, by name: "env:VARIABLE" (from env, where the
+    bindings pass their current environment, else the engine's; the variable is
+    removed from the run's environment) or "file:/path", read when the sandbox is
+    built; never in the sandbox's environment, memory or files (default: {}).
+    """
+    http_auth: Iterable[str] | None
+    """Headers the proxy adds after the rule check: ``"POST api.openai.com/* bearer
+    openai"`` (scheme ``bearer``, ``basic`` with a ``user:password`` value, or
+    ``header:NAME``); the first rule that matches; over HTTPS to a verified upstream
+    only (interception) unless http_auth_plain (default: []).
+    """
+    http_auth_plain: bool | None
+    """Let http_auth add credentials to plain-HTTP requests too (anyone on the path can
+    read them; the isolation report warns) (default: false).
     """
