@@ -54,7 +54,8 @@ type coop struct {
 	spawn         bool
 	timeout       float64 // 0: none
 	hostFns       map[string]bool
-	vfs           bool // the host serves a VirtualFS (fs host calls)
+	rpcTargets    map[string]bool // the host objects the host serves (rpc host calls)
+	vfs           bool            // the host serves a VirtualFS (fs host calls)
 	allowDegraded bool
 	denySpawn     bool
 
@@ -101,7 +102,8 @@ func coopOpen(s *engine.Sandbox, req []byte) ([]byte, string) {
 
 func openCoop(s *engine.Sandbox, req []byte) (*coop, error) {
 	r, err := newReader(req, "coop_open", "op", "level", "policy", "interpreter", "sys_path", "module_dirs",
-		"filesystem_root", "echo", "vfs", "allow_degraded", "preload_grants", "worker_module", "worker_path", "tag")
+		"filesystem_root", "echo", "vfs", "allow_degraded", "preload_grants", "worker_module", "worker_path", "tag",
+		"rpc_targets")
 	if err != nil {
 		return nil, err
 	}
@@ -153,6 +155,12 @@ func openCoop(s *engine.Sandbox, req []byte) (*coop, error) {
 		module = workerModule
 	}
 	workerPath := r.absPaths("worker_path")
+	rpcTargets := r.strs("rpc_targets")
+	for _, t := range rpcTargets {
+		if t == "" || len(t) > maxRPCName || strings.HasPrefix(t, "grant:") {
+			r.addf("rpc_targets: %q is not a target name (1 to %d bytes, not starting with \"grant:\")", truncate(t, 60), maxRPCName)
+		}
+	}
 	interp, ierr := interpreter(interpName)
 	if ierr != nil {
 		r.addf("%v", ierr)
@@ -169,6 +177,12 @@ func openCoop(s *engine.Sandbox, req []byte) (*coop, error) {
 	}
 	c.timeout = limits.timeout
 	c.hostFns = limits.hostFns
+	// the host objects a worker's proxies may call: the policy's live-object grants
+	// ("grant:<name>") and the binding's rpc_handlers (rpc_targets)
+	c.rpcTargets = limits.rpcTargets
+	for _, t := range rpcTargets {
+		c.rpcTargets[t] = true
+	}
 	c.denySpawn = c.level == "kernel" && !limits.allowSubprocess
 	c.spawn = !c.denySpawn
 	c.argv = []string{interp, "-S", "-m", module}
@@ -314,13 +328,14 @@ type portableLimits struct {
 	allowNetwork    bool
 	allowSubprocess bool
 	hostFns         map[string]bool
+	rpcTargets      map[string]bool
 }
 
 // portablePolicy checks the request's policy (the guest runtime's portable form,
 // Policy.to_portable) and fills in what a binding may leave out: version, grants,
 // the default timeout. It returns the policy to send and what the engine reads of it.
 func portablePolicy(r *reader) (map[string]any, portableLimits) {
-	lim := portableLimits{hostFns: map[string]bool{}}
+	lim := portableLimits{hostFns: map[string]bool{}, rpcTargets: map[string]bool{}}
 	out := map[string]any{}
 	v, has := r.m["policy"]
 	if !has {
@@ -385,8 +400,11 @@ func portablePolicy(r *reader) (map[string]any, portableLimits) {
 					r.addf("policy.grants[%d] must be a map with kind and name", i)
 					continue
 				}
-				if kind == "host_fn" {
+				switch kind {
+				case "host_fn":
 					lim.hostFns[name] = true
+				case "object": // a live object: it stays in the host, the worker's proxy calls it
+					lim.rpcTargets["grant:"+name] = true
 				}
 			}
 		default:
@@ -571,7 +589,7 @@ func coopExec(s *engine.Sandbox, req []byte) ([]byte, string) {
 		return errorResponse(&engine.Error{Kind: engine.KindInvalidRequest, Message: "invalid request: coop_exec: this sandbox is not a cooperative sandbox (send coop_open first)"})
 	}
 	r, err := newReader(req, "coop_exec", "op", "code", "namespace", "modules", "stdin", "argv", "echo", "state",
-		"snapshot", "state_encoded", "prints", "tag")
+		"snapshot", "state_encoded", "prints", "tag", "top_level_await", "keep")
 	if err != nil {
 		return errorResponse(err)
 	}
@@ -601,6 +619,8 @@ func coopExec(s *engine.Sandbox, req []byte) ([]byte, string) {
 	snapshot := r.boolean("snapshot")
 	encoded := r.boolean("state_encoded")
 	prints := r.boolean("prints")
+	topAwait := r.boolean("top_level_await")
+	keep := r.strs("keep")
 	tag := r.str("tag")
 	if err := r.err(); err != nil {
 		return errorResponse(err)
@@ -621,6 +641,12 @@ func coopExec(s *engine.Sandbox, req []byte) ([]byte, string) {
 	}
 	if prints {
 		fr["prints"] = true // the result carries each print's values
+	}
+	if topAwait {
+		fr["await"] = true // aexec: top-level await, async for and async with
+	}
+	if r.has("keep") && !r.m["keep"].IsNil() {
+		fr["keep"] = keep // the names the result's namespace carries
 	}
 	x := &execState{c: c, frame: engine.Encode(fr), encoded: encoded}
 	if !state.IsNil() {
@@ -713,6 +739,19 @@ func (x *execState) handle(reply []byte, end *engine.SessionEnd) hostcall.Step {
 				x.call = name
 				return hostcall.Ask(hostcall.Call{Kind: "fn", Fields: map[string]any{
 					"name": name, "args": raw(f["args"]), "kwargs": raw(f["kwargs"])}}, x)
+			case "rpc":
+				if err = f.checkRPC(); err != nil {
+					break
+				}
+				target, method := f.str("target"), f.str("method")
+				if !c.rpcTargets[target] {
+					reply, end = x.answerWorker(encodeSorted(map[string]any{"op": "raise", "type": "LookupError",
+						"message": fmt.Sprintf("no host object %q", truncate(target, 60))}), "")
+					continue
+				}
+				x.call = fmt.Sprintf("%s.%s", target, method)
+				return hostcall.Ask(hostcall.Call{Kind: "rpc", Fields: map[string]any{
+					"target": target, "method": method, "args": raw(f["args"]), "kwargs": raw(f["kwargs"])}}, x)
 			case "fs":
 				if !c.vfs {
 					err = protof("an fs call, but this sandbox serves no VirtualFS")

@@ -36,10 +36,12 @@ from ._coop import (
     IsolationStatus,
     MemberSpec,
     Policy,
+    RpcProxyMarker,
     VirtualFS,
     WorkerCrashed,
     WorkerError,
     passthrough_stdio,
+    rpc_surface,
     sandbox,
 )
 from ._errors import (
@@ -116,6 +118,8 @@ __all__ = [
     "probe",
     "library_version",
     "sandbox",
+    "RpcProxyMarker",
+    "rpc_surface",
     "Clones",
     "CloneResult",
     "Policy",

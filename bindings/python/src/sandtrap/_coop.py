@@ -38,9 +38,11 @@ from sandtrap_guest import ExecResult as GuestExecResult
 from sandtrap_guest import GuestSession, Policy
 from sandtrap_guest import errors as guest_errors
 from sandtrap_guest import output as _output
+from sandtrap_guest import rpc as _rpc
 from sandtrap_guest.output import passthrough_stdio
 from sandtrap_guest.policy import MemberSpec
 from sandtrap_guest.rewriter import echo_mode as _echo_mode
+from sandtrap_guest.rpc import RpcProxyMarker, rpc_surface
 from sandtrap_guest.session import _Capture
 from sandtrap_guest.vfs import VirtualFS
 from sandtrap_guest.vfs import serve as _serve_fs
@@ -61,6 +63,8 @@ __all__ = [
     "WorkerCrashed",
     "Policy",
     "MemberSpec",
+    "RpcProxyMarker",
+    "rpc_surface",
 ]
 
 LEVELS = ("none", "process", "kernel")
@@ -271,9 +275,22 @@ class CoopSandbox:
         keep_state: bool = False,
         snapshot_prints: bool = False,
         preload_grants: bool = True,
+        rpc_handlers: Mapping[str, Any] | None = None,
     ) -> None:
         from ._sandbox import _Handle
 
+        handlers = dict(rpc_handlers or {})
+        for k, h in handlers.items():
+            if not isinstance(k, str) or not k or len(k) > _rpc.MAX_NAME or k.startswith(_rpc.GRANT_PREFIX):
+                raise InvalidArgument(
+                    f"rpc_handlers keys must be target names (1 to {_rpc.MAX_NAME} characters, not starting "
+                    f"with {_rpc.GRANT_PREFIX!r}), got {k!r}"
+                )
+            if not callable(h):
+                raise InvalidArgument(f"rpc_handlers[{k!r}] must be callable as handler(method, args, kwargs)")
+        self.rpc_handlers = handlers
+        # per target, the methods its markers declared (None: any public name)
+        self._rpc_methods: dict[str, set[str] | None] = {}
         self.policy = policy
         self.level = isolation
         self.filesystem = filesystem
@@ -299,7 +316,7 @@ class CoopSandbox:
                 'directory with IsolatedFS; at "none" and "process" granted code reaches the host\'s files anyway'
             )
         if isolation == "none":
-            self._local = GuestSession(policy, filesystem_root=root, echo=echo, filesystem=virtual)
+            self._local = GuestSession(policy, filesystem_root=root, echo=echo, filesystem=virtual, rpc=self._serve_rpc)
             if state is not None:
                 r = self._local.restore(state)  # ValueError for a malformed one
                 if r.error is not None:
@@ -320,6 +337,8 @@ class CoopSandbox:
             "vfs": {"module_root": policy.module_root} if virtual is not None else None,
             "allow_degraded": allow_degraded,
             "preload_grants": preload_grants,
+            # the worker's proxies may call these (and the policy's live-object grants)
+            "rpc_targets": sorted(handlers),
         }
         if _WORKER_MODULE:
             req.update(worker_module=_WORKER_MODULE, worker_path=list(_WORKER_PATH))
@@ -352,9 +371,55 @@ class CoopSandbox:
             raise _native.status_error(rc, resp)
         return resp or {}
 
+    # ------------------------------------------------------------ host objects
+    def _note_markers(self, values: Mapping[str, Any] | None) -> None:
+        """Record the surface each RpcProxyMarker declares: the host holds a proxy's
+        calls to it (the worker's own check is only the first)."""
+        for v in (values or {}).values():
+            if type(v) is RpcProxyMarker:
+                if v.target not in self.rpc_handlers:
+                    raise InvalidArgument(
+                        f"RpcProxyMarker({v.target!r}): no rpc_handlers entry serves that target "
+                        f"(known: {sorted(self.rpc_handlers)})"
+                    )
+                prev = self._rpc_methods.get(v.target, set())
+                if v.methods is None or prev is None:
+                    self._rpc_methods[v.target] = None
+                else:
+                    self._rpc_methods[v.target] = prev | set(v.methods)
+
+    def _serve_rpc(self, target: Any, method: Any, args: Any, kwargs: Any) -> Any:
+        """A proxy's call of an ``rpc_handlers`` target: the target must have been
+        given as a marker, the method be public and (if the markers declared methods)
+        one of them; arguments and result cross as data."""
+        if not isinstance(target, str) or target not in self._rpc_methods or target not in self.rpc_handlers:
+            raise LookupError(f"no host object {target!r}")
+        allowed = self._rpc_methods[target]
+        if not _rpc.public_name(method) or (allowed is not None and method not in allowed):
+            raise AttributeError(f"{method!r} is not a method of the host object {target!r}")
+        if not isinstance(args, (list, tuple)) or not isinstance(kwargs, dict):
+            raise TypeError("arguments must be a list and a dict")
+        return to_wire(self.rpc_handlers[target](method, tuple(args), dict(kwargs)))
+
+    @staticmethod
+    def _markers_to_wire(values: Mapping[str, Any]) -> dict[str, Any]:
+        return {k: _rpc.marker_to_wire(v) if type(v) is RpcProxyMarker else v for k, v in values.items()}
+
     def _host_call(self, call: dict[str, Any]) -> dict[str, Any]:
-        """Run the granted function a host call names (or the VirtualFS operation);
-        the answer's value or error."""
+        """Run the granted function a host call names (or the VirtualFS operation, or
+        a host object's method); the answer's value or error."""
+        if call.get("kind") == "rpc":
+            target = call.get("target")
+            try:
+                if isinstance(target, str) and target.startswith(_rpc.GRANT_PREFIX):
+                    value = _rpc.call_object_grant(
+                        self.policy, target, call.get("method"), call.get("args"), call.get("kwargs")
+                    )
+                else:
+                    value = self._serve_rpc(target, call.get("method"), call.get("args"), call.get("kwargs"))
+                return {"value": value}
+            except Exception as e:  # noqa: BLE001 - handed back to the sandboxed code
+                return {"error": {"type": type(e).__name__, "message": str(e)}}
         if call.get("kind") == "fs" and isinstance(self.filesystem, VirtualFS):
             try:
                 return {"value": _serve_fs(self.filesystem.backend, call.get("name"), call.get("args"))}
@@ -387,6 +452,10 @@ class CoopSandbox:
             raise InvalidArgument("code must be a str")
         if echo is not None:
             _echo_mode(echo)  # ValueError, at every level
+        self._note_markers(namespace)
+        for spec in (modules or {}).values():
+            if isinstance(spec, Mapping):
+                self._note_markers(spec)
         with self._lock:
             if self._local is not None:
                 r = self._local.exec(
@@ -417,8 +486,12 @@ class CoopSandbox:
                 {
                     "op": "coop_exec",
                     "code": code,
-                    "namespace": to_wire(namespace) if namespace else None,
-                    "modules": to_wire(modules) if modules else None,
+                    "namespace": to_wire(self._markers_to_wire(namespace)) if namespace else None,
+                    "modules": to_wire(
+                        {k: self._markers_to_wire(v) if isinstance(v, Mapping) else v for k, v in modules.items()}
+                    )
+                    if modules
+                    else None,
                     "stdin": stdin,
                     "argv": list(argv) if argv is not None else None,
                     **({"echo": echo} if echo is not None else {}),
@@ -553,6 +626,7 @@ def sandbox(
     keep_state: bool = False,
     snapshot_prints: bool = False,
     preload_grants: bool = True,
+    rpc_handlers: Mapping[str, Any] | None = None,
 ) -> CoopSandbox:
     """A cooperative Python sandbox.
 
@@ -577,6 +651,13 @@ def sandbox(
     inheriting the host's memory is what the design never does (grant by reference,
     and host functions run in the host through host calls, so a non-portable
     ``policy.fn`` needs no fork).
+
+    ``rpc_handlers`` ({target: handler}): an ``RpcProxyMarker(target, methods=...)``
+    given in ``namespace=`` or ``modules=`` becomes a proxy in the sandbox whose
+    method calls run ``handler(method, args, kwargs)`` here, at every level (at the
+    worker levels through ``rpc`` host calls), arguments and result as data. A live
+    object granted with ``policy.module(obj, name=...)`` is reached the same way. The
+    host checks every call: a served target, a public method the markers declared.
 
     ``preload_grants`` (worker levels; default True): the template the workers are
     forked from imports the granted modules and classes once, and every worker
@@ -626,7 +707,16 @@ def sandbox(
     if filesystem is not None and not isinstance(filesystem, (IsolatedFS, VirtualFS)):
         filesystem = IsolatedFS(os.fspath(filesystem))
     return CoopSandbox(
-        policy, isolation, filesystem, echo, allow_degraded, state, keep_state, snapshot_prints, preload_grants
+        policy,
+        isolation,
+        filesystem,
+        echo,
+        allow_degraded,
+        state,
+        keep_state,
+        snapshot_prints,
+        preload_grants,
+        rpc_handlers,
     )
 
 

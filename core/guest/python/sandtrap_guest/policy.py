@@ -171,6 +171,39 @@ class ClsGrant:
 
 
 @dataclass
+class ObjectGrant:
+    """A live object granted with ``policy.module(obj, name=...)``: sandboxed code
+    gets an ``RpcProxy`` (``import name``) whose methods are the object's public
+    callables the filter allows; a call runs in the host (rpc.py)."""
+
+    name: str
+    obj: Any
+    filter: Filter = field(default_factory=Filter)
+    kind: str = "object"
+    configure: dict[str, MemberSpec] = field(default_factory=dict)
+    host_fs_access: bool = False
+    network_access: bool = False
+
+    def surface(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """(methods, attributes) the grant allows: public names the filter passes
+        (configure'd members whatever it says), read from the object here."""
+        from .rpc import public_name
+
+        methods: list[str] = []
+        attributes: list[str] = []
+        tname = type(self.obj).__name__
+        for n in dir(self.obj):
+            if not public_name(n) or not self.filter.allows(n, (f"{self.name}.{n}", f"{tname}.{n}")):
+                continue
+            try:
+                v = getattr(self.obj, n)
+            except Exception:  # noqa: BLE001 - a property that raises is not part of it
+                continue
+            (methods if callable(v) else attributes).append(n)
+        return tuple(methods), tuple(attributes)
+
+
+@dataclass
 class ModuleGrant:
     name: str
     module: types.ModuleType
@@ -346,6 +379,8 @@ class Policy:
         self.fns: dict[str, FnGrant] = {}
         self.classes: dict[str, ClsGrant] = {}
         self.modules: dict[str, ModuleGrant] = {}
+        # live objects granted with policy.module(obj, name=...): reached through proxies
+        self.objects: dict[str, ObjectGrant] = {}
 
     # ------------------------------------------------------------------ grants
     @overload
@@ -493,14 +528,43 @@ class Policy:
         (``UNTRUSTED_MODULES``: ``inspect``, ``gc``, ``sys``, ``ctypes``, ``pickle`` ...)
         are refused with the reason unless ``trusted=True``, which says you accept that
         the Python layer no longer holds (use it at ``isolation="kernel"``).
-        ``configure``, ``host_fs_access``, ``network_access``: as for ``cls``."""
+        ``configure``, ``host_fs_access``, ``network_access``: as for ``cls``.
+
+        A live object that is not a module (``policy.module(db, name="db")``, the
+        seed's form; ``name`` required) stays in the host at every level: ``import
+        db`` gives sandboxed code a proxy whose methods are the object's public
+        callables that ``include``/``exclude`` allow, each call run here in the host
+        with its arguments and result crossing as data (``sandtrap_guest.rpc``).
+        Its data attributes do not cross."""
         _flags(host_fs_access, network_access)
         conf = _configure(configure)
 
         def register(mod: types.ModuleType) -> types.ModuleType:
             if not isinstance(mod, types.ModuleType):
-                raise TypeError("policy.module expects a module")
+                if isinstance(mod, (type, types.FunctionType, types.BuiltinFunctionType, types.MethodType)):
+                    raise TypeError(
+                        "policy.module expects a module or a live object (grant classes with policy.cls, "
+                        "functions with policy.fn)"
+                    )
+                if name is None:
+                    raise ValueError("name is required when registering a live object instance")
+                if recursive or trusted:
+                    raise ValueError("recursive= and trusted= apply to modules, not to a live object")
+                n = _check_grant_name(name)
+                if "." in n:
+                    raise ValueError("a live object's grant name cannot be dotted")
+                self.modules.pop(n, None)
+                self.objects[n] = ObjectGrant(
+                    n,
+                    mod,
+                    Filter(include, exclude, conf),
+                    configure=conf,
+                    host_fs_access=host_fs_access,
+                    network_access=network_access,
+                )
+                return mod
             n = _check_grant_name(name or mod.__name__)
+            self.objects.pop(n, None)
             why = untrusted_reason(getattr(mod, "__name__", "") or "")
             if why and not trusted:
                 raise ValueError(
@@ -546,8 +610,8 @@ class Policy:
         self.memory_limit_bytes = max(1, int(mb * MIB))
 
     @property
-    def grants(self) -> list[FnGrant | ClsGrant | ModuleGrant]:
-        return [*self.fns.values(), *self.classes.values(), *self.modules.values()]
+    def grants(self) -> list[FnGrant | ClsGrant | ModuleGrant | ObjectGrant]:
+        return [*self.fns.values(), *self.classes.values(), *self.modules.values(), *self.objects.values()]
 
     # ---------------------------------------------------------- privileges
     def _worker_grants(self) -> list[ClsGrant | ModuleGrant]:
@@ -602,6 +666,8 @@ class Policy:
         (granting ``os.path`` alone makes ``os`` importable, holding only ``path``).
         What is not the policy's is not counted: per-exec ``modules=``, ``main`` and
         the modules of a VirtualFS."""
+        if isinstance(module_name, str) and module_name in self.objects:
+            return True
         found = self.import_grant(module_name)
         if found is None:
             return isinstance(module_name, str) and any(n.startswith(module_name + ".") for n in self.modules)
@@ -626,6 +692,9 @@ class Policy:
         ``eval`` bound as a class attribute) is refused when read even here True."""
         if not isinstance(attr, str):
             return False
+        for og in self.objects.values():
+            if og.obj is obj:
+                return attr in og.surface()[0]
         gate = self._gate()
         if isinstance(obj, types.ModuleType):
             try:
@@ -657,6 +726,12 @@ class Policy:
         With ``host_fns`` the fn grants stay in the host (the worker calls back), so any
         callable — closures and bound methods too — is fine."""
         problems: list[str] = []
+        if not host_fns:
+            for og in self.objects.values():
+                problems.append(
+                    f"object {og.name!r}: a live {type(og.obj).__name__} instance stays in the host and is reached "
+                    "by calls back to it, which this kind of worker cannot make; grant its class and pass the instance"
+                )
         for fg in self.fns.values():
             p = None if host_fns else _callable_problem(f"fn {fg.name!r}", fg.fn)
             if p:
@@ -726,6 +801,18 @@ class Policy:
                     **_portable_privileges(mg),
                 }
             )
+        for og in self.objects.values():
+            methods, attributes = og.surface()
+            # the object stays here: the worker's proxy calls it back (rpc host calls)
+            grants.append(
+                {
+                    "kind": "object",
+                    "name": og.name,
+                    "ref": og.name,
+                    "methods": list(methods),
+                    "attributes": list(attributes),
+                }
+            )
         return {
             "version": PORTABLE_VERSION,
             "timeout": self.timeout,
@@ -740,7 +827,10 @@ class Policy:
 
     @classmethod
     def from_portable(
-        cls, d: dict[str, Any], host_call: Callable[[str, tuple[Any, ...], dict[str, Any]], Any] | None = None
+        cls,
+        d: dict[str, Any],
+        host_call: Callable[[str, tuple[Any, ...], dict[str, Any]], Any] | None = None,
+        rpc_call: Callable[[str, str, tuple, dict], Any] | None = None,
     ) -> Policy:
         """Rebuild a policy from ``to_portable()`` output, re-importing every reference.
 
@@ -820,6 +910,17 @@ class Policy:
                         trusted=bool(g.get("trusted", False)),
                         **_privileges_from_portable(g),
                     )
+                elif kind == "object":
+                    if rpc_call is None:
+                        raise TypeError("object grants need an rpc_call")
+                    from .rpc import GRANT_PREFIX, RpcProxy, public_name
+
+                    ms, ats = g.get("methods"), g.get("attributes")
+                    if not all(isinstance(x, list) and all(public_name(n) for n in x) for x in (ms, ats)):
+                        raise TypeError("methods and attributes must be lists of public names")
+                    _check_grant_name(name)
+                    proxy = RpcProxy(rpc_call, GRANT_PREFIX + name, tuple(ms), tuple(ats), label=name)
+                    pol.objects[name] = ObjectGrant(name, proxy)
                 else:
                     problems.append(f"{label}: unknown kind")
             except Exception as e:  # noqa: BLE001 - collect every problem
@@ -892,4 +993,14 @@ def _pat(v: object) -> str | tuple[str, ...]:
     raise TypeError(f"pattern must be a str or list of str, got {v!r}")
 
 
-__all__ = ["Policy", "Patterns", "Filter", "FnGrant", "ClsGrant", "ModuleGrant", "MemberSpec", "UNTRUSTED_MODULES"]
+__all__ = [
+    "Policy",
+    "Patterns",
+    "Filter",
+    "FnGrant",
+    "ClsGrant",
+    "ModuleGrant",
+    "ObjectGrant",
+    "MemberSpec",
+    "UNTRUSTED_MODULES",
+]

@@ -48,6 +48,7 @@ from typing import Any
 
 from . import output as _output
 from . import rewriter as rw
+from . import rpc as _rpc
 from . import state as _state
 from . import vfs
 from .errors import StCancelled, StError, StImportDenied, StOutsideExec, StTickLimit, StTimeout, StValidationError
@@ -486,8 +487,14 @@ class GuestSession:
         filesystem_root: str | os.PathLike | None = None,
         echo: bool | str = False,
         filesystem: Any = None,
+        rpc: Any = None,
     ):
         self.policy = policy if policy is not None else Policy()
+        # calls of proxies for host objects (rpc.py): ``rpc(target, method, args,
+        # kwargs)`` for the targets the host serves; live-object grants of this
+        # policy (in this process) are called here
+        self._rpc_external = rpc
+        self._obj_proxies: dict[str, Any] = {}
         if not isinstance(self.policy, Policy):
             raise TypeError("policy must be a Policy")
         self.echo = _echo_mode(echo)
@@ -814,6 +821,9 @@ class GuestSession:
         g = self.policy.modules.get(dotted)
         if g is not None:
             return g.module
+        og = self.policy.objects.get(dotted)
+        if og is not None:
+            return self._object_proxy(og)
         p = self._synthetic_parents.get(dotted)
         if p is not None:
             return p
@@ -836,6 +846,40 @@ class GuestSession:
             if m is not None:
                 return m
         raise StImportDenied(f"import of module {dotted!r} is not allowed by the sandbox policy", name=dotted)
+
+    # ------------------------------------------------------- host objects
+    def _object_proxy(self, og):
+        """The proxy sandboxed code gets for a live-object grant (``import name``)."""
+        if type(og.obj) is _rpc.RpcProxy:  # a worker's: it calls the host already
+            return og.obj
+        p = self._obj_proxies.get(og.name)
+        if p is None:
+            methods, attributes = og.surface()
+            p = _rpc.RpcProxy(self._rpc_call, _rpc.GRANT_PREFIX + og.name, methods, attributes, label=og.name)
+            self._obj_proxies[og.name] = p
+        return p
+
+    def _rpc_call(self, target, method, args, kwargs):
+        """A proxy's call: its arguments cross as data (at every level), a live
+        object granted to this policy is called here, any other target goes to the
+        host's ``rpc``."""
+        from .wire import to_wire
+
+        args_w, kwargs_w = to_wire(list(args)), to_wire(dict(kwargs))
+        if isinstance(target, str) and target.startswith(_rpc.GRANT_PREFIX):
+            return _rpc.call_object_grant(self.policy, target, method, args_w, kwargs_w)
+        if self._rpc_external is None:
+            raise LookupError(f"no host object {target!r}: this sandbox serves no rpc_handlers")
+        return self._rpc_external(target, method, args_w, kwargs_w)
+
+    def _proxies_for(self, values: dict) -> dict:
+        """``values`` with each RpcProxyMarker (or its wire form) replaced by a proxy."""
+        out = dict(values)
+        for k, v in values.items():
+            m = _rpc.marker_from_wire(v)
+            if m is not None:
+                out[k] = _rpc.RpcProxy(self._rpc_call, m[0], m[1], m[2])
+        return out
 
     def _main_module(self) -> types.ModuleType:
         """``import main`` / ``from main import X``: the session's own namespace (what
@@ -941,7 +985,7 @@ class GuestSession:
             if isinstance(spec, types.ModuleType):
                 items = {k: getattr(spec, k) for k in _bi.dir(spec) if not k.startswith("_")}
             elif isinstance(spec, dict):
-                items = spec
+                items = self._proxies_for(spec)
             else:
                 raise TypeError(f"modules[{name!r}] must be a dict or a module")
             for k, v in items.items():
@@ -1064,7 +1108,7 @@ class GuestSession:
         self._exec_module_names = exec_mods
         self.gate.exec_modules = {id(mod): mod for mod in exec_mods.values()}
         if namespace:
-            self._ns.update(namespace)
+            self._ns.update(self._proxies_for(namespace))
         ns = self._ns
         guards = _state_guards(pol)
         for g in guards:

@@ -19,6 +19,8 @@ worker → host:
     {"op": "ready", "pid": int, "seccomp": {"engine": int|None}}
         (engine: instructions of the engine's fork layer installed) / {"op": "error", "message": str}
     {"op": "call", "name": str, "args": [...], "kwargs": {...}}   (a policy.fn grant, run by the host)
+    {"op": "rpc", "target": str, "method": str, "args": [...], "kwargs": {...}}
+        (a proxy's method call on a host object: rpc.py; answered "return"/"raise")
     {"op": "fs", "name": read|write|stat|list|mkdir|remove|rmdir|rename, "args": [...]}
         (a VirtualFS operation, answered by the host's VirtualFS: "return"/"raise")
     {"op": "result", "stdout": str, "stderr": str, "namespace": {...}, "error": {...}|None,
@@ -310,6 +312,37 @@ def _send(sock, obj):
     sock.sendall(_frame(obj))
 
 
+# what a host object's method raised, re-raised as its own builtin type when it is one
+# of these (anything else is a HostError naming the type)
+def _host_error(reply):
+    import builtins
+
+    name, message = str(reply.get("type", "Exception")), str(reply.get("message", ""))
+    cls = getattr(builtins, name, None)
+    if name in _PASSED_ERRORS and isinstance(cls, type) and issubclass(cls, Exception):
+        return cls(message)
+    return HostError(f"{name}: {message}")
+
+
+_PASSED_ERRORS = frozenset(
+    {
+        "ValueError",
+        "TypeError",
+        "KeyError",
+        "LookupError",
+        "IndexError",
+        "AttributeError",
+        "RuntimeError",
+        "ZeroDivisionError",
+        "NotImplementedError",
+        "PermissionError",
+        "FileNotFoundError",
+        "OSError",
+        "ArithmeticError",
+    }
+)
+
+
 def handle_exec(session, msg) -> dict:
     """Run an exec frame; the result frame."""
     code = msg.get("code", "")
@@ -370,6 +403,25 @@ def main() -> int:
             return reply.get("value")
         raise HostError(f"{reply.get('type', 'Exception')}: {reply.get('message', '')}")
 
+    def rpc_call(target, method, args, kwargs):
+        # a proxy's method call (rpc.py): the host checks the target and the method
+        _write(
+            out,
+            {
+                "op": "rpc",
+                "target": target,
+                "method": method,
+                "args": to_wire(list(args)),
+                "kwargs": to_wire(dict(kwargs)),
+            },
+        )
+        reply = _read(inp)
+        if reply is None:
+            raise SystemExit(0)
+        if reply.get("op") == "return":
+            return reply.get("value")
+        raise _host_error(reply)
+
     def fs_call(name, args):
         # a VirtualFS operation: the host keeps the files (vfs.RemoteBackend)
         _write(out, {"op": "fs", "name": name, "args": args})
@@ -389,13 +441,17 @@ def main() -> int:
             try:
                 sys.path.extend(p for p in msg.get("sys_path") or [] if p not in sys.path)
                 mp.accelerate()
-                policy = Policy.from_portable(msg["policy"], host_call=host_call)
+                policy = Policy.from_portable(msg["policy"], host_call=host_call, rpc_call=rpc_call)
                 fs = None
                 if isinstance(msg.get("vfs"), dict):
                     policy.module_root = str(msg["vfs"].get("module_root") or "/")
                     fs = vfs.RemoteBackend(fs_call)
                 session = GuestSession(
-                    policy, filesystem_root=msg.get("filesystem_root"), echo=msg.get("echo", False), filesystem=fs
+                    policy,
+                    filesystem_root=msg.get("filesystem_root"),
+                    echo=msg.get("echo", False),
+                    filesystem=fs,
+                    rpc=rpc_call,
                 )
                 if msg.get("filesystem_root"):
                     os.chdir(msg["filesystem_root"])
