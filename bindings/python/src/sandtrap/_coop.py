@@ -43,7 +43,7 @@ from sandtrap_guest.output import passthrough_stdio
 from sandtrap_guest.policy import MemberSpec
 from sandtrap_guest.rewriter import echo_mode as _echo_mode
 from sandtrap_guest.rpc import RpcProxyMarker, rpc_surface
-from sandtrap_guest.session import _Capture
+from sandtrap_guest.session import _Capture, validate_keep
 from sandtrap_guest.vfs import VirtualFS
 from sandtrap_guest.vfs import serve as _serve_fs
 from sandtrap_guest.wire import to_wire
@@ -445,11 +445,32 @@ class CoopSandbox:
         stdin: str | None = None,
         argv: list[str] | None = None,
         echo: bool | str | None = None,
+        keep: Any = None,
     ) -> ExecResult:
         """Run ``code``; never raises for the code's own faults (see ``result.error``).
-        ``echo`` overrides the sandbox's echo mode for this call (None keeps it)."""
+        ``echo`` overrides the sandbox's echo mode for this call (None keeps it).
+        ``keep`` (a collection of names): the result's namespace holds only those —
+        at the worker levels the others never leave the worker (the sandbox's
+        namespace keeps them all)."""
+        return self._exec(code, namespace, modules, stdin, argv, echo, keep, False)
+
+    def _exec(
+        self,
+        code: str,
+        namespace: dict[str, Any] | None,
+        modules: dict[str, Any] | None,
+        stdin: str | None,
+        argv: list[str] | None,
+        echo: bool | str | None,
+        keep: Any,
+        top_level_await: bool,
+    ) -> ExecResult:
         if not isinstance(code, str):
             raise InvalidArgument("code must be a str")
+        try:
+            kept = validate_keep(keep)
+        except TypeError as e:
+            raise InvalidArgument(str(e)) from None
         if echo is not None:
             _echo_mode(echo)  # ValueError, at every level
         self._note_markers(namespace)
@@ -466,6 +487,8 @@ class CoopSandbox:
                     argv=argv,
                     echo=echo,
                     snapshot_prints=self.snapshot_prints,
+                    allow_await=top_level_await,
+                    keep=kept,
                 )
                 if r.error is not None:
                     _attach_traceback(r.error, r.traceback)
@@ -498,6 +521,8 @@ class CoopSandbox:
                     **({"state": self._state} if self._state is not None else {}),
                     **({"snapshot": True} if self.keep_state else {}),
                     **({"prints": True} if self.snapshot_prints else {}),
+                    **({"top_level_await": True} if top_level_await else {}),
+                    **({"keep": sorted(kept)} if kept is not None else {}),
                 }
             )
             # what granted host functions write while they run here (their prints,
@@ -560,12 +585,28 @@ class CoopSandbox:
                 self._state = resp["state"] if self.keep_state else self._state
             return resp
 
-    async def aexec(self, code: str, **kwargs: Any) -> ExecResult:
-        """``exec`` on a worker thread; the event loop keeps running. Cancelling the
-        task stops the code (as ``cancel()``), waits until it has stopped, and
-        re-raises ``CancelledError``: the next exec does not wait for it."""
+    async def aexec(
+        self,
+        code: str,
+        namespace: dict[str, Any] | None = None,
+        modules: dict[str, Any] | None = None,
+        stdin: str | None = None,
+        argv: list[str] | None = None,
+        echo: bool | str | None = None,
+        keep: Any = None,
+    ) -> ExecResult:
+        """``exec`` that the event loop keeps running beside, and whose code may use
+        top-level ``await``, ``async for`` and ``async with`` (the seed's aexec). Such
+        a body runs as a coroutine on an event loop of its own — at ``"none"`` on the
+        exec's thread, at the worker levels in the worker — never on the caller's
+        loop, which would run the code's tasks outside the exec's limits; the
+        timeout and ``cancel()`` stop an ``await`` too. Cancelling the task stops the
+        code (as ``cancel()``), waits until it has stopped, and re-raises
+        ``CancelledError``: the next exec does not wait for it."""
+        if echo is not None:
+            _echo_mode(echo)  # ValueError here, as exec
         loop = asyncio.get_running_loop()
-        fut = loop.run_in_executor(None, lambda: self.exec(code, **kwargs))
+        fut = loop.run_in_executor(None, lambda: self._exec(code, namespace, modules, stdin, argv, echo, keep, True))
         try:
             return await asyncio.shield(fut)
         except asyncio.CancelledError:

@@ -1027,10 +1027,16 @@ class GuestSession:
         argv: list | None = None,
         echo: bool | str | None = None,
         snapshot_prints: bool = False,
+        allow_await: bool = False,
+        keep: Any = None,
     ) -> ExecResult:
         """Run ``code``; never raises for the code's faults (see ``result.error``).
         ``snapshot_prints``: ``result.prints`` holds each print's (and echo's) values
-        as wire data."""
+        as wire data. ``allow_await`` (aexec): top-level ``await``, ``async for`` and
+        ``async with``; such a body runs as a coroutine on an event loop of its own,
+        in this thread, until it completes. ``keep`` (a collection of names, not a
+        str): the result's namespace holds only those (the session keeps every name)."""
+        keep = validate_keep(keep)
         if not isinstance(code, str):
             raise TypeError("code must be a str")
         if namespace is not None:
@@ -1055,13 +1061,16 @@ class GuestSession:
         try:
             self._prints = [] if snapshot_prints else None
             try:
-                return self._exec_locked(code, namespace, modules, stdin, argv, echo_mode)
+                r = self._exec_locked(code, namespace, modules, stdin, argv, echo_mode, allow_await)
+                if keep is not None:
+                    r.namespace = {k: v for k, v in r.namespace.items() if k in keep}
+                return r
             finally:
                 self._prints = None
         finally:
             self._lock.release()
 
-    def _exec_locked(self, code, namespace, modules, stdin, argv, echo_mode) -> ExecResult:
+    def _exec_locked(self, code, namespace, modules, stdin, argv, echo_mode, allow_await=False) -> ExecResult:
         pol = self.policy
         t0 = time.monotonic()
         self._cap = _Capture(pol.max_stdout)
@@ -1073,8 +1082,11 @@ class GuestSession:
         error: BaseException | None = None
         ticks = 0
         try:
-            tree = rw.rewrite(code, echo=echo_mode, filename=SANDBOX_FILENAME)
-            codeobj = _main_code(compile(tree, SANDBOX_FILENAME, "exec", dont_inherit=True))
+            tree = rw.rewrite(code, echo=echo_mode, filename=SANDBOX_FILENAME, allow_await=allow_await)
+            codeobj = _main_code(
+                compile(tree, SANDBOX_FILENAME, "exec", flags=_TOP_AWAIT if allow_await else 0, dont_inherit=True),
+                allow_await,
+            )
         except (SyntaxError, StValidationError) as e:
             e.__traceback__ = None
             return ExecResult(
@@ -1136,7 +1148,10 @@ class GuestSession:
         route = _output.begin(self._cap, self._err)  # host writes to sys.stdout/err land here
         try:
             if main is not None:
-                main()
+                if codeobj.co_flags & _CO_COROUTINE:
+                    _run_coroutine(main(), m, self._chk)
+                else:
+                    main()
             else:
                 exec(codeobj, ns)
         except KeyboardInterrupt:
@@ -1322,7 +1337,70 @@ _CO_NOT_PLAIN = 0x20 | 0x80 | 0x100 | 0x200  # generator, coroutine, iterable co
 _MAIN_PREFIX = f"{rw.OUTER}.<locals>.{rw.MAIN}.<locals>."
 
 
-def _main_code(module_code: types.CodeType) -> types.CodeType:
+_CO_COROUTINE = 0x80
+_TOP_AWAIT = 0x2000  # ast.PyCF_ALLOW_TOP_LEVEL_AWAIT (the body itself is an async def here)
+
+
+def validate_keep(keep: Any) -> frozenset[str] | None:
+    """``keep`` as a frozenset of names (None: every name). A bare str is refused: it
+    is a collection of its characters (``keep="ui"`` would keep ``u`` and ``i``)."""
+    if keep is None:
+        return None
+    if isinstance(keep, (str, bytes)) or not hasattr(keep, "__iter__"):
+        raise TypeError(
+            f"keep must be a collection of names, not {type(keep).__name__}: write keep=('ui',) for a single name"
+        )
+    names = frozenset(keep)
+    for n in names:
+        if not isinstance(n, str):
+            raise TypeError(f"keep names must be strings, got {n!r}")
+    return names
+
+
+def _run_coroutine(coro, meter, chk) -> None:
+    """Run the module body's coroutine (aexec's top-level await) to completion on a
+    new event loop in this thread. The loop looks at the meter every few
+    milliseconds: past the deadline, or cancelled, it cancels the body's task (so an
+    ``await`` of a long sleep stops too) and the meter's check raises the limit. The
+    loop is closed afterwards, its pending tasks cancelled: a task the code started
+    and did not await does not outlive the exec."""
+    import asyncio
+
+    loop = asyncio.new_event_loop()
+    task = loop.create_task(coro)
+    mono = time.monotonic
+
+    stopped = [False]
+
+    def look():
+        if task.done():
+            return
+        if meter.cancelled or (meter.deadline is not None and mono() >= meter.deadline):
+            stopped[0] = True
+            task.cancel()
+        loop.call_later(0.005, look)
+
+    loop.call_soon(look)
+    try:
+        try:
+            loop.run_until_complete(task)
+        except BaseException:
+            if stopped[0]:
+                chk()  # the limit that cancelled it wins over what the code made of that
+            raise
+    finally:
+        try:
+            pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+            for t in pending:
+                t.cancel()
+            if pending:
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            loop.close()
+
+
+def _main_code(module_code: types.CodeType, allow_await: bool = False) -> types.CodeType:
     """The code to run: the module body's code object out of the compiled wrapper (see
     ``rewriter``), named ``<module>``, with the wrapper's names removed from nested
     qualnames; or ``module_code`` itself when the rewriter did not wrap the body
@@ -1339,7 +1417,7 @@ def _main_code(module_code: types.CodeType) -> types.CodeType:
         raise StValidationError("code could not be compiled: module wrapper not found")
     main = main[0]
     if (
-        main.co_flags & _CO_NOT_PLAIN
+        main.co_flags & (_CO_NOT_PLAIN & ~_CO_COROUTINE if allow_await else _CO_NOT_PLAIN)
         or not main.co_flags & _CO_NEWLOCALS
         or main.co_argcount
         or main.co_kwonlyargcount

@@ -9,7 +9,9 @@ it and the host. Frames, host → worker:
     {"op": "exec", "code": str, "namespace": {...}|None, "modules": {name: {...}}|None,
      "stdin": str|None, "argv": [str]|None, "echo": bool|str (optional: this exec's mode),
      "restore": <state>|None (restored before the code: state.py), "snapshot": bool (the result carries "state"),
-     "prints": bool (the result carries "prints": each print's values)}
+     "prints": bool (the result carries "prints": each print's values),
+     "await": bool (aexec: top-level await, async for, async with), "keep": [str] (optional: the names the
+     result's namespace carries)}
     {"op": "return", "value": ...} / {"op": "raise", "type": str, "message": str}   (answers to "call")
 
     {"op": "template", "policy": ..., "sys_path": [str]}   (the engine's template start frame)
@@ -361,6 +363,8 @@ def handle_exec(session, msg) -> dict:
             argv=msg.get("argv"),
             echo=msg.get("echo"),
             snapshot_prints=bool(msg.get("prints")),
+            allow_await=bool(msg.get("await")),
+            keep=msg["keep"] if isinstance(msg.get("keep"), list) else None,
         )
     try:
         namespace = to_wire(r.namespace)
