@@ -562,8 +562,9 @@ type execState struct {
 	untrack   func()
 	began     time.Time
 	lastEnd   string
-	abandoned bool   // the host abandoned the exec during a host call (lastEnd says which)
-	call      string // the host function being called
+	abandoned bool      // the host abandoned the exec during a host call (lastEnd says which)
+	call      string    // the host function being called
+	asked     time.Time // when the host was asked (host_time refunds at most what it waited)
 	done      bool
 	// freshFrame: the frame for a worker started for this exec (with the host's
 	// state to restore first); nil: frame serves both
@@ -737,6 +738,7 @@ func (x *execState) handle(reply []byte, end *engine.SessionEnd) hostcall.Step {
 					continue
 				}
 				x.call = name
+				x.asked = time.Now()
 				return hostcall.Ask(hostcall.Call{Kind: "fn", Fields: map[string]any{
 					"name": name, "args": raw(f["args"]), "kwargs": raw(f["kwargs"])}}, x)
 			case "rpc":
@@ -750,6 +752,7 @@ func (x *execState) handle(reply []byte, end *engine.SessionEnd) hostcall.Step {
 					continue
 				}
 				x.call = fmt.Sprintf("%s.%s", target, method)
+				x.asked = time.Now()
 				return hostcall.Ask(hostcall.Call{Kind: "rpc", Fields: map[string]any{
 					"target": target, "method": method, "args": raw(f["args"]), "kwargs": raw(f["kwargs"])}}, x)
 			case "fs":
@@ -805,11 +808,25 @@ func (x *execState) Resume(a hostcall.Answer) hostcall.Step {
 		return x.failed("")
 	}
 	var fr []byte
+	var ans map[string]any
 	if a.Error != nil {
-		fr = encodeSorted(map[string]any{"op": "raise", "type": a.Error.Type, "message": a.Error.Message})
+		ans = map[string]any{"op": "raise", "type": a.Error.Type, "message": a.Error.Message}
 	} else {
-		fr = encodeSorted(map[string]any{"op": "return", "value": raw(a.Value)})
+		ans = map[string]any{"op": "return", "value": raw(a.Value)}
 	}
+	if a.HostTime > 0 && !x.asked.IsZero() {
+		// host time (the seed's host_time): the exec's deadline, and the worker's own
+		// clock, do not count it — at most the time this call waited for the host
+		refund := time.Duration(a.HostTime * float64(time.Second))
+		if waited := time.Since(x.asked); refund > waited {
+			refund = waited
+		}
+		if !x.deadline.IsZero() {
+			x.deadline = x.deadline.Add(refund)
+		}
+		ans["host_time"] = refund.Seconds()
+	}
+	fr = encodeSorted(ans)
 	reply, end := x.answerWorker(fr, x.call)
 	return x.handle(reply, end)
 }

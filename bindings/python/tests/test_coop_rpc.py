@@ -222,3 +222,23 @@ def test_malformed_rpc_frames_end_the_worker(fake, level, tmp_path):
             r = sb.exec(mode, namespace={"c": RpcProxyMarker("h")})
             assert isinstance(r.error, WorkerCrashed) and "protocol" in str(r.error), (mode, r.error)
     assert calls == []
+
+
+def test_policy_problems_carry_the_seeds_fields():
+    from sandtrap import PolicyProblem, StPolicyNotPortable
+
+    p = Policy()
+    p.fn(lambda x: x, name="lam")
+    p.fn(Ledger().add, name="bound")
+    p.module(Ledger(), name="obj")
+    probs = p.portability_problems()
+    by_name = {q.name: q for q in probs}
+    assert all(isinstance(q, PolicyProblem) and isinstance(q, str) for q in probs)
+    assert by_name["lam"].kind == "unimportable" and "lambda" in by_name["lam"].detail
+    assert by_name["bound"].kind == "live callable" and "grant the class" in by_name["bound"].remedy
+    assert by_name["obj"].kind == "live-object grant"
+    # the cooperative sandbox's workers call function grants back: nothing to report
+    assert p.check_picklable() == []
+    with pytest.raises(StPolicyNotPortable) as ei:
+        p.to_portable()
+    assert {q.kind for q in ei.value.problems} == {"unimportable", "live callable", "live-object grant"}

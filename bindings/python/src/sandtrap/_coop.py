@@ -28,6 +28,7 @@ import builtins
 import os
 import sys
 import threading
+import time
 import types
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -36,11 +37,13 @@ from typing import Any
 import sandtrap_guest
 from sandtrap_guest import ExecResult as GuestExecResult
 from sandtrap_guest import GuestSession, Policy
+from sandtrap_guest import clock as _clock
 from sandtrap_guest import errors as guest_errors
 from sandtrap_guest import output as _output
 from sandtrap_guest import rpc as _rpc
+from sandtrap_guest.clock import host_time
 from sandtrap_guest.output import passthrough_stdio
-from sandtrap_guest.policy import MemberSpec
+from sandtrap_guest.policy import MemberSpec, PolicyProblem
 from sandtrap_guest.rewriter import echo_mode as _echo_mode
 from sandtrap_guest.rpc import RpcProxyMarker, rpc_surface
 from sandtrap_guest.session import _Capture, validate_keep
@@ -65,6 +68,8 @@ __all__ = [
     "MemberSpec",
     "RpcProxyMarker",
     "rpc_surface",
+    "host_time",
+    "PolicyProblem",
 ]
 
 LEVELS = ("none", "process", "kernel")
@@ -407,7 +412,22 @@ class CoopSandbox:
 
     def _host_call(self, call: dict[str, Any]) -> dict[str, Any]:
         """Run the granted function a host call names (or the VirtualFS operation, or
-        a host object's method); the answer's value or error."""
+        a host object's method); the answer's value or error, with ``host_time``:
+        the seconds of it the exec's timeout does not count (a whole ``host_time=True``
+        function's or host object's call, else the ``host_time()`` blocks in it)."""
+        t0 = time.monotonic()
+        kind = call.get("kind")
+        whole = kind == "rpc" or (
+            kind == "fn" and getattr(self.policy.fns.get(str(call.get("name"))), "host_time", False)
+        )
+        with _clock.use(_clock.Clock()) as c:
+            answer = self._host_call_run(call)
+        secs = time.monotonic() - t0 if whole else c.total
+        if secs > 0 and "abort" not in answer:
+            answer["host_time"] = secs
+        return answer
+
+    def _host_call_run(self, call: dict[str, Any]) -> dict[str, Any]:
         if call.get("kind") == "rpc":
             target = call.get("target")
             try:

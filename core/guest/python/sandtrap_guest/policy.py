@@ -151,6 +151,7 @@ class FnGrant:
     kind: str = "fn"
     host_fs_access: bool = False
     network_access: bool = False
+    host_time: bool = False  # its calls do not count against the exec's timeout (clock.py)
 
     @property
     def func(self) -> Callable[..., Any]:
@@ -240,6 +241,48 @@ def _resolve(ref: str) -> Any:
     for part in qual.split("."):
         obj = getattr(obj, part)
     return obj
+
+
+class PolicyProblem(str):
+    """One reason a policy cannot reach a worker (the seed's ``PolicyProblem``): the
+    text itself (a str, as ``StPolicyNotPortable.problems`` lists them), with the
+    seed's fields ``kind`` (``"live callable"``, ``"unimportable"``, ``"unimportable
+    class"``, ``"unimportable module"``, ``"callable filter"``, ``"live-object
+    grant"``), ``name`` (the grant), ``detail`` (what is wrong) and ``remedy`` (what
+    to do instead)."""
+
+    kind: str
+    name: str
+    detail: str
+    remedy: str
+
+    def __new__(cls, kind: str, name: str, detail: str, remedy: str = "") -> PolicyProblem:
+        self = super().__new__(cls, f"{detail}; {remedy}" if remedy else detail)
+        self.kind, self.name, self.detail, self.remedy = kind, name, detail, remedy
+        return self
+
+    @classmethod
+    def of(cls, kind: str, name: str, text: str) -> PolicyProblem:
+        """From one of the messages below: ``<detail>; <remedy>`` (or no remedy)."""
+        detail, _, remedy = text.partition("; ")
+        return cls(kind, name, detail, remedy)
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.kind, self.name, self.detail, self.remedy))
+
+
+def _callable_kind(f: Any) -> str:
+    """How a non-portable function grant fails: it carries host state, or it has no
+    importable name."""
+    if isinstance(f, functools.partial) or inspect.ismethod(f):
+        return "live callable"
+    if not isinstance(f, (types.FunctionType, types.BuiltinFunctionType)):
+        return "live callable"
+    if isinstance(f, types.BuiltinMethodType) and not isinstance(
+        getattr(f, "__self__", None), (types.ModuleType, type(None))
+    ):
+        return "live callable"
+    return "unimportable"
 
 
 def _callable_problem(label: str, f: Any) -> str | None:
@@ -385,11 +428,23 @@ class Policy:
     # ------------------------------------------------------------------ grants
     @overload
     def fn(
-        self, f: _F, *, name: str | None = None, host_fs_access: bool = False, network_access: bool = False
+        self,
+        f: _F,
+        *,
+        name: str | None = None,
+        host_fs_access: bool = False,
+        network_access: bool = False,
+        host_time: bool = False,
     ) -> _F: ...
     @overload
     def fn(
-        self, f: None = None, *, name: str | None = None, host_fs_access: bool = False, network_access: bool = False
+        self,
+        f: None = None,
+        *,
+        name: str | None = None,
+        host_fs_access: bool = False,
+        network_access: bool = False,
+        host_time: bool = False,
     ) -> Callable[[_F], _F]: ...
     def fn(
         self,
@@ -398,13 +453,18 @@ class Policy:
         name: str | None = None,
         host_fs_access: bool = False,
         network_access: bool = False,
+        host_time: bool = False,
     ) -> _F | Callable[[_F], _F]:
         """Grant a host function under ``name`` (default ``f.__name__``). Decorator-friendly.
 
         A function grant runs in the host at every level (at the worker levels through
         a host call), with the host's files and network: ``host_fs_access`` and
-        ``network_access`` (the seed's) are what it has already, accepted and kept."""
+        ``network_access`` (the seed's) are what it has already, accepted and kept.
+        ``host_time=True``: the time its calls take does not count against the exec's
+        timeout (the seed's; ``sandtrap_guest.clock``)."""
         _flags(host_fs_access, network_access)
+        if not isinstance(host_time, bool):
+            raise TypeError("host_time must be a bool")
 
         def register(func: _F) -> _F:
             if not callable(func):
@@ -412,7 +472,9 @@ class Policy:
             n = _check_grant_name(name or getattr(func, "__name__", None) or "")
             if "." in n:
                 raise ValueError("function grant names cannot be dotted")
-            self.fns[n] = FnGrant(n, func, host_fs_access=host_fs_access, network_access=network_access)
+            self.fns[n] = FnGrant(
+                n, func, host_fs_access=host_fs_access, network_access=network_access, host_time=host_time
+            )
             return func
 
         return register(f) if f is not None else register
@@ -720,45 +782,81 @@ class Policy:
         return gate
 
     # ------------------------------------------------------------- portability
-    def portability_problems(self, host_fns: bool = False) -> list[str]:
-        """Every reason this policy cannot be sent to a worker by reference (empty: portable).
+    def portability_problems(self, host_fns: bool = False) -> list[PolicyProblem]:
+        """Every reason this policy cannot be sent to a worker by reference (empty:
+        portable), each a ``PolicyProblem`` (a str with ``kind``, ``name``,
+        ``detail``, ``remedy``).
 
         With ``host_fns`` the fn grants stay in the host (the worker calls back), so any
         callable — closures and bound methods too — is fine."""
-        problems: list[str] = []
+        problems: list[PolicyProblem] = []
         if not host_fns:
             for og in self.objects.values():
                 problems.append(
-                    f"object {og.name!r}: a live {type(og.obj).__name__} instance stays in the host and is reached "
-                    "by calls back to it, which this kind of worker cannot make; grant its class and pass the instance"
+                    PolicyProblem(
+                        "live-object grant",
+                        og.name,
+                        f"object {og.name!r}: a live {type(og.obj).__name__} instance stays in the host and is "
+                        "reached by calls back to it, which this kind of worker cannot make",
+                        "grant its class and pass the instance",
+                    )
                 )
         for fg in self.fns.values():
             p = None if host_fns else _callable_problem(f"fn {fg.name!r}", fg.fn)
             if p:
-                problems.append(p)
+                problems.append(PolicyProblem.of(_callable_kind(fg.fn), fg.name, p))
         for cg in self.classes.values():
             p = _ref_problem(f"cls {cg.name!r}", cg.cls)
             if p:
-                problems.append(p)
-            problems.extend(self._filter_problems(f"cls {cg.name!r}", cg.filter))
+                problems.append(PolicyProblem.of("unimportable class", cg.name, p))
+            problems.extend(self._filter_problems(f"cls {cg.name!r}", cg.name, cg.filter))
         for mg in self.modules.values():
             label = f"module {mg.name!r}"
             mname = getattr(mg.module, "__name__", None)
             if mname == "__main__":
-                problems.append(f"{label}: __main__ cannot be imported by a worker")
+                problems.append(
+                    PolicyProblem.of(
+                        "unimportable module", mg.name, f"{label}: __main__ cannot be imported by a worker"
+                    )
+                )
             elif not isinstance(mname, str) or sys.modules.get(mname) is not mg.module:
-                problems.append(f"{label}: module {mname!r} is not the one in sys.modules (built at runtime?)")
+                problems.append(
+                    PolicyProblem.of(
+                        "unimportable module",
+                        mg.name,
+                        f"{label}: module {mname!r} is not the one in sys.modules (built at runtime?)",
+                    )
+                )
             elif getattr(mg.module, "__spec__", None) is None:
-                problems.append(f"{label}: module {mname!r} has no import spec (built at runtime?)")
-            problems.extend(self._filter_problems(label, mg.filter))
+                problems.append(
+                    PolicyProblem.of(
+                        "unimportable module",
+                        mg.name,
+                        f"{label}: module {mname!r} has no import spec (built at runtime?)",
+                    )
+                )
+            problems.extend(self._filter_problems(label, mg.name, mg.filter))
         return problems
 
+    def check_picklable(self) -> list[PolicyProblem]:
+        """The seed's name: every reason this policy cannot reach a worker (empty: it
+        can). Nothing crosses by pickle here — grants cross by name and function
+        grants stay in the host — so this is ``portability_problems(host_fns=True)``:
+        closures, lambdas and bound methods granted with ``policy.fn`` are fine."""
+        return self.portability_problems(host_fns=True)
+
     @staticmethod
-    def _filter_problems(label: str, flt: Filter) -> list[str]:
+    def _filter_problems(label: str, name: str, flt: Filter) -> list[PolicyProblem]:
         out = []
         for which, pat in (("include", flt.include), ("exclude", flt.exclude)):
             if not pat.portable:
-                out.append(f"{label}: callable {which} predicate is not portable; use glob strings")
+                out.append(
+                    PolicyProblem.of(
+                        "callable filter",
+                        name,
+                        f"{label}: callable {which} predicate is not portable; use glob strings",
+                    )
+                )
         return out
 
     def to_portable(self, host_fns: bool = False) -> dict[str, Any]:
@@ -773,7 +871,8 @@ class Policy:
         grants: list[dict[str, Any]] = []
         for fg in self.fns.values():
             if host_fns:
-                grants.append({"kind": "host_fn", "name": fg.name, "ref": fg.name})
+                # host_time: the host measures the call and the answer says how long
+                grants.append({"kind": "host_fn", "name": fg.name, "ref": fg.name, "host_time": fg.host_time})
             else:
                 grants.append({"kind": "fn", "name": fg.name, "ref": _ref(fg.fn)})
         for cg in self.classes.values():

@@ -46,6 +46,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import clock as _clock
 from . import output as _output
 from . import rewriter as rw
 from . import rpc as _rpc
@@ -368,6 +369,12 @@ class _Meter:
         "forced",
     )
 
+    def refund(self, seconds: float) -> None:
+        """Host time (clock.py): the deadline moves later by ``seconds``."""
+        d = self.deadline
+        if d is not None and self.running and seconds > 0:
+            self.deadline = d + seconds
+
     def __init__(self, cell):
         self.base = 0
         self.armed = _MAX_STRIDE
@@ -667,7 +674,7 @@ class GuestSession:
         for name, C in gate.exposed_classes.items():
             b[name] = C
         for name, g in self.policy.fns.items():
-            b[name] = _ticking(g.fn, tick, name)
+            b[name] = _ticking(_clock.wrap_host_time(g.fn) if g.host_time else g.fn, tick, name)
         # runtime helpers (unnameable by sandboxed code)
         b["__build_class__"] = gate.build_class
         # C code called from sandbox frames (numpy, pandas, time.strptime) imports through
@@ -866,11 +873,12 @@ class GuestSession:
         from .wire import to_wire
 
         args_w, kwargs_w = to_wire(list(args)), to_wire(dict(kwargs))
-        if isinstance(target, str) and target.startswith(_rpc.GRANT_PREFIX):
-            return _rpc.call_object_grant(self.policy, target, method, args_w, kwargs_w)
-        if self._rpc_external is None:
-            raise LookupError(f"no host object {target!r}: this sandbox serves no rpc_handlers")
-        return self._rpc_external(target, method, args_w, kwargs_w)
+        with _clock.host_time():  # a host object's method is host time, as in the seed
+            if isinstance(target, str) and target.startswith(_rpc.GRANT_PREFIX):
+                return _rpc.call_object_grant(self.policy, target, method, args_w, kwargs_w)
+            if self._rpc_external is None:
+                raise LookupError(f"no host object {target!r}: this sandbox serves no rpc_handlers")
+            return self._rpc_external(target, method, args_w, kwargs_w)
 
     def _proxies_for(self, values: dict) -> dict:
         """``values`` with each RpcProxyMarker (or its wire form) replaced by a proxy."""
@@ -1146,6 +1154,8 @@ class GuestSession:
             _WATCHDOG.watch(m)
         tb_text = message = None
         route = _output.begin(self._cap, self._err)  # host writes to sys.stdout/err land here
+        clock_scope = _clock.use(_clock.Clock(m.refund))  # host time moves the deadline
+        clock_scope.__enter__()
         try:
             if main is not None:
                 if codeobj.co_flags & _CO_COROUTINE:
@@ -1186,6 +1196,7 @@ class GuestSession:
                         raise TypeError
                 except BaseException:  # noqa: BLE001
                     message = _safe_message(error)
+            clock_scope.__exit__(None, None, None)
             _output.end(route)
             if watched:
                 _WATCHDOG.unwatch(m)

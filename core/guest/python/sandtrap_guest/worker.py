@@ -12,7 +12,8 @@ it and the host. Frames, host → worker:
      "prints": bool (the result carries "prints": each print's values),
      "await": bool (aexec: top-level await, async for, async with), "keep": [str] (optional: the names the
      result's namespace carries)}
-    {"op": "return", "value": ...} / {"op": "raise", "type": str, "message": str}   (answers to "call")
+    {"op": "return", "value": ...} / {"op": "raise", "type": str, "message": str}   (answers to "call",
+        "rpc", "fs"; either may carry "host_time": seconds of the call the exec's clock does not count)
 
     {"op": "template", "policy": ..., "sys_path": [str]}   (the engine's template start frame)
 
@@ -54,7 +55,7 @@ import signal
 import socket
 import sys
 
-from . import mp, vfs
+from . import clock, mp, vfs
 from .policy import Policy
 from .session import GuestSession
 from .wire import _clean_str, error_to_wire, to_wire
@@ -316,6 +317,14 @@ def _send(sock, obj):
 
 # what a host object's method raised, re-raised as its own builtin type when it is one
 # of these (anything else is a HostError naming the type)
+def _credit(reply):
+    """The host's measure of a call's host time (the engine's, capped at the wait):
+    the exec's clock does not count it."""
+    t = reply.get("host_time")
+    if isinstance(t, (int, float)) and not isinstance(t, bool) and t > 0:
+        clock.credit(float(t))
+
+
 def _host_error(reply):
     import builtins
 
@@ -403,6 +412,7 @@ def main() -> int:
         reply = _read(inp)
         if reply is None:
             raise SystemExit(0)
+        _credit(reply)
         if reply.get("op") == "return":
             return reply.get("value")
         raise HostError(f"{reply.get('type', 'Exception')}: {reply.get('message', '')}")
@@ -422,6 +432,7 @@ def main() -> int:
         reply = _read(inp)
         if reply is None:
             raise SystemExit(0)
+        _credit(reply)
         if reply.get("op") == "return":
             return reply.get("value")
         raise _host_error(reply)
