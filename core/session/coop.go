@@ -590,7 +590,7 @@ func coopExec(s *engine.Sandbox, req []byte) ([]byte, string) {
 		return errorResponse(&engine.Error{Kind: engine.KindInvalidRequest, Message: "invalid request: coop_exec: this sandbox is not a cooperative sandbox (send coop_open first)"})
 	}
 	r, err := newReader(req, "coop_exec", "op", "code", "namespace", "modules", "stdin", "argv", "echo", "state",
-		"snapshot", "state_encoded", "prints", "tag", "top_level_await", "keep")
+		"snapshot", "state_encoded", "prints", "tag", "top_level_await", "keep", "render_prints")
 	if err != nil {
 		return errorResponse(err)
 	}
@@ -622,6 +622,16 @@ func coopExec(s *engine.Sandbox, req []byte) ([]byte, string) {
 	prints := r.boolean("prints")
 	topAwait := r.boolean("top_level_await")
 	keep := r.strs("keep")
+	var render []any
+	if v := r.m["render_prints"]; !v.IsNil() {
+		f, ok := v.Fields()
+		per, okP := f["per_print"].Int()
+		lim, okL := f["limit"].Int()
+		if !ok || len(f) != 2 || !okP || !okL || per < 1 || lim < 1 {
+			r.addf("render_prints must be {per_print: a positive int, limit: a positive int}")
+		}
+		render = []any{per, lim}
+	}
 	tag := r.str("tag")
 	if err := r.err(); err != nil {
 		return errorResponse(err)
@@ -645,6 +655,9 @@ func coopExec(s *engine.Sandbox, req []byte) ([]byte, string) {
 	}
 	if topAwait {
 		fr["await"] = true // aexec: top-level await, async for and async with
+	}
+	if render != nil {
+		fr["render"] = render // the result carries rendered_prints and print_count
 	}
 	if r.has("keep") && !r.m["keep"].IsNil() {
 		fr["keep"] = keep // the names the result's namespace carries
@@ -882,10 +895,19 @@ func (x *execState) result(f frame) hostcall.Step {
 	for _, k := range []string{"stdout", "stderr", "namespace", "error", "traceback", "ticks", "stdout_truncated", "duration"} {
 		out[k] = raw(f[k])
 	}
-	for _, k := range []string{"state", "prints"} {
+	for _, k := range []string{"state", "prints", "rendered_prints", "print_count"} {
 		if v := f[k]; !v.IsNil() {
 			out[k] = raw(v)
 		}
+	}
+	// each namespace value's size as it crossed (the seed's result.sizes), read off
+	// the checked frame: no value is decoded for it
+	if ns, ok := f["namespace"].Fields(); ok {
+		sizes := make(map[string]any, len(ns))
+		for k, v := range ns {
+			sizes[k] = len(v)
+		}
+		out["sizes"] = sizes
 	}
 	if v := f["state"]; !v.IsNil() && x.encoded {
 		out["state"] = []byte(v) // the map's own bytes, as bin

@@ -73,8 +73,16 @@ func (f frame) checkResult() error {
 	if err := f.checkAll(f.want("stdout", false, S), f.want("stderr", false, S), f.want("namespace", false, M),
 		f.want("traceback", true, S), f.want("ticks", false, I), f.want("stdout_truncated", false, I),
 		f.want("duration", false, I, F), f.want("error", true, M), f.want("state", true, M),
-		f.want("prints", true, rawmsg.Array)); err != nil {
+		f.want("prints", true, rawmsg.Array), f.want("rendered_prints", true, rawmsg.Array),
+		f.want("print_count", true, I)); err != nil {
 		return err
+	}
+	if items, ok := f["rendered_prints"].Items(); ok {
+		for _, it := range items {
+			if it.Kind() != S {
+				return protof("'rendered_prints' holds a %v (str only)", it.Kind())
+			}
+		}
 	}
 	if _, ok := f["namespace"].Fields(); !ok {
 		return protof("namespace names must be str (and distinct)")

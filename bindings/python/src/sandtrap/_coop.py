@@ -46,7 +46,7 @@ from sandtrap_guest.output import passthrough_stdio
 from sandtrap_guest.policy import MemberSpec, PolicyProblem
 from sandtrap_guest.rewriter import echo_mode as _echo_mode
 from sandtrap_guest.rpc import RpcProxyMarker, rpc_surface
-from sandtrap_guest.session import _Capture, validate_keep
+from sandtrap_guest.session import PrintRendering, _Capture, validate_keep
 from sandtrap_guest.vfs import VirtualFS
 from sandtrap_guest.vfs import serve as _serve_fs
 from sandtrap_guest.wire import to_wire
@@ -70,6 +70,7 @@ __all__ = [
     "rpc_surface",
     "host_time",
     "PolicyProblem",
+    "PrintRendering",
 ]
 
 LEVELS = ("none", "process", "kernel")
@@ -281,9 +282,13 @@ class CoopSandbox:
         snapshot_prints: bool = False,
         preload_grants: bool = True,
         rpc_handlers: Mapping[str, Any] | None = None,
+        render_prints: PrintRendering | None = None,
     ) -> None:
         from ._sandbox import _Handle
 
+        if render_prints is not None and not isinstance(render_prints, PrintRendering):
+            raise InvalidArgument("render_prints must be a sandtrap.PrintRendering or None")
+        self.render_prints = render_prints
         handlers = dict(rpc_handlers or {})
         for k, h in handlers.items():
             if not isinstance(k, str) or not k or len(k) > _rpc.MAX_NAME or k.startswith(_rpc.GRANT_PREFIX):
@@ -509,6 +514,7 @@ class CoopSandbox:
                     snapshot_prints=self.snapshot_prints,
                     allow_await=top_level_await,
                     keep=kept,
+                    render_prints=self._rendering(),
                 )
                 if r.error is not None:
                     _attach_traceback(r.error, r.traceback)
@@ -523,6 +529,8 @@ class CoopSandbox:
                     duration=r.duration,
                     error_message=r.error_message,
                     prints=r.prints,
+                    rendered_prints=r.rendered_prints,
+                    print_count=r.print_count,
                     isolation=IsolationStatus(self._report),
                 )
             resp = self._request(
@@ -543,6 +551,11 @@ class CoopSandbox:
                     **({"prints": True} if self.snapshot_prints else {}),
                     **({"top_level_await": True} if top_level_await else {}),
                     **({"keep": sorted(kept)} if kept is not None else {}),
+                    **(
+                        {"render_prints": {"per_print": self._rendering()[0], "limit": self._rendering()[1]}}
+                        if self.render_prints is not None
+                        else {}
+                    ),
                 }
             )
             # what granted host functions write while they run here (their prints,
@@ -568,6 +581,9 @@ class CoopSandbox:
             resp["ticks"],
             stderr=resp["stderr"] + host_err.getvalue(),
             prints=[tuple(p) if isinstance(p, list) else p for p in resp.get("prints") or []],
+            rendered_prints=list(resp.get("rendered_prints") or []),
+            print_count=int(resp.get("print_count") or 0),
+            sizes=dict(resp.get("sizes") or {}),
             traceback=resp["traceback"],
             stdout_truncated=resp["stdout_truncated"],
             duration=float(resp["duration"]),
@@ -575,6 +591,10 @@ class CoopSandbox:
             isolation=IsolationStatus(self._report),
             restarted=resp["restarted"],
         )
+
+    def _rendering(self) -> tuple[int, int] | None:
+        r = self.render_prints
+        return None if r is None else (r.per_print, r.limit)
 
     def snapshot(self) -> dict[str, Any]:
         """The namespace as source plus data (never pickle): the import, def and class
@@ -688,6 +708,8 @@ def sandbox(
     snapshot_prints: bool = False,
     preload_grants: bool = True,
     rpc_handlers: Mapping[str, Any] | None = None,
+    render_prints: PrintRendering | None = None,
+    spool: Any = False,
 ) -> CoopSandbox:
     """A cooperative Python sandbox.
 
@@ -761,6 +783,12 @@ def sandbox(
         raise InvalidArgument("close_fds must be a bool (workers never inherit descriptors either way)")
     if not isinstance(preload_grants, bool):
         raise InvalidArgument("preload_grants must be a bool")
+    if spool is not False:
+        raise InvalidArgument(
+            "spool= is not offered: a result's values cross from the worker as msgpack data in one response (never "
+            "pickle files for the host to read back), and result.sizes gives each value's size as it crossed at the "
+            "worker levels; narrow what crosses with exec(keep=...)"
+        )
     if policy is None:
         policy = Policy()
     if not isinstance(policy, Policy):
@@ -778,6 +806,7 @@ def sandbox(
         snapshot_prints,
         preload_grants,
         rpc_handlers,
+        render_prints,
     )
 
 

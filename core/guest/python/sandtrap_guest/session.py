@@ -225,6 +225,9 @@ class ExecResult:
     duration: float = 0.0
     error_message: str | None = None  # str(error), made under the exec's limits
     prints: list[Any] = field(default_factory=list)  # with snapshot_prints: each print's values (wire data)
+    rendered_prints: list[str] = field(default_factory=list)  # with render_prints: each print as text
+    print_count: int = 0  # with render_prints: how many prints were made (rendered or not)
+    sizes: dict[str, int] = field(default_factory=dict)  # worker levels: each value's bytes on the wire
 
     @property
     def ok(self) -> bool:
@@ -520,7 +523,7 @@ class GuestSession:
             self._vfs = vfs.VFSView(vfs.backend_of(filesystem))
         self._vfs_modules: dict[str, tuple[bytes, types.ModuleType]] = {}
         self._recorder = _state.Recorder()  # the def/class/import statements, for snapshot()
-        self._prints: list | None = None  # this exec's print values (snapshot_prints)
+        self._prints: _PrintSink | None = None  # this exec's prints (snapshot_prints, render_prints)
         self._lock = threading.Lock()
         # the tick countdown (rewriter.N): a checkpoint decrements it and calls
         # __st_chk__ when it reaches 0, so it is never armed below 1. 1 outside an
@@ -712,7 +715,7 @@ class GuestSession:
                 raise TypeError(f"end must be None or a string, not {type(end).__name__}")
             text = sep.join([str(a) for a in args]) + end
             if session._prints is not None and file is None:
-                session._prints.append(_print_values(args))
+                session._prints.append(args)
             if file is None:
                 session._cap.write(text)
             else:
@@ -788,7 +791,7 @@ class GuestSession:
     def _echo(self, value):
         self._tick()
         if value is not None and self._prints is not None:
-            self._prints.append(_print_values((value,)))
+            self._prints.append((value,))
         if value is not None:
             self._cap.write(repr(value) + "\n")
 
@@ -1037,13 +1040,22 @@ class GuestSession:
         snapshot_prints: bool = False,
         allow_await: bool = False,
         keep: Any = None,
+        render_prints: tuple[int, int] | None = None,
     ) -> ExecResult:
         """Run ``code``; never raises for the code's faults (see ``result.error``).
         ``snapshot_prints``: ``result.prints`` holds each print's (and echo's) values
         as wire data. ``allow_await`` (aexec): top-level ``await``, ``async for`` and
         ``async with``; such a body runs as a coroutine on an event loop of its own,
         in this thread, until it completes. ``keep`` (a collection of names, not a
-        str): the result's namespace holds only those (the session keeps every name)."""
+        str): the result's namespace holds only those (the session keeps every name).
+        ``render_prints`` ``(per_print, limit)``: ``result.rendered_prints`` holds the
+        first ``limit`` prints rendered as text of at most ``per_print`` characters,
+        ``result.print_count`` how many prints were made."""
+        if render_prints is not None:
+            per, lim = render_prints
+            if not all(type(v) is int and v >= 1 for v in (per, lim)):
+                raise ValueError("render_prints must be (per_print, limit): positive ints")
+            render_prints = (per, lim)
         keep = validate_keep(keep)
         if not isinstance(code, str):
             raise TypeError("code must be a str")
@@ -1067,11 +1079,15 @@ class GuestSession:
         if not self._lock.acquire(blocking=False):
             raise RuntimeError("this GuestSession is already executing (sessions are not re-entrant)")
         try:
-            self._prints = [] if snapshot_prints else None
+            sink = _PrintSink(snapshot_prints, render_prints)
+            self._prints = sink if (snapshot_prints or render_prints) else None
             try:
                 r = self._exec_locked(code, namespace, modules, stdin, argv, echo_mode, allow_await)
                 if keep is not None:
                     r.namespace = {k: v for k, v in r.namespace.items() if k in keep}
+                r.prints = sink.values if sink.values is not None else []
+                r.rendered_prints = sink.rendered
+                r.print_count = sink.count
                 return r
             finally:
                 self._prints = None
@@ -1233,7 +1249,6 @@ class GuestSession:
             stdout_truncated=self._cap.dropped,
             duration=time.monotonic() - t0,
             error_message=message,
-            prints=self._prints if self._prints is not None else [],
         )
 
     # ----------------------------------------------------------------- state
@@ -1589,6 +1604,81 @@ def _help_value(v: Any) -> str:
     except Exception:  # noqa: BLE001 - a repr that fails
         return f"<{type(v).__name__}>"
     return r if len(r) <= 80 else r[:77] + "..."
+
+
+@dataclass(frozen=True)
+class PrintRendering:
+    """Render each print's values as bounded text as the print is made (the seed's
+    ``PrintRendering``): ``result.rendered_prints`` holds the first ``limit`` prints,
+    at most ``per_print`` characters each (its values share it, each at least 40,
+    values past it counted as ``...N more``); ``result.print_count`` counts them all.
+    Unlike the seed (reprobate, an extra package) the text is made here: a str as it
+    prints, anything else by ``wire.safe_repr`` (containers walked, a few known types'
+    own repr, other objects as ``<module.Type object>``), which never runs
+    sandbox-defined code. Nothing is copied, and out of a worker only text crosses."""
+
+    per_print: int = 2000
+    limit: int = 200
+
+    def __post_init__(self) -> None:
+        for name in ("per_print", "limit"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"PrintRendering.{name} must be a positive int")
+
+
+class _PrintSink:
+    """One exec's prints (``print``, an echoed value, ``help``): their values as wire
+    data (``snapshot_prints``) and/or rendered as bounded text as they are made
+    (``render_prints``: ``(per_print, limit)``, the seed's ``PrintRendering``)."""
+
+    __slots__ = ("values", "rendered", "count", "per_print", "limit")
+
+    def __init__(self, snapshot: bool, rendering: tuple[int, int] | None) -> None:
+        self.values: list | None = [] if snapshot else None
+        self.rendered: list[str] = []
+        self.count = 0
+        self.per_print, self.limit = rendering if rendering is not None else (0, 0)
+
+    def append(self, args: tuple) -> None:
+        if self.values is not None:
+            self.values.append(_print_values(args))
+        if self.per_print:
+            self.count += 1
+            if len(self.rendered) < self.limit:
+                self.rendered.append(render_print(args, self.per_print))
+
+
+_MIN_ROOM = 8
+
+
+def render_print(args: tuple, per_print: int) -> str:
+    """One print's values, space-joined within ``per_print`` characters (the seed's
+    budget: each value gets at least 40, values past it are counted as ``...N
+    more``). A str is shown as it prints; anything else by ``wire.safe_repr``, which
+    never runs sandbox-defined code (a sandbox class's ``__repr__`` is not called)."""
+    from .wire import safe_repr
+
+    count = len(args)
+    share = max(40, per_print // max(1, count))
+    parts: list[str] = []
+    used = -1
+    for i, value in enumerate(args):
+        after = count - i - 1
+        reserve = len(f" ...{after} more") if after else 0
+        room = per_print - used - 1 - reserve
+        if room < 1 or (parts and room < _MIN_ROOM):
+            break
+        budget = min(share, room)
+        text = value if type(value) is str else safe_repr(value)
+        if len(text) > budget:
+            text = text[: max(0, budget - 3)] + "..."[:budget]
+        parts.append(text)
+        used += 1 + len(text)
+    left = count - len(parts)
+    if left:
+        parts.append(f"...{left} more")
+    return " ".join(parts)[:per_print]
 
 
 def _print_values(args: tuple) -> tuple:

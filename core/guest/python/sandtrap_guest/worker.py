@@ -11,7 +11,8 @@ it and the host. Frames, host → worker:
      "restore": <state>|None (restored before the code: state.py), "snapshot": bool (the result carries "state"),
      "prints": bool (the result carries "prints": each print's values),
      "await": bool (aexec: top-level await, async for, async with), "keep": [str] (optional: the names the
-     result's namespace carries)}
+     result's namespace carries), "render": [per_print, limit] (optional: the result carries "rendered_prints"
+     and "print_count")}
     {"op": "return", "value": ...} / {"op": "raise", "type": str, "message": str}   (answers to "call",
         "rpc", "fs"; either may carry "host_time": seconds of the call the exec's clock does not count)
 
@@ -374,6 +375,7 @@ def handle_exec(session, msg) -> dict:
             snapshot_prints=bool(msg.get("prints")),
             allow_await=bool(msg.get("await")),
             keep=msg["keep"] if isinstance(msg.get("keep"), list) else None,
+            render_prints=tuple(msg["render"]) if isinstance(msg.get("render"), list) else None,
         )
     try:
         namespace = to_wire(r.namespace)
@@ -391,6 +393,11 @@ def handle_exec(session, msg) -> dict:
         "duration": r.duration,
         **({"state": _snapshot(session)} if msg.get("snapshot") else {}),
         **({"prints": to_wire(list(r.prints))} if msg.get("prints") else {}),
+        **(
+            {"rendered_prints": [_clean_str(t) for t in r.rendered_prints], "print_count": r.print_count}
+            if isinstance(msg.get("render"), list)
+            else {}
+        ),
     }
 
 
