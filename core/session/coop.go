@@ -281,7 +281,7 @@ func openCoop(s *engine.Sandbox, req []byte) (*coop, error) {
 }
 
 // withoutImports is the portable policy out with only the grants that import
-// nothing (host_fn: the host runs them): a template started with it imports no
+// nothing (host_fn and object: the host runs them): a template started with it imports no
 // granted module or class (preload_grants false). policy is the request's policy,
 // already checked by portablePolicy.
 func withoutImports(out map[string]any, policy rawmsg.Value) map[string]any {
@@ -294,8 +294,8 @@ func withoutImports(out map[string]any, policy rawmsg.Value) map[string]any {
 	items, _ := m["grants"].Items()
 	for _, g := range items {
 		f, _ := g.Fields()
-		if kind, _ := f["kind"].Str(); kind == "host_fn" {
-			kept = append(kept, raw(g))
+		if kind, _ := f["kind"].Str(); kind == "host_fn" || kind == "object" {
+			kept = append(kept, raw(g)) // run in the host: nothing to import
 		}
 	}
 	t["grants"] = kept
