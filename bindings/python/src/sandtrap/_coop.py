@@ -425,9 +425,10 @@ class CoopSandbox:
         whole = kind == "rpc" or (
             kind == "fn" and getattr(self.policy.fns.get(str(call.get("name"))), "host_time", False)
         )
-        with _clock.use(_clock.Clock()) as c:
+        clock = _clock.Clock()
+        with _clock.use(clock):
             answer = self._host_call_run(call)
-        secs = time.monotonic() - t0 if whole else c.total
+        secs = time.monotonic() - t0 if whole else clock.total
         if secs > 0 and "abort" not in answer:
             answer["host_time"] = secs
         return answer
@@ -494,8 +495,9 @@ class CoopSandbox:
             raise InvalidArgument("code must be a str")
         try:
             kept = validate_keep(keep)
-        except TypeError as e:
-            raise InvalidArgument(str(e)) from None
+        except TypeError as bad:
+            raise InvalidArgument(str(bad)) from None
+        rendering = self._rendering()
         if echo is not None:
             _echo_mode(echo)  # ValueError, at every level
         self._note_markers(namespace)
@@ -514,7 +516,7 @@ class CoopSandbox:
                     snapshot_prints=self.snapshot_prints,
                     allow_await=top_level_await,
                     keep=kept,
-                    render_prints=self._rendering(),
+                    render_prints=rendering,
                 )
                 if r.error is not None:
                     _attach_traceback(r.error, r.traceback)
@@ -552,8 +554,8 @@ class CoopSandbox:
                     **({"top_level_await": True} if top_level_await else {}),
                     **({"keep": sorted(kept)} if kept is not None else {}),
                     **(
-                        {"render_prints": {"per_print": self._rendering()[0], "limit": self._rendering()[1]}}
-                        if self.render_prints is not None
+                        {"render_prints": {"per_print": rendering[0], "limit": rendering[1]}}
+                        if rendering is not None
                         else {}
                     ),
                 }

@@ -929,7 +929,7 @@ class Policy:
         cls,
         d: dict[str, Any],
         host_call: Callable[[str, tuple[Any, ...], dict[str, Any]], Any] | None = None,
-        rpc_call: Callable[[str, str, tuple, dict], Any] | None = None,
+        rpc_call: Callable[[str, str, tuple[Any, ...], dict[str, Any]], Any] | None = None,
     ) -> Policy:
         """Rebuild a policy from ``to_portable()`` output, re-importing every reference.
 
@@ -1018,6 +1018,7 @@ class Policy:
                     if not all(isinstance(x, list) and all(public_name(n) for n in x) for x in (ms, ats)):
                         raise TypeError("methods and attributes must be lists of public names")
                     _check_grant_name(name)
+                    assert isinstance(ms, list) and isinstance(ats, list)
                     proxy = RpcProxy(rpc_call, GRANT_PREFIX + name, tuple(ms), tuple(ats), label=name)
                     pol.objects[name] = ObjectGrant(name, proxy)
                 else:

@@ -48,7 +48,7 @@ class RpcProxyMarker:
 
     target: str
     wrapper: str | None = None
-    init_args: tuple = field(default_factory=tuple)
+    init_args: tuple[Any, ...] = field(default_factory=tuple)
     methods: tuple[str, ...] | None = None
     attributes: tuple[str, ...] | None = None
 
@@ -116,13 +116,16 @@ def marker_from_wire(v: Any) -> tuple[str, tuple[str, ...] | None, tuple[str, ..
     t, ms, at = v.get(RPC_KEY), v.get("methods"), v.get("attributes")
     if not isinstance(t, str) or set(v) - {RPC_KEY, "methods", "attributes"}:
         return None
-    ok = lambda x: x is None or (isinstance(x, (list, tuple)) and all(public_name(n) for n in x))  # noqa: E731
-    if not ok(ms) or not ok(at):
+    if not _names_ok(ms) or not _names_ok(at):
         return None
     return t, None if ms is None else tuple(ms), None if at is None else tuple(at)
 
 
-Caller = Callable[[str, str, tuple, dict], Any]
+def _names_ok(x: Any) -> bool:
+    return x is None or (isinstance(x, (list, tuple)) and all(public_name(n) for n in x))
+
+
+Caller = Callable[[str, str, "tuple[Any, ...]", "dict[str, Any]"], Any]
 
 
 class RpcProxy:
