@@ -257,7 +257,7 @@ class PolicyProblem(str):
     remedy: str
 
     def __new__(cls, kind: str, name: str, detail: str, remedy: str = "") -> PolicyProblem:
-        self = super().__new__(cls, f"{detail}; {remedy}" if remedy else detail)
+        self = str.__new__(cls, f"{detail}; {remedy}" if remedy else detail)
         self.kind, self.name, self.detail, self.remedy = kind, name, detail, remedy
         return self
 
