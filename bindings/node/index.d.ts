@@ -638,7 +638,22 @@ export interface PythonPolicy {
    * an exception as a Python exception (HostError) whose message is `<name>: <message>`.
    */
   functions?: Record<string, (...args: any[]) => unknown>;
+  /**
+   * Live objects the code imports by name (Python's `policy.module(obj, name=...)`): `import db` gives a proxy
+   * whose methods are the object's public functions (own and inherited, no leading `_`); each call runs the
+   * object's own method here (keyword arguments as one last object), its data attributes do not cross.
+   */
+  objects?: Record<string, object>;
 }
+
+/** A stand-in for a host object in `namespace`/`modules` (Python's `RpcProxyMarker`); its calls reach `rpcHandlers[target]`. */
+export interface RpcProxyMarker {
+  readonly __st_rpc__: string;
+  readonly methods: string[] | null;
+  readonly attributes: string[] | null;
+}
+/** Python's `RpcProxyMarker(target, methods=, attributes=)`. */
+export declare function rpcProxy(target: string, options?: { methods?: string[]; attributes?: string[] }): RpcProxyMarker;
 
 export interface PythonSandboxOptions {
   /** 'kernel' (default): Landlock, seccomp and limits under the worker; 'process': a separate process. */
@@ -660,6 +675,8 @@ export interface PythonSandboxOptions {
   state?: Uint8Array | null;
   /** Every exec brings back the current state: functions, classes and instances survive a worker restart. */
   keepState?: boolean;
+  /** Host objects for `rpcProxy(target)` markers: `handler(method, args, kwargs)` runs here (Python's `rpc_handlers`). */
+  rpcHandlers?: Record<string, (method: string, args: unknown[], kwargs: Record<string, unknown>) => unknown>;
 }
 
 export interface PythonExecResult {
@@ -679,6 +696,8 @@ export interface PythonExecResult {
   restarted: boolean;
   /** With `snapshotPrints: true`: each print's (and echo's) values, as data. */
   prints: unknown[][];
+  /** Each namespace value's size in bytes as it crossed (Python's `result.sizes`). */
+  sizes: Record<string, number>;
 }
 
 export declare class PythonSandbox {
@@ -694,6 +713,8 @@ export declare class PythonSandbox {
       argv?: string[];
       /** This exec's echo mode (default: the sandbox's). */
       echo?: boolean | 'none' | 'last' | 'all';
+      /** The result's namespace holds only these names (Python's `keep=`). */
+      keep?: string[];
     },
   ): Promise<PythonExecResult>;
   /**
@@ -714,8 +735,12 @@ export declare class PythonSandbox {
  * class the sandboxed code sees (FileNotFoundError, FileExistsError, ...).
  */
 export declare class VirtualFS {
-  /** `files`: initial path -> content (a string is UTF-8); `maxSizeMb` bounds the total size (ENOSPC past it). */
-  constructor(files?: Record<string, string | Uint8Array>, options?: { maxSizeMb?: number });
+  /**
+   * `files`: initial path -> content (a string is UTF-8); `maxSizeMb` bounds the total size (ENOSPC past it).
+   * `directory`: a host directory is the filesystem instead (Python's `VirtualFS(directory=path)`): every path
+   * is resolved inside it, symlinks too, and one that leaves it is a PermissionError (`files` are written into it).
+   */
+  constructor(files?: Record<string, string | Uint8Array>, options?: { maxSizeMb?: number; directory?: string });
   read(path: string): Buffer;
   readText(path: string): string;
   /** Write content (a string is UTF-8), making parent directories. */

@@ -10,7 +10,7 @@
  */
 const errors = require('./lib/errors');
 const { Sandbox, Command, Pipeline, Gather, confine, probe, version } = require('./lib/sandbox');
-const { sandbox, PythonSandbox, VirtualFS } = require('./lib/python');
+const { sandbox, PythonSandbox, VirtualFS, rpcProxy } = require('./lib/python');
 require('./lib/fork'); // Sandbox.prototype.fork / reduce
 const { BranchAction } = require('./lib/view'); // Sandbox.prototype.dryRun / commit / abort
 const { SandboxProcess } = require('./lib/process'); // Sandbox.prototype.popen, spawn, …
@@ -29,6 +29,7 @@ module.exports = {
   sandbox,
   PythonSandbox,
   VirtualFS,
+  rpcProxy,
   Command,
   Pipeline,
   Gather,

@@ -9,6 +9,7 @@ export const {
   sandbox,
   PythonSandbox,
   VirtualFS,
+  rpcProxy,
   Command,
   Pipeline,
   Gather,

@@ -56,6 +56,10 @@ type Answer struct {
 	Value rawmsg.Value // absent: nil
 	Error *Error
 	Abort bool
+	// HostTime is how many seconds of the call the host says were host time (the
+	// seed's host_time): an operation with a deadline may refund them (at most the
+	// time it waited for the answer). 0: none.
+	HostTime float64
 }
 
 // Pending is an operation parked on a call. Resume continues it with the answer.
@@ -183,14 +187,14 @@ func Resume(owner any, req []byte) ([]byte, string) {
 	var unknown []string
 	for k := range m {
 		switch k {
-		case "op", "pending", "call", "value", "error", "abort", "tag":
+		case "op", "pending", "call", "value", "error", "abort", "tag", "host_time":
 		default:
 			unknown = append(unknown, k)
 		}
 	}
 	sort.Strings(unknown)
 	for _, k := range unknown {
-		probs = append(probs, fmt.Sprintf("answer: unknown field %q (known: op, pending, call, value, error, abort, tag)", k))
+		probs = append(probs, fmt.Sprintf("answer: unknown field %q (known: op, pending, call, value, error, abort, tag, host_time)", k))
 	}
 	id, okID := m["pending"].Int()
 	if !okID || id <= 0 {
@@ -218,6 +222,13 @@ func Resume(owner any, req []byte) ([]byte, string) {
 			probs = append(probs, "answer: abort must be a boolean")
 		}
 		a.Abort = b
+	}
+	if v, has := m["host_time"]; has && !v.IsNil() {
+		f, ok := v.Number()
+		if !ok || f < 0 || f != f {
+			probs = append(probs, "answer: host_time must be a non-negative number of seconds")
+		}
+		a.HostTime = f
 	}
 	n := 0
 	for _, b := range []bool{hasValue, a.Error != nil, a.Abort} {

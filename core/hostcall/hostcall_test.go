@@ -144,3 +144,35 @@ func TestErrorAnswerAndDrop(t *testing.T) {
 		t.Fatal("Drop did not reach the waiting op")
 	}
 }
+
+func TestAnswerHostTime(t *testing.T) {
+	owner := new(int)
+	c := &counter{}
+	resp, _ := Deliver(owner, c.ask())
+	m := dec(t, resp)
+	call := m["call"].(map[string]any)
+	// a negative or non-numeric host_time is refused (and the operation waits on)
+	for _, bad := range []any{-1.0, "1s", true} {
+		r, _ := Resume(owner, answer(m["pending"], call["id"], map[string]any{"value": 1, "host_time": bad}))
+		if e, _ := dec(t, r)["error"].(map[string]any); e == nil || !strings.Contains(e["message"].(string), "host_time") {
+			t.Fatalf("host_time %v accepted: %v", bad, dec(t, r))
+		}
+	}
+	got := -1.0
+	c2 := &hostTimed{got: &got}
+	resp, _ = Deliver(owner, Ask(Call{Kind: "x"}, c2))
+	m = dec(t, resp)
+	call = m["call"].(map[string]any)
+	Resume(owner, answer(m["pending"], call["id"], map[string]any{"value": 1, "host_time": 0.25}))
+	if got != 0.25 {
+		t.Fatalf("host_time: %v", got)
+	}
+	Drop(owner)
+}
+
+type hostTimed struct{ got *float64 }
+
+func (h *hostTimed) Resume(a Answer) Step {
+	*h.got = a.HostTime
+	return Final(enc(map[string]any{}), "")
+}

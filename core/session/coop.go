@@ -54,7 +54,8 @@ type coop struct {
 	spawn         bool
 	timeout       float64 // 0: none
 	hostFns       map[string]bool
-	vfs           bool // the host serves a VirtualFS (fs host calls)
+	rpcTargets    map[string]bool // the host objects the host serves (rpc host calls)
+	vfs           bool            // the host serves a VirtualFS (fs host calls)
 	allowDegraded bool
 	denySpawn     bool
 
@@ -101,7 +102,8 @@ func coopOpen(s *engine.Sandbox, req []byte) ([]byte, string) {
 
 func openCoop(s *engine.Sandbox, req []byte) (*coop, error) {
 	r, err := newReader(req, "coop_open", "op", "level", "policy", "interpreter", "sys_path", "module_dirs",
-		"filesystem_root", "echo", "vfs", "allow_degraded", "preload_grants", "worker_module", "worker_path", "tag")
+		"filesystem_root", "echo", "vfs", "allow_degraded", "preload_grants", "worker_module", "worker_path", "tag",
+		"rpc_targets")
 	if err != nil {
 		return nil, err
 	}
@@ -153,6 +155,12 @@ func openCoop(s *engine.Sandbox, req []byte) (*coop, error) {
 		module = workerModule
 	}
 	workerPath := r.absPaths("worker_path")
+	rpcTargets := r.strs("rpc_targets")
+	for _, t := range rpcTargets {
+		if t == "" || len(t) > maxRPCName || strings.HasPrefix(t, "grant:") {
+			r.addf("rpc_targets: %q is not a target name (1 to %d bytes, not starting with \"grant:\")", truncate(t, 60), maxRPCName)
+		}
+	}
 	interp, ierr := interpreter(interpName)
 	if ierr != nil {
 		r.addf("%v", ierr)
@@ -169,6 +177,12 @@ func openCoop(s *engine.Sandbox, req []byte) (*coop, error) {
 	}
 	c.timeout = limits.timeout
 	c.hostFns = limits.hostFns
+	// the host objects a worker's proxies may call: the policy's live-object grants
+	// ("grant:<name>") and the binding's rpc_handlers (rpc_targets)
+	c.rpcTargets = limits.rpcTargets
+	for _, t := range rpcTargets {
+		c.rpcTargets[t] = true
+	}
 	c.denySpawn = c.level == "kernel" && !limits.allowSubprocess
 	c.spawn = !c.denySpawn
 	c.argv = []string{interp, "-S", "-m", module}
@@ -267,7 +281,7 @@ func openCoop(s *engine.Sandbox, req []byte) (*coop, error) {
 }
 
 // withoutImports is the portable policy out with only the grants that import
-// nothing (host_fn: the host runs them): a template started with it imports no
+// nothing (host_fn and object: the host runs them): a template started with it imports no
 // granted module or class (preload_grants false). policy is the request's policy,
 // already checked by portablePolicy.
 func withoutImports(out map[string]any, policy rawmsg.Value) map[string]any {
@@ -280,8 +294,8 @@ func withoutImports(out map[string]any, policy rawmsg.Value) map[string]any {
 	items, _ := m["grants"].Items()
 	for _, g := range items {
 		f, _ := g.Fields()
-		if kind, _ := f["kind"].Str(); kind == "host_fn" {
-			kept = append(kept, raw(g))
+		if kind, _ := f["kind"].Str(); kind == "host_fn" || kind == "object" {
+			kept = append(kept, raw(g)) // run in the host: nothing to import
 		}
 	}
 	t["grants"] = kept
@@ -314,13 +328,14 @@ type portableLimits struct {
 	allowNetwork    bool
 	allowSubprocess bool
 	hostFns         map[string]bool
+	rpcTargets      map[string]bool
 }
 
 // portablePolicy checks the request's policy (the guest runtime's portable form,
 // Policy.to_portable) and fills in what a binding may leave out: version, grants,
 // the default timeout. It returns the policy to send and what the engine reads of it.
 func portablePolicy(r *reader) (map[string]any, portableLimits) {
-	lim := portableLimits{hostFns: map[string]bool{}}
+	lim := portableLimits{hostFns: map[string]bool{}, rpcTargets: map[string]bool{}}
 	out := map[string]any{}
 	v, has := r.m["policy"]
 	if !has {
@@ -385,8 +400,11 @@ func portablePolicy(r *reader) (map[string]any, portableLimits) {
 					r.addf("policy.grants[%d] must be a map with kind and name", i)
 					continue
 				}
-				if kind == "host_fn" {
+				switch kind {
+				case "host_fn":
 					lim.hostFns[name] = true
+				case "object": // a live object: it stays in the host, the worker's proxy calls it
+					lim.rpcTargets["grant:"+name] = true
 				}
 			}
 		default:
@@ -544,8 +562,9 @@ type execState struct {
 	untrack   func()
 	began     time.Time
 	lastEnd   string
-	abandoned bool   // the host abandoned the exec during a host call (lastEnd says which)
-	call      string // the host function being called
+	abandoned bool      // the host abandoned the exec during a host call (lastEnd says which)
+	call      string    // the host function being called
+	asked     time.Time // when the host was asked (host_time refunds at most what it waited)
 	done      bool
 	// freshFrame: the frame for a worker started for this exec (with the host's
 	// state to restore first); nil: frame serves both
@@ -571,7 +590,7 @@ func coopExec(s *engine.Sandbox, req []byte) ([]byte, string) {
 		return errorResponse(&engine.Error{Kind: engine.KindInvalidRequest, Message: "invalid request: coop_exec: this sandbox is not a cooperative sandbox (send coop_open first)"})
 	}
 	r, err := newReader(req, "coop_exec", "op", "code", "namespace", "modules", "stdin", "argv", "echo", "state",
-		"snapshot", "state_encoded", "prints", "tag")
+		"snapshot", "state_encoded", "prints", "tag", "top_level_await", "keep", "render_prints")
 	if err != nil {
 		return errorResponse(err)
 	}
@@ -601,6 +620,18 @@ func coopExec(s *engine.Sandbox, req []byte) ([]byte, string) {
 	snapshot := r.boolean("snapshot")
 	encoded := r.boolean("state_encoded")
 	prints := r.boolean("prints")
+	topAwait := r.boolean("top_level_await")
+	keep := r.strs("keep")
+	var render []any
+	if v := r.m["render_prints"]; !v.IsNil() {
+		f, ok := v.Fields()
+		per, okP := f["per_print"].Int()
+		lim, okL := f["limit"].Int()
+		if !ok || len(f) != 2 || !okP || !okL || per < 1 || lim < 1 {
+			r.addf("render_prints must be {per_print: a positive int, limit: a positive int}")
+		}
+		render = []any{per, lim}
+	}
 	tag := r.str("tag")
 	if err := r.err(); err != nil {
 		return errorResponse(err)
@@ -621,6 +652,15 @@ func coopExec(s *engine.Sandbox, req []byte) ([]byte, string) {
 	}
 	if prints {
 		fr["prints"] = true // the result carries each print's values
+	}
+	if topAwait {
+		fr["await"] = true // aexec: top-level await, async for and async with
+	}
+	if render != nil {
+		fr["render"] = render // the result carries rendered_prints and print_count
+	}
+	if r.has("keep") && !r.m["keep"].IsNil() {
+		fr["keep"] = keep // the names the result's namespace carries
 	}
 	x := &execState{c: c, frame: engine.Encode(fr), encoded: encoded}
 	if !state.IsNil() {
@@ -711,8 +751,23 @@ func (x *execState) handle(reply []byte, end *engine.SessionEnd) hostcall.Step {
 					continue
 				}
 				x.call = name
+				x.asked = time.Now()
 				return hostcall.Ask(hostcall.Call{Kind: "fn", Fields: map[string]any{
 					"name": name, "args": raw(f["args"]), "kwargs": raw(f["kwargs"])}}, x)
+			case "rpc":
+				if err = f.checkRPC(); err != nil {
+					break
+				}
+				target, method := f.str("target"), f.str("method")
+				if !c.rpcTargets[target] {
+					reply, end = x.answerWorker(encodeSorted(map[string]any{"op": "raise", "type": "LookupError",
+						"message": fmt.Sprintf("no host object %q", truncate(target, 60))}), "")
+					continue
+				}
+				x.call = fmt.Sprintf("%s.%s", target, method)
+				x.asked = time.Now()
+				return hostcall.Ask(hostcall.Call{Kind: "rpc", Fields: map[string]any{
+					"target": target, "method": method, "args": raw(f["args"]), "kwargs": raw(f["kwargs"])}}, x)
 			case "fs":
 				if !c.vfs {
 					err = protof("an fs call, but this sandbox serves no VirtualFS")
@@ -766,11 +821,25 @@ func (x *execState) Resume(a hostcall.Answer) hostcall.Step {
 		return x.failed("")
 	}
 	var fr []byte
+	var ans map[string]any
 	if a.Error != nil {
-		fr = encodeSorted(map[string]any{"op": "raise", "type": a.Error.Type, "message": a.Error.Message})
+		ans = map[string]any{"op": "raise", "type": a.Error.Type, "message": a.Error.Message}
 	} else {
-		fr = encodeSorted(map[string]any{"op": "return", "value": raw(a.Value)})
+		ans = map[string]any{"op": "return", "value": raw(a.Value)}
 	}
+	if a.HostTime > 0 && !x.asked.IsZero() {
+		// host time (the seed's host_time): the exec's deadline, and the worker's own
+		// clock, do not count it — at most the time this call waited for the host
+		refund := time.Duration(a.HostTime * float64(time.Second))
+		if waited := time.Since(x.asked); refund > waited {
+			refund = waited
+		}
+		if !x.deadline.IsZero() {
+			x.deadline = x.deadline.Add(refund)
+		}
+		ans["host_time"] = refund.Seconds()
+	}
+	fr = encodeSorted(ans)
 	reply, end := x.answerWorker(fr, x.call)
 	return x.handle(reply, end)
 }
@@ -826,10 +895,19 @@ func (x *execState) result(f frame) hostcall.Step {
 	for _, k := range []string{"stdout", "stderr", "namespace", "error", "traceback", "ticks", "stdout_truncated", "duration"} {
 		out[k] = raw(f[k])
 	}
-	for _, k := range []string{"state", "prints"} {
+	for _, k := range []string{"state", "prints", "rendered_prints", "print_count"} {
 		if v := f[k]; !v.IsNil() {
 			out[k] = raw(v)
 		}
+	}
+	// each namespace value's size as it crossed (the seed's result.sizes), read off
+	// the checked frame: no value is decoded for it
+	if ns, ok := f["namespace"].Fields(); ok {
+		sizes := make(map[string]any, len(ns))
+		for k, v := range ns {
+			sizes[k] = len(v)
+		}
+		out["sizes"] = sizes
 	}
 	if v := f["state"]; !v.IsNil() && x.encoded {
 		out["state"] = []byte(v) // the map's own bytes, as bin

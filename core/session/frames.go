@@ -73,8 +73,16 @@ func (f frame) checkResult() error {
 	if err := f.checkAll(f.want("stdout", false, S), f.want("stderr", false, S), f.want("namespace", false, M),
 		f.want("traceback", true, S), f.want("ticks", false, I), f.want("stdout_truncated", false, I),
 		f.want("duration", false, I, F), f.want("error", true, M), f.want("state", true, M),
-		f.want("prints", true, rawmsg.Array)); err != nil {
+		f.want("prints", true, rawmsg.Array), f.want("rendered_prints", true, rawmsg.Array),
+		f.want("print_count", true, I)); err != nil {
 		return err
+	}
+	if items, ok := f["rendered_prints"].Items(); ok {
+		for _, it := range items {
+			if it.Kind() != S {
+				return protof("'rendered_prints' holds a %v (str only)", it.Kind())
+			}
+		}
 	}
 	if _, ok := f["namespace"].Fields(); !ok {
 		return protof("namespace names must be str (and distinct)")
@@ -148,6 +156,43 @@ func (f frame) checkCall() error {
 		return protof("keyword names must be str")
 	}
 	return nil
+}
+
+// maxRPCName bounds a host object's target name and a method name.
+const maxRPCName = 200
+
+// checkRPC: a worker proxy's method call on a host object (worker.py "rpc"): a
+// target, a public method name (an identifier not starting with "_"), args, kwargs.
+func (f frame) checkRPC() error {
+	if err := f.checkAll(f.want("target", false, rawmsg.Str), f.want("method", false, rawmsg.Str),
+		f.want("args", false, rawmsg.Array), f.want("kwargs", false, rawmsg.Map)); err != nil {
+		return err
+	}
+	if _, ok := f["kwargs"].Fields(); !ok {
+		return protof("keyword names must be str")
+	}
+	if t := f.str("target"); t == "" || len(t) > maxRPCName {
+		return protof("rpc: a target of %d bytes", len(t))
+	}
+	if m := f.str("method"); !publicIdent(m) {
+		return protof("rpc: %q is not a public method name", truncate(m, 60))
+	}
+	return nil
+}
+
+// publicIdent: an ASCII identifier of at most maxRPCName bytes not starting with "_"
+// (the host refuses other Unicode identifiers by its own check as well).
+func publicIdent(s string) bool {
+	if s == "" || len(s) > maxRPCName || s[0] == '_' || (s[0] >= '0' && s[0] <= '9') {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
 }
 
 // checkClones: a fork template's batch of finished clones (template.py "clones").

@@ -314,3 +314,59 @@ func TestCoopStateEncoded(t *testing.T) {
 		}
 	}
 }
+
+func TestRPCFramesAndTargets(t *testing.T) {
+	rpc := func(over map[string]any) []byte {
+		m := map[string]any{"op": "rpc", "target": "h", "method": "get", "args": []any{1}, "kwargs": map[string]any{"k": 2}}
+		for k, v := range over {
+			m[k] = v
+		}
+		b, _ := msgpack.Marshal(m)
+		return b
+	}
+	if f, _, err := parseFrame(rpc(nil)); err != nil || f.checkRPC() != nil {
+		t.Fatalf("a good rpc frame: %v %v", err, f.checkRPC())
+	}
+	for name, over := range map[string]map[string]any{
+		"dunder":       {"method": "__class__"},
+		"private":      {"method": "_secret"},
+		"dotted":       {"method": "a.b"},
+		"unicode":      {"method": "gét"},
+		"digit first":  {"method": "1x"},
+		"long method":  {"method": strings.Repeat("m", 201)},
+		"method int":   {"method": 1},
+		"no target":    {"target": ""},
+		"long target":  {"target": strings.Repeat("t", 201)},
+		"args map":     {"args": map[string]any{}},
+		"kwargs list":  {"kwargs": []any{}},
+		"kwargs int k": {"kwargs": map[any]any{1: 2}},
+	} {
+		f, _, err := parseFrame(rpc(over))
+		if err == nil {
+			err = f.checkRPC()
+		}
+		if _, ok := err.(*protocolError); !ok {
+			t.Errorf("%s: accepted (%v)", name, err)
+		}
+	}
+	// a live-object grant is an rpc target ("grant:<name>") and imports nothing
+	pol := map[string]any{"version": 1, "grants": []any{
+		map[string]any{"kind": "object", "name": "ledger", "ref": "ledger", "methods": []any{"add"}, "attributes": []any{}},
+		map[string]any{"kind": "module", "name": "json", "ref": "json"}}}
+	b, _ := msgpack.Marshal(map[string]any{"op": "coop_open", "policy": pol})
+	r, err := newReader(b, "coop_open", "op", "policy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, lim := portablePolicy(r)
+	if !lim.rpcTargets["grant:ledger"] || len(lim.rpcTargets) != 1 {
+		t.Fatalf("rpc targets: %v", lim.rpcTargets)
+	}
+	var got map[string]any
+	if err := msgpack.Unmarshal(encodeSorted(withoutImports(out, r.m["policy"])), &got); err != nil {
+		t.Fatal(err)
+	}
+	if gs := got["grants"].([]any); len(gs) != 1 || gs[0].(map[string]any)["name"] != "ledger" {
+		t.Fatalf("template policy: %v", got)
+	}
+}

@@ -16,9 +16,53 @@ const { VirtualFS, serve: serveFs } = require('./vfs');
 /** @typedef {import('./sandbox').Wire} Wire */
 /**
  * The options of sandbox() (index.d.ts's PythonSandboxOptions).
- * @typedef {{isolation?: string, filesystem?: string | VirtualFS, echo?: boolean | string, allowDegraded?: boolean, python?: string, snapshotPrints?: boolean, state?: Uint8Array | null, keepState?: boolean}} PythonSandboxOptions
+ * @typedef {{isolation?: string, filesystem?: string | VirtualFS, echo?: boolean | string, allowDegraded?: boolean, python?: string, snapshotPrints?: boolean, state?: Uint8Array | null, keepState?: boolean, rpcHandlers?: Record<string, RpcHandler>}} PythonSandboxOptions
  */
 /** @typedef {(...args: any[]) => unknown} HostFunction */
+/** @typedef {(method: string, args: unknown[], kwargs: Record<string, unknown>) => unknown} RpcHandler */
+
+const RPC_KEY = '__st_rpc__'; // a marker on the wire (sandtrap_guest/rpc.py)
+const GRANT = 'grant:'; // a live object's target
+const PUBLIC = /^[A-Za-z][A-Za-z0-9_]{0,199}$/;
+
+/**
+ * A stand-in for a host object in `namespace` or `modules` (Python's
+ * RpcProxyMarker): the sandbox gets a proxy whose method calls reach
+ * `rpcHandlers[target](method, args, kwargs)` here.
+ * @param {string} target
+ * @param {{methods?: string[], attributes?: string[]}} [options]
+ */
+function rpcProxy(target, { methods, attributes } = {}) {
+  if (typeof target !== 'string' || !target || target.length > 200 || target.startsWith(GRANT)) {
+    throw new InvalidArgument(`rpcProxy: target must be a name (1 to 200 characters, not starting with "${GRANT}")`);
+  }
+  for (const [what, names] of [['methods', methods], ['attributes', attributes]]) {
+    if (names !== undefined && !(Array.isArray(names) && names.every((n) => typeof n === 'string' && PUBLIC.test(n)))) {
+      throw new InvalidArgument(`rpcProxy: ${what} must be public identifiers (no leading "_")`);
+    }
+  }
+  return { [RPC_KEY]: target, methods: methods ?? null, attributes: attributes ?? null };
+}
+
+/**
+ * A live object's surface: [methods, attributes] (public names: no leading "_";
+ * its own properties and its prototypes' up to Object.prototype).
+ * @param {object} obj
+ * @returns {[string[], string[]]}
+ */
+function surface(obj) {
+  const methods = new Set();
+  const attributes = new Set();
+  for (let o = obj; o && o !== Object.prototype; o = Object.getPrototypeOf(o)) {
+    for (const n of Object.getOwnPropertyNames(o)) {
+      if (n === 'constructor' || !PUBLIC.test(n) || methods.has(n) || attributes.has(n)) continue;
+      const d = Object.getOwnPropertyDescriptor(o, n);
+      if (d && typeof d.value === 'function') methods.add(n);
+      else attributes.add(n);
+    }
+  }
+  return [[...methods].sort(), [...attributes].sort()];
+}
 
 const LEVELS = ['process', 'kernel'];
 // policy option -> the portable policy's key (Policy.to_portable in the guest runtime)
@@ -39,17 +83,31 @@ class PythonSandbox {
    */
   constructor(
     policy = {},
-    { isolation = 'kernel', filesystem, echo = false, allowDegraded = false, python, snapshotPrints = false, state = null, keepState = false } = {},
+    { isolation = 'kernel', filesystem, echo = false, allowDegraded = false, python, snapshotPrints = false, state = null, keepState = false, rpcHandlers = {} } = {},
   ) {
     if (!LEVELS.includes(isolation)) {
       throw new InvalidArgument(`isolation must be one of ${LEVELS.join(', ')} from JavaScript (got ${isolation})`);
     }
     /** @type {string[]} */
     const problems = [];
-    /** @type {{grants: Array<{kind: string, name: string, ref: string}>, [limit: string]: unknown}} */
+    /** @type {{grants: Array<Record<string, unknown>>, [limit: string]: unknown}} */
     const portable = { grants: [] };
     /** @type {Record<string, HostFunction>} */
     this.functions = {};
+    // live objects granted by name (Python's policy.module(obj, name=...)): `import
+    // name` gives a proxy; each call runs the object's own method here
+    /** @type {Map<string, {obj: any, methods: Set<string>}>} */
+    this.objects = new Map();
+    /** @type {Record<string, RpcHandler>} */
+    this.rpcHandlers = {};
+    for (const [k, h] of Object.entries(rpcHandlers ?? {})) {
+      if (!k || k.length > 200 || k.startsWith(GRANT)) problems.push(`rpcHandlers: "${k}" is not a target name (not starting with "${GRANT}")`);
+      if (typeof h !== 'function') problems.push(`rpcHandlers.${k}: want a function (method, args, kwargs)`);
+      this.rpcHandlers[k] = h;
+    }
+    // per target, the methods its markers declared (null: any public name)
+    /** @type {Map<string, Set<string> | null>} */
+    this.rpcMethods = new Map();
     let moduleRoot = '/';
     for (const [k, v] of Object.entries(policy ?? {})) {
       if (k === 'moduleRoot') {
@@ -60,6 +118,17 @@ class PythonSandbox {
           if (typeof fn !== 'function') problems.push(`policy.functions.${name}: want a function`);
           this.functions[name] = fn;
           portable.grants.push({ kind: 'host_fn', name, ref: name });
+        }
+      } else if (k === 'objects') {
+        for (const [name, obj] of Object.entries(v ?? {})) {
+          if (obj === null || typeof obj !== 'object') {
+            problems.push(`policy.objects.${name}: want an object`);
+            continue;
+          }
+          if (!PUBLIC.test(name)) problems.push(`policy.objects.${name}: want an identifier`);
+          const [methods, attributes] = surface(obj);
+          this.objects.set(name, { obj, methods: new Set(methods) });
+          portable.grants.push({ kind: 'object', name, ref: name, methods, attributes });
         }
       } else if (k in LIMITS) {
         if (v !== undefined) portable[LIMITS[k]] = v;
@@ -95,7 +164,8 @@ class PythonSandbox {
     // filesystem) rejects open() and every exec
     this.opening = this.sandbox
       .request({ op: 'coop_open', level: isolation, policy: portable, interpreter: python, filesystem_root: root,
-        vfs: this.vfs ? { module_root: moduleRoot } : undefined, echo, allow_degraded: allowDegraded })
+        vfs: this.vfs ? { module_root: moduleRoot } : undefined, echo, allow_degraded: allowDegraded,
+        rpc_targets: Object.keys(this.rpcHandlers) })
       .then(check)
       .then((r) => {
         this.report = camelKeys(r.isolation);
@@ -124,6 +194,7 @@ class PythonSandbox {
         return { error: { type: String(err?.name ?? 'OSError'), message: String(err?.message ?? e) } };
       }
     }
+    if (call.kind === 'rpc') return this._answerRpc(call);
     const fn = call.kind === 'fn' ? this.functions[call.name] : undefined;
     if (!fn) return { error: { type: 'NotImplemented', message: `no host call ${call.kind}:${call.name}` } };
     try {
@@ -139,17 +210,72 @@ class PythonSandbox {
   }
 
   /**
+   * A proxy's method call (the engine checked the target is served and the method a
+   * public name): checked again here against the marker's or the grant's surface.
+   * @param {Wire} call
+   */
+  async _answerRpc(call) {
+    const started = Date.now();
+    const { target, method } = call;
+    try {
+      let value;
+      if (typeof target === 'string' && target.startsWith(GRANT)) {
+        const g = this.objects.get(target.slice(GRANT.length));
+        if (!g) throw Object.assign(new Error(`no host object '${target}'`), { name: 'LookupError' });
+        if (!g.methods.has(method)) throw Object.assign(new Error(`'${method}' is not a method the grant gives`), { name: 'AttributeError' });
+        value = await g.obj[method](...call.args, ...(Object.keys(call.kwargs).length ? [call.kwargs] : []));
+      } else {
+        const h = Object.hasOwn(this.rpcHandlers, target) && this.rpcMethods.has(target) ? this.rpcHandlers[target] : undefined;
+        if (!h) throw Object.assign(new Error(`no host object '${target}'`), { name: 'LookupError' });
+        const allowed = this.rpcMethods.get(target);
+        if (!PUBLIC.test(method) || (allowed && !allowed.has(method))) {
+          throw Object.assign(new Error(`'${method}' is not a method of the host object '${target}'`), { name: 'AttributeError' });
+        }
+        value = await h(method, [...call.args], { ...call.kwargs });
+      }
+      value = value ?? null;
+      encode(value);
+      return { value, host_time: (Date.now() - started) / 1000 };
+    } catch (e) {
+      const err = /** @type {{name?: unknown, message?: unknown} | null | undefined} */ (e);
+      return { error: { type: String(err?.name ?? 'Error'), message: String(err?.message ?? e) }, host_time: (Date.now() - started) / 1000 };
+    }
+  }
+
+  /**
+   * Record the surfaces the markers of a namespace (or a module's attributes) declare.
+   * @param {Record<string, unknown> | undefined | null} values
+   */
+  _noteMarkers(values) {
+    for (const v of Object.values(values ?? {})) {
+      if (!v || typeof v !== 'object' || !Object.hasOwn(v, RPC_KEY)) continue;
+      const m = /** @type {Record<string, any>} */ (v);
+      const target = m[RPC_KEY];
+      if (!Object.hasOwn(this.rpcHandlers, target)) throw new InvalidArgument(`rpcProxy('${target}'): no rpcHandlers entry serves that target`);
+      const prev = this.rpcMethods.get(target);
+      if (m.methods === null || prev === null) this.rpcMethods.set(target, null);
+      else this.rpcMethods.set(target, new Set([...(prev ?? []), ...m.methods]));
+    }
+  }
+
+  /**
    * Run Python code; resolves with {stdout, namespace, error, ticks, ...}; never rejects for the code's faults.
    * @param {string} code
-   * @param {{namespace?: Record<string, unknown>, modules?: Record<string, unknown>, stdin?: string, argv?: string[], echo?: 'none' | 'last' | 'all' | boolean}} [options]
+   * @param {{namespace?: Record<string, unknown>, modules?: Record<string, unknown>, stdin?: string, argv?: string[], echo?: 'none' | 'last' | 'all' | boolean, keep?: string[]}} [options]
    * @returns {Promise<Wire>} index.d.ts's PythonExecResult
    */
-  async exec(code, { namespace, modules, stdin, argv, echo } = {}) {
+  async exec(code, { namespace, modules, stdin, argv, echo, keep } = {}) {
     if (typeof code !== 'string') throw new InvalidArgument('code must be a string');
+    if (keep !== undefined && keep !== null && !(Array.isArray(keep) && keep.every((k) => typeof k === 'string'))) {
+      throw new InvalidArgument('keep must be an array of names');
+    }
+    this._noteMarkers(namespace);
+    for (const m of Object.values(modules ?? {})) if (m && typeof m === 'object') this._noteMarkers(/** @type {Record<string, unknown>} */ (m));
     await this.opening;
     /** @type {Wire} */
     const req = { op: 'coop_exec', code, namespace: namespace ?? null, modules: modules ?? null, stdin: stdin ?? null, argv: argv ?? null };
     if (this.snapshotPrints) req.prints = true;
+    if (keep) req.keep = keep; // the response's namespace holds only these names
     if (echo !== undefined && echo !== null) req.echo = echo; // this exec's mode (the engine checks it)
     if (this.keepState) Object.assign(req, { snapshot: true, state_encoded: true });
     const resp = await this._request(req);
@@ -166,6 +292,7 @@ class PythonSandbox {
       isolation: { ...this.report },
       restarted: resp.restarted === true,
       prints: resp.prints ?? [], // each print's values, with {snapshotPrints: true}
+      sizes: resp.sizes ?? {}, // each value's bytes as it crossed
     };
   }
 
@@ -232,4 +359,4 @@ function sandbox(policy, options) {
   return new PythonSandbox(policy, options);
 }
 
-module.exports = { sandbox, PythonSandbox, VirtualFS };
+module.exports = { sandbox, PythonSandbox, VirtualFS, rpcProxy };

@@ -69,9 +69,15 @@ const dirname = (p) => (p.lastIndexOf('/') <= 0 ? '/' : p.slice(0, p.lastIndexOf
 class VirtualFS {
   /**
    * @param {Record<string, string | Uint8Array>} [files] initial files: path -> content (a string is UTF-8)
-   * @param {{maxSizeMb?: number}} [options] maxSizeMb bounds the total size (ENOSPC past it)
+   * @param {{maxSizeMb?: number, directory?: string}} [options] maxSizeMb bounds the total size (ENOSPC past it);
+   *   directory: a host directory is the filesystem instead (DirectoryVirtualFS)
    */
-  constructor(files = {}, { maxSizeMb } = {}) {
+  constructor(files = {}, { maxSizeMb, directory } = {}) {
+    if (directory !== undefined && directory !== null) {
+      // a host directory as the filesystem (Python's VirtualFS(directory=path))
+      if (maxSizeMb !== undefined && maxSizeMb !== null) throw new TypeError('maxSizeMb applies to an in-memory VirtualFS, not a directory');
+      return new DirectoryVirtualFS(directory, files);
+    }
     /** @type {Map<string, Buffer>} */
     this.files = new Map();
     /** @type {Set<string>} */
@@ -81,6 +87,7 @@ class VirtualFS {
     if (maxSizeMb !== undefined && maxSizeMb !== null && !(typeof maxSizeMb === 'number' && maxSizeMb > 0)) {
       throw new TypeError('maxSizeMb must be a positive number');
     }
+    /** @type {number | null} */
     this.maxSize = maxSizeMb ? Math.floor(maxSizeMb * 1024 * 1024) : null;
     for (const [p, c] of Object.entries(files ?? {})) this.files.set(norm(p), toBuffer(c));
   }
@@ -309,6 +316,216 @@ class VirtualFS {
   }
 }
 
+const nodefs = require('node:fs');
+const nodepath = require('node:path');
+
+/** @param {unknown} e @param {string} p @returns {Error} */
+function fromOs(e, p) {
+  if (e instanceof VfsError) return e;
+  const code = /** @type {{code?: string}} */ (e)?.code;
+  if (code === 'EACCES' || code === 'EPERM' || code === 'ELOOP') return new VfsError('PermissionError', `[Errno ${code}] Permission denied: '${p}'`);
+  if (code && Object.hasOwn(ERRORS, code)) return fail(code, p);
+  return new VfsError('OSError', `${code ?? 'error'}: '${p}'`);
+}
+
+/**
+ * A VirtualFS backed by a host directory (`new VirtualFS(files, {directory})`): the
+ * semantics of Python's `VirtualFS(directory=path)` (vfs.py DirectoryBackend). Every
+ * path is resolved inside the directory — symlinks too — and one that leaves it is a
+ * PermissionError; writes never follow a symlink at the leaf (O_NOFOLLOW).
+ */
+class DirectoryVirtualFS extends VirtualFS {
+  /**
+   * @param {string} directory
+   * @param {Record<string, string | Uint8Array>} [files] written into it first
+   */
+  constructor(directory, files = {}) {
+    super({});
+    if (typeof directory !== 'string' || directory === '') throw new TypeError('directory must be a path');
+    nodefs.mkdirSync(directory, { recursive: true });
+    /** @type {string} */
+    this.root = nodefs.realpathSync(directory);
+    for (const [p, c] of Object.entries(files ?? {})) this.write(p, c);
+  }
+
+  /**
+   * The host path of normalized path p: resolved (leaf: the entry itself too; else
+   * only its parent), and inside the root.
+   * @param {string} p
+   * @param {boolean} [leaf]
+   */
+  _real(p, leaf = true) {
+    const rel = p.replace(/^\/+/, '');
+    /** @type {(q: string) => string} */
+    const resolve = (q) => {
+      try {
+        return nodefs.realpathSync(q);
+      } catch {
+        // a path that does not exist yet: resolve what exists of it
+        const parent = nodepath.dirname(q);
+        return parent === q ? q : nodepath.join(resolve(parent), nodepath.basename(q));
+      }
+    };
+    const real = leaf ? resolve(nodepath.join(this.root, rel)) : nodepath.join(resolve(nodepath.join(this.root, nodepath.dirname(rel))), rel ? nodepath.basename(rel) : '');
+    const r = real.replace(/\/+$/, '') || '/';
+    if (r !== this.root && !r.startsWith(this.root + nodepath.sep)) {
+      throw new VfsError('PermissionError', `[Errno EACCES] path escapes the filesystem's directory: '${p}'`);
+    }
+    return r;
+  }
+
+  /** @param {string} p */
+  _isDir(p) {
+    const st = this._stat(p);
+    return st !== null && st[0] === 'dir';
+  }
+
+  /** @param {string} path @returns {Buffer} */
+  read(path) {
+    const p = norm(path);
+    const real = this._real(p);
+    try {
+      return nodefs.readFileSync(real);
+    } catch (e) {
+      throw fromOs(e, p);
+    }
+  }
+
+  /**
+   * @param {string} path
+   * @param {string | Uint8Array} content
+   * @param {{append?: boolean}} [options]
+   */
+  write(path, content, { append = false } = {}) {
+    const p = norm(path);
+    const parent = dirname(p);
+    if (parent !== '/') {
+      const realParent = this._real(parent);
+      try {
+        nodefs.mkdirSync(realParent, { recursive: true });
+      } catch (e) {
+        throw fromOs(e, p);
+      }
+    }
+    this._write(p, toBuffer(content), append);
+  }
+
+  /** @param {string} path */
+  isFile(path) {
+    const st = this._stat(norm(path));
+    return st !== null && st[0] === 'file';
+  }
+
+  /** @param {string} path */
+  isDir(path) {
+    return this._isDir(norm(path));
+  }
+
+  /**
+   * @param {string} path
+   * @param {{parents?: boolean, existOk?: boolean}} [options]
+   */
+  mkdir(path, { parents = false, existOk = false } = {}) {
+    const p = norm(path);
+    if (!parents) {
+      try {
+        this._mkdir(p);
+      } catch (e) {
+        if (!(existOk && e instanceof VfsError && e.name === 'FileExistsError' && this.isDir(p))) throw e;
+      }
+      return;
+    }
+    if (this._isDir(p) && !existOk) throw fail('EEXIST', p);
+    try {
+      nodefs.mkdirSync(this._real(p), { recursive: true });
+    } catch (e) {
+      throw fromOs(e, p);
+    }
+  }
+
+  /**
+   * @param {string} p
+   * @param {Buffer} data
+   * @param {boolean} append
+   */
+  _write(p, data, append) {
+    const real = this._real(p);
+    const flags = nodefs.constants.O_WRONLY | nodefs.constants.O_CREAT | nodefs.constants.O_NOFOLLOW | (append ? nodefs.constants.O_APPEND : nodefs.constants.O_TRUNC);
+    let fd;
+    try {
+      fd = nodefs.openSync(real, flags, 0o644);
+      nodefs.writeSync(fd, data);
+    } catch (e) {
+      throw fromOs(e, p);
+    } finally {
+      if (fd !== undefined) nodefs.closeSync(fd);
+    }
+  }
+
+  /** @param {string} p @returns {[string, number, number] | null} */
+  _stat(p) {
+    let st;
+    try {
+      st = nodefs.statSync(this._real(p));
+    } catch (e) {
+      if (e instanceof VfsError) throw e;
+      return null;
+    }
+    return [st.isDirectory() ? 'dir' : 'file', st.isDirectory() ? 0 : st.size, st.mtimeMs / 1000];
+  }
+
+  /** @param {string} p @returns {string[]} */
+  _list(p) {
+    try {
+      return nodefs.readdirSync(this._real(p)).sort();
+    } catch (e) {
+      throw fromOs(e, p);
+    }
+  }
+
+  /** @param {string} p */
+  _mkdir(p) {
+    try {
+      nodefs.mkdirSync(this._real(p, false));
+    } catch (e) {
+      throw fromOs(e, p);
+    }
+  }
+
+  /** @param {string} p */
+  _remove(p) {
+    const real = this._real(p, false);
+    try {
+      if (nodefs.lstatSync(real).isDirectory()) throw fail('EISDIR', p);
+      nodefs.unlinkSync(real);
+    } catch (e) {
+      throw e instanceof VfsError ? e : fromOs(e, p);
+    }
+  }
+
+  /** @param {string} p */
+  _rmdir(p) {
+    if (p === '/') throw fail('EBUSY', p);
+    try {
+      nodefs.rmdirSync(this._real(p, false));
+    } catch (e) {
+      throw fromOs(e, p);
+    }
+  }
+
+  /**
+   * @param {string} src
+   * @param {string} dst
+   */
+  _rename(src, dst) {
+    try {
+      nodefs.renameSync(this._real(src, false), this._real(dst, false));
+    } catch (e) {
+      throw e instanceof VfsError ? e : fromOs(e, src);
+    }
+  }
+}
+
 /**
  * The host's side of an `fs` host call: run op with args after checking them (they
  * come from the worker: hostile). Throws a VfsError for the sandboxed code.
@@ -361,4 +578,4 @@ function toBuffer(c) {
   throw new TypeError('file content is a string or a Uint8Array');
 }
 
-module.exports = { VirtualFS, VfsError, serve, norm };
+module.exports = { VirtualFS, DirectoryVirtualFS, VfsError, serve, norm };

@@ -99,3 +99,74 @@ test('VirtualFS: the host side checks what the worker asks (hostile arguments)',
   assert.throws(() => sandbox({}, { filesystem: 42 }), /filesystem: want a directory/);
   assert.throws(() => sandbox({ moduleRoot: 'lib' }, {}), /moduleRoot/);
 });
+
+// a host directory as the VirtualFS (Python's VirtualFS(directory=path)): the code's
+// files land in it, and nothing outside it is reached, through symlinks neither
+import nodefs from 'node:fs';
+import nodeos from 'node:os';
+import nodepath from 'node:path';
+
+for (const isolation of ['process', 'kernel']) {
+  test(`a directory-backed VirtualFS at ${isolation}: files land in the directory, symlinks out are refused`, async () => {
+    const base = nodefs.mkdtempSync(nodepath.join(nodeos.tmpdir(), 'st-vfsdir-'));
+    const dir = nodepath.join(base, 'fs');
+    const secret = nodepath.join(base, 'secret.txt');
+    nodefs.writeFileSync(secret, 'host secret');
+    const fs = new VirtualFS({ '/lib/helper.py': 'def twice(x):\n    return 2 * x\n' }, { directory: dir });
+    assert.ok(fs instanceof VirtualFS);
+    nodefs.symlinkSync(secret, nodepath.join(dir, 'link.txt'));
+    nodefs.symlinkSync(base, nodepath.join(dir, 'up'));
+    const sb = sandbox({ timeout: 20, moduleRoot: '/lib' }, { isolation, filesystem: fs });
+    try {
+      const r = await sb.exec(
+        [
+          'def err(f):',
+          '    try:',
+          '        f()',
+          "        return 'ok'",
+          '    except Exception as e:',
+          '        return type(e).__name__',
+          "with open('/lib/result.txt', 'w') as f:",
+          "    f.write('written')",
+          'import helper',
+          'n = helper.twice(4)',
+          "via_link = err(lambda: open('/link.txt').read())",
+          "via_dir = err(lambda: open('/up/secret.txt').read())",
+          "def put():\n    with open('/link.txt', 'w') as f:\n        f.write('overwritten')",
+          'write_link = err(put)',
+          "climb = err(lambda: open('/../../../../etc/hostname').read())",
+        ].join('\n'),
+      );
+      assert.equal(r.error, null, JSON.stringify(r.error));
+      assert.equal(r.namespace.n, 8);
+      assert.equal(nodefs.readFileSync(nodepath.join(dir, 'lib', 'result.txt'), 'utf8'), 'written');
+      assert.deepEqual(
+        { l: r.namespace.via_link, d: r.namespace.via_dir, w: r.namespace.write_link, c: r.namespace.climb },
+        { l: 'PermissionError', d: 'PermissionError', w: 'PermissionError', c: 'FileNotFoundError' },
+      );
+      assert.equal(nodefs.readFileSync(secret, 'utf8'), 'host secret');
+    } finally {
+      sb.close();
+      nodefs.rmSync(base, { recursive: true, force: true });
+    }
+  });
+}
+
+test('a directory-backed VirtualFS refuses maxSizeMb and serves the host the same API', () => {
+  const base = nodefs.mkdtempSync(nodepath.join(nodeos.tmpdir(), 'st-vfsdir-'));
+  try {
+    assert.throws(() => new VirtualFS({}, { directory: base, maxSizeMb: 1 }), /in-memory/);
+    const fs = new VirtualFS({ '/a/b.txt': 'hi' }, { directory: base });
+    assert.deepEqual(fs.list('/', { recursive: true }), ['a', 'a/b.txt']);
+    assert.equal(fs.isDir('/a') && fs.isFile('/a/b.txt') && fs.getSize('/a/b.txt') === 2, true);
+    fs.rename('/a/b.txt', '/a/c.txt');
+    fs.mkdir('/x/y', { parents: true });
+    assert.throws(() => fs.rmdir('/a'), (e) => e.name === 'OSError');
+    fs.remove('/a/c.txt');
+    fs.rmdir('/a');
+    assert.deepEqual(fs.list('/', { recursive: true }), ['x', 'x/y']);
+    assert.throws(() => serve(fs, 'read', ['/nope']), (e) => e.name === 'FileNotFoundError');
+  } finally {
+    nodefs.rmSync(base, { recursive: true, force: true });
+  }
+});

@@ -60,6 +60,15 @@ def evil(session, msg):
         send_raw(mp.packb({"op": "fs", "name": "read", "args": ["/../../../etc/hostname"]}))
         reply = read_frame()
         return result(namespace={"reply": [reply.get("op"), reply.get("type"), str(reply.get("value"))[:40]]})
+    if mode == "rpc":  # a proxy's call the worker forges: the host must judge it
+        import json
+
+        frame = {"op": "rpc", "args": [], "kwargs": {}, **json.loads(rest)}
+        send_raw(mp.packb(frame))
+        reply = read_frame()
+        return result(
+            namespace={"reply": [reply.get("op"), reply.get("type"), reply.get("message"), reply.get("value")]}
+        )
     raw = {
         "deep": b"\x91" * 100_000 + b"\xc0",
         "garbage": b"\xc1",
@@ -92,6 +101,13 @@ def evil(session, msg):
         "fs_write_str": mp.packb({"op": "fs", "name": "write", "args": ["/x", "text", False]}),
         "fs_long_path": mp.packb({"op": "fs", "name": "stat", "args": ["/" + "a" * 5000]}),
         "fs_args_map": mp.packb({"op": "fs", "name": "read", "args": {"p": "/x"}}),
+        # host objects' method calls (rpc): only public method names cross
+        "rpc_private_method": mp.packb({"op": "rpc", "target": "h", "method": "__class__", "args": [], "kwargs": {}}),
+        "rpc_underscore": mp.packb({"op": "rpc", "target": "h", "method": "_secret", "args": [], "kwargs": {}}),
+        "rpc_dotted": mp.packb({"op": "rpc", "target": "h", "method": "a.b", "args": [], "kwargs": {}}),
+        "rpc_method_int": mp.packb({"op": "rpc", "target": "h", "method": 1, "args": [], "kwargs": {}}),
+        "rpc_kwargs_int_keys": mp.packb({"op": "rpc", "target": "h", "method": "q", "args": [], "kwargs": {1: 2}}),
+        "rpc_long_target": mp.packb({"op": "rpc", "target": "h" * 300, "method": "q", "args": [], "kwargs": {}}),
         "fs_no_vfs": mp.packb({"op": "fs", "name": "read", "args": ["/x"]}),
     }[mode]
     send_raw(raw)

@@ -28,6 +28,7 @@ import builtins
 import os
 import sys
 import threading
+import time
 import types
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -36,12 +37,16 @@ from typing import Any
 import sandtrap_guest
 from sandtrap_guest import ExecResult as GuestExecResult
 from sandtrap_guest import GuestSession, Policy
+from sandtrap_guest import clock as _clock
 from sandtrap_guest import errors as guest_errors
 from sandtrap_guest import output as _output
+from sandtrap_guest import rpc as _rpc
+from sandtrap_guest.clock import host_time
 from sandtrap_guest.output import passthrough_stdio
-from sandtrap_guest.policy import MemberSpec
+from sandtrap_guest.policy import MemberSpec, PolicyProblem
 from sandtrap_guest.rewriter import echo_mode as _echo_mode
-from sandtrap_guest.session import _Capture
+from sandtrap_guest.rpc import RpcProxyMarker, rpc_surface
+from sandtrap_guest.session import PrintRendering, _Capture, validate_keep
 from sandtrap_guest.vfs import VirtualFS
 from sandtrap_guest.vfs import serve as _serve_fs
 from sandtrap_guest.wire import to_wire
@@ -61,6 +66,11 @@ __all__ = [
     "WorkerCrashed",
     "Policy",
     "MemberSpec",
+    "RpcProxyMarker",
+    "rpc_surface",
+    "host_time",
+    "PolicyProblem",
+    "PrintRendering",
 ]
 
 LEVELS = ("none", "process", "kernel")
@@ -271,9 +281,26 @@ class CoopSandbox:
         keep_state: bool = False,
         snapshot_prints: bool = False,
         preload_grants: bool = True,
+        rpc_handlers: Mapping[str, Any] | None = None,
+        render_prints: PrintRendering | None = None,
     ) -> None:
         from ._sandbox import _Handle
 
+        if render_prints is not None and not isinstance(render_prints, PrintRendering):
+            raise InvalidArgument("render_prints must be a sandtrap.PrintRendering or None")
+        self.render_prints = render_prints
+        handlers = dict(rpc_handlers or {})
+        for k, h in handlers.items():
+            if not isinstance(k, str) or not k or len(k) > _rpc.MAX_NAME or k.startswith(_rpc.GRANT_PREFIX):
+                raise InvalidArgument(
+                    f"rpc_handlers keys must be target names (1 to {_rpc.MAX_NAME} characters, not starting "
+                    f"with {_rpc.GRANT_PREFIX!r}), got {k!r}"
+                )
+            if not callable(h):
+                raise InvalidArgument(f"rpc_handlers[{k!r}] must be callable as handler(method, args, kwargs)")
+        self.rpc_handlers = handlers
+        # per target, the methods its markers declared (None: any public name)
+        self._rpc_methods: dict[str, set[str] | None] = {}
         self.policy = policy
         self.level = isolation
         self.filesystem = filesystem
@@ -299,7 +326,7 @@ class CoopSandbox:
                 'directory with IsolatedFS; at "none" and "process" granted code reaches the host\'s files anyway'
             )
         if isolation == "none":
-            self._local = GuestSession(policy, filesystem_root=root, echo=echo, filesystem=virtual)
+            self._local = GuestSession(policy, filesystem_root=root, echo=echo, filesystem=virtual, rpc=self._serve_rpc)
             if state is not None:
                 r = self._local.restore(state)  # ValueError for a malformed one
                 if r.error is not None:
@@ -320,6 +347,8 @@ class CoopSandbox:
             "vfs": {"module_root": policy.module_root} if virtual is not None else None,
             "allow_degraded": allow_degraded,
             "preload_grants": preload_grants,
+            # the worker's proxies may call these (and the policy's live-object grants)
+            "rpc_targets": sorted(handlers),
         }
         if _WORKER_MODULE:
             req.update(worker_module=_WORKER_MODULE, worker_path=list(_WORKER_PATH))
@@ -352,9 +381,71 @@ class CoopSandbox:
             raise _native.status_error(rc, resp)
         return resp or {}
 
+    # ------------------------------------------------------------ host objects
+    def _note_markers(self, values: Mapping[str, Any] | None) -> None:
+        """Record the surface each RpcProxyMarker declares: the host holds a proxy's
+        calls to it (the worker's own check is only the first)."""
+        for v in (values or {}).values():
+            if type(v) is RpcProxyMarker:
+                if v.target not in self.rpc_handlers:
+                    raise InvalidArgument(
+                        f"RpcProxyMarker({v.target!r}): no rpc_handlers entry serves that target "
+                        f"(known: {sorted(self.rpc_handlers)})"
+                    )
+                prev = self._rpc_methods.get(v.target, set())
+                if v.methods is None or prev is None:
+                    self._rpc_methods[v.target] = None
+                else:
+                    self._rpc_methods[v.target] = prev | set(v.methods)
+
+    def _serve_rpc(self, target: Any, method: Any, args: Any, kwargs: Any) -> Any:
+        """A proxy's call of an ``rpc_handlers`` target: the target must have been
+        given as a marker, the method be public and (if the markers declared methods)
+        one of them; arguments and result cross as data."""
+        if not isinstance(target, str) or target not in self._rpc_methods or target not in self.rpc_handlers:
+            raise LookupError(f"no host object {target!r}")
+        allowed = self._rpc_methods[target]
+        if not _rpc.public_name(method) or (allowed is not None and method not in allowed):
+            raise AttributeError(f"{method!r} is not a method of the host object {target!r}")
+        if not isinstance(args, (list, tuple)) or not isinstance(kwargs, dict):
+            raise TypeError("arguments must be a list and a dict")
+        return to_wire(self.rpc_handlers[target](method, tuple(args), dict(kwargs)))
+
+    @staticmethod
+    def _markers_to_wire(values: Mapping[str, Any]) -> dict[str, Any]:
+        return {k: _rpc.marker_to_wire(v) if type(v) is RpcProxyMarker else v for k, v in values.items()}
+
     def _host_call(self, call: dict[str, Any]) -> dict[str, Any]:
-        """Run the granted function a host call names (or the VirtualFS operation);
-        the answer's value or error."""
+        """Run the granted function a host call names (or the VirtualFS operation, or
+        a host object's method); the answer's value or error, with ``host_time``:
+        the seconds of it the exec's timeout does not count (a whole ``host_time=True``
+        function's or host object's call, else the ``host_time()`` blocks in it)."""
+        t0 = time.monotonic()
+        kind = call.get("kind")
+        whole = kind == "rpc" or (
+            kind == "fn" and getattr(self.policy.fns.get(str(call.get("name"))), "host_time", False)
+        )
+        clock = _clock.Clock()
+        with _clock.use(clock):
+            answer = self._host_call_run(call)
+        secs = time.monotonic() - t0 if whole else clock.total
+        if secs > 0 and "abort" not in answer:
+            answer["host_time"] = secs
+        return answer
+
+    def _host_call_run(self, call: dict[str, Any]) -> dict[str, Any]:
+        if call.get("kind") == "rpc":
+            target = call.get("target")
+            try:
+                if isinstance(target, str) and target.startswith(_rpc.GRANT_PREFIX):
+                    value = _rpc.call_object_grant(
+                        self.policy, target, call.get("method"), call.get("args"), call.get("kwargs")
+                    )
+                else:
+                    value = self._serve_rpc(target, call.get("method"), call.get("args"), call.get("kwargs"))
+                return {"value": value}
+            except Exception as e:  # noqa: BLE001 - handed back to the sandboxed code
+                return {"error": {"type": type(e).__name__, "message": str(e)}}
         if call.get("kind") == "fs" and isinstance(self.filesystem, VirtualFS):
             try:
                 return {"value": _serve_fs(self.filesystem.backend, call.get("name"), call.get("args"))}
@@ -380,13 +471,39 @@ class CoopSandbox:
         stdin: str | None = None,
         argv: list[str] | None = None,
         echo: bool | str | None = None,
+        keep: Any = None,
     ) -> ExecResult:
         """Run ``code``; never raises for the code's own faults (see ``result.error``).
-        ``echo`` overrides the sandbox's echo mode for this call (None keeps it)."""
+        ``echo`` overrides the sandbox's echo mode for this call (None keeps it).
+        ``keep`` (a collection of names): the result's namespace holds only those —
+        at the worker levels the others never leave the worker (the sandbox's
+        namespace keeps them all)."""
+        return self._exec(code, namespace, modules, stdin, argv, echo, keep, False)
+
+    def _exec(
+        self,
+        code: str,
+        namespace: dict[str, Any] | None,
+        modules: dict[str, Any] | None,
+        stdin: str | None,
+        argv: list[str] | None,
+        echo: bool | str | None,
+        keep: Any,
+        top_level_await: bool,
+    ) -> ExecResult:
         if not isinstance(code, str):
             raise InvalidArgument("code must be a str")
+        try:
+            kept = validate_keep(keep)
+        except TypeError as bad:
+            raise InvalidArgument(str(bad)) from None
+        rendering = self._rendering()
         if echo is not None:
             _echo_mode(echo)  # ValueError, at every level
+        self._note_markers(namespace)
+        for spec in (modules or {}).values():
+            if isinstance(spec, Mapping):
+                self._note_markers(spec)
         with self._lock:
             if self._local is not None:
                 r = self._local.exec(
@@ -397,6 +514,9 @@ class CoopSandbox:
                     argv=argv,
                     echo=echo,
                     snapshot_prints=self.snapshot_prints,
+                    allow_await=top_level_await,
+                    keep=kept,
+                    render_prints=rendering,
                 )
                 if r.error is not None:
                     _attach_traceback(r.error, r.traceback)
@@ -411,20 +531,33 @@ class CoopSandbox:
                     duration=r.duration,
                     error_message=r.error_message,
                     prints=r.prints,
+                    rendered_prints=r.rendered_prints,
+                    print_count=r.print_count,
                     isolation=IsolationStatus(self._report),
                 )
             resp = self._request(
                 {
                     "op": "coop_exec",
                     "code": code,
-                    "namespace": to_wire(namespace) if namespace else None,
-                    "modules": to_wire(modules) if modules else None,
+                    "namespace": to_wire(self._markers_to_wire(namespace)) if namespace else None,
+                    "modules": to_wire(
+                        {k: self._markers_to_wire(v) if isinstance(v, Mapping) else v for k, v in modules.items()}
+                    )
+                    if modules
+                    else None,
                     "stdin": stdin,
                     "argv": list(argv) if argv is not None else None,
                     **({"echo": echo} if echo is not None else {}),
                     **({"state": self._state} if self._state is not None else {}),
                     **({"snapshot": True} if self.keep_state else {}),
                     **({"prints": True} if self.snapshot_prints else {}),
+                    **({"top_level_await": True} if top_level_await else {}),
+                    **({"keep": sorted(kept)} if kept is not None else {}),
+                    **(
+                        {"render_prints": {"per_print": rendering[0], "limit": rendering[1]}}
+                        if rendering is not None
+                        else {}
+                    ),
                 }
             )
             # what granted host functions write while they run here (their prints,
@@ -450,6 +583,9 @@ class CoopSandbox:
             resp["ticks"],
             stderr=resp["stderr"] + host_err.getvalue(),
             prints=[tuple(p) if isinstance(p, list) else p for p in resp.get("prints") or []],
+            rendered_prints=list(resp.get("rendered_prints") or []),
+            print_count=int(resp.get("print_count") or 0),
+            sizes=dict(resp.get("sizes") or {}),
             traceback=resp["traceback"],
             stdout_truncated=resp["stdout_truncated"],
             duration=float(resp["duration"]),
@@ -457,6 +593,10 @@ class CoopSandbox:
             isolation=IsolationStatus(self._report),
             restarted=resp["restarted"],
         )
+
+    def _rendering(self) -> tuple[int, int] | None:
+        r = self.render_prints
+        return None if r is None else (r.per_print, r.limit)
 
     def snapshot(self) -> dict[str, Any]:
         """The namespace as source plus data (never pickle): the import, def and class
@@ -487,12 +627,28 @@ class CoopSandbox:
                 self._state = resp["state"] if self.keep_state else self._state
             return resp
 
-    async def aexec(self, code: str, **kwargs: Any) -> ExecResult:
-        """``exec`` on a worker thread; the event loop keeps running. Cancelling the
-        task stops the code (as ``cancel()``), waits until it has stopped, and
-        re-raises ``CancelledError``: the next exec does not wait for it."""
+    async def aexec(
+        self,
+        code: str,
+        namespace: dict[str, Any] | None = None,
+        modules: dict[str, Any] | None = None,
+        stdin: str | None = None,
+        argv: list[str] | None = None,
+        echo: bool | str | None = None,
+        keep: Any = None,
+    ) -> ExecResult:
+        """``exec`` that the event loop keeps running beside, and whose code may use
+        top-level ``await``, ``async for`` and ``async with`` (the seed's aexec). Such
+        a body runs as a coroutine on an event loop of its own — at ``"none"`` on the
+        exec's thread, at the worker levels in the worker — never on the caller's
+        loop, which would run the code's tasks outside the exec's limits; the
+        timeout and ``cancel()`` stop an ``await`` too. Cancelling the task stops the
+        code (as ``cancel()``), waits until it has stopped, and re-raises
+        ``CancelledError``: the next exec does not wait for it."""
+        if echo is not None:
+            _echo_mode(echo)  # ValueError here, as exec
         loop = asyncio.get_running_loop()
-        fut = loop.run_in_executor(None, lambda: self.exec(code, **kwargs))
+        fut = loop.run_in_executor(None, lambda: self._exec(code, namespace, modules, stdin, argv, echo, keep, True))
         try:
             return await asyncio.shield(fut)
         except asyncio.CancelledError:
@@ -553,6 +709,9 @@ def sandbox(
     keep_state: bool = False,
     snapshot_prints: bool = False,
     preload_grants: bool = True,
+    rpc_handlers: Mapping[str, Any] | None = None,
+    render_prints: PrintRendering | None = None,
+    spool: Any = False,
 ) -> CoopSandbox:
     """A cooperative Python sandbox.
 
@@ -577,6 +736,13 @@ def sandbox(
     inheriting the host's memory is what the design never does (grant by reference,
     and host functions run in the host through host calls, so a non-portable
     ``policy.fn`` needs no fork).
+
+    ``rpc_handlers`` ({target: handler}): an ``RpcProxyMarker(target, methods=...)``
+    given in ``namespace=`` or ``modules=`` becomes a proxy in the sandbox whose
+    method calls run ``handler(method, args, kwargs)`` here, at every level (at the
+    worker levels through ``rpc`` host calls), arguments and result as data. A live
+    object granted with ``policy.module(obj, name=...)`` is reached the same way. The
+    host checks every call: a served target, a public method the markers declared.
 
     ``preload_grants`` (worker levels; default True): the template the workers are
     forked from imports the granted modules and classes once, and every worker
@@ -619,6 +785,12 @@ def sandbox(
         raise InvalidArgument("close_fds must be a bool (workers never inherit descriptors either way)")
     if not isinstance(preload_grants, bool):
         raise InvalidArgument("preload_grants must be a bool")
+    if spool is not False:
+        raise InvalidArgument(
+            "spool= is not offered: a result's values cross from the worker as msgpack data in one response (never "
+            "pickle files for the host to read back), and result.sizes gives each value's size as it crossed at the "
+            "worker levels; narrow what crosses with exec(keep=...)"
+        )
     if policy is None:
         policy = Policy()
     if not isinstance(policy, Policy):
@@ -626,7 +798,17 @@ def sandbox(
     if filesystem is not None and not isinstance(filesystem, (IsolatedFS, VirtualFS)):
         filesystem = IsolatedFS(os.fspath(filesystem))
     return CoopSandbox(
-        policy, isolation, filesystem, echo, allow_degraded, state, keep_state, snapshot_prints, preload_grants
+        policy,
+        isolation,
+        filesystem,
+        echo,
+        allow_degraded,
+        state,
+        keep_state,
+        snapshot_prints,
+        preload_grants,
+        rpc_handlers,
+        render_prints,
     )
 
 

@@ -151,6 +151,7 @@ class FnGrant:
     kind: str = "fn"
     host_fs_access: bool = False
     network_access: bool = False
+    host_time: bool = False  # its calls do not count against the exec's timeout (clock.py)
 
     @property
     def func(self) -> Callable[..., Any]:
@@ -168,6 +169,39 @@ class ClsGrant:
     configure: dict[str, MemberSpec] = field(default_factory=dict)
     host_fs_access: bool = False
     network_access: bool = False
+
+
+@dataclass
+class ObjectGrant:
+    """A live object granted with ``policy.module(obj, name=...)``: sandboxed code
+    gets an ``RpcProxy`` (``import name``) whose methods are the object's public
+    callables the filter allows; a call runs in the host (rpc.py)."""
+
+    name: str
+    obj: Any
+    filter: Filter = field(default_factory=Filter)
+    kind: str = "object"
+    configure: dict[str, MemberSpec] = field(default_factory=dict)
+    host_fs_access: bool = False
+    network_access: bool = False
+
+    def surface(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """(methods, attributes) the grant allows: public names the filter passes
+        (configure'd members whatever it says), read from the object here."""
+        from .rpc import public_name
+
+        methods: list[str] = []
+        attributes: list[str] = []
+        tname = type(self.obj).__name__
+        for n in dir(self.obj):
+            if not public_name(n) or not self.filter.allows(n, (f"{self.name}.{n}", f"{tname}.{n}")):
+                continue
+            try:
+                v = getattr(self.obj, n)
+            except Exception:  # noqa: BLE001 - a property that raises is not part of it
+                continue
+            (methods if callable(v) else attributes).append(n)
+        return tuple(methods), tuple(attributes)
 
 
 @dataclass
@@ -207,6 +241,48 @@ def _resolve(ref: str) -> Any:
     for part in qual.split("."):
         obj = getattr(obj, part)
     return obj
+
+
+class PolicyProblem(str):
+    """One reason a policy cannot reach a worker (the seed's ``PolicyProblem``): the
+    text itself (a str, as ``StPolicyNotPortable.problems`` lists them), with the
+    seed's fields ``kind`` (``"live callable"``, ``"unimportable"``, ``"unimportable
+    class"``, ``"unimportable module"``, ``"callable filter"``, ``"live-object
+    grant"``), ``name`` (the grant), ``detail`` (what is wrong) and ``remedy`` (what
+    to do instead)."""
+
+    kind: str
+    name: str
+    detail: str
+    remedy: str
+
+    def __new__(cls, kind: str, name: str, detail: str, remedy: str = "") -> PolicyProblem:
+        self = str.__new__(cls, f"{detail}; {remedy}" if remedy else detail)
+        self.kind, self.name, self.detail, self.remedy = kind, name, detail, remedy
+        return self
+
+    @classmethod
+    def of(cls, kind: str, name: str, text: str) -> PolicyProblem:
+        """From one of the messages below: ``<detail>; <remedy>`` (or no remedy)."""
+        detail, _, remedy = text.partition("; ")
+        return cls(kind, name, detail, remedy)
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.kind, self.name, self.detail, self.remedy))
+
+
+def _callable_kind(f: Any) -> str:
+    """How a non-portable function grant fails: it carries host state, or it has no
+    importable name."""
+    if isinstance(f, functools.partial) or inspect.ismethod(f):
+        return "live callable"
+    if not isinstance(f, (types.FunctionType, types.BuiltinFunctionType)):
+        return "live callable"
+    if isinstance(f, types.BuiltinMethodType) and not isinstance(
+        getattr(f, "__self__", None), (types.ModuleType, type(None))
+    ):
+        return "live callable"
+    return "unimportable"
 
 
 def _callable_problem(label: str, f: Any) -> str | None:
@@ -346,15 +422,29 @@ class Policy:
         self.fns: dict[str, FnGrant] = {}
         self.classes: dict[str, ClsGrant] = {}
         self.modules: dict[str, ModuleGrant] = {}
+        # live objects granted with policy.module(obj, name=...): reached through proxies
+        self.objects: dict[str, ObjectGrant] = {}
 
     # ------------------------------------------------------------------ grants
     @overload
     def fn(
-        self, f: _F, *, name: str | None = None, host_fs_access: bool = False, network_access: bool = False
+        self,
+        f: _F,
+        *,
+        name: str | None = None,
+        host_fs_access: bool = False,
+        network_access: bool = False,
+        host_time: bool = False,
     ) -> _F: ...
     @overload
     def fn(
-        self, f: None = None, *, name: str | None = None, host_fs_access: bool = False, network_access: bool = False
+        self,
+        f: None = None,
+        *,
+        name: str | None = None,
+        host_fs_access: bool = False,
+        network_access: bool = False,
+        host_time: bool = False,
     ) -> Callable[[_F], _F]: ...
     def fn(
         self,
@@ -363,13 +453,18 @@ class Policy:
         name: str | None = None,
         host_fs_access: bool = False,
         network_access: bool = False,
+        host_time: bool = False,
     ) -> _F | Callable[[_F], _F]:
         """Grant a host function under ``name`` (default ``f.__name__``). Decorator-friendly.
 
         A function grant runs in the host at every level (at the worker levels through
         a host call), with the host's files and network: ``host_fs_access`` and
-        ``network_access`` (the seed's) are what it has already, accepted and kept."""
+        ``network_access`` (the seed's) are what it has already, accepted and kept.
+        ``host_time=True``: the time its calls take does not count against the exec's
+        timeout (the seed's; ``sandtrap_guest.clock``)."""
         _flags(host_fs_access, network_access)
+        if not isinstance(host_time, bool):
+            raise TypeError("host_time must be a bool")
 
         def register(func: _F) -> _F:
             if not callable(func):
@@ -377,7 +472,9 @@ class Policy:
             n = _check_grant_name(name or getattr(func, "__name__", None) or "")
             if "." in n:
                 raise ValueError("function grant names cannot be dotted")
-            self.fns[n] = FnGrant(n, func, host_fs_access=host_fs_access, network_access=network_access)
+            self.fns[n] = FnGrant(
+                n, func, host_fs_access=host_fs_access, network_access=network_access, host_time=host_time
+            )
             return func
 
         return register(f) if f is not None else register
@@ -493,14 +590,43 @@ class Policy:
         (``UNTRUSTED_MODULES``: ``inspect``, ``gc``, ``sys``, ``ctypes``, ``pickle`` ...)
         are refused with the reason unless ``trusted=True``, which says you accept that
         the Python layer no longer holds (use it at ``isolation="kernel"``).
-        ``configure``, ``host_fs_access``, ``network_access``: as for ``cls``."""
+        ``configure``, ``host_fs_access``, ``network_access``: as for ``cls``.
+
+        A live object that is not a module (``policy.module(db, name="db")``, the
+        seed's form; ``name`` required) stays in the host at every level: ``import
+        db`` gives sandboxed code a proxy whose methods are the object's public
+        callables that ``include``/``exclude`` allow, each call run here in the host
+        with its arguments and result crossing as data (``sandtrap_guest.rpc``).
+        Its data attributes do not cross."""
         _flags(host_fs_access, network_access)
         conf = _configure(configure)
 
         def register(mod: types.ModuleType) -> types.ModuleType:
             if not isinstance(mod, types.ModuleType):
-                raise TypeError("policy.module expects a module")
+                if isinstance(mod, (type, types.FunctionType, types.BuiltinFunctionType, types.MethodType)):
+                    raise TypeError(
+                        "policy.module expects a module or a live object (grant classes with policy.cls, "
+                        "functions with policy.fn)"
+                    )
+                if name is None:
+                    raise ValueError("name is required when registering a live object instance")
+                if recursive or trusted:
+                    raise ValueError("recursive= and trusted= apply to modules, not to a live object")
+                n = _check_grant_name(name)
+                if "." in n:
+                    raise ValueError("a live object's grant name cannot be dotted")
+                self.modules.pop(n, None)
+                self.objects[n] = ObjectGrant(
+                    n,
+                    mod,
+                    Filter(include, exclude, conf),
+                    configure=conf,
+                    host_fs_access=host_fs_access,
+                    network_access=network_access,
+                )
+                return mod
             n = _check_grant_name(name or mod.__name__)
+            self.objects.pop(n, None)
             why = untrusted_reason(getattr(mod, "__name__", "") or "")
             if why and not trusted:
                 raise ValueError(
@@ -546,8 +672,8 @@ class Policy:
         self.memory_limit_bytes = max(1, int(mb * MIB))
 
     @property
-    def grants(self) -> list[FnGrant | ClsGrant | ModuleGrant]:
-        return [*self.fns.values(), *self.classes.values(), *self.modules.values()]
+    def grants(self) -> list[FnGrant | ClsGrant | ModuleGrant | ObjectGrant]:
+        return [*self.fns.values(), *self.classes.values(), *self.modules.values(), *self.objects.values()]
 
     # ---------------------------------------------------------- privileges
     def _worker_grants(self) -> list[ClsGrant | ModuleGrant]:
@@ -602,6 +728,8 @@ class Policy:
         (granting ``os.path`` alone makes ``os`` importable, holding only ``path``).
         What is not the policy's is not counted: per-exec ``modules=``, ``main`` and
         the modules of a VirtualFS."""
+        if isinstance(module_name, str) and module_name in self.objects:
+            return True
         found = self.import_grant(module_name)
         if found is None:
             return isinstance(module_name, str) and any(n.startswith(module_name + ".") for n in self.modules)
@@ -626,6 +754,9 @@ class Policy:
         ``eval`` bound as a class attribute) is refused when read even here True."""
         if not isinstance(attr, str):
             return False
+        for og in self.objects.values():
+            if og.obj is obj:
+                return attr in og.surface()[0]
         gate = self._gate()
         if isinstance(obj, types.ModuleType):
             try:
@@ -651,39 +782,81 @@ class Policy:
         return gate
 
     # ------------------------------------------------------------- portability
-    def portability_problems(self, host_fns: bool = False) -> list[str]:
-        """Every reason this policy cannot be sent to a worker by reference (empty: portable).
+    def portability_problems(self, host_fns: bool = False) -> list[PolicyProblem]:
+        """Every reason this policy cannot be sent to a worker by reference (empty:
+        portable), each a ``PolicyProblem`` (a str with ``kind``, ``name``,
+        ``detail``, ``remedy``).
 
         With ``host_fns`` the fn grants stay in the host (the worker calls back), so any
         callable — closures and bound methods too — is fine."""
-        problems: list[str] = []
+        problems: list[PolicyProblem] = []
+        if not host_fns:
+            for og in self.objects.values():
+                problems.append(
+                    PolicyProblem(
+                        "live-object grant",
+                        og.name,
+                        f"object {og.name!r}: a live {type(og.obj).__name__} instance stays in the host and is "
+                        "reached by calls back to it, which this kind of worker cannot make",
+                        "grant its class and pass the instance",
+                    )
+                )
         for fg in self.fns.values():
             p = None if host_fns else _callable_problem(f"fn {fg.name!r}", fg.fn)
             if p:
-                problems.append(p)
+                problems.append(PolicyProblem.of(_callable_kind(fg.fn), fg.name, p))
         for cg in self.classes.values():
             p = _ref_problem(f"cls {cg.name!r}", cg.cls)
             if p:
-                problems.append(p)
-            problems.extend(self._filter_problems(f"cls {cg.name!r}", cg.filter))
+                problems.append(PolicyProblem.of("unimportable class", cg.name, p))
+            problems.extend(self._filter_problems(f"cls {cg.name!r}", cg.name, cg.filter))
         for mg in self.modules.values():
             label = f"module {mg.name!r}"
             mname = getattr(mg.module, "__name__", None)
             if mname == "__main__":
-                problems.append(f"{label}: __main__ cannot be imported by a worker")
+                problems.append(
+                    PolicyProblem.of(
+                        "unimportable module", mg.name, f"{label}: __main__ cannot be imported by a worker"
+                    )
+                )
             elif not isinstance(mname, str) or sys.modules.get(mname) is not mg.module:
-                problems.append(f"{label}: module {mname!r} is not the one in sys.modules (built at runtime?)")
+                problems.append(
+                    PolicyProblem.of(
+                        "unimportable module",
+                        mg.name,
+                        f"{label}: module {mname!r} is not the one in sys.modules (built at runtime?)",
+                    )
+                )
             elif getattr(mg.module, "__spec__", None) is None:
-                problems.append(f"{label}: module {mname!r} has no import spec (built at runtime?)")
-            problems.extend(self._filter_problems(label, mg.filter))
+                problems.append(
+                    PolicyProblem.of(
+                        "unimportable module",
+                        mg.name,
+                        f"{label}: module {mname!r} has no import spec (built at runtime?)",
+                    )
+                )
+            problems.extend(self._filter_problems(label, mg.name, mg.filter))
         return problems
 
+    def check_picklable(self) -> list[PolicyProblem]:
+        """The seed's name: every reason this policy cannot reach a worker (empty: it
+        can). Nothing crosses by pickle here — grants cross by name and function
+        grants stay in the host — so this is ``portability_problems(host_fns=True)``:
+        closures, lambdas and bound methods granted with ``policy.fn`` are fine."""
+        return self.portability_problems(host_fns=True)
+
     @staticmethod
-    def _filter_problems(label: str, flt: Filter) -> list[str]:
+    def _filter_problems(label: str, name: str, flt: Filter) -> list[PolicyProblem]:
         out = []
         for which, pat in (("include", flt.include), ("exclude", flt.exclude)):
             if not pat.portable:
-                out.append(f"{label}: callable {which} predicate is not portable; use glob strings")
+                out.append(
+                    PolicyProblem.of(
+                        "callable filter",
+                        name,
+                        f"{label}: callable {which} predicate is not portable; use glob strings",
+                    )
+                )
         return out
 
     def to_portable(self, host_fns: bool = False) -> dict[str, Any]:
@@ -698,7 +871,8 @@ class Policy:
         grants: list[dict[str, Any]] = []
         for fg in self.fns.values():
             if host_fns:
-                grants.append({"kind": "host_fn", "name": fg.name, "ref": fg.name})
+                # host_time: the host measures the call and the answer says how long
+                grants.append({"kind": "host_fn", "name": fg.name, "ref": fg.name, "host_time": fg.host_time})
             else:
                 grants.append({"kind": "fn", "name": fg.name, "ref": _ref(fg.fn)})
         for cg in self.classes.values():
@@ -726,6 +900,18 @@ class Policy:
                     **_portable_privileges(mg),
                 }
             )
+        for og in self.objects.values():
+            methods, attributes = og.surface()
+            # the object stays here: the worker's proxy calls it back (rpc host calls)
+            grants.append(
+                {
+                    "kind": "object",
+                    "name": og.name,
+                    "ref": og.name,
+                    "methods": list(methods),
+                    "attributes": list(attributes),
+                }
+            )
         return {
             "version": PORTABLE_VERSION,
             "timeout": self.timeout,
@@ -740,7 +926,10 @@ class Policy:
 
     @classmethod
     def from_portable(
-        cls, d: dict[str, Any], host_call: Callable[[str, tuple[Any, ...], dict[str, Any]], Any] | None = None
+        cls,
+        d: dict[str, Any],
+        host_call: Callable[[str, tuple[Any, ...], dict[str, Any]], Any] | None = None,
+        rpc_call: Callable[[str, str, tuple[Any, ...], dict[str, Any]], Any] | None = None,
     ) -> Policy:
         """Rebuild a policy from ``to_portable()`` output, re-importing every reference.
 
@@ -820,6 +1009,18 @@ class Policy:
                         trusted=bool(g.get("trusted", False)),
                         **_privileges_from_portable(g),
                     )
+                elif kind == "object":
+                    if rpc_call is None:
+                        raise TypeError("object grants need an rpc_call")
+                    from .rpc import GRANT_PREFIX, RpcProxy, public_name
+
+                    ms, ats = g.get("methods"), g.get("attributes")
+                    if not all(isinstance(x, list) and all(public_name(n) for n in x) for x in (ms, ats)):
+                        raise TypeError("methods and attributes must be lists of public names")
+                    _check_grant_name(name)
+                    assert isinstance(ms, list) and isinstance(ats, list)
+                    proxy = RpcProxy(rpc_call, GRANT_PREFIX + name, tuple(ms), tuple(ats), label=name)
+                    pol.objects[name] = ObjectGrant(name, proxy)
                 else:
                     problems.append(f"{label}: unknown kind")
             except Exception as e:  # noqa: BLE001 - collect every problem
@@ -892,4 +1093,14 @@ def _pat(v: object) -> str | tuple[str, ...]:
     raise TypeError(f"pattern must be a str or list of str, got {v!r}")
 
 
-__all__ = ["Policy", "Patterns", "Filter", "FnGrant", "ClsGrant", "ModuleGrant", "MemberSpec", "UNTRUSTED_MODULES"]
+__all__ = [
+    "Policy",
+    "Patterns",
+    "Filter",
+    "FnGrant",
+    "ClsGrant",
+    "ModuleGrant",
+    "ObjectGrant",
+    "MemberSpec",
+    "UNTRUSTED_MODULES",
+]

@@ -214,8 +214,13 @@ class _Scope:
 class Rewriter:
     """One-shot validator + rewriter for a parsed module."""
 
-    def __init__(self, source: str = "", echo: bool | str = False, filename: str = "<sandbox>"):
+    def __init__(
+        self, source: str = "", echo: bool | str = False, filename: str = "<sandbox>", allow_await: bool = False
+    ):
         self.source_lines = source.splitlines()
+        # aexec: top-level await, async for and async with (the body becomes a coroutine)
+        self.allow_await = allow_await
+        self.top_await = False
         self.echo = echo_mode(echo)
         self.filename = filename
         self.future_annotations = False
@@ -440,7 +445,9 @@ class Rewriter:
         tree.body = futures + new_body
         tree.type_ignores = []
         ast.fix_missing_locations(tree)
-        if self.uses_n or futures:
+        if self.allow_await and not self.top_await:
+            self.top_await = _has_top_level_async(new_body)
+        if self.uses_n or futures or self.top_await:
             tree.body = futures + [self._wrap_module(new_body)]
         # else: nothing in the code touches the counter (no loop, function or
         # comprehension; lambdas and builtins tick through __st_tick__), so the
@@ -463,7 +470,7 @@ class Rewriter:
         pre: list[ast.stmt] = [_NONLOCAL_N]
         if names:
             pre.append(ast.Global(names=names, **at))
-        main = ast.FunctionDef(
+        main = (ast.AsyncFunctionDef if self.top_await else ast.FunctionDef)(
             name=MAIN,
             args=_NO_ARGS,
             body=pre + (body or [ast.Pass(**at)]),
@@ -1021,6 +1028,9 @@ class Rewriter:
         return node
 
     def v_yield_await(self, node):
+        if self.scope.kind == "module" and self.allow_await and isinstance(node, ast.Await):
+            self.top_await = True
+            return self.v_value(node)
         if self.scope.kind == "module":
             what = "await" if isinstance(node, ast.Await) else "yield"
             raise self.module_level_error(f"'{what}' outside function", node)
@@ -1307,12 +1317,32 @@ def echo_mode(echo) -> str:
     raise ValueError(f"Invalid echo option: {echo!r}. Expected one of {ECHO_MODES} (or a bool).")
 
 
-def rewrite(source: str, *, echo: bool | str = False, filename: str = "<sandbox>") -> ast.Module:
-    """Parse, validate and rewrite ``source``.
+def _has_top_level_async(body: list[ast.stmt]) -> bool:
+    """An ``async for``, ``async with`` or async comprehension in the module body,
+    outside every function and class (they make the body a coroutine)."""
+    todo: list[ast.AST] = list(body)
+    while todo:
+        n = todo.pop()
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            continue
+        if isinstance(n, (ast.AsyncFor, ast.AsyncWith, ast.Await)):
+            return True
+        if isinstance(n, ast.comprehension) and n.is_async:
+            return True
+        todo.extend(ast.iter_child_nodes(n))
+    return False
+
+
+def rewrite(
+    source: str, *, echo: bool | str = False, filename: str = "<sandbox>", allow_await: bool = False
+) -> ast.Module:
+    """Parse, validate and rewrite ``source``. ``allow_await`` (aexec): top-level
+    ``await``, ``async for`` and ``async with`` are allowed, and a module body that
+    uses them becomes a coroutine function (``rewriter.top_await``).
 
     Raises SyntaxError (from the parser) or StValidationError."""
     tree = ast.parse(source, filename=filename, mode="exec")
-    rw = Rewriter(source, echo=echo, filename=filename)
+    rw = Rewriter(source, echo=echo, filename=filename, allow_await=allow_await)
     try:
         return rw.rewrite_module(tree)
     except RecursionError:

@@ -46,8 +46,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import clock as _clock
 from . import output as _output
 from . import rewriter as rw
+from . import rpc as _rpc
 from . import state as _state
 from . import vfs
 from .errors import StCancelled, StError, StImportDenied, StOutsideExec, StTickLimit, StTimeout, StValidationError
@@ -223,6 +225,9 @@ class ExecResult:
     duration: float = 0.0
     error_message: str | None = None  # str(error), made under the exec's limits
     prints: list[Any] = field(default_factory=list)  # with snapshot_prints: each print's values (wire data)
+    rendered_prints: list[str] = field(default_factory=list)  # with render_prints: each print as text
+    print_count: int = 0  # with render_prints: how many prints were made (rendered or not)
+    sizes: dict[str, int] = field(default_factory=dict)  # worker levels: each value's bytes on the wire
 
     @property
     def ok(self) -> bool:
@@ -367,6 +372,12 @@ class _Meter:
         "forced",
     )
 
+    def refund(self, seconds: float) -> None:
+        """Host time (clock.py): the deadline moves later by ``seconds``."""
+        d = self.deadline
+        if d is not None and self.running and seconds > 0:
+            self.deadline = d + seconds
+
     def __init__(self, cell):
         self.base = 0
         self.armed = _MAX_STRIDE
@@ -486,8 +497,14 @@ class GuestSession:
         filesystem_root: str | os.PathLike | None = None,
         echo: bool | str = False,
         filesystem: Any = None,
+        rpc: Any = None,
     ):
         self.policy = policy if policy is not None else Policy()
+        # calls of proxies for host objects (rpc.py): ``rpc(target, method, args,
+        # kwargs)`` for the targets the host serves; live-object grants of this
+        # policy (in this process) are called here
+        self._rpc_external = rpc
+        self._obj_proxies: dict[str, Any] = {}
         if not isinstance(self.policy, Policy):
             raise TypeError("policy must be a Policy")
         self.echo = _echo_mode(echo)
@@ -506,7 +523,7 @@ class GuestSession:
             self._vfs = vfs.VFSView(vfs.backend_of(filesystem))
         self._vfs_modules: dict[str, tuple[bytes, types.ModuleType]] = {}
         self._recorder = _state.Recorder()  # the def/class/import statements, for snapshot()
-        self._prints: list | None = None  # this exec's print values (snapshot_prints)
+        self._prints: _PrintSink | None = None  # this exec's prints (snapshot_prints, render_prints)
         self._lock = threading.Lock()
         # the tick countdown (rewriter.N): a checkpoint decrements it and calls
         # __st_chk__ when it reaches 0, so it is never armed below 1. 1 outside an
@@ -660,7 +677,7 @@ class GuestSession:
         for name, C in gate.exposed_classes.items():
             b[name] = C
         for name, g in self.policy.fns.items():
-            b[name] = _ticking(g.fn, tick, name)
+            b[name] = _ticking(_clock.wrap_host_time(g.fn) if g.host_time else g.fn, tick, name)
         # runtime helpers (unnameable by sandboxed code)
         b["__build_class__"] = gate.build_class
         # C code called from sandbox frames (numpy, pandas, time.strptime) imports through
@@ -698,7 +715,7 @@ class GuestSession:
                 raise TypeError(f"end must be None or a string, not {type(end).__name__}")
             text = sep.join([str(a) for a in args]) + end
             if session._prints is not None and file is None:
-                session._prints.append(_print_values(args))
+                session._prints.append(args)
             if file is None:
                 session._cap.write(text)
             else:
@@ -774,7 +791,7 @@ class GuestSession:
     def _echo(self, value):
         self._tick()
         if value is not None and self._prints is not None:
-            self._prints.append(_print_values((value,)))
+            self._prints.append((value,))
         if value is not None:
             self._cap.write(repr(value) + "\n")
 
@@ -814,6 +831,9 @@ class GuestSession:
         g = self.policy.modules.get(dotted)
         if g is not None:
             return g.module
+        og = self.policy.objects.get(dotted)
+        if og is not None:
+            return self._object_proxy(og)
         p = self._synthetic_parents.get(dotted)
         if p is not None:
             return p
@@ -836,6 +856,41 @@ class GuestSession:
             if m is not None:
                 return m
         raise StImportDenied(f"import of module {dotted!r} is not allowed by the sandbox policy", name=dotted)
+
+    # ------------------------------------------------------- host objects
+    def _object_proxy(self, og):
+        """The proxy sandboxed code gets for a live-object grant (``import name``)."""
+        if type(og.obj) is _rpc.RpcProxy:  # a worker's: it calls the host already
+            return og.obj
+        p = self._obj_proxies.get(og.name)
+        if p is None:
+            methods, attributes = og.surface()
+            p = _rpc.RpcProxy(self._rpc_call, _rpc.GRANT_PREFIX + og.name, methods, attributes, label=og.name)
+            self._obj_proxies[og.name] = p
+        return p
+
+    def _rpc_call(self, target, method, args, kwargs):
+        """A proxy's call: its arguments cross as data (at every level), a live
+        object granted to this policy is called here, any other target goes to the
+        host's ``rpc``."""
+        from .wire import to_wire
+
+        args_w, kwargs_w = to_wire(list(args)), to_wire(dict(kwargs))
+        with _clock.host_time():  # a host object's method is host time, as in the seed
+            if isinstance(target, str) and target.startswith(_rpc.GRANT_PREFIX):
+                return _rpc.call_object_grant(self.policy, target, method, args_w, kwargs_w)
+            if self._rpc_external is None:
+                raise LookupError(f"no host object {target!r}: this sandbox serves no rpc_handlers")
+            return self._rpc_external(target, method, args_w, kwargs_w)
+
+    def _proxies_for(self, values: dict) -> dict:
+        """``values`` with each RpcProxyMarker (or its wire form) replaced by a proxy."""
+        out = dict(values)
+        for k, v in values.items():
+            m = _rpc.marker_from_wire(v)
+            if m is not None:
+                out[k] = _rpc.RpcProxy(self._rpc_call, m[0], m[1], m[2])
+        return out
 
     def _main_module(self) -> types.ModuleType:
         """``import main`` / ``from main import X``: the session's own namespace (what
@@ -941,7 +996,7 @@ class GuestSession:
             if isinstance(spec, types.ModuleType):
                 items = {k: getattr(spec, k) for k in _bi.dir(spec) if not k.startswith("_")}
             elif isinstance(spec, dict):
-                items = spec
+                items = self._proxies_for(spec)
             else:
                 raise TypeError(f"modules[{name!r}] must be a dict or a module")
             for k, v in items.items():
@@ -983,10 +1038,25 @@ class GuestSession:
         argv: list | None = None,
         echo: bool | str | None = None,
         snapshot_prints: bool = False,
+        allow_await: bool = False,
+        keep: Any = None,
+        render_prints: tuple[int, int] | None = None,
     ) -> ExecResult:
         """Run ``code``; never raises for the code's faults (see ``result.error``).
         ``snapshot_prints``: ``result.prints`` holds each print's (and echo's) values
-        as wire data."""
+        as wire data. ``allow_await`` (aexec): top-level ``await``, ``async for`` and
+        ``async with``; such a body runs as a coroutine on an event loop of its own,
+        in this thread, until it completes. ``keep`` (a collection of names, not a
+        str): the result's namespace holds only those (the session keeps every name).
+        ``render_prints`` ``(per_print, limit)``: ``result.rendered_prints`` holds the
+        first ``limit`` prints rendered as text of at most ``per_print`` characters,
+        ``result.print_count`` how many prints were made."""
+        if render_prints is not None:
+            per, lim = render_prints
+            if not all(type(v) is int and v >= 1 for v in (per, lim)):
+                raise ValueError("render_prints must be (per_print, limit): positive ints")
+            render_prints = (per, lim)
+        keep = validate_keep(keep)
         if not isinstance(code, str):
             raise TypeError("code must be a str")
         if namespace is not None:
@@ -1009,15 +1079,22 @@ class GuestSession:
         if not self._lock.acquire(blocking=False):
             raise RuntimeError("this GuestSession is already executing (sessions are not re-entrant)")
         try:
-            self._prints = [] if snapshot_prints else None
+            sink = _PrintSink(snapshot_prints, render_prints)
+            self._prints = sink if (snapshot_prints or render_prints) else None
             try:
-                return self._exec_locked(code, namespace, modules, stdin, argv, echo_mode)
+                r = self._exec_locked(code, namespace, modules, stdin, argv, echo_mode, allow_await)
+                if keep is not None:
+                    r.namespace = {k: v for k, v in r.namespace.items() if k in keep}
+                r.prints = sink.values if sink.values is not None else []
+                r.rendered_prints = sink.rendered
+                r.print_count = sink.count
+                return r
             finally:
                 self._prints = None
         finally:
             self._lock.release()
 
-    def _exec_locked(self, code, namespace, modules, stdin, argv, echo_mode) -> ExecResult:
+    def _exec_locked(self, code, namespace, modules, stdin, argv, echo_mode, allow_await=False) -> ExecResult:
         pol = self.policy
         t0 = time.monotonic()
         self._cap = _Capture(pol.max_stdout)
@@ -1029,8 +1106,11 @@ class GuestSession:
         error: BaseException | None = None
         ticks = 0
         try:
-            tree = rw.rewrite(code, echo=echo_mode, filename=SANDBOX_FILENAME)
-            codeobj = _main_code(compile(tree, SANDBOX_FILENAME, "exec", dont_inherit=True))
+            tree = rw.rewrite(code, echo=echo_mode, filename=SANDBOX_FILENAME, allow_await=allow_await)
+            codeobj = _main_code(
+                compile(tree, SANDBOX_FILENAME, "exec", flags=_TOP_AWAIT if allow_await else 0, dont_inherit=True),
+                allow_await,
+            )
         except (SyntaxError, StValidationError) as e:
             e.__traceback__ = None
             return ExecResult(
@@ -1064,7 +1144,7 @@ class GuestSession:
         self._exec_module_names = exec_mods
         self.gate.exec_modules = {id(mod): mod for mod in exec_mods.values()}
         if namespace:
-            self._ns.update(namespace)
+            self._ns.update(self._proxies_for(namespace))
         ns = self._ns
         guards = _state_guards(pol)
         for g in guards:
@@ -1090,9 +1170,14 @@ class GuestSession:
             _WATCHDOG.watch(m)
         tb_text = message = None
         route = _output.begin(self._cap, self._err)  # host writes to sys.stdout/err land here
+        clock_scope = _clock.use(_clock.Clock(m.refund))  # host time moves the deadline
+        clock_scope.__enter__()
         try:
             if main is not None:
-                main()
+                if codeobj.co_flags & _CO_COROUTINE:
+                    _run_coroutine(main(), m, self._chk)
+                else:
+                    main()
             else:
                 exec(codeobj, ns)
         except KeyboardInterrupt:
@@ -1127,6 +1212,7 @@ class GuestSession:
                         raise TypeError
                 except BaseException:  # noqa: BLE001
                     message = _safe_message(error)
+            clock_scope.__exit__(None, None, None)
             _output.end(route)
             if watched:
                 _WATCHDOG.unwatch(m)
@@ -1163,7 +1249,6 @@ class GuestSession:
             stdout_truncated=self._cap.dropped,
             duration=time.monotonic() - t0,
             error_message=message,
-            prints=self._prints if self._prints is not None else [],
         )
 
     # ----------------------------------------------------------------- state
@@ -1278,7 +1363,70 @@ _CO_NOT_PLAIN = 0x20 | 0x80 | 0x100 | 0x200  # generator, coroutine, iterable co
 _MAIN_PREFIX = f"{rw.OUTER}.<locals>.{rw.MAIN}.<locals>."
 
 
-def _main_code(module_code: types.CodeType) -> types.CodeType:
+_CO_COROUTINE = 0x80
+_TOP_AWAIT = 0x2000  # ast.PyCF_ALLOW_TOP_LEVEL_AWAIT (the body itself is an async def here)
+
+
+def validate_keep(keep: Any) -> frozenset[str] | None:
+    """``keep`` as a frozenset of names (None: every name). A bare str is refused: it
+    is a collection of its characters (``keep="ui"`` would keep ``u`` and ``i``)."""
+    if keep is None:
+        return None
+    if isinstance(keep, (str, bytes)) or not hasattr(keep, "__iter__"):
+        raise TypeError(
+            f"keep must be a collection of names, not {type(keep).__name__}: write keep=('ui',) for a single name"
+        )
+    names = frozenset(keep)
+    for n in names:
+        if not isinstance(n, str):
+            raise TypeError(f"keep names must be strings, got {n!r}")
+    return names
+
+
+def _run_coroutine(coro, meter, chk) -> None:
+    """Run the module body's coroutine (aexec's top-level await) to completion on a
+    new event loop in this thread. The loop looks at the meter every few
+    milliseconds: past the deadline, or cancelled, it cancels the body's task (so an
+    ``await`` of a long sleep stops too) and the meter's check raises the limit. The
+    loop is closed afterwards, its pending tasks cancelled: a task the code started
+    and did not await does not outlive the exec."""
+    import asyncio
+
+    loop = asyncio.new_event_loop()
+    task = loop.create_task(coro)
+    mono = time.monotonic
+
+    stopped = [False]
+
+    def look():
+        if task.done():
+            return
+        if meter.cancelled or (meter.deadline is not None and mono() >= meter.deadline):
+            stopped[0] = True
+            task.cancel()
+        loop.call_later(0.005, look)
+
+    loop.call_soon(look)
+    try:
+        try:
+            loop.run_until_complete(task)
+        except BaseException:
+            if stopped[0]:
+                chk()  # the limit that cancelled it wins over what the code made of that
+            raise
+    finally:
+        try:
+            pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+            for t in pending:
+                t.cancel()
+            if pending:
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            loop.close()
+
+
+def _main_code(module_code: types.CodeType, allow_await: bool = False) -> types.CodeType:
     """The code to run: the module body's code object out of the compiled wrapper (see
     ``rewriter``), named ``<module>``, with the wrapper's names removed from nested
     qualnames; or ``module_code`` itself when the rewriter did not wrap the body
@@ -1295,7 +1443,7 @@ def _main_code(module_code: types.CodeType) -> types.CodeType:
         raise StValidationError("code could not be compiled: module wrapper not found")
     main = main[0]
     if (
-        main.co_flags & _CO_NOT_PLAIN
+        main.co_flags & (_CO_NOT_PLAIN & ~_CO_COROUTINE if allow_await else _CO_NOT_PLAIN)
         or not main.co_flags & _CO_NEWLOCALS
         or main.co_argcount
         or main.co_kwonlyargcount
@@ -1456,6 +1604,81 @@ def _help_value(v: Any) -> str:
     except Exception:  # noqa: BLE001 - a repr that fails
         return f"<{type(v).__name__}>"
     return r if len(r) <= 80 else r[:77] + "..."
+
+
+@dataclass(frozen=True)
+class PrintRendering:
+    """Render each print's values as bounded text as the print is made (the seed's
+    ``PrintRendering``): ``result.rendered_prints`` holds the first ``limit`` prints,
+    at most ``per_print`` characters each (its values share it, each at least 40,
+    values past it counted as ``...N more``); ``result.print_count`` counts them all.
+    Unlike the seed (reprobate, an extra package) the text is made here: a str as it
+    prints, anything else by ``wire.safe_repr`` (containers walked, a few known types'
+    own repr, other objects as ``<module.Type object>``), which never runs
+    sandbox-defined code. Nothing is copied, and out of a worker only text crosses."""
+
+    per_print: int = 2000
+    limit: int = 200
+
+    def __post_init__(self) -> None:
+        for name in ("per_print", "limit"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"PrintRendering.{name} must be a positive int")
+
+
+class _PrintSink:
+    """One exec's prints (``print``, an echoed value, ``help``): their values as wire
+    data (``snapshot_prints``) and/or rendered as bounded text as they are made
+    (``render_prints``: ``(per_print, limit)``, the seed's ``PrintRendering``)."""
+
+    __slots__ = ("values", "rendered", "count", "per_print", "limit")
+
+    def __init__(self, snapshot: bool, rendering: tuple[int, int] | None) -> None:
+        self.values: list | None = [] if snapshot else None
+        self.rendered: list[str] = []
+        self.count = 0
+        self.per_print, self.limit = rendering if rendering is not None else (0, 0)
+
+    def append(self, args: tuple) -> None:
+        if self.values is not None:
+            self.values.append(_print_values(args))
+        if self.per_print:
+            self.count += 1
+            if len(self.rendered) < self.limit:
+                self.rendered.append(render_print(args, self.per_print))
+
+
+_MIN_ROOM = 8
+
+
+def render_print(args: tuple, per_print: int) -> str:
+    """One print's values, space-joined within ``per_print`` characters (the seed's
+    budget: each value gets at least 40, values past it are counted as ``...N
+    more``). A str is shown as it prints; anything else by ``wire.safe_repr``, which
+    never runs sandbox-defined code (a sandbox class's ``__repr__`` is not called)."""
+    from .wire import safe_repr
+
+    count = len(args)
+    share = max(40, per_print // max(1, count))
+    parts: list[str] = []
+    used = -1
+    for i, value in enumerate(args):
+        after = count - i - 1
+        reserve = len(f" ...{after} more") if after else 0
+        room = per_print - used - 1 - reserve
+        if room < 1 or (parts and room < _MIN_ROOM):
+            break
+        budget = min(share, room)
+        text = value if type(value) is str else safe_repr(value)
+        if len(text) > budget:
+            text = text[: max(0, budget - 3)] + "..."[:budget]
+        parts.append(text)
+        used += 1 + len(text)
+    left = count - len(parts)
+    if left:
+        parts.append(f"...{left} more")
+    return " ".join(parts)[:per_print]
 
 
 def _print_values(args: tuple) -> tuple:

@@ -9,8 +9,12 @@ it and the host. Frames, host → worker:
     {"op": "exec", "code": str, "namespace": {...}|None, "modules": {name: {...}}|None,
      "stdin": str|None, "argv": [str]|None, "echo": bool|str (optional: this exec's mode),
      "restore": <state>|None (restored before the code: state.py), "snapshot": bool (the result carries "state"),
-     "prints": bool (the result carries "prints": each print's values)}
-    {"op": "return", "value": ...} / {"op": "raise", "type": str, "message": str}   (answers to "call")
+     "prints": bool (the result carries "prints": each print's values),
+     "await": bool (aexec: top-level await, async for, async with), "keep": [str] (optional: the names the
+     result's namespace carries), "render": [per_print, limit] (optional: the result carries "rendered_prints"
+     and "print_count")}
+    {"op": "return", "value": ...} / {"op": "raise", "type": str, "message": str}   (answers to "call",
+        "rpc", "fs"; either may carry "host_time": seconds of the call the exec's clock does not count)
 
     {"op": "template", "policy": ..., "sys_path": [str]}   (the engine's template start frame)
 
@@ -19,6 +23,8 @@ worker → host:
     {"op": "ready", "pid": int, "seccomp": {"engine": int|None}}
         (engine: instructions of the engine's fork layer installed) / {"op": "error", "message": str}
     {"op": "call", "name": str, "args": [...], "kwargs": {...}}   (a policy.fn grant, run by the host)
+    {"op": "rpc", "target": str, "method": str, "args": [...], "kwargs": {...}}
+        (a proxy's method call on a host object: rpc.py; answered "return"/"raise")
     {"op": "fs", "name": read|write|stat|list|mkdir|remove|rmdir|rename, "args": [...]}
         (a VirtualFS operation, answered by the host's VirtualFS: "return"/"raise")
     {"op": "result", "stdout": str, "stderr": str, "namespace": {...}, "error": {...}|None,
@@ -50,7 +56,7 @@ import signal
 import socket
 import sys
 
-from . import mp, vfs
+from . import clock, mp, vfs
 from .policy import Policy
 from .session import GuestSession
 from .wire import _clean_str, error_to_wire, to_wire
@@ -310,6 +316,45 @@ def _send(sock, obj):
     sock.sendall(_frame(obj))
 
 
+# what a host object's method raised, re-raised as its own builtin type when it is one
+# of these (anything else is a HostError naming the type)
+def _credit(reply):
+    """The host's measure of a call's host time (the engine's, capped at the wait):
+    the exec's clock does not count it."""
+    t = reply.get("host_time")
+    if isinstance(t, (int, float)) and not isinstance(t, bool) and t > 0:
+        clock.credit(float(t))
+
+
+def _host_error(reply):
+    import builtins
+
+    name, message = str(reply.get("type", "Exception")), str(reply.get("message", ""))
+    cls = getattr(builtins, name, None)
+    if name in _PASSED_ERRORS and isinstance(cls, type) and issubclass(cls, Exception):
+        return cls(message)
+    return HostError(f"{name}: {message}")
+
+
+_PASSED_ERRORS = frozenset(
+    {
+        "ValueError",
+        "TypeError",
+        "KeyError",
+        "LookupError",
+        "IndexError",
+        "AttributeError",
+        "RuntimeError",
+        "ZeroDivisionError",
+        "NotImplementedError",
+        "PermissionError",
+        "FileNotFoundError",
+        "OSError",
+        "ArithmeticError",
+    }
+)
+
+
 def handle_exec(session, msg) -> dict:
     """Run an exec frame; the result frame."""
     code = msg.get("code", "")
@@ -328,6 +373,9 @@ def handle_exec(session, msg) -> dict:
             argv=msg.get("argv"),
             echo=msg.get("echo"),
             snapshot_prints=bool(msg.get("prints")),
+            allow_await=bool(msg.get("await")),
+            keep=msg["keep"] if isinstance(msg.get("keep"), list) else None,
+            render_prints=tuple(msg["render"]) if isinstance(msg.get("render"), list) else None,
         )
     try:
         namespace = to_wire(r.namespace)
@@ -345,6 +393,11 @@ def handle_exec(session, msg) -> dict:
         "duration": r.duration,
         **({"state": _snapshot(session)} if msg.get("snapshot") else {}),
         **({"prints": to_wire(list(r.prints))} if msg.get("prints") else {}),
+        **(
+            {"rendered_prints": [_clean_str(t) for t in r.rendered_prints], "print_count": r.print_count}
+            if isinstance(msg.get("render"), list)
+            else {}
+        ),
     }
 
 
@@ -366,9 +419,30 @@ def main() -> int:
         reply = _read(inp)
         if reply is None:
             raise SystemExit(0)
+        _credit(reply)
         if reply.get("op") == "return":
             return reply.get("value")
         raise HostError(f"{reply.get('type', 'Exception')}: {reply.get('message', '')}")
+
+    def rpc_call(target, method, args, kwargs):
+        # a proxy's method call (rpc.py): the host checks the target and the method
+        _write(
+            out,
+            {
+                "op": "rpc",
+                "target": target,
+                "method": method,
+                "args": to_wire(list(args)),
+                "kwargs": to_wire(dict(kwargs)),
+            },
+        )
+        reply = _read(inp)
+        if reply is None:
+            raise SystemExit(0)
+        _credit(reply)
+        if reply.get("op") == "return":
+            return reply.get("value")
+        raise _host_error(reply)
 
     def fs_call(name, args):
         # a VirtualFS operation: the host keeps the files (vfs.RemoteBackend)
@@ -389,13 +463,17 @@ def main() -> int:
             try:
                 sys.path.extend(p for p in msg.get("sys_path") or [] if p not in sys.path)
                 mp.accelerate()
-                policy = Policy.from_portable(msg["policy"], host_call=host_call)
+                policy = Policy.from_portable(msg["policy"], host_call=host_call, rpc_call=rpc_call)
                 fs = None
                 if isinstance(msg.get("vfs"), dict):
                     policy.module_root = str(msg["vfs"].get("module_root") or "/")
                     fs = vfs.RemoteBackend(fs_call)
                 session = GuestSession(
-                    policy, filesystem_root=msg.get("filesystem_root"), echo=msg.get("echo", False), filesystem=fs
+                    policy,
+                    filesystem_root=msg.get("filesystem_root"),
+                    echo=msg.get("echo", False),
+                    filesystem=fs,
+                    rpc=rpc_call,
                 )
                 if msg.get("filesystem_root"):
                     os.chdir(msg["filesystem_root"])
