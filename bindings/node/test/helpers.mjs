@@ -82,8 +82,8 @@ export async function waitFor(fn, ms = 2000, step = 20) {
 }
 
 /** A fresh temporary directory (mode 0755), removed by the returned cleanup. */
-export function tmpdir(prefix = 'sandtrap-node-') {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), prefix));
+export function tmpdir(prefix = 'sandtrap-node-', base = os.tmpdir()) {
+  const dir = fs.mkdtempSync(path.join(base, prefix));
   fs.chmodSync(dir, 0o755);
   return { dir, cleanup: () => fs.rmSync(dir, { recursive: true, force: true }) };
 }

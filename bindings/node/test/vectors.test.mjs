@@ -5,6 +5,7 @@ import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, execFileSync } from 'node:child_process';
 import fs from 'node:fs';
+import os from 'node:os';
 import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -354,7 +355,10 @@ if (!fs.existsSync(file)) {
     before(() => assert.ok(vectors.length > 0, 'no vectors'));
     for (const vec of vectors) {
       test(vec.name, { skip: skipReason(vec.requires), timeout: 120000 }, async (t) => {
-        tmp = tmpdir('sandtrap-vec-');
+        // {tmp} lives where few entries sit beside it (/var/tmp), as in the Python
+        // run: a vector granting "/" and denying a path under {tmp} makes a Landlock
+        // rule per sibling of each directory on the way, and a busy /tmp passes 1,024
+        tmp = tmpdir('sandtrap-vec-', fs.existsSync('/var/tmp') ? '/var/tmp' : os.tmpdir());
         layout(tmp.dir);
         const fx = await fixtures(vec.fixtures, tmp.dir);
         try {
