@@ -400,6 +400,9 @@ func (c *compiler) seccomp() error {
 	pl.Supervise.Ports = np.ports
 	pl.Supervise.HTTP = np.redirect()
 	pl.Supervise.Learn = c.in.Learn
+	if p.RandomSeed != nil || p.TimeStart != nil || p.DeterministicDirs {
+		pl.Supervise.Det = &supervise.Determinism{Seed: p.RandomSeed, TimeStart: p.TimeStart, SortDirs: p.DeterministicDirs}
+	}
 	if np.sup != nil {
 		pl.Supervise.Net = np.sup
 		pl.Supervise.AbstractScoped = pl.Ruleset != nil && f.LandlockABI >= 6
