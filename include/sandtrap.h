@@ -210,7 +210,7 @@ int sandtrap_sandbox_builder_on_error(sandtrap_sandbox_builder *b, const char *a
  * the program may clear it, not set others). */
 int sandtrap_sandbox_builder_no_randomize_memory(sandtrap_sandbox_builder *b, int on);
 /* Getrandom, reads of /dev/urandom and /dev/random, and each exec'd program's
- * AT_RANDOM bytes come from a ChaCha20 stream keyed by this integer (0 to
+ * AT_RANDOM bytes come from an AES-256-CTR stream keyed by this integer (0 to
  * 2^62): one stream per process, numbered in the order processes first ask
  * (see docs/security.md, determinism). */
 int sandtrap_sandbox_builder_random_seed(sandtrap_sandbox_builder *b, uint64_t seed);

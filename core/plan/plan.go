@@ -554,6 +554,9 @@ func (pl *Plan) derive(p *policy.Policy) Isolation {
 	if pl.CorePattern != "" {
 		rep.Process.CoreDumps = pl.CorePattern
 	}
+	if d := pl.Supervise.Det; d != nil {
+		rep.Determinism = determinismReport(d)
+	}
 	lim := pl.Limits
 	if lim.Memory != "" {
 		l := Limit{Value: p.MaxMemory, Via: string(lim.Memory)}

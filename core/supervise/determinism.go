@@ -108,7 +108,7 @@ type detState struct {
 	runs    map[uint64]*detRun    // by pid namespace inode
 	dirs    map[dirKey]*dirSnap
 	feeders sync.WaitGroup
-	pipes   map[int]bool // write ends of /dev/urandom pipes (closed at Close)
+	pipes   map[*os.File]bool // write ends of /dev/urandom pipes (closed at Close)
 }
 
 type detThread struct {
@@ -136,7 +136,7 @@ func (s *Supervisor) addDetHandlers() {
 		return
 	}
 	s.det = &detState{threads: map[uint32]*detThread{}, procs: map[uint32]*detProc{}, runs: map[uint64]*detRun{},
-		dirs: map[dirKey]*dirSnap{}, pipes: map[int]bool{}}
+		dirs: map[dirKey]*dirSnap{}, pipes: map[*os.File]bool{}}
 	wrap := func(name string, nr int32, fn func(c *call, next handlerFunc) reply) {
 		next := handlerFunc(func(*call) reply { return cont() })
 		if h := s.table[nr]; h != nil {
@@ -179,8 +179,8 @@ func (s *Supervisor) closeDet() {
 	}
 	st := s.det
 	st.mu.Lock()
-	for fd := range st.pipes {
-		unix.Close(fd)
+	for f := range st.pipes {
+		f.Close() // the feeder's write returns
 	}
 	clear(st.pipes)
 	for _, t := range st.threads {
@@ -388,7 +388,10 @@ func (c *call) detOpen(dirfd int32, pathArg int, next handlerFunc) reply {
 	st.mu.Lock()
 	stream := detStream(*seed, p.index, 1, p.devs)
 	p.devs++
-	st.pipes[fds[1]] = true
+	// an *os.File owns the fd from here: closed by its Close only (never by number:
+	// the file's finalizer would close the number again, by then another's)
+	w := os.NewFile(uintptr(fds[1]), "urandom") // non-blocking: the runtime's poller waits
+	st.pipes[w] = true
 	st.mu.Unlock()
 	// the reader's end blocks as a device read would (unless O_NONBLOCK was asked)
 	if flags&unix.O_NONBLOCK == 0 {
@@ -397,40 +400,32 @@ func (c *call) detOpen(dirfd int32, pathArg int, next handlerFunc) reply {
 		}
 	}
 	st.feeders.Add(1)
-	go st.feed(fds[1], stream)
+	go st.feed(w, stream)
 	r := c.injectFD(fds[0], flags&unix.O_CLOEXEC)
 	unix.Close(fds[0])
 	return r
 }
 
 // feed writes the stream into a pipe until its reader is gone or the supervisor closes.
-func (st *detState) feed(w int, s cipher.Stream) {
+func (st *detState) feed(f *os.File, s cipher.Stream) {
 	defer st.feeders.Done()
 	defer func() {
 		st.mu.Lock()
-		if st.pipes[w] {
-			delete(st.pipes, w)
-			unix.Close(w)
+		if st.pipes[f] {
+			delete(st.pipes, f)
+			f.Close()
 		}
 		st.mu.Unlock()
 	}()
-	f := os.NewFile(uintptr(w), "urandom") // non-blocking: the runtime's poller waits
 	buf := make([]byte, 16<<10)
 	for {
 		clear(buf)
 		s.XORKeyStream(buf, buf)
 		for done := 0; done < len(buf); {
-			st.mu.Lock()
-			open := st.pipes[w]
-			st.mu.Unlock()
-			if !open {
-				return
-			}
-			f.SetWriteDeadline(time.Now().Add(200 * time.Millisecond))
 			n, err := f.Write(buf[done:])
 			done += n
-			if err != nil && !os.IsTimeout(err) {
-				return // EPIPE: the reader closed it
+			if err != nil {
+				return // EPIPE: the reader closed it; or the supervisor closed it
 			}
 		}
 	}

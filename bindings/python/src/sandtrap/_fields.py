@@ -167,9 +167,9 @@ class PolicyOptions(TypedDict, total=False):
     """
     random_seed: int | None
     """``getrandom``, reads of ``/dev/urandom`` and ``/dev/random``, and each exec'd
-    program's ``AT_RANDOM`` bytes come from a ChaCha20 stream keyed by this integer
-    (0 to 2^62): one stream per process, numbered in the order processes first ask
-    (see docs/security.md, determinism) (default: none).
+    program's ``AT_RANDOM`` bytes come from an AES-256-CTR stream keyed by this
+    integer (0 to 2^62): one stream per process, numbered in the order processes
+    first ask (see docs/security.md, determinism) (default: none).
     """
     time_start: str | float | None
     """The run's wall clock (``CLOCK_REALTIME``, ``gettimeofday``, ``time``, also
