@@ -211,8 +211,8 @@ int sandtrap_sandbox_builder_on_error(sandtrap_sandbox_builder *b, const char *a
 int sandtrap_sandbox_builder_no_randomize_memory(sandtrap_sandbox_builder *b, int on);
 /* Getrandom, reads of /dev/urandom and /dev/random, and each exec'd program's
  * AT_RANDOM bytes come from an AES-256-CTR stream keyed by this integer (0 to
- * 2^62): one stream per process, numbered in the order processes first ask
- * (see docs/security.md, determinism). */
+ * 2^62): one stream per process, named by its pid in the run's pid namespace
+ * (see docs/security.md, "Determinism"). */
 int sandtrap_sandbox_builder_random_seed(sandtrap_sandbox_builder *b, uint64_t seed);
 /* The run's wall clock starts at this instant: ISO-8601
  * ("2000-01-01T00:00:00Z") or Unix seconds ("946684800"). */

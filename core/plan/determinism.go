@@ -25,7 +25,7 @@ func determinismReport(d *supervise.Determinism) *DeterminismReport {
 			r.VDSO = "not patched on " + runtime.GOARCH + ": programs reading the clock through the vDSO see the host's time"
 		}
 	}
-	r.NotDeterministic = []string{"thread and process scheduling (the order of concurrent work, and so which process makes its first call first: stream numbers)",
+	r.NotDeterministic = []string{"thread and process scheduling: the order of concurrent work (two processes reading one pipe, threads sharing one stream), and pids where a runtime starts threads at varying times (a process's stream is named by its pid)",
 		"the real network, other hosts and the host's files", "the rdtsc and rdrand/rdseed instructions",
 		"CLOCK_MONOTONIC and CLOCK_BOOTTIME (they advance from the host's values)",
 		"absolute CLOCK_REALTIME timers and sleeps (clock_nanosleep, timerfd, timer_settime with TIMER_ABSTIME): the host's clock",

@@ -35,8 +35,10 @@ package supervise
 //
 // Streams: AES-256 in counter mode (zero IV) keyed by SHA-256 of "sandtrap
 // random_seed v1", the seed, the process's index, the kind of stream and its
-// number (little-endian uint64 each). A process's index is the order in which the
-// run's processes made their first trapped call (0: the first program); getrandom
+// number (little-endian uint64 each). A process's index is 2^32 + its pid in the
+// run's own pid namespace (the order of forks decides it); for a run in the
+// supervisor's pid namespace, the order in which the run's processes made their
+// first trapped call (0: the first program). getrandom
 // and AT_RANDOM share the process's stream (kind 0); each open of /dev/urandom
 // gets stream (1, n) for the process's n-th such open.
 
@@ -243,11 +245,10 @@ func (st *detState) newThread(c *call, tid uint32) *detThread {
 			}
 		}
 	}
-	id, err := tgidOf(c.proc("status"))
-	if err != nil {
+	tgid, nsTgid, ok := tgidsOf(c.proc("status"))
+	if !ok {
 		return nil
 	}
-	tgid := uint32(id)
 	tfd, err := unix.PidfdOpen(int(tid), unix.PIDFD_THREAD)
 	if err == unix.EINVAL {
 		tfd, err = unix.PidfdOpen(int(tid), 0)
@@ -286,7 +287,13 @@ func (st *detState) newThread(c *call, tid uint32) *detThread {
 			}
 			st.runs[ns.Ino] = run
 		}
+		// the process's number: its pid in the run's own pid namespace, which the
+		// order of forks decides (not the order of their first calls, which
+		// scheduling does); in the supervisor's namespace, the order of first calls
 		p = &detProc{pidfd: pfd, run: run, index: run.procs}
+		if nsTgid != 0 {
+			p.index = 1<<32 | uint64(nsTgid)
+		}
 		run.procs++
 		if seed := c.s.cfg.Det.Seed; seed != nil {
 			p.rng = detStream(*seed, p.index, 0, 0)
@@ -299,6 +306,33 @@ func (st *detState) newThread(c *call, tid uint32) *detThread {
 		return nil
 	}
 	return t
+}
+
+// tgidsOf reads a task's thread-group id (in our pid namespace) and, when the
+// task is in a pid namespace below ours, its thread-group id there (else 0).
+func tgidsOf(status string) (tgid, nsTgid uint32, ok bool) {
+	b, err := os.ReadFile(status)
+	if err != nil {
+		return 0, 0, false
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, found := strings.CutPrefix(l, "NStgid:"); found {
+			f := strings.Fields(v)
+			if len(f) == 0 {
+				return 0, 0, false
+			}
+			a, err1 := strconv.ParseUint(f[0], 10, 32)
+			z, err2 := strconv.ParseUint(f[len(f)-1], 10, 32)
+			if err1 != nil || err2 != nil {
+				return 0, 0, false
+			}
+			if len(f) == 1 {
+				z = 0
+			}
+			return uint32(a), uint32(z), true
+		}
+	}
+	return 0, 0, false
 }
 
 // detStream is the stream (kind, n) of process index of seed.

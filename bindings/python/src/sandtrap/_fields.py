@@ -168,8 +168,8 @@ class PolicyOptions(TypedDict, total=False):
     random_seed: int | None
     """``getrandom``, reads of ``/dev/urandom`` and ``/dev/random``, and each exec'd
     program's ``AT_RANDOM`` bytes come from an AES-256-CTR stream keyed by this
-    integer (0 to 2^62): one stream per process, numbered in the order processes
-    first ask (see docs/security.md, determinism) (default: none).
+    integer (0 to 2^62): one stream per process, named by its pid in the run's pid
+    namespace (see docs/security.md, "Determinism") (default: none).
     """
     time_start: str | float | None
     """The run's wall clock (``CLOCK_REALTIME``, ``gettimeofday``, ``time``, also
