@@ -163,6 +163,19 @@ func TestDeterministicDirs(t *testing.T) {
 	if got := list(map[string]any{}); slices.IsSorted(got) || len(got) != len(want) {
 		t.Errorf("ls -f without deterministic_dirs is sorted already (%d entries): the test proves nothing", len(got))
 	}
+	// an O_PATH descriptor is not open for reading: the kernel's EBADF, never a
+	// listing the supervisor made with its own rights
+	atk := fmt.Sprintf(`import os, ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+fd = os.open(%q, os.O_PATH | os.O_DIRECTORY)
+buf = ctypes.create_string_buffer(65536)
+print(libc.syscall(217, fd, buf, 65536), ctypes.get_errno(), b"f000" in buf.raw)`, dir)
+	for _, det := range []bool{true, false} {
+		r := run(newSB(t, map[string]any{"deterministic_dirs": det, "fs_readable": []any{"/usr", "/lib", "/bin", dir}}), "/usr/bin/python3", "-I", "-c", atk)
+		if got := strings.TrimSpace(string(r.Stdout)); got != "-1 9 False" {
+			t.Errorf("getdents64 of an O_PATH fd (deterministic_dirs %v): %q %s", det, got, r.Stderr)
+		}
+	}
 	// rewinddir and seekdir/telldir on the sorted listing
 	prog := fmt.Sprintf(`import os
 a = os.listdir(%q); b = os.listdir(%q)

@@ -673,6 +673,15 @@ func (c *call) detGetdents64() reply {
 	if r != nil {
 		return *r
 	}
+	// the kernel lists only a directory open for reading: an O_PATH descriptor
+	// (which neither Landlock nor the directory's mode checked for reading) is EBADF
+	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
+	if err != nil {
+		return c.failure("getdents64: fcntl", err)
+	}
+	if fl&unix.O_PATH != 0 {
+		return fail(unix.EBADF)
+	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return c.failure("getdents64: fstat", err)
@@ -745,13 +754,14 @@ func (c *call) detGetdents64() reply {
 	return ret(int64(len(out)))
 }
 
-// readDirSorted reads the directory fd names, on an open of its own, sorted by name.
-func readDirSorted(fd int) ([]dirEnt, error) {
-	d, err := unix.Openat(fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
+// readDirSorted reads the directory fd names, sorted by name. It reads through fd
+// itself, the caller's open file (rewound first; the caller's position is then set
+// by getdents64's answer): never an open of the supervisor's, which would be
+// checked against the supervisor's credentials and domain, not the caller's.
+func readDirSorted(d int) ([]dirEnt, error) {
+	if _, err := unix.Seek(d, 0, 0); err != nil {
 		return nil, err
 	}
-	defer unix.Close(d)
 	var ents []dirEnt
 	buf := make([]byte, 64<<10)
 	for {
