@@ -49,10 +49,6 @@ SEED_UNSUPPORTED = {
     "http_ca": None,
     "http_key": None,
     "fs_storage": None,
-    # [determinism]
-    "random_seed": None,
-    "time_start": None,
-    "deterministic_dirs": False,
     # [program]
     "no_supervisor": False,
     # [filesystem]
@@ -95,6 +91,9 @@ def test_full_constructor_supported_fields() -> None:
         on_exit=BranchAction.COMMIT,
         on_error=BranchAction.ABORT,
         no_randomize_memory=False,
+        random_seed=None,
+        time_start=None,
+        deterministic_dirs=False,
         no_huge_pages=False,
         cpu_cores=None,
         # the page's no_coredump=False asks for core dumps: refused where this
