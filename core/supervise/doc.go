@@ -22,7 +22,6 @@
 //     (EWOULDBLOCK with LOCK_NB). A blocking lock is tried without blocking; when it
 //     would block, the call is handed to a goroutine that retries with a backoff of
 //     at most 10 ms while the notification is valid.
-//
 //   - fcntl(fd, F_SETLK|F_SETLKW|F_OFD_SETLK|F_OFD_SETLKW, struct flock *): the
 //     struct is copied once. OFD locks (owned by the open file description) are
 //     performed on the duplicate with the copy: EACCES for a lock on a read-only
@@ -33,16 +32,13 @@
 //     struct into a lock before the kernel re-reads it); elsewhere the call continues,
 //     and the process is audited 2, 20 and 200 ms later (posixaudit.go): a POSIX lock
 //     it then holds on a file open through read-only mounts only kills it.
-//
 //   - fcntl(fd, F_SETLEASE, type): EACCES on a read-only mount, else continued (a
 //     lease cannot be taken on the child's behalf: its break signal would go to the
 //     supervisor). F_UNLCK continues.
-//
 //   - listen(fd, backlog), trapped only with ListenNeedsBind: EACCES for an AF_INET or
 //     AF_INET6 socket whose port is 0 (listen would autobind an ephemeral port no
 //     Landlock bind rule saw); otherwise listen is performed on the duplicate, the
 //     very socket that was checked, and its result answered.
-//
 //   - inotify_add_watch(fd, path, mask): the path is copied once (at most PATH_MAX,
 //     NUL-terminated) and resolved as the calling thread would, in its root
 //     (/proc/<tid>/root, RESOLVE_IN_ROOT) and, when relative, from its cwd (the path
@@ -57,7 +53,6 @@
 //     added by the supervisor on the child's inotify instance (its duplicate, checked
 //     to be one: else EINVAL) through /proc/self/fd/<pinned>, and the watch
 //     descriptor answered.
-//
 //   - Determinism (random_seed, time_start, deterministic_dirs: getrandom, opens of
 //     /dev/urandom and /dev/random, the realtime clocks, getdents64, and the vDSO
 //     and AT_RANDOM of each new image) is answered by determinism.go, whose
