@@ -116,8 +116,31 @@ def test_cli_flags(tmp_path):
     cli = str(Path(__file__).resolve().parents[3] / "build" / "sandtrap")
     if not os.path.exists(cli):
         pytest.skip("the CLI is not built")
-    args = [cli, "run", *sum((["-r", p] for p in RO), []), "--random-seed", "5", "--time-start", "2000-01-01T00:00:00Z",
-            "--", SYSTEM_PYTHON, "-I", "-c", "import os, time; print(os.urandom(8).hex(), int(time.time()) // 1000)"]
+    ro_args = [arg for p in RO for arg in ("-r", p)]
+    args = [
+        cli,
+        "run",
+        *ro_args,
+        "--random-seed",
+        "5",
+        "--time-start",
+        "2000-01-01T00:00:00Z",
+        "--",
+        SYSTEM_PYTHON,
+        "-I",
+        "-c",
+        "import os, time; print(os.urandom(8).hex(), int(time.time()) // 1000)",
+    ]
     a = subprocess.run(args, capture_output=True, check=True).stdout
     b = subprocess.run(args, capture_output=True, check=True).stdout
     assert a == b and a.split()[1] == b"946684", a
+
+
+def test_time_start_is_each_runs_start():
+    # the clock is per run: a sandbox's later run starts at time_start again, not
+    # at time_start plus the time since the sandbox was built
+    with Sandbox(fs_readable=RO, time_start=946684800) as sb:
+        first = int(sb.run(["date", "+%s"]).stdout)
+        time.sleep(2.5)
+        second = int(sb.run(["date", "+%s"]).stdout)
+    assert first <= 946684801 and second <= 946684801, (first, second)
