@@ -283,7 +283,7 @@ func (st *detState) newThread(c *call, tid uint32) *detThread {
 			run = &detRun{}
 			if ts := c.s.cfg.Det.TimeStart; ts != nil {
 				start := time.Unix(0, int64(*ts*1e9))
-				run.offset = start.Sub(time.Now())
+				run.offset = time.Until(start)
 			}
 			st.runs[ns.Ino] = run
 		}
