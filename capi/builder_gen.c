@@ -148,6 +148,21 @@ int sandtrap_sandbox_builder_no_randomize_memory(sandtrap_sandbox_builder *b, in
 	return st_builder_bool(b, "no_randomize_memory", on);
 }
 
+int sandtrap_sandbox_builder_random_seed(sandtrap_sandbox_builder *b, uint64_t seed)
+{
+	return st_builder_u64(b, "random_seed", seed);
+}
+
+int sandtrap_sandbox_builder_time_start(sandtrap_sandbox_builder *b, const char *instant)
+{
+	return st_builder_string(b, "time_start", instant);
+}
+
+int sandtrap_sandbox_builder_deterministic_dirs(sandtrap_sandbox_builder *b, int on)
+{
+	return st_builder_bool(b, "deterministic_dirs", on);
+}
+
 int sandtrap_sandbox_builder_no_huge_pages(sandtrap_sandbox_builder *b, int on)
 {
 	return st_builder_bool(b, "no_huge_pages", on);

@@ -209,6 +209,17 @@ int sandtrap_sandbox_builder_on_error(sandtrap_sandbox_builder *b, const char *a
  * (personality(ADDR_NO_RANDOMIZE), set by the engine for every process of it;
  * the program may clear it, not set others). */
 int sandtrap_sandbox_builder_no_randomize_memory(sandtrap_sandbox_builder *b, int on);
+/* Getrandom, reads of /dev/urandom and /dev/random, and each exec'd program's
+ * AT_RANDOM bytes come from an AES-256-CTR stream keyed by this integer (0 to
+ * 2^62): one stream per process, named by its pid in the run's pid namespace
+ * (see docs/security.md, "Determinism"). */
+int sandtrap_sandbox_builder_random_seed(sandtrap_sandbox_builder *b, uint64_t seed);
+/* The run's wall clock starts at this instant: ISO-8601
+ * ("2000-01-01T00:00:00Z") or Unix seconds ("946684800"). */
+int sandtrap_sandbox_builder_time_start(sandtrap_sandbox_builder *b, const char *instant);
+/* Directory listings (getdents64) in byte order of the names, the same on
+ * every run. */
+int sandtrap_sandbox_builder_deterministic_dirs(sandtrap_sandbox_builder *b, int on);
 /* No transparent huge pages for the run's memory (PR_SET_THP_DISABLE). */
 int sandtrap_sandbox_builder_no_huge_pages(sandtrap_sandbox_builder *b, int on);
 /* False lets the run dump core (refused when the host's core_pattern pipes

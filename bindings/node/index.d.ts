@@ -67,6 +67,12 @@ export interface SandboxOptions {
   onError?: BranchAction;
   /** No address-space layout randomization in the run (`personality(ADDR_NO_RANDOMIZE)`, set by the engine for every process of it; the program may clear it, not set others) (default: false). */
   noRandomizeMemory?: boolean;
+  /** `getrandom`, reads of `/dev/urandom` and `/dev/random`, and each exec'd program's `AT_RANDOM` bytes come from an AES-256-CTR stream keyed by this integer (0 to 2^62): one stream per process, named by its pid in the run's pid namespace (see docs/security.md, "Determinism") (default: none). */
+  randomSeed?: number;
+  /** The run's wall clock (`CLOCK_REALTIME`, `gettimeofday`, `time`, also through the vDSO) starts at this instant and advances: an ISO-8601 string (`"2000-01-01T00:00:00Z"`; no zone: UTC) or Unix seconds (default: none). */
+  timeStart?: string | number;
+  /** Directory listings (`getdents64`) in byte order of the names, the same on every run (default: false). */
+  deterministicDirs?: boolean;
   /** No transparent huge pages for the run's memory (`PR_SET_THP_DISABLE`) (default: false). */
   noHugePages?: boolean;
   /** `false` lets the run dump core (refused when the host's `core_pattern` pipes cores to a program, or writes them outside fsWritable); `true` or unset: no core dumps (default: none (core dumps off)). */

@@ -58,6 +58,10 @@ func addPolicyFlags(fs *pflag.FlagSet) {
 			fs.StringArrayP(name, short, nil, usage+": NAME=VALUE, or NAME to pass this shell's value (repeatable)")
 		case policy.KindPath, policy.KindHost, policy.KindBranch:
 			fs.StringP(name, short, "", usage)
+		case policy.KindTime:
+			fs.StringP(name, short, "", usage+": 2000-01-01T00:00:00Z, or Unix seconds")
+		case policy.KindSeed:
+			fs.Uint64P(name, short, 0, usage)
 		case policy.KindSize:
 			fs.StringP(name, short, "", usage+": bytes or 64K, 256M, 1.5G")
 		case policy.KindBool:
@@ -127,8 +131,11 @@ func flagPolicy(fs *pflag.FlagSet) (map[string]any, error) {
 				}
 			}
 			out[f.Key] = v
-		case policy.KindSize, policy.KindHost, policy.KindBranch:
+		case policy.KindSize, policy.KindHost, policy.KindBranch, policy.KindTime:
 			v, _ := fs.GetString(name)
+			out[f.Key] = v
+		case policy.KindSeed:
+			v, _ := fs.GetUint64(name)
 			out[f.Key] = v
 		case policy.KindBool, policy.KindOptBool:
 			v, _ := fs.GetBool(name)

@@ -403,6 +403,9 @@ func (c *compiler) seccomp() error {
 	pl.Supervise.Ports = np.ports
 	pl.Supervise.HTTP = np.redirect()
 	pl.Supervise.Learn = c.in.Learn
+	if p.RandomSeed != nil || p.TimeStart != nil || p.DeterministicDirs {
+		pl.Supervise.Det = &supervise.Determinism{Seed: p.RandomSeed, TimeStart: p.TimeStart, SortDirs: p.DeterministicDirs}
+	}
 	if np.sup != nil {
 		pl.Supervise.Net = np.sup
 		pl.Supervise.AbstractScoped = pl.Ruleset != nil && f.LandlockABI >= 6
@@ -553,6 +556,9 @@ func (pl *Plan) derive(p *policy.Policy) Isolation {
 	}
 	if pl.CorePattern != "" {
 		rep.Process.CoreDumps = pl.CorePattern
+	}
+	if d := pl.Supervise.Det; d != nil {
+		rep.Determinism = determinismReport(d)
 	}
 	lim := pl.Limits
 	if lim.Memory != "" {

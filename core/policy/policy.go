@@ -58,6 +58,11 @@ type Policy struct {
 	NoCoredump        *bool // nil or true: RLIMIT_CORE 0; false: core dumps allowed (core_pattern checked)
 	CPUCores          []int // sched_setaffinity of the run (refused to the program); sorted, distinct
 
+	// Determinism (core/supervise/determinism.go).
+	RandomSeed        *uint64  // getrandom, /dev/urandom and /dev/random, AT_RANDOM from a stream keyed by it
+	TimeStart         *float64 // the run's CLOCK_REALTIME starts here (Unix seconds) and advances
+	DeterministicDirs bool     // getdents64 answers entries sorted by name
+
 	AllowDegraded bool
 
 	// Workdir, when set, is seen copy-on-write by every run (core/fsview/cow.go);

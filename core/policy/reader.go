@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // typeName names the type of a decoded msgpack value, for messages that every
@@ -369,4 +370,74 @@ func CheckHostname(s string) string {
 		}
 	}
 	return ""
+}
+
+// seed reads random_seed: an integer from 0 to 2^62.
+func (r reader) seed(k string) *uint64 {
+	v, ok := r.get(k)
+	if !ok {
+		return nil
+	}
+	n, isInt := asInt(v)
+	if !isInt {
+		r.probs.Add(k, "want an integer, got %s", typeName(v))
+		return nil
+	}
+	if n < 0 {
+		r.probs.Add(k, "%d must be 0 or more", n)
+		return nil
+	}
+	u := uint64(n)
+	return &u
+}
+
+// instantLayouts are the ISO-8601 forms time_start accepts; those without a zone are UTC.
+var instantLayouts = []string{time.RFC3339Nano, "2006-01-02T15:04:05.999999999", "2006-01-02 15:04:05.999999999Z07:00",
+	"2006-01-02 15:04:05.999999999", "2006-01-02T15:04Z07:00", "2006-01-02T15:04", "2006-01-02"}
+
+// MaxInstant is the latest time_start accepted (Unix seconds: 9999-12-31T23:59:59Z).
+const MaxInstant = 253402300799
+
+// instant reads time_start: an ISO-8601 string or Unix seconds (a number, or a
+// string of digits), as Unix seconds, from 0 (1970) to MaxInstant.
+func (r reader) instant(k string) *float64 {
+	v, ok := r.get(k)
+	if !ok {
+		return nil
+	}
+	var secs float64
+	switch x := v.(type) {
+	case string:
+		s := strings.TrimSpace(x)
+		if f, err := strconv.ParseFloat(s, 64); err == nil {
+			secs = f
+			break
+		}
+		parsed := false
+		for _, l := range instantLayouts {
+			if t, err := time.Parse(l, s); err == nil {
+				secs, parsed = float64(t.UnixNano())/1e9, true
+				if t.Unix() < 0 || t.Unix() > MaxInstant {
+					secs = -1
+				}
+				break
+			}
+		}
+		if !parsed {
+			r.probs.Add(k, "%q is not an ISO-8601 instant (\"2000-01-01T00:00:00Z\", \"2000-01-01\") or Unix seconds", x)
+			return nil
+		}
+	default:
+		f, isNum := asFloat(v)
+		if !isNum {
+			r.probs.Add(k, "want an ISO-8601 string or Unix seconds, got %s", typeName(v))
+			return nil
+		}
+		secs = f
+	}
+	if math.IsNaN(secs) || secs < 0 || secs > MaxInstant {
+		r.probs.Add(k, "%v is outside 1970-01-01 to 9999-12-31", v)
+		return nil
+	}
+	return &secs
 }

@@ -36,11 +36,13 @@ const (
 	KindOptBool  Kind = "optbool"    // true, false, or absent (a default that is neither)
 	KindBranch   Kind = "branch"     // what becomes of a copy-on-write workdir's changes: "commit", "abort" or "keep"
 	KindHTTPAuth Kind = "http_auth"  // credential rules: "METHOD host/path SCHEME CREDENTIAL" (http.go)
+	KindSeed     Kind = "seed"       // an integer from 0 to 2^62
+	KindTime     Kind = "time"       // an instant: an ISO-8601 string ("2000-01-01T00:00:00Z") or Unix seconds
 )
 
 // Kinds lists every kind, in a stable order.
 var Kinds = []Kind{KindPaths, KindPath, KindTargets, KindPorts, KindBool, KindSize, KindCount,
-	KindSeconds, KindID, KindEnv, KindNames, KindHost, KindHTTP, KindCPUs, KindOptBool, KindBranch, KindHTTPAuth}
+	KindSeconds, KindID, KindEnv, KindNames, KindHost, KindHTTP, KindCPUs, KindOptBool, KindBranch, KindHTTPAuth, KindSeed, KindTime}
 
 // List reports whether values of the kind are lists (a C setter appends to them).
 func (k Kind) List() bool {
@@ -182,6 +184,8 @@ var (
 	dirPath   = kindReader[string]{KindPath, reader.dirPath}
 	branch    = kindReader[string]{KindBranch, reader.branch}
 	httpAuth  = kindReader[[]HTTPAuth]{KindHTTPAuth, reader.httpAuth}
+	seed      = kindReader[*uint64]{KindSeed, reader.seed}
+	instant   = kindReader[*float64]{KindTime, reader.instant}
 )
 
 func str(name, param, doc string) CSetter { return CSetter{name, "const char *" + param, CString, doc} }
@@ -253,6 +257,12 @@ var Schema = []Field{
 		C: []CSetter{str("on_error", "action", "With workdir: \"commit\", \"abort\" or \"keep\" for a failed run's changes.")}, bind: branch.into(func(p *Policy) *string { return &p.OnError })},
 	{Key: "no_randomize_memory", Section: "determinism", Default: "false", Doc: "no address-space layout randomization in the run (`personality(ADDR_NO_RANDOMIZE)`, set by the engine for every process of it; the program may clear it, not set others)",
 		C: []CSetter{{"no_randomize_memory", "int on", CBool, ""}}, bind: boolean.into(func(p *Policy) *bool { return &p.NoRandomizeMemory })},
+	{Key: "random_seed", Section: "determinism", Default: "none", Doc: "`getrandom`, reads of `/dev/urandom` and `/dev/random`, and each exec'd program's `AT_RANDOM` bytes come from an AES-256-CTR stream keyed by this integer (0 to 2^62): one stream per process, named by its pid in the run's pid namespace (see docs/security.md, \"Determinism\")",
+		C: []CSetter{{"random_seed", "uint64_t seed", CU64, ""}}, bind: seed.into(func(p *Policy) **uint64 { return &p.RandomSeed })},
+	{Key: "time_start", Section: "determinism", Default: "none", Doc: "the run's wall clock (`CLOCK_REALTIME`, `gettimeofday`, `time`, also through the vDSO) starts at this instant and advances: an ISO-8601 string (`\"2000-01-01T00:00:00Z\"`; no zone: UTC) or Unix seconds",
+		C: []CSetter{str("time_start", "instant", "The run's wall clock starts at this instant: ISO-8601 (\"2000-01-01T00:00:00Z\") or Unix seconds (\"946684800\").")}, bind: instant.into(func(p *Policy) **float64 { return &p.TimeStart })},
+	{Key: "deterministic_dirs", Section: "determinism", Default: "false", Doc: "directory listings (`getdents64`) in byte order of the names, the same on every run",
+		C: []CSetter{{"deterministic_dirs", "int on", CBool, ""}}, bind: boolean.into(func(p *Policy) *bool { return &p.DeterministicDirs })},
 	{Key: "no_huge_pages", Section: "program", Default: "false", Doc: "no transparent huge pages for the run's memory (`PR_SET_THP_DISABLE`)",
 		C: []CSetter{{"no_huge_pages", "int on", CBool, ""}}, bind: boolean.into(func(p *Policy) *bool { return &p.NoHugePages })},
 	{Key: "no_coredump", Section: "program", Default: "none (core dumps off)", Doc: "`false` lets the run dump core (refused when the host's `core_pattern` pipes cores to a program, or writes them outside {fs_writable}); `true` or unset: no core dumps",
@@ -292,9 +302,6 @@ var Schema = []Field{
 
 	// Not supported yet (the seed API's full constructor).
 	{Key: "fs_storage", Section: "config", Unsupported: "the copy-on-write layer of {workdir} is a tmpfs private to each run (its size is {max_disk}); on-disk storage is not supported yet"},
-	{Key: "random_seed", Section: "determinism", Unsupported: "determinism controls are not supported"},
-	{Key: "time_start", Section: "determinism", Unsupported: "determinism controls are not supported"},
-	{Key: "deterministic_dirs", Section: "determinism", Unsupported: "determinism controls are not supported"},
 	{Key: "no_supervisor", Section: "program", Unsupported: "the syscall supervisor cannot be turned off"},
 	{Key: "chroot", Section: "filesystem", Unsupported: "sandtrap does not chroot; grant paths with {fs_readable} and {fs_writable}"},
 	{Key: "fs_mount", Section: "filesystem", Unsupported: "sandtrap does not mount; grant paths with {fs_readable} and {fs_writable}"},

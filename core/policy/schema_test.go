@@ -13,6 +13,7 @@ var sample = map[Kind]any{
 	KindPorts: []any{int64(8080), "9000-9001"}, KindBool: true, KindSize: "1M", KindCount: int64(4),
 	KindSeconds: 1.5, KindID: int64(1000), KindEnv: map[string]any{"A": "b"}, KindNames: []any{"getcpu"},
 	KindHost: "api.local", KindHTTP: []any{"GET example.com/*"}, KindCPUs: []any{int64(0)}, KindOptBool: false, KindBranch: "keep", KindHTTPAuth: []any{"POST api.test/* bearer k"},
+	KindSeed: int64(42), KindTime: "2000-01-01T00:00:00Z",
 }
 
 func TestSchemaIsConsistent(t *testing.T) {
@@ -202,6 +203,33 @@ func TestSchemaSectionsAndFlags(t *testing.T) {
 				t.Errorf("%s and %s have the same option -%s", g, f.Key, f.Short)
 			}
 			short[f.Short] = f.Key
+		}
+	}
+}
+
+func TestDeterminismFields(t *testing.T) {
+	for _, c := range []struct {
+		v    any
+		want float64
+	}{{"2000-01-01T00:00:00Z", 946684800}, {"2000-01-01", 946684800}, {"2000-01-01T01:00:00+01:00", 946684800},
+		{"2000-01-01T00:00:00", 946684800}, {int64(946684800), 946684800}, {946684800.5, 946684800.5}, {"946684800", 946684800}} {
+		p, probs := Decode(map[string]any{"time_start": c.v})
+		if len(probs) > 0 || p.TimeStart == nil || *p.TimeStart != c.want {
+			t.Errorf("time_start %v: %v %v", c.v, p.TimeStart, probs)
+		}
+	}
+	for _, bad := range []any{"yesterday", int64(-1), "1969-12-31T23:59:59Z", true, "10000-01-01"} {
+		if _, probs := Decode(map[string]any{"time_start": bad}); len(probs) != 1 || probs[0].Field != "time_start" {
+			t.Errorf("time_start %v: %v", bad, probs)
+		}
+	}
+	p, probs := Decode(map[string]any{"random_seed": int64(0), "deterministic_dirs": true})
+	if len(probs) > 0 || p.RandomSeed == nil || *p.RandomSeed != 0 || !p.DeterministicDirs {
+		t.Errorf("random_seed 0: %v %v", p.RandomSeed, probs)
+	}
+	for _, bad := range []any{int64(-1), "42", 1.5} {
+		if _, probs := Decode(map[string]any{"random_seed": bad}); len(probs) != 1 || probs[0].Field != "random_seed" {
+			t.Errorf("random_seed %v: %v", bad, probs)
 		}
 	}
 }

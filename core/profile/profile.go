@@ -262,6 +262,7 @@ var examples = map[policy.Kind]string{
 	policy.KindSeconds: `30`, policy.KindID: `1000`, policy.KindEnv: `{ LANG = "C.UTF-8" }`, policy.KindNames: `["ptrace", "mount"]`,
 	policy.KindHost: `"build-01"`, policy.KindCPUs: `[0, "2-3"]`, policy.KindOptBool: `false`,
 	policy.KindHTTP: `["GET api.example.com/v1/*"]`, policy.KindBranch: `"abort"`, policy.KindHTTPAuth: `["POST api.openai.com/* bearer openai"]`,
+	policy.KindSeed: `42`, policy.KindTime: `2000-01-01T00:00:00Z`,
 }
 
 // Example is a value of kind k as a profile writes it.
@@ -341,6 +342,10 @@ func check(file string, doc map[string]any, at map[string]int) (*Profile, error)
 				add(key, f.Key, "%s", f.UnsupportedMessage(func(f *policy.Field) string { return f.Key }))
 			case f.Section != sec:
 				add(key, f.Key, "%s belongs in [%s], not [%s]: move the line there", k, f.Section, sec)
+			case f.Kind() == policy.KindTime && isTime(val):
+				// a TOML date-time is an instant (a local one is UTC, as the string form's)
+				pol[k] = tomlInstant(val)
+				where[k] = key
 			case isTime(val):
 				add(key, f.Key, "want %s, got a date or time; for example: %s = %s", kindWord(f), k, examples[f.Kind()])
 			default:
@@ -400,10 +405,12 @@ func kindWord(f *policy.Field) string {
 		return "a boolean"
 	case policy.KindEnv:
 		return "a table"
-	case policy.KindCount, policy.KindID:
+	case policy.KindCount, policy.KindID, policy.KindSeed:
 		return "an integer"
 	case policy.KindSeconds:
 		return "a number"
+	case policy.KindTime:
+		return "a date-time, a string or a number"
 	}
 	return "a string"
 }
@@ -444,4 +451,17 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// tomlInstant is a TOML date-time as the ISO-8601 string time_start reads.
+func tomlInstant(v any) any {
+	switch t := v.(type) {
+	case time.Time:
+		return t.Format(time.RFC3339Nano)
+	case toml.LocalDateTime:
+		return t.String()
+	case toml.LocalDate:
+		return t.String()
+	}
+	return v // a time of day alone: refused by the decoder
 }

@@ -53,6 +53,10 @@
 //     added by the supervisor on the child's inotify instance (its duplicate, checked
 //     to be one: else EINVAL) through /proc/self/fd/<pinned>, and the watch
 //     descriptor answered.
+//   - Determinism (random_seed, time_start, deterministic_dirs: getrandom, opens of
+//     /dev/urandom and /dev/random, the realtime clocks, getdents64, and the vDSO
+//     and AT_RANDOM of each new image) is answered by determinism.go, whose
+//     comment says how; it decides nothing about access.
 //
 // Anything the supervisor cannot read or decide (process_vm_readv or pidfd_getfd
 // refused, /proc of the thread unreadable, a cwd that cannot be named in its root)

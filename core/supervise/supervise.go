@@ -41,6 +41,8 @@ type Config struct {
 	// blocking lock) then ends with EINTR when the caller has a caught signal pending,
 	// as the kernel's own wait would.
 	Killable bool
+	// Det: the run's randomness, clock and directory order (determinism.go); nil: the kernel's.
+	Det *Determinism
 	// Host: calls the host judges after the built-in rules (host.go); nil: none.
 	Host *Host `json:"-"`
 	// Learn, when set, is told every path the sandbox opens, executes, creates or
@@ -74,7 +76,8 @@ func Traps(cfg Config) []Trap {
 			ts = append(ts, t)
 		}
 	}
-	return append(ts, learnTraps(cfg)...)
+	ts = append(ts, learnTraps(cfg)...)
+	return append(ts, detTraps(cfg)...)
 }
 
 // Denial is what the supervisor refused: one entry per distinct (Syscall, Detail,
@@ -115,6 +118,7 @@ type Supervisor struct {
 	runs       runLogs     // denials by run (denials.go)
 	attributes atomic.Bool // attribute denials to runs (AttributeRuns)
 	audit      posixAudit  // POSIX locks continued: looked at soon after (posixaudit.go)
+	det        *detState   // determinism (determinism.go); nil: none
 }
 
 // Start takes ownership of listenerFD (the fd SECCOMP_FILTER_FLAG_NEW_LISTENER
@@ -164,6 +168,7 @@ func start(listenerFD int, cfg Config, override map[string]handlerFunc) (*Superv
 		}
 	}
 	s.addLearnHandlers()
+	s.addDetHandlers()
 	unix.CloseOnExec(listenerFD)
 	// Synchronous wake-ups (6.6+): the kernel switches from the trapping thread to
 	// the supervisor's and back on the same CPU. Older kernels refuse the ioctl and
@@ -197,6 +202,7 @@ func (s *Supervisor) Close() {
 		}
 		s.sockMu.Unlock()
 		s.handling.Wait()
+		s.closeDet()
 		s.dropPidfds()
 		s.closeRuns()
 		// no call can answer any more: the kernel fails the calls still waiting,

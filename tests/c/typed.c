@@ -216,6 +216,58 @@ int main(void)
 			sandtrap_error_free(err);
 		}
 	}
+	{ /* determinism through the builder: the same seed twice, the clock at time_start, sorted listings */
+		const char *argv[] = {"sh", "-c", "od -An -tx1 -N8 /dev/urandom | tr -d ' \\n'; echo; date -u +%Y; ls -f /usr | head -3 | tr '\\n' ' '", NULL};
+		char *outs[2] = {NULL, NULL};
+		for (int i = 0; i < 2; i++) {
+			sandtrap_sandbox_builder *db = sandtrap_sandbox_builder_new();
+			sandtrap_sandbox *dsb = NULL;
+			sandtrap_sandbox_builder_fs_readable(db, "/usr");
+			sandtrap_sandbox_builder_fs_readable(db, "/lib");
+			sandtrap_sandbox_builder_fs_readable(db, "/bin");
+			sandtrap_sandbox_builder_fs_readable(db, "/dev");
+			sandtrap_sandbox_builder_random_seed(db, 31337);
+			sandtrap_sandbox_builder_time_start(db, "2000-06-01T00:00:00Z");
+			sandtrap_sandbox_builder_deterministic_dirs(db, 1);
+			rc = sandtrap_sandbox_builder_build(db, &dsb, &err);
+			sandtrap_sandbox_builder_free(db);
+			CHECK(rc == SANDTRAP_OK, "determinism build: %s", rc == SANDTRAP_OK ? "" : sandtrap_error_message(err));
+			if (rc != SANDTRAP_OK) {
+				sandtrap_error_free(err);
+				break;
+			}
+			rc = sandtrap_sandbox_run(dsb, argv, NULL, &r);
+			CHECK(rc == SANDTRAP_OK && sandtrap_result_exit_code(r) == 0, "determinism run rc=%d", rc);
+			if (rc == SANDTRAP_OK) {
+				size_t len = 0;
+				const void *o = sandtrap_result_stdout(r, &len);
+				outs[i] = malloc(len + 1);
+				if (outs[i]) {
+					memcpy(outs[i], o, len);
+					outs[i][len] = 0;
+				}
+			}
+			sandtrap_result_free(r);
+			sandtrap_sandbox_free(dsb);
+		}
+		CHECK(outs[0] && outs[1] && strcmp(outs[0], outs[1]) == 0 && strlen(outs[0]) > 16, "the same seed twice: %s / %s",
+		      outs[0] ? outs[0] : "-", outs[1] ? outs[1] : "-");
+		CHECK(outs[0] && strstr(outs[0], "\n2000\n. .. bin "), "time_start and sorted /usr: %s", outs[0] ? outs[0] : "-");
+		free(outs[0]);
+		free(outs[1]);
+	}
+	{ /* a bad time_start is refused by name */
+		sandtrap_sandbox_builder *db = sandtrap_sandbox_builder_new();
+		sandtrap_sandbox *dsb = NULL;
+		sandtrap_sandbox_builder_time_start(db, "yesterday");
+		rc = sandtrap_sandbox_builder_build(db, &dsb, &err);
+		sandtrap_sandbox_builder_free(db);
+		CHECK(rc != SANDTRAP_OK && strstr(sandtrap_error_message(err), "time_start"), "bad time_start: rc=%d", rc);
+		if (rc != SANDTRAP_OK)
+			sandtrap_error_free(err);
+		else
+			sandtrap_sandbox_free(dsb);
+	}
 	if (failures) {
 		fprintf(stderr, "typed: %d failed\n", failures);
 		return 1;

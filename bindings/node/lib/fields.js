@@ -33,6 +33,9 @@ const POLICY = {
   onExit: ['on_exit', 'branch'],
   onError: ['on_error', 'branch'],
   noRandomizeMemory: ['no_randomize_memory', 'bool'],
+  randomSeed: ['random_seed', 'seed'],
+  timeStart: ['time_start', 'time'],
+  deterministicDirs: ['deterministic_dirs', 'bool'],
   noHugePages: ['no_huge_pages', 'bool'],
   noCoredump: ['no_coredump', 'optbool'],
   cpuCores: ['cpu_cores', 'cpus'],
@@ -53,9 +56,6 @@ const POLICY = {
 /** Options sandtrap does not support yet: option name -> the problem reported. */
 const UNSUPPORTED = {
   fsStorage: 'not supported by sandtrap yet: the copy-on-write layer of workdir is a tmpfs private to each run (its size is maxDisk); on-disk storage is not supported yet',
-  randomSeed: 'not supported by sandtrap yet: determinism controls are not supported',
-  timeStart: 'not supported by sandtrap yet: determinism controls are not supported',
-  deterministicDirs: 'not supported by sandtrap yet: determinism controls are not supported',
   noSupervisor: 'not supported by sandtrap yet: the syscall supervisor cannot be turned off',
   chroot: 'not supported by sandtrap yet: sandtrap does not chroot; grant paths with fsReadable and fsWritable',
   fsMount: 'not supported by sandtrap yet: sandtrap does not mount; grant paths with fsReadable and fsWritable',

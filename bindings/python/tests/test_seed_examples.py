@@ -47,10 +47,6 @@ def test_output_is_bytes_even_when_not_utf8() -> None:
 SEED_UNSUPPORTED = {
     # [config]
     "fs_storage": None,
-    # [determinism]
-    "random_seed": None,
-    "time_start": None,
-    "deterministic_dirs": False,
     # [program]
     "no_supervisor": False,
     # [filesystem]
@@ -93,6 +89,9 @@ def test_full_constructor_supported_fields() -> None:
         on_exit=BranchAction.COMMIT,
         on_error=BranchAction.ABORT,
         no_randomize_memory=False,
+        random_seed=None,
+        time_start=None,
+        deterministic_dirs=False,
         no_huge_pages=False,
         cpu_cores=None,
         # the page's no_coredump=False asks for core dumps: refused where this

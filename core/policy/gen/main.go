@@ -250,6 +250,7 @@ var msgpackType = map[policy.Kind]string{
 	policy.KindBool: "bool", policy.KindSize: "int\\|str", policy.KindCount: "int", policy.KindSeconds: "float",
 	policy.KindID: "int", policy.KindEnv: "{str: str}", policy.KindNames: "[str]", policy.KindHost: "str",
 	policy.KindCPUs: "[int\\|str]", policy.KindOptBool: "bool", policy.KindHTTP: "[str]", policy.KindBranch: "str", policy.KindHTTPAuth: "[str]",
+	policy.KindSeed: "int", policy.KindTime: "str\\|float",
 }
 
 func protocolTable() string {
@@ -286,6 +287,7 @@ var pythonType = map[policy.Kind]string{
 	policy.KindPorts: "Iterable[int | str]", policy.KindBool: "bool", policy.KindSize: "int | str", policy.KindCount: "int",
 	policy.KindSeconds: "float", policy.KindID: "int", policy.KindEnv: "Mapping[str, str]", policy.KindNames: "Iterable[str]", policy.KindHost: "str",
 	policy.KindCPUs: "Iterable[int | str]", policy.KindOptBool: "bool", policy.KindHTTP: "Iterable[str]", policy.KindBranch: "str", policy.KindHTTPAuth: "Iterable[str]",
+	policy.KindSeed: "int", policy.KindTime: "str | float",
 }
 
 func python() string {
@@ -361,6 +363,7 @@ var tsType = map[policy.Kind]string{
 	policy.KindPorts: "Array<number | string>", policy.KindBool: "boolean", policy.KindSize: "Size", policy.KindCount: "number",
 	policy.KindSeconds: "number", policy.KindID: "number", policy.KindEnv: "Record<string, string>", policy.KindNames: "string[]", policy.KindHost: "string",
 	policy.KindCPUs: "Array<number | string>", policy.KindOptBool: "boolean", policy.KindHTTP: "string[]", policy.KindBranch: "BranchAction", policy.KindHTTPAuth: "string[]",
+	policy.KindSeed: "number", policy.KindTime: "string | number",
 }
 
 func typescript() string {

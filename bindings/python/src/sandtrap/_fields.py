@@ -45,6 +45,9 @@ FIELDS: dict[str, tuple[str, str]] = {
     "on_exit": ("on_exit", "branch"),
     "on_error": ("on_error", "branch"),
     "no_randomize_memory": ("no_randomize_memory", "bool"),
+    "random_seed": ("random_seed", "seed"),
+    "time_start": ("time_start", "time"),
+    "deterministic_dirs": ("deterministic_dirs", "bool"),
     "no_huge_pages": ("no_huge_pages", "bool"),
     "no_coredump": ("no_coredump", "optbool"),
     "cpu_cores": ("cpu_cores", "cpus"),
@@ -169,6 +172,21 @@ class PolicyOptions(TypedDict, total=False):
     """No address-space layout randomization in the run
     (``personality(ADDR_NO_RANDOMIZE)``, set by the engine for every process of it;
     the program may clear it, not set others) (default: false).
+    """
+    random_seed: int | None
+    """``getrandom``, reads of ``/dev/urandom`` and ``/dev/random``, and each exec'd
+    program's ``AT_RANDOM`` bytes come from an AES-256-CTR stream keyed by this
+    integer (0 to 2^62): one stream per process, named by its pid in the run's pid
+    namespace (see docs/security.md, "Determinism") (default: none).
+    """
+    time_start: str | float | None
+    """The run's wall clock (``CLOCK_REALTIME``, ``gettimeofday``, ``time``, also
+    through the vDSO) starts at this instant and advances: an ISO-8601 string
+    (``"2000-01-01T00:00:00Z"``; no zone: UTC) or Unix seconds (default: none).
+    """
+    deterministic_dirs: bool | None
+    """Directory listings (``getdents64``) in byte order of the names, the same on
+    every run (default: false).
     """
     no_huge_pages: bool | None
     """No transparent huge pages for the run's memory (``PR_SET_THP_DISABLE``)
