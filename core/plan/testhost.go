@@ -6,3 +6,6 @@ import "net/netip"
 
 // testHost is the test hook's name map (testhost_testhook.go); none here.
 func testHost(string) ([]netip.Addr, bool) { return nil, false }
+
+// gpuDir is where the GPU nodes are (the test hook moves it).
+func gpuDir() string { return "/dev" }

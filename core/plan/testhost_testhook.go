@@ -25,3 +25,12 @@ func testHost(host string) ([]netip.Addr, bool) {
 	}
 	return nil, false
 }
+
+// gpuDir reads SANDTRAP_TEST_GPU_DIR, a test hook that makes gpu_devices look for
+// NVIDIA's nodes in a directory of stand-ins instead of /dev (test-hook builds only).
+func gpuDir() string {
+	if d := os.Getenv("SANDTRAP_TEST_GPU_DIR"); d != "" {
+		return d
+	}
+	return "/dev"
+}

@@ -13,6 +13,7 @@ var sample = map[Kind]any{
 	KindPorts: []any{int64(8080), "9000-9001"}, KindBool: true, KindSize: "1M", KindCount: int64(4),
 	KindSeconds: 1.5, KindID: int64(1000), KindEnv: map[string]any{"A": "b"}, KindNames: []any{"getcpu"},
 	KindHost: "api.local", KindHTTP: []any{"GET example.com/*"}, KindCPUs: []any{int64(0)}, KindOptBool: false, KindBranch: "keep",
+	KindGPUs: []any{int64(0)},
 }
 
 func TestSchemaIsConsistent(t *testing.T) {

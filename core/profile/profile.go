@@ -260,7 +260,7 @@ var examples = map[policy.Kind]string{
 	policy.KindPaths: `["/usr", "/lib"]`, policy.KindPath: `"/work"`, policy.KindTargets: `["api.example.com:443", "udp://1.1.1.1:53"]`,
 	policy.KindPorts: `[8080, "9000-9005"]`, policy.KindBool: `true`, policy.KindSize: `"256M"`, policy.KindCount: `64`,
 	policy.KindSeconds: `30`, policy.KindID: `1000`, policy.KindEnv: `{ LANG = "C.UTF-8" }`, policy.KindNames: `["ptrace", "mount"]`,
-	policy.KindHost: `"build-01"`, policy.KindCPUs: `[0, "2-3"]`, policy.KindOptBool: `false`,
+	policy.KindHost: `"build-01"`, policy.KindCPUs: `[0, "2-3"]`, policy.KindGPUs: `[0, 1]`, policy.KindOptBool: `false`,
 	policy.KindHTTP: `["GET api.example.com/v1/*"]`, policy.KindBranch: `"abort"`,
 }
 
@@ -396,6 +396,8 @@ func kindWord(f *policy.Field) string {
 	switch f.Kind() {
 	case policy.KindPaths, policy.KindTargets, policy.KindPorts, policy.KindNames, policy.KindCPUs, policy.KindHTTP:
 		return "a list"
+	case policy.KindGPUs:
+		return "\"all\" or a list"
 	case policy.KindBool, policy.KindOptBool:
 		return "a boolean"
 	case policy.KindEnv:

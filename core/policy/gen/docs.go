@@ -25,7 +25,7 @@ var typeWord = map[policy.Kind]string{
 	policy.KindPorts: "list of ports and ranges", policy.KindBool: "boolean", policy.KindSize: "size (bytes, or \"256M\")",
 	policy.KindCount: "positive integer", policy.KindSeconds: "seconds (number)", policy.KindID: "uid/gid (integer)",
 	policy.KindEnv: "table of NAME = value", policy.KindNames: "list of syscall names",
-	policy.KindHost: "host name (1-64 letters, digits, `-`, `.`)", policy.KindCPUs: "list of CPU numbers and ranges",
+	policy.KindHost: "host name (1-64 letters, digits, `-`, `.`)", policy.KindCPUs: "list of CPU numbers and ranges", policy.KindGPUs: "`\"all\"`, or a list of GPU indices and ranges",
 	policy.KindOptBool: "boolean, or unset", policy.KindBranch: "`\"commit\"`, `\"abort\"` or `\"keep\"`", policy.KindHTTP: "list of HTTP rules (`\"METHOD host/path\"`)",
 }
 
@@ -35,7 +35,7 @@ var optionArg = map[policy.Kind]string{
 	policy.KindPorts: "PORTS (repeat, or a,b,c-d)", policy.KindBool: "", policy.KindSize: "SIZE",
 	policy.KindCount: "N", policy.KindSeconds: "SECONDS", policy.KindID: "ID",
 	policy.KindEnv: "NAME=VALUE (repeat)", policy.KindNames: "NAMES (repeat, or a,b)",
-	policy.KindHost: "NAME", policy.KindCPUs: "CPUS (repeat, or a,b,c-d)", policy.KindOptBool: "", policy.KindHTTP: "RULE (repeat)", policy.KindBranch: "commit|abort|keep",
+	policy.KindHost: "NAME", policy.KindCPUs: "CPUS (repeat, or a,b,c-d)", policy.KindGPUs: "all|GPUS (repeat, or a,b,c-d)", policy.KindOptBool: "", policy.KindHTTP: "RULE (repeat)", policy.KindBranch: "commit|abort|keep",
 }
 
 func option(f *policy.Field) string {

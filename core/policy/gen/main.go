@@ -248,7 +248,7 @@ var msgpackType = map[policy.Kind]string{
 	policy.KindPaths: "[str]", policy.KindPath: "str", policy.KindTargets: "[str\\|int]", policy.KindPorts: "[int\\|str]",
 	policy.KindBool: "bool", policy.KindSize: "int\\|str", policy.KindCount: "int", policy.KindSeconds: "float",
 	policy.KindID: "int", policy.KindEnv: "{str: str}", policy.KindNames: "[str]", policy.KindHost: "str",
-	policy.KindCPUs: "[int\\|str]", policy.KindOptBool: "bool", policy.KindHTTP: "[str]", policy.KindBranch: "str",
+	policy.KindCPUs: "[int\\|str]", policy.KindGPUs: "str\\|[int\\|str]", policy.KindOptBool: "bool", policy.KindHTTP: "[str]", policy.KindBranch: "str",
 }
 
 func protocolTable() string {
@@ -284,7 +284,7 @@ var pythonType = map[policy.Kind]string{
 	policy.KindPaths: "Iterable[StrPath]", policy.KindPath: "StrPath", policy.KindTargets: "Iterable[int | str]",
 	policy.KindPorts: "Iterable[int | str]", policy.KindBool: "bool", policy.KindSize: "int | str", policy.KindCount: "int",
 	policy.KindSeconds: "float", policy.KindID: "int", policy.KindEnv: "Mapping[str, str]", policy.KindNames: "Iterable[str]", policy.KindHost: "str",
-	policy.KindCPUs: "Iterable[int | str]", policy.KindOptBool: "bool", policy.KindHTTP: "Iterable[str]", policy.KindBranch: "str",
+	policy.KindCPUs: "Iterable[int | str]", policy.KindGPUs: "str | Iterable[int | str]", policy.KindOptBool: "bool", policy.KindHTTP: "Iterable[str]", policy.KindBranch: "str",
 }
 
 func python() string {
@@ -359,7 +359,7 @@ var tsType = map[policy.Kind]string{
 	policy.KindPaths: "string[]", policy.KindPath: "string", policy.KindTargets: "Array<number | string>",
 	policy.KindPorts: "Array<number | string>", policy.KindBool: "boolean", policy.KindSize: "Size", policy.KindCount: "number",
 	policy.KindSeconds: "number", policy.KindID: "number", policy.KindEnv: "Record<string, string>", policy.KindNames: "string[]", policy.KindHost: "string",
-	policy.KindCPUs: "Array<number | string>", policy.KindOptBool: "boolean", policy.KindHTTP: "string[]", policy.KindBranch: "BranchAction",
+	policy.KindCPUs: "Array<number | string>", policy.KindGPUs: "'all' | Array<number | string>", policy.KindOptBool: "boolean", policy.KindHTTP: "string[]", policy.KindBranch: "BranchAction",
 }
 
 func typescript() string {
