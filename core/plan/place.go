@@ -10,10 +10,10 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sandtrap/sandtrap/core/fsview"
 	"github.com/sandtrap/sandtrap/core/policy"
 	"github.com/sandtrap/sandtrap/core/protocol"
 	"github.com/sandtrap/sandtrap/core/seccomp"
-	"github.com/sandtrap/sandtrap/core/fsview"
 	"golang.org/x/sys/unix"
 )
 

@@ -54,11 +54,11 @@ type SeccompReport struct {
 // ProcessReport is what every process of the run inherits of the policy's process
 // knobs (knobs.go).
 type ProcessReport struct {
-	ASLR      bool   `msgpack:"aslr"`                // address-space layout randomization (off: no_randomize_memory)
-	HugePages bool   `msgpack:"huge_pages"`          // transparent huge pages (off: no_huge_pages)
-	CoreDumps string `msgpack:"core_dumps"`          // "off", or the core_pattern they are written by
-	CPUCores  []int  `msgpack:"cpu_cores,omitempty"` // the CPUs the run may use (cpu_cores)
-	CPUVia    string `msgpack:"cpu_via,omitempty"`   // "sched_setaffinity" (then refused to the program) or "cpuset_cgroup_v1|2" (and the affinity)
+	ASLR      bool     `msgpack:"aslr"`                // address-space layout randomization (off: no_randomize_memory)
+	HugePages bool     `msgpack:"huge_pages"`          // transparent huge pages (off: no_huge_pages)
+	CoreDumps string   `msgpack:"core_dumps"`          // "off", or the core_pattern they are written by
+	CPUCores  []int    `msgpack:"cpu_cores,omitempty"` // the CPUs the run may use (cpu_cores)
+	CPUVia    string   `msgpack:"cpu_via,omitempty"`   // "sched_setaffinity" (then refused to the program) or "cpuset_cgroup_v1|2" (and the affinity)
 	NumCPUs   int      `msgpack:"num_cpus,omitempty"`  // num_cpus: the CPUs the run sees
 	CPUFiles  []string `msgpack:"cpu_files,omitempty"` // the files of the view that show them (else the host's)
 }
