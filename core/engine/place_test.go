@@ -282,3 +282,48 @@ func readFile(t *testing.T, p string) string {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// The file laid over /sys/devices/system/cpu/online lives in this process's
+// temporary directory, which a sandbox of an unprivileged host (its own uid) may
+// be able to write: a symlink (or another file) put in its place must not be
+// mounted into a later sandbox's view, where the grant of /sys would reach it.
+func TestNumCPUsFileCannotBeSwapped(t *testing.T) {
+	secret := filepath.Join(t.TempDir(), "secret")
+	os.WriteFile(secret, []byte("s3cret\n"), 0o644)
+	ro := []any{"/usr", "/lib", "/bin", "/sys"}
+	sb := newSB(t, map[string]any{"fs_readable": ro, "num_cpus": int64(1)})
+	if sb.Isolation().Process.CPUFiles == nil {
+		t.Skip("no view here: no file is laid over")
+	}
+	files, _ := filepath.Glob(filepath.Join(os.TempDir(), "sandtrap-cpus-"+itoa(os.Getpid()), "online-*"))
+	if len(files) == 0 {
+		t.Fatal("no online file")
+	}
+	for _, f := range files {
+		os.Remove(f + ".swap")
+		if err := os.Symlink(secret, f+".swap"); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(f+".swap", f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// the sandbox made before the swap starts its zygote now: the launcher finds
+	// another inode at the path and refuses it
+	r := run(sb, "/bin/cat", "/sys/devices/system/cpu/online")
+	if strings.Contains(string(r.Stdout), "s3cret") || r.Error == nil || !strings.Contains(r.Error.Message, "stale") {
+		t.Fatalf("the swapped file was mounted: %q %+v", r.Stdout, r.Error)
+	}
+	// a sandbox made after it: refused by the plan (the path is a symlink)
+	_, err := NewFromMap(map[string]any{"fs_readable": ro, "num_cpus": int64(1)})
+	if err == nil || !strings.Contains(err.Error(), "num_cpus") {
+		t.Fatalf("got %v", err)
+	}
+	for _, f := range files {
+		os.Remove(f)
+	}
+	sb = newSB(t, map[string]any{"fs_readable": ro, "num_cpus": int64(1)})
+	if r := run(sb, "/bin/cat", "/sys/devices/system/cpu/online"); r.ExitCode == nil || *r.ExitCode != 0 || strings.Contains(string(r.Stdout), "s3cret") {
+		t.Fatalf("after removal: %q %+v", r.Stdout, r.Error)
+	}
+}

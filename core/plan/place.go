@@ -79,8 +79,60 @@ func intList(l []int) string {
 var cpuFiles = []string{"/sys/devices/system/cpu/online"}
 
 // cpuFileDir holds the rewritten files of this process's sandboxes (one file per
-// CPU set, kept while the process lives: they are a few bytes each).
+// content, kept while the process lives: they are a few bytes each).
 var cpuFileDir = filepath.Join(os.TempDir(), fmt.Sprintf("sandtrap-cpus-%d", os.Getpid()))
+
+// cpuFile is a file of cpuFileDir holding content, and its inode: the view binds
+// that very inode (a mount op checks it), so that nothing a sandbox can write —
+// an unprivileged host's sandboxes are its own uid — can put another file (a
+// symlink to a secret, say) in its place. The directory must be this process's
+// own and writable by it alone; the file a regular one of its own, with one link.
+func cpuFile(kind, content string) (path string, dev, ino uint64, err error) {
+	if err := os.Mkdir(cpuFileDir, 0o755); err != nil && !os.IsExist(err) {
+		return "", 0, 0, err
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(cpuFileDir, &st); err != nil {
+		return "", 0, 0, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR || st.Uid != uint32(os.Geteuid()) || st.Mode&0o022 != 0 {
+		return "", 0, 0, fmt.Errorf("%s is not a directory of this process's own", cpuFileDir)
+	}
+	sum := uint32(2166136261)
+	for i := 0; i < len(content); i++ {
+		sum = (sum ^ uint32(content[i])) * 16777619
+	}
+	path = filepath.Join(cpuFileDir, fmt.Sprintf("%s-%08x", kind, sum))
+	if _, err := os.Lstat(path); err != nil {
+		tmp, err := os.CreateTemp(cpuFileDir, kind+".*")
+		if err != nil {
+			return "", 0, 0, err
+		}
+		_, werr := tmp.WriteString(content)
+		tmp.Chmod(0o444)
+		if cerr := tmp.Close(); werr != nil || cerr != nil {
+			os.Remove(tmp.Name())
+			return "", 0, 0, fmt.Errorf("%s: %v %v", tmp.Name(), werr, cerr)
+		}
+		if err := os.Rename(tmp.Name(), path); err != nil {
+			return "", 0, 0, err
+		}
+	}
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", 0, 0, fmt.Errorf("%s: %v", path, err)
+	}
+	defer unix.Close(fd)
+	buf := make([]byte, len(content)+1)
+	n, _ := unix.Read(fd, buf)
+	if err := unix.Fstat(fd, &st); err != nil {
+		return "", 0, 0, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Uid != uint32(os.Geteuid()) || st.Nlink != 1 || string(buf[:n]) != content {
+		return "", 0, 0, fmt.Errorf("%s is not the file this process wrote", path)
+	}
+	return path, uint64(st.Dev), st.Ino, nil
+}
 
 // viewCPUFiles adds to the view the bind mounts of cpuFiles for cpus.
 func (c *compiler) viewCPUFiles(cpus []int) error {
@@ -88,19 +140,9 @@ func (c *compiler) viewCPUFiles(cpus []int) error {
 		c.cur.NotApplied = append(c.cur.NotApplied, "num_cpus: /sys/devices/system/cpu/online shows the host's CPUs (no view of its own); the affinity (nproc, sched_getaffinity) shows the run's")
 		return nil
 	}
-	if err := os.MkdirAll(cpuFileDir, 0o755); err != nil {
+	name, dev, ino, err := cpuFile("online", intList(cpus)+"\n")
+	if err != nil {
 		return err
-	}
-	online := intList(cpus) + "\n"
-	name := filepath.Join(cpuFileDir, "online-"+strings.NewReplacer(",", "_").Replace(strings.TrimSpace(online)))
-	if _, err := os.Stat(name); err != nil {
-		tmp := name + fmt.Sprintf(".%d", os.Getpid())
-		if err := os.WriteFile(tmp, []byte(online), 0o444); err != nil {
-			return err
-		}
-		if err := os.Rename(tmp, name); err != nil {
-			return err
-		}
 	}
 	v := *c.pl.View
 	v.Ops = append([]fsview.Op{}, v.Ops...)
@@ -108,7 +150,7 @@ func (c *compiler) viewCPUFiles(cpus []int) error {
 		if _, err := os.Stat(target); err != nil {
 			continue
 		}
-		v.Ops = append(v.Ops, fileOver(name, target)...)
+		v.Ops = append(v.Ops, fileOver(name, dev, ino, target)...)
 		v.Mounts = append(v.Mounts, fsview.Mount{Path: target, Mode: "cpus"})
 	}
 	c.pl.View = &v
@@ -283,10 +325,10 @@ func checkNoSupervisor(p *policy.Policy, np *NetPlan, probs *policy.Problems) {
 }
 
 // fileOver is the view's operations that bind-mount file over target, read-only.
-func fileOver(file, target string) []fsview.Op {
+func fileOver(file string, dev, ino uint64, target string) []fsview.Op {
 	const slot = fsview.MaxSlots
 	return []fsview.Op{
-		{Kind: fsview.Clone, Path: file, Slot: slot},
+		{Kind: fsview.Clone, Path: file, Slot: slot, Dev: dev, Ino: ino},
 		{Kind: fsview.SetAttr, Slot: slot, Set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOEXEC},
 		{Kind: fsview.Move, Path: target, Slot: slot},
 	}

@@ -513,6 +513,7 @@ func StartZygote(zs *ZygoteSpec) (*Zygote, error) {
 				view[i].slot = C.int(op.Slot)
 				view[i].recursive = cbool(op.Recursive)
 				view[i].attr_set, view[i].attr_clr = C.uint64_t(op.Set), C.uint64_t(op.Clr)
+				view[i].dev, view[i].ino = C.uint64_t(op.Dev), C.uint64_t(op.Ino)
 			}
 			l.mount_ops, l.n_mount_ops = ops, C.int(len(zs.View.Ops))
 		}
