@@ -148,22 +148,27 @@ func allowedCPUs(t *testing.T) []int {
 
 func TestNumCPUsIsWhatTheRunSees(t *testing.T) {
 	cpus := allowedCPUs(t)
-	sb := newSB(t, map[string]any{"fs_readable": []any{"/usr", "/lib", "/bin", "/sys"}, "num_cpus": int64(1)})
-	r := run(sb, "/bin/sh", "-c", "nproc; cat /sys/devices/system/cpu/online; getconf _NPROCESSORS_ONLN")
+	// (allow_degraded: without a view, an unprivileged host cannot give each run a /proc)
+	sb := newSB(t, map[string]any{"fs_readable": []any{"/usr", "/lib", "/bin", "/sys", "/proc"}, "num_cpus": int64(1), "allow_degraded": true})
+	r := run(sb, "/bin/sh", "-c", "nproc; cat /sys/devices/system/cpu/online; getconf _NPROCESSORS_ONLN; grep -c ^processor /proc/cpuinfo")
 	if r.ExitCode == nil || *r.ExitCode != 0 {
 		t.Fatalf("run: %+v %s", r.Error, r.Stderr)
 	}
 	lines := strings.Fields(string(r.Stdout))
 	rep := sb.Isolation().Process
-	want := []string{"1", "1", "1"}
+	want := []string{"1", "1", "1", "1"}
 	if rep.CPUFiles == nil {
-		want[1], want[2] = strings.TrimSpace(readFile(t, "/sys/devices/system/cpu/online")), "" // no view: the host's
-		lines = append(lines[:2], "")
+		// no view: the files are the host's (the report says so: not_applied)
+		lines = lines[:1]
+		want = want[:1]
 	} else {
+		if !slices.Equal(rep.CPUFiles, []string{"/sys/devices/system/cpu/online", "/proc/cpuinfo"}) {
+			t.Errorf("cpu_files: %v", rep.CPUFiles)
+		}
 		want[1] = itoa(cpus[0])
 	}
 	if !slices.Equal(lines, want) {
-		t.Fatalf("nproc, online, _NPROCESSORS_ONLN: %q, want %q (report %+v)", lines, want, rep)
+		t.Fatalf("nproc, online, _NPROCESSORS_ONLN, cpuinfo's processors: %q, want %q (report %+v)", lines, want, rep)
 	}
 	if rep.NumCPUs != 1 || !slices.Equal(rep.CPUCores, cpus[:1]) {
 		t.Fatalf("report: %+v", rep)
@@ -290,14 +295,19 @@ func itoa(n int) string { return strconv.Itoa(n) }
 func TestNumCPUsFileCannotBeSwapped(t *testing.T) {
 	secret := filepath.Join(t.TempDir(), "secret")
 	os.WriteFile(secret, []byte("s3cret\n"), 0o644)
-	ro := []any{"/usr", "/lib", "/bin", "/sys"}
-	sb := newSB(t, map[string]any{"fs_readable": ro, "num_cpus": int64(1)})
+	ro := []any{"/usr", "/lib", "/bin", "/sys", "/proc"}
+	// a sandbox whose zygote runs: each run's pid 1 opens the cpuinfo file anew
+	early := newSB(t, map[string]any{"fs_readable": ro, "num_cpus": int64(1), "allow_degraded": true})
+	if r := run(early, "/bin/cat", "/proc/cpuinfo"); r.ExitCode == nil || *r.ExitCode != 0 {
+		t.Fatalf("first run: %+v", r.Error)
+	}
+	sb := newSB(t, map[string]any{"fs_readable": ro, "num_cpus": int64(1), "allow_degraded": true})
 	if sb.Isolation().Process.CPUFiles == nil {
 		t.Skip("no view here: no file is laid over")
 	}
-	files, _ := filepath.Glob(filepath.Join(os.TempDir(), "sandtrap-cpus-"+itoa(os.Getpid()), "online-*"))
-	if len(files) == 0 {
-		t.Fatal("no online file")
+	files, _ := filepath.Glob(filepath.Join(os.TempDir(), "sandtrap-cpus-"+itoa(os.Getpid()), "*-*"))
+	if len(files) < 2 {
+		t.Fatalf("files: %v", files)
 	}
 	for _, f := range files {
 		os.Remove(f + ".swap")
@@ -313,6 +323,14 @@ func TestNumCPUsFileCannotBeSwapped(t *testing.T) {
 	r := run(sb, "/bin/cat", "/sys/devices/system/cpu/online")
 	if strings.Contains(string(r.Stdout), "s3cret") || r.Error == nil || !strings.Contains(r.Error.Message, "stale") {
 		t.Fatalf("the swapped file was mounted: %q %+v", r.Stdout, r.Error)
+	}
+	// (its next run's pid 1 was made ahead, before the swap: the one after it is
+	// made now, and refuses the file)
+	for i := 0; i < 2; i++ {
+		r = run(early, "/bin/cat", "/proc/cpuinfo")
+		if strings.Contains(string(r.Stdout), "s3cret") || i == 1 && (r.Error == nil || !strings.Contains(r.Error.Message, "stale")) {
+			t.Fatalf("the swapped cpuinfo was mounted: %q %+v", r.Stdout, r.Error)
+		}
 	}
 	// a sandbox made after it: refused by the plan (the path is a symlink)
 	_, err := NewFromMap(map[string]any{"fs_readable": ro, "num_cpus": int64(1)})

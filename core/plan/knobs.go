@@ -46,7 +46,7 @@ func (c *compiler) processKnobs(zs *spawn.ZygoteSpec, rl func(int, int64)) error
 	if len(c.in.CPUs) > 0 {
 		// checked by Prepare (runCPUs); pinned by the affinity always, and by the
 		// sandbox's cpuset where its cgroup has one
-		zs.CPUs = c.in.CPUs
+		zs.CPUs, zs.CPUInfo = c.in.CPUs, c.pl.cpuInfo
 		c.pl.CPUVia = "sched_setaffinity"
 		if c.cpuset() {
 			c.pl.CPUVia = "cpuset_" + c.pl.Limits.Cgroup

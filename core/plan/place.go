@@ -14,6 +14,7 @@ import (
 	"github.com/sandtrap/sandtrap/core/policy"
 	"github.com/sandtrap/sandtrap/core/protocol"
 	"github.com/sandtrap/sandtrap/core/seccomp"
+	"github.com/sandtrap/sandtrap/core/spawn"
 	"golang.org/x/sys/unix"
 )
 
@@ -154,8 +155,39 @@ func (c *compiler) viewCPUFiles(cpus []int) error {
 		v.Mounts = append(v.Mounts, fsview.Mount{Path: target, Mode: "cpus"})
 	}
 	c.pl.View = &v
-	c.pl.cpuFiles = true
+	c.pl.cpuFiles = append(c.pl.cpuFiles, cpuFiles...)
+	if v.ProcOwn {
+		// each run mounts a proc of its own: pid 1 lays the file over it
+		info, err := os.ReadFile("/proc/cpuinfo")
+		if err != nil {
+			return err
+		}
+		name, dev, ino, err := cpuFile("cpuinfo", cpuInfoOf(string(info), cpus))
+		if err != nil {
+			return err
+		}
+		c.pl.cpuInfo = &spawn.FileInode{Path: name, Dev: dev, Ino: ino}
+		c.pl.cpuFiles = append(c.pl.cpuFiles, "/proc/cpuinfo")
+	}
 	return nil
+}
+
+// cpuInfoOf is /proc/cpuinfo with the entries of cpus alone (each entry is a
+// paragraph beginning "processor\t: N"; other fields, "siblings" and "cpu cores"
+// among them, are the host's).
+func cpuInfoOf(info string, cpus []int) string {
+	var b strings.Builder
+	for _, para := range strings.Split(strings.TrimRight(info, "\n"), "\n\n") {
+		first, _, _ := strings.Cut(para, "\n")
+		k, v, ok := strings.Cut(first, ":")
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if ok && strings.TrimSpace(k) == "processor" && err == nil && !slices.Contains(cpus, n) {
+			continue
+		}
+		b.WriteString(para)
+		b.WriteString("\n\n")
+	}
+	return b.String()
 }
 
 // The GPUs (gpu_devices): NVIDIA's nodes under gpuDir (/dev; the test hook moves

@@ -50,7 +50,8 @@ type Plan struct {
 	// CPUVia is what pins the run's CPUs (cpu_cores, num_cpus): "sched_setaffinity"
 	// or "cpuset_cgroup_v1|2" (the affinity too); cpuFiles: the view shows them.
 	CPUVia   string
-	cpuFiles bool
+	cpuFiles []string
+	cpuInfo  *spawn.FileInode // laid over each run's /proc/cpuinfo
 	// NoSupervisor: no_supervisor, the filter hands nothing on (nor may handlers)
 	NoSupervisor bool
 	gpu          *GPUReport
@@ -572,9 +573,7 @@ func (pl *Plan) derive(p *policy.Policy) Isolation {
 		}
 		if p.NumCPUs > 0 {
 			rep.Process.NumCPUs = len(z.CPUs)
-			if pl.cpuFiles {
-				rep.Process.CPUFiles = cpuFiles
-			}
+			rep.Process.CPUFiles = pl.cpuFiles
 		}
 	}
 	if pl.CorePattern != "" {

@@ -28,7 +28,7 @@ var Denied = append([]string{
 	// only with the zygote's cookie, see below)
 	"mount", "umount2", "pivot_root", "swapon", "swapoff", "reboot", "sethostname",
 	"setdomainname", "kexec_load", "kexec_file_load", "init_module", "finit_module",
-	"delete_module", "unshare", "setns", "fspick", "open_tree", "open_tree_attr", "mount_setattr",
+	"delete_module", "unshare", "setns", "fspick", "open_tree_attr", "mount_setattr",
 	"quotactl", "quotactl_fd", "acct", "syslog", "settimeofday", "clock_settime", "clock_adjtime",
 	"adjtimex", "vhangup", "lookup_dcookie", "uselib", "nfsservctl", "lsm_set_self_attr",
 	// kernel attack surface
@@ -383,8 +383,9 @@ func baseRules(c Config, b *builder) error {
 		return err
 	}
 	// The new mount API: only pid 1 mounting the run's /proc (with the cookie in
-	// its unused sixth argument); open_tree, mount_setattr and the rest: never.
-	for _, n := range []string{"fsopen", "fsconfig", "fsmount", "move_mount"} {
+	// its unused sixth argument), and what it lays over it (open_tree: num_cpus's
+	// /proc/cpuinfo); mount_setattr and the rest: never.
+	for _, n := range []string{"fsopen", "fsconfig", "fsmount", "move_mount", "open_tree"} {
 		var conds []sc.ScmpCondition
 		if c.CloneCookie != 0 {
 			conds = append(conds, cond(5, sc.CompareNotEqual, c.CloneCookie, 0))
