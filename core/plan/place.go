@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/sandtrap/sandtrap/core/fsview"
 	"github.com/sandtrap/sandtrap/core/policy"
@@ -89,6 +90,7 @@ var cpuFileDir = filepath.Join(os.TempDir(), fmt.Sprintf("sandtrap-cpus-%d", os.
 // symlink to a secret, say) in its place. The directory must be this process's
 // own and writable by it alone; the file a regular one of its own, with one link.
 func cpuFile(kind, content string) (path string, dev, ino uint64, err error) {
+	cpuFileJanitor.Do(removeStaleCPUFiles)
 	if err := os.Mkdir(cpuFileDir, 0o755); err != nil && !os.IsExist(err) {
 		return "", 0, 0, err
 	}
@@ -133,6 +135,23 @@ func cpuFile(kind, content string) (path string, dev, ino uint64, err error) {
 		return "", 0, 0, fmt.Errorf("%s is not the file this process wrote", path)
 	}
 	return path, uint64(st.Dev), st.Ino, nil
+}
+
+var cpuFileJanitor sync.Once
+
+// removeStaleCPUFiles removes the cpu file directories of this user's processes
+// that are gone (each lives as long as its process; nothing removes it at exit).
+func removeStaleCPUFiles() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "sandtrap-cpus-*"))
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(d), "sandtrap-cpus-"))
+		var st unix.Stat_t
+		if err != nil || pid == os.Getpid() || unix.Lstat(d, &st) != nil || st.Uid != uint32(os.Geteuid()) ||
+			st.Mode&unix.S_IFMT != unix.S_IFDIR || unix.Kill(pid, 0) != unix.ESRCH {
+			continue
+		}
+		os.RemoveAll(d)
+	}
 }
 
 // viewCPUFiles adds to the view the bind mounts of cpuFiles for cpus.
