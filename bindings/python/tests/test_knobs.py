@@ -78,7 +78,11 @@ def test_cpu_cores_pins_the_run_and_cannot_be_widened() -> None:
         assert rep["cpu_cores"] == [want] and via in ("sched_setaffinity", "cpuset_cgroup_v1", "cpuset_cgroup_v2")
         if have_python_in_sandbox():
             r = sb.run(
-                [SYSTEM_PYTHON, "-c", f"import os; os.sched_setaffinity(0, {set(cpus)!r}); print(os.sched_getaffinity(0))"]
+                [
+                    SYSTEM_PYTHON,
+                    "-c",
+                    f"import os; os.sched_setaffinity(0, {set(cpus)!r}); print(os.sched_getaffinity(0))",
+                ]
             )
             if via == "sched_setaffinity":
                 assert r.exit_code != 0 and b"PermissionError" in r.stderr, r.stderr

@@ -103,6 +103,8 @@ def test_no_supervisor_refuses_what_needs_one_by_name() -> None:
         ("policy_fn", "needs the syscall supervisor, which no_supervisor turns off")
     ]
     # handlers given per run: the engine refuses them
-    with sandtrap.Sandbox(fs_readable=SYS_RO, no_supervisor=True) as sb:
-        with pytest.raises(sandtrap.SandtrapError, match="no_supervisor"):
-            sb.run_with_handlers(["/bin/true"], [("openat", sandtrap.Handler())])
+    with (
+        sandtrap.Sandbox(fs_readable=SYS_RO, no_supervisor=True) as sb,
+        pytest.raises(sandtrap.SandtrapError, match="no_supervisor"),
+    ):
+        sb.run_with_handlers(["/bin/true"], [("openat", sandtrap.Handler())])
