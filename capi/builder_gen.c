@@ -173,9 +173,29 @@ int sandtrap_sandbox_builder_no_coredump(sandtrap_sandbox_builder *b, int on)
 	return st_builder_bool(b, "no_coredump", on);
 }
 
+int sandtrap_sandbox_builder_no_supervisor(sandtrap_sandbox_builder *b, int on)
+{
+	return st_builder_bool(b, "no_supervisor", on);
+}
+
 int sandtrap_sandbox_builder_cpu_core(sandtrap_sandbox_builder *b, unsigned int cpu)
 {
 	return st_builder_u64(b, "cpu_cores", cpu);
+}
+
+int sandtrap_sandbox_builder_num_cpus(sandtrap_sandbox_builder *b, uint32_t n)
+{
+	return st_builder_u64(b, "num_cpus", n);
+}
+
+int sandtrap_sandbox_builder_gpu_device(sandtrap_sandbox_builder *b, unsigned int index)
+{
+	return st_builder_u64(b, "gpu_devices", index);
+}
+
+int sandtrap_sandbox_builder_gpu_devices_str(sandtrap_sandbox_builder *b, const char *spec)
+{
+	return st_builder_string(b, "gpu_devices", spec);
 }
 
 int sandtrap_sandbox_builder_allow_degraded(sandtrap_sandbox_builder *b, int allow)

@@ -226,8 +226,21 @@ int sandtrap_sandbox_builder_no_huge_pages(sandtrap_sandbox_builder *b, int on);
  * cores to a program, or writes them outside fs_writable); true or unset: no
  * core dumps. */
 int sandtrap_sandbox_builder_no_coredump(sandtrap_sandbox_builder *b, int on);
+/* No syscall supervisor: Landlock and a deny-only seccomp filter alone; what
+ * the supervisor would judge is refused (file locks, inotify_add_watch), and
+ * the fields that need it are refused (net_allow by host or address, net_deny,
+ * port_remap, http_allow, handlers). */
+int sandtrap_sandbox_builder_no_supervisor(sandtrap_sandbox_builder *b, int on);
 /* One CPU the run may use. */
 int sandtrap_sandbox_builder_cpu_core(sandtrap_sandbox_builder *b, unsigned int cpu);
+/* The number of CPUs the run sees and may use: the first N of those it may use
+ * (cpu_cores, or the host's), in its affinity, /sys/devices/system/cpu/online
+ * and /proc/cpuinfo; no more than it may use. */
+int sandtrap_sandbox_builder_num_cpus(sandtrap_sandbox_builder *b, uint32_t n);
+/* One GPU the run may open (/dev/nvidiaN). */
+int sandtrap_sandbox_builder_gpu_device(sandtrap_sandbox_builder *b, unsigned int index);
+/* GPUs the run may open: "all", an index or a range, "0-1". */
+int sandtrap_sandbox_builder_gpu_devices_str(sandtrap_sandbox_builder *b, const char *spec);
 /* Run even when a requested protection is unavailable; results say what was
  * not applied. */
 int sandtrap_sandbox_builder_allow_degraded(sandtrap_sandbox_builder *b, int allow);

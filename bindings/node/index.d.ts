@@ -77,8 +77,14 @@ export interface SandboxOptions {
   noHugePages?: boolean;
   /** `false` lets the run dump core (refused when the host's `core_pattern` pipes cores to a program, or writes them outside fsWritable); `true` or unset: no core dumps (default: none (core dumps off)). */
   noCoredump?: boolean;
+  /** No syscall supervisor: Landlock and a deny-only seccomp filter alone; what the supervisor would judge is refused (file locks, `inotify_add_watch`), and the fields that need it are refused (netAllow by host or address, netDeny, portRemap, httpAllow, handlers) (default: false). */
+  noSupervisor?: boolean;
   /** The CPUs the run may use (numbers and ranges: `0`, `"2-3"`); the run cannot widen it (default: []). */
   cpuCores?: Array<number | string>;
+  /** The number of CPUs the run sees and may use: the first N of those it may use (cpuCores, or the host's), in its affinity, `/sys/devices/system/cpu/online` and `/proc/cpuinfo`; no more than it may use (default: none). */
+  numCpus?: number;
+  /** The NVIDIA GPUs the run may open, `"all"` or indices (`[0, "2-3"]`): `/dev/nvidiaN` of those and the driver's control nodes, read-write; every other `/dev/nvidia*` node is denied (Landlock), even inside a granted tree (default: none). */
+  gpuDevices?: 'all' | Array<number | string>;
   /** Run even when a requested protection is unavailable; results say what was not applied (default: false). */
   allowDegraded?: boolean;
   /** HTTP requests the engine's proxy lets through, `"METHOD host/path"` with `*` wildcards (`"POST api.openai.com/v1/chat/completions"`); connects to the httpPorts go to it; with an allow list, nothing else passes (default: []). */

@@ -52,7 +52,7 @@ func addPolicyFlags(fs *pflag.FlagSet) {
 			fs.StringArrayP(name, short, nil, usage+" (repeatable; relative paths are made absolute)")
 		case policy.KindTargets, policy.KindHTTP, policy.KindHTTPAuth:
 			fs.StringArrayP(name, short, nil, usage+" (repeatable)")
-		case policy.KindPorts, policy.KindNames, policy.KindCPUs:
+		case policy.KindPorts, policy.KindNames, policy.KindCPUs, policy.KindGPUs:
 			fs.StringArrayP(name, short, nil, usage+" (repeatable, or comma-separated)")
 		case policy.KindEnv:
 			fs.StringArrayP(name, short, nil, usage+": NAME=VALUE, or NAME to pass this shell's value (repeatable)")
@@ -91,12 +91,12 @@ func flagPolicy(fs *pflag.FlagSet) (map[string]any, error) {
 		}
 		name := f.FlagName()
 		switch f.Kind() {
-		case policy.KindPaths, policy.KindTargets, policy.KindPorts, policy.KindNames, policy.KindCPUs, policy.KindHTTP, policy.KindHTTPAuth:
+		case policy.KindPaths, policy.KindTargets, policy.KindPorts, policy.KindNames, policy.KindCPUs, policy.KindGPUs, policy.KindHTTP, policy.KindHTTPAuth:
 			vals, _ := fs.GetStringArray(name)
 			var l []any
 			for _, v := range vals {
 				parts := []string{v}
-				if f.Kind() == policy.KindPorts || f.Kind() == policy.KindNames || f.Kind() == policy.KindCPUs {
+				if f.Kind() == policy.KindPorts || f.Kind() == policy.KindNames || f.Kind() == policy.KindCPUs || f.Kind() == policy.KindGPUs {
 					parts = strings.Split(v, ",")
 				}
 				for _, p := range parts {

@@ -26,11 +26,12 @@ type Limits struct {
 	Processes int64
 	CPUPct    int64 // percent of one CPU
 	CPUTime   bool  // account the tree's CPU time (max_cpu_time)
+	CPUs      []int // cpuset.cpus (cpu_cores, num_cpus): where the host's cgroup has a cpuset controller
 }
 
 // Needed reports whether l needs a cgroup at all.
 func (l Limits) Needed() bool {
-	return l.Memory > 0 || l.Processes > 0 || l.CPUPct > 0 || l.CPUTime
+	return l.Memory > 0 || l.Processes > 0 || l.CPUPct > 0 || l.CPUTime || len(l.CPUs) > 0
 }
 
 // Group is one sandbox's cgroup set.
@@ -43,7 +44,17 @@ type Group struct {
 	notes   []string // limits that hold only in part (reported as degraded)
 	base    Limits   // the policy's
 	lowered map[*Lowered]struct{}
+	cpus    []int  // cpuset.cpus written (Cpuset)
+	noCPUs  string // why the CPUs asked for are not the group's (the affinity alone pins them)
 }
+
+// Cpuset is the CPUs the group's cpuset holds its members to (nil: none; see
+// CpusetErr).
+func (g *Group) Cpuset() []int { return g.cpus }
+
+// CpusetErr says why a group asked for CPUs holds none ("" if it does, or was not
+// asked).
+func (g *Group) CpusetErr() string { return g.noCPUs }
 
 // Lowered is a tightening of a group's memory and process limits (Restrict).
 type Lowered struct{ Memory, Processes int64 }
@@ -70,6 +81,9 @@ func controllers(l Limits, v int) []string {
 	}
 	if l.CPUTime {
 		cs = append(cs, "cpuacct")
+	}
+	if len(l.CPUs) > 0 {
+		cs = append(cs, "cpuset")
 	}
 	return cs
 }
@@ -122,6 +136,7 @@ func New(info *kernel.CgroupInfo, l Limits) (*Group, error) {
 		return nil, err
 	}
 	g.base = l
+	g.cpuset(l.CPUs)
 	for _, d := range g.dirs {
 		fd, err := unix.Open(filepath.Join(d, "cgroup.procs"), unix.O_WRONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
@@ -225,6 +240,46 @@ func (g *Group) apply(l Limits) error {
 		}
 	}
 	return nil
+}
+
+// cpuset writes the group's cpuset.cpus (and, v1, the memory nodes its parent's
+// has, without which no task may join). A failure is not the group's: the CPUs
+// are pinned by the affinity anyway, and the plan reports which holds them.
+func (g *Group) cpuset(cpus []int) {
+	if len(cpus) == 0 {
+		return
+	}
+	var d string
+	if g.info.Version == 2 {
+		if _, ok := g.info.Dirs["cpuset"]; ok {
+			d = g.dirs["unified"]
+		}
+	} else {
+		d = g.dirs["cpuset"]
+	}
+	if d == "" {
+		g.noCPUs = "no cpuset cgroup controller"
+		return
+	}
+	list := make([]string, len(cpus))
+	for i, c := range cpus {
+		list[i] = strconv.Itoa(c)
+	}
+	if g.info.Version == 1 {
+		mems, err := os.ReadFile(filepath.Join(filepath.Dir(d), "cpuset.mems"))
+		if err == nil {
+			err = write(d, "cpuset.mems", strings.TrimSpace(string(mems)))
+		}
+		if err != nil {
+			g.noCPUs = err.Error()
+			return
+		}
+	}
+	if err := write(d, "cpuset.cpus", strings.Join(list, ",")); err != nil {
+		g.noCPUs = err.Error()
+		return
+	}
+	g.cpus = cpus
 }
 
 // Restrict lowers the group's memory and process limits (0: leave it) to at most

@@ -51,6 +51,9 @@ type Op struct {
 	Slot      int
 	Recursive bool
 	Set, Clr  uint64 // unix.MOUNT_ATTR_*
+	// Dev, Ino: a Clone of this very file (not a symlink, nor another file put in
+	// its place); 0: whatever Path names
+	Dev, Ino uint64
 }
 
 // Spec is what the view must give.

@@ -32,7 +32,7 @@ func detectCgroup(root bool) *CgroupInfo {
 		return nil
 	}
 	info := &CgroupInfo{Version: 1, Dirs: map[string]string{}}
-	for _, c := range []string{"pids", "memory", "cpu", "cpuacct", "freezer"} {
+	for _, c := range []string{"pids", "memory", "cpu", "cpuacct", "freezer", "cpuset"} {
 		p, ok := own[c]
 		if !ok {
 			continue

@@ -19,6 +19,7 @@ const (
 	ReadOnly  = "ro"
 	ReadWrite = "rw"
 	Device    = "dev" // read/write on a device node, no ioctl
+	GPUNode   = "gpu" // read/write and device ioctls on a GPU node (gpu_devices)
 )
 
 // PathRule is one path and the access class granted beneath it.
@@ -31,6 +32,7 @@ type PathRule struct {
 type Spec struct {
 	Readable, Writable, Denied []string
 	Devices                    []string // implicit device nodes (/dev/null, …)
+	GPU                        []string // GPU nodes (gpu_devices): read, write and ioctl
 	ConnectPorts, BindPorts    []uint16
 	AnyConnect                 bool // do not handle TCP connect
 	Scope                      bool // scope abstract unix sockets and signals
@@ -98,6 +100,8 @@ func rightsFor(access string, isDir bool, handled uint64) uint64 {
 		}
 	case Device:
 		r = ll.AccessFSReadFile | ll.AccessFSWriteFile | ll.AccessFSTruncate
+	case GPUNode:
+		r = ll.AccessFSReadFile | ll.AccessFSWriteFile | ll.AccessFSTruncate | ll.AccessFSIoctlDev
 	}
 	return r & handled
 }
@@ -192,6 +196,9 @@ func plan(abi int, s Spec) (*Table, Report) {
 	}
 	for _, p := range s.Devices {
 		add(p, Device)
+	}
+	for _, p := range s.GPU {
+		add(p, GPUNode)
 	}
 	if rep.Net {
 		for _, port := range s.BindPorts {

@@ -25,6 +25,8 @@ type Input struct {
 	Policy   *policy.Policy
 	Features kernel.Features
 	Devices  []string      // device nodes it may open
+	CPUs     []int         // the CPUs it is pinned to (cpu_cores, num_cpus; place.go)
+	GPU      *gpuPlan      // gpu_devices (nil: not asked)
 	ViewPlan *fsview.Plan  // its view, where it can have one
 	Group    *cgroup.Group // the sandbox's cgroup (nil: no limit needs one)
 	GroupErr string        // why it has none although a limit wanted one (allow_degraded)
@@ -61,7 +63,13 @@ func Prepare(p *policy.Policy, f kernel.Features, probs policy.Problems) (*Input
 		probs.Add("uid", "switching users needs a host running as root")
 	}
 	np := planNet(p, &probs)
+	checkNoSupervisor(p, &np, &probs)
+	cpus := runCPUs(p, &probs)
+	gpu := planGPU(p, &probs)
 	devices := devicePaths(p)
+	if gpu != nil {
+		devices = append(devices, gpu.granted...) // the view's dev mounts; Landlock: LLSpec.GPU
+	}
 	var view *fsview.Plan
 	if err := probs.Err(); err == nil {
 		var verr error
@@ -81,7 +89,7 @@ func Prepare(p *policy.Policy, f kernel.Features, probs policy.Problems) (*Input
 		np.CloseHTTP()
 		return nil, protocol.Errorf(protocol.KindIsolation, "isolation unavailable: %v", err)
 	}
-	return &Input{Policy: p, Features: f, Devices: devices, ViewPlan: view, Net: np}, nil
+	return &Input{Policy: p, Features: f, Devices: devicePaths(p), CPUs: cpus, GPU: gpu, ViewPlan: view, Net: np}, nil
 }
 
 // DevicePaths are granted read/write to every sandbox: harmless character devices
@@ -198,7 +206,8 @@ func CgroupLimits(p *policy.Policy) cgroup.Limits {
 	if procs > 0 {
 		procs += helperProcesses
 	}
-	return cgroup.Limits{Memory: p.MaxMemory, Processes: procs, CPUPct: p.MaxCPU, CPUTime: p.MaxCPUTime > 0}
+	var probs policy.Problems // Prepare reports them
+	return cgroup.Limits{Memory: p.MaxMemory, Processes: procs, CPUPct: p.MaxCPU, CPUTime: p.MaxCPUTime > 0, CPUs: runCPUs(p, &probs)}
 }
 
 func unwrapPathErr(err error) error {

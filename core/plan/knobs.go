@@ -16,13 +16,19 @@ import (
 // of the sandbox through fork and execve (core/spawn/launch.c, ST_STAGE_PROCESS).
 
 // knobDenied is what the filter refuses the target so that it cannot undo a knob:
-// sched_setaffinity under cpu_cores (the affinity is the only thing that pins the
-// run; the personality flags are refused to every target already).
-func knobDenied(p *policy.Policy) []string {
-	if len(p.CPUCores) > 0 {
+// sched_setaffinity under cpu_cores or num_cpus when the affinity is the only
+// thing that pins the run (a cpuset cgroup holds any affinity the run sets to its
+// CPUs; the personality flags are refused to every target already).
+func (c *compiler) knobDenied() []string {
+	if len(c.in.CPUs) > 0 && !c.cpuset() {
 		return []string{"sched_setaffinity"}
 	}
 	return nil
+}
+
+// cpuset reports whether the sandbox's cgroup pins the run's CPUs.
+func (c *compiler) cpuset() bool {
+	return len(c.in.CPUs) > 0 && c.in.Group != nil && len(c.in.Group.Cpuset()) > 0
 }
 
 // addrNoRandomize is ADDR_NO_RANDOMIZE of <linux/personality.h>.
@@ -37,23 +43,16 @@ func (c *compiler) processKnobs(zs *spawn.ZygoteSpec, rl func(int, int64)) error
 		zs.SetPersonality, zs.Personality = true, addrNoRandomize
 	}
 	zs.NoTHP = p.NoHugePages
-	if len(p.CPUCores) > 0 {
-		var have unix.CPUSet
-		if err := unix.SchedGetaffinity(0, &have); err != nil {
-			return protocol.Errorf(protocol.KindIsolation, "cpu_cores: the CPUs this process may use cannot be read: %v", err)
+	if len(c.in.CPUs) > 0 {
+		// checked by Prepare (runCPUs); pinned by the affinity always, and by the
+		// sandbox's cpuset where its cgroup has one
+		zs.CPUs, zs.CPUInfo = c.in.CPUs, c.pl.cpuInfo
+		c.pl.CPUVia = "sched_setaffinity"
+		if c.cpuset() {
+			c.pl.CPUVia = "cpuset_" + c.pl.Limits.Cgroup
+		} else if c.in.Group != nil && c.in.Group.CpusetErr() != "" {
+			c.cur.NotApplied = append(c.cur.NotApplied, "a cpuset cgroup for the run's CPUs ("+c.in.Group.CpusetErr()+"): the affinity pins them, and sched_setaffinity is refused")
 		}
-		var missing []string
-		for _, cpu := range p.CPUCores {
-			if !have.IsSet(cpu) {
-				missing = append(missing, fmt.Sprint(cpu))
-			}
-		}
-		if len(missing) > 0 {
-			var probs policy.Problems
-			probs.Add("cpu_cores", "CPU %s is not one this process may run on (it may use %s)", strings.Join(missing, ", "), cpuList(&have))
-			return &protocol.Error{Kind: protocol.KindInvalidPolicy, Message: policy.FormatProblems("invalid policy", probs), Problems: probs}
-		}
-		zs.CPUs = p.CPUCores
 	}
 	if p.NoCoredump == nil || *p.NoCoredump {
 		rl(unix.RLIMIT_CORE, 0) // no core dumps of sandbox memory

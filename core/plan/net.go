@@ -29,6 +29,7 @@ type NetPlan struct {
 	resolved     map[string][]string // host name -> addresses found at build
 	report       *NetReport
 	http         *httpPlan // HTTP rules: the sandbox's proxy (http.go)
+	byAddress    bool      // the rules themselves need the supervisor (not only the HTTP proxy)
 }
 
 // NetReport is the network part of the isolation report.
@@ -142,6 +143,7 @@ func planNet(p *policy.Policy, probs *policy.Problems) NetPlan {
 		}
 		sort.Slice(np.connectPorts, func(i, j int) bool { return np.connectPorts[i] < np.connectPorts[j] })
 	}
+	np.byAddress = supervised
 	if planHTTP(p, &np, probs) {
 		supervised = true // every connect: those to the HTTP ports go to the proxy
 	}

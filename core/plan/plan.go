@@ -47,6 +47,14 @@ type Plan struct {
 	// CorePattern: core dumps are allowed (no_coredump=false), written by this
 	// kernel.core_pattern; "": no core dumps.
 	CorePattern string
+	// CPUVia is what pins the run's CPUs (cpu_cores, num_cpus): "sched_setaffinity"
+	// or "cpuset_cgroup_v1|2" (the affinity too); cpuFiles: the view shows them.
+	CPUVia   string
+	cpuFiles []string
+	cpuInfo  *spawn.FileInode // laid over each run's /proc/cpuinfo
+	// NoSupervisor: no_supervisor, the filter hands nothing on (nor may handlers)
+	NoSupervisor bool
+	gpu          *GPUReport
 
 	disabled []string // features the test hook turned off (kernel.Features.Disabled)
 	tableFDs []int    // O_PATH fds of the Landlock table's paths (runs with their own /proc)
@@ -135,6 +143,9 @@ func (pl *Plan) WithTraps(traps []seccomp.Trap, sup supervise.Config) (*Plan, er
 	if pl.BPF == nil || pl.Zygote == nil {
 		return nil, protocol.Errorf(protocol.KindIsolation, "isolation unavailable: traps need seccomp")
 	}
+	if pl.NoSupervisor {
+		return nil, protocol.Errorf(protocol.KindInvalidRequest, "policy_fn and handlers need the syscall supervisor, which this sandbox's no_supervisor turns off")
+	}
 	c := *pl
 	c.tableFDs = nil
 	c.Supervise = sup
@@ -206,6 +217,9 @@ func Compile(in *Input, gen uint64) (*Plan, error) {
 	}
 	c.view()
 	if err := c.cowView(); err != nil {
+		return fail(err)
+	}
+	if err := c.cpuView(); err != nil {
 		return fail(err)
 	}
 	if err := c.landlock(); err != nil {
@@ -297,9 +311,14 @@ func (c *compiler) landlock() error {
 		Devices: c.in.Devices, ConnectPorts: np.connectPorts, BindPorts: p.NetAllowBind,
 		AnyConnect: np.anyConnect, Scope: true,
 	}
+	if gp := c.in.GPU; gp != nil {
+		// the GPUs left out: carved out of the trees that hold them, view or not
+		pl.LLSpec.GPU = gp.granted
+		pl.LLSpec.Denied = append(slices.Clone(pl.LLSpec.Denied), gp.deniedIn(append(slices.Clone(p.FSReadable), p.FSWritable...))...)
+	}
 	if pl.View == nil {
 		// no nodev view: a device node inside a granted tree is carved out
-		pl.LLSpec.Denied = append(append([]string{}, p.FSDenied...), UnnamedDevices(pl.LLSpec)...)
+		pl.LLSpec.Denied = append(slices.Clone(pl.LLSpec.Denied), UnnamedDevices(pl.LLSpec)...)
 		if pl.Namespaces.HideProc {
 			pl.LLSpec.Denied = append(pl.LLSpec.Denied, "/proc")
 		}
@@ -406,6 +425,10 @@ func (c *compiler) seccomp() error {
 	if p.RandomSeed != nil || p.TimeStart != nil || p.DeterministicDirs {
 		pl.Supervise.Det = &supervise.Determinism{Seed: p.RandomSeed, TimeStart: p.TimeStart, SortDirs: p.DeterministicDirs}
 	}
+	if p.NoSupervisor && c.in.Learn != nil {
+		return protocol.Errorf(protocol.KindInvalidRequest, "learn mode needs the syscall supervisor, which no_supervisor turns off")
+	}
+	pl.NoSupervisor = p.NoSupervisor
 	if np.sup != nil {
 		pl.Supervise.Net = np.sup
 		pl.Supervise.AbstractScoped = pl.Ruleset != nil && f.LandlockABI >= 6
@@ -425,13 +448,13 @@ func (c *compiler) seccomp() error {
 	}
 	pl.SCCfg = seccomp.Config{
 		NoInet: !np.wanted, AllowUDP: np.udp, AllowICMP: np.icmp, AllowUnix: p.NetAllowUnix,
-		ExtraAllow: p.ExtraAllowSyscalls, ExtraDeny: append(slices.Clone(p.ExtraDenySyscalls), knobDenied(p)...),
+		ExtraAllow: p.ExtraAllowSyscalls, ExtraDeny: append(slices.Clone(p.ExtraDenySyscalls), c.knobDenied()...),
 		// no TCP Fast Open where connect is limited (its implicit connect is
 		// seen by neither Landlock nor the supervisor's connect)
 		CloneCookie: c.cookie, RestrictConnect: np.wanted && (!np.anyConnect || np.sup != nil),
 		NoSourceRoute: np.sup != nil,
 		MaxDisk:       p.MaxDisk > 0 && fileSizeLimit(p), NoSysVMemory: pl.Limits.Memory == RlimitAS, NoMetadata: pl.View == nil,
-		Traps: traps,
+		Traps: traps, RefuseTraps: p.NoSupervisor,
 	}
 	prog, err := seccomp.Compile(pl.SCCfg)
 	if err != nil {
@@ -546,12 +569,17 @@ func (pl *Plan) derive(p *policy.Policy) Isolation {
 		rep.UID, rep.GID = p.UID, p.GID
 	}
 	rep.Hostname = pl.Hostname
+	rep.GPU = pl.gpu
 	rep.Process = ProcessReport{ASLR: true, HugePages: true, CoreDumps: "off"}
 	if z := pl.Zygote; z != nil {
 		rep.Process.ASLR = !(z.SetPersonality && z.Personality&addrNoRandomize != 0)
 		rep.Process.HugePages = !z.NoTHP
 		if len(z.CPUs) > 0 {
-			rep.Process.CPUCores, rep.Process.CPUVia = z.CPUs, "sched_setaffinity"
+			rep.Process.CPUCores, rep.Process.CPUVia = z.CPUs, pl.CPUVia
+		}
+		if p.NumCPUs > 0 {
+			rep.Process.NumCPUs = len(z.CPUs)
+			rep.Process.CPUFiles = pl.cpuFiles
 		}
 	}
 	if pl.CorePattern != "" {
@@ -591,7 +619,11 @@ func (pl *Plan) derive(p *policy.Policy) Isolation {
 		cfg := pl.SCCfg
 		rep.Seccomp = &SeccompReport{Enforced: true, Action: "EPERM", Denied: pl.BPF.Denied, Supervised: pl.BPF.Notified,
 			ForeignArch: "kill", Unreviewed: fmt.Sprintf("ENOSYS from syscall %d on", seccomp.Reviewed),
-			InetSockets: !cfg.NoInet, UDP: cfg.AllowUDP, ICMP: cfg.AllowICMP, UnixSockets: cfg.AllowUnix}
+			InetSockets: !cfg.NoInet, UDP: cfg.AllowUDP, ICMP: cfg.AllowICMP, UnixSockets: cfg.AllowUnix,
+			NoSupervisor: cfg.RefuseTraps}
+		if cfg.RefuseTraps {
+			rep.Seccomp.Supervised, rep.Seccomp.Refused = nil, refusedTraps(cfg.Traps)
+		}
 	}
 	return rep
 }
@@ -635,7 +667,7 @@ func UnnamedDevices(s landlock.Spec) []string {
 		return nil
 	}
 	named := map[string]bool{}
-	for _, d := range s.Devices {
+	for _, d := range append(slices.Clone(s.Devices), s.GPU...) {
 		named[d] = true
 	}
 	var out []string

@@ -20,6 +20,7 @@ type Isolation struct {
 	Spawn          string             `msgpack:"spawn,omitempty"`   // template forks: "allowed" or "refused" (new processes and programs)
 	Net            *NetReport         `msgpack:"net"`
 	Hostname       string             `msgpack:"hostname,omitempty"` // the sandbox's own (name), in a UTS namespace of its own
+	GPU            *GPUReport         `msgpack:"gpu,omitempty"`      // gpu_devices (place.go)
 	TreeKill       string             `msgpack:"tree_kill"`          // pid_namespace | cgroup | process_group
 	Cgroup         string             `msgpack:"cgroup"`             // "" | cgroup_v1 | cgroup_v2
 	UID            *uint32            `msgpack:"uid,omitempty"`
@@ -45,16 +46,22 @@ type SeccompReport struct {
 	UDP         bool     `msgpack:"udp"`
 	ICMP        bool     `msgpack:"icmp"`
 	UnixSockets bool     `msgpack:"unix_sockets"`
+	// NoSupervisor: no_supervisor: nothing is handed on; Refused lists the calls a
+	// supervisor would have judged, which the filter refuses instead (EPERM)
+	NoSupervisor bool     `msgpack:"no_supervisor,omitempty"`
+	Refused      []string `msgpack:"refused,omitempty"`
 }
 
 // ProcessReport is what every process of the run inherits of the policy's process
 // knobs (knobs.go).
 type ProcessReport struct {
-	ASLR      bool   `msgpack:"aslr"`                // address-space layout randomization (off: no_randomize_memory)
-	HugePages bool   `msgpack:"huge_pages"`          // transparent huge pages (off: no_huge_pages)
-	CoreDumps string `msgpack:"core_dumps"`          // "off", or the core_pattern they are written by
-	CPUCores  []int  `msgpack:"cpu_cores,omitempty"` // the CPUs the run may use (cpu_cores)
-	CPUVia    string `msgpack:"cpu_via,omitempty"`   // "sched_setaffinity" (refused to the program)
+	ASLR      bool     `msgpack:"aslr"`                // address-space layout randomization (off: no_randomize_memory)
+	HugePages bool     `msgpack:"huge_pages"`          // transparent huge pages (off: no_huge_pages)
+	CoreDumps string   `msgpack:"core_dumps"`          // "off", or the core_pattern they are written by
+	CPUCores  []int    `msgpack:"cpu_cores,omitempty"` // the CPUs the run may use (cpu_cores)
+	CPUVia    string   `msgpack:"cpu_via,omitempty"`   // "sched_setaffinity" (then refused to the program) or "cpuset_cgroup_v1|2" (and the affinity)
+	NumCPUs   int      `msgpack:"num_cpus,omitempty"`  // num_cpus: the CPUs the run sees
+	CPUFiles  []string `msgpack:"cpu_files,omitempty"` // the files of the view that show them (else the host's)
 }
 
 // Limit is one resource limit and the mechanism enforcing it.

@@ -9,3 +9,6 @@ func testHost(string) ([]netip.Addr, bool) { return nil, false }
 
 // testUpstreamCA is the test hook's CA for upstreams (testhost_testhook.go); none here.
 func testUpstreamCA() []byte { return nil }
+
+// gpuDir is where the GPU nodes are (the test hook moves it).
+func gpuDir() string { return "/dev" }

@@ -40,3 +40,12 @@ func testUpstreamCA() []byte {
 	}
 	return b
 }
+
+// gpuDir reads SANDTRAP_TEST_GPU_DIR, a test hook that makes gpu_devices look for
+// NVIDIA's nodes in a directory of stand-ins instead of /dev (test-hook builds only).
+func gpuDir() string {
+	if d := os.Getenv("SANDTRAP_TEST_GPU_DIR"); d != "" {
+		return d
+	}
+	return "/dev"
+}

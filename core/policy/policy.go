@@ -57,6 +57,9 @@ type Policy struct {
 	NoHugePages       bool  // PR_SET_THP_DISABLE
 	NoCoredump        *bool // nil or true: RLIMIT_CORE 0; false: core dumps allowed (core_pattern checked)
 	CPUCores          []int // sched_setaffinity of the run (refused to the program); sorted, distinct
+	NumCPUs           int64 // the CPUs the run sees (and may use): 0, every one it may use
+	GPUDevices        *GPUs // nil: GPUs are devices like any other (openable only when named)
+	NoSupervisor      bool  // Landlock and a deny-only filter: no user-notification supervisor
 
 	// Determinism (core/supervise/determinism.go).
 	RandomSeed        *uint64  // getrandom, /dev/urandom and /dev/random, AT_RANDOM from a stream keyed by it
@@ -368,4 +371,11 @@ func CheckPath(field, s string, probs *Problems) string {
 		return filepath.Clean(s)
 	}
 	return ""
+}
+
+// GPUs is gpu_devices: every GPU of the host (All) or those of Indices (sorted,
+// distinct): /dev/nvidiaN.
+type GPUs struct {
+	All     bool
+	Indices []int
 }

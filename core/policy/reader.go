@@ -218,6 +218,87 @@ func (r reader) cpus(k string) []int {
 	return out
 }
 
+// MaxGPU is one past the highest GPU index gpu_devices accepts.
+const MaxGPU = 256
+
+// gpus reads "all", or GPU indices and ranges ("0-1") like cpus (a list holding
+// "all" alone is "all" too).
+func (r reader) gpus(k string) *GPUs {
+	v, ok := r.get(k)
+	if !ok {
+		return nil
+	}
+	if s, isStr := v.(string); isStr {
+		if strings.TrimSpace(s) == "all" {
+			return &GPUs{All: true}
+		}
+		v = []any{s}
+	}
+	l, isList := v.([]any)
+	if !isList {
+		r.probs.Add(k, "want \"all\" or a list of GPU indices, got %s", typeName(v))
+		return nil
+	}
+	var rest []any
+	all := false
+	for _, it := range l {
+		if s, isStr := it.(string); isStr && strings.TrimSpace(s) == "all" {
+			all = true
+			continue
+		}
+		rest = append(rest, it)
+	}
+	if all {
+		if len(rest) > 0 {
+			r.probs.Add(k, "\"all\" stands alone: give it or indices, not both")
+		}
+		return &GPUs{All: true}
+	}
+	seen := map[int]bool{}
+	for _, it := range rest {
+		lo, hi, what, ok := r.indexRange(k, it, "GPU index")
+		if !ok {
+			continue
+		}
+		if lo < 0 || hi >= MaxGPU || lo > hi {
+			r.probs.Add(k, "%v is not a GPU index or range (0 to %d)", what, MaxGPU-1)
+			continue
+		}
+		for c := lo; c <= hi; c++ {
+			seen[int(c)] = true
+		}
+	}
+	out := make([]int, 0, len(seen))
+	for c := range seen {
+		out = append(out, c)
+	}
+	sort.Ints(out)
+	return &GPUs{Indices: out}
+}
+
+// indexRange reads one number or "lo-hi" range of a list of them.
+func (r reader) indexRange(k string, it any, what string) (lo, hi int64, shown any, ok bool) {
+	if n, isInt := asInt(it); isInt {
+		return n, n, n, true
+	}
+	s, isStr := it.(string)
+	if !isStr {
+		r.probs.Add(k, "want %s numbers or \"lo-hi\" ranges, got %s", what, typeName(it))
+		return 0, 0, nil, false
+	}
+	a, b, isRange := strings.Cut(s, "-")
+	lo, err1 := strconv.ParseInt(strings.TrimSpace(a), 10, 64)
+	hi, err2 := lo, error(nil)
+	if isRange {
+		hi, err2 = strconv.ParseInt(strings.TrimSpace(b), 10, 64)
+	}
+	if err1 != nil || err2 != nil {
+		r.probs.Add(k, "%q is not a %s or range", s, what)
+		return 0, 0, nil, false
+	}
+	return lo, hi, strconv.Quote(s), true
+}
+
 func (r reader) size(k string) int64 {
 	v, ok := r.get(k)
 	if !ok {

@@ -38,16 +38,17 @@ const (
 	KindHTTPAuth Kind = "http_auth"  // credential rules: "METHOD host/path SCHEME CREDENTIAL" (http.go)
 	KindSeed     Kind = "seed"       // an integer from 0 to 2^62
 	KindTime     Kind = "time"       // an instant: an ISO-8601 string ("2000-01-01T00:00:00Z") or Unix seconds
+	KindGPUs     Kind = "gpus"       // "all", or GPU indices and ranges: 0, "1-2"
 )
 
 // Kinds lists every kind, in a stable order.
 var Kinds = []Kind{KindPaths, KindPath, KindTargets, KindPorts, KindBool, KindSize, KindCount,
-	KindSeconds, KindID, KindEnv, KindNames, KindHost, KindHTTP, KindCPUs, KindOptBool, KindBranch, KindHTTPAuth, KindSeed, KindTime}
+	KindSeconds, KindID, KindEnv, KindNames, KindHost, KindHTTP, KindCPUs, KindOptBool, KindBranch, KindHTTPAuth, KindSeed, KindTime, KindGPUs}
 
 // List reports whether values of the kind are lists (a C setter appends to them).
 func (k Kind) List() bool {
 	switch k {
-	case KindPaths, KindTargets, KindPorts, KindNames, KindHTTP, KindCPUs, KindHTTPAuth:
+	case KindPaths, KindTargets, KindPorts, KindNames, KindHTTP, KindCPUs, KindHTTPAuth, KindGPUs:
 		return true
 	}
 	return false
@@ -186,6 +187,7 @@ var (
 	httpAuth  = kindReader[[]HTTPAuth]{KindHTTPAuth, reader.httpAuth}
 	seed      = kindReader[*uint64]{KindSeed, reader.seed}
 	instant   = kindReader[*float64]{KindTime, reader.instant}
+	gpus      = kindReader[*GPUs]{KindGPUs, reader.gpus}
 )
 
 func str(name, param, doc string) CSetter { return CSetter{name, "const char *" + param, CString, doc} }
@@ -267,8 +269,16 @@ var Schema = []Field{
 		C: []CSetter{{"no_huge_pages", "int on", CBool, ""}}, bind: boolean.into(func(p *Policy) *bool { return &p.NoHugePages })},
 	{Key: "no_coredump", Section: "program", Default: "none (core dumps off)", Doc: "`false` lets the run dump core (refused when the host's `core_pattern` pipes cores to a program, or writes them outside {fs_writable}); `true` or unset: no core dumps",
 		C: []CSetter{{"no_coredump", "int on", CBool, ""}}, bind: optBool.into(func(p *Policy) **bool { return &p.NoCoredump })},
+	{Key: "no_supervisor", Section: "program", Default: "false", Doc: "no syscall supervisor: Landlock and a deny-only seccomp filter alone; what the supervisor would judge is refused (file locks, `inotify_add_watch`), and the fields that need it are refused ({net_allow} by host or address, {net_deny}, {port_remap}, {http_allow}, handlers)",
+		C: []CSetter{{"no_supervisor", "int on", CBool, ""}}, bind: boolean.into(func(p *Policy) *bool { return &p.NoSupervisor })},
 	{Key: "cpu_cores", Section: "limits", Default: "[]", Doc: "the CPUs the run may use (numbers and ranges: `0`, `\"2-3\"`); the run cannot widen it",
 		C: []CSetter{{"cpu_core", "unsigned int cpu", CU64, "One CPU the run may use."}}, bind: cpus.into(func(p *Policy) *[]int { return &p.CPUCores })},
+	{Key: "num_cpus", Section: "limits", Default: "none", Doc: "the number of CPUs the run sees and may use: the first N of those it may use ({cpu_cores}, or the host's), in its affinity, `/sys/devices/system/cpu/online` and `/proc/cpuinfo`; no more than it may use",
+		C: []CSetter{{"num_cpus", "uint32_t n", CU64, ""}}, bind: count.into(func(p *Policy) *int64 { return &p.NumCPUs })},
+	{Key: "gpu_devices", Section: "limits", Default: "none", Doc: "the NVIDIA GPUs the run may open, `\"all\"` or indices (`[0, \"2-3\"]`): `/dev/nvidiaN` of those and the driver's control nodes, read-write; every other `/dev/nvidia*` node is denied (Landlock), even inside a granted tree",
+		C: []CSetter{{"gpu_device", "unsigned int index", CU64, "One GPU the run may open (/dev/nvidiaN)."},
+			str("gpu_devices_str", "spec", "GPUs the run may open: \"all\", an index or a range, \"0-1\".")},
+		bind: gpus.into(func(p *Policy) **GPUs { return &p.GPUDevices })},
 	{Key: "allow_degraded", Section: "config", Default: "false", Doc: "run even when a requested protection is unavailable; results say what was not applied",
 		C: []CSetter{{"allow_degraded", "int allow", CBool, ""}}, bind: boolean.into(func(p *Policy) *bool { return &p.AllowDegraded })},
 
@@ -302,11 +312,8 @@ var Schema = []Field{
 
 	// Not supported yet (the seed API's full constructor).
 	{Key: "fs_storage", Section: "config", Unsupported: "the copy-on-write layer of {workdir} is a tmpfs private to each run (its size is {max_disk}); on-disk storage is not supported yet"},
-	{Key: "no_supervisor", Section: "program", Unsupported: "the syscall supervisor cannot be turned off"},
 	{Key: "chroot", Section: "filesystem", Unsupported: "sandtrap does not chroot; grant paths with {fs_readable} and {fs_writable}"},
 	{Key: "fs_mount", Section: "filesystem", Unsupported: "sandtrap does not mount; grant paths with {fs_readable} and {fs_writable}"},
-	{Key: "gpu_devices", Section: "limits", Unsupported: "GPU devices cannot be granted"},
-	{Key: "num_cpus", Section: "limits", Unsupported: "CPU counts are not supported; use {max_cpu}"},
 	{Key: "policy_fn", Unsupported: "a host callable, not a policy value: bindings take it as Sandbox(policy_fn=...); over the C ABI send the run_handlers op"},
 	{Key: "handlers", Unsupported: "handlers are given per run: run_with_handlers, or the run_handlers op"},
 }

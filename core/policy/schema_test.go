@@ -14,6 +14,7 @@ var sample = map[Kind]any{
 	KindSeconds: 1.5, KindID: int64(1000), KindEnv: map[string]any{"A": "b"}, KindNames: []any{"getcpu"},
 	KindHost: "api.local", KindHTTP: []any{"GET example.com/*"}, KindCPUs: []any{int64(0)}, KindOptBool: false, KindBranch: "keep", KindHTTPAuth: []any{"POST api.test/* bearer k"},
 	KindSeed: int64(42), KindTime: "2000-01-01T00:00:00Z",
+	KindGPUs: []any{int64(0)},
 }
 
 func TestSchemaIsConsistent(t *testing.T) {

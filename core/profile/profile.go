@@ -263,6 +263,7 @@ var examples = map[policy.Kind]string{
 	policy.KindHost: `"build-01"`, policy.KindCPUs: `[0, "2-3"]`, policy.KindOptBool: `false`,
 	policy.KindHTTP: `["GET api.example.com/v1/*"]`, policy.KindBranch: `"abort"`, policy.KindHTTPAuth: `["POST api.openai.com/* bearer openai"]`,
 	policy.KindSeed: `42`, policy.KindTime: `2000-01-01T00:00:00Z`,
+	policy.KindGPUs: `[0, 1]`,
 }
 
 // Example is a value of kind k as a profile writes it.
@@ -401,6 +402,8 @@ func kindWord(f *policy.Field) string {
 	switch f.Kind() {
 	case policy.KindPaths, policy.KindTargets, policy.KindPorts, policy.KindNames, policy.KindCPUs, policy.KindHTTP, policy.KindHTTPAuth:
 		return "a list"
+	case policy.KindGPUs:
+		return "\"all\" or a list"
 	case policy.KindBool, policy.KindOptBool:
 		return "a boolean"
 	case policy.KindEnv:

@@ -28,7 +28,7 @@ var Denied = append([]string{
 	// only with the zygote's cookie, see below)
 	"mount", "umount2", "pivot_root", "swapon", "swapoff", "reboot", "sethostname",
 	"setdomainname", "kexec_load", "kexec_file_load", "init_module", "finit_module",
-	"delete_module", "unshare", "setns", "fspick", "open_tree", "open_tree_attr", "mount_setattr",
+	"delete_module", "unshare", "setns", "fspick", "open_tree_attr", "mount_setattr",
 	"quotactl", "quotactl_fd", "acct", "syslog", "settimeofday", "clock_settime", "clock_adjtime",
 	"adjtimex", "vhangup", "lookup_dcookie", "uselib", "nfsservctl", "lsm_set_self_attr",
 	// kernel attack surface
@@ -131,6 +131,9 @@ type Config struct {
 	NoSourceRoute bool
 	// Traps are handed to the supervisor.
 	Traps []Trap
+	// RefuseTraps: there is no supervisor (no_supervisor): the calls Traps names
+	// are answered EPERM by the filter itself, and nothing is handed on.
+	RefuseTraps bool
 }
 
 func (c Config) key() string {
@@ -139,7 +142,7 @@ func (c Config) key() string {
 	sort.Strings(a)
 	sort.Strings(d)
 	return fmt.Sprintf("%v|%v|%v|%v|%s|%s|%x|%v|%v|%v|%v|%v|%v|%v|%v", c.NoInet, c.AllowUDP, c.AllowICMP, c.AllowUnix, strings.Join(a, ","),
-		strings.Join(d, ","), c.CloneCookie, c.RestrictConnect, c.MaxDisk, c.NoSysVMemory, c.Confine, c.NoListen, c.NoMetadata, c.NoSourceRoute, c.Traps)
+		strings.Join(d, ","), c.CloneCookie, c.RestrictConnect, c.MaxDisk, c.NoSysVMemory, c.Confine, c.NoListen, c.NoMetadata, c.NoSourceRoute, c.Traps) + fmt.Sprint(c.RefuseTraps)
 }
 
 // Program is a compiled filter.
@@ -307,9 +310,13 @@ func compile(c Config) (*Program, error) {
 			}
 		}
 	}
+	notify := sc.ActNotify
+	if c.RefuseTraps {
+		notify = errno(unix.EPERM)
+	}
 	for _, t := range c.Traps {
 		if t.NonZero {
-			if err := b.rule(t.Syscall, sc.ActNotify, cond(uint(t.Arg), sc.CompareNotEqual, 0, 0)); err != nil {
+			if err := b.rule(t.Syscall, notify, cond(uint(t.Arg), sc.CompareNotEqual, 0, 0)); err != nil {
 				return nil, err
 			}
 			continue
@@ -322,13 +329,16 @@ func compile(c Config) (*Program, error) {
 				// listener to
 				conds = append(conds, cond(5, sc.CompareNotEqual, c.CloneCookie, 0))
 			}
-			if err := b.rule(t.Syscall, sc.ActNotify, conds...); err != nil {
+			if c.RefuseTraps {
+				conds = nil // the zygote's sendmsg is allowed: nothing is trapped
+			}
+			if err := b.rule(t.Syscall, notify, conds...); err != nil {
 				return nil, err
 			}
 			continue
 		}
 		for _, v := range t.Values {
-			if err := b.rule(t.Syscall, sc.ActNotify, cond(uint(t.Arg), sc.CompareMaskedEqual, t.Mask, v)); err != nil {
+			if err := b.rule(t.Syscall, notify, cond(uint(t.Arg), sc.CompareMaskedEqual, t.Mask, v)); err != nil {
 				return nil, err
 			}
 		}
@@ -373,8 +383,9 @@ func baseRules(c Config, b *builder) error {
 		return err
 	}
 	// The new mount API: only pid 1 mounting the run's /proc (with the cookie in
-	// its unused sixth argument); open_tree, mount_setattr and the rest: never.
-	for _, n := range []string{"fsopen", "fsconfig", "fsmount", "move_mount"} {
+	// its unused sixth argument), and what it lays over it (open_tree: num_cpus's
+	// /proc/cpuinfo); mount_setattr and the rest: never.
+	for _, n := range []string{"fsopen", "fsconfig", "fsmount", "move_mount", "open_tree"} {
 		var conds []sc.ScmpCondition
 		if c.CloneCookie != 0 {
 			conds = append(conds, cond(5, sc.CompareNotEqual, c.CloneCookie, 0))

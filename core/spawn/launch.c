@@ -16,6 +16,7 @@
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -82,7 +83,17 @@ static int view(struct st_launch *l)
 			break;
 		case ST_MOUNT_CLONE:
 			r = syscall(SYS_open_tree, AT_FDCWD, op->path,
-				    OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | (op->recursive ? AT_RECURSIVE : 0));
+				    OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | (op->recursive ? AT_RECURSIVE : 0) |
+					    (op->ino ? AT_SYMLINK_NOFOLLOW : 0));
+			if (r >= 0 && op->ino) {
+				struct stat st;
+				if (syscall(SYS_fstat, (int)r, &st) < 0 || (uint64_t)st.st_dev != op->dev ||
+				    (uint64_t)st.st_ino != op->ino) {
+					syscall(SYS_close, (int)r);
+					errno = ESTALE;
+					r = -1;
+				}
+			}
 			if (r >= 0)
 				slots[op->slot] = (int)r;
 			break;

@@ -56,6 +56,9 @@ struct st_mount_op {
 	int slot;
 	int recursive;
 	uint64_t attr_set, attr_clr; /* MOUNT_ATTR_* */
+	/* ST_MOUNT_CLONE with ino != 0: path is that very file (st_dev, st_ino), not
+	 * a symlink nor a file put in its place (ESTALE) */
+	uint64_t dev, ino;
 };
 
 struct st_launch {

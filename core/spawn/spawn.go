@@ -259,7 +259,10 @@ type ZygoteSpec struct {
 	SetPersonality bool
 	Personality    uint32
 	NoTHP          bool
-	CPUs           []int
+	// CPUInfo, with a proc of each run's own (View.ProcOwn): the file pid 1 lays
+	// over /proc/cpuinfo, that very inode (num_cpus)
+	CPUInfo *FileInode
+	CPUs    []int
 
 	KeepCaps uint64 // capabilities (in the sandbox's user namespace) pid 1 of each run still needs
 
@@ -285,6 +288,12 @@ type ZygoteSpec struct {
 	// COW, when set, makes every run see Workdir copy-on-write (wire.h's st_cow;
 	// core/fsview/cow.go reads and applies what a run changed).
 	COW *COW
+}
+
+// FileInode is a file by path and the inode it must be (its st_dev, st_ino).
+type FileInode struct {
+	Path     string
+	Dev, Ino uint64
 }
 
 // COW is the copy-on-write workdir of every run of a zygote.
@@ -389,6 +398,17 @@ func StartZygote(zs *ZygoteSpec) (*Zygote, error) {
 	if zs.SetIDs {
 		cfg.flags |= C.ST_CF_SET_IDS
 		cfg.uid, cfg.gid = C.__u32(zs.UID), C.__u32(zs.GID)
+	}
+	if ci := zs.CPUInfo; ci != nil && zs.View != nil && zs.View.ProcOwn {
+		if len(ci.Path) >= C.ST_MAX_CPUINFO_PATH {
+			return nil, fmt.Errorf("the cpuinfo file's path is longer than %d bytes: %s", C.ST_MAX_CPUINFO_PATH-1, ci.Path)
+		}
+		cfg.flags |= C.ST_CF_CPUINFO
+		cfg.cpuinfo_ino = C.__u64(ci.Ino)
+		cfg.cpuinfo_dev_major, cfg.cpuinfo_dev_minor = C.__u32(unix.Major(ci.Dev)), C.__u32(unix.Minor(ci.Dev))
+		for i := 0; i < len(ci.Path); i++ {
+			cfg.cpuinfo_path[i] = C.char(ci.Path[i])
+		}
 	}
 	cfg.cookie = C.__u64(zs.Cookie)
 	cfg.test_fail = C.__u32(kernel.TestFailInit())
@@ -513,6 +533,7 @@ func StartZygote(zs *ZygoteSpec) (*Zygote, error) {
 				view[i].slot = C.int(op.Slot)
 				view[i].recursive = cbool(op.Recursive)
 				view[i].attr_set, view[i].attr_clr = C.uint64_t(op.Set), C.uint64_t(op.Clr)
+				view[i].dev, view[i].ino = C.uint64_t(op.Dev), C.uint64_t(op.Ino)
 			}
 			l.mount_ops, l.n_mount_ops = ops, C.int(len(zs.View.Ops))
 		}

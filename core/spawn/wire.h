@@ -47,9 +47,11 @@
 #define ST_CF_SET_IDS (1u << 9)        /* pid 1 becomes uid/gid (root hosts without a user namespace of their own) */
 #define ST_CF_NO_THP (1u << 12)        /* PR_SET_THP_DISABLE (on the zygote's own memory: every process of it inherits it through fork and execve) */
 #define ST_CF_KILLABLE (1u << 10)      /* with ST_CF_LISTENER: SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV (a call the engine received is not interrupted by a signal that does not kill) */
+#define ST_CF_CPUINFO (1u << 13)       /* with ST_CF_PROC: pid 1 binds cpuinfo_path (that very inode) over its /proc/cpuinfo (num_cpus) */
 #define ST_CF_COW (1u << 11)           /* with ST_CF_LANDLOCK_TABLE or alone: each run in a mount namespace of its own where the workdir is an overlay (struct st_cow below); its request carries a 5th fd, a socket on which pid 1 sends the upper layer's directory */
 
 #define ST_MAX_RULES 1024
+#define ST_MAX_CPUINFO_PATH 256
 
 struct st_config {
 	__u64 magic;
@@ -60,6 +62,11 @@ struct st_config {
 	__u32 uid, gid; /* with ST_CF_SET_IDS */
 	__u32 test_fail; /* tests only (core/kernel's test hook): the ST_STEP_* that fails with EPERM; 0: none */
 	__u32 pad;
+	/* with ST_CF_CPUINFO: the file laid over each run's /proc/cpuinfo, and its
+	 * inode (a file put in its place is refused: ESTALE) */
+	__u64 cpuinfo_ino;
+	__u32 cpuinfo_dev_major, cpuinfo_dev_minor;
+	char cpuinfo_path[ST_MAX_CPUINFO_PATH];
 };
 
 /* With ST_CF_LANDLOCK_TABLE, after the filter: a ruleset as data (the engine's

@@ -268,6 +268,39 @@ int main(void)
 		else
 			sandtrap_sandbox_free(dsb);
 	}
+	{ /* placement through the builder: one CPU seen, no supervisor, every GPU (none here) */
+		sandtrap_sandbox_builder *pb = sandtrap_sandbox_builder_new();
+		sandtrap_sandbox *psb = NULL;
+		const char *argv[] = {"nproc", NULL};
+		sandtrap_sandbox_builder_fs_readable(pb, "/usr");
+		sandtrap_sandbox_builder_fs_readable(pb, "/lib");
+		sandtrap_sandbox_builder_fs_readable(pb, "/bin");
+		sandtrap_sandbox_builder_num_cpus(pb, 1);
+		sandtrap_sandbox_builder_no_supervisor(pb, 1);
+		sandtrap_sandbox_builder_gpu_devices_str(pb, "all");
+		rc = sandtrap_sandbox_builder_build(pb, &psb, &err);
+		sandtrap_sandbox_builder_free(pb);
+		CHECK(rc == SANDTRAP_OK, "placement build: %s", rc == SANDTRAP_OK ? "" : sandtrap_error_message(err));
+		if (rc == SANDTRAP_OK) {
+			rc = sandtrap_sandbox_run(psb, argv, NULL, &r);
+			CHECK(rc == SANDTRAP_OK && out_is(r, 0, "1\n"), "num_cpus in the run: %s", (const char *)sandtrap_result_stdout(r, NULL));
+			sandtrap_result_free(r);
+			sandtrap_sandbox_free(psb);
+		} else {
+			sandtrap_error_free(err);
+		}
+		/* a GPU index this host does not have: refused by name */
+		pb = sandtrap_sandbox_builder_new();
+		sandtrap_sandbox_builder_fs_readable(pb, "/usr");
+		sandtrap_sandbox_builder_gpu_device(pb, 200);
+		rc = sandtrap_sandbox_builder_build(pb, &psb, &err);
+		sandtrap_sandbox_builder_free(pb);
+		CHECK(rc == SANDTRAP_E_INVALID_POLICY && strstr(sandtrap_error_message(err), "gpu_devices"), "gpu_device 200: %d", rc);
+		if (rc != SANDTRAP_OK)
+			sandtrap_error_free(err);
+		else
+			sandtrap_sandbox_free(psb);
+	}
 	if (failures) {
 		fprintf(stderr, "typed: %d failed\n", failures);
 		return 1;

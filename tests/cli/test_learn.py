@@ -186,3 +186,19 @@ def test_process_options_cpu_cores_huge_pages_aslr_and_core_dumps(tmp_path):
     assert p.returncode == 0 and out[0] == "THP_enabled:\t0" and out[1] == f"Cpus_allowed_list:\t{cpu}", (out, p.stderr)
     p = sandtrap("run", *R, "--cpu-cores", "99999", "--", "/bin/true")
     assert p.returncode == 125 and b"--cpu-cores (cpu_cores)" in p.stderr, p.stderr
+
+
+def test_placement_options_and_profile_keys(tmp_path):
+    # issue 21's placement fields: --num-cpus, --no-supervisor, --gpu-devices, and
+    # the same keys in [limits] and [program]
+    p = sandtrap("run", *R, "--num-cpus", "1", "--no-supervisor", "--", "/bin/sh", "-c", "nproc")
+    assert p.returncode == 0 and p.stdout == b"1\n", (p.stdout, p.stderr)
+    prof = tmp_path / "place.toml"
+    prof.write_text('[program]\nno_supervisor = true\n[limits]\nnum_cpus = 1\ngpu_devices = "all"\n')
+    p = sandtrap("run", "--profile-file", str(prof), *R, "--", "/bin/sh", "-c", "nproc")
+    assert p.returncode == 0 and p.stdout == b"1\n", (p.stdout, p.stderr)
+    # a GPU this host lacks (none here), and a field that needs the supervisor
+    p = sandtrap("run", *R, "--gpu-devices", "0,7", "--", "/bin/true")
+    assert p.returncode == 125 and b"--gpu-devices (gpu_devices)" in p.stderr, p.stderr
+    p = sandtrap("run", *R, "--no-supervisor", "--net-allow", "10.0.0.0/8:22", "--", "/bin/true")
+    assert p.returncode == 125 and b"no_supervisor" in p.stderr and b"net-allow" in p.stderr, p.stderr

@@ -38,7 +38,10 @@ const POLICY = {
   deterministicDirs: ['deterministic_dirs', 'bool'],
   noHugePages: ['no_huge_pages', 'bool'],
   noCoredump: ['no_coredump', 'optbool'],
+  noSupervisor: ['no_supervisor', 'bool'],
   cpuCores: ['cpu_cores', 'cpus'],
+  numCpus: ['num_cpus', 'count'],
+  gpuDevices: ['gpu_devices', 'gpus'],
   allowDegraded: ['allow_degraded', 'bool'],
   httpAllow: ['http_allow', 'http_rules'],
   httpDeny: ['http_deny', 'http_rules'],
@@ -56,11 +59,8 @@ const POLICY = {
 /** Options sandtrap does not support yet: option name -> the problem reported. */
 const UNSUPPORTED = {
   fsStorage: 'not supported by sandtrap yet: the copy-on-write layer of workdir is a tmpfs private to each run (its size is maxDisk); on-disk storage is not supported yet',
-  noSupervisor: 'not supported by sandtrap yet: the syscall supervisor cannot be turned off',
   chroot: 'not supported by sandtrap yet: sandtrap does not chroot; grant paths with fsReadable and fsWritable',
   fsMount: 'not supported by sandtrap yet: sandtrap does not mount; grant paths with fsReadable and fsWritable',
-  gpuDevices: 'not supported by sandtrap yet: GPU devices cannot be granted',
-  numCpus: 'not supported by sandtrap yet: CPU counts are not supported; use maxCpu',
   policyFn: 'not supported by sandtrap yet: a host callable, not a policy value: bindings take it as Sandbox(policy_fn=...); over the C ABI send the run_handlers op',
   handlers: 'not supported by sandtrap yet: handlers are given per run: run_with_handlers, or the run_handlers op',
 };

@@ -346,6 +346,7 @@ class Sandbox {
     if (isPlainObject(options) && 'policyFn' in options) ({ policyFn = null, ...options } = options);
     const { map, problems } = policyOptions(options);
     if (policyFn != null && typeof policyFn !== 'function') problems.push(new Problem('policyFn', `want a function (event, ctx), got ${describe(policyFn)}`));
+    if (policyFn != null && isPlainObject(options) && options.noSupervisor) problems.push(new Problem('policyFn', 'needs the syscall supervisor, which noSupervisor turns off'));
     if (!map.clean_env && (map.env === undefined || isPlainObject(map.env))) {
       // as in Python: the program inherits this process's environment as it is now
       // (snapshotted per sandbox; the engine alone would see it as it was at load),

@@ -72,10 +72,22 @@ def test_cpu_cores_pins_the_run_and_cannot_be_widened() -> None:
     with sandtrap.Sandbox(fs_readable=RO, cpu_cores=[want]) as sb:
         assert _status(sb, "Cpus_allowed_list") == str(want)
         rep = sb.isolation()["process"]
-        assert rep["cpu_cores"] == [want] and rep["cpu_via"] == "sched_setaffinity"
+        # a cpuset cgroup where the host's cgroup has one (root here), else the
+        # affinity alone, and then sched_setaffinity is refused
+        via = rep["cpu_via"]
+        assert rep["cpu_cores"] == [want] and via in ("sched_setaffinity", "cpuset_cgroup_v1", "cpuset_cgroup_v2")
         if have_python_in_sandbox():
-            r = sb.run([SYSTEM_PYTHON, "-c", f"import os; os.sched_setaffinity(0, {set(cpus)!r})"])
-            assert r.exit_code != 0 and b"PermissionError" in r.stderr, r.stderr
+            r = sb.run(
+                [
+                    SYSTEM_PYTHON,
+                    "-c",
+                    f"import os; os.sched_setaffinity(0, {set(cpus)!r}); print(os.sched_getaffinity(0))",
+                ]
+            )
+            if via == "sched_setaffinity":
+                assert r.exit_code != 0 and b"PermissionError" in r.stderr, r.stderr
+            else:  # the kernel holds the affinity to the cpuset's CPUs
+                assert r.exit_code == 0 and r.stdout.strip() == str({want}).encode(), (r.stdout, r.stderr)
             assert _status(sb, "Cpus_allowed_list") == str(want)
 
 

@@ -47,14 +47,9 @@ def test_output_is_bytes_even_when_not_utf8() -> None:
 SEED_UNSUPPORTED = {
     # [config]
     "fs_storage": None,
-    # [program]
-    "no_supervisor": False,
     # [filesystem]
     "chroot": None,
     "fs_mount": {},
-    # [limits]
-    "gpu_devices": None,
-    "num_cpus": None,
 }
 
 
@@ -94,6 +89,9 @@ def test_full_constructor_supported_fields() -> None:
         deterministic_dirs=False,
         no_huge_pages=False,
         cpu_cores=None,
+        gpu_devices=None,
+        num_cpus=None,
+        no_supervisor=False,
         # the page's no_coredump=False asks for core dumps: refused where this
         # host's kernel.core_pattern pipes them to a program (test_knobs.py)
         **({} if Path("/proc/sys/kernel/core_pattern").read_text().startswith(("|", "/")) else {"no_coredump": False}),

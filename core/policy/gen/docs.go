@@ -28,6 +28,7 @@ var typeWord = map[policy.Kind]string{
 	policy.KindHost: "host name (1-64 letters, digits, `-`, `.`)", policy.KindCPUs: "list of CPU numbers and ranges",
 	policy.KindOptBool: "boolean, or unset", policy.KindBranch: "`\"commit\"`, `\"abort\"` or `\"keep\"`", policy.KindHTTP: "list of HTTP rules (`\"METHOD host/path\"`)", policy.KindHTTPAuth: "list of credential rules (`\"METHOD host/path SCHEME NAME\"`)",
 	policy.KindSeed: "integer (0 to 2^62)", policy.KindTime: "instant (ISO-8601 string, TOML date-time, or Unix seconds)",
+	policy.KindGPUs: "`\"all\"`, or a list of GPU indices and ranges",
 }
 
 // optionArg is how `sandtrap run` takes a kind's value.
@@ -38,6 +39,7 @@ var optionArg = map[policy.Kind]string{
 	policy.KindEnv: "NAME=VALUE (repeat)", policy.KindNames: "NAMES (repeat, or a,b)",
 	policy.KindHost: "NAME", policy.KindCPUs: "CPUS (repeat, or a,b,c-d)", policy.KindOptBool: "", policy.KindHTTP: "RULE (repeat)", policy.KindHTTPAuth: "RULE (repeat)", policy.KindBranch: "commit|abort|keep",
 	policy.KindSeed: "SEED", policy.KindTime: "INSTANT",
+	policy.KindGPUs: "all|GPUS (repeat, or a,b,c-d)",
 }
 
 func option(f *policy.Field) string {

@@ -251,6 +251,7 @@ var msgpackType = map[policy.Kind]string{
 	policy.KindID: "int", policy.KindEnv: "{str: str}", policy.KindNames: "[str]", policy.KindHost: "str",
 	policy.KindCPUs: "[int\\|str]", policy.KindOptBool: "bool", policy.KindHTTP: "[str]", policy.KindBranch: "str", policy.KindHTTPAuth: "[str]",
 	policy.KindSeed: "int", policy.KindTime: "str\\|float",
+	policy.KindGPUs: "str\\|[int\\|str]",
 }
 
 func protocolTable() string {
@@ -288,6 +289,7 @@ var pythonType = map[policy.Kind]string{
 	policy.KindSeconds: "float", policy.KindID: "int", policy.KindEnv: "Mapping[str, str]", policy.KindNames: "Iterable[str]", policy.KindHost: "str",
 	policy.KindCPUs: "Iterable[int | str]", policy.KindOptBool: "bool", policy.KindHTTP: "Iterable[str]", policy.KindBranch: "str", policy.KindHTTPAuth: "Iterable[str]",
 	policy.KindSeed: "int", policy.KindTime: "str | float",
+	policy.KindGPUs: "str | Iterable[int | str]",
 }
 
 func python() string {
@@ -364,6 +366,7 @@ var tsType = map[policy.Kind]string{
 	policy.KindSeconds: "number", policy.KindID: "number", policy.KindEnv: "Record<string, string>", policy.KindNames: "string[]", policy.KindHost: "string",
 	policy.KindCPUs: "Array<number | string>", policy.KindOptBool: "boolean", policy.KindHTTP: "string[]", policy.KindBranch: "BranchAction", policy.KindHTTPAuth: "string[]",
 	policy.KindSeed: "number", policy.KindTime: "string | number",
+	policy.KindGPUs: "'all' | Array<number | string>",
 }
 
 func typescript() string {

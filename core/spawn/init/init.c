@@ -199,6 +199,27 @@ static long mount_proc(void)
 	return r;
 }
 
+/* num_cpus: the engine's rewrite of /proc/cpuinfo (the run's CPUs alone) over
+ * the run's own, read-only: a clone of that very inode (open_tree and move_mount
+ * carry the cookie, as the proc mount's calls). */
+static long mount_cpuinfo(const struct st_config *c)
+{
+	struct statx sx;
+	long t, r;
+	t = sys6(__NR_open_tree, -100 /* AT_FDCWD */, (long)c->cpuinfo_path,
+		 OPEN_TREE_CLONE | 02000000 /* OPEN_TREE_CLOEXEC */ | 0x100 /* AT_SYMLINK_NOFOLLOW */, 0, 0, (long)cookie);
+	if (t < 0)
+		return t;
+	r = sys5(__NR_statx, t, "", 0x1000 | 0x100 /* AT_EMPTY_PATH|AT_SYMLINK_NOFOLLOW */, STATX_INO, &sx);
+	if (r == 0 && (sx.stx_ino != c->cpuinfo_ino || sx.stx_dev_major != c->cpuinfo_dev_major ||
+		       sx.stx_dev_minor != c->cpuinfo_dev_minor))
+		r = -116; /* ESTALE */
+	if (r == 0)
+		r = sys6(__NR_move_mount, t, (long)"", -100, (long)"/proc/cpuinfo", MOVE_MOUNT_F_EMPTY_PATH, (long)cookie);
+	sys1(__NR_close, t);
+	return r;
+}
+
 static long fsconfig_str(long fs, const char *key, const char *value)
 {
 	return sys6(__NR_fsconfig, fs, FSCONFIG_SET_STRING, (long)key, (long)value, 0, (long)cookie);
@@ -435,6 +456,8 @@ static void prepare(void)
 	}
 	if (cflags & ST_CF_PROC) {
 		r = mount_proc();
+		if (r >= 0 && (cflags & ST_CF_CPUINFO))
+			r = mount_cpuinfo((const struct st_config *)cfgbuf);
 		if (r < 0) {
 			prep_step = ST_STEP_PROC, prep_err = r;
 			return;

@@ -50,7 +50,10 @@ FIELDS: dict[str, tuple[str, str]] = {
     "deterministic_dirs": ("deterministic_dirs", "bool"),
     "no_huge_pages": ("no_huge_pages", "bool"),
     "no_coredump": ("no_coredump", "optbool"),
+    "no_supervisor": ("no_supervisor", "bool"),
     "cpu_cores": ("cpu_cores", "cpus"),
+    "num_cpus": ("num_cpus", "count"),
+    "gpu_devices": ("gpu_devices", "gpus"),
     "allow_degraded": ("allow_degraded", "bool"),
     "http_allow": ("http_allow", "http_rules"),
     "http_deny": ("http_deny", "http_rules"),
@@ -197,9 +200,26 @@ class PolicyOptions(TypedDict, total=False):
     cores to a program, or writes them outside fs_writable); ``true`` or unset: no
     core dumps (default: none (core dumps off)).
     """
+    no_supervisor: bool | None
+    """No syscall supervisor: Landlock and a deny-only seccomp filter alone; what the
+    supervisor would judge is refused (file locks, ``inotify_add_watch``), and the
+    fields that need it are refused (net_allow by host or address, net_deny,
+    port_remap, http_allow, handlers) (default: false).
+    """
     cpu_cores: Iterable[int | str] | None
     """The CPUs the run may use (numbers and ranges: ``0``, ``"2-3"``); the run cannot
     widen it (default: []).
+    """
+    num_cpus: int | None
+    """The number of CPUs the run sees and may use: the first N of those it may use
+    (cpu_cores, or the host's), in its affinity, ``/sys/devices/system/cpu/online``
+    and ``/proc/cpuinfo``; no more than it may use (default: none).
+    """
+    gpu_devices: str | Iterable[int | str] | None
+    """The NVIDIA GPUs the run may open, ``"all"`` or indices (``[0, "2-3"]``):
+    ``/dev/nvidiaN`` of those and the driver's control nodes, read-write; every
+    other ``/dev/nvidia*`` node is denied (Landlock), even inside a granted tree
+    (default: none).
     """
     allow_degraded: bool | None
     """Run even when a requested protection is unavailable; results say what was not

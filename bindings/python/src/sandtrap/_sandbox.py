@@ -428,6 +428,8 @@ class Sandbox(ProcessMixin):
         probs: list[Problem] = []
         if policy_fn is not None and not callable(policy_fn):
             probs.append(Problem("policy_fn", f"must be a callable (event, ctx), got {type(policy_fn).__name__}"))
+        if policy_fn is not None and fields.get("no_supervisor"):
+            probs.append(Problem("policy_fn", "needs the syscall supervisor, which no_supervisor turns off"))
         self._policy_fn = policy_fn
         if _positional:
             probs.append(Problem("", f"Sandbox takes keyword arguments only (got {len(_positional)} positional)"))
