@@ -581,3 +581,56 @@ func TestRestrictMaxMemoryAndProcesses(t *testing.T) {
 	plain := newSB(t, nil)
 	noCgroup(plain)
 }
+
+// Calls the host allows that the supervisor performs (unlink, mkdir, bind) are
+// made in the sandbox's Landlock domain: what Landlock refuses the program itself
+// stays refused (a readable-only tree, a TCP port not in net_allow_bind), what it
+// allows is done.
+func TestHandlerPerformedCallsKeepLandlock(t *testing.T) {
+	top := t.TempDir()
+	ro := filepath.Join(top, "denied") // on the writable mount, refused by Landlock alone
+	rw := filepath.Join(top, "ok")
+	for _, d := range []string{ro, rw} {
+		os.Mkdir(d, 0o777)
+		os.WriteFile(filepath.Join(d, "f"), []byte("x"), 0o644)
+		os.Chmod(d, 0o777)
+	}
+	allowed, refused := freeTCPPort(t), freeTCPPort(t)
+	sb := newSB(t, map[string]any{"fs_readable": []any{"/usr", "/lib", "/lib64", "/bin", "/etc"}, "fs_writable": []any{top}, "fs_denied": []any{ro},
+		"net_allow_bind": []any{int64(allowed)}})
+	script := fmt.Sprintf(`
+import os, socket
+def try_(f):
+    try:
+        f(); return "ok"
+    except OSError as e:
+        return "errno%%d" %% e.errno
+print(try_(lambda: os.unlink(%[1]q + "/f")), try_(lambda: os.unlink(%[2]q + "/f")),
+      try_(lambda: os.mkdir(%[1]q + "/d")), try_(lambda: os.mkdir(%[2]q + "/d")),
+      try_(lambda: socket.socket().bind(("127.0.0.1", %[3]d))), try_(lambda: socket.socket().bind(("127.0.0.1", %[4]d))))
+`, ro, rw, refused, allowed)
+	res := drive(t, sb, map[string]any{"argv": []any{"/usr/bin/python3", "-c", script},
+		"handlers": []any{map[string]any{"syscall": "unlinkat", "id": 1}, map[string]any{"syscall": "mkdir", "id": 2},
+			map[string]any{"syscall": "bind", "id": 3}}},
+		func(c map[string]any) map[string]any { return map[string]any{"action": "continue"} })
+	out := strings.TrimSpace(string(res["stdout"].([]byte)))
+	if out != "errno13 ok errno13 ok errno13 ok" {
+		t.Fatalf("want Landlock's EACCES on the readable tree and the port not allowed, got %q (%v)", out, res)
+	}
+	if _, err := os.Stat(filepath.Join(ro, "f")); err != nil {
+		t.Fatalf("the readable-only file went: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(rw, "d")); err != nil {
+		t.Fatalf("the writable tree's mkdir: %v", err)
+	}
+}
+
+func freeTCPPort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}

@@ -340,8 +340,12 @@ func (h *hostCall) done(act Action) {
 func (h *hostCall) performs() bool {
 	c, ev := h.c, h.ev
 	return h.name == "connect" && c.s.cfg.Net != nil || h.name == "sendto" && c.s.cfg.Net != nil && ev.adr != nil ||
-		h.builtinTraps || openTarget(ev)
+		h.builtinTraps || openTarget(ev) || h.name == "bind" || unlinkTarget(ev) || mkdirTarget(ev)
 }
+
+// naiveContinue (tests only) continues every call the host allowed, as a naive
+// supervisor would: the attack tests show the races they lose.
+var naiveContinue bool
 
 // act is the reply of the host's action.
 func (h *hostCall) act(act Action) reply {
@@ -349,6 +353,8 @@ func (h *hostCall) act(act Action) reply {
 	switch act.Kind {
 	case ActContinue:
 		switch {
+		case naiveContinue && !h.builtinTraps:
+			return cont()
 		case name == "connect" && c.s.cfg.Net != nil:
 			return connectCopy(c, ev.adr) // the address the host judged, checked and performed here
 		case name == "sendto" && c.s.cfg.Net != nil && ev.adr != nil:
@@ -357,6 +363,10 @@ func (h *hostCall) act(act Action) reply {
 			return h.builtin(c)
 		case openTarget(ev):
 			return c.openForCaller(ev) // the path the host judged, opened here
+		case name == "bind":
+			return c.bindForCaller(ev.adr) // the address the host judged, bound here (hostperform.go)
+		case unlinkTarget(ev), mkdirTarget(ev):
+			return c.pathForCaller(ev) // the path the host judged, removed or made here
 		}
 		return cont()
 	case ActErrno:
