@@ -17,9 +17,9 @@ import (
 type fakeRun struct {
 	deny     string
 	denyPort int // bind, connect: refused port (0: none)
-	asked atomic.Int64
-	done  chan struct{}
-	act   *Action
+	asked    atomic.Int64
+	done     chan struct{}
+	act      *Action
 }
 
 func (f *fakeRun) Refused(*Event) (syscall.Errno, string) { return 0, "" }
