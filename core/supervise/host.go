@@ -87,8 +87,9 @@ type Event struct {
 	Host   string
 	Port   int
 
-	c   *call
-	adr *addr
+	c      *call
+	adr    *addr
+	judged []memRegion // execve: the caller's memory the copy was made from
 }
 
 // Bounds of what an event copies.
@@ -340,7 +341,8 @@ func (h *hostCall) done(act Action) {
 func (h *hostCall) performs() bool {
 	c, ev := h.c, h.ev
 	return h.name == "connect" && c.s.cfg.Net != nil || h.name == "sendto" && c.s.cfg.Net != nil && ev.adr != nil ||
-		h.builtinTraps || openTarget(ev) || h.name == "bind" || unlinkTarget(ev) || mkdirTarget(ev)
+		h.builtinTraps || openTarget(ev) || h.name == "bind" || unlinkTarget(ev) || mkdirTarget(ev) ||
+		h.name == "execve"
 }
 
 // naiveContinue (tests only) continues every call the host allowed, as a naive
@@ -367,6 +369,8 @@ func (h *hostCall) act(act Action) reply {
 			return c.bindForCaller(ev.adr) // the address the host judged, bound here (hostperform.go)
 		case unlinkTarget(ev), mkdirTarget(ev):
 			return c.pathForCaller(ev) // the path the host judged, removed or made here
+		case name == "execve":
+			return c.execJudged(ev) // continued with the memory it judged held still (hostexec.go)
 		}
 		return cont()
 	case ActErrno:
@@ -424,7 +428,10 @@ func (c *call) copyEvent(ev *Event) *reply {
 		}
 	}
 	if ev.Syscall == "execve" {
-		ev.Argv, ev.ArgvTruncated = c.readArgv(c.arg(1))
+		if ev.HasPath {
+			ev.judged = append(ev.judged, memRegion{c.arg(0), append([]byte(ev.Path), 0)})
+		}
+		ev.Argv, ev.ArgvTruncated = c.readArgv(c.arg(1), &ev.judged)
 	}
 	var ap, an uint64
 	switch ev.Syscall {
@@ -456,15 +463,23 @@ func (c *call) copyEvent(ev *Event) *reply {
 	return nil
 }
 
-// readArgv copies a NULL-terminated array of strings.
-func (c *call) readArgv(p uint64) ([]string, bool) {
+// readArgv copies a NULL-terminated array of strings; judged gets the memory the
+// copy was made from (the pointers and the strings with their NULs: hostexec.go).
+func (c *call) readArgv(p uint64, judged *[]memRegion) ([]string, bool) {
 	var out []string
 	total := 0
+	var ptrs []byte
+	defer func() {
+		if len(ptrs) > 0 {
+			*judged = append(*judged, memRegion{p, ptrs})
+		}
+	}()
 	for i := 0; i < maxArgv; i++ {
 		var b [8]byte
 		if err := c.read(p+uint64(8*i), b[:]); err != nil {
 			return out, true
 		}
+		ptrs = append(ptrs, b[:]...)
 		sp := *(*uint64)(unsafe.Pointer(&b[0]))
 		if sp == 0 {
 			return out, false
@@ -473,6 +488,7 @@ func (c *call) readArgv(p uint64) ([]string, bool) {
 		if err != nil {
 			return out, true
 		}
+		*judged = append(*judged, memRegion{sp, append([]byte(s), 0)})
 		total += len(s) + 1
 		out = append(out, s)
 		if total >= maxArgvBytes {
