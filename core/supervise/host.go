@@ -204,6 +204,7 @@ func hostHandler(name string, builtin handlerFunc) handlerFunc {
 		if rl := c.s.hostRunOf(ns, false); rl != nil && (rl.noPid1 || int(c.n.Pid) != rl.pid) {
 			// the common case, without a goroutine: the event is copied and put to
 			// the host from the loop, and the host's thread answers the kernel
+			hc.setRun(rl)
 			return hc.ask(rl.host)
 		}
 		return c.detachHost(func() reply { return hc.find(ns) })
@@ -218,6 +219,13 @@ type hostCall struct {
 	builtinTraps bool
 	ev           *Event
 	run          HostRun
+	initPid      int // the run's pid 1, sandtrap's init (0: the program is pid 1)
+}
+
+func (h *hostCall) setRun(rl *RunLog) {
+	if !rl.noPid1 {
+		h.initPid = rl.pid
+	}
 }
 
 // detachHost is detach for calls whose goroutine may hand them on again (a
@@ -298,6 +306,7 @@ func (h *hostCall) find(ns uint64) reply {
 		}
 		return deny(unix.EPERM, "supervisor: the call belongs to no run the host judges")
 	}
+	h.setRun(rl)
 	return h.ask(rl.host)
 }
 
@@ -370,7 +379,7 @@ func (h *hostCall) act(act Action) reply {
 		case unlinkTarget(ev), mkdirTarget(ev):
 			return c.pathForCaller(ev) // the path the host judged, removed or made here
 		case name == "execve":
-			return c.execJudged(ev) // continued with the memory it judged held still (hostexec.go)
+			return c.execJudged(ev, h.initPid) // continued with the memory it judged held still (hostexec.go)
 		}
 		return cont()
 	case ActErrno:

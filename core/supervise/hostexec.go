@@ -65,12 +65,23 @@ const (
 	kcmpVM          = 1
 )
 
-func (c *call) execJudged(ev *Event) reply {
+func (c *call) execJudged(ev *Event, initPid int) reply {
 	if !ev.HasPath {
 		if strings.Contains(ev.PathErr, "name too long") {
 			return fail(unix.ENAMETOOLONG)
 		}
 		return fail(unix.EFAULT)
+	}
+	if initPid > 0 {
+		// the run's first exec, by sandtrap-init's vfork child: in init's memory, in
+		// which no code of the program has run and which no other task shares
+		r, _, e := unix.RawSyscall6(unix.SYS_KCMP, uintptr(c.n.Pid), uintptr(initPid), kcmpVM, 0, 0, 0)
+		if e == 0 && r == 0 {
+			if !c.valid() {
+				return gone()
+			}
+			return cont()
+		}
 	}
 	done := make(chan reply, 1)
 	go func() {
@@ -299,6 +310,13 @@ func vforkParked(tid int) bool {
 		return false
 	}
 	sc, err := os.ReadFile("/proc/" + strconv.Itoa(tid) + "/syscall")
+	if errors.Is(err, os.ErrPermission) {
+		// a task that is not dumpable has a /proc/<tid>/syscall only root reads
+		// (an unprivileged supervisor): its wait channel says it sleeps in clone,
+		// not that the clone is a vfork (docs/security.md)
+		w, err := os.ReadFile("/proc/" + strconv.Itoa(tid) + "/wchan")
+		return err == nil && string(w) == "kernel_clone"
+	}
 	if err != nil {
 		return false
 	}
