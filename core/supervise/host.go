@@ -90,6 +90,44 @@ type Event struct {
 	c      *call
 	adr    *addr
 	judged []memRegion // execve: the caller's memory the copy was made from
+	run    HostRun
+}
+
+// PathDenier is a HostRun with paths denied (ctx.deny_path): the supervisor asks
+// it about the file it opened, or the directory it removes or makes in, for the
+// run (named p by the kernel: /proc/self/fd; its identity dev, ino). Non-empty:
+// refused, and why.
+type PathDenier interface {
+	HasDenied() bool
+	DeniedFile(p string, dev, ino uint64) string
+}
+
+// deniedFD: fd (the supervisor's, opened for ev's caller) is denied by the run.
+func (ev *Event) deniedFD(fd int, name string) *reply {
+	pd, ok := ev.run.(PathDenier)
+	if !ok || !pd.HasDenied() {
+		return nil
+	}
+	var st unix.Stat_t
+	p, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+	if err == nil {
+		err = unix.Fstat(fd, &st)
+	}
+	if err == nil && name != "" {
+		p += "/" + name
+		if unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+			st = unix.Stat_t{} // not there (mkdir): the path alone
+		}
+	}
+	if err != nil {
+		r := deny(unix.EACCES, "deny_path: "+err.Error())
+		return &r
+	}
+	if why := pd.DeniedFile(p, st.Dev, st.Ino); why != "" {
+		r := deny(unix.EACCES, fmt.Sprintf("%s %s (%s)", ev.Syscall, p, why))
+		return &r
+	}
+	return nil
 }
 
 // Bounds of what an event copies.
@@ -323,7 +361,7 @@ func (h *hostCall) ask(run HostRun) reply {
 	if e, why := run.Refused(ev); e != 0 {
 		return deny(e, why)
 	}
-	h.ev, h.run = ev, run
+	h.ev, h.run, ev.run = ev, run, run
 	c.detached = true
 	c.pidfd = -1 // the cached one belongs to the loop
 	c.s.handling.Add(1)

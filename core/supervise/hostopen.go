@@ -106,6 +106,9 @@ func (c *call) openForCaller(ev *Event) reply {
 		return deny(unix.EACCES, "supervisor: open for the caller: "+err.Error())
 	}
 	defer unix.Close(fd)
+	if r := ev.deniedFD(fd, ""); r != nil {
+		return *r // ctx.deny_path: the file opened, by its name and identity
+	}
 	return c.injectFD(fd, uint32(flags&unix.O_CLOEXEC))
 }
 

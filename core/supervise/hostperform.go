@@ -178,12 +178,17 @@ func (c *call) pathForCaller(ev *Event) reply {
 	if !c.valid() {
 		return gone()
 	}
+	var denied *reply
 	v, err := c.s.asSandbox(cr, fs, func() (int, error) {
 		pfd, base, err := b.parent()
 		if err != nil {
 			return -1, err
 		}
 		defer unix.Close(pfd)
+		if r := ev.deniedFD(pfd, strings.TrimRight(base, "/")); r != nil {
+			denied = r
+			return -1, unix.EACCES
+		}
 		// an O_PATH directory fd serves as the *at calls' base
 		if op == "mkdir" {
 			return 0, unix.Mkdirat(pfd, base, uint32(mode&0o7777))
@@ -200,6 +205,9 @@ func (c *call) pathForCaller(ev *Event) reply {
 		}
 		return 0, nil
 	})
+	if denied != nil {
+		return *denied
+	}
 	return c.performed(op, v, err)
 }
 
