@@ -118,36 +118,83 @@ func (c *call) execHeld(ev *Event) reply {
 		}
 		return deny(unix.EACCES, "supervisor: execve: "+why)
 	}
+	tgid, err := tgidOf("/proc/" + strconv.Itoa(tid) + "/status")
+	if err != nil {
+		return refuse("the caller's process", err)
+	}
+	// holdThreads holds every thread of p but the caller, until none is new (a held
+	// thread makes no other): how many were new
+	holdThreads := func(p int) (int, error) {
+		fresh := 0
+		for round := 0; ; round++ {
+			ts, err := threadsOf(p)
+			if err != nil {
+				if p == tgid {
+					return 0, err
+				}
+				return fresh, nil // exited
+			}
+			n := 0
+			for _, x := range ts {
+				if x == tid || held[x] != nil {
+					continue
+				}
+				t, err := hold(x)
+				if err != nil {
+					return 0, fmt.Errorf("task %d: %w", x, err)
+				}
+				if t != nil {
+					held[x] = t
+					n++
+				}
+			}
+			if n == 0 {
+				return fresh, nil
+			}
+			fresh += n
+			if round > 64 {
+				return 0, errors.New("its threads keep growing")
+			}
+		}
+	}
+	deadline := time.Now().Add(time.Second)
+	stopAll := func() error {
+		for _, t := range held {
+			if err := t.waitStopped(deadline); err != nil {
+				return fmt.Errorf("task %d: %w", t.tid, err)
+			}
+		}
+		return nil
+	}
+	// the caller's own threads first, stopped: then only a task of another process
+	// sharing the memory can make a new one, and a scan that finds none is final
+	if _, err := holdThreads(tgid); err != nil {
+		return refuse("hold its threads", err)
+	}
+	if err := stopAll(); err != nil {
+		return refuse("hold its threads", err)
+	}
 	for round := 0; ; round++ {
-		sharers, err := memorySharers(tid)
+		procs, err := sharingProcesses(tid, tgid)
 		if err != nil {
-			return refuse("find the tasks sharing its memory", err)
+			return refuse("find the processes sharing its memory", err)
 		}
 		fresh := 0
-		for _, s := range sharers {
-			if held[s] != nil {
-				continue
-			}
-			t, err := hold(s)
+		for _, p := range procs {
+			n, err := holdThreads(p)
 			if err != nil {
-				return refuse(fmt.Sprintf("hold task %d", s), err)
+				return refuse("hold the processes sharing its memory", err)
 			}
-			if t != nil {
-				held[s] = t
-				fresh++
-			}
+			fresh += n
 		}
 		if fresh == 0 {
 			break
 		}
-		if round > 64 {
-			return refuse("the tasks sharing its memory keep growing", nil)
+		if err := stopAll(); err != nil {
+			return refuse("hold the processes sharing its memory", err)
 		}
-	}
-	deadline := time.Now().Add(time.Second)
-	for _, t := range held {
-		if err := t.waitStopped(deadline); err != nil {
-			return refuse(fmt.Sprintf("hold task %d", t.tid), err)
+		if round > 64 {
+			return refuse("the processes sharing its memory keep growing", nil)
 		}
 	}
 	// the caller: traced for its exec event (not interrupted before it is answered)
@@ -177,7 +224,21 @@ func (c *call) execHeld(ev *Event) reply {
 	// the caller's next stop (or its end) means the kernel has read the arguments:
 	// the exec event (reported for the thread-group leader's id when a non-leader
 	// thread execs), the interrupt on the return of a failed execve, or a signal
-	for wait := 20 * time.Microsecond; ; wait = min(2*wait, 2*time.Millisecond) {
+	if tid == tgid {
+		// a thread-group leader keeps its id through the exec: wait for it
+		var st unix.WaitStatus
+		for {
+			n, err := unix.Wait4(tid, &st, unix.WALL, nil)
+			if err == unix.EINTR {
+				continue
+			}
+			if err == nil && n == tid && st.Stopped() {
+				me.noteStop(st)
+			}
+			break
+		}
+	}
+	for wait := 20 * time.Microsecond; tid != tgid; wait = min(2*wait, 2*time.Millisecond) {
 		if _, ok := me.poll(); ok {
 			break
 		}
@@ -196,20 +257,16 @@ func (c *call) execHeld(ev *Event) reply {
 	return gone() // answered above
 }
 
-// memorySharers are the other tasks that can write tid's memory: its process's
-// other threads and the threads of every process with the same mm.
-func memorySharers(tid int) ([]int, error) {
-	tgid, err := tgidOf("/proc/" + strconv.Itoa(tid) + "/status")
+// sharingProcesses are the other processes with tid's mm (kcmp KCMP_VM against
+// every process of /proc).
+func sharingProcesses(tid, tgid int) ([]int, error) {
+	names, err := dirNames("/proc")
 	if err != nil {
 		return nil, err
 	}
-	procs := []int{tgid}
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil, err
-	}
-	for _, e := range ents {
-		p, err := strconv.Atoi(e.Name())
+	var procs []int
+	for _, name := range names {
+		p, err := strconv.Atoi(name)
 		if err != nil || p == tgid {
 			continue
 		}
@@ -224,22 +281,32 @@ func memorySharers(tid int) ([]int, error) {
 			return nil, fmt.Errorf("kcmp %d: %w", p, errno)
 		}
 	}
-	var out []int
-	for _, p := range procs {
-		ts, err := os.ReadDir("/proc/" + strconv.Itoa(p) + "/task")
-		if err != nil {
-			if p == tgid {
-				return nil, err
-			}
-			continue // exited
-		}
-		for _, t := range ts {
-			if n, err := strconv.Atoi(t.Name()); err == nil && n != tid {
-				out = append(out, n)
-			}
+	return procs, nil
+}
+
+// threadsOf are the thread ids of process p.
+func threadsOf(p int) ([]int, error) {
+	names, err := dirNames("/proc/" + strconv.Itoa(p) + "/task")
+	if err != nil {
+		return nil, err
+	}
+	out := make([]int, 0, len(names))
+	for _, name := range names {
+		if n, err := strconv.Atoi(name); err == nil {
+			out = append(out, n)
 		}
 	}
 	return out, nil
+}
+
+// dirNames lists a directory unsorted, without a stat per entry.
+func dirNames(dir string) ([]string, error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return f.Readdirnames(-1)
 }
 
 // hold seizes and interrupts tid (nil: it is gone).
