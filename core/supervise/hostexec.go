@@ -224,8 +224,12 @@ func (c *call) execHeld(ev *Event) reply {
 	// the caller's next stop (or its end) means the kernel has read the arguments:
 	// the exec event (reported for the thread-group leader's id when a non-leader
 	// thread execs), the interrupt on the return of a failed execve, or a signal
-	if tid == tgid {
-		// a thread-group leader keeps its id through the exec: wait for it
+	alone := len(held) == 1
+	if alone {
+		// nothing else held: the caller keeps its id (it is its process's only
+		// thread) and no held thread must be reaped for its exec to go on (the exec
+		// waits for its other threads to die, and a traced one's death is reported
+		// to us): wait for it
 		var st unix.WaitStatus
 		for {
 			n, err := unix.Wait4(tid, &st, unix.WALL, nil)
@@ -238,7 +242,7 @@ func (c *call) execHeld(ev *Event) reply {
 			break
 		}
 	}
-	for wait := 20 * time.Microsecond; tid != tgid; wait = min(2*wait, 2*time.Millisecond) {
+	for wait := 20 * time.Microsecond; !alone; wait = min(2*wait, 2*time.Millisecond) {
 		if _, ok := me.poll(); ok {
 			break
 		}
