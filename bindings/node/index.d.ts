@@ -863,8 +863,10 @@ export declare class PolicyContext {
   restrictMaxMemory(bytes: number): void;
   /** Lowers the sandbox's cgroup process limit (pids.max) to at most `n` until the run ends (needs a cgroup). */
   restrictMaxProcesses(n: number): void;
-  /** Always throws: not enforceable (the engine cannot tell which processes descend from a pid). */
-  restrictPidNetwork(pid: number, ips: string[]): never;
+  /** From now on the process `pid` is a task of reaches only these addresses (not its children). */
+  restrictPidNetwork(pid: number, ips: string[]): void;
+  /** From now on the run's judged calls refuse `path` (absolute) and what is beneath it. */
+  denyPath(path: string): void;
   /** Always throws: it would widen the policy. */
   grantNetwork(ips: string[]): never;
 }

@@ -80,6 +80,8 @@ type hostRun struct {
 	ended       bool                  // the run is over: calls are answered ActGone
 	outstanding map[uint64]*hostEvent // asked, not answered yet (deferred included)
 	netSets     [][]netip.Prefix      // restrict_network: an address must be in every set
+	pidNets     []pidNet              // restrict_pid_network (restrict.go)
+	denied      []deniedPath          // deny_path (restrict.go)
 	group       *cgroup.Group         // the sandbox's (restrict_max_memory, _processes); nil: none
 	undo        []func()              // restores what the run lowered, at its end
 	audited     []map[string]any
@@ -237,6 +239,7 @@ func (r *hostRun) end() {
 		for _, f := range undo {
 			f()
 		}
+		r.closePidNets()
 		close(r.done)
 		for _, e := range left {
 			e.done(supervise.Action{Kind: supervise.ActGone})
@@ -263,14 +266,21 @@ func (h *hostHooks) Ended() { h.r.end() }
 // Host: the run's calls are routed to r (core/run attaches it to the supervisor).
 func (h *hostHooks) Host() supervise.HostRun { return h.r }
 
-// Refused: the run's tightened state (ctx.restrict_network).
+// Refused: the run's tightened state (ctx.restrict_network, restrict_pid_network,
+// deny_path).
 func (r *hostRun) Refused(ev *supervise.Event) (syscall.Errno, string) {
+	if e, why := r.pathRefused(ev); e != 0 {
+		return e, why
+	}
 	if ev.Family != "inet" && ev.Family != "inet6" {
 		return 0, ""
 	}
 	a, err := netip.ParseAddr(ev.Host)
 	if err != nil {
 		return unix.EACCES, "restrict_network: " + ev.Host
+	}
+	if e, why := r.pidRefused(ev, a); e != 0 {
+		return e, why
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -381,6 +391,24 @@ func (r *hostRun) decode(e *hostEvent, a hostcall.Answer) (act *supervise.Action
 		}
 		r.mu.Lock()
 		r.netSets = append(r.netSets, sets...)
+		r.mu.Unlock()
+	}
+	if rv, ok := m["restrict_pid_network"]; ok {
+		ps, why := parsePidNets(rv)
+		if why == "" {
+			why = r.addPidNets(ps)
+		}
+		if why != "" {
+			return bad(why)
+		}
+	}
+	if rv, ok := m["deny_path"]; ok {
+		ds, why := parseDenyPaths(rv)
+		if why != "" {
+			return bad(why)
+		}
+		r.mu.Lock()
+		r.denied = append(r.denied, ds...)
 		r.mu.Unlock()
 	}
 	var lower [2]int64

@@ -703,6 +703,9 @@ func execute(r req) (resp, []int) {
 		if a, ok := executePorts(r); ok {
 			return a, nil
 		}
+		if a, ok := executeHostPerform(r); ok {
+			return a, nil
+		}
 	}
 	return resp{Errno: unix.ENOSYS, Text: []string{"unknown op " + r.Op}}, nil
 }

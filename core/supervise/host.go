@@ -87,8 +87,47 @@ type Event struct {
 	Host   string
 	Port   int
 
-	c   *call
-	adr *addr
+	c      *call
+	adr    *addr
+	judged []memRegion // execve: the caller's memory the copy was made from
+	run    HostRun
+}
+
+// PathDenier is a HostRun with paths denied (ctx.deny_path): the supervisor asks
+// it about the file it opened, or the directory it removes or makes in, for the
+// run (named p by the kernel: /proc/self/fd; its identity dev, ino). Non-empty:
+// refused, and why.
+type PathDenier interface {
+	HasDenied() bool
+	DeniedFile(p string, dev, ino uint64) string
+}
+
+// deniedFD: fd (the supervisor's, opened for ev's caller) is denied by the run.
+func (ev *Event) deniedFD(fd int, name string) *reply {
+	pd, ok := ev.run.(PathDenier)
+	if !ok || !pd.HasDenied() {
+		return nil
+	}
+	var st unix.Stat_t
+	p, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+	if err == nil {
+		err = unix.Fstat(fd, &st)
+	}
+	if err == nil && name != "" {
+		p += "/" + name
+		if unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+			st = unix.Stat_t{} // not there (mkdir): the path alone
+		}
+	}
+	if err != nil {
+		r := deny(unix.EACCES, "deny_path: "+err.Error())
+		return &r
+	}
+	if why := pd.DeniedFile(p, st.Dev, st.Ino); why != "" {
+		r := deny(unix.EACCES, fmt.Sprintf("%s %s (%s)", ev.Syscall, p, why))
+		return &r
+	}
+	return nil
 }
 
 // Bounds of what an event copies.
@@ -203,6 +242,7 @@ func hostHandler(name string, builtin handlerFunc) handlerFunc {
 		if rl := c.s.hostRunOf(ns, false); rl != nil && (rl.noPid1 || int(c.n.Pid) != rl.pid) {
 			// the common case, without a goroutine: the event is copied and put to
 			// the host from the loop, and the host's thread answers the kernel
+			hc.setRun(rl)
 			return hc.ask(rl.host)
 		}
 		return c.detachHost(func() reply { return hc.find(ns) })
@@ -217,6 +257,13 @@ type hostCall struct {
 	builtinTraps bool
 	ev           *Event
 	run          HostRun
+	initPid      int // the run's pid 1, sandtrap's init (0: the program is pid 1)
+}
+
+func (h *hostCall) setRun(rl *RunLog) {
+	if !rl.noPid1 {
+		h.initPid = rl.pid
+	}
 }
 
 // detachHost is detach for calls whose goroutine may hand them on again (a
@@ -297,6 +344,7 @@ func (h *hostCall) find(ns uint64) reply {
 		}
 		return deny(unix.EPERM, "supervisor: the call belongs to no run the host judges")
 	}
+	h.setRun(rl)
 	return h.ask(rl.host)
 }
 
@@ -313,7 +361,7 @@ func (h *hostCall) ask(run HostRun) reply {
 	if e, why := run.Refused(ev); e != 0 {
 		return deny(e, why)
 	}
-	h.ev, h.run = ev, run
+	h.ev, h.run, ev.run = ev, run, run
 	c.detached = true
 	c.pidfd = -1 // the cached one belongs to the loop
 	c.s.handling.Add(1)
@@ -340,8 +388,13 @@ func (h *hostCall) done(act Action) {
 func (h *hostCall) performs() bool {
 	c, ev := h.c, h.ev
 	return h.name == "connect" && c.s.cfg.Net != nil || h.name == "sendto" && c.s.cfg.Net != nil && ev.adr != nil ||
-		h.builtinTraps || openTarget(ev)
+		h.builtinTraps || openTarget(ev) || h.name == "bind" || unlinkTarget(ev) || mkdirTarget(ev) ||
+		h.name == "execve"
 }
+
+// naiveContinue (tests only) continues every call the host allowed, as a naive
+// supervisor would: the attack tests show the races they lose.
+var naiveContinue bool
 
 // act is the reply of the host's action.
 func (h *hostCall) act(act Action) reply {
@@ -349,6 +402,8 @@ func (h *hostCall) act(act Action) reply {
 	switch act.Kind {
 	case ActContinue:
 		switch {
+		case naiveContinue && !h.builtinTraps:
+			return cont()
 		case name == "connect" && c.s.cfg.Net != nil:
 			return connectCopy(c, ev.adr) // the address the host judged, checked and performed here
 		case name == "sendto" && c.s.cfg.Net != nil && ev.adr != nil:
@@ -357,6 +412,12 @@ func (h *hostCall) act(act Action) reply {
 			return h.builtin(c)
 		case openTarget(ev):
 			return c.openForCaller(ev) // the path the host judged, opened here
+		case name == "bind":
+			return c.bindForCaller(ev.adr) // the address the host judged, bound here (hostperform.go)
+		case unlinkTarget(ev), mkdirTarget(ev):
+			return c.pathForCaller(ev) // the path the host judged, removed or made here
+		case name == "execve":
+			return c.execJudged(ev, h.initPid) // continued with the memory it judged held still (hostexec.go)
 		}
 		return cont()
 	case ActErrno:
@@ -414,7 +475,10 @@ func (c *call) copyEvent(ev *Event) *reply {
 		}
 	}
 	if ev.Syscall == "execve" {
-		ev.Argv, ev.ArgvTruncated = c.readArgv(c.arg(1))
+		if ev.HasPath {
+			ev.judged = append(ev.judged, memRegion{c.arg(0), append([]byte(ev.Path), 0)})
+		}
+		ev.Argv, ev.ArgvTruncated = c.readArgv(c.arg(1), &ev.judged)
 	}
 	var ap, an uint64
 	switch ev.Syscall {
@@ -446,15 +510,23 @@ func (c *call) copyEvent(ev *Event) *reply {
 	return nil
 }
 
-// readArgv copies a NULL-terminated array of strings.
-func (c *call) readArgv(p uint64) ([]string, bool) {
+// readArgv copies a NULL-terminated array of strings; judged gets the memory the
+// copy was made from (the pointers and the strings with their NULs: hostexec.go).
+func (c *call) readArgv(p uint64, judged *[]memRegion) ([]string, bool) {
 	var out []string
 	total := 0
+	var ptrs []byte
+	defer func() {
+		if len(ptrs) > 0 {
+			*judged = append(*judged, memRegion{p, ptrs})
+		}
+	}()
 	for i := 0; i < maxArgv; i++ {
 		var b [8]byte
 		if err := c.read(p+uint64(8*i), b[:]); err != nil {
 			return out, true
 		}
+		ptrs = append(ptrs, b[:]...)
 		sp := *(*uint64)(unsafe.Pointer(&b[0]))
 		if sp == 0 {
 			return out, false
@@ -463,6 +535,7 @@ func (c *call) readArgv(p uint64) ([]string, bool) {
 		if err != nil {
 			return out, true
 		}
+		*judged = append(*judged, memRegion{sp, append([]byte(s), 0)})
 		total += len(s) + 1
 		out = append(out, s)
 		if total >= maxArgvBytes {

@@ -15,10 +15,11 @@ import (
 
 // fakeRun judges like a host: deny (EACCES) every path containing deny.
 type fakeRun struct {
-	deny  string
-	asked atomic.Int64
-	done  chan struct{}
-	act   *Action
+	deny     string
+	denyPort int // bind, connect: refused port (0: none)
+	asked    atomic.Int64
+	done     chan struct{}
+	act      *Action
 }
 
 func (f *fakeRun) Refused(*Event) (syscall.Errno, string) { return 0, "" }
@@ -29,7 +30,7 @@ func (f *fakeRun) decide(ev *Event) Action {
 	if f.act != nil {
 		return *f.act
 	}
-	if f.deny != "" && strings.Contains(ev.Path, f.deny) {
+	if f.deny != "" && strings.Contains(ev.Path, f.deny) || f.denyPort != 0 && ev.Port == f.denyPort {
 		return Action{Kind: ActErrno, Errno: unix.EACCES}
 	}
 	return Action{Kind: ActContinue}

@@ -106,6 +106,9 @@ func (c *call) openForCaller(ev *Event) reply {
 		return deny(unix.EACCES, "supervisor: open for the caller: "+err.Error())
 	}
 	defer unix.Close(fd)
+	if r := ev.deniedFD(fd, ""); r != nil {
+		return *r // ctx.deny_path: the file opened, by its name and identity
+	}
 	return c.injectFD(fd, uint32(flags&unix.O_CLOEXEC))
 }
 
@@ -125,16 +128,46 @@ func (c *call) umask() uint32 {
 }
 
 // openAs opens path (relative to dir) on a thread of its own in the sandbox's
-// Landlock domain, with cr (nil: ours, unprivileged) and no capability. The thread
-// is never unlocked: it ends with its goroutine and serves nothing else.
+// Landlock domain, with cr (nil: ours, unprivileged) and no capability.
 func (s *Supervisor) openAs(cr *creds, dir int, path string, how *unix.OpenHow) (int, error) {
+	return s.asSandbox(cr, nil, func() (int, error) { return unix.Openat2(dir, path, how) })
+}
+
+// threadFS is the fs_struct a call performed for the caller gets (unshare(CLONE_FS)
+// on its thread alone): the caller's umask and, with dir >= 0, that directory as cwd.
+type threadFS struct {
+	umask uint32
+	dir   int
+}
+
+// asSandbox runs f on a thread of its own in the sandbox's Landlock domain
+// (landlock_restrict_self on that thread only, with no_new_privs), with cr (nil:
+// ours, unprivileged) and no capability, and with fs (nil: the process's) an
+// fs_struct of its own. The thread is never unlocked: it ends with its goroutine
+// and serves nothing else. Landlock checks the task that makes a call, not the one
+// that opened the fd it is made on: a bind or unlink made here is judged by the
+// sandbox's rules as the caller's own would be.
+func (s *Supervisor) asSandbox(cr *creds, fs *threadFS, f func() (int, error)) (int, error) {
 	type result struct {
-		fd  int
+		v   int
 		err error
 	}
 	done := make(chan result, 1)
 	go func() {
 		runtime.LockOSThread()
+		if fs != nil {
+			if _, _, e := unix.RawSyscall(unix.SYS_UNSHARE, unix.CLONE_FS, 0, 0); e != 0 {
+				done <- result{-1, errors.New("unshare(CLONE_FS): " + e.Error())}
+				return
+			}
+			unix.RawSyscall(unix.SYS_UMASK, uintptr(fs.umask&0o777), 0, 0)
+			if fs.dir >= 0 {
+				if _, _, e := unix.RawSyscall(unix.SYS_FCHDIR, uintptr(fs.dir), 0, 0); e != 0 {
+					done <- result{-1, e}
+					return
+				}
+			}
+		}
 		if _, _, e := unix.RawSyscall6(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0, 0); e != 0 {
 			done <- result{-1, errors.New("no_new_privs: " + e.Error())}
 			return
@@ -145,15 +178,17 @@ func (s *Supervisor) openAs(cr *creds, dir int, path string, how *unix.OpenHow) 
 				return
 			}
 		}
-		if rs := s.cfg.Host.RulesetFD; rs >= 0 {
-			if _, _, e := unix.RawSyscall(unix.SYS_LANDLOCK_RESTRICT_SELF, uintptr(rs), 0, 0); e != 0 {
-				done <- result{-1, errors.New("landlock_restrict_self: " + e.Error())}
-				return
+		if s.cfg.Host != nil {
+			if rs := s.cfg.Host.RulesetFD; rs >= 0 {
+				if _, _, e := unix.RawSyscall(unix.SYS_LANDLOCK_RESTRICT_SELF, uintptr(rs), 0, 0); e != 0 {
+					done <- result{-1, errors.New("landlock_restrict_self: " + e.Error())}
+					return
+				}
 			}
 		}
-		fd, err := unix.Openat2(dir, path, how)
-		done <- result{fd, err}
+		v, err := f()
+		done <- result{v, err}
 	}()
 	r := <-done
-	return r.fd, r.err
+	return r.v, r.err
 }

@@ -196,6 +196,10 @@ class PolicyContext {
   constructor() {
     /** @type {string[][]} */
     this._restrict = [];
+    /** @type {[number, string[]][]} */
+    this._pidRestrict = [];
+    /** @type {string[]} */
+    this._deny = [];
     this._maxMemory = 0;
     this._maxProcesses = 0;
   }
@@ -231,9 +235,28 @@ class PolicyContext {
     this._maxProcesses = this._maxProcesses === 0 ? n : Math.min(this._maxProcesses, n);
   }
 
-  /** Not offered: the engine cannot tell which processes descend from a pid (use restrictNetwork). */
-  restrictPidNetwork() {
-    throw new Error('restrictPidNetwork is not enforceable here (the engine does not track which processes descend from a pid): use restrictNetwork, which holds for the whole run');
+  /**
+   * From now on the process `pid` is a task of (an event's pid) reaches only these
+   * addresses or CIDR prefixes ([]: none) with connect, sendto and bind. Pinned when
+   * the callback returns (a later process with that number is not restricted);
+   * processes it forks are not covered (use restrictNetwork for the whole run).
+   * @param {number} pid @param {string[]} ips
+   */
+  restrictPidNetwork(pid, ips) {
+    if (!Number.isSafeInteger(pid) || pid <= 0) throw new RangeError(`restrictPidNetwork takes a pid, got ${pid}`);
+    if (!Array.isArray(ips)) throw new TypeError('restrictPidNetwork takes an array of addresses');
+    this._pidRestrict.push([pid, ips.map(String)]);
+  }
+
+  /**
+   * From now on the run's judged calls refuse (EACCES) `path` (absolute) and what is
+   * beneath it; opens, unlinks and mkdirs also by the file reached (symlinks and ..
+   * resolved; a hard link or rename of a denied file stays denied).
+   * @param {string} path
+   */
+  denyPath(path) {
+    if (typeof path !== 'string' || !path.startsWith('/')) throw new TypeError(`denyPath takes an absolute path, got ${path}`);
+    this._deny.push(path);
   }
 }
 
@@ -249,6 +272,8 @@ function policyAnswer(result, ctx) {
   // each call a set the address must be in: the engine intersects them by membership
   // (10.0.0.0/8 and 10.1.2.3 leave 10.1.2.3)
   if (ctx._restrict.length) ans.restrict_network = ctx._restrict.map((s) => [...s]);
+  if (ctx._pidRestrict.length) ans.restrict_pid_network = ctx._pidRestrict.map(([p, s]) => [p, [...s]]);
+  if (ctx._deny.length) ans.deny_path = [...ctx._deny];
   if (ctx._maxMemory) ans.restrict_max_memory = ctx._maxMemory;
   if (ctx._maxProcesses) ans.restrict_max_processes = ctx._maxProcesses;
   return ans;

@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { Sandbox, Handler, NotifAction, ExceptionPolicy, InvalidRequest, presets } from '../index.mjs';
+import { Sandbox, Handler, NotifAction, ExceptionPolicy, InvalidRequest, PolicyContext, presets } from '../index.mjs';
 import { SYSTEM } from './helpers.mjs';
 
 const { PathDenyHandler, COMMON_PATH_SYSCALLS } = presets;
@@ -45,7 +45,7 @@ test('several restrictNetwork calls intersect by membership', async () => {
   sb.close();
 });
 
-test('restrictMaxMemory lowers the sandbox cgroup for the run; restrictPidNetwork throws', async () => {
+test('restrictMaxMemory lowers the sandbox cgroup for the run', async () => {
   const alloc = ['/usr/bin/python3', '-c', "b = bytearray(200 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\nprint('ok')"];
   const lower = (event, ctx) => {
     if (event.syscall === 'execve' && event.argv?.[0] === '/usr/bin/python3') ctx.restrictMaxMemory(64 << 20);
@@ -63,14 +63,34 @@ test('restrictMaxMemory lowers the sandbox cgroup for the run; restrictPidNetwor
     assert.match(JSON.stringify(r.denials), /no cgroup/); // unprivileged: the exception policy refused
   }
   sb.close();
-  const seen = [];
-  const sb3 = new Sandbox({ fsReadable: ['/usr', '/lib'], policyFn: (e, ctx) => {
-    try { ctx.restrictPidNetwork(e.pid, ['10.0.0.1']); } catch (err) { seen.push(err.message); }
+});
+
+test('restrictPidNetwork restricts that process; denyPath refuses a file by name, symlink and hard link', async () => {
+  const code = "import socket\ns=socket.socket()\ntry:\n s.connect(('127.0.0.1', 9))\nexcept OSError as e:\n print(e.errno)\n";
+  const sb = new Sandbox({ fsReadable: ['/usr', '/lib'], netAllow: ['127.0.0.1:9'], policyFn: (e, ctx) => {
+    if (e.syscall === 'execve') ctx.restrictPidNetwork(e.pid, []);
     return 0;
   } });
-  await sb3.run(['/bin/true']);
-  sb3.close();
-  assert.match(seen[0], /restrictNetwork/);
+  const r = await sb.run(['/usr/bin/python3', '-c', code]);
+  assert.equal(r.stdout.toString(), '13\n');
+  assert.match(JSON.stringify(r.denials), /restrict_pid_network/);
+  sb.close();
+  assert.throws(() => new PolicyContext().restrictPidNetwork(0, []), RangeError);
+  const dir = tmp();
+  fs.chmodSync(dir, 0o755);
+  fs.writeFileSync(path.join(dir, 'secret'), 'SECRET');
+  fs.writeFileSync(path.join(dir, 'other'), 'other');
+  fs.symlinkSync('secret', path.join(dir, 'link'));
+  fs.linkSync(path.join(dir, 'secret'), path.join(dir, 'hard'));
+  const read = "import sys\ndef t(p):\n try:\n  return open(p).read()\n except OSError as e:\n  return str(e.errno)\nprint(*[t(p) for p in sys.argv[1:]])\n";
+  const sb2 = new Sandbox({ fsReadable: ['/usr', '/lib', dir], policyFn: (e, ctx) => {
+    if (e.syscall === 'execve') ctx.denyPath(path.join(dir, 'secret'));
+    return 0;
+  } });
+  const r2 = await sb2.run(['/usr/bin/python3', '-c', read, ...['secret', 'link', 'hard', 'other'].map((n) => path.join(dir, n))]);
+  assert.equal(r2.stdout.toString(), '13 13 13 other\n');
+  sb2.close();
+  assert.throws(() => new PolicyContext().denyPath('relative'), TypeError);
 });
 
 test('seed: PathDenyHandler on COMMON_PATH_SYSCALLS', async () => {

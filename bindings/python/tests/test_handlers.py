@@ -176,13 +176,76 @@ def test_restrict_max_memory_lowers_the_cgroup_for_the_run() -> None:
     sb.close()
 
 
-def test_restrict_pid_network_is_an_explicit_error() -> None:
+def test_restrict_pid_network_restricts_that_process_only() -> None:
+    # the program's own process is restricted to no address at its execve; the child
+    # it starts (another process) is not, nor is a later run
+    def on_event(event, ctx):  # type: ignore[no-untyped-def]
+        if event.syscall == "execve" and event.argv and event.argv[-1] == "parent":
+            ctx.restrict_pid_network(event.pid, [])
+        return 0
+
+    code = (
+        "import socket, subprocess, sys\n"
+        "def c():\n s=socket.socket()\n try:\n  s.connect(('127.0.0.1', 9))\n except OSError as e:\n  return e.errno\n"
+        "if sys.argv[-1] == 'parent':\n"
+        " child = subprocess.run([sys.executable, '-c', sys.argv[1], 'child'], capture_output=True, text=True)\n"
+        " child = child.stdout.strip()\n"
+        " print(c(), child)\n"
+        "else:\n print(c())\n"
+    )
+    sb = Sandbox(fs_readable=RO, net_allow=["127.0.0.1:9"], policy_fn=on_event)
+    r = sb.run(["/usr/bin/python3", "-c", code, code, "parent"])
+    assert r.stdout == b"13 111\n", r  # the parent: EACCES; its child: ECONNREFUSED
+    assert any("restrict_pid_network" in str(d) for d in r.denials), r.denials
+    sb.close()
     from sandtrap import PolicyContext
 
-    with pytest.raises(NotImplementedError, match="restrict_network"):
-        PolicyContext().restrict_pid_network(1, ["10.0.0.1"])
+    with pytest.raises(ValueError):
+        PolicyContext().restrict_pid_network(0, [])
     with pytest.raises(ValueError):
         PolicyContext().restrict_max_memory(0)
+
+
+def test_deny_path_from_then_on(tmp_path: Path) -> None:
+    secret, pub = tmp_path / "secret", tmp_path / "pub"
+    secret.mkdir()
+    pub.mkdir()
+    (secret / "f").write_text("SECRET")
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "dir" / "g").write_text("G")
+    (pub / "other").write_text("other")
+    (pub / "link").symlink_to("../secret/f")
+    os.link(secret / "f", pub / "hard")
+    os.chmod(tmp_path, 0o755)
+
+    def on_event(event, ctx):  # type: ignore[no-untyped-def]
+        if event.syscall == "execve":
+            ctx.deny_path(str(secret / "f"))  # a file: also by its identity
+            ctx.deny_path(str(tmp_path / "dir"))  # a directory: everything beneath it
+        return 0
+
+    code = (
+        "import sys\n"
+        "def t(p):\n try:\n  return open(p).read()\n except OSError as e:\n  return str(e.errno)\n"
+        "print(*[t(p) for p in sys.argv[1:]])\n"
+    )
+    paths = [str(secret / "f"), str(pub / "link"), str(pub / "hard"), str(pub / ".." / "secret" / "f"),
+             str(tmp_path / "dir" / "g"), str(pub / "other")]
+    sb = Sandbox(fs_readable=[*RO, str(tmp_path)], policy_fn=on_event)
+    r = sb.run(["/usr/bin/python3", "-c", code, *paths])
+    # directly, through a symlink, a hard link and "..", beneath the directory:
+    # refused; the other file read
+    assert r.stdout == b"13 13 13 13 13 other\n", r
+    assert any("deny_path" in str(d) for d in r.denials), r.denials
+    sb.close()
+    sb = Sandbox(fs_readable=[*RO, str(tmp_path)], policy_fn=lambda e, c: 0)
+    r = sb.run(["/usr/bin/python3", "-c", code, *paths])
+    assert r.stdout == b"SECRET SECRET SECRET SECRET G other\n", r
+    sb.close()
+    from sandtrap import PolicyContext
+
+    with pytest.raises(ValueError):
+        PolicyContext().deny_path("relative")
 
 
 def test_async_handler_does_not_stall_other_calls(tmp_path: Path) -> None:

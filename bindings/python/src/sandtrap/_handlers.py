@@ -272,6 +272,8 @@ class PolicyContext:
 
     def __init__(self) -> None:
         self._restrict: list[list[str]] = []
+        self._pid_restrict: list[list[Any]] = []
+        self._deny: list[str] = []
         self._max_memory = 0
         self._max_processes = 0
 
@@ -303,16 +305,25 @@ class PolicyContext:
         self._max_processes = n if self._max_processes == 0 else min(self._max_processes, n)
 
     def restrict_pid_network(self, pid: int, ips: Sequence[str]) -> None:
-        """Not offered: the engine does not see forks, so it cannot tell which
-        processes descend from ``pid`` (an orphan is re-parented to the run's init).
-        Use ``restrict_network``, which holds for every process of the run."""
-        raise NotImplementedError(
-            "restrict_pid_network is not enforceable here (the engine does not track which processes "
-            "descend from a pid): use restrict_network, which holds for the whole run"
-        )
+        """From now on the process ``pid`` is a task of (an event's ``pid``) reaches
+        only these addresses (or CIDR prefixes) with connect, sendto and bind, on top
+        of every other rule; ``[]``: none. The process is pinned when the callback
+        returns (a later process with the same number is not restricted); processes
+        it forks are not covered (use ``restrict_network`` for the whole run)."""
+        if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+            raise ValueError(f"restrict_pid_network takes a pid, got {pid!r}")
+        if isinstance(ips, (str, bytes)):
+            raise TypeError("restrict_pid_network takes a list of addresses")
+        self._pid_restrict.append([pid, [str(ip) for ip in ips]])
 
     def deny_path(self, path: str) -> None:
-        raise NotImplementedError("deny_path is not supported (yet): use a PathDenyHandler")
+        """From now on the run's judged calls refuse (EACCES) ``path`` (absolute) and
+        everything beneath it; opens, unlinks and mkdirs also by the file the
+        supervisor reaches (symlinks and ``..`` resolved; a hard link or rename of a
+        denied file stays denied)."""
+        if not isinstance(path, str) or not path.startswith("/"):
+            raise ValueError(f"deny_path takes an absolute path, got {path!r}")
+        self._deny.append(path)
 
     def allow_path(self, path: str) -> None:
         raise NotImplementedError("allow_path would widen the policy: sandtrap only tightens")
@@ -340,6 +351,10 @@ def _policy_answer(result: Any, ctx: PolicyContext) -> dict[str, Any]:
         # several restrictions in one callback: each is a set the address must be in
         # (the engine intersects them by membership: 10.0.0.0/8 and 10.1.2.3 leave 10.1.2.3)
         ans["restrict_network"] = [list(s) for s in ctx._restrict]
+    if ctx._pid_restrict:
+        ans["restrict_pid_network"] = [list(p) for p in ctx._pid_restrict]
+    if ctx._deny:
+        ans["deny_path"] = list(ctx._deny)
     if ctx._max_memory:
         ans["restrict_max_memory"] = ctx._max_memory
     if ctx._max_processes:

@@ -1,0 +1,510 @@
+//go:build linux
+
+package supervise
+
+import (
+	"bytes"
+	"cmp"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// An execve the host allowed cannot be performed for the caller (the new program
+// must replace the caller itself), so it is continued; what the kernel then reads
+// — the path, the argv array and its strings — is made to be what the host judged,
+// and held still until the kernel has read it:
+//
+//  1. every other task that can write the caller's memory is held: the other
+//     threads of its process and every task of another process sharing its address
+//     space (clone(CLONE_VM) without CLONE_THREAD: vfork and posix_spawn children
+//     and parents; found by kcmp(KCMP_VM) against every process of /proc, again
+//     until no new one appears, since a held task cannot make another). Each is
+//     PTRACE_SEIZEd and PTRACE_INTERRUPTed, and must reach its ptrace stop, or be
+//     parked in a vfork wait (state D inside clone/vfork: it cannot return to user
+//     space before our caller execs, and when it does the interrupt stops it
+//     first), within 1 s;
+//  2. the judged copy is written back over the caller's memory at the addresses
+//     it was copied from (/proc/<tid>/mem, FOLL_FORCE): whatever a thread wrote in
+//     between is undone, and every private page that holds it becomes the caller's
+//     own anonymous copy (a write to the file behind a MAP_PRIVATE mapping no
+//     longer shows through);
+//  3. every page holding it must then be private anonymous memory
+//     (/proc/<tid>/pagemap: neither file-backed nor shared): memory shared with
+//     another process (MAP_SHARED, SysV shm) could be written by that process,
+//     which no freeze holds — such an execve is refused (EACCES);
+//  4. the caller is seized too (PTRACE_O_TRACEEXEC), the call continued and the
+//     caller interrupted: its next stop — the exec event, or the interrupt on its
+//     return from a failed execve, or its death — means the kernel is done reading;
+//     then every task is detached (a signal that stopped one is re-delivered). The
+//     thread that made the ptrace calls ends after: the kernel detaches whatever
+//     it still traced.
+//
+// Nothing else can write the caller's memory: process_vm_writev, ptrace,
+// userfaultfd and io_uring are refused by the filter, /proc is mounted read-only
+// in every run (no /proc/<pid>/mem opens for writing). Anything that cannot be
+// established is a refusal (EACCES, with the reason), never a plain continue.
+
+// memRegion is memory of the caller a judged copy was made from.
+type memRegion struct {
+	addr uint64
+	data []byte
+}
+
+const (
+	ptraceEventExec = 4
+	ptraceEventStop = 128
+	kcmpVM          = 1
+)
+
+func (c *call) execJudged(ev *Event, initPid int) reply {
+	if !ev.HasPath {
+		if strings.Contains(ev.PathErr, "name too long") {
+			return fail(unix.ENAMETOOLONG)
+		}
+		return fail(unix.EFAULT)
+	}
+	if initPid > 0 {
+		// the run's first exec, by sandtrap-init's vfork child: in init's memory, in
+		// which no code of the program has run and which no other task shares
+		r, _, e := unix.RawSyscall6(unix.SYS_KCMP, uintptr(c.n.Pid), uintptr(initPid), kcmpVM, 0, 0, 0)
+		if e == 0 && r == 0 {
+			if !c.valid() {
+				return gone()
+			}
+			return cont()
+		}
+	}
+	done := make(chan reply, 1)
+	go func() {
+		// never unlocked: the thread ends with the goroutine, and its tracees are
+		// detached by the kernel if anything below left one attached
+		runtime.LockOSThread()
+		done <- c.execHeld(ev)
+	}()
+	return <-done
+}
+
+// tracee is a task held by execHeld.
+type tracee struct {
+	tid     int
+	stopped bool // in a ptrace stop (else parked in a vfork wait)
+	sig     int  // the signal of its signal-delivery stop, re-delivered at detach
+}
+
+func (c *call) execHeld(ev *Event) reply {
+	tid := int(c.n.Pid)
+	held := map[int]*tracee{}
+	detachAll := func() {
+		for _, t := range held {
+			t.detach()
+		}
+	}
+	refuse := func(why string, err error) reply {
+		detachAll()
+		if !c.valid() {
+			return gone()
+		}
+		if err != nil {
+			why += ": " + err.Error()
+		}
+		return deny(unix.EACCES, "supervisor: execve: "+why)
+	}
+	tgid, err := tgidOf("/proc/" + strconv.Itoa(tid) + "/status")
+	if err != nil {
+		return refuse("the caller's process", err)
+	}
+	// holdThreads holds every thread of p but the caller, until none is new (a held
+	// thread makes no other): how many were new
+	holdThreads := func(p int) (int, error) {
+		fresh := 0
+		for round := 0; ; round++ {
+			ts, err := threadsOf(p)
+			if err != nil {
+				if p == tgid {
+					return 0, err
+				}
+				return fresh, nil // exited
+			}
+			n := 0
+			for _, x := range ts {
+				if x == tid || held[x] != nil {
+					continue
+				}
+				t, err := hold(x)
+				if err != nil {
+					return 0, fmt.Errorf("task %d: %w", x, err)
+				}
+				if t != nil {
+					held[x] = t
+					n++
+				}
+			}
+			if n == 0 {
+				return fresh, nil
+			}
+			fresh += n
+			if round > 64 {
+				return 0, errors.New("its threads keep growing")
+			}
+		}
+	}
+	deadline := time.Now().Add(time.Second)
+	stopAll := func() error {
+		for _, t := range held {
+			if err := t.waitStopped(deadline); err != nil {
+				return fmt.Errorf("task %d: %w", t.tid, err)
+			}
+		}
+		return nil
+	}
+	// the caller's own threads first, stopped: then only a task of another process
+	// sharing the memory can make a new one, and a scan that finds none is final
+	if _, err := holdThreads(tgid); err != nil {
+		return refuse("hold its threads", err)
+	}
+	if err := stopAll(); err != nil {
+		return refuse("hold its threads", err)
+	}
+	for round := 0; ; round++ {
+		procs, err := sharingProcesses(tid, tgid)
+		if err != nil {
+			return refuse("find the processes sharing its memory", err)
+		}
+		fresh := 0
+		for _, p := range procs {
+			n, err := holdThreads(p)
+			if err != nil {
+				return refuse("hold the processes sharing its memory", err)
+			}
+			fresh += n
+		}
+		if fresh == 0 {
+			break
+		}
+		if err := stopAll(); err != nil {
+			return refuse("hold the processes sharing its memory", err)
+		}
+		if round > 64 {
+			return refuse("the processes sharing its memory keep growing", nil)
+		}
+	}
+	// the caller: traced for its exec event (not interrupted before it is answered)
+	if _, _, e := unix.RawSyscall6(unix.SYS_PTRACE, unix.PTRACE_SEIZE, uintptr(tid), 0, unix.PTRACE_O_TRACEEXEC, 0, 0); e != 0 {
+		return refuse("trace the caller", e)
+	}
+	me := &tracee{tid: tid}
+	held[tid] = me
+	if err := consistent(ev.judged); err != nil {
+		return refuse("the arguments changed while they were copied", err)
+	}
+	if err := c.writeBack(ev.judged); err != nil {
+		return refuse("write the judged arguments back", err)
+	}
+	if err := c.privatePages(ev.judged); err != nil {
+		return refuse("arguments in memory another process can write", err)
+	}
+	if !c.valid() {
+		detachAll()
+		return gone()
+	}
+	if err := send(uintptr(c.s.fd), seccompNotifResp{ID: c.n.ID, Flags: unix.SECCOMP_USER_NOTIF_FLAG_CONTINUE}); err != nil {
+		detachAll()
+		return gone()
+	}
+	unix.RawSyscall6(unix.SYS_PTRACE, unix.PTRACE_INTERRUPT, uintptr(tid), 0, 0, 0, 0)
+	// the caller's next stop (or its end) means the kernel has read the arguments:
+	// the exec event (reported for the thread-group leader's id when a non-leader
+	// thread execs), the interrupt on the return of a failed execve, or a signal
+	alone := len(held) == 1
+	if alone {
+		// nothing else held: the caller keeps its id (it is its process's only
+		// thread) and no held thread must be reaped for its exec to go on (the exec
+		// waits for its other threads to die, and a traced one's death is reported
+		// to us): wait for it
+		var st unix.WaitStatus
+		for {
+			n, err := unix.Wait4(tid, &st, unix.WALL, nil)
+			if err == unix.EINTR {
+				continue
+			}
+			if err == nil && n == tid && st.Stopped() {
+				me.noteStop(st)
+			}
+			break
+		}
+	}
+	for wait := 20 * time.Microsecond; !alone; wait = min(2*wait, 2*time.Millisecond) {
+		if _, ok := me.poll(); ok {
+			break
+		}
+		if pollExecEvent(tid, held) {
+			break
+		}
+		time.Sleep(wait)
+	}
+	// the tasks parked in a vfork wait leave it now: let them reach their stop
+	for _, t := range held {
+		if !t.stopped {
+			t.waitStopped(time.Now().Add(100 * time.Millisecond))
+		}
+	}
+	detachAll()
+	return gone() // answered above
+}
+
+// sharingProcesses are the other processes with tid's mm (kcmp KCMP_VM against
+// every process of /proc).
+func sharingProcesses(tid, tgid int) ([]int, error) {
+	names, err := dirNames("/proc")
+	if err != nil {
+		return nil, err
+	}
+	var procs []int
+	for _, name := range names {
+		p, err := strconv.Atoi(name)
+		if err != nil || p == tgid {
+			continue
+		}
+		r, _, errno := unix.RawSyscall6(unix.SYS_KCMP, uintptr(tid), uintptr(p), kcmpVM, 0, 0, 0)
+		switch {
+		case errno == 0 && r == 0:
+			procs = append(procs, p)
+		case errno == 0, errno == unix.ESRCH, errno == unix.EPERM:
+			// another mm, gone, or a task we may not inspect: not one created from
+			// the caller's memory (that would be ours to inspect, as the caller is)
+		default:
+			return nil, fmt.Errorf("kcmp %d: %w", p, errno)
+		}
+	}
+	return procs, nil
+}
+
+// threadsOf are the thread ids of process p.
+func threadsOf(p int) ([]int, error) {
+	names, err := dirNames("/proc/" + strconv.Itoa(p) + "/task")
+	if err != nil {
+		return nil, err
+	}
+	out := make([]int, 0, len(names))
+	for _, name := range names {
+		if n, err := strconv.Atoi(name); err == nil {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+// dirNames lists a directory unsorted, without a stat per entry.
+func dirNames(dir string) ([]string, error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return f.Readdirnames(-1)
+}
+
+// hold seizes and interrupts tid (nil: it is gone).
+func hold(tid int) (*tracee, error) {
+	if _, _, e := unix.RawSyscall6(unix.SYS_PTRACE, unix.PTRACE_SEIZE, uintptr(tid), 0, 0, 0, 0); e != 0 {
+		if e == unix.ESRCH {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("PTRACE_SEIZE: %w", e)
+	}
+	t := &tracee{tid: tid}
+	if _, _, e := unix.RawSyscall6(unix.SYS_PTRACE, unix.PTRACE_INTERRUPT, uintptr(tid), 0, 0, 0, 0); e != 0 && e != unix.ESRCH {
+		t.detach()
+		return nil, fmt.Errorf("PTRACE_INTERRUPT: %w", e)
+	}
+	return t, nil
+}
+
+// poll reaps t's pending stop or exit without waiting: (status, true) when it
+// reported one.
+func (t *tracee) poll() (unix.WaitStatus, bool) {
+	var st unix.WaitStatus
+	n, err := unix.Wait4(t.tid, &st, unix.WNOHANG|unix.WALL, nil)
+	if err != nil || n != t.tid {
+		if err == unix.ECHILD {
+			return 1, true // gone (reaped, or no longer ours)
+		}
+		return 0, false
+	}
+	if st.Stopped() {
+		t.noteStop(st)
+		return 0, true
+	}
+	return st, true // exited or killed
+}
+
+// waitStopped waits until t is in its ptrace stop, gone, or parked in a vfork
+// wait, until deadline.
+func (t *tracee) waitStopped(deadline time.Time) error {
+	for wait := 10 * time.Microsecond; ; wait = min(2*wait, time.Millisecond) {
+		if t.stopped {
+			return nil
+		}
+		if _, ok := t.poll(); ok {
+			return nil
+		}
+		if vforkParked(t.tid) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return errors.New("it did not stop")
+		}
+		time.Sleep(wait)
+	}
+}
+
+// vforkParked: tid sleeps uninterruptibly inside clone/vfork with CLONE_VFORK
+// (waiting for its vfork child, which shares the caller's memory: it returns to
+// user space only after that child execs or exits, and its pending interrupt
+// stops it before it runs).
+func vforkParked(tid int) bool {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(tid) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(stat), ')')
+	if i < 0 || i+2 >= len(stat) || stat[i+2] != 'D' {
+		return false
+	}
+	sc, err := os.ReadFile("/proc/" + strconv.Itoa(tid) + "/syscall")
+	if errors.Is(err, os.ErrPermission) {
+		// a task that is not dumpable has a /proc/<tid>/syscall only root reads
+		// (an unprivileged supervisor): its wait channel says it sleeps in clone,
+		// not that the clone is a vfork (docs/security.md)
+		w, err := os.ReadFile("/proc/" + strconv.Itoa(tid) + "/wchan")
+		return err == nil && string(w) == "kernel_clone"
+	}
+	if err != nil {
+		return false
+	}
+	f := strings.Fields(string(sc))
+	if len(f) < 2 {
+		return false
+	}
+	switch f[0] {
+	case strconv.Itoa(unix.SYS_VFORK):
+		return true
+	case strconv.Itoa(unix.SYS_CLONE):
+		flags, err := strconv.ParseUint(strings.TrimPrefix(f[1], "0x"), 16, 64)
+		return err == nil && flags&unix.CLONE_VFORK != 0
+	}
+	return false
+}
+
+// noteStop records a ptrace stop: one without an event (no PTRACE_SYSCALL here) is
+// a signal-delivery stop, whose signal is the program's and goes back at detach.
+func (t *tracee) noteStop(st unix.WaitStatus) {
+	t.stopped = true
+	if uint32(st)>>16 == 0 {
+		t.sig = int(st.StopSignal())
+	}
+}
+
+func (t *tracee) detach() {
+	unix.RawSyscall6(unix.SYS_PTRACE, unix.PTRACE_DETACH, uintptr(t.tid), 0, uintptr(t.sig), 0, 0)
+}
+
+// pollExecEvent: a non-leader caller's exec is reported for its thread group's
+// leader (whose id it takes); true once it was.
+func pollExecEvent(tid int, held map[int]*tracee) bool {
+	for _, t := range held {
+		if t.tid == tid {
+			continue
+		}
+		var st unix.WaitStatus
+		n, err := unix.Wait4(t.tid, &st, unix.WNOHANG|unix.WALL, nil)
+		if err != nil || n != t.tid || !st.Stopped() {
+			continue
+		}
+		t.noteStop(st)
+		if uint32(st)>>16 == ptraceEventExec {
+			t.sig = 0
+			return true
+		}
+	}
+	return false
+}
+
+// consistent: where the copied regions overlap (argv[0] is often the path itself)
+// they were copied at different times; a thread that changed the bytes in between
+// made the host judge two different things, and writing both back would leave the
+// later one, not the path it judged.
+func consistent(rs []memRegion) error {
+	sorted := slices.Clone(rs)
+	slices.SortFunc(sorted, func(a, b memRegion) int { return cmp.Compare(a.addr, b.addr) })
+	for i, a := range sorted {
+		end := a.addr + uint64(len(a.data))
+		for _, b := range sorted[i+1:] {
+			if b.addr >= end {
+				break
+			}
+			n := min(end, b.addr+uint64(len(b.data))) - b.addr
+			if !bytes.Equal(a.data[b.addr-a.addr:b.addr-a.addr+n], b.data[:n]) {
+				return fmt.Errorf("%d bytes at %#x differ between two copies", n, b.addr)
+			}
+		}
+	}
+	return nil
+}
+
+// writeBack writes the judged copy over the caller's memory (FOLL_FORCE: also on
+// read-only private mappings, which it turns into the caller's own copy).
+func (c *call) writeBack(rs []memRegion) error {
+	f, err := os.OpenFile(c.proc("mem"), os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	for _, r := range rs {
+		if _, err := f.WriteAt(r.data, int64(r.addr)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// privatePages: every page under rs is private anonymous memory of the caller
+// (pagemap: present or swapped, not a file page nor shared anonymous memory).
+func (c *call) privatePages(rs []memRegion) error {
+	f, err := os.Open(c.proc("pagemap"))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	const page = 4096
+	seen := map[uint64]bool{}
+	var e [8]byte
+	for _, r := range rs {
+		for p := r.addr / page; p <= (r.addr+uint64(len(r.data))-1)/page; p++ {
+			if seen[p] {
+				continue
+			}
+			seen[p] = true
+			if _, err := f.ReadAt(e[:], int64(p*8)); err != nil {
+				return err
+			}
+			v := *(*uint64)(unsafe.Pointer(&e[0]))
+			if v&(3<<62) == 0 {
+				return fmt.Errorf("page %#x not present", p*page)
+			}
+			if v&(1<<61) != 0 {
+				return fmt.Errorf("page %#x is shared or file-backed", p*page)
+			}
+		}
+	}
+	return nil
+}
