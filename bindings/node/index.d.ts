@@ -419,6 +419,8 @@ export declare class Sandbox {
   pause(): Promise<void>;
   /** resume() of the sandbox's own process. */
   resume(): Promise<void>;
+  /** sendSignal() of the sandbox's own process. */
+  sendSignal(signal: number | NodeJS.Signals, options?: { tree?: boolean }): Promise<number>;
   /** spawn() that parks the program before its execve: its pid is known; start() lets it run. */
   create(argv: readonly string[], options?: PopenOptions): Promise<SandboxProcess>;
   /** Let the program create() made run (rejects with InvalidState without one). */
@@ -454,6 +456,9 @@ export declare class SandboxProcess extends EventEmitter {
   /** The program's pid on this machine; initPid is its parent, the run's pid 1. */
   readonly pid: number;
   readonly initPid: number;
+  /** How pause() stops the run: 'freezer' (cgroup v2: nothing undoes it), 'sigstop' (no freezer here: a SIGCONT resumes it; pauseNote says why), 'unavailable'. */
+  readonly pauseVia: 'freezer' | 'sigstop' | 'unavailable';
+  readonly pauseNote: string | null;
   readonly stdin: Writable | null;
   readonly stdout: Readable | null;
   readonly stderr: Readable | null;
@@ -470,6 +475,8 @@ export declare class SandboxProcess extends EventEmitter {
   /** Stop every process of the run (docs/security.md, "pause"). */
   pause(): Promise<void>;
   resume(): Promise<void>;
+  /** Signal the program (tree: every process of the run but its pid 1); resolves with how many it reached. Stop/continue signals are refused (InvalidRequest). */
+  sendSignal(signal: number | NodeJS.Signals, options?: { tree?: boolean }): Promise<number>;
   /** Let a program popen'd with {start: false} exec (InvalidState when it is not parked). */
   start(): Promise<void>;
 }

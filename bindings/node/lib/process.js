@@ -65,6 +65,14 @@ class SandboxProcess extends EventEmitter {
     this.pid = Number(resp.pid);
     /** @type {number} */
     this.initPid = Number(resp.init_pid);
+    /**
+     * How pause() stops the run: 'freezer' (its own cgroup v2: nothing inside or out
+     * undoes it), 'sigstop' (no freezer on this host, pauseNote says why: a SIGCONT
+     * resumes it) or 'unavailable' (no pid namespace). @type {string}
+     */
+    this.pauseVia = String(resp.pause || 'unavailable');
+    /** @type {string | null} */
+    this.pauseNote = resp.pause_note == null ? null : String(resp.pause_note);
     /** @type {number | null} */
     this.exitCode = null;
     /** @type {string | null} */
@@ -163,6 +171,22 @@ class SandboxProcess extends EventEmitter {
   /** Continue every process of a paused run. */
   async resume() {
     if (!this.result) await processCall(this.sandbox, 'process_resume', this._id, {});
+  }
+
+  /**
+   * Send a signal (a number or a name such as 'SIGTERM') to the program, or with
+   * {tree: true} to every process of the run but its pid 1 (sandtrap-init);
+   * resolves with how many processes it reached (0 once it ended). SIGSTOP,
+   * SIGTSTP, SIGTTIN, SIGTTOU and SIGCONT are refused (InvalidRequest: use
+   * pause()/resume()), as is tree without a pid namespace.
+   * @param {number | string} sig @param {{tree?: boolean}} [opts]
+   */
+  async sendSignal(sig, opts = {}) {
+    const n = typeof sig === 'string' ? os.constants.signals[/** @type {keyof typeof os.constants.signals} */ (sig)] : sig;
+    if (typeof n !== 'number' || !Number.isInteger(n)) throw makeError('invalid_request', `signal: ${String(sig)} is not a signal`);
+    if (this.result) return 0;
+    const r = await processCall(this.sandbox, 'process_signal', this._id, { signal: n, to: opts.tree ? 'tree' : 'leader' });
+    return r ? Number(r.sent || 0) : 0;
   }
 
   /** Let a program popen'd with {start: false} (create) exec; rejects with InvalidState when it is not parked. */
@@ -288,6 +312,9 @@ proto.pause = function pause() {
 };
 proto.resume = function resume() {
   return current(this, 'resume').resume();
+};
+proto.sendSignal = function sendSignal(/** @type {number | string} */ sig, /** @type {{tree?: boolean}} */ opts) {
+  return current(this, 'sendSignal').sendSignal(sig, opts);
 };
 /** @this {Sandbox} @param {string[]} argv @param {Record<string, unknown>} [opts] */
 proto.create = function create(argv, opts = {}) {

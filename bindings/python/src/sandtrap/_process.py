@@ -97,13 +97,15 @@ def _closed_result() -> Result:
 class _ProcessCore:
     """The engine's process: its id and the calls on it (shared by both APIs)."""
 
-    __slots__ = ("handle", "id", "pid", "init_pid", "result", "_lock", "_finalizer", "__weakref__")
+    __slots__ = ("handle", "id", "pid", "init_pid", "pause_via", "pause_note", "result", "_lock", "_finalizer", "__weakref__")
 
     def __init__(self, handle: _Handle, resp: dict[str, Any]) -> None:
         self.handle: _Handle = handle
         self.id: int = int(resp["process"])
         self.pid: int = int(resp.get("pid") or 0)
         self.init_pid: int = int(resp.get("init_pid") or 0)
+        self.pause_via: str = str(resp.get("pause") or "unavailable")
+        self.pause_note: str | None = resp.get("pause_note")
         self.result: Result | None = None
         self._lock = threading.Lock()
         # a Process dropped unwaited: its tree is killed (nothing of a sandbox outlives
@@ -176,6 +178,12 @@ class _ProcessCore:
         if self.result is None:
             self.call("process_resume")
 
+    def send_signal(self, sig: int, tree: bool) -> int:
+        if self.result is not None:
+            return 0
+        resp = self.call("process_signal", signal=int(sig), to="tree" if tree else "leader")
+        return 0 if resp is None else int(resp.get("sent") or 0)
+
     def start(self) -> None:
         from ._errors import InvalidState
 
@@ -219,7 +227,10 @@ class Process:
     ``wait(timeout=)`` returns the :class:`Result` (``reason``, ``exit_code``, the
     ``CAPTURE``'d streams, usage, the isolation report); ``kill()`` kills the whole
     process tree (idempotent); ``pause()``/``resume()`` stop and continue every
-    process of it. As a context manager it closes ``stdin``, waits (killing the tree
+    process of it (``pause_via`` says how: ``"freezer"``, which nothing inside can
+    undo; ``"sigstop"`` on a host without a cgroup v2 freezer, ``pause_note`` says
+    why; ``"unavailable"``); ``send_signal(sig, tree=False)`` signals the program or
+    its whole tree. As a context manager it closes ``stdin``, waits (killing the tree
     first when the block raised), and closes the streams. A ``Process`` dropped
     without being waited for has its tree killed. Limits and the timeout apply as
     for ``run``.
@@ -242,6 +253,8 @@ class Process:
         self.args: list[Any] = list(args)
         self.pid: int = self._core.pid
         self.init_pid: int = self._core.init_pid
+        self.pause_via: str = self._core.pause_via
+        self.pause_note: str | None = self._core.pause_note
         self.stdin: Any = _wrap(resp.get("stdin"), "w", bufsize, text, encoding, errors)
         self.stdout: Any = _wrap(resp.get("stdout"), "r", bufsize, text, encoding, errors)
         self.stderr: Any = _wrap(resp.get("stderr"), "r", bufsize, text, encoding, errors)
@@ -284,8 +297,17 @@ class Process:
 
     def pause(self) -> None:
         """Stop every process of the run (docs/security.md, "pause"); the timeout
-        keeps counting."""
+        keeps counting. With ``pause_via == "freezer"`` (its own cgroup v2) no
+        process, inside or out, can undo it; with ``"sigstop"`` a SIGCONT can."""
         self._core.pause()
+
+    def send_signal(self, sig: int, *, tree: bool = False) -> int:
+        """Send ``sig`` to the program (``tree=True``: to every process of the run
+        but its pid 1, sandtrap-init) and return how many processes it reached (0
+        once it ended). SIGSTOP, SIGTSTP, SIGTTIN, SIGTTOU and SIGCONT are refused
+        (:class:`InvalidRequest`: use ``pause``/``resume``), as is ``tree`` without
+        a pid namespace. A signal never reaches a process outside the run."""
+        return self._core.send_signal(sig, tree)
 
     def resume(self) -> None:
         """Continue every process of a paused run."""
@@ -440,6 +462,13 @@ class AsyncProcess:
 
     def resume(self) -> None:
         self._core.resume()
+
+    def send_signal(self, sig: int, *, tree: bool = False) -> int:
+        return self._core.send_signal(sig, tree)
+
+    @property
+    def pause_via(self) -> str:
+        return self._core.pause_via
 
     def _close(self) -> None:
         for tr in self._transports:
@@ -625,3 +654,8 @@ class ProcessMixin:
     def resume(self) -> None:
         """Continue a paused process tree."""
         self._current("resume").resume()
+
+    def send_signal(self, sig: int, *, tree: bool = False) -> int:
+        """Signal the sandbox's process (``tree=True``: its whole tree); see
+        :meth:`Process.send_signal`."""
+        return self._current("send_signal").send_signal(sig, tree=tree)
