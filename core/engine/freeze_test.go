@@ -63,7 +63,7 @@ func TestPauseFreezerHoldsAgainstSIGCONT(t *testing.T) {
 	sb := newSB(t, nil)
 	m, marker := spinners(t, sb, 3)
 	if wantVia(t, m) != "freezer" {
-		t.Skip("no cgroup v2 freezer for this user: TestPauseSIGSTOPIsUndoneFromInside covers the fallback")
+		t.Skip("no cgroup v2 freezer for this user: TestPauseSIGSTOPIsUndoneBySIGCONT covers the fallback")
 	}
 	r, kind := request(t, sb, map[string]any{"op": "process_pause", "process": m["process"]})
 	if kind != "" || r["paused"] != true || r["via"] != "freezer" {
