@@ -66,6 +66,7 @@ def test_freezer_pause_holds_against_sigcont(sb: Sandbox) -> None:
     deadline = time.monotonic() + 5
     while len(_tree(p.init_pid)) < 4 and time.monotonic() < deadline:
         time.sleep(0.01)
+    time.sleep(0.2)  # the subshells that started the spinners are gone
     pids = _tree(p.init_pid)
     p.pause()
     for pid in pids[1:]:
@@ -131,3 +132,128 @@ def test_send_signal_leader_tree_and_refusals(sb: Sandbox) -> None:
     assert sb.send_signal(signal.SIGKILL, tree=True) == 3
     r = sb.wait()
     assert r.reason is ExitReason.SIGNALED and r.signal == signal.SIGKILL
+
+
+# -- fork(): clones as they finish, progress, leaving early kills the rest ---------
+
+def _comm(tmp_path) -> str:
+    return f"stc{abs(hash(str(tmp_path))) % 10**9}"[:15]
+
+
+def _forker(tmp_path) -> Sandbox:
+    # each clone names itself (comm) so the host can find it, and notes it started
+    work = (
+        "import ctypes, os, time\n"
+        f"ctypes.CDLL(None).prctl(15, {_comm(tmp_path).encode()!r}, 0, 0, 0)\n"
+        f"open({str(tmp_path)!r} + '/' + str(CLONE_ID), 'w').close()\n"
+        "if CLONE_ID > 0:\n    time.sleep(30)\n"
+        "print(CLONE_ID)\n"
+    )
+    return Sandbox(fs_readable=SYS_RO, fs_writable=[str(tmp_path)], work_fn=work)
+
+
+def _clone_pids(tmp_path) -> list[int]:
+    """The host pids of the clones that started (their comm)."""
+    want, out = _comm(tmp_path), []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/comm") as f:
+                    if f.read().strip() == want:
+                        out.append(int(d))
+            except OSError:
+                pass
+    return out
+
+
+def _started(tmp_path) -> int:
+    return len(os.listdir(tmp_path))
+
+
+def _alive(pids: list[int]) -> list[int]:
+    out = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] != "Z":
+                    out.append(pid)
+        except OSError:
+            pass
+    return out
+
+
+def _wait_gone(pids: list[int], timeout: float = 5.0) -> list[int]:
+    end = time.monotonic() + timeout
+    while _alive(pids) and time.monotonic() < end:
+        time.sleep(0.02)
+    return _alive(pids)
+
+
+def test_fork_iterates_as_clones_finish_and_break_kills_the_rest(tmp_path) -> None:
+    with _forker(tmp_path) as mapper:
+        clones = mapper.fork(4, parallel=4)
+        assert clones.done <= 1 and clones.n == 4  # the first batch may be in already
+        for c in clones:
+            assert c.id == 0 and c.stdout == b"0\n"
+            assert clones.done >= 1
+            end = time.monotonic() + 10
+            while _started(tmp_path) < 2 and time.monotonic() < end:
+                time.sleep(0.02)
+            pids = _clone_pids(tmp_path)
+            assert pids, "no sleeping clone runs"
+            break
+        assert _wait_gone(pids) == [], "clones outlived the loop left early"
+        assert clones.done == 1
+
+
+def test_async_for_and_cancel_kill_the_remaining_clones(tmp_path) -> None:
+    async def main() -> None:
+        with _forker(tmp_path) as mapper:
+            got = []
+
+            async def consume() -> None:
+                async for c in mapper.afork(4, parallel=4):
+                    got.append(c.id)
+
+            ticks = 0
+
+            async def ticker() -> None:
+                nonlocal ticks
+                while True:
+                    await asyncio.sleep(0.01)
+                    ticks += 1
+
+            tk = asyncio.create_task(ticker())
+            task = asyncio.create_task(consume())
+            end = time.monotonic() + 20
+            while not got and time.monotonic() < end:
+                await asyncio.sleep(0.02)
+            assert got == [0]
+            while _started(tmp_path) < 2 and time.monotonic() < end:
+                await asyncio.sleep(0.02)
+            pids = _clone_pids(tmp_path)
+            assert pids, "no sleeping clone runs"
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            tk.cancel()
+            assert ticks > 10  # the loop kept running while clones ran
+            assert _wait_gone(pids) == [], "clones outlived the cancelled task"
+
+        # async with: breaking out is closed deterministically
+        for f in os.listdir(tmp_path):
+            os.unlink(os.path.join(tmp_path, f))
+        with _forker(tmp_path) as mapper:
+            async with mapper.afork(3, parallel=3) as clones:
+                async for _c in clones:
+                    end = time.monotonic() + 10
+                    while _started(tmp_path) < 2 and time.monotonic() < end:
+                        await asyncio.sleep(0.02)
+                    pids = _clone_pids(tmp_path)
+                    assert pids
+                    break
+            assert _wait_gone(pids) == []
+
+    import asyncio
+
+    asyncio.run(main())
