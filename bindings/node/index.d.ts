@@ -346,6 +346,8 @@ export interface VersionInfo {
 export declare class Sandbox {
   /** COW-fork map: init once in a confined template, then n clones of it, each running work. */
   fork(n: number, options: ForkOptions): Promise<Clones>;
+  /** fork() as an async iterable of clones as they finish (`for await`); leaving the loop or aborting kills the clones still running. */
+  forkIter(n: number, options: Omit<ForkOptions, 'onClone'>): CloneStream;
   /** Run argv here with the clones' stdout, in clone order, on stdin. */
   reduce(argv: string[], clones: CloneResult[], options?: RunOptions): Promise<RunResult>;
   /**
@@ -685,6 +687,8 @@ export declare class PythonSandbox {
       argv?: string[];
       /** This exec's echo mode (default: the sandbox's). */
       echo?: boolean | 'none' | 'last' | 'all';
+      /** Aborting stops the code (its worker is killed); exec() rejects with an AbortError. */
+      signal?: AbortSignal;
     },
   ): Promise<PythonExecResult>;
   /**
@@ -751,6 +755,14 @@ export interface ForkOptions {
   signal?: AbortSignal;
   /** The Python interpreter of the template (default: the engine's pick, as for sandbox()). */
   python?: string;
+}
+
+/** forkIter()'s clones as they finish: `done` of `total` so far; iterated once. */
+export interface CloneStream extends AsyncIterable<CloneResult> {
+  readonly done: number;
+  readonly total: number;
+  /** The template's isolation report, once every clone is in. */
+  readonly isolation: Record<string, unknown> | null;
 }
 
 /** The clones of a fork in clone order, and the template's isolation report (with `python.granted`: what the engine added to the mapper's policy for the Python runtime). */

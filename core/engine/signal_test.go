@@ -23,9 +23,12 @@ func TestProcessSignal(t *testing.T) {
 		t.Fatalf("the trap did not run: %v", res)
 	}
 	// the tree: sh and its two sleeps (pid 1, sandtrap-init, is not signalled)
-	marker := fmt.Sprintf("sig%d", os.Getpid())
-	m = popen(t, sb, []string{"sh", "-c", "sleep 30 & sleep 30 & wait", marker}, nil)
-	time.Sleep(200 * time.Millisecond)
+	dur := fmt.Sprintf("30.%d", os.Getpid())
+	m = popen(t, sb, []string{"sh", "-c", "sleep " + dur + " & sleep " + dur + " & wait"}, nil)
+	for i := 0; i < 500 && len(withArg(dur)) < 2; i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond)
 	for _, bad := range []any{0, 19, 18, 20, 65, -1} {
 		if _, kind := request(t, sb, map[string]any{"op": "process_signal", "process": m["process"], "signal": bad}); kind != KindInvalidRequest {
 			t.Fatalf("signal %v: %q, want invalid_request", bad, kind)

@@ -3,7 +3,9 @@
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
-import { Sandbox, InvalidRequest } from 'sandtrap';
+import os from 'node:os';
+import path from 'node:path';
+import { Sandbox, InvalidRequest, sandbox } from 'sandtrap';
 import { SYSTEM, exitIfStuck } from './helpers.mjs';
 
 exitIfStuck(after);
@@ -75,8 +77,8 @@ test('sendSignal: the leader (a trap runs), the tree, refusals', async () => {
   assert.equal(await p.sendSignal('SIGTERM'), 1);
   assert.equal((await p.wait()).exitCode, 3);
   assert.equal(await p.sendSignal('SIGTERM'), 0);
-  await sb.spawn(['sh', '-c', 'sleep 30 & sleep 30 & wait'], { stdio: 'ignore' });
-  await sleep(200);
+  const q = await sb.spawn(['sh', '-c', 'sleep 30 & sleep 30 & wait'], { stdio: 'ignore' });
+  for (let i = 0; i < 500 && tree(q.initPid).length < 4; i++) await sleep(10);
   for (const bad of [0, 'SIGSTOP', 'SIGCONT', 'SIGTSTP', 65, 'SIGNOPE']) {
     await assert.rejects(sb.sendSignal(bad), InvalidRequest, String(bad));
   }
@@ -85,4 +87,92 @@ test('sendSignal: the leader (a trap runs), the tree, refusals', async () => {
   assert.equal(r.reason, 'signaled');
   assert.equal(r.signal, 9);
   sb.close();
+});
+
+// -- forkIter: clones as they finish, progress; leaving the loop kills the rest ----
+const comm = (dir) => `stc${Math.abs([...dir].reduce((h, c) => (h * 31 + c.charCodeAt(0)) | 0, 7)) % 1e9}`.slice(0, 15);
+const clonePids = (dir) => {
+  const want = comm(dir);
+  const out = [];
+  for (const d of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      if (fs.readFileSync(`/proc/${d}/comm`, 'latin1').trim() === want) out.push(Number(d));
+    } catch {}
+  }
+  return out;
+};
+const alive = (pids) =>
+  pids.filter((pid) => {
+    try {
+      return fs.readFileSync(`/proc/${pid}/stat`, 'latin1').split(')').pop().trim()[0] !== 'Z';
+    } catch {
+      return false;
+    }
+  });
+const sleeperWork = (dir) =>
+  `import ctypes, os, time\nctypes.CDLL(None).prctl(15, ${JSON.stringify(comm(dir))}.encode(), 0, 0, 0)\n` +
+  `open(${JSON.stringify(dir)} + '/' + str(CLONE_ID), 'w').close()\nif CLONE_ID > 0:\n    time.sleep(30)\nprint(CLONE_ID)`;
+
+test('forkIter yields clones as they finish with progress; break kills the clones still running', async () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'st-forkiter-'));
+  const sb = new Sandbox({ fsReadable: SYSTEM, fsWritable: [dir] });
+  const stream = sb.forkIter(4, { work: sleeperWork(dir), parallel: 4 });
+  assert.equal(stream.total, 4);
+  let pids = [];
+  let ticks = 0;
+  const timer = setInterval(() => ticks++, 10);
+  for await (const c of stream) {
+    assert.equal(c.id, 0);
+    assert.equal(c.stdout.toString(), '0\n');
+    assert.equal(stream.done, 1);
+    for (let i = 0; i < 500 && fs.readdirSync(dir).length < 2; i++) await sleep(20);
+    pids = clonePids(dir);
+    break;
+  }
+  clearInterval(timer);
+  assert.ok(pids.length > 0, 'no sleeping clone ran');
+  assert.ok(ticks > 5, `the event loop was blocked (${ticks} ticks)`);
+  for (let i = 0; i < 250 && alive(pids).length; i++) await sleep(20);
+  assert.deepEqual(alive(pids), [], 'clones outlived the loop');
+  sb.close();
+});
+
+test('forkIter: an AbortSignal kills the remaining clones', async () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'st-forkiter-'));
+  const sb = new Sandbox({ fsReadable: SYSTEM, fsWritable: [dir] });
+  const ac = new AbortController();
+  let pids = [];
+  await assert.rejects(
+    (async () => {
+      for await (const c of sb.forkIter(4, { work: sleeperWork(dir), parallel: 4, signal: ac.signal })) {
+        assert.equal(c.id, 0);
+        for (let i = 0; i < 500 && fs.readdirSync(dir).length < 2; i++) await sleep(20);
+        pids = clonePids(dir);
+        ac.abort();
+      }
+    })(),
+    (e) => e.name === 'AbortError',
+  );
+  assert.ok(pids.length > 0);
+  for (let i = 0; i < 250 && alive(pids).length; i++) await sleep(20);
+  assert.deepEqual(alive(pids), []);
+  sb.close();
+});
+
+test('PythonSandbox.exec: an AbortSignal stops the code; the next exec does not wait for it', async () => {
+  for (const isolation of ['kernel', 'process']) {
+    const py = sandbox({ timeout: 30 }, { isolation });
+    assert.equal((await py.exec('x = 41')).error, null);
+    const ac = new AbortController();
+    setTimeout(() => ac.abort(), 300);
+    const t0 = Date.now();
+    await assert.rejects(py.exec('while True:\n    pass', { signal: ac.signal }), (e) => e.name === 'AbortError');
+    assert.ok(Date.now() - t0 < 3000, `${isolation}: the abort took ${Date.now() - t0} ms`);
+    const t1 = Date.now();
+    const r = await py.exec('y = 1');
+    assert.equal(r.error, null);
+    assert.ok(Date.now() - t1 < 3000, `${isolation}: the next exec waited ${Date.now() - t1} ms`);
+    py.close();
+  }
 });

@@ -125,7 +125,9 @@ def test_send_signal_leader_tree_and_refusals(sb: Sandbox) -> None:
     assert r.exit_code == 3 and b"term" in r.stdout
     assert p.send_signal(signal.SIGTERM) == 0  # ended: reaches nothing
     q = sb.spawn(["sh", "-c", "sleep 30 & sleep 30 & wait"])
-    time.sleep(0.2)
+    deadline = time.monotonic() + 5
+    while len(_tree(q.init_pid)) < 4 and time.monotonic() < deadline:
+        time.sleep(0.01)
     for bad in (0, signal.SIGSTOP, signal.SIGCONT, signal.SIGTSTP, 65):
         with pytest.raises(InvalidRequest):
             q.send_signal(bad)
