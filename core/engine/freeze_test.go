@@ -1,3 +1,5 @@
+//go:build sandtrap_testhook
+
 package engine
 
 import (

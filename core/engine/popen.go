@@ -7,6 +7,7 @@ import (
 	"github.com/sandtrap/sandtrap/core/policy"
 	"github.com/sandtrap/sandtrap/core/protocol"
 	runs "github.com/sandtrap/sandtrap/core/run"
+	"golang.org/x/sys/unix"
 )
 
 // The ops of popen'd runs (core/run/popen.go; docs/protocol.md, "processes"):
@@ -31,6 +32,11 @@ func opPopen(s *Sandbox, b []byte) ([]byte, string) {
 	if err != nil {
 		return ErrorResponse(err), KindInvalidRequest
 	}
+	return popenWith(s, m, nil)
+}
+
+// popenWith: popen of request m, extra fds placed on 3, 4, … of the program (restore).
+func popenWith(s *Sandbox, m map[string]any, extra []int) ([]byte, string) {
 	var probs policy.Problems
 	var stdio [3]runs.Stdio
 	rest := map[string]any{}
@@ -53,6 +59,13 @@ func opPopen(s *Sandbox, b []byte) ([]byte, string) {
 	req := parseRun(rest, "", "popen", &probs, "stdin", "stdout", "stderr", "start")
 	if len(probs) > 0 {
 		return ErrorResponse(requestError(probs)), KindInvalidRequest
+	}
+	for _, fd := range extra {
+		dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			return ErrorResponse(errorf(KindSpawn, "dup: %v", err)), KindSpawn
+		}
+		req.ExtraFDs = append(req.ExtraFDs, dup) // closed by the run once started
 	}
 	p, fds, err := runs.Popen(s, &s.procs, req, stdio, park)
 	if err != nil {
@@ -87,6 +100,8 @@ func opProcess(fn processOp) OpFunc {
 			allowed = append(allowed, "timeout")
 		case "process_signal":
 			allowed = append(allowed, "signal", "to")
+		case "checkpoint":
+			allowed = append(allowed, "dir", "name", "app_state")
 		}
 		probs := protocol.Fields(m, "", op, allowed...)
 		n, ok := policy.AsInt(m["process"])

@@ -146,6 +146,10 @@ type Process struct {
 	// on this host: PauseNote says why) or PauseUnavailable (no pid namespace).
 	PauseVia  string
 	PauseNote string
+	// what it was started with (checkpoints)
+	Argv []string
+	Cwd  string
+	Env  map[string]string
 }
 
 // How a run pauses (Process.PauseVia).
@@ -278,7 +282,7 @@ func Popen(h Host, t *Processes, req *Request, stdio [3]Stdio, park bool) (*Proc
 	}
 	st := &Stream{StderrFD: theirs[2], GateFD: gateR, started: make(chan *control, 1), execd: make(chan spawn.Status, 1)}
 	req.Stream = st
-	p := &Process{ID: processSeq.Add(1), done: make(chan struct{}), gate: gateW, frz: frz}
+	p := &Process{ID: processSeq.Add(1), done: make(chan struct{}), gate: gateW, frz: frz, Argv: req.Argv, Cwd: req.Cwd, Env: req.Env}
 	go func() {
 		p.res = Run(h, req) // closes theirs once started
 		p.mu.Lock()
