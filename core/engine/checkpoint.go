@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"bytes"
+	"encoding/json"
 	"strconv"
 
 	runs "github.com/sandtrap/sandtrap/core/run"
@@ -32,7 +34,35 @@ func processCheckpoint(s *Sandbox, p *runs.Process, m map[string]any) (map[strin
 	if err != nil {
 		return nil, err
 	}
-	return map[string]any{"dir": dir, "checkpoint": cp}, nil
+	return map[string]any{"dir": dir, "checkpoint": asMap(cp)}, nil
+}
+
+// asMap is checkpoint.json's map (the response carries the file's keys).
+func asMap(cp *runs.Checkpoint) map[string]any {
+	b, _ := json.Marshal(cp)
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	var m map[string]any
+	d.Decode(&m)
+	return ints(m).(map[string]any)
+}
+
+// ints turns the JSON numbers of v (all integers here) into int64s.
+func ints(v any) any {
+	switch t := v.(type) {
+	case json.Number:
+		n, _ := t.Int64()
+		return n
+	case map[string]any:
+		for k, x := range t {
+			t[k] = ints(x)
+		}
+	case []any:
+		for i, x := range t {
+			t[i] = ints(x)
+		}
+	}
+	return v
 }
 
 // opRestore: popen's keys (stdio, timeout, tag, start) with "dir" in place of argv,
@@ -87,7 +117,6 @@ func opRestore(s *Sandbox, b []byte) ([]byte, string) {
 	}
 	out, _ := DecodeMap(resp, "response")
 	out["app_state"] = state
-	out["checkpoint"] = cp
+	out["checkpoint"] = asMap(cp)
 	return Encode(out), ""
 }
-

@@ -259,3 +259,59 @@ def test_async_for_and_cancel_kill_the_remaining_clones(tmp_path) -> None:
     import asyncio
 
     asyncio.run(main())
+
+
+# -- checkpoints: application state, persisted; restore only under the same policy --
+
+CP_PROG = """import os, socket, sys, time
+if "SANDTRAP_CHECKPOINT_FD" in os.environ:
+    n = int(os.environ["SANDTRAP_CHECKPOINT_SIZE"])
+    print("restored:" + os.read(int(os.environ["SANDTRAP_CHECKPOINT_FD"]), n).decode())
+    sys.exit(0)
+a, b = socket.socketpair()
+print("up", flush=True)
+time.sleep(30)
+"""
+
+
+def test_checkpoint_save_load_restore(sb: Sandbox, tmp_path) -> None:
+    from sandtrap import Checkpoint, PIPED, PolicyError
+
+    p = sb.spawn(["/usr/bin/python3", "-c", CP_PROG], stdout=PIPED)
+    assert p.stdout.readline() == b"up\n"
+    state = {"step": 7}
+    import json
+
+    cp = sb.checkpoint(save_fn=lambda: json.dumps(state).encode())
+    assert cp.app_state == b'{"step": 7}' and cp.argv[0] == "/usr/bin/python3"
+    whats = " ".join(n["what"] for n in cp.not_captured)
+    assert "process images" in whats and "2 socket fd(s)" in whats and "pipe fd(s)" in whats
+    assert p.poll() is None  # it runs on
+    store = tmp_path / "store"
+    path = cp.save("step7", store=store)
+    assert sorted(os.listdir(path)) == ["app_state.bin", "checkpoint.json"]
+    with pytest.raises(FileExistsError):
+        cp.save("step7", store=store)
+    assert Checkpoint.list(store=store) == ["step7"]
+    with pytest.raises(ValueError):
+        Checkpoint.load("../x", store=store)
+    sb.kill()
+    sb.wait()
+
+    got = []
+    cp2 = Checkpoint.load("step7", store=store, restore_fn=got.append)
+    assert got == [b'{"step": 7}'] and cp2.name == "step7"
+    seen = []
+    q = sb.restore(cp2, stdout=CAPTURE, restore_fn=seen.append)
+    assert seen == [b'{"step": 7}'] and sb.pid == q.pid
+    assert q.wait().stdout == b'restored:{"step": 7}\n'
+
+    # fail closed: another policy; a changed state file
+    with Sandbox(fs_readable=SYS_RO + ["/etc"]) as other:
+        with pytest.raises(PolicyError, match="another policy"):
+            other.restore(cp2)
+    (path / "app_state.bin").write_bytes(b'{"step": 8}')
+    with pytest.raises(InvalidRequest, match="sha256"):
+        sb.restore(path)
+    Checkpoint.delete("step7", store=store)
+    assert Checkpoint.list(store=store) == []

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import os
 import subprocess
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 from . import _native
@@ -178,6 +180,22 @@ class _ProcessCore:
         if self.result is None:
             self.call("process_resume")
 
+    def checkpoint(self, save_fn: Any, dir: Any) -> Any:
+        from ._checkpoint import Checkpoint, staging_dir
+
+        state = None if save_fn is None else save_fn()
+        if state is not None and not isinstance(state, (bytes, bytearray, memoryview)):
+            raise TypeError(f"save_fn must return bytes (or None), got {type(state).__name__}")
+        staged = dir is None
+        path = staging_dir() if staged else Path(dir).absolute()
+        resp = self.call("checkpoint", dir=str(path), app_state=None if state is None else bytes(state))
+        if resp is None:
+            raise SandboxClosed("the sandbox is closed")
+        import json
+
+        meta = json.loads((path / "checkpoint.json").read_text())  # the file's, exactly
+        return Checkpoint(path, meta, None if state is None else bytes(state), staged=staged)
+
     def send_signal(self, sig: int, tree: bool) -> int:
         if self.result is not None:
             return 0
@@ -308,6 +326,14 @@ class Process:
         (:class:`InvalidRequest`: use ``pause``/``resume``), as is ``tree`` without
         a pid namespace. A signal never reaches a process outside the run."""
         return self._core.send_signal(sig, tree)
+
+    def checkpoint(self, save_fn: Callable[[], bytes] | None = None, *, dir: str | os.PathLike[str] | None = None) -> Any:
+        """An application checkpoint of this process (see :class:`Checkpoint`):
+        ``save_fn()``'s bytes, what the program was started with, and the list of
+        what is not captured. The run is paused while its tree is inventoried. With
+        ``dir`` it is written there (which must not exist), else kept aside until
+        ``Checkpoint.save(name)``."""
+        return self._core.checkpoint(save_fn, dir)
 
     def resume(self) -> None:
         """Continue every process of a paused run."""
@@ -659,3 +685,57 @@ class ProcessMixin:
         """Signal the sandbox's process (``tree=True``: its whole tree); see
         :meth:`Process.send_signal`."""
         return self._current("send_signal").send_signal(sig, tree=tree)
+
+    def checkpoint(self, save_fn: Callable[[], bytes] | None = None, *, dir: str | os.PathLike[str] | None = None) -> Any:
+        """An application checkpoint of the sandbox's process (``spawn``): see
+        :meth:`Process.checkpoint` and :class:`Checkpoint`."""
+        return self._current("checkpoint").checkpoint(save_fn, dir=dir)
+
+    def restore(
+        self,
+        cp: Any,
+        *,
+        stdin: StdioSpec = None,
+        stdout: StdioSpec = None,
+        stderr: StdioSpec = None,
+        timeout: float | None = None,
+        text: bool = False,
+        restore_fn: Callable[[bytes], Any] | None = None,
+    ) -> Process:
+        """Start the checkpoint's program again as the sandbox's process (as
+        ``spawn``), its ``app_state`` on fd 3 (``SANDTRAP_CHECKPOINT_FD``,
+        ``SANDTRAP_CHECKPOINT_SIZE``); ``restore_fn`` (if given) gets the state here
+        too. ``cp`` is a :class:`Checkpoint` or its directory. Fails closed: a
+        checkpoint taken under another policy raises :class:`PolicyError`, one whose
+        files changed or whose format is unknown :class:`InvalidRequest`."""
+        from ._errors import InvalidState
+        from ._sandbox import _raise_request
+
+        cur = self._proc
+        if cur is not None and cur.poll() is None:
+            raise InvalidState(f"the sandbox's process (pid {cur.pid}) is still running: wait() or kill() it first")
+        path = str(getattr(cp, "path", cp))
+        probs: list[Any] = []
+        req: dict[str, Any] = {"op": "restore", "dir": os.path.abspath(path)}
+        if timeout is not None:
+            req["timeout"] = timeout
+        for name, v in (("stdin", stdin), ("stdout", stdout), ("stderr", stderr)):
+            val = stdio_value(name, v, probs)
+            if val is not None:
+                req[name] = val
+        if probs:
+            _raise_request(probs)
+        sb = cast("Sandbox", self)
+        h = sb._live()
+        h.acquire()
+        try:
+            rc, resp = _native.sandbox_exec(h.ptr, _native.pack(req))
+        finally:
+            h.release()
+        if rc != _native.OK or resp is None:
+            raise _native.status_error(rc, resp)
+        if restore_fn is not None and resp.get("app_state") is not None:
+            restore_fn(resp["app_state"])
+        argv = list(resp["checkpoint"]["process"]["argv"])
+        self._proc = Process(sb, h, argv, resp, text=text)
+        return self._proc
