@@ -421,6 +421,10 @@ export declare class Sandbox {
   pause(): Promise<void>;
   /** resume() of the sandbox's own process. */
   resume(): Promise<void>;
+  /** checkpoint() of the sandbox's own process. */
+  checkpoint(dir: string, options?: { saveFn?: () => Uint8Array | null | Promise<Uint8Array | null>; name?: string }): Promise<Record<string, unknown>>;
+  /** Start a checkpoint's program again as the sandbox's process (its app state on fd 3); same policy only. */
+  restore(dir: string, options?: PopenOptions & { restoreFn?: (state: Buffer) => unknown }): Promise<SandboxProcess>;
   /** sendSignal() of the sandbox's own process. */
   sendSignal(signal: number | NodeJS.Signals, options?: { tree?: boolean }): Promise<number>;
   /** spawn() that parks the program before its execve: its pid is known; start() lets it run. */
@@ -461,6 +465,10 @@ export declare class SandboxProcess extends EventEmitter {
   /** How pause() stops the run: 'freezer' (cgroup v2: nothing undoes it), 'sigstop' (no freezer here: a SIGCONT resumes it; pauseNote says why), 'unavailable'. */
   readonly pauseVia: 'freezer' | 'sigstop' | 'unavailable';
   readonly pauseNote: string | null;
+  /** restore(): the checkpoint's app state (else null). */
+  readonly appState: Buffer | null;
+  /** restore(): the checkpoint's checkpoint.json (else null). */
+  readonly checkpointInfo: Record<string, unknown> | null;
   readonly stdin: Writable | null;
   readonly stdout: Readable | null;
   readonly stderr: Readable | null;
@@ -479,6 +487,8 @@ export declare class SandboxProcess extends EventEmitter {
   resume(): Promise<void>;
   /** Signal the program (tree: every process of the run but its pid 1); resolves with how many it reached. Stop/continue signals are refused (InvalidRequest). */
   sendSignal(signal: number | NodeJS.Signals, options?: { tree?: boolean }): Promise<number>;
+  /** An application checkpoint into dir (absolute, must not exist): saveFn's bytes, argv/cwd/env, what is not captured; resolves with checkpoint.json. */
+  checkpoint(dir: string, options?: { saveFn?: () => Uint8Array | null | Promise<Uint8Array | null>; name?: string }): Promise<Record<string, unknown>>;
   /** Let a program popen'd with {start: false} exec (InvalidState when it is not parked). */
   start(): Promise<void>;
 }

@@ -13,6 +13,7 @@
 const { EventEmitter } = require('node:events');
 const net = require('node:net');
 const os = require('node:os');
+const path = require('node:path');
 const native = require('./native');
 const { Sandbox } = require('./sandbox');
 const { Problem, InvalidRequest, makeError, problemsMessage } = require('./errors');
@@ -73,6 +74,10 @@ class SandboxProcess extends EventEmitter {
     this.pauseVia = String(resp.pause || 'unavailable');
     /** @type {string | null} */
     this.pauseNote = resp.pause_note == null ? null : String(resp.pause_note);
+    /** restore(): the checkpoint's app state and checkpoint.json (else null) */
+    this.appState = resp.app_state instanceof Uint8Array ? Buffer.from(resp.app_state) : null;
+    /** @type {Wire | null} */
+    this.checkpointInfo = resp.checkpoint ?? null;
     /** @type {number | null} */
     this.exitCode = null;
     /** @type {string | null} */
@@ -189,6 +194,22 @@ class SandboxProcess extends EventEmitter {
     return r ? Number(r.sent || 0) : 0;
   }
 
+  /**
+   * An application checkpoint (docs/protocol.md, "checkpoints"): what saveFn()
+   * resolves with (a Buffer, or null), persisted with the program's argv, cwd and
+   * env and the list of what is not captured, in dir (which must not exist).
+   * Resolves with checkpoint.json's contents.
+   * @param {string} dir @param {{saveFn?: () => Buffer | Uint8Array | null | Promise<Buffer | Uint8Array | null>, name?: string}} [opts]
+   */
+  async checkpoint(dir, opts = {}) {
+    if (typeof dir !== 'string' || !path.isAbsolute(dir)) throw makeError('invalid_request', 'checkpoint: dir must be an absolute path');
+    const state = opts.saveFn ? await opts.saveFn() : null;
+    if (state != null && !(state instanceof Uint8Array)) throw makeError('invalid_request', 'checkpoint: saveFn must return a Buffer (or null)');
+    const r = await processCall(this.sandbox, 'checkpoint', this._id, { dir, name: opts.name ?? '', app_state: state ?? null });
+    if (!r) throw makeError('closed', 'the sandbox is closed');
+    return r.checkpoint;
+  }
+
   /** Let a program popen'd with {start: false} (create) exec; rejects with InvalidState when it is not parked. */
   async start() {
     try {
@@ -218,8 +239,9 @@ async function popen(argv, opts = {}) {
   if (!Array.isArray(argv) || argv.length === 0 || argv.some((a) => typeof a !== 'string')) {
     problems.push(new Problem('argv', `want a non-empty array of strings, got ${describe(argv)}`));
   }
-  const o = isPlainObject(opts) ? /** @type {Record<string, unknown>} */ (opts) : {};
-  const { map, problems: optProblems } = mapOptions(opts, RUN, 'popen', ['stdio', 'stdin', 'stdout', 'stderr', 'start']);
+  const all = isPlainObject(opts) ? /** @type {Record<string, unknown>} */ (opts) : {};
+  const { _restore: restoreDir, ...o } = all; // restore(): the checkpoint's directory
+  const { map, problems: optProblems } = mapOptions(isPlainObject(opts) ? o : opts, RUN, 'popen', ['stdio', 'stdin', 'stdout', 'stderr', 'start']);
   problems.push(...optProblems);
   /** @type {unknown[]} */
   let stdio = [undefined, undefined, undefined];
@@ -230,7 +252,7 @@ async function popen(argv, opts = {}) {
     if (o[n] !== undefined) stdio[i] = o[n];
   });
   /** @type {Wire} */
-  const req = { op: 'popen', argv, ...map };
+  const req = restoreDir === undefined ? { op: 'popen', argv, ...map } : { op: 'restore', dir: restoreDir, ...map };
   if (o.start !== undefined && typeof o.start !== 'boolean') problems.push(new Problem('start', `want a boolean, got ${describe(o.start)}`));
   if (o.start === false) req.start = false;
   stdio.forEach((v, i) => {
@@ -241,7 +263,7 @@ async function popen(argv, opts = {}) {
   const tag = `node-popen:${process.pid}:${++seq}`;
   const resp = await this.request({ ...req, tag });
   if (resp.error && resp.error.kind) throw makeError(resp.error.kind, resp.error.message);
-  const p = new SandboxProcess(this, argv, resp, tag);
+  const p = new SandboxProcess(this, resp.checkpoint ? resp.checkpoint.process.argv : argv, resp, tag);
   procsOf(this).add(p);
   return p;
 }
@@ -312,6 +334,25 @@ proto.pause = function pause() {
 };
 proto.resume = function resume() {
   return current(this, 'resume').resume();
+};
+proto.checkpoint = function checkpoint(/** @type {string} */ dir, /** @type {any} */ opts) {
+  return current(this, 'checkpoint').checkpoint(dir, opts);
+};
+/**
+ * Start a checkpoint's program again as the sandbox's process, its app state on
+ * fd 3; resolves with the SandboxProcess (its appState and checkpoint set). Fails
+ * closed: another policy rejects with PolicyError, a changed checkpoint with
+ * InvalidRequest.
+ * @this {Sandbox} @param {string} dir @param {Record<string, unknown> & {restoreFn?: (state: Buffer) => unknown}} [opts]
+ */
+proto.restore = async function restore(dir, opts = {}) {
+  const cur = currents.get(this);
+  if (cur && !cur.result) throw makeError('invalid_state', `the sandbox's process (pid ${cur.pid}) is still running: wait() or kill() it first`);
+  const { restoreFn, ...rest } = opts;
+  const p = await popen.call(this, ['(restore)'], { stdio: 'inherit', ...rest, _restore: path.resolve(dir) });
+  if (restoreFn && p.appState) await restoreFn(p.appState);
+  currents.set(this, p);
+  return p;
 };
 proto.sendSignal = function sendSignal(/** @type {number | string} */ sig, /** @type {{tree?: boolean}} */ opts) {
   return current(this, 'sendSignal').sendSignal(sig, opts);

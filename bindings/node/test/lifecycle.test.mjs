@@ -176,3 +176,38 @@ test('PythonSandbox.exec: an AbortSignal stops the code; the next exec does not 
     py.close();
   }
 });
+
+test('checkpoint and restore: app state on fd 3, same policy only, a changed state refused', async () => {
+  const { PolicyError } = await import('sandtrap');
+  const prog = `import os, socket, sys, time
+if "SANDTRAP_CHECKPOINT_FD" in os.environ:
+    print("restored:" + os.read(3, int(os.environ["SANDTRAP_CHECKPOINT_SIZE"])).decode())
+    sys.exit(0)
+a, b = socket.socketpair()
+print("up", flush=True)
+time.sleep(30)
+`;
+  const sb = new Sandbox({ fsReadable: SYSTEM });
+  const p = await sb.spawn(['/usr/bin/python3', '-c', prog], { stdio: ['ignore', 'pipe', 'ignore'] });
+  let out = '';
+  p.stdout.on('data', (b) => (out += b));
+  for (let i = 0; i < 500 && !out.includes('up'); i++) await sleep(10);
+  const dir = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'st-cp-')), 'cp');
+  const cp = await sb.checkpoint(dir, { saveFn: () => Buffer.from('step-7'), name: 'n' });
+  assert.equal(cp.format, 'sandtrap-checkpoint/1');
+  assert.ok(cp.not_captured.some((n) => n.what === '2 socket fd(s)'), JSON.stringify(cp.not_captured));
+  assert.equal(fs.readFileSync(path.join(dir, 'app_state.bin'), 'latin1'), 'step-7');
+  await assert.rejects(sb.checkpoint(dir), InvalidRequest); // never over another
+  p.kill();
+  await p.wait();
+  let seen = null;
+  const q = await sb.restore(dir, { stdout: 'capture', restoreFn: (s) => (seen = s.toString()) });
+  assert.equal(seen, 'step-7');
+  assert.equal((await q.wait()).stdout.toString(), 'restored:step-7\n');
+  const other = new Sandbox({ fsReadable: [...SYSTEM, '/etc'] });
+  await assert.rejects(other.restore(dir), PolicyError);
+  other.close();
+  fs.writeFileSync(path.join(dir, 'app_state.bin'), 'step-8');
+  await assert.rejects(sb.restore(dir), InvalidRequest);
+  sb.close();
+});
