@@ -107,10 +107,10 @@ with Sandbox(fs_readable={SYS_RO!r}, timeout=60) as sb:
     t0 = _ticks(pids); time.sleep(0.3); print("AFTER_SIGCONT", _ticks(pids) - t0)
     p.kill()
 """
-    env = dict(os.environ, SANDTRAP_TEST_DISABLE="freezer", SANDTRAP_LIB=hook,
-               PYTHONPATH=os.pathsep.join(sys.path))
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60,
-                         cwd=os.path.dirname(__file__))
+    env = dict(os.environ, SANDTRAP_TEST_DISABLE="freezer", SANDTRAP_LIB=hook, PYTHONPATH=os.pathsep.join(sys.path))
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, cwd=os.path.dirname(__file__)
+    )
     assert "VIA sigstop True" in out.stdout, out.stdout + out.stderr
     lines = dict(line.split(" ", 1) for line in out.stdout.splitlines())
     assert int(lines["STOPPED"]) <= 1, out.stdout
@@ -137,6 +137,7 @@ def test_send_signal_leader_tree_and_refusals(sb: Sandbox) -> None:
 
 
 # -- fork(): clones as they finish, progress, leaving early kills the rest ---------
+
 
 def _comm(tmp_path) -> str:
     return f"stc{abs(hash(str(tmp_path))) % 10**9}"[:15]
@@ -275,7 +276,7 @@ time.sleep(30)
 
 
 def test_checkpoint_save_load_restore(sb: Sandbox, tmp_path) -> None:
-    from sandtrap import Checkpoint, PIPED, PolicyError
+    from sandtrap import PIPED, Checkpoint, PolicyError
 
     p = sb.spawn(["/usr/bin/python3", "-c", CP_PROG], stdout=PIPED)
     assert p.stdout.readline() == b"up\n"
@@ -307,9 +308,8 @@ def test_checkpoint_save_load_restore(sb: Sandbox, tmp_path) -> None:
     assert q.wait().stdout == b'restored:{"step": 7}\n'
 
     # fail closed: another policy; a changed state file
-    with Sandbox(fs_readable=SYS_RO + ["/etc"]) as other:
-        with pytest.raises(PolicyError, match="another policy"):
-            other.restore(cp2)
+    with Sandbox(fs_readable=SYS_RO + ["/etc"]) as other, pytest.raises(PolicyError, match="another policy"):
+        other.restore(cp2)
     (path / "app_state.bin").write_bytes(b'{"step": 8}')
     with pytest.raises(InvalidRequest, match="sha256"):
         sb.restore(path)

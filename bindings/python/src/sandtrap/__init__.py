@@ -29,6 +29,7 @@ from sandtrap_guest import (
 )
 
 from . import errors
+from ._checkpoint import Checkpoint
 from ._coop import (
     CoopSandbox,
     ExecResult,
@@ -62,7 +63,6 @@ from ._fork import CloneResult, Clones
 from ._gather import Gather, GatherPipeline, NamedCommand, inputs
 from ._handlers import ExceptionPolicy, Handler, HandlerCtx, NotifAction, PolicyContext, SyscallEvent
 from ._policy import parse_ports
-from ._checkpoint import Checkpoint
 from ._process import CAPTURE, INHERIT, NULL, PIPED, AsyncProcess, Process, StdioMode
 from ._profile import load_profile, policy_from_dict, profile_argv
 from ._result import Denial, ErrorInfo, ExitReason, LearnResult, Result

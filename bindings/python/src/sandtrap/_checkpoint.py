@@ -117,7 +117,9 @@ class Checkpoint:
         root = Path(store) if store is not None else DEFAULT_STORE
         if not root.is_dir():
             return []
-        return sorted(d.name for d in root.iterdir() if not d.name.startswith(".") and (d / "checkpoint.json").is_file())
+        return sorted(
+            d.name for d in root.iterdir() if not d.name.startswith(".") and (d / "checkpoint.json").is_file()
+        )
 
     @classmethod
     def delete(cls, name: str, *, store: Path | str | None = None) -> None:

@@ -99,7 +99,18 @@ def _closed_result() -> Result:
 class _ProcessCore:
     """The engine's process: its id and the calls on it (shared by both APIs)."""
 
-    __slots__ = ("handle", "id", "pid", "init_pid", "pause_via", "pause_note", "result", "_lock", "_finalizer", "__weakref__")
+    __slots__ = (
+        "handle",
+        "id",
+        "pid",
+        "init_pid",
+        "pause_via",
+        "pause_note",
+        "result",
+        "_lock",
+        "_finalizer",
+        "__weakref__",
+    )
 
     def __init__(self, handle: _Handle, resp: dict[str, Any]) -> None:
         self.handle: _Handle = handle
@@ -180,14 +191,14 @@ class _ProcessCore:
         if self.result is None:
             self.call("process_resume")
 
-    def checkpoint(self, save_fn: Any, dir: Any) -> Any:
+    def checkpoint(self, save_fn: Any, path: Any) -> Any:
         from ._checkpoint import Checkpoint, staging_dir
 
         state = None if save_fn is None else save_fn()
         if state is not None and not isinstance(state, (bytes, bytearray, memoryview)):
             raise TypeError(f"save_fn must return bytes (or None), got {type(state).__name__}")
-        staged = dir is None
-        path = staging_dir() if staged else Path(dir).absolute()
+        staged = path is None
+        path = staging_dir() if staged else Path(path).absolute()
         resp = self.call("checkpoint", dir=str(path), app_state=None if state is None else bytes(state))
         if resp is None:
             raise SandboxClosed("the sandbox is closed")
@@ -327,13 +338,15 @@ class Process:
         a pid namespace. A signal never reaches a process outside the run."""
         return self._core.send_signal(sig, tree)
 
-    def checkpoint(self, save_fn: Callable[[], bytes] | None = None, *, dir: str | os.PathLike[str] | None = None) -> Any:
+    def checkpoint(
+        self, save_fn: Callable[[], bytes] | None = None, *, path: str | os.PathLike[str] | None = None
+    ) -> Any:
         """An application checkpoint of this process (see :class:`Checkpoint`):
         ``save_fn()``'s bytes, what the program was started with, and the list of
         what is not captured. The run is paused while its tree is inventoried. With
-        ``dir`` it is written there (which must not exist), else kept aside until
+        ``path`` it is written there (which must not exist), else kept aside until
         ``Checkpoint.save(name)``."""
-        return self._core.checkpoint(save_fn, dir)
+        return self._core.checkpoint(save_fn, path)
 
     def resume(self) -> None:
         """Continue every process of a paused run."""
@@ -686,10 +699,12 @@ class ProcessMixin:
         :meth:`Process.send_signal`."""
         return self._current("send_signal").send_signal(sig, tree=tree)
 
-    def checkpoint(self, save_fn: Callable[[], bytes] | None = None, *, dir: str | os.PathLike[str] | None = None) -> Any:
+    def checkpoint(
+        self, save_fn: Callable[[], bytes] | None = None, *, path: str | os.PathLike[str] | None = None
+    ) -> Any:
         """An application checkpoint of the sandbox's process (``spawn``): see
         :meth:`Process.checkpoint` and :class:`Checkpoint`."""
-        return self._current("checkpoint").checkpoint(save_fn, dir=dir)
+        return self._current("checkpoint").checkpoint(save_fn, path=path)
 
     def restore(
         self,
