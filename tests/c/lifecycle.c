@@ -110,6 +110,54 @@ int main(void) {
 	CHECK(rc == SANDTRAP_OK && num(find(resp, len, "exit_code")) == 7, "the trap did not run (exit 7)");
 	sandtrap_buffer_free(resp);
 
+	/* an application checkpoint and its restore: the state comes back on fd 3 */
+	{
+		char dir[] = "/tmp/sandtrap-c-cp.XXXXXX", cpdir[64];
+		CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+		snprintf(cpdir, sizeof cpdir, "%s/cp", dir);
+		req.n = 0;
+		map(&req, 3);
+		str(&req, "op"); str(&req, "popen");
+		str(&req, "argv"); arr(&req, 2); str(&req, "sleep"); str(&req, "30");
+		str(&req, "stdout"); str(&req, "null");
+		rc = sandtrap_sandbox_exec(sb, req.d, req.n, &resp, &len);
+		CHECK(rc == SANDTRAP_OK, "popen sleep rc=%d", rc);
+		proc = (unsigned)num(find(resp, len, "process"));
+		sandtrap_buffer_free(resp);
+		req.n = 0;
+		map(&req, 4);
+		str(&req, "op"); str(&req, "checkpoint");
+		str(&req, "process"); u32(&req, proc);
+		str(&req, "dir"); str(&req, cpdir);
+		str(&req, "app_state"); { unsigned char h[2] = {0xc4, 5}; put(&req, h, 2); put(&req, "st-42", 5); }
+		rc = sandtrap_sandbox_exec(sb, req.d, req.n, &resp, &len);
+		CHECK(rc == SANDTRAP_OK && is_str(find(resp, len, "format"), "sandtrap-checkpoint/1"), "checkpoint rc=%d", rc);
+		sandtrap_buffer_free(resp);
+		rc = call(sb, "process_kill", proc, NULL, 0, &resp, &len);
+		sandtrap_buffer_free(resp);
+		rc = call(sb, "process_wait", proc, NULL, 0, &resp, &len);
+		sandtrap_buffer_free(resp);
+		req.n = 0;
+		map(&req, 3);
+		str(&req, "op"); str(&req, "restore");
+		str(&req, "dir"); str(&req, cpdir);
+		str(&req, "stdout"); str(&req, "null");
+		rc = sandtrap_sandbox_exec(sb, req.d, req.n, &resp, &len);
+		/* the state, as bin (checkpoint.json's app_state record is a map of the same key) */
+		CHECK(rc == SANDTRAP_OK && memmem(resp, len, "\xc4\x05st-42", 7) != NULL, "restore rc=%d", rc);
+		proc = (unsigned)num(find(resp, len, "process"));
+		sandtrap_buffer_free(resp);
+		rc = call(sb, "process_kill", proc, NULL, 0, &resp, &len);
+		sandtrap_buffer_free(resp);
+		rc = call(sb, "process_wait", proc, NULL, 0, &resp, &len);
+		sandtrap_buffer_free(resp);
+		{
+			char cmd[128];
+			snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+			CHECK(system(cmd) == 0, "rm");
+		}
+	}
+
 	sandtrap_sandbox_free(sb);
 	if (failures) return 1;
 	printf("lifecycle: ok\n");

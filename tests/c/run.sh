@@ -12,7 +12,7 @@ g++ -std=c++11 -pedantic -Wall -Wextra -Werror -Iinclude -x c++ -o "$out/header_
 gcc -std=c99 -D_GNU_SOURCE -Wall -Wextra -Werror -Iinclude -o "$out/example" tests/c/example.c -Lbuild -lsandtrap -Wl,-rpath,"$PWD/build"
 gcc $FLAGS -o "$out/typed" tests/c/typed.c -Lbuild -lsandtrap -Wl,-rpath,"$PWD/build"
 gcc $FLAGS -D_DEFAULT_SOURCE -o "$out/workdir" tests/c/workdir.c -Lbuild -lsandtrap -Wl,-rpath,"$PWD/build"
-gcc $FLAGS -D_DEFAULT_SOURCE -o "$out/lifecycle" tests/c/lifecycle.c -Lbuild -lsandtrap -Wl,-rpath,"$PWD/build"
+gcc $FLAGS -D_GNU_SOURCE -o "$out/lifecycle" tests/c/lifecycle.c -Lbuild -lsandtrap -Wl,-rpath,"$PWD/build"
 soname="$(readelf -d build/libsandtrap.so | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')"
 [ "$soname" = libsandtrap.so.0 ] || { echo "FAIL: build/libsandtrap.so has soname '$soname', want libsandtrap.so.0" >&2; exit 1; }
 readelf -d "$out/typed" | grep -q 'NEEDED.*\[libsandtrap\.so\.0\]' || { echo "FAIL: a client does not record NEEDED libsandtrap.so.0" >&2; exit 1; }
