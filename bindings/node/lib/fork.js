@@ -51,13 +51,16 @@ async function fork(mapper, n, { init, work, timeout, parallel, onClone, signal,
   const tag = newTag(); // every request of this fork: an abort cancels it
   /** @type {CloneResult[]} */
   const out = [];
-  let resp = await mapper.request(
-    { op: 'fork', n, init_src: init ?? undefined, work_src: work, timeout, parallel, interpreter: python, tag },
-    { signal },
-  );
+  /** @type {Wire} */
+  let resp;
   /** @type {Wire | null} */
   let asking = null;
   try {
+    // (an abort before the first batch is an AbortError with the clones so far too: none)
+    resp = await mapper.request(
+      { op: 'fork', n, init_src: init ?? undefined, work_src: work, timeout, parallel, interpreter: python, tag },
+      { signal },
+    );
     while (resp.call) {
       asking = { op: 'answer', pending: resp.pending, call: resp.call.id, tag };
       for (const it of resp.call.items) {
