@@ -260,3 +260,41 @@ class Clones:
             self.close()
         except Exception:  # noqa: BLE001
             pass
+
+
+class LazyClones:
+    """``Sandbox.afork``'s clones: ``fork`` is called when the ``async for`` starts
+    (in a thread), then its :class:`Clones` are iterated asynchronously. ``done``,
+    ``n``, ``isolation`` and ``cancelled`` are theirs once forked."""
+
+    def __init__(self, start: Callable[[], Clones]) -> None:
+        self._start = start
+        self._clones: Clones | None = None
+
+    @property
+    def clones(self) -> Clones | None:
+        return self._clones
+
+    @property
+    def done(self) -> int:
+        return 0 if self._clones is None else self._clones.done
+
+    @property
+    def isolation(self) -> dict[str, Any]:
+        return {} if self._clones is None else self._clones.isolation
+
+    async def __aiter__(self) -> AsyncIterator[CloneResult]:
+        if self._clones is None:
+            self._clones = await asyncio.get_running_loop().run_in_executor(None, self._start)
+        try:
+            async for c in self._clones:
+                yield c
+        finally:
+            self._clones.close()  # left early: the template and the clones still running die
+
+    async def __aenter__(self) -> LazyClones:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._clones is not None:
+            self._clones.close()

@@ -747,24 +747,11 @@ class Sandbox(ProcessMixin):
         """Run ``init_fn`` once in a confined template, then fork ``n`` clones of it
         (inside the sandbox, copy-on-write) that each run ``work_fn(clone_id)`` with
         ``CLONE_ID`` set and their own stdout. Iterate the returned :class:`Clones` to
-        get clones as they finish (``done`` of ``n``; leaving the loop early kills the
-        clones still running; ``afork`` for ``async for``); ``.results()`` waits and
-        returns them in order.
+        get clones as they finish; ``.results()`` waits and returns them in order.
         ``timeout`` kills a clone that runs longer (default: the policy's ``timeout``, as
         for a run); ``parallel`` bounds clones alive at once (default: 4 per CPU). The
         template may also read this interpreter's files, the guest runtime and the
         functions' modules: ``Clones.isolation["python"]`` says what was added."""
-        h, req = self._fork_request(n, timeout, parallel)
-        return _fork.Clones(self, h, req)
-
-    def afork(self, n: int, *, timeout: float | None = None, parallel: int | None = None) -> _fork.Clones:
-        """``fork`` for ``async for``: the clones are forked when the iteration
-        starts, every wait in a thread (the event loop stays free); cancelling the
-        task, or leaving the loop, kills the template and the clones still running."""
-        h, req = self._fork_request(n, timeout, parallel)
-        return _fork.Clones(self, h, req, lazy=True)
-
-    def _fork_request(self, n: int, timeout: float | None, parallel: int | None) -> tuple[_Handle, dict[str, Any]]:
         h = self._live()
         if not self._work:
             raise InvalidArgument("fork needs work_fn (a module-level function or Python source)")
@@ -780,7 +767,14 @@ class Sandbox(ProcessMixin):
             **self._work,
             "sys_path": self._init.get("sys_path", []) + self._work.get("sys_path", []),
         }
-        return h, req
+        return _fork.Clones(self, h, req)
+
+    def afork(self, n: int, **fork_args: Any) -> _fork.LazyClones:
+        """``fork`` for ``async for``: the clones are forked when the iteration
+        starts, every wait in a thread (the event loop stays free); cancelling the
+        task, or leaving the loop, kills the template and the clones still running
+        (``async with`` makes that immediate)."""
+        return _fork.LazyClones(lambda: self.fork(n, **fork_args))
 
     def reduce(self, argv: Argv, clones: Any, timeout: float | None = None) -> Result:
         """Run ``argv`` here with the clones' outputs, in clone order, on its stdin.
