@@ -374,6 +374,8 @@ export interface VersionInfo {
 export declare class Sandbox {
   /** COW-fork map: init once in a confined template, then n clones of it, each running work. */
   fork(n: number, options: ForkOptions): Promise<Clones>;
+  /** fork() as an async iterable of clones as they finish (`for await`); leaving the loop or aborting kills the clones still running. */
+  forkIter(n: number, options: Omit<ForkOptions, 'onClone'>): CloneStream;
   /** Run argv here with the clones' stdout, in clone order, on stdin. */
   reduce(argv: string[], clones: CloneResult[], options?: RunOptions): Promise<RunResult>;
   /**
@@ -447,6 +449,12 @@ export declare class Sandbox {
   pause(): Promise<void>;
   /** resume() of the sandbox's own process. */
   resume(): Promise<void>;
+  /** checkpoint() of the sandbox's own process. */
+  checkpoint(dir: string, options?: { saveFn?: () => Uint8Array | null | Promise<Uint8Array | null>; name?: string }): Promise<Record<string, unknown>>;
+  /** Start a checkpoint's program again as the sandbox's process (its app state on fd 3); same policy only. */
+  restore(dir: string, options?: PopenOptions & { restoreFn?: (state: Buffer) => unknown }): Promise<SandboxProcess>;
+  /** sendSignal() of the sandbox's own process. */
+  sendSignal(signal: number | NodeJS.Signals, options?: { tree?: boolean }): Promise<number>;
   /** spawn() that parks the program before its execve: its pid is known; start() lets it run. */
   create(argv: readonly string[], options?: PopenOptions): Promise<SandboxProcess>;
   /** Let the program create() made run (rejects with InvalidState without one). */
@@ -482,6 +490,13 @@ export declare class SandboxProcess extends EventEmitter {
   /** The program's pid on this machine; initPid is its parent, the run's pid 1. */
   readonly pid: number;
   readonly initPid: number;
+  /** How pause() stops the run: 'freezer' (cgroup v2: nothing undoes it), 'sigstop' (no freezer here: a SIGCONT resumes it; pauseNote says why), 'unavailable'. */
+  readonly pauseVia: 'freezer' | 'sigstop' | 'unavailable';
+  readonly pauseNote: string | null;
+  /** restore(): the checkpoint's app state (else null). */
+  readonly appState: Buffer | null;
+  /** restore(): the checkpoint's checkpoint.json (else null). */
+  readonly checkpointInfo: Record<string, unknown> | null;
   readonly stdin: Writable | null;
   readonly stdout: Readable | null;
   readonly stderr: Readable | null;
@@ -498,6 +513,10 @@ export declare class SandboxProcess extends EventEmitter {
   /** Stop every process of the run (docs/security.md, "pause"). */
   pause(): Promise<void>;
   resume(): Promise<void>;
+  /** Signal the program (tree: every process of the run but its pid 1); resolves with how many it reached. Stop/continue signals are refused (InvalidRequest). */
+  sendSignal(signal: number | NodeJS.Signals, options?: { tree?: boolean }): Promise<number>;
+  /** An application checkpoint into dir (absolute, must not exist): saveFn's bytes, argv/cwd/env, what is not captured; resolves with checkpoint.json. */
+  checkpoint(dir: string, options?: { saveFn?: () => Uint8Array | null | Promise<Uint8Array | null>; name?: string }): Promise<Record<string, unknown>>;
   /** Let a program popen'd with {start: false} exec (InvalidState when it is not parked). */
   start(): Promise<void>;
 }
@@ -727,6 +746,8 @@ export declare class PythonSandbox {
       echo?: boolean | 'none' | 'last' | 'all';
       /** The result's namespace holds only these names (Python's `keep=`). */
       keep?: string[];
+      /** Aborting stops the code (its worker is killed); exec() rejects with an AbortError. */
+      signal?: AbortSignal;
     },
   ): Promise<PythonExecResult>;
   /**
@@ -797,6 +818,14 @@ export interface ForkOptions {
   signal?: AbortSignal;
   /** The Python interpreter of the template (default: the engine's pick, as for sandbox()). */
   python?: string;
+}
+
+/** forkIter()'s clones as they finish: `done` of `total` so far; iterated once. */
+export interface CloneStream extends AsyncIterable<CloneResult> {
+  readonly done: number;
+  readonly total: number;
+  /** The template's isolation report, once every clone is in. */
+  readonly isolation: Record<string, unknown> | null;
 }
 
 /** The clones of a fork in clone order, and the template's isolation report (with `python.granted`: what the engine added to the mapper's policy for the Python runtime). */

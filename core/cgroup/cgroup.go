@@ -461,20 +461,38 @@ func readInt(p string) (int64, error) {
 	return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 }
 
-// Pids lists the members.
+// Pids lists the members (v2: with those of the runs' freezers beneath it).
 func (g *Group) Pids() []int {
 	var out []int
 	for _, d := range g.dirs {
-		b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
-		if err != nil {
-			continue
+		dirs := []string{d}
+		if g.info.Version == 2 {
+			dirs = append(dirs, subdirs(d)...)
 		}
-		for _, f := range strings.Fields(string(b)) {
-			if n, err := strconv.Atoi(f); err == nil {
-				out = append(out, n)
+		for _, d := range dirs {
+			b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+			if err != nil {
+				continue
+			}
+			for _, f := range strings.Fields(string(b)) {
+				if n, err := strconv.Atoi(f); err == nil {
+					out = append(out, n)
+				}
 			}
 		}
 		break
+	}
+	return out
+}
+
+// subdirs are the cgroups beneath d (the runs' freezers).
+func subdirs(d string) []string {
+	var out []string
+	ents, _ := os.ReadDir(d)
+	for _, e := range ents {
+		if e.IsDir() {
+			out = append(out, filepath.Join(d, e.Name()))
+		}
 	}
 	return out
 }
@@ -504,6 +522,13 @@ func (g *Group) Close() {
 		g.Kill()
 	}
 	for _, d := range g.dirs {
+		if g.info.Version == 2 {
+			for _, sub := range subdirs(d) {
+				for i := 0; i < 100 && errors.Is(os.Remove(sub), unix.EBUSY); i++ {
+					time.Sleep(time.Millisecond)
+				}
+			}
+		}
 		for i := 0; i < 100 && errors.Is(os.Remove(d), unix.EBUSY); i++ {
 			time.Sleep(time.Millisecond) // members still exiting
 		}

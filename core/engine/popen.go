@@ -7,6 +7,7 @@ import (
 	"github.com/sandtrap/sandtrap/core/policy"
 	"github.com/sandtrap/sandtrap/core/protocol"
 	runs "github.com/sandtrap/sandtrap/core/run"
+	"golang.org/x/sys/unix"
 )
 
 // The ops of popen'd runs (core/run/popen.go; docs/protocol.md, "processes"):
@@ -20,6 +21,7 @@ func init() {
 	RegisterOp("process_pause", opProcess(processPause))
 	RegisterOp("process_resume", opProcess(processResume))
 	RegisterOp("process_start", opProcess(processStart))
+	RegisterOp("process_signal", opProcess(processSignal))
 }
 
 // Processes are the sandbox's popen'd runs not yet waited for.
@@ -30,6 +32,11 @@ func opPopen(s *Sandbox, b []byte) ([]byte, string) {
 	if err != nil {
 		return ErrorResponse(err), KindInvalidRequest
 	}
+	return popenWith(s, m, nil)
+}
+
+// popenWith: popen of request m, extra fds placed on 3, 4, … of the program (restore).
+func popenWith(s *Sandbox, m map[string]any, extra []int) ([]byte, string) {
 	var probs policy.Problems
 	var stdio [3]runs.Stdio
 	rest := map[string]any{}
@@ -53,11 +60,21 @@ func opPopen(s *Sandbox, b []byte) ([]byte, string) {
 	if len(probs) > 0 {
 		return ErrorResponse(requestError(probs)), KindInvalidRequest
 	}
+	for _, fd := range extra {
+		dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			return ErrorResponse(errorf(KindSpawn, "dup: %v", err)), KindSpawn
+		}
+		req.ExtraFDs = append(req.ExtraFDs, dup) // closed by the run once started
+	}
 	p, fds, err := runs.Popen(s, &s.procs, req, stdio, park)
 	if err != nil {
 		return ErrorResponse(err), kindOf(err)
 	}
-	out := map[string]any{"process": p.ID, "pid": p.Pid, "init_pid": p.InitPid, "parked": p.Parked()}
+	out := map[string]any{"process": p.ID, "pid": p.Pid, "init_pid": p.InitPid, "parked": p.Parked(), "pause": p.PauseVia}
+	if p.PauseNote != "" {
+		out["pause_note"] = p.PauseNote
+	}
 	for i, k := range []string{"stdin", "stdout", "stderr"} {
 		if fds[i] >= 0 {
 			out[k] = fds[i]
@@ -78,8 +95,13 @@ func opProcess(fn processOp) OpFunc {
 		}
 		op, _ := m["op"].(string)
 		allowed := []string{"op", "process", "tag"}
-		if op == "process_wait" {
+		switch op {
+		case "process_wait":
 			allowed = append(allowed, "timeout")
+		case "process_signal":
+			allowed = append(allowed, "signal", "to")
+		case "checkpoint":
+			allowed = append(allowed, "dir", "name", "app_state")
 		}
 		probs := protocol.Fields(m, "", op, allowed...)
 		n, ok := policy.AsInt(m["process"])
@@ -142,7 +164,28 @@ func processPause(s *Sandbox, p *runs.Process, m map[string]any) (map[string]any
 	if err := p.Pause(); err != nil {
 		return nil, err
 	}
-	return map[string]any{"paused": p.Paused()}, nil
+	return map[string]any{"paused": p.Paused(), "via": p.PauseVia}, nil
+}
+
+// processSignal: {"signal": n, "to": "leader" (default) | "tree"} → {"sent": count}.
+func processSignal(s *Sandbox, p *runs.Process, m map[string]any) (map[string]any, error) {
+	n, ok := policy.AsInt(m["signal"])
+	if !ok {
+		return nil, invalidRequest("signal", "must be a signal number")
+	}
+	tree := false
+	switch v := m["to"]; v {
+	case nil, "leader":
+	case "tree":
+		tree = true
+	default:
+		return nil, invalidRequest("to", "must be \"leader\" (the program) or \"tree\" (every process of the run)")
+	}
+	sent, err := p.Signal(int(n), tree)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"sent": sent}, nil
 }
 
 func processResume(s *Sandbox, p *runs.Process, m map[string]any) (map[string]any, error) {

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sandtrap/sandtrap/core/cgroup"
 	"github.com/sandtrap/sandtrap/core/policy"
 	"github.com/sandtrap/sandtrap/core/protocol"
 	"github.com/sandtrap/sandtrap/core/spawn"
@@ -64,6 +65,7 @@ type Stream struct {
 	StderrFD int // >= 0: the run's stderr (closed once started); -1: captured
 	GateFD   int // > 0: the target parks before its execve until a byte arrives here (create)
 	started  chan *control
+	execd    chan spawn.Status // the target exec'd, or could not (after started)
 }
 
 // control acts on a started run from any goroutine.
@@ -74,12 +76,16 @@ type control struct {
 	target int // the target's pid in the host's pid namespace (0: unknown)
 }
 
-func (st *Stream) onStart(proc *spawn.Process, c *canceller, pidNS bool) func(spawn.Status) {
-	return func(s spawn.Status) {
-		if !s.Started && !s.Parked {
-			return
+func (st *Stream) onStart(proc *spawn.Process, c *canceller, pidNS bool) func(spawn.Status, bool) {
+	told := false
+	return func(s spawn.Status, final bool) {
+		if !told && (s.Started || s.Parked) {
+			told = true
+			st.started <- &control{proc: proc, cancel: c, pidNS: pidNS, target: firstChild(proc.Pid)}
 		}
-		st.started <- &control{proc: proc, cancel: c, pidNS: pidNS, target: firstChild(proc.Pid)}
+		if final {
+			st.execd <- s
+		}
 	}
 }
 
@@ -113,10 +119,14 @@ func (s *supervisor) readStatus(buf []byte) {
 		eof = err != unix.EAGAIN
 		break
 	}
-	if st := spawn.ReadStatus(s.status); st.Started || st.Parked || eof || st.ExecErrno != 0 || st.InitFailed != spawn.StepNone {
-		s.started(st)
+	st := spawn.ReadStatus(s.status)
+	if st.Started || eof || st.ExecErrno != 0 || st.InitFailed != spawn.StepNone {
+		s.started(st, true)
 		s.started = nil
 		unix.SetNonblock(s.statusR, false)
+	} else if st.Parked && !s.parked {
+		s.parked = true
+		s.started(st, false)
 	}
 }
 
@@ -131,7 +141,23 @@ type Process struct {
 	mu      sync.Mutex
 	paused  bool
 	gate    int // create: the write end of the target's gate until Start (-1: started)
+	frz     *cgroup.Freezer
+	// PauseVia is how Pause stops the run: PauseFreezer, PauseSIGSTOP (no freezer
+	// on this host: PauseNote says why) or PauseUnavailable (no pid namespace).
+	PauseVia  string
+	PauseNote string
+	// what it was started with (checkpoints)
+	Argv []string
+	Cwd  string
+	Env  map[string]string
 }
+
+// How a run pauses (Process.PauseVia).
+const (
+	PauseFreezer     = "freezer"     // its own cgroup v2's cgroup.freeze: nothing inside can undo it
+	PauseSIGSTOP     = "sigstop"     // SIGSTOP of every member: a member still running can SIGCONT the others
+	PauseUnavailable = "unavailable" // no pid namespace: the tree cannot be told apart
+)
 
 var processSeq atomic.Uint64
 
@@ -240,9 +266,13 @@ func Popen(h Host, t *Processes, req *Request, stdio [3]Stdio, park bool) (*Proc
 			return fail(protocol.Internal("stdio mode %q of %s", s.Mode, streamNames[i]))
 		}
 	}
-	if park {
+	// the run's freezer (pause): its pid 1 and target join it while parked, so every
+	// process the program makes is born inside
+	frz, frzErr := cgroup.NewFreezer(h.Group())
+	if park || frz != nil {
 		var err error
 		if gateR, gateW, err = Pipe(); err != nil {
+			frz.Close()
 			return fail(protocol.Errorf(protocol.KindSpawn, "pipe: %v", err))
 		}
 	}
@@ -250,9 +280,9 @@ func Popen(h Host, t *Processes, req *Request, stdio [3]Stdio, park bool) (*Proc
 	if stdio[0].Data != nil {
 		req.Stdin = stdio[0].Data
 	}
-	st := &Stream{StderrFD: theirs[2], GateFD: gateR, started: make(chan *control, 1)}
+	st := &Stream{StderrFD: theirs[2], GateFD: gateR, started: make(chan *control, 1), execd: make(chan spawn.Status, 1)}
 	req.Stream = st
-	p := &Process{ID: processSeq.Add(1), done: make(chan struct{}), gate: gateW}
+	p := &Process{ID: processSeq.Add(1), done: make(chan struct{}), gate: gateW, frz: frz, Argv: req.Argv, Cwd: req.Cwd, Env: req.Env}
 	go func() {
 		p.res = Run(h, req) // closes theirs once started
 		p.mu.Lock()
@@ -260,8 +290,11 @@ func Popen(h Host, t *Processes, req *Request, stdio [3]Stdio, park bool) (*Proc
 			unix.Close(p.gate)
 			p.gate = -1
 		}
+		f := p.frz
+		p.frz = nil
 		p.mu.Unlock()
 		close(p.done)
+		f.Close() // its members are gone (or going: a frozen task takes SIGKILL)
 	}()
 	select {
 	case c := <-st.started:
@@ -269,6 +302,27 @@ func Popen(h Host, t *Processes, req *Request, stdio [3]Stdio, park bool) (*Proc
 		p.InitPid, p.Pid = c.proc.Pid, c.target
 		if p.Pid == 0 {
 			p.Pid = c.proc.Pid
+		}
+		if err := p.setupPause(frzErr); err != nil {
+			p.Kill()
+			<-p.done
+			for i := range ours {
+				if ours[i] >= 0 {
+					unix.Close(ours[i])
+				}
+			}
+			return nil, [3]int{-1, -1, -1}, err
+		}
+		if !park && p.gate >= 0 {
+			// parked for the freezer only: let it exec, and answer once it did (or
+			// could not, which is popen's error as without a gate)
+			p.Start()
+			if s := <-st.execd; !s.Started {
+				<-p.done
+				if err := startError(p); err != nil {
+					return nil, [3]int{-1, -1, -1}, closeAll(ours, err)
+				}
+			}
 		}
 	case <-p.done:
 		for i := range ours {
@@ -280,21 +334,35 @@ func Popen(h Host, t *Processes, req *Request, stdio [3]Stdio, park bool) (*Proc
 			unix.Close(gateW)
 			p.gate = -1
 		}
-		e := p.res.Error
-		if e == nil {
-			// it started and ended before we saw it start: still a process
-			break
+		if err := startError(p); err != nil {
+			return nil, [3]int{-1, -1, -1}, err
 		}
-		if protocol.CallKind(e) == "" {
-			break // killed already (a timeout of 0, a cancel): the result says so
-		}
-		return nil, [3]int{-1, -1, -1}, &protocol.Error{Kind: e.Kind, Message: e.Message}
 	}
 	t.add(p)
 	return p, ours, nil
 }
 
 var streamNames = [3]string{"stdin", "stdout", "stderr"}
+
+// startError is the error of a run that ended before popen returned, if it never
+// started (nil: it ran, or was killed already — a timeout of 0, a cancel — and the
+// result says so).
+func startError(p *Process) error {
+	e := p.res.Error
+	if e == nil || protocol.CallKind(e) == "" {
+		return nil
+	}
+	return &protocol.Error{Kind: e.Kind, Message: e.Message}
+}
+
+func closeAll(fds [3]int, err error) error {
+	for _, fd := range fds {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+	}
+	return err
+}
 
 // Wait waits up to timeout (< 0: no limit) for the run to end; nil when it has not.
 func (p *Process) Wait(timeout time.Duration) *Result {
@@ -355,8 +423,47 @@ func (p *Process) Kill() {
 	}
 }
 
-// Pause stops every process of the run (SIGSTOP of each member of its pid
-// namespace, until none is left running) — see docs/security.md, "pause".
+// setupPause moves the parked run (pid 1 and its target, neither of which runs the
+// program yet) into its freezer; without a pid namespace, or a freezer, it says how
+// the run pauses instead. An error (the run is killed) is a freezer that could not
+// take the run: nothing of the program has run.
+func (p *Process) setupPause(frzErr error) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case !p.ctl.pidNS:
+		p.PauseVia, p.PauseNote = PauseUnavailable, "the run has no pid namespace of its own"
+	case p.frz == nil:
+		p.PauseVia, p.PauseNote = PauseSIGSTOP, "no cgroup v2 freezer: "+frzErr.Error()
+	default:
+		p.PauseVia = PauseFreezer
+		tree := treePids(p.ctl.proc.Pid)
+		for _, pid := range tree {
+			if err := p.frz.Join(pid); err != nil {
+				return protocol.Errorf(protocol.KindSpawn, "the run's freezer (%s) could not take pid %d: %v", p.frz.Dir(), pid, err)
+			}
+		}
+		in := map[int]bool{}
+		for _, pid := range p.frz.Members() {
+			in[pid] = true
+		}
+		for _, pid := range treePids(p.ctl.proc.Pid) {
+			if !in[pid] {
+				return protocol.Errorf(protocol.KindSpawn, "the run's freezer: pid %d of the parked run is not in it", pid)
+			}
+		}
+		return nil
+	}
+	if p.frz != nil {
+		p.frz.Close()
+		p.frz = nil
+	}
+	return nil
+}
+
+// Pause stops every process of the run: with its freezer, at once, in a way no
+// process can undo (cgroup.freeze); else by SIGSTOP of each member of its pid
+// namespace until none is left running — see docs/security.md, "pause".
 func (p *Process) Pause() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -365,6 +472,16 @@ func (p *Process) Pause() error {
 	}
 	if !p.ctl.pidNS {
 		return protocol.Errorf(protocol.KindIsolation, "pause needs the run's own pid namespace, which this sandbox does not have")
+	}
+	if p.frz != nil {
+		if err := p.frz.Freeze(); err != nil {
+			if p.Done() {
+				return nil
+			}
+			return protocol.Errorf(protocol.KindInternal, "pause: %v", err)
+		}
+		p.paused = true
+		return nil
 	}
 	// A member that was running can wake a stopped one (SIGCONT) or fork: repeat
 	// until one pass finds every member stopped.
@@ -396,6 +513,13 @@ func (p *Process) Resume() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.ctl == nil || p.Done() || !p.paused {
+		return nil
+	}
+	if p.frz != nil {
+		if err := p.frz.Thaw(); err != nil {
+			return protocol.Errorf(protocol.KindInternal, "resume: %v", err)
+		}
+		p.paused = false
 		return nil
 	}
 	// pid 1 first (it reaps), then its tree
@@ -504,3 +628,88 @@ func ParseStdio(v any, i int, probs *policy.Problems) Stdio {
 
 // String names the process for messages.
 func (p *Process) String() string { return fmt.Sprintf("process %d (pid %d)", p.ID, p.Pid) }
+
+// Signal sends sig to the program (tree false: the process popen started) or to
+// every process of the run (tree: each member of its pid namespace but its pid 1,
+// sandtrap-init). It answers how many processes it reached (0: the run ended).
+// Refused: 0 and numbers that are no signal; SIGSTOP, SIGTSTP, SIGTTIN, SIGTTOU
+// and SIGCONT, which would stop or continue the run behind Pause's back (use Pause
+// and Resume); tree without a pid namespace (the tree cannot be told apart).
+// No signal reaches a process outside the run: each target is pinned by a pidfd,
+// then checked to be in the run's pid namespace, then signalled through the pidfd.
+func (p *Process) Signal(sig int, tree bool) (int, error) {
+	switch unix.Signal(sig) {
+	case unix.SIGSTOP, unix.SIGTSTP, unix.SIGTTIN, unix.SIGTTOU, unix.SIGCONT:
+		return 0, protocol.InvalidRequest("signal", "%d (%s) would stop or continue the run behind pause(): use pause() and resume()", sig, unix.SignalName(unix.Signal(sig)))
+	}
+	if sig <= 0 || sig > 64 {
+		return 0, protocol.InvalidRequest("signal", "%d is not a signal (1-64)", sig)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ctl == nil || p.Done() {
+		return 0, nil
+	}
+	init := p.ctl.proc.Pid
+	if !p.ctl.pidNS {
+		if tree {
+			return 0, protocol.Errorf(protocol.KindIsolation, "signalling the tree needs the run's own pid namespace, which this sandbox does not have (signal the leader)")
+		}
+		if p.Pid == init {
+			return 0, protocol.Errorf(protocol.KindIsolation, "the program's pid is unknown")
+		}
+		return p.signalPid(p.Pid, sig, func(pid int) bool { return ppid(pid) == init }), nil
+	}
+	ns, err := os.Readlink("/proc/" + strconv.Itoa(init) + "/ns/pid")
+	if err != nil {
+		return 0, nil // gone
+	}
+	inRun := func(pid int) bool {
+		l, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/ns/pid")
+		return err == nil && l == ns
+	}
+	if !tree {
+		if p.Pid == init {
+			return 0, protocol.Errorf(protocol.KindIsolation, "the program's pid is unknown")
+		}
+		return p.signalPid(p.Pid, sig, inRun), nil
+	}
+	sent := 0
+	for _, pid := range treePids(init) {
+		if pid != init {
+			sent += p.signalPid(pid, sig, inRun)
+		}
+	}
+	return sent, nil
+}
+
+// signalPid signals pid if, once pinned by a pidfd, ok says it is the run's: 1 if sent.
+func (p *Process) signalPid(pid, sig int, ok func(int) bool) int {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return 0
+	}
+	defer unix.Close(fd)
+	if !ok(pid) {
+		return 0
+	}
+	if unix.PidfdSendSignal(fd, unix.Signal(sig), nil, 0) != nil {
+		return 0
+	}
+	return 1
+}
+
+// ppid is pid's parent (0: gone).
+func ppid(pid int) int {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 {
+		return 0
+	}
+	n, _ := strconv.Atoi(f[1])
+	return n
+}

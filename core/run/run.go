@@ -575,9 +575,10 @@ type supervisor struct {
 	stdin     []byte
 	cancelFD  int
 	cancelWhy func() string
-	statusR   int                // with started: pid 1's status pipe, read as it comes
-	status    []byte             // what was read of it so far
-	started   func(spawn.Status) // popen: called once the target exec'd
+	statusR   int                      // with started: pid 1's status pipe, read as it comes
+	status    []byte                   // what was read of it so far
+	started   func(spawn.Status, bool) // popen: called once parked (false) and once the target exec'd or failed (true)
+	parked    bool                     // started was told it parked
 	maxOut    int64
 	deadline  time.Time
 	cpuLimit  time.Duration

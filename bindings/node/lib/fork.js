@@ -51,13 +51,16 @@ async function fork(mapper, n, { init, work, timeout, parallel, onClone, signal,
   const tag = newTag(); // every request of this fork: an abort cancels it
   /** @type {CloneResult[]} */
   const out = [];
-  let resp = await mapper.request(
-    { op: 'fork', n, init_src: init ?? undefined, work_src: work, timeout, parallel, interpreter: python, tag },
-    { signal },
-  );
+  /** @type {Wire} */
+  let resp;
   /** @type {Wire | null} */
   let asking = null;
   try {
+    // (an abort before the first batch is an AbortError with the clones so far too: none)
+    resp = await mapper.request(
+      { op: 'fork', n, init_src: init ?? undefined, work_src: work, timeout, parallel, interpreter: python, tag },
+      { signal },
+    );
     while (resp.call) {
       asking = { op: 'answer', pending: resp.pending, call: resp.call.id, tag };
       for (const it of resp.call.items) {
@@ -83,6 +86,61 @@ async function fork(mapper, n, { init, work, timeout, parallel, onClone, signal,
 }
 
 /**
+ * fork() as an async iterable: `for await (const c of mapper.forkIter(n, opts))`
+ * gets clones as they finish; `done` of `total` is the progress. Leaving the loop
+ * (break, return, a throw) or aborting opts.signal kills the template and every
+ * clone still running (the clones already yielded stay yours).
+ */
+class CloneStream {
+  /** @param {Sandbox} mapper @param {number} n @param {ForkOptions} options */
+  constructor(mapper, n, options) {
+    const { init, work } = options;
+    if (!Number.isInteger(n) || n < 1) throw new InvalidArgument(`forkIter: n must be a positive integer, got ${n}`);
+    if (typeof work !== 'string') throw new InvalidArgument('forkIter: work must be Python source (a string)');
+    if (init != null && typeof init !== 'string') throw new InvalidArgument('forkIter: init must be Python source (a string)');
+    this._mapper = mapper;
+    this._options = options;
+    this._started = false;
+    /** clones finished so far */
+    this.done = 0;
+    this.total = n;
+    /** the template's isolation report, once every clone is in @type {Wire | null} */
+    this.isolation = null;
+  }
+
+  async *[Symbol.asyncIterator]() {
+    if (this._started) throw makeError('invalid_state', 'forkIter: a CloneStream is iterated once');
+    this._started = true;
+    const { init, work, timeout, parallel, signal, python } = this._options;
+    const mapper = this._mapper;
+    const tag = newTag();
+    let resp = await mapper.request(
+      { op: 'fork', n: this.total, init_src: init ?? undefined, work_src: work, timeout, parallel, interpreter: python, tag },
+      { signal },
+    );
+    /** @type {Wire | null} */
+    let asking = null;
+    try {
+      while (resp.call) {
+        asking = { op: 'answer', pending: resp.pending, call: resp.call.id, tag };
+        for (const it of resp.call.items) {
+          this.done++;
+          yield clone(it);
+        }
+        resp = await mapper.request(asking, { signal });
+        asking = null;
+      }
+    } finally {
+      // left early (or aborted): the engine still holds a batch for us; stop it
+      if (asking) await mapper.request({ ...asking, abort: true }).catch(() => {});
+    }
+    this.isolation = resp.isolation ? camelKeys(resp.isolation) : null;
+    if (resp.error?.kind === 'cancelled' && signal?.aborted) throw new AbortError('The operation was aborted', { cause: signal.reason });
+    if (resp.error) throw makeError(resp.error.kind, resp.error.message);
+  }
+}
+
+/**
  * Run argv in the reducer with the clones' stdout, in clone order, on its stdin.
  * @param {Sandbox} reducer
  * @param {string[]} argv
@@ -100,9 +158,13 @@ const proto = /** @type {any} */ (Sandbox.prototype);
 proto.fork = function forkMethod(n, options) {
   return fork(this, n, options);
 };
+/** @this {Sandbox} @param {number} n @param {ForkOptions} [options] */
+proto.forkIter = function forkIterMethod(n, options = {}) {
+  return new CloneStream(this, n, options);
+};
 /** @this {Sandbox} @param {string[]} argv @param {Array<CloneResult | undefined>} clones @param {Record<string, unknown>} [options] */
 proto.reduce = function reduceMethod(argv, clones, options) {
   return reduce(this, argv, clones, options);
 };
 
-module.exports = { fork, reduce };
+module.exports = { fork, reduce, CloneStream };

@@ -13,6 +13,7 @@
 const { EventEmitter } = require('node:events');
 const net = require('node:net');
 const os = require('node:os');
+const path = require('node:path');
 const native = require('./native');
 const { Sandbox } = require('./sandbox');
 const { Problem, InvalidRequest, makeError, problemsMessage } = require('./errors');
@@ -65,6 +66,18 @@ class SandboxProcess extends EventEmitter {
     this.pid = Number(resp.pid);
     /** @type {number} */
     this.initPid = Number(resp.init_pid);
+    /**
+     * How pause() stops the run: 'freezer' (its own cgroup v2: nothing inside or out
+     * undoes it), 'sigstop' (no freezer on this host, pauseNote says why: a SIGCONT
+     * resumes it) or 'unavailable' (no pid namespace). @type {string}
+     */
+    this.pauseVia = String(resp.pause || 'unavailable');
+    /** @type {string | null} */
+    this.pauseNote = resp.pause_note == null ? null : String(resp.pause_note);
+    /** restore(): the checkpoint's app state and checkpoint.json (else null) */
+    this.appState = resp.app_state instanceof Uint8Array ? Buffer.from(resp.app_state) : null;
+    /** @type {Wire | null} */
+    this.checkpointInfo = resp.checkpoint ?? null;
     /** @type {number | null} */
     this.exitCode = null;
     /** @type {string | null} */
@@ -165,6 +178,38 @@ class SandboxProcess extends EventEmitter {
     if (!this.result) await processCall(this.sandbox, 'process_resume', this._id, {});
   }
 
+  /**
+   * Send a signal (a number or a name such as 'SIGTERM') to the program, or with
+   * {tree: true} to every process of the run but its pid 1 (sandtrap-init);
+   * resolves with how many processes it reached (0 once it ended). SIGSTOP,
+   * SIGTSTP, SIGTTIN, SIGTTOU and SIGCONT are refused (InvalidRequest: use
+   * pause()/resume()), as is tree without a pid namespace.
+   * @param {number | string} sig @param {{tree?: boolean}} [opts]
+   */
+  async sendSignal(sig, opts = {}) {
+    const n = typeof sig === 'string' ? os.constants.signals[/** @type {keyof typeof os.constants.signals} */ (sig)] : sig;
+    if (typeof n !== 'number' || !Number.isInteger(n)) throw makeError('invalid_request', `signal: ${String(sig)} is not a signal`);
+    if (this.result) return 0;
+    const r = await processCall(this.sandbox, 'process_signal', this._id, { signal: n, to: opts.tree ? 'tree' : 'leader' });
+    return r ? Number(r.sent || 0) : 0;
+  }
+
+  /**
+   * An application checkpoint (docs/protocol.md, "checkpoints"): what saveFn()
+   * resolves with (a Buffer, or null), persisted with the program's argv, cwd and
+   * env and the list of what is not captured, in dir (which must not exist).
+   * Resolves with checkpoint.json's contents.
+   * @param {string} dir @param {{saveFn?: () => Buffer | Uint8Array | null | Promise<Buffer | Uint8Array | null>, name?: string}} [opts]
+   */
+  async checkpoint(dir, opts = {}) {
+    if (typeof dir !== 'string' || !path.isAbsolute(dir)) throw makeError('invalid_request', 'checkpoint: dir must be an absolute path');
+    const state = opts.saveFn ? await opts.saveFn() : null;
+    if (state != null && !(state instanceof Uint8Array)) throw makeError('invalid_request', 'checkpoint: saveFn must return a Buffer (or null)');
+    const r = await processCall(this.sandbox, 'checkpoint', this._id, { dir, name: opts.name ?? '', app_state: state ?? null });
+    if (!r) throw makeError('closed', 'the sandbox is closed');
+    return r.checkpoint;
+  }
+
   /** Let a program popen'd with {start: false} (create) exec; rejects with InvalidState when it is not parked. */
   async start() {
     try {
@@ -194,8 +239,9 @@ async function popen(argv, opts = {}) {
   if (!Array.isArray(argv) || argv.length === 0 || argv.some((a) => typeof a !== 'string')) {
     problems.push(new Problem('argv', `want a non-empty array of strings, got ${describe(argv)}`));
   }
-  const o = isPlainObject(opts) ? /** @type {Record<string, unknown>} */ (opts) : {};
-  const { map, problems: optProblems } = mapOptions(opts, RUN, 'popen', ['stdio', 'stdin', 'stdout', 'stderr', 'start']);
+  const all = isPlainObject(opts) ? /** @type {Record<string, unknown>} */ (opts) : {};
+  const { _restore: restoreDir, ...o } = all; // restore(): the checkpoint's directory
+  const { map, problems: optProblems } = mapOptions(isPlainObject(opts) ? o : opts, RUN, 'popen', ['stdio', 'stdin', 'stdout', 'stderr', 'start']);
   problems.push(...optProblems);
   /** @type {unknown[]} */
   let stdio = [undefined, undefined, undefined];
@@ -206,7 +252,7 @@ async function popen(argv, opts = {}) {
     if (o[n] !== undefined) stdio[i] = o[n];
   });
   /** @type {Wire} */
-  const req = { op: 'popen', argv, ...map };
+  const req = restoreDir === undefined ? { op: 'popen', argv, ...map } : { op: 'restore', dir: restoreDir, ...map };
   if (o.start !== undefined && typeof o.start !== 'boolean') problems.push(new Problem('start', `want a boolean, got ${describe(o.start)}`));
   if (o.start === false) req.start = false;
   stdio.forEach((v, i) => {
@@ -217,7 +263,7 @@ async function popen(argv, opts = {}) {
   const tag = `node-popen:${process.pid}:${++seq}`;
   const resp = await this.request({ ...req, tag });
   if (resp.error && resp.error.kind) throw makeError(resp.error.kind, resp.error.message);
-  const p = new SandboxProcess(this, argv, resp, tag);
+  const p = new SandboxProcess(this, resp.checkpoint ? resp.checkpoint.process.argv : argv, resp, tag);
   procsOf(this).add(p);
   return p;
 }
@@ -288,6 +334,28 @@ proto.pause = function pause() {
 };
 proto.resume = function resume() {
   return current(this, 'resume').resume();
+};
+proto.checkpoint = function checkpoint(/** @type {string} */ dir, /** @type {any} */ opts) {
+  return current(this, 'checkpoint').checkpoint(dir, opts);
+};
+/**
+ * Start a checkpoint's program again as the sandbox's process, its app state on
+ * fd 3; resolves with the SandboxProcess (its appState and checkpoint set). Fails
+ * closed: another policy rejects with PolicyError, a changed checkpoint with
+ * InvalidRequest.
+ * @this {Sandbox} @param {string} dir @param {Record<string, unknown> & {restoreFn?: (state: Buffer) => unknown}} [opts]
+ */
+proto.restore = async function restore(dir, opts = {}) {
+  const cur = currents.get(this);
+  if (cur && !cur.result) throw makeError('invalid_state', `the sandbox's process (pid ${cur.pid}) is still running: wait() or kill() it first`);
+  const { restoreFn, ...rest } = opts;
+  const p = await popen.call(this, ['(restore)'], { stdio: 'inherit', ...rest, _restore: path.resolve(dir) });
+  if (restoreFn && p.appState) await restoreFn(p.appState);
+  currents.set(this, p);
+  return p;
+};
+proto.sendSignal = function sendSignal(/** @type {number | string} */ sig, /** @type {{tree?: boolean}} */ opts) {
+  return current(this, 'sendSignal').sendSignal(sig, opts);
 };
 /** @this {Sandbox} @param {string[]} argv @param {Record<string, unknown>} [opts] */
 proto.create = function create(argv, opts = {}) {

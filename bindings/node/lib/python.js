@@ -8,8 +8,8 @@
 
 const { encode } = require('@msgpack/msgpack');
 const native = require('./native');
-const { Sandbox } = require('./sandbox');
-const { InvalidArgument, makeError } = require('./errors');
+const { Sandbox, newTag } = require('./sandbox');
+const { InvalidArgument, AbortError, makeError } = require('./errors');
 const { camelKeys } = require('./options');
 const { VirtualFS, serve: serveFs } = require('./vfs');
 
@@ -261,10 +261,12 @@ class PythonSandbox {
   /**
    * Run Python code; resolves with {stdout, namespace, error, ticks, ...}; never rejects for the code's faults.
    * @param {string} code
-   * @param {{namespace?: Record<string, unknown>, modules?: Record<string, unknown>, stdin?: string, argv?: string[], echo?: 'none' | 'last' | 'all' | boolean, keep?: string[]}} [options]
+   * With `signal` (an AbortSignal), aborting stops the code (its worker is killed,
+   * the next exec gets a fresh one) and the promise rejects with an AbortError.
+   * @param {{namespace?: Record<string, unknown>, modules?: Record<string, unknown>, stdin?: string, argv?: string[], echo?: 'none' | 'last' | 'all' | boolean, keep?: string[], signal?: AbortSignal}} [options]
    * @returns {Promise<Wire>} index.d.ts's PythonExecResult
    */
-  async exec(code, { namespace, modules, stdin, argv, echo, keep } = {}) {
+  async exec(code, { namespace, modules, stdin, argv, echo, keep, signal } = {}) {
     if (typeof code !== 'string') throw new InvalidArgument('code must be a string');
     if (keep !== undefined && keep !== null && !(Array.isArray(keep) && keep.every((k) => typeof k === 'string'))) {
       throw new InvalidArgument('keep must be an array of names');
@@ -278,7 +280,7 @@ class PythonSandbox {
     if (keep) req.keep = keep; // the response's namespace holds only these names
     if (echo !== undefined && echo !== null) req.echo = echo; // this exec's mode (the engine checks it)
     if (this.keepState) Object.assign(req, { snapshot: true, state_encoded: true });
-    const resp = await this._request(req);
+    const resp = await this._request(req, signal);
     if (resp.state instanceof Uint8Array) this.state = Buffer.from(resp.state);
     return {
       stdout: resp.stdout,
@@ -316,15 +318,19 @@ class PythonSandbox {
   /**
    * One coop_exec with the state a fresh worker needs, its host calls answered here.
    * @param {Wire} req
+   * @param {AbortSignal} [signal] aborts every request of this exec (one tag)
    * @returns {Promise<Wire>}
    */
-  async _request(req) {
+  async _request(req, signal) {
     if (this.state) req.state = this.state;
-    let resp = check(await this.sandbox.request(req));
+    const tag = newTag();
+    const opts = signal ? { signal } : {};
+    let resp = check(await this.sandbox.request({ ...req, tag }, opts));
     while (resp.call) {
       const { call, pending } = resp;
-      resp = check(await this.sandbox.request({ op: 'answer', pending, call: call.id, ...(await this._answer(call)) }));
+      resp = check(await this.sandbox.request({ op: 'answer', pending, call: call.id, tag, ...(await this._answer(call)) }, opts));
     }
+    if (resp.error?.kind === 'cancelled' && signal?.aborted) throw new AbortError('The operation was aborted', { cause: signal.reason });
     if (resp.isolation) this.report = camelKeys(resp.isolation); // sent when it changed
     return resp;
   }

@@ -29,6 +29,7 @@ from sandtrap_guest import (
 )
 
 from . import errors
+from ._checkpoint import Checkpoint
 from ._coop import (
     CoopSandbox,
     ExecResult,
@@ -96,6 +97,7 @@ __all__ = [
     "Result",
     "ExitReason",
     "Process",
+    "Checkpoint",
     "AsyncProcess",
     "StdioMode",
     "PIPED",

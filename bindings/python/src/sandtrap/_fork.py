@@ -12,12 +12,13 @@ turns the stream into :class:`Clones`.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import os
 import sys
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -101,11 +102,18 @@ def describe_fn(what: str, fn: Fn, probs: list[str]) -> dict[str, Any]:
 
 
 class Clones:
-    """The clones of one ``fork``: iterate to get them as they finish (progress);
-    ``results()`` waits for all and returns them in clone order. ``isolation`` (once
-    every clone is in) is the template's isolation report."""
+    """The clones of one ``fork``: iterate (``for``, or ``async for``) to get them as
+    they finish, ``done`` of ``n`` so far (the progress); ``results()`` waits for all
+    and returns them in clone order. ``isolation`` (once every clone is in) is the
+    template's isolation report.
 
-    def __init__(self, owner: Any, handle: _Handle, req: dict[str, Any]) -> None:
+    Leaving an iteration early — ``break``, an exception, the task of an ``async
+    for`` cancelled — stops the fork: the template and every clone still running are
+    killed (the clones finished so far stay). ``with``/``async with`` make that
+    deterministic (an ``async for`` broken out of is closed by the event loop soon
+    after, as every async generator)."""
+
+    def __init__(self, owner: Any, handle: _Handle, req: dict[str, Any], *, lazy: bool = False) -> None:
         self.n: int = req["n"]
         self._owner = owner  # the mapper: its handle stays open while clones come
         self.isolation: dict[str, Any] = {}
@@ -115,7 +123,15 @@ class Clones:
         self._done: dict[int, CloneResult] = {}
         self._pending: deque[CloneResult] = deque()
         self._asking: tuple[int, int] | None = None  # the engine's (pending op, call) holding a batch
-        self._take(self._request({**req, "tag": self._tag}))
+        # afork: the fork request is made by the first iteration (async: in a thread)
+        self._start: dict[str, Any] | None = {**req, "tag": self._tag}
+        if not lazy:
+            self._begin()
+
+    def _begin(self) -> None:
+        req, self._start = self._start, None
+        if req is not None:
+            self._take(self._request(req))
 
     def _request(self, req: dict[str, Any]) -> dict[str, Any]:
         ptr = self._handle.acquire()
@@ -150,15 +166,66 @@ class Clones:
             self._done[c.id] = c
             self._pending.append(c)
 
+    @property
+    def done(self) -> int:
+        """How many clones finished so far (of ``n``)."""
+        return len(self._done)
+
     def __iter__(self) -> Iterator[CloneResult]:
-        """Clones in the order they finish."""
-        while True:
-            while self._pending:
-                yield self._pending.popleft()
-            if self._asking is None:
-                return
-            p, c = self._asking
-            self._take(self._request({"op": "answer", "pending": p, "call": c}))
+        """Clones in the order they finish; leaving early stops the fork."""
+        self._begin()
+        try:
+            while True:
+                while self._pending:
+                    yield self._pending.popleft()
+                if self._asking is None:
+                    return
+                p, c = self._asking
+                self._take(self._request({"op": "answer", "pending": p, "call": c}))
+        finally:
+            if self._asking is not None:
+                self.close()
+
+    async def __aiter__(self) -> AsyncIterator[CloneResult]:
+        """``async for``: clones as they finish, the event loop free while they run
+        (each wait in a thread); cancelling the task, or leaving early, stops the
+        fork."""
+        loop = asyncio.get_running_loop()
+        if self._start is not None:
+            await loop.run_in_executor(None, self._begin)
+        try:
+            while True:
+                while self._pending:
+                    yield self._pending.popleft()
+                if self._asking is None:
+                    return
+                p, c = self._asking
+                fut = loop.run_in_executor(None, self._request, {"op": "answer", "pending": p, "call": c})
+                try:
+                    resp = await asyncio.shield(fut)
+                except asyncio.CancelledError:
+                    self.cancel()  # the engine ends the wait in flight: the template and clones die
+                    try:
+                        self._take(await fut)
+                    except Exception:  # noqa: BLE001 - cancelled
+                        self._asking = None
+                    raise
+                self._take(resp)
+        finally:
+            if self._asking is not None:
+                self.close()
+
+    def __enter__(self) -> Clones:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Clones:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
 
     def results(self) -> list[CloneResult]:
         """Every clone, in clone order (waits for the rest)."""
@@ -193,3 +260,41 @@ class Clones:
             self.close()
         except Exception:  # noqa: BLE001
             pass
+
+
+class LazyClones:
+    """``Sandbox.afork``'s clones: ``fork`` is called when the ``async for`` starts
+    (in a thread), then its :class:`Clones` are iterated asynchronously. ``done``,
+    ``n``, ``isolation`` and ``cancelled`` are theirs once forked."""
+
+    def __init__(self, start: Callable[[], Clones]) -> None:
+        self._start = start
+        self._clones: Clones | None = None
+
+    @property
+    def clones(self) -> Clones | None:
+        return self._clones
+
+    @property
+    def done(self) -> int:
+        return 0 if self._clones is None else self._clones.done
+
+    @property
+    def isolation(self) -> dict[str, Any]:
+        return {} if self._clones is None else self._clones.isolation
+
+    async def __aiter__(self) -> AsyncIterator[CloneResult]:
+        if self._clones is None:
+            self._clones = await asyncio.get_running_loop().run_in_executor(None, self._start)
+        try:
+            async for c in self._clones:
+                yield c
+        finally:
+            self._clones.close()  # left early: the template and the clones still running die
+
+    async def __aenter__(self) -> LazyClones:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._clones is not None:
+            self._clones.close()

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import os
 import subprocess
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 from . import _native
@@ -97,13 +99,26 @@ def _closed_result() -> Result:
 class _ProcessCore:
     """The engine's process: its id and the calls on it (shared by both APIs)."""
 
-    __slots__ = ("handle", "id", "pid", "init_pid", "result", "_lock", "_finalizer", "__weakref__")
+    __slots__ = (
+        "handle",
+        "id",
+        "pid",
+        "init_pid",
+        "pause_via",
+        "pause_note",
+        "result",
+        "_lock",
+        "_finalizer",
+        "__weakref__",
+    )
 
     def __init__(self, handle: _Handle, resp: dict[str, Any]) -> None:
         self.handle: _Handle = handle
         self.id: int = int(resp["process"])
         self.pid: int = int(resp.get("pid") or 0)
         self.init_pid: int = int(resp.get("init_pid") or 0)
+        self.pause_via: str = str(resp.get("pause") or "unavailable")
+        self.pause_note: str | None = resp.get("pause_note")
         self.result: Result | None = None
         self._lock = threading.Lock()
         # a Process dropped unwaited: its tree is killed (nothing of a sandbox outlives
@@ -176,6 +191,28 @@ class _ProcessCore:
         if self.result is None:
             self.call("process_resume")
 
+    def checkpoint(self, save_fn: Any, path: Any) -> Any:
+        from ._checkpoint import Checkpoint, staging_dir
+
+        state = None if save_fn is None else save_fn()
+        if state is not None and not isinstance(state, (bytes, bytearray, memoryview)):
+            raise TypeError(f"save_fn must return bytes (or None), got {type(state).__name__}")
+        staged = path is None
+        path = staging_dir() if staged else Path(path).absolute()
+        resp = self.call("checkpoint", dir=str(path), app_state=None if state is None else bytes(state))
+        if resp is None:
+            raise SandboxClosed("the sandbox is closed")
+        import json
+
+        meta = json.loads((path / "checkpoint.json").read_text())  # the file's, exactly
+        return Checkpoint(path, meta, None if state is None else bytes(state), staged=staged)
+
+    def send_signal(self, sig: int, tree: bool) -> int:
+        if self.result is not None:
+            return 0
+        resp = self.call("process_signal", signal=int(sig), to="tree" if tree else "leader")
+        return 0 if resp is None else int(resp.get("sent") or 0)
+
     def start(self) -> None:
         from ._errors import InvalidState
 
@@ -219,7 +256,10 @@ class Process:
     ``wait(timeout=)`` returns the :class:`Result` (``reason``, ``exit_code``, the
     ``CAPTURE``'d streams, usage, the isolation report); ``kill()`` kills the whole
     process tree (idempotent); ``pause()``/``resume()`` stop and continue every
-    process of it. As a context manager it closes ``stdin``, waits (killing the tree
+    process of it (``pause_via`` says how: ``"freezer"``, which nothing inside can
+    undo; ``"sigstop"`` on a host without a cgroup v2 freezer, ``pause_note`` says
+    why; ``"unavailable"``); ``send_signal(sig, tree=False)`` signals the program or
+    its whole tree. As a context manager it closes ``stdin``, waits (killing the tree
     first when the block raised), and closes the streams. A ``Process`` dropped
     without being waited for has its tree killed. Limits and the timeout apply as
     for ``run``.
@@ -242,6 +282,8 @@ class Process:
         self.args: list[Any] = list(args)
         self.pid: int = self._core.pid
         self.init_pid: int = self._core.init_pid
+        self.pause_via: str = self._core.pause_via
+        self.pause_note: str | None = self._core.pause_note
         self.stdin: Any = _wrap(resp.get("stdin"), "w", bufsize, text, encoding, errors)
         self.stdout: Any = _wrap(resp.get("stdout"), "r", bufsize, text, encoding, errors)
         self.stderr: Any = _wrap(resp.get("stderr"), "r", bufsize, text, encoding, errors)
@@ -284,8 +326,27 @@ class Process:
 
     def pause(self) -> None:
         """Stop every process of the run (docs/security.md, "pause"); the timeout
-        keeps counting."""
+        keeps counting. With ``pause_via == "freezer"`` (its own cgroup v2) no
+        process, inside or out, can undo it; with ``"sigstop"`` a SIGCONT can."""
         self._core.pause()
+
+    def send_signal(self, sig: int, *, tree: bool = False) -> int:
+        """Send ``sig`` to the program (``tree=True``: to every process of the run
+        but its pid 1, sandtrap-init) and return how many processes it reached (0
+        once it ended). SIGSTOP, SIGTSTP, SIGTTIN, SIGTTOU and SIGCONT are refused
+        (:class:`InvalidRequest`: use ``pause``/``resume``), as is ``tree`` without
+        a pid namespace. A signal never reaches a process outside the run."""
+        return self._core.send_signal(sig, tree)
+
+    def checkpoint(
+        self, save_fn: Callable[[], bytes] | None = None, *, path: str | os.PathLike[str] | None = None
+    ) -> Any:
+        """An application checkpoint of this process (see :class:`Checkpoint`):
+        ``save_fn()``'s bytes, what the program was started with, and the list of
+        what is not captured. The run is paused while its tree is inventoried. With
+        ``path`` it is written there (which must not exist), else kept aside until
+        ``Checkpoint.save(name)``."""
+        return self._core.checkpoint(save_fn, path)
 
     def resume(self) -> None:
         """Continue every process of a paused run."""
@@ -440,6 +501,13 @@ class AsyncProcess:
 
     def resume(self) -> None:
         self._core.resume()
+
+    def send_signal(self, sig: int, *, tree: bool = False) -> int:
+        return self._core.send_signal(sig, tree)
+
+    @property
+    def pause_via(self) -> str:
+        return self._core.pause_via
 
     def _close(self) -> None:
         for tr in self._transports:
@@ -625,3 +693,64 @@ class ProcessMixin:
     def resume(self) -> None:
         """Continue a paused process tree."""
         self._current("resume").resume()
+
+    def send_signal(self, sig: int, *, tree: bool = False) -> int:
+        """Signal the sandbox's process (``tree=True``: its whole tree); see
+        :meth:`Process.send_signal`."""
+        return self._current("send_signal").send_signal(sig, tree=tree)
+
+    def checkpoint(
+        self, save_fn: Callable[[], bytes] | None = None, *, path: str | os.PathLike[str] | None = None
+    ) -> Any:
+        """An application checkpoint of the sandbox's process (``spawn``): see
+        :meth:`Process.checkpoint` and :class:`Checkpoint`."""
+        return self._current("checkpoint").checkpoint(save_fn, path=path)
+
+    def restore(
+        self,
+        cp: Any,
+        *,
+        stdin: StdioSpec = None,
+        stdout: StdioSpec = None,
+        stderr: StdioSpec = None,
+        timeout: float | None = None,
+        text: bool = False,
+        restore_fn: Callable[[bytes], Any] | None = None,
+    ) -> Process:
+        """Start the checkpoint's program again as the sandbox's process (as
+        ``spawn``), its ``app_state`` on fd 3 (``SANDTRAP_CHECKPOINT_FD``,
+        ``SANDTRAP_CHECKPOINT_SIZE``); ``restore_fn`` (if given) gets the state here
+        too. ``cp`` is a :class:`Checkpoint` or its directory. Fails closed: a
+        checkpoint taken under another policy raises :class:`PolicyError`, one whose
+        files changed or whose format is unknown :class:`InvalidRequest`."""
+        from ._errors import InvalidState
+        from ._sandbox import _raise_request
+
+        cur = self._proc
+        if cur is not None and cur.poll() is None:
+            raise InvalidState(f"the sandbox's process (pid {cur.pid}) is still running: wait() or kill() it first")
+        path = str(getattr(cp, "path", cp))
+        probs: list[Any] = []
+        req: dict[str, Any] = {"op": "restore", "dir": os.path.abspath(path)}
+        if timeout is not None:
+            req["timeout"] = timeout
+        for name, v in (("stdin", stdin), ("stdout", stdout), ("stderr", stderr)):
+            val = stdio_value(name, v, probs)
+            if val is not None:
+                req[name] = val
+        if probs:
+            _raise_request(probs)
+        sb = cast("Sandbox", self)
+        h = sb._live()
+        h.acquire()
+        try:
+            rc, resp = _native.sandbox_exec(h.ptr, _native.pack(req))
+        finally:
+            h.release()
+        if rc != _native.OK or resp is None:
+            raise _native.status_error(rc, resp)
+        if restore_fn is not None and resp.get("app_state") is not None:
+            restore_fn(resp["app_state"])
+        argv = list(resp["checkpoint"]["process"]["argv"])
+        self._proc = Process(sb, h, argv, resp, text=text)
+        return self._proc

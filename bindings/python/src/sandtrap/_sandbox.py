@@ -817,6 +817,13 @@ class Sandbox(ProcessMixin):
         }
         return _fork.Clones(self, h, req)
 
+    def afork(self, n: int, **fork_args: Any) -> _fork.LazyClones:
+        """``fork`` for ``async for``: the clones are forked when the iteration
+        starts, every wait in a thread (the event loop stays free); cancelling the
+        task, or leaving the loop, kills the template and the clones still running
+        (``async with`` makes that immediate)."""
+        return _fork.LazyClones(lambda: self.fork(n, **fork_args))
+
     def reduce(self, argv: Argv, clones: Any, timeout: float | None = None) -> Result:
         """Run ``argv`` here with the clones' outputs, in clone order, on its stdin.
         This sandbox holds its own policy: none of the mapper's access."""
