@@ -82,6 +82,8 @@ def parse_ports(ports: Iterable[int | str] | int | str) -> list[int]:
 
     >>> parse_ports([80, "443", "8000-8005"])
     [80, 443, 8000, 8001, 8002, 8003, 8004, 8005]
+    >>> parse_ports("22,443")
+    [22, 443]
 
     Raises :class:`PolicyError` listing every malformed or out-of-range item.
     """
@@ -108,19 +110,20 @@ def parse_ports(ports: Iterable[int | str] | int | str) -> list[int]:
         if not isinstance(it, str):
             bad(f'port {it!r}: want an int or a string like "8000-8005"')
             continue
-        lo, sep, hi = it.strip().partition("-")
-        try:
-            a = int(lo.strip())
-            b = int(hi.strip()) if sep else a
-        except ValueError:
-            bad(f'port {it!r}: want "N" or "LOW-HIGH"')
-            continue
-        if b < a:
-            bad(f"port {it!r}: range ends before it starts")
-        elif not (1 <= a <= 65535 and 1 <= b <= 65535):
-            bad(f"port {it!r} out of range 1-65535")
-        else:
-            seen.update(range(a, b + 1))
+        for part in it.split(","):
+            lo, sep, hi = part.strip().partition("-")
+            try:
+                a = int(lo.strip())
+                b = int(hi.strip()) if sep else a
+            except ValueError:
+                bad(f'port {part!r}: want "N", "LOW-HIGH" or a comma list of them ("22,443,8000-8005")')
+                continue
+            if b < a:
+                bad(f"port {part!r}: range ends before it starts")
+            elif not (1 <= a <= 65535 and 1 <= b <= 65535):
+                bad(f"port {part!r} out of range 1-65535")
+            else:
+                seen.update(range(a, b + 1))
     if probs:
         raise PolicyError(problems_message("invalid ports", probs), probs)
     return sorted(seen)
