@@ -29,7 +29,7 @@ export interface SandboxOptions {
   portRemap?: boolean;
   /** Bytes for the whole process tree (`"256M"`): memory cgroup, else RLIMIT_AS per process (default: none). */
   maxMemory?: Size;
-  /** Tasks in the sandbox: pids cgroup, else RLIMIT_NPROC (non-root) (default: none). */
+  /** Tasks (processes and threads) in the sandbox at once: pids cgroup, else RLIMIT_NPROC (non-root); `0`: no limit. Unset, the default 64 applies where the kernel can enforce it and is reported degraded where it cannot (a value given fails closed there) (default: 64). */
   maxProcesses?: number;
   /** RLIMIT_NOFILE per process (default: none). */
   maxOpenFiles?: number;
@@ -73,8 +73,10 @@ export interface SandboxOptions {
   noCoredump?: boolean;
   /** The CPUs the run may use (numbers and ranges: `0`, `"2-3"`); the run cannot widen it (default: []). */
   cpuCores?: Array<number | string>;
-  /** Run even when a requested protection is unavailable; results say what was not applied (default: false). */
-  allowDegraded?: boolean;
+  /** Run even when a requested protection is unavailable: `true` for every one, or a list of the Landlock protections that may be left out (`["signal_scope"]`: the others stay required); results say what was not applied (default: false). */
+  allowDegraded?: boolean | Protection[];
+  /** Landlock protections never applied, even where the kernel has them (`["fs_ioctl_dev"]`); the report lists them as disabled (default: []). */
+  disable?: Protection[];
   /** HTTP requests the engine's proxy lets through, `"METHOD host/path"` with `*` wildcards (`"POST api.openai.com/v1/chat/completions"`); connects to the httpPorts go to it; with an allow list, nothing else passes (default: []). */
   httpAllow?: string[];
   /** HTTP requests it refuses (checked before httpAllow), in the same grammar (`"* api.example.com/admin/*"`) (default: []). */
@@ -98,6 +100,27 @@ export interface SandboxOptions {
   /** Let httpAuth add credentials to plain-HTTP requests too (anyone on the path can read them; the isolation report warns) (default: false). */
   httpAuthPlain?: boolean;
 }
+
+/** The Landlock protections that allowDegraded and disable name (docs/sandbox-reference.md, "Protections"). */
+export declare const Protection: {
+  /** Filesystem rules: reads, writes and executes beneath the granted paths only (without it: no Landlock at all, the view and seccomp remain) (Landlock ABI 1). */
+  readonly FS: 'fs';
+  /** Renames and links between directories (LANDLOCK_ACCESS_FS_REFER) allowed within the writable trees; without it every such rename is refused (EXDEV), it weakens nothing (Landlock ABI 2). */
+  readonly FS_REFER: 'fs_refer';
+  /** Truncate() and O_TRUNC only on writable paths (LANDLOCK_ACCESS_FS_TRUNCATE) (Landlock ABI 3). */
+  readonly FS_TRUNCATE: 'fs_truncate';
+  /** TCP bind and connect limited to the allowed ports by Landlock (LANDLOCK_ACCESS_NET_*_TCP), under the supervisor's checks of destinations; needed only with network rules (Landlock ABI 4). */
+  readonly NET_TCP: 'net_tcp';
+  /** Ioctl on device nodes refused beneath granted trees (LANDLOCK_ACCESS_FS_IOCTL_DEV) (Landlock ABI 5). */
+  readonly FS_IOCTL_DEV: 'fs_ioctl_dev';
+  /** Abstract unix sockets outside the sandbox unreachable (LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET); without it the supervisor refuses connects to them (Landlock ABI 6). */
+  readonly ABSTRACT_UNIX_SOCKET_SCOPE: 'abstract_unix_socket_scope';
+  /** Signals to processes outside the sandbox refused (LANDLOCK_SCOPE_SIGNAL); the run's pid namespace hides them as well (Landlock ABI 6). */
+  readonly SIGNAL_SCOPE: 'signal_scope';
+};
+export type Protection = 'fs' | 'fs_refer' | 'fs_truncate' | 'net_tcp' | 'fs_ioctl_dev' | 'abstract_unix_socket_scope' | 'signal_scope';
+/** The Landlock ABI each protection needs. */
+export declare const MIN_ABI: Readonly<Record<Protection, number>>;
 // END generated
 
 /** Options of one command (run() and cmd()). */

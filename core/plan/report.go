@@ -7,28 +7,31 @@ import (
 
 // Isolation is what took effect for a run, protection by protection.
 type Isolation struct {
-	Landlock       *landlock.Report `msgpack:"landlock"` // nil: not applied
-	Seccomp        *SeccompReport   `msgpack:"seccomp"`  // nil: not applied
-	NoNewPrivs     bool             `msgpack:"no_new_privs"`
-	Capabilities   string           `msgpack:"capabilities"` // "dropped" | "none held"
-	PidNamespace   bool             `msgpack:"pid_namespace"`
-	UserNamespace  bool             `msgpack:"user_namespace"`    // the sandbox's own (root hosts too)
-	MountNamespace bool             `msgpack:"mount_namespace"`   // the sandbox's own, with View
-	IPCNamespace   bool             `msgpack:"ipc_namespace"`     // each run's own
-	View           []fsview.Mount   `msgpack:"view,omitempty"`    // how the view presents each path (everything else: read-only)
-	Workdir        string           `msgpack:"workdir,omitempty"` // the copy-on-write workdir (absolute): each run's writes under it land in a tmpfs of its own
-	Spawn          string           `msgpack:"spawn,omitempty"`   // template forks: "allowed" or "refused" (new processes and programs)
-	Net            *NetReport       `msgpack:"net"`
-	Hostname       string           `msgpack:"hostname,omitempty"` // the sandbox's own (name), in a UTS namespace of its own
-	TreeKill       string           `msgpack:"tree_kill"`          // pid_namespace | cgroup | process_group
-	Cgroup         string           `msgpack:"cgroup"`             // "" | cgroup_v1 | cgroup_v2
-	UID            *uint32          `msgpack:"uid,omitempty"`
-	GID            *uint32          `msgpack:"gid,omitempty"`
-	Limits         map[string]Limit `msgpack:"limits"`
-	Process        ProcessReport    `msgpack:"process"`
-	Degraded       []string         `msgpack:"degraded"`              // asked for, weaker than asked
-	NotApplied     []string         `msgpack:"not_applied,omitempty"` // hardening this kernel lacks
-	Disabled       []string         `msgpack:"test_disabled,omitempty"`
+	Landlock *landlock.Report `msgpack:"landlock"` // nil: not applied
+	// Protections: each Landlock protection (policy.Protections) and what became
+	// of it: enforced, degraded, disabled or not_needed
+	Protections    map[string]string `msgpack:"protections"`
+	Seccomp        *SeccompReport    `msgpack:"seccomp"` // nil: not applied
+	NoNewPrivs     bool              `msgpack:"no_new_privs"`
+	Capabilities   string            `msgpack:"capabilities"` // "dropped" | "none held"
+	PidNamespace   bool              `msgpack:"pid_namespace"`
+	UserNamespace  bool              `msgpack:"user_namespace"`    // the sandbox's own (root hosts too)
+	MountNamespace bool              `msgpack:"mount_namespace"`   // the sandbox's own, with View
+	IPCNamespace   bool              `msgpack:"ipc_namespace"`     // each run's own
+	View           []fsview.Mount    `msgpack:"view,omitempty"`    // how the view presents each path (everything else: read-only)
+	Workdir        string            `msgpack:"workdir,omitempty"` // the copy-on-write workdir (absolute): each run's writes under it land in a tmpfs of its own
+	Spawn          string            `msgpack:"spawn,omitempty"`   // template forks: "allowed" or "refused" (new processes and programs)
+	Net            *NetReport        `msgpack:"net"`
+	Hostname       string            `msgpack:"hostname,omitempty"` // the sandbox's own (name), in a UTS namespace of its own
+	TreeKill       string            `msgpack:"tree_kill"`          // pid_namespace | cgroup | process_group
+	Cgroup         string            `msgpack:"cgroup"`             // "" | cgroup_v1 | cgroup_v2
+	UID            *uint32           `msgpack:"uid,omitempty"`
+	GID            *uint32           `msgpack:"gid,omitempty"`
+	Limits         map[string]Limit  `msgpack:"limits"`
+	Process        ProcessReport     `msgpack:"process"`
+	Degraded       []string          `msgpack:"degraded"`              // asked for, weaker than asked
+	NotApplied     []string          `msgpack:"not_applied,omitempty"` // hardening this kernel lacks
+	Disabled       []string          `msgpack:"test_disabled,omitempty"`
 }
 
 // SeccompReport describes the loaded filter.

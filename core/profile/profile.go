@@ -262,6 +262,7 @@ var examples = map[policy.Kind]string{
 	policy.KindSeconds: `30`, policy.KindID: `1000`, policy.KindEnv: `{ LANG = "C.UTF-8" }`, policy.KindNames: `["ptrace", "mount"]`,
 	policy.KindHost: `"build-01"`, policy.KindCPUs: `[0, "2-3"]`, policy.KindOptBool: `false`,
 	policy.KindHTTP: `["GET api.example.com/v1/*"]`, policy.KindBranch: `"abort"`, policy.KindHTTPAuth: `["POST api.openai.com/* bearer openai"]`,
+	policy.KindProt: `["fs_ioctl_dev"]`, policy.KindDegrade: `["signal_scope"]`,
 }
 
 // Example is a value of kind k as a profile writes it.
@@ -394,8 +395,10 @@ func sectionKeys(sec string) []string {
 
 func kindWord(f *policy.Field) string {
 	switch f.Kind() {
-	case policy.KindPaths, policy.KindTargets, policy.KindPorts, policy.KindNames, policy.KindCPUs, policy.KindHTTP, policy.KindHTTPAuth:
+	case policy.KindPaths, policy.KindTargets, policy.KindPorts, policy.KindNames, policy.KindCPUs, policy.KindHTTP, policy.KindHTTPAuth, policy.KindProt:
 		return "a list"
+	case policy.KindDegrade:
+		return "a boolean or a list"
 	case policy.KindBool, policy.KindOptBool:
 		return "a boolean"
 	case policy.KindEnv:

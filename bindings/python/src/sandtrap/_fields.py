@@ -8,9 +8,10 @@ unknown fields (with the nearest name) and fields that are not supported yet.
 
 from __future__ import annotations
 
+import enum
 import os
 from collections.abc import Iterable, Mapping
-from typing import TypedDict, Union
+from typing import Any, TypedDict, Union
 
 StrPath = Union[str, "os.PathLike[str]"]
 
@@ -48,7 +49,8 @@ FIELDS: dict[str, tuple[str, str]] = {
     "no_huge_pages": ("no_huge_pages", "bool"),
     "no_coredump": ("no_coredump", "optbool"),
     "cpu_cores": ("cpu_cores", "cpus"),
-    "allow_degraded": ("allow_degraded", "bool"),
+    "allow_degraded": ("allow_degraded", "degrade"),
+    "disable": ("disable", "protections"),
     "http_allow": ("http_allow", "http_rules"),
     "http_deny": ("http_deny", "http_rules"),
     "http_ports": ("http_ports", "ports"),
@@ -64,6 +66,120 @@ FIELDS: dict[str, tuple[str, str]] = {
 
 # msgpack key -> keyword
 KEYWORDS: dict[str, str] = {key: kw for kw, (key, _) in FIELDS.items()}
+
+# keyword -> the value an attribute of Sandbox reads when the field was not given
+# (supported or not: the seed API's constructor); giving it means the same as leaving it out
+DEFAULTS: dict[str, Any] = {
+    "fs_readable": (),
+    "fs_writable": (),
+    "fs_denied": (),
+    "net_allow": (),
+    "net_deny": (),
+    "net_allow_bind": (),
+    "net_allow_udp": False,
+    "net_allow_unix": False,
+    "port_remap": False,
+    "max_memory": None,
+    "max_processes": 64,
+    "max_open_files": None,
+    "max_disk": None,
+    "max_cpu": None,
+    "max_cpu_time": None,
+    "timeout": None,
+    "max_output": 16777216,
+    "env": {},
+    "clean_env": False,
+    "cwd": None,
+    "uid": None,
+    "gid": None,
+    "extra_allow_syscalls": (),
+    "extra_deny_syscalls": (),
+    "name": None,
+    "workdir": None,
+    "on_exit": "commit",
+    "on_error": "abort",
+    "no_randomize_memory": False,
+    "no_huge_pages": False,
+    "no_coredump": None,
+    "cpu_cores": (),
+    "allow_degraded": False,
+    "disable": (),
+    "http_allow": (),
+    "http_deny": (),
+    "http_ports": (),
+    "http_intercept": False,
+    "http_ca": None,
+    "http_key": None,
+    "http_inject_ca": (),
+    "http_ca_out": None,
+    "credentials": {},
+    "http_auth": (),
+    "http_auth_plain": False,
+    "fs_storage": None,
+    "random_seed": None,
+    "time_start": None,
+    "deterministic_dirs": False,
+    "no_supervisor": False,
+    "chroot": None,
+    "fs_mount": {},
+    "gpu_devices": None,
+    "num_cpus": None,
+}
+
+
+class Protection(str, enum.Enum):
+    """The Landlock protections, by name, for ``allow_degraded=[...]`` and
+    ``disable=[...]`` (docs/sandbox-reference.md, "Protections"). ``min_abi``
+    is the Landlock ABI each needs."""
+
+    FS = "fs"
+    """Filesystem rules: reads, writes and executes beneath the granted paths only
+    (without it: no Landlock at all, the view and seccomp remain) (Landlock ABI 1).
+    """
+    FS_REFER = "fs_refer"
+    """Renames and links between directories (LANDLOCK_ACCESS_FS_REFER) allowed within
+    the writable trees; without it every such rename is refused (EXDEV), it weakens
+    nothing (Landlock ABI 2).
+    """
+    FS_TRUNCATE = "fs_truncate"
+    """Truncate() and O_TRUNC only on writable paths (LANDLOCK_ACCESS_FS_TRUNCATE)
+    (Landlock ABI 3).
+    """
+    NET_TCP = "net_tcp"
+    """TCP bind and connect limited to the allowed ports by Landlock
+    (LANDLOCK_ACCESS_NET_*_TCP), under the supervisor's checks of destinations;
+    needed only with network rules (Landlock ABI 4).
+    """
+    FS_IOCTL_DEV = "fs_ioctl_dev"
+    """Ioctl on device nodes refused beneath granted trees
+    (LANDLOCK_ACCESS_FS_IOCTL_DEV) (Landlock ABI 5).
+    """
+    ABSTRACT_UNIX_SOCKET_SCOPE = "abstract_unix_socket_scope"
+    """Abstract unix sockets outside the sandbox unreachable
+    (LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET); without it the supervisor refuses
+    connects to them (Landlock ABI 6).
+    """
+    SIGNAL_SCOPE = "signal_scope"
+    """Signals to processes outside the sandbox refused (LANDLOCK_SCOPE_SIGNAL); the
+    run's pid namespace hides them as well (Landlock ABI 6).
+    """
+
+    @property
+    def min_abi(self) -> int:
+        """The Landlock ABI this protection needs."""
+        return MIN_ABI[self.value]
+
+
+# protection -> the Landlock ABI it needs
+MIN_ABI: dict[str, int] = {
+    "fs": 1,
+    "fs_refer": 2,
+    "fs_truncate": 3,
+    "net_tcp": 4,
+    "fs_ioctl_dev": 5,
+    "abstract_unix_socket_scope": 6,
+    "signal_scope": 6,
+}
 
 
 class PolicyOptions(TypedDict, total=False):
@@ -113,7 +229,11 @@ class PolicyOptions(TypedDict, total=False):
     process (default: none).
     """
     max_processes: int | None
-    """Tasks in the sandbox: pids cgroup, else RLIMIT_NPROC (non-root) (default: none)."""
+    """Tasks (processes and threads) in the sandbox at once: pids cgroup, else
+    RLIMIT_NPROC (non-root); ``0``: no limit. Unset, the default 64 applies where
+    the kernel can enforce it and is reported degraded where it cannot (a value
+    given fails closed there) (default: 64).
+    """
     max_open_files: int | None
     """RLIMIT_NOFILE per process (default: none)."""
     max_disk: int | str | None
@@ -183,9 +303,14 @@ class PolicyOptions(TypedDict, total=False):
     """The CPUs the run may use (numbers and ranges: ``0``, ``"2-3"``); the run cannot
     widen it (default: []).
     """
-    allow_degraded: bool | None
-    """Run even when a requested protection is unavailable; results say what was not
-    applied (default: false).
+    allow_degraded: bool | Iterable[Protection | str] | None
+    """Run even when a requested protection is unavailable: ``true`` for every one, or
+    a list of the Landlock protections that may be left out (``["signal_scope"]``:
+    the others stay required); results say what was not applied (default: false).
+    """
+    disable: Iterable[Protection | str] | None
+    """Landlock protections never applied, even where the kernel has them
+    (``["fs_ioctl_dev"]``); the report lists them as disabled (default: []).
     """
     http_allow: Iterable[str] | None
     """HTTP requests the engine's proxy lets through, ``"METHOD host/path"`` with ``*``
