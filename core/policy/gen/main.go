@@ -308,7 +308,7 @@ from __future__ import annotations
 import enum
 import os
 from collections.abc import Iterable, Mapping
-from typing import Any, TypedDict, Union
+from typing import Any, TypedDict, Union, cast
 
 StrPath = Union[str, "os.PathLike[str]"]
 
@@ -344,6 +344,7 @@ FIELDS: dict[str, tuple[str, str]] = {
 		fmt.Fprintf(&b, "    %q: %d,\n", pr.Name, pr.MinABI)
 	}
 	b.WriteString("}\n")
+	b.WriteString(pythonAttributes())
 	b.WriteString("\n\nclass PolicyOptions(TypedDict, total=False):\n" +
 		"    \"\"\"The policy fields of :class:`~sandtrap.Sandbox`, as keyword arguments\n" +
 		"    (docs/protocol.md, \"Policy map\"). Every one is optional; ``None`` means not\n" +
@@ -369,6 +370,74 @@ FIELDS: dict[str, tuple[str, str]] = {
 }
 
 func upper(s string) string { return strings.ToUpper(s[:1]) + s[1:] }
+
+// pythonAttrType is the type an attribute of Sandbox reads (lists as tuples).
+var pythonAttrType = map[policy.Kind]string{
+	policy.KindPaths: "tuple[StrPath, ...]", policy.KindPath: "StrPath", policy.KindTargets: "tuple[int | str, ...]",
+	policy.KindPorts: "tuple[int | str, ...]", policy.KindBool: "bool", policy.KindSize: "int | str", policy.KindCount: "int",
+	policy.KindSeconds: "float", policy.KindID: "int", policy.KindEnv: "Mapping[str, str]", policy.KindNames: "tuple[str, ...]", policy.KindHost: "str",
+	policy.KindCPUs: "tuple[int | str, ...]", policy.KindOptBool: "bool", policy.KindHTTP: "tuple[str, ...]", policy.KindBranch: "str",
+	policy.KindProt: "tuple[Protection | str, ...]", policy.KindDegrade: "bool | tuple[Protection | str, ...]",
+}
+
+// pythonAttributes is the mixin of Sandbox's field attributes: each reads the
+// value given (lists as tuples, env read-only) or the default, and assigning one
+// rebuilds the sandbox (before its first run) through _set_field.
+func pythonAttributes() string {
+	var b strings.Builder
+	b.WriteString(`
+
+class FieldAttributes:
+    """Every policy field of the seed API's constructor as an attribute of
+    :class:` + "`~sandtrap.Sandbox`" + `: the value given, else the default (lists read as
+    tuples, ` + "`env`" + ` read-only). Assigning one before the sandbox's first run
+    rebuilds it with the new value (validated at once); afterwards it raises
+    :class:` + "`~sandtrap.InvalidState`" + `."""
+
+    __slots__ = ()
+
+    def _field(self, keyword: str) -> Any:
+        raise NotImplementedError
+
+    def _set_field(self, keyword: str, value: Any) -> None:
+        raise NotImplementedError
+`)
+	for i := range policy.Schema {
+		f := &policy.Schema[i]
+		if f.Section == "" {
+			continue
+		}
+		get, set := "Any", "Any"
+		if f.Supported() {
+			get, set = pythonAttrType[f.Kind()], pythonType[f.Kind()]
+			if f.Kind() == policy.KindProt || f.Kind() == policy.KindDegrade {
+				set = strings.ReplaceAll(set, "Iterable[str]", "Iterable[Protection | str]")
+			}
+			if f.Value == nil {
+				get += " | None"
+			}
+			set += " | None"
+		}
+		doc := "Not supported by sandtrap yet (reads the seed API's default)."
+		if f.Supported() {
+			doc = fmt.Sprintf("%s (default: %s).", upper(strings.ReplaceAll(f.DocFor(pyName), "`", "``")), f.Default)
+		}
+		fmt.Fprintf(&b, "\n    @property\n    def %s(self) -> %s:\n", f.PythonName(), get)
+		lines := wrap(doc, 76)
+		for j, l := range lines {
+			if j == 0 {
+				l = "\"\"\"" + l
+			}
+			if j == len(lines)-1 {
+				l += "\"\"\""
+			}
+			fmt.Fprintf(&b, "        %s\n", l)
+		}
+		fmt.Fprintf(&b, "        return cast(%q, self._field(%q))\n", get, f.PythonName())
+		fmt.Fprintf(&b, "\n    @%s.setter\n    def %s(self, value: %s) -> None:\n        self._set_field(%q, value)\n", f.PythonName(), f.PythonName(), set, f.PythonName())
+	}
+	return b.String()
+}
 
 // pyLiteral is a default value (Field.Value) in Python: lists as (), as the seed
 // API writes them.
