@@ -101,6 +101,84 @@ export interface SandboxOptions {
   httpAuthPlain?: boolean;
 }
 
+/** Every policy option as a read-only property of a Sandbox: the value given, else its default. */
+export interface SandboxFields {
+  /** (default: []) */
+  readonly fsReadable: Exclude<SandboxOptions['fsReadable'], undefined>;
+  /** (default: []) */
+  readonly fsWritable: Exclude<SandboxOptions['fsWritable'], undefined>;
+  /** (default: []) */
+  readonly fsDenied: Exclude<SandboxOptions['fsDenied'], undefined>;
+  /** (default: []) */
+  readonly netAllow: Exclude<SandboxOptions['netAllow'], undefined>;
+  /** (default: []) */
+  readonly netDeny: Exclude<SandboxOptions['netDeny'], undefined>;
+  /** (default: []) */
+  readonly netAllowBind: Exclude<SandboxOptions['netAllowBind'], undefined>;
+  /** (default: false) */
+  readonly netAllowUdp: Exclude<SandboxOptions['netAllowUdp'], undefined>;
+  /** (default: false) */
+  readonly netAllowUnix: Exclude<SandboxOptions['netAllowUnix'], undefined>;
+  /** (default: false) */
+  readonly portRemap: Exclude<SandboxOptions['portRemap'], undefined>;
+  /** (default: none) */
+  readonly maxMemory: Exclude<SandboxOptions['maxMemory'], undefined> | null;
+  /** (default: 64) */
+  readonly maxProcesses: Exclude<SandboxOptions['maxProcesses'], undefined>;
+  /** (default: none) */
+  readonly maxOpenFiles: Exclude<SandboxOptions['maxOpenFiles'], undefined> | null;
+  /** (default: none) */
+  readonly maxDisk: Exclude<SandboxOptions['maxDisk'], undefined> | null;
+  /** (default: none) */
+  readonly maxCpu: Exclude<SandboxOptions['maxCpu'], undefined> | null;
+  /** (default: none) */
+  readonly maxCpuTime: Exclude<SandboxOptions['maxCpuTime'], undefined> | null;
+  /** (default: none) */
+  readonly timeout: Exclude<SandboxOptions['timeout'], undefined> | null;
+  /** (default: 16 MiB) */
+  readonly maxOutput: Exclude<SandboxOptions['maxOutput'], undefined>;
+  /** (default: {}) */
+  readonly env: Exclude<SandboxOptions['env'], undefined>;
+  /** (default: false) */
+  readonly cleanEnv: Exclude<SandboxOptions['cleanEnv'], undefined>;
+  /** (default: inherited) */
+  readonly cwd: Exclude<SandboxOptions['cwd'], undefined> | null;
+  /** (default: none) */
+  readonly uid: Exclude<SandboxOptions['uid'], undefined> | null;
+  /** (default: none) */
+  readonly gid: Exclude<SandboxOptions['gid'], undefined> | null;
+  /** (default: []) */
+  readonly extraAllowSyscalls: Exclude<SandboxOptions['extraAllowSyscalls'], undefined>;
+  /** (default: []) */
+  readonly extraDenySyscalls: Exclude<SandboxOptions['extraDenySyscalls'], undefined>;
+  /** (default: none) */
+  readonly name: Exclude<SandboxOptions['name'], undefined> | null;
+  /** (default: none) */
+  readonly workdir: Exclude<SandboxOptions['workdir'], undefined> | null;
+  /** (default: "commit") */
+  readonly onExit: Exclude<SandboxOptions['onExit'], undefined>;
+  /** (default: "abort") */
+  readonly onError: Exclude<SandboxOptions['onError'], undefined>;
+  /** (default: false) */
+  readonly noRandomizeMemory: Exclude<SandboxOptions['noRandomizeMemory'], undefined>;
+  /** (default: false) */
+  readonly noHugePages: Exclude<SandboxOptions['noHugePages'], undefined>;
+  /** (default: none (core dumps off)) */
+  readonly noCoredump: Exclude<SandboxOptions['noCoredump'], undefined> | null;
+  /** (default: []) */
+  readonly cpuCores: Exclude<SandboxOptions['cpuCores'], undefined>;
+  /** (default: false) */
+  readonly allowDegraded: Exclude<SandboxOptions['allowDegraded'], undefined>;
+  /** (default: []) */
+  readonly disable: Exclude<SandboxOptions['disable'], undefined>;
+  /** (default: []) */
+  readonly httpAllow: Exclude<SandboxOptions['httpAllow'], undefined>;
+  /** (default: []) */
+  readonly httpDeny: Exclude<SandboxOptions['httpDeny'], undefined>;
+  /** (default: [80, 443]) */
+  readonly httpPorts: Exclude<SandboxOptions['httpPorts'], undefined>;
+}
+
 /** The Landlock protections that allowDegraded and disable name (docs/sandbox-reference.md, "Protections"). */
 export declare const Protection: {
   /** Filesystem rules: reads, writes and executes beneath the granted paths only (without it: no Landlock at all, the view and seccomp remain) (Landlock ABI 1). */
@@ -382,6 +460,8 @@ export interface VersionInfo {
   headerAbi: number;
 }
 
+/** A Sandbox reads every policy option as a read-only property (SandboxFields): `sb.maxProcesses` is 64 unless given. */
+export interface Sandbox extends SandboxFields {}
 export declare class Sandbox {
   /** COW-fork map: init once in a confined template, then n clones of it, each running work. */
   fork(n: number, options: ForkOptions): Promise<Clones>;

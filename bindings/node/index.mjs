@@ -17,6 +17,8 @@ export const {
   probe,
   version,
   BranchAction,
+  Protection,
+  MIN_ABI,
   loadProfile,
   policyFromDict,
   profileArgv,

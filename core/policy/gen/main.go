@@ -525,6 +525,14 @@ func typescript() string {
 	for _, f := range supported() {
 		fmt.Fprintf(&b, "  /** %s (default: %s). */\n  %s?: %s;\n", upper(f.DocFor(nodeName)), f.Default, f.NodeName(), tsType[f.Kind()])
 	}
+	b.WriteString("}\n\n/** Every policy option as a read-only property of a Sandbox: the value given, else its default. */\nexport interface SandboxFields {\n")
+	for _, f := range supported() {
+		t := fmt.Sprintf("Exclude<SandboxOptions['%s'], undefined>", f.NodeName())
+		if f.Value == nil {
+			t += " | null"
+		}
+		fmt.Fprintf(&b, "  /** (default: %s) */\n  readonly %s: %s;\n", f.Default, f.NodeName(), t)
+	}
 	b.WriteString("}\n\n/** The Landlock protections that allowDegraded and disable name (docs/sandbox-reference.md, \"Protections\"). */\nexport declare const Protection: {\n")
 	var names []string
 	for _, pr := range policy.Protections {
