@@ -284,9 +284,46 @@ def test_comma_lists_of_ports():
     with pytest.raises(PolicyError) as e:
         parse_ports(["22,,443"])
     assert [str(p) for p in e.value.problems] == [
-        "port '': want \"N\", \"LOW-HIGH\" or a comma list of them (\"22,443,8000-8005\")"
+        'port \'\': want "N", "LOW-HIGH" or a comma list of them ("22,443,8000-8005")'
     ]
     with Sandbox(fs_readable=SYS_RO, net_allow_bind=["8080,8443"]) as sb:
         assert sb.net_allow_bind == ("8080,8443",)
         if landlock_abi() >= 4:
             assert sb.isolation()["landlock"]["bind_ports"] == [8080, 8443]
+
+
+_ABSTRACT_CONNECT = textwrap.dedent(
+    """
+    import errno, socket, sys
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect("\\0" + sys.argv[1])
+        print("connected")
+    except OSError as e:
+        print(errno.errorcode[e.errno])
+    """
+)
+
+
+def test_abstract_unix_scope_holds_unless_disabled():
+    """The attack: reach a host process's abstract unix socket from the sandbox.
+    The scope refuses it (EPERM); disable=[ABSTRACT_UNIX_SOCKET_SCOPE] really
+    turns it off (the connect lands), so the refusal is the scope's."""
+    import socket
+
+    if landlock_abi() < 6:
+        pytest.skip("needs Landlock ABI 6")
+    name = f"sandtrap-config-{os.getpid()}"
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind("\0" + name)
+    srv.listen(4)
+    try:
+        with Sandbox(fs_readable=SYS_RO, net_allow_unix=True) as sb:
+            r = sb.run([SYSTEM_PYTHON, "-c", _ABSTRACT_CONNECT, name], timeout=30)
+            assert r.stdout.strip() == b"EPERM", r
+        with Sandbox(fs_readable=SYS_RO, net_allow_unix=True, disable=[Protection.ABSTRACT_UNIX_SOCKET_SCOPE]) as sb:
+            assert sb.isolation()["protections"]["abstract_unix_socket_scope"] == "disabled"
+            r = sb.run([SYSTEM_PYTHON, "-c", _ABSTRACT_CONNECT, name], timeout=30)
+            assert r.stdout.strip() == b"connected", r
+    finally:
+        srv.close()
