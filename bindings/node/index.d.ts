@@ -191,7 +191,7 @@ export declare const Protection: {
   readonly NET_TCP: 'net_tcp';
   /** Ioctl on device nodes refused beneath granted trees (LANDLOCK_ACCESS_FS_IOCTL_DEV) (Landlock ABI 5). */
   readonly FS_IOCTL_DEV: 'fs_ioctl_dev';
-  /** Abstract unix sockets outside the sandbox unreachable (LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET); without it the supervisor refuses connects to them (Landlock ABI 6). */
+  /** Abstract unix sockets outside the sandbox unreachable (LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET); without it a sandbox with `net_allow_unix` reaches the host's (Landlock ABI 6). */
   readonly ABSTRACT_UNIX_SOCKET_SCOPE: 'abstract_unix_socket_scope';
   /** Signals to processes outside the sandbox refused (LANDLOCK_SCOPE_SIGNAL); the run's pid namespace hides them as well (Landlock ABI 6). */
   readonly SIGNAL_SCOPE: 'signal_scope';

@@ -19,7 +19,7 @@ var Protections = []Protection{
 	{"fs_truncate", 3, "truncate() and O_TRUNC only on writable paths (LANDLOCK_ACCESS_FS_TRUNCATE)"},
 	{"net_tcp", 4, "TCP bind and connect limited to the allowed ports by Landlock (LANDLOCK_ACCESS_NET_*_TCP), under the supervisor's checks of destinations; needed only with network rules"},
 	{"fs_ioctl_dev", 5, "ioctl on device nodes refused beneath granted trees (LANDLOCK_ACCESS_FS_IOCTL_DEV)"},
-	{"abstract_unix_socket_scope", 6, "abstract unix sockets outside the sandbox unreachable (LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET); without it the supervisor refuses connects to them"},
+	{"abstract_unix_socket_scope", 6, "abstract unix sockets outside the sandbox unreachable (LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET); without it a sandbox with `net_allow_unix` reaches the host's"},
 	{"signal_scope", 6, "signals to processes outside the sandbox refused (LANDLOCK_SCOPE_SIGNAL); the run's pid namespace hides them as well"},
 }
 

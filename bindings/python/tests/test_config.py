@@ -327,3 +327,24 @@ def test_abstract_unix_scope_holds_unless_disabled():
             assert r.stdout.strip() == b"connected", r
     finally:
         srv.close()
+
+
+def test_the_default_max_processes_is_shared_by_concurrent_runs():
+    """Limits are the sandbox's: its concurrent runs share the default 64 too, and a
+    run that finds no task left says so."""
+    import concurrent.futures
+
+    with Sandbox(fs_readable=SYS_RO) as sb:
+        if "max_processes" not in sb.isolation()["limits"]:
+            pytest.skip("the default limit is not enforced here")
+        with concurrent.futures.ThreadPoolExecutor(48) as ex:
+            futs = [ex.submit(sb.run, ["sleep", "2"]) for _ in range(48)]
+        errs = [f.exception() for f in futs if f.exception() is not None]
+        ok = [f.result() for f in futs if f.exception() is None]
+    assert ok and errs, (len(ok), errs[:1])
+    assert all(isinstance(e, sandtrap.IsolationUnavailable) for e in errs)
+    assert all(
+        "(max_processes 64: the tasks of this sandbox's runs together; give a larger max_processes, or 0 for none, "
+        "to run more at once)" in str(e)
+        for e in errs
+    ), errs[0]

@@ -156,8 +156,8 @@ class Protection(str, enum.Enum):
     """
     ABSTRACT_UNIX_SOCKET_SCOPE = "abstract_unix_socket_scope"
     """Abstract unix sockets outside the sandbox unreachable
-    (LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET); without it the supervisor refuses
-    connects to them (Landlock ABI 6).
+    (LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET); without it a sandbox with
+    ``net_allow_unix`` reaches the host's (Landlock ABI 6).
     """
     SIGNAL_SCOPE = "signal_scope"
     """Signals to processes outside the sandbox refused (LANDLOCK_SCOPE_SIGNAL); the
