@@ -348,7 +348,7 @@ FIELDS: dict[str, tuple[str, str]] = {
 	b.WriteString("\n\nclass PolicyOptions(TypedDict, total=False):\n" +
 		"    \"\"\"The policy fields of :class:`~sandtrap.Sandbox`, as keyword arguments\n" +
 		"    (docs/protocol.md, \"Policy map\"). Every one is optional; ``None`` means not\n" +
-		"    set: not granted, no limit.\"\"\"\n\n")
+		"    set: not granted, no limit (``max_processes``: its default, 64).\"\"\"\n\n")
 	for _, f := range supported() {
 		typ := pythonType[f.Kind()]
 		if f.Kind() == policy.KindProt || f.Kind() == policy.KindDegrade {

@@ -674,7 +674,7 @@ class FieldAttributes:
 class PolicyOptions(TypedDict, total=False):
     """The policy fields of :class:`~sandtrap.Sandbox`, as keyword arguments
     (docs/protocol.md, "Policy map"). Every one is optional; ``None`` means not
-    set: not granted, no limit."""
+    set: not granted, no limit (``max_processes``: its default, 64)."""
 
     fs_readable: Iterable[StrPath] | None
     """Paths (files or directories) readable and executable; they must exist (a

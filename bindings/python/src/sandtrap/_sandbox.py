@@ -398,7 +398,8 @@ class Sandbox(ProcessMixin, FieldAttributes):
     The keyword arguments are the policy fields of :class:`PolicyOptions`
     (docs/protocol.md, "Policy map"): every one is optional; leaving one out (or
     passing ``None``) means "not granted" for permissions (files, network) and "no
-    limit" for limits. ``init_fn`` and ``work_fn`` prepare :meth:`fork`.
+    limit" for limits, except ``max_processes``, whose default is 64 (the seed's;
+    ``0``: no limit), shared by the sandbox's concurrent runs. ``init_fn`` and ``work_fn`` prepare :meth:`fork`.
 
     Construction validates everything at once and raises one :class:`PolicyError`
     whose ``problems`` list every problem, each a :class:`Problem` (``field``,
