@@ -315,6 +315,9 @@ func (c *compiler) landlock() error {
 			pl.protections[pr.Name] = ProtNotNeeded // inet sockets are refused by seccomp
 		case f.LandlockABI >= pr.MinABI:
 			pl.protections[pr.Name] = ProtEnforced
+		case f.LandlockABI == 0 && pr.Name != policy.ProtFS:
+			// no Landlock at all: "fs" is the one missing (and degraded with it)
+			pl.protections[pr.Name] = ProtDegraded
 		default:
 			pl.protections[pr.Name] = ProtDegraded
 			what := fmt.Sprintf("landlock %s (kernel ABI %d < %d)", pr.Name, f.LandlockABI, pr.MinABI)

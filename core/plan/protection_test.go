@@ -211,3 +211,23 @@ func TestDefaultMaxProcesses(t *testing.T) {
 		t.Fatalf("%q", msg)
 	}
 }
+
+// Without Landlock at all, "fs" is the one protection missing: the others go
+// with it.
+func TestNoLandlockIsOneMissingProtection(t *testing.T) {
+	needLandlock(t, 1)
+	_, err := Compile(input(t, map[string]any{"fs_readable": []any{"/usr"}}, abi(0)), 0)
+	if msg := isolationErr(t, err); msg != "isolation unavailable: landlock (filesystem rules) (pass allow_degraded to run without it)" {
+		t.Fatalf("%q", msg)
+	}
+	pl, err := Compile(input(t, map[string]any{"fs_readable": []any{"/usr"}, "allow_degraded": []any{"fs"}}, abi(0)), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pl.Close()
+	rep := pl.Isolation()
+	if rep.Landlock != nil || rep.Protections["fs"] != "degraded" || rep.Protections["signal_scope"] != "degraded" ||
+		!slices.Contains(rep.Degraded, "not applied: landlock (filesystem rules)") {
+		t.Fatalf("%v %v", rep.Protections, rep.Degraded)
+	}
+}
