@@ -177,6 +177,22 @@ export interface SandboxFields {
   readonly httpDeny: Exclude<SandboxOptions['httpDeny'], undefined>;
   /** (default: [80, 443]) */
   readonly httpPorts: Exclude<SandboxOptions['httpPorts'], undefined>;
+  /** (default: false) */
+  readonly httpIntercept: Exclude<SandboxOptions['httpIntercept'], undefined>;
+  /** (default: none) */
+  readonly httpCa: Exclude<SandboxOptions['httpCa'], undefined> | null;
+  /** (default: none) */
+  readonly httpKey: Exclude<SandboxOptions['httpKey'], undefined> | null;
+  /** (default: []) */
+  readonly httpInjectCa: Exclude<SandboxOptions['httpInjectCa'], undefined>;
+  /** (default: none) */
+  readonly httpCaOut: Exclude<SandboxOptions['httpCaOut'], undefined> | null;
+  /** (default: {}) */
+  readonly credentials: Exclude<SandboxOptions['credentials'], undefined>;
+  /** (default: []) */
+  readonly httpAuth: Exclude<SandboxOptions['httpAuth'], undefined>;
+  /** (default: false) */
+  readonly httpAuthPlain: Exclude<SandboxOptions['httpAuthPlain'], undefined>;
 }
 
 /** The Landlock protections that allowDegraded and disable name (docs/sandbox-reference.md, "Protections"). */

@@ -572,22 +572,94 @@ class FieldAttributes:
         self._set_field("http_ports", value)
 
     @property
-    def http_ca(self) -> Any:
-        """Not supported by sandtrap yet (reads the seed API's default)."""
-        return cast("Any", self._field("http_ca"))
+    def http_intercept(self) -> bool:
+        """HTTPS interception: the proxy terminates the sandbox's TLS with certificates
+        of a CA of its own (ephemeral, ECDSA P-256, its key only in the engine's
+        memory; or http_ca), checks every request's method, host and path, and sends
+        it on over TLS verified against the host's trust store; adds 443 to the
+        http_ports (default: false)."""
+        return cast("bool", self._field("http_intercept"))
+
+    @http_intercept.setter
+    def http_intercept(self, value: bool | None) -> None:
+        self._set_field("http_intercept", value)
+
+    @property
+    def http_ca(self) -> StrPath | None:
+        """The interception CA's certificate (PEM file) instead of an ephemeral one;
+        with http_key; implies http_intercept (default: none)."""
+        return cast("StrPath | None", self._field("http_ca"))
 
     @http_ca.setter
-    def http_ca(self, value: Any) -> None:
+    def http_ca(self, value: StrPath | None) -> None:
         self._set_field("http_ca", value)
 
     @property
-    def http_key(self) -> Any:
-        """Not supported by sandtrap yet (reads the seed API's default)."""
-        return cast("Any", self._field("http_key"))
+    def http_key(self) -> StrPath | None:
+        """That CA's private key (PEM file: PKCS#8, EC or RSA), read when the sandbox
+        is built (default: none)."""
+        return cast("StrPath | None", self._field("http_key"))
 
     @http_key.setter
-    def http_key(self, value: Any) -> None:
+    def http_key(self, value: StrPath | None) -> None:
         self._set_field("http_key", value)
+
+    @property
+    def http_inject_ca(self) -> tuple[StrPath, ...]:
+        """Trust bundles (PEM files) the run sees with the interception CA appended
+        (``"/etc/ssl/certs/ca-certificates.crt"``): a file of the sandbox's own laid
+        over each in its view; the host's files are never changed (default: [])."""
+        return cast("tuple[StrPath, ...]", self._field("http_inject_ca"))
+
+    @http_inject_ca.setter
+    def http_inject_ca(self, value: Iterable[StrPath] | None) -> None:
+        self._set_field("http_inject_ca", value)
+
+    @property
+    def http_ca_out(self) -> StrPath | None:
+        """A path where the engine writes the interception CA's certificate (PEM) when
+        the sandbox is built (for NODE_EXTRA_CA_CERTS, REQUESTS_CA_BUNDLE and
+        runtimes with their own lists) (default: none)."""
+        return cast("StrPath | None", self._field("http_ca_out"))
+
+    @http_ca_out.setter
+    def http_ca_out(self, value: StrPath | None) -> None:
+        self._set_field("http_ca_out", value)
+
+    @property
+    def credentials(self) -> Mapping[str, str]:
+        """Secrets the proxy adds to requests, by name: "env:VARIABLE" (from env, where
+        the bindings pass their current environment, else the engine's; the variable
+        is removed from the run's environment) or "file:/path", read when the
+        sandbox is built; never in the sandbox's environment, memory or files
+        (default: {})."""
+        return cast("Mapping[str, str]", self._field("credentials"))
+
+    @credentials.setter
+    def credentials(self, value: Mapping[str, str] | None) -> None:
+        self._set_field("credentials", value)
+
+    @property
+    def http_auth(self) -> :
+        """Headers the proxy adds after the rule check: ``"POST api.openai.com/* bearer
+        openai"`` (scheme ``bearer``, ``basic`` with a ``user:password`` value, or
+        ``header:NAME``); the first rule that matches; over HTTPS to a verified
+        upstream only (interception) unless http_auth_plain (default: [])."""
+        return cast("", self._field("http_auth"))
+
+    @http_auth.setter
+    def http_auth(self, value: Iterable[str] | None) -> None:
+        self._set_field("http_auth", value)
+
+    @property
+    def http_auth_plain(self) -> bool:
+        """Let http_auth add credentials to plain-HTTP requests too (anyone on the path
+        can read them; the isolation report warns) (default: false)."""
+        return cast("bool", self._field("http_auth_plain"))
+
+    @http_auth_plain.setter
+    def http_auth_plain(self, value: bool | None) -> None:
+        self._set_field("http_auth_plain", value)
 
     @property
     def fs_storage(self) -> Any:
