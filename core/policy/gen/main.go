@@ -377,7 +377,7 @@ var pythonAttrType = map[policy.Kind]string{
 	policy.KindPorts: "tuple[int | str, ...]", policy.KindBool: "bool", policy.KindSize: "int | str", policy.KindCount: "int",
 	policy.KindSeconds: "float", policy.KindID: "int", policy.KindEnv: "Mapping[str, str]", policy.KindNames: "tuple[str, ...]", policy.KindHost: "str",
 	policy.KindCPUs: "tuple[int | str, ...]", policy.KindOptBool: "bool", policy.KindHTTP: "tuple[str, ...]", policy.KindBranch: "str",
-	policy.KindProt: "tuple[Protection | str, ...]", policy.KindDegrade: "bool | tuple[Protection | str, ...]",
+	policy.KindProt: "tuple[Protection | str, ...]", policy.KindDegrade: "bool | tuple[Protection | str, ...]", policy.KindHTTPAuth: "tuple[str, ...]",
 }
 
 // pythonAttributes is the mixin of Sandbox's field attributes: each reads the
@@ -410,6 +410,9 @@ class FieldAttributes:
 		get, set := "Any", "Any"
 		if f.Supported() {
 			get, set = pythonAttrType[f.Kind()], pythonType[f.Kind()]
+			if get == "" || set == "" {
+				panic("gen: no Python type for kind " + string(f.Kind()))
+			}
 			if f.Kind() == policy.KindProt || f.Kind() == policy.KindDegrade {
 				set = strings.ReplaceAll(set, "Iterable[str]", "Iterable[Protection | str]")
 			}

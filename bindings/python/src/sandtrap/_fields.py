@@ -640,12 +640,12 @@ class FieldAttributes:
         self._set_field("credentials", value)
 
     @property
-    def http_auth(self) -> :
+    def http_auth(self) -> tuple[str, ...]:
         """Headers the proxy adds after the rule check: ``"POST api.openai.com/* bearer
         openai"`` (scheme ``bearer``, ``basic`` with a ``user:password`` value, or
         ``header:NAME``); the first rule that matches; over HTTPS to a verified
         upstream only (interception) unless http_auth_plain (default: [])."""
-        return cast("", self._field("http_auth"))
+        return cast("tuple[str, ...]", self._field("http_auth"))
 
     @http_auth.setter
     def http_auth(self, value: Iterable[str] | None) -> None:
