@@ -203,6 +203,16 @@ int sandtrap_sandbox_builder_allow_degraded(sandtrap_sandbox_builder *b, int all
 	return st_builder_bool(b, "allow_degraded", allow);
 }
 
+int sandtrap_sandbox_builder_allow_degraded_protection(sandtrap_sandbox_builder *b, const char *protection)
+{
+	return st_builder_string(b, "allow_degraded", protection);
+}
+
+int sandtrap_sandbox_builder_disable(sandtrap_sandbox_builder *b, const char *protection)
+{
+	return st_builder_string(b, "disable", protection);
+}
+
 int sandtrap_sandbox_builder_http_allow(sandtrap_sandbox_builder *b, const char *rule)
 {
 	return st_builder_string(b, "http_allow", rule);

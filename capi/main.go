@@ -206,7 +206,12 @@ func set(h C.uintptr_t, key *C.char, v any) C.int {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if f.Kind().List() {
+	_, isStr := v.(string)
+	if f.Kind().List() || (f.Kind() == policy.KindDegrade && isStr) {
+		// (allow_degraded: a name is added to its list; true already covers it)
+		if f.Kind() == policy.KindDegrade && b.m[f.Key] == true {
+			return stOK
+		}
 		l, _ := b.m[f.Key].([]any)
 		b.m[f.Key] = append(l, v)
 	} else {

@@ -29,7 +29,7 @@ export interface SandboxOptions {
   portRemap?: boolean;
   /** Bytes for the whole process tree (`"256M"`): memory cgroup, else RLIMIT_AS per process (default: none). */
   maxMemory?: Size;
-  /** Tasks in the sandbox: pids cgroup, else RLIMIT_NPROC (non-root) (default: none). */
+  /** Tasks (processes and threads) in the sandbox at once: pids cgroup, else RLIMIT_NPROC (non-root); `0`: no limit. Unset, the default 64 applies where the kernel can enforce it and is reported degraded where it cannot (a value given fails closed there) (default: 64). */
   maxProcesses?: number;
   /** RLIMIT_NOFILE per process (default: none). */
   maxOpenFiles?: number;
@@ -85,8 +85,10 @@ export interface SandboxOptions {
   numCpus?: number;
   /** The NVIDIA GPUs the run may open, `"all"` or indices (`[0, "2-3"]`): `/dev/nvidiaN` of those and the driver's control nodes, read-write; every other `/dev/nvidia*` node is denied (Landlock), even inside a granted tree (default: none). */
   gpuDevices?: 'all' | Array<number | string>;
-  /** Run even when a requested protection is unavailable; results say what was not applied (default: false). */
-  allowDegraded?: boolean;
+  /** Run even when a requested protection is unavailable: `true` for every one, or a list of the Landlock protections that may be left out (`["signal_scope"]`: the others stay required); results say what was not applied (default: false). */
+  allowDegraded?: boolean | Protection[];
+  /** Landlock protections never applied, even where the kernel has them (`["fs_ioctl_dev"]`); the report lists them as disabled (default: []). */
+  disable?: Protection[];
   /** HTTP requests the engine's proxy lets through, `"METHOD host/path"` with `*` wildcards (`"POST api.openai.com/v1/chat/completions"`); connects to the httpPorts go to it; with an allow list, nothing else passes (default: []). */
   httpAllow?: string[];
   /** HTTP requests it refuses (checked before httpAllow), in the same grammar (`"* api.example.com/admin/*"`) (default: []). */
@@ -110,6 +112,133 @@ export interface SandboxOptions {
   /** Let httpAuth add credentials to plain-HTTP requests too (anyone on the path can read them; the isolation report warns) (default: false). */
   httpAuthPlain?: boolean;
 }
+
+/** Every policy option as a read-only property of a Sandbox: the value given, else its default. */
+export interface SandboxFields {
+  /** (default: []) */
+  readonly fsReadable: Exclude<SandboxOptions['fsReadable'], undefined>;
+  /** (default: []) */
+  readonly fsWritable: Exclude<SandboxOptions['fsWritable'], undefined>;
+  /** (default: []) */
+  readonly fsDenied: Exclude<SandboxOptions['fsDenied'], undefined>;
+  /** (default: []) */
+  readonly netAllow: Exclude<SandboxOptions['netAllow'], undefined>;
+  /** (default: []) */
+  readonly netDeny: Exclude<SandboxOptions['netDeny'], undefined>;
+  /** (default: []) */
+  readonly netAllowBind: Exclude<SandboxOptions['netAllowBind'], undefined>;
+  /** (default: false) */
+  readonly netAllowUdp: Exclude<SandboxOptions['netAllowUdp'], undefined>;
+  /** (default: false) */
+  readonly netAllowUnix: Exclude<SandboxOptions['netAllowUnix'], undefined>;
+  /** (default: false) */
+  readonly portRemap: Exclude<SandboxOptions['portRemap'], undefined>;
+  /** (default: none) */
+  readonly maxMemory: Exclude<SandboxOptions['maxMemory'], undefined> | null;
+  /** (default: 64) */
+  readonly maxProcesses: Exclude<SandboxOptions['maxProcesses'], undefined>;
+  /** (default: none) */
+  readonly maxOpenFiles: Exclude<SandboxOptions['maxOpenFiles'], undefined> | null;
+  /** (default: none) */
+  readonly maxDisk: Exclude<SandboxOptions['maxDisk'], undefined> | null;
+  /** (default: none) */
+  readonly maxCpu: Exclude<SandboxOptions['maxCpu'], undefined> | null;
+  /** (default: none) */
+  readonly maxCpuTime: Exclude<SandboxOptions['maxCpuTime'], undefined> | null;
+  /** (default: none) */
+  readonly timeout: Exclude<SandboxOptions['timeout'], undefined> | null;
+  /** (default: 16 MiB) */
+  readonly maxOutput: Exclude<SandboxOptions['maxOutput'], undefined>;
+  /** (default: {}) */
+  readonly env: Exclude<SandboxOptions['env'], undefined>;
+  /** (default: false) */
+  readonly cleanEnv: Exclude<SandboxOptions['cleanEnv'], undefined>;
+  /** (default: inherited) */
+  readonly cwd: Exclude<SandboxOptions['cwd'], undefined> | null;
+  /** (default: none) */
+  readonly uid: Exclude<SandboxOptions['uid'], undefined> | null;
+  /** (default: none) */
+  readonly gid: Exclude<SandboxOptions['gid'], undefined> | null;
+  /** (default: []) */
+  readonly extraAllowSyscalls: Exclude<SandboxOptions['extraAllowSyscalls'], undefined>;
+  /** (default: []) */
+  readonly extraDenySyscalls: Exclude<SandboxOptions['extraDenySyscalls'], undefined>;
+  /** (default: none) */
+  readonly name: Exclude<SandboxOptions['name'], undefined> | null;
+  /** (default: none) */
+  readonly workdir: Exclude<SandboxOptions['workdir'], undefined> | null;
+  /** (default: "commit") */
+  readonly onExit: Exclude<SandboxOptions['onExit'], undefined>;
+  /** (default: "abort") */
+  readonly onError: Exclude<SandboxOptions['onError'], undefined>;
+  /** (default: false) */
+  readonly noRandomizeMemory: Exclude<SandboxOptions['noRandomizeMemory'], undefined>;
+  /** (default: none) */
+  readonly randomSeed: Exclude<SandboxOptions['randomSeed'], undefined> | null;
+  /** (default: none) */
+  readonly timeStart: Exclude<SandboxOptions['timeStart'], undefined> | null;
+  /** (default: false) */
+  readonly deterministicDirs: Exclude<SandboxOptions['deterministicDirs'], undefined>;
+  /** (default: false) */
+  readonly noHugePages: Exclude<SandboxOptions['noHugePages'], undefined>;
+  /** (default: none (core dumps off)) */
+  readonly noCoredump: Exclude<SandboxOptions['noCoredump'], undefined> | null;
+  /** (default: false) */
+  readonly noSupervisor: Exclude<SandboxOptions['noSupervisor'], undefined>;
+  /** (default: []) */
+  readonly cpuCores: Exclude<SandboxOptions['cpuCores'], undefined>;
+  /** (default: none) */
+  readonly numCpus: Exclude<SandboxOptions['numCpus'], undefined> | null;
+  /** (default: none) */
+  readonly gpuDevices: Exclude<SandboxOptions['gpuDevices'], undefined> | null;
+  /** (default: false) */
+  readonly allowDegraded: Exclude<SandboxOptions['allowDegraded'], undefined>;
+  /** (default: []) */
+  readonly disable: Exclude<SandboxOptions['disable'], undefined>;
+  /** (default: []) */
+  readonly httpAllow: Exclude<SandboxOptions['httpAllow'], undefined>;
+  /** (default: []) */
+  readonly httpDeny: Exclude<SandboxOptions['httpDeny'], undefined>;
+  /** (default: [80, 443]) */
+  readonly httpPorts: Exclude<SandboxOptions['httpPorts'], undefined>;
+  /** (default: false) */
+  readonly httpIntercept: Exclude<SandboxOptions['httpIntercept'], undefined>;
+  /** (default: none) */
+  readonly httpCa: Exclude<SandboxOptions['httpCa'], undefined> | null;
+  /** (default: none) */
+  readonly httpKey: Exclude<SandboxOptions['httpKey'], undefined> | null;
+  /** (default: []) */
+  readonly httpInjectCa: Exclude<SandboxOptions['httpInjectCa'], undefined>;
+  /** (default: none) */
+  readonly httpCaOut: Exclude<SandboxOptions['httpCaOut'], undefined> | null;
+  /** (default: {}) */
+  readonly credentials: Exclude<SandboxOptions['credentials'], undefined>;
+  /** (default: []) */
+  readonly httpAuth: Exclude<SandboxOptions['httpAuth'], undefined>;
+  /** (default: false) */
+  readonly httpAuthPlain: Exclude<SandboxOptions['httpAuthPlain'], undefined>;
+}
+
+/** The Landlock protections that allowDegraded and disable name (docs/sandbox-reference.md, "Protections"). */
+export declare const Protection: {
+  /** Filesystem rules: reads, writes and executes beneath the granted paths only (without it: no Landlock at all, the view and seccomp remain) (Landlock ABI 1). */
+  readonly FS: 'fs';
+  /** Renames and links between directories (LANDLOCK_ACCESS_FS_REFER) allowed within the writable trees; without it every such rename is refused (EXDEV), it weakens nothing (Landlock ABI 2). */
+  readonly FS_REFER: 'fs_refer';
+  /** Truncate() and O_TRUNC only on writable paths (LANDLOCK_ACCESS_FS_TRUNCATE) (Landlock ABI 3). */
+  readonly FS_TRUNCATE: 'fs_truncate';
+  /** TCP bind and connect limited to the allowed ports by Landlock (LANDLOCK_ACCESS_NET_*_TCP), under the supervisor's checks of destinations; needed only with network rules (Landlock ABI 4). */
+  readonly NET_TCP: 'net_tcp';
+  /** Ioctl on device nodes refused beneath granted trees (LANDLOCK_ACCESS_FS_IOCTL_DEV) (Landlock ABI 5). */
+  readonly FS_IOCTL_DEV: 'fs_ioctl_dev';
+  /** Abstract unix sockets outside the sandbox unreachable (LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET); without it a sandbox with `net_allow_unix` reaches the host's (Landlock ABI 6). */
+  readonly ABSTRACT_UNIX_SOCKET_SCOPE: 'abstract_unix_socket_scope';
+  /** Signals to processes outside the sandbox refused (LANDLOCK_SCOPE_SIGNAL); the run's pid namespace hides them as well (Landlock ABI 6). */
+  readonly SIGNAL_SCOPE: 'signal_scope';
+};
+export type Protection = 'fs' | 'fs_refer' | 'fs_truncate' | 'net_tcp' | 'fs_ioctl_dev' | 'abstract_unix_socket_scope' | 'signal_scope';
+/** The Landlock ABI each protection needs. */
+export declare const MIN_ABI: Readonly<Record<Protection, number>>;
 // END generated
 
 /** Options of one command (run() and cmd()). */
@@ -371,6 +500,8 @@ export interface VersionInfo {
   headerAbi: number;
 }
 
+/** A Sandbox reads every policy option as a read-only property (SandboxFields): `sb.maxProcesses` is 64 unless given. */
+export interface Sandbox extends SandboxFields {}
 export declare class Sandbox {
   /** COW-fork map: init once in a confined template, then n clones of it, each running work. */
   fork(n: number, options: ForkOptions): Promise<Clones>;

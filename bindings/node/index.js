@@ -16,6 +16,7 @@ const { BranchAction } = require('./lib/view'); // Sandbox.prototype.dryRun / co
 const { SandboxProcess } = require('./lib/process'); // Sandbox.prototype.popen, spawn, …
 const { loadProfile, policyFromDict, profileArgv } = require('./lib/profile');
 const handlers = require('./lib/handlers');
+const { Protection, MIN_ABI } = require('./lib/fields');
 
 module.exports = {
   Sandbox,
@@ -38,6 +39,8 @@ module.exports = {
   probe,
   version,
   BranchAction,
+  Protection,
+  MIN_ABI,
   loadProfile,
   policyFromDict,
   profileArgv,

@@ -18,6 +18,8 @@ export const {
   probe,
   version,
   BranchAction,
+  Protection,
+  MIN_ABI,
   loadProfile,
   policyFromDict,
   profileArgv,

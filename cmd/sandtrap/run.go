@@ -52,8 +52,11 @@ func addPolicyFlags(fs *pflag.FlagSet) {
 			fs.StringArrayP(name, short, nil, usage+" (repeatable; relative paths are made absolute)")
 		case policy.KindTargets, policy.KindHTTP, policy.KindHTTPAuth:
 			fs.StringArrayP(name, short, nil, usage+" (repeatable)")
-		case policy.KindPorts, policy.KindNames, policy.KindCPUs, policy.KindGPUs:
+		case policy.KindPorts, policy.KindNames, policy.KindCPUs, policy.KindGPUs, policy.KindProt:
 			fs.StringArrayP(name, short, nil, usage+" (repeatable, or comma-separated)")
+		case policy.KindDegrade: // --allow-degraded alone: every protection; =a,b: those
+			fs.StringP(name, short, "", usage+" (alone: every protection; =signal_scope,fs_truncate: those)")
+			fs.Lookup(name).NoOptDefVal = "true"
 		case policy.KindEnv:
 			fs.StringArrayP(name, short, nil, usage+": NAME=VALUE, or NAME to pass this shell's value (repeatable)")
 		case policy.KindPath, policy.KindHost, policy.KindBranch:
@@ -91,12 +94,24 @@ func flagPolicy(fs *pflag.FlagSet) (map[string]any, error) {
 		}
 		name := f.FlagName()
 		switch f.Kind() {
-		case policy.KindPaths, policy.KindTargets, policy.KindPorts, policy.KindNames, policy.KindCPUs, policy.KindGPUs, policy.KindHTTP, policy.KindHTTPAuth:
+		case policy.KindDegrade:
+			v, _ := fs.GetString(name)
+			switch v {
+			case "true", "false":
+				out[f.Key] = v == "true"
+			default:
+				var l []any
+				for _, p := range strings.Split(v, ",") {
+					l = append(l, strings.TrimSpace(p))
+				}
+				out[f.Key] = l
+			}
+		case policy.KindPaths, policy.KindTargets, policy.KindPorts, policy.KindNames, policy.KindCPUs, policy.KindGPUs, policy.KindHTTP, policy.KindHTTPAuth, policy.KindProt:
 			vals, _ := fs.GetStringArray(name)
 			var l []any
 			for _, v := range vals {
 				parts := []string{v}
-				if f.Kind() == policy.KindPorts || f.Kind() == policy.KindNames || f.Kind() == policy.KindCPUs || f.Kind() == policy.KindGPUs {
+				if f.Kind() == policy.KindPorts || f.Kind() == policy.KindNames || f.Kind() == policy.KindCPUs || f.Kind() == policy.KindGPUs || f.Kind() == policy.KindProt {
 					parts = strings.Split(v, ",")
 				}
 				for _, p := range parts {

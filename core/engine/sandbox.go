@@ -81,7 +81,9 @@ func build(p *policy.Policy, probs policy.Problems, opts ...func(*Sandbox)) (*Sa
 	if limits := plan.CgroupLimits(p); f.Cgroup != nil && limits.Needed() {
 		cg, err := cgroup.New(f.Cgroup, limits)
 		if err != nil {
-			if !p.AllowDegraded {
+			// (a cgroup only for the default max_processes, not asked for, degrades)
+			onlyDefault := p.MaxProcessesDefault && p.MaxMemory == 0 && p.MaxCPU == 0 && p.MaxCPUTime == 0
+			if !p.AllowDegraded && !onlyDefault {
 				in.Net.CloseHTTP()
 				return nil, errorf(KindIsolation, "isolation unavailable: %v (pass allow_degraded to run without it)", err)
 			}
@@ -335,7 +337,7 @@ func (s *Sandbox) Confine(withSeccomp bool) error {
 		}
 		defer rs.Close()
 		cp.LandlockFD = rs.FD
-	} else if !s.Policy.AllowDegraded {
+	} else if !s.Policy.Degradable(policy.ProtFS) && !s.Policy.Disables(policy.ProtFS) {
 		return errorf(KindIsolation, "isolation unavailable: landlock")
 	}
 	// The filter: the sandbox's (withSeccomp), or by default what the policy says

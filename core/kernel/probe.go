@@ -4,6 +4,7 @@ package kernel
 
 import (
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -51,6 +52,10 @@ func probe() Features {
 	if !off["landlock"] {
 		if v, err := ll.LandlockGetABIVersion(); err == nil && v > 0 {
 			f.LandlockABI = v
+			if c := testLandlockABI(); c > 0 && c < v {
+				f.LandlockABI = c
+				f.Disabled = append(f.Disabled, "landlock_abi>"+strconv.Itoa(c))
+			}
 		}
 	}
 	if !off["seccomp"] {

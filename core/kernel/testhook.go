@@ -4,6 +4,7 @@ package kernel
 
 import (
 	"os"
+	"strconv"
 	"strings"
 )
 
@@ -32,4 +33,15 @@ func TestFailInit() uint32 {
 		return 0
 	}
 	return uint32(v[0])
+}
+
+// testLandlockABI reads SANDTRAP_TEST_LANDLOCK_ABI, a test hook that makes the
+// kernel's Landlock ABI look lower than it is (1-7; 0 or unset: as it is), so that
+// tests see each protection missing. Only in the testhook build, as testDisabled.
+func testLandlockABI() int {
+	n, err := strconv.Atoi(strings.TrimSpace(os.Getenv("SANDTRAP_TEST_LANDLOCK_ABI")))
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
 }

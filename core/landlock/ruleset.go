@@ -36,7 +36,19 @@ type Spec struct {
 	ConnectPorts, BindPorts    []uint16
 	AnyConnect                 bool // do not handle TCP connect
 	Scope                      bool // scope abstract unix sockets and signals
+	Off                        uint // protections left out although the ABI has them (Off*)
 }
+
+// Protections a ruleset leaves out although the ABI has them (Spec.Off): the
+// policy's disable (core/policy/protection.go names them).
+const (
+	OffRefer         uint = 1 << iota // LANDLOCK_ACCESS_FS_REFER not handled: every reparenting rename or link is refused (EXDEV)
+	OffTruncate                       // LANDLOCK_ACCESS_FS_TRUNCATE not handled
+	OffNetTCP                         // no network rules
+	OffIoctlDev                       // LANDLOCK_ACCESS_FS_IOCTL_DEV not handled
+	OffAbstractScope                  // abstract unix sockets not scoped
+	OffSignalScope                    // signals not scoped
+)
 
 // Report says what a ruleset enforces.
 type Report struct {
@@ -150,20 +162,32 @@ func Build(abi int, s Spec) (*Ruleset, error) {
 // plan turns s into a table.
 func plan(abi int, s Spec) (*Table, Report) {
 	t := &Table{HandledFS: fsRights(abi), AttrSize: 8}
+	for off, right := range map[uint]uint64{OffRefer: ll.AccessFSRefer, OffTruncate: ll.AccessFSTruncate, OffIoctlDev: ll.AccessFSIoctlDev} {
+		if s.Off&off != 0 {
+			t.HandledFS &^= right
+		}
+	}
 	rep := Report{ABI: abi}
 	if abi >= 4 {
+		t.AttrSize = 16
+	}
+	if abi >= 4 && s.Off&OffNetTCP == 0 {
 		t.HandledNet = ll.AccessNetBindTCP
 		if !s.AnyConnect {
 			t.HandledNet |= ll.AccessNetConnectTCP
 		}
-		t.AttrSize = 16
 		rep.Net = true
 	}
 	if abi >= 6 {
 		t.AttrSize = 24
-		if s.Scope {
-			t.Scoped = ll.ScopeAbstractUnixSocket | ll.ScopeSignal
-			rep.Scoped = []string{"abstract_unix_socket", "signal"}
+		rep.Scoped = []string{}
+		if s.Scope && s.Off&OffAbstractScope == 0 {
+			t.Scoped |= ll.ScopeAbstractUnixSocket
+			rep.Scoped = append(rep.Scoped, "abstract_unix_socket")
+		}
+		if s.Scope && s.Off&OffSignalScope == 0 {
+			t.Scoped |= ll.ScopeSignal
+			rep.Scoped = append(rep.Scoped, "signal")
 		}
 	}
 	add := func(path, access string) bool {

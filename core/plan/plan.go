@@ -57,8 +57,12 @@ type Plan struct {
 	gpu          *GPUReport
 
 	disabled []string // features the test hook turned off (kernel.Features.Disabled)
-	tableFDs []int    // O_PATH fds of the Landlock table's paths (runs with their own /proc)
-	report   Isolation
+	// protections: what became of each Landlock protection (Prot*); missingProt:
+	// the protection of each missing entry of the landlock step
+	protections map[string]string
+	missingProt map[string]string
+	tableFDs    []int // O_PATH fds of the Landlock table's paths (runs with their own /proc)
+	report      Isolation
 }
 
 // Step names, in their order in a plan.
@@ -132,6 +136,12 @@ func (pl *Plan) Isolation() *Isolation {
 	}
 	c := pl.report
 	c.Degraded = append([]string{}, pl.report.Degraded...)
+	if pl.report.Protections != nil {
+		c.Protections = make(map[string]string, len(pl.report.Protections))
+		for k, v := range pl.report.Protections {
+			c.Protections[k] = v
+		}
+	}
 	return &c
 }
 
@@ -232,7 +242,7 @@ func Compile(in *Input, gen uint64) (*Plan, error) {
 	}
 	// the zygote step is the plan's last; a protection missing from any step
 	// fails the plan here (before the zygote is specified) unless allow_degraded
-	if missing := pl.Missing(); len(missing) > 0 && !c.p.AllowDegraded {
+	if missing := c.fatal(); len(missing) > 0 {
 		return fail(protocol.Errorf(protocol.KindIsolation, "isolation unavailable: %s (pass allow_degraded to run without it)", strings.Join(missing, "; ")))
 	}
 	if err := c.zygote(); err != nil {
@@ -295,21 +305,49 @@ func (c *compiler) view() {
 
 // 2. Landlock: files always; TCP ports when any are allowed (otherwise seccomp
 // refuses inet sockets outright, which holds without Landlock's network rules):
-// the floor under the supervisor's checks of destinations (net.go).
+// the floor under the supervisor's checks of destinations (net.go). Each
+// protection (policy.Protections) is required where the sandbox needs it: a
+// kernel without it fails the plan unless allow_degraded names it (or is true);
+// disable leaves it out on any kernel.
 func (c *compiler) landlock() error {
-	p, f, pl, st := c.p, c.in.Features, c.pl, c.step(StepLandlock)
+	p, f, pl := c.p, c.in.Features, c.pl
+	c.step(StepLandlock)
 	np := c.in.Net
 	pl.Net = np.report
-	if !c.need(f.LandlockABI > 0, "landlock (filesystem rules)") {
-		return nil
+	pl.protections = map[string]string{}
+	var off uint
+	offBit := map[string]uint{policy.ProtFSRefer: landlock.OffRefer, policy.ProtFSTruncate: landlock.OffTruncate,
+		policy.ProtNetTCP: landlock.OffNetTCP, policy.ProtFSIoctlDev: landlock.OffIoctlDev,
+		policy.ProtAbstractScope: landlock.OffAbstractScope, policy.ProtSignalScope: landlock.OffSignalScope}
+	fsOff := p.Disables(policy.ProtFS)
+	for _, pr := range policy.Protections {
+		switch {
+		case p.Disables(pr.Name) || (fsOff && pr.Name != policy.ProtFS):
+			pl.protections[pr.Name] = ProtDisabled
+			off |= offBit[pr.Name]
+		case pr.Name == policy.ProtNetTCP && !np.wanted:
+			pl.protections[pr.Name] = ProtNotNeeded // inet sockets are refused by seccomp
+		case f.LandlockABI >= pr.MinABI:
+			pl.protections[pr.Name] = ProtEnforced
+		case f.LandlockABI == 0 && pr.Name != policy.ProtFS:
+			// no Landlock at all: "fs" is the one missing (and degraded with it)
+			pl.protections[pr.Name] = ProtDegraded
+		default:
+			pl.protections[pr.Name] = ProtDegraded
+			what := fmt.Sprintf("landlock %s (kernel ABI %d < %d)", pr.Name, f.LandlockABI, pr.MinABI)
+			if pr.Name == policy.ProtFS {
+				what = "landlock (filesystem rules)"
+			}
+			c.needProtection(pr.Name, what)
+		}
 	}
-	if np.wanted {
-		c.need(f.LandlockABI >= 4, fmt.Sprintf("landlock network rules (kernel ABI %d < 4)", f.LandlockABI))
+	if fsOff || f.LandlockABI == 0 {
+		return nil
 	}
 	pl.LLSpec = landlock.Spec{
 		Readable: p.FSReadable, Writable: p.FSWritable, Denied: p.FSDenied,
 		Devices: c.in.Devices, ConnectPorts: np.connectPorts, BindPorts: p.NetAllowBind,
-		AnyConnect: np.anyConnect, Scope: true,
+		AnyConnect: np.anyConnect, Scope: true, Off: off,
 	}
 	if gp := c.in.GPU; gp != nil {
 		// the GPUs left out: carved out of the trees that hold them, view or not
@@ -328,10 +366,40 @@ func (c *compiler) landlock() error {
 		return protocol.Errorf(protocol.KindIsolation, "landlock: %v", err)
 	}
 	pl.Ruleset = rs
-	if f.LandlockABI < 6 {
-		st.NotApplied = append(st.NotApplied, "landlock scoping of abstract unix sockets and signals (kernel ABI < 6)")
-	}
 	return nil
+}
+
+// What became of each Landlock protection (the report's "protections").
+const (
+	ProtEnforced  = "enforced"
+	ProtDegraded  = "degraded"   // the kernel lacks it; allow_degraded let the sandbox run without it
+	ProtDisabled  = "disabled"   // disable named it (or "fs")
+	ProtNotNeeded = "not_needed" // net_tcp without network rules: seccomp refuses inet sockets
+)
+
+// needProtection records what as missing from the current step: protection
+// prot, which fails the plan unless allow_degraded names it.
+func (c *compiler) needProtection(prot, what string) {
+	c.need(false, what)
+	if c.pl.missingProt == nil {
+		c.pl.missingProt = map[string]string{}
+	}
+	c.pl.missingProt[what] = prot
+}
+
+// fatal is every missing protection allow_degraded does not cover.
+func (c *compiler) fatal() []string {
+	if c.p.AllowDegraded {
+		return nil
+	}
+	var out []string
+	for _, m := range c.pl.Missing() {
+		if prot, ok := c.pl.missingProt[m]; ok && c.p.Degradable(prot) {
+			continue
+		}
+		out = append(out, m)
+	}
+	return out
 }
 
 // 3. The process tree: a pid namespace per run kills every descendant with the
@@ -382,6 +450,9 @@ func (c *compiler) limits() {
 			lim.Processes = cgVia
 		case !f.Root && c.canMount && c.userNS:
 			lim.Processes = RlimitNproc
+		case p.MaxProcessesDefault:
+			// not asked for: the default limit holds where it can
+			st.Degraded = append(st.Degraded, fmt.Sprintf("max_processes: the default limit of %d is not enforced (no pids cgroup, and RLIMIT_NPROC needs the sandbox's own user namespace and a host that is not root); give max_processes to require a limit", p.MaxProcesses))
 		default:
 			c.need(false, "max_processes (no pids cgroup, and RLIMIT_NPROC needs the sandbox's own user namespace and a host that is not root)")
 		}
@@ -431,7 +502,7 @@ func (c *compiler) seccomp() error {
 	pl.NoSupervisor = p.NoSupervisor
 	if np.sup != nil {
 		pl.Supervise.Net = np.sup
-		pl.Supervise.AbstractScoped = pl.Ruleset != nil && f.LandlockABI >= 6
+		pl.Supervise.AbstractScoped = pl.Ruleset != nil && pl.protections[policy.ProtAbstractScope] == ProtEnforced
 		// a send performed for the caller must not also be restarted by it
 		pl.Supervise.Killable = np.sup.WatchesSends()
 	}
@@ -543,7 +614,7 @@ func (c *compiler) zygote() error {
 // derive is the isolation report of the plan's steps.
 func (pl *Plan) derive(p *policy.Policy) Isolation {
 
-	rep := Isolation{Degraded: []string{}, Net: pl.Net, Disabled: pl.disabled,
+	rep := Isolation{Degraded: []string{}, Net: pl.Net, Disabled: pl.disabled, Protections: pl.protections,
 		UserNamespace: pl.Namespaces.User, MountNamespace: pl.Namespaces.Mount, IPCNamespace: pl.Namespaces.IPC,
 		PidNamespace: pl.PidNS, NoNewPrivs: true, Capabilities: "dropped", Cgroup: pl.Limits.Cgroup, Workdir: p.Workdir,
 		Limits: map[string]Limit{}}

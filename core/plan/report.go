@@ -7,8 +7,11 @@ import (
 
 // Isolation is what took effect for a run, protection by protection.
 type Isolation struct {
-	Landlock       *landlock.Report   `msgpack:"landlock"` // nil: not applied
-	Seccomp        *SeccompReport     `msgpack:"seccomp"`  // nil: not applied
+	Landlock *landlock.Report `msgpack:"landlock"` // nil: not applied
+	// Protections: each Landlock protection (policy.Protections) and what became
+	// of it: enforced, degraded, disabled or not_needed
+	Protections    map[string]string  `msgpack:"protections"`
+	Seccomp        *SeccompReport     `msgpack:"seccomp"` // nil: not applied
 	NoNewPrivs     bool               `msgpack:"no_new_privs"`
 	Capabilities   string             `msgpack:"capabilities"` // "dropped" | "none held"
 	PidNamespace   bool               `msgpack:"pid_namespace"`

@@ -66,7 +66,15 @@ type Policy struct {
 	TimeStart         *float64 // the run's CLOCK_REALTIME starts here (Unix seconds) and advances
 	DeterministicDirs bool     // getdents64 answers entries sorted by name
 
-	AllowDegraded bool
+	AllowDegraded bool // every protection may be left out where the kernel lacks it
+	// DegradedProtections: the protections (protection.go) that may be left out
+	// where the kernel lacks them (allow_degraded given as a list); Disable: those
+	// never applied.
+	DegradedProtections []string
+	Disable             []string
+	// MaxProcessesDefault: MaxProcesses is the schema's default, not asked for (a
+	// kernel that cannot enforce it reports it degraded instead of failing).
+	MaxProcessesDefault bool
 
 	// Workdir, when set, is seen copy-on-write by every run (core/fsview/cow.go);
 	// OnExit and OnError are BranchCommit, BranchAbort or BranchKeep ("": the
@@ -92,6 +100,10 @@ func (p *Policy) ExitAction(success bool) string {
 
 // DefaultMaxOutput caps each captured stream unless the policy says otherwise.
 const DefaultMaxOutput = 16 << 20
+
+// DefaultMaxProcesses is max_processes when the policy does not give it (the
+// seed API's default); max_processes = 0 means no limit.
+const DefaultMaxProcesses = 64
 
 // Problem is one validation problem: the field (or request key) it is about,
 // "" for the input as a whole, and what is wrong with it. Messages do not name
@@ -182,6 +194,9 @@ func Decode(m map[string]any) (*Policy, Problems) {
 	if _, ok := m["max_output"]; !ok {
 		p.MaxOutput = DefaultMaxOutput
 	}
+	if v, ok := m["max_processes"]; !ok || v == nil {
+		p.MaxProcesses, p.MaxProcessesDefault = DefaultMaxProcesses, true
+	}
 	if len(p.NetAllow) > 0 && len(p.NetDeny) > 0 {
 		probs.Add("net_deny", "cannot be combined with an allow list: give the destinations that may be reached, or those that may not")
 	}
@@ -246,8 +261,9 @@ func ParseSize(s string) (int64, error) {
 	return int64(f * mult), nil
 }
 
-// ParsePorts expands 80, "443", "8000-8005" into a sorted, de-duplicated list.
-// Ranges are merged before expansion, so any input costs at most 65535 steps.
+// ParsePorts expands 80, "443", "8000-8005", "22,443,8000-8005" into a sorted,
+// de-duplicated list. Ranges are merged before expansion, so any input costs at
+// most 65535 steps.
 func ParsePorts(items []any) ([]uint16, []string) {
 	type span struct{ lo, hi int64 }
 	var spans []span
@@ -264,23 +280,25 @@ func ParsePorts(items []any) ([]uint16, []string) {
 			add(n, n, it)
 			continue
 		}
-		s, ok := it.(string)
+		list, ok := it.(string)
 		if !ok {
-			probs = append(probs, fmt.Sprintf("port %v: want an integer or a string like \"8000-8005\"", it))
+			probs = append(probs, fmt.Sprintf("port %v: want an integer or a string like \"8000-8005\" or \"22,443\"", it))
 			continue
 		}
-		lo, hi, isRange := strings.Cut(strings.TrimSpace(s), "-")
-		a, err1 := strconv.ParseInt(strings.TrimSpace(lo), 10, 64)
-		b := a
-		var err2 error
-		if isRange {
-			b, err2 = strconv.ParseInt(strings.TrimSpace(hi), 10, 64)
+		for _, s := range strings.Split(list, ",") {
+			lo, hi, isRange := strings.Cut(strings.TrimSpace(s), "-")
+			a, err1 := strconv.ParseInt(strings.TrimSpace(lo), 10, 64)
+			b := a
+			var err2 error
+			if isRange {
+				b, err2 = strconv.ParseInt(strings.TrimSpace(hi), 10, 64)
+			}
+			if err1 != nil || err2 != nil || b < a {
+				probs = append(probs, fmt.Sprintf("port %q: want \"N\", \"LOW-HIGH\" or a comma list of them (\"22,443,8000-8005\")", s))
+				continue
+			}
+			add(a, b, s)
 		}
-		if err1 != nil || err2 != nil || b < a {
-			probs = append(probs, fmt.Sprintf("port %q: want \"N\" or \"LOW-HIGH\"", s))
-			continue
-		}
-		add(a, b, s)
 	}
 	sort.Slice(spans, func(i, j int) bool { return spans[i].lo < spans[j].lo })
 	var out []uint16

@@ -343,6 +343,17 @@ func (r reader) count(k string) int64 {
 	return n
 }
 
+// limitOrNone reads a count where 0 means "no limit" (max_processes, whose
+// default is not "none").
+func (r reader) limitOrNone(k string) int64 {
+	if v, ok := r.get(k); ok {
+		if n, isInt := asInt(v); isInt && n == 0 {
+			return 0
+		}
+	}
+	return r.count(k)
+}
+
 func (r reader) seconds(k string) float64 {
 	v, ok := r.get(k)
 	if !ok {
@@ -521,4 +532,54 @@ func (r reader) instant(k string) *float64 {
 		return nil
 	}
 	return &secs
+}
+
+// protections reads a list of protection names (protection.go), each once.
+func (r reader) protections(k string) []string {
+	return r.protectionList(k, r.list(k))
+}
+
+func (r reader) protectionList(k string, items []any) []string {
+	out := []string{}
+	for _, it := range items {
+		s, ok := r.str(k, it)
+		if !ok {
+			continue
+		}
+		n := strings.ToLower(strings.TrimSpace(s))
+		if LookupProtection(n) == nil {
+			r.probs.Add(k, "%q is not a protection (%s)", s, strings.Join(ProtectionNames(), ", "))
+			continue
+		}
+		if !slicesContains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// degrade reads allow_degraded: true (every protection), false, or a list of
+// protection names (those alone). It returns the boolean and the list.
+func (r reader) degrade(k string) (bool, []string) {
+	v, ok := r.get(k)
+	if !ok {
+		return false, nil
+	}
+	switch t := v.(type) {
+	case bool:
+		return t, nil
+	case []any:
+		return false, r.protectionList(k, t)
+	}
+	r.probs.Add(k, "want true, false or a list of protections (%s), got %s", strings.Join(ProtectionNames(), ", "), typeName(v))
+	return false, nil
+}
+
+func slicesContains(l []string, s string) bool {
+	for _, x := range l {
+		if x == s {
+			return true
+		}
+	}
+	return false
 }

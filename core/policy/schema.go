@@ -24,31 +24,33 @@ const (
 	KindTargets  Kind = "targets" // network rules: 443, "host:443", "10.0.0.0/8", "udp://…", "*" (net.go)
 	KindPorts    Kind = "ports"   // ports and ranges: 8080, "8000-8005"
 	KindBool     Kind = "bool"
-	KindSize     Kind = "size"       // bytes: an integer or "256M" (binary suffixes)
-	KindCount    Kind = "count"      // a positive integer
-	KindSeconds  Kind = "seconds"    // a positive number of seconds
-	KindID       Kind = "id"         // a uid or gid
-	KindEnv      Kind = "env"        // a map of variable names to values
-	KindNames    Kind = "names"      // syscall names
-	KindHost     Kind = "hostname"   // a host name: 1-64 characters, letters, digits, '-' and '.'
-	KindHTTP     Kind = "http_rules" // HTTP rules: "METHOD host/path" with * wildcards (http.go)
-	KindCPUs     Kind = "cpus"       // CPU numbers and ranges: 0, "2-3"
-	KindOptBool  Kind = "optbool"    // true, false, or absent (a default that is neither)
-	KindBranch   Kind = "branch"     // what becomes of a copy-on-write workdir's changes: "commit", "abort" or "keep"
-	KindHTTPAuth Kind = "http_auth"  // credential rules: "METHOD host/path SCHEME CREDENTIAL" (http.go)
-	KindSeed     Kind = "seed"       // an integer from 0 to 2^62
-	KindTime     Kind = "time"       // an instant: an ISO-8601 string ("2000-01-01T00:00:00Z") or Unix seconds
-	KindGPUs     Kind = "gpus"       // "all", or GPU indices and ranges: 0, "1-2"
+	KindSize     Kind = "size"        // bytes: an integer or "256M" (binary suffixes)
+	KindCount    Kind = "count"       // a positive integer
+	KindSeconds  Kind = "seconds"     // a positive number of seconds
+	KindID       Kind = "id"          // a uid or gid
+	KindEnv      Kind = "env"         // a map of variable names to values
+	KindNames    Kind = "names"       // syscall names
+	KindHost     Kind = "hostname"    // a host name: 1-64 characters, letters, digits, '-' and '.'
+	KindHTTP     Kind = "http_rules"  // HTTP rules: "METHOD host/path" with * wildcards (http.go)
+	KindCPUs     Kind = "cpus"        // CPU numbers and ranges: 0, "2-3"
+	KindOptBool  Kind = "optbool"     // true, false, or absent (a default that is neither)
+	KindBranch   Kind = "branch"      // what becomes of a copy-on-write workdir's changes: "commit", "abort" or "keep"
+	KindHTTPAuth Kind = "http_auth"   // credential rules: "METHOD host/path SCHEME CREDENTIAL" (http.go)
+	KindSeed     Kind = "seed"        // an integer from 0 to 2^62
+	KindTime     Kind = "time"        // an instant: an ISO-8601 string ("2000-01-01T00:00:00Z") or Unix seconds
+	KindGPUs     Kind = "gpus"        // "all", or GPU indices and ranges: 0, "1-2"
+	KindProt     Kind = "protections" // Landlock protections by name (protection.go): "signal_scope"
+	KindDegrade  Kind = "degrade"     // true, false, or a list of protection names
 )
 
 // Kinds lists every kind, in a stable order.
 var Kinds = []Kind{KindPaths, KindPath, KindTargets, KindPorts, KindBool, KindSize, KindCount,
-	KindSeconds, KindID, KindEnv, KindNames, KindHost, KindHTTP, KindCPUs, KindOptBool, KindBranch, KindHTTPAuth, KindSeed, KindTime, KindGPUs}
+	KindSeconds, KindID, KindEnv, KindNames, KindHost, KindHTTP, KindCPUs, KindOptBool, KindBranch, KindHTTPAuth, KindSeed, KindTime, KindGPUs, KindProt, KindDegrade}
 
 // List reports whether values of the kind are lists (a C setter appends to them).
 func (k Kind) List() bool {
 	switch k {
-	case KindPaths, KindTargets, KindPorts, KindNames, KindHTTP, KindCPUs, KindHTTPAuth, KindGPUs:
+	case KindPaths, KindTargets, KindPorts, KindNames, KindHTTP, KindCPUs, KindHTTPAuth, KindGPUs, KindProt:
 		return true
 	}
 	return false
@@ -78,8 +80,12 @@ type CSetter struct {
 type Field struct {
 	Key     string // the msgpack key (docs/protocol.md)
 	Default string // as documented: "[]", "none", "16 MiB"…
-	Doc     string // one line, for every generated document; {key} names another field
-	Python  string // the Python keyword, when it is not Key
+	// Value is the default as a value: what a binding's attribute of an unset field
+	// reads (nil: None/null, false, an int64, a string, []any{}, map[string]any{}).
+	// Giving it must mean what leaving the field out means (schema_test.go).
+	Value  any
+	Doc    string // one line, for every generated document; {key} names another field
+	Python string // the Python keyword, when it is not Key
 	// Section is the profile (TOML) section the field is written in, one of Sections;
 	// "" for a runtime argument that no profile holds (name, policy_fn, handlers).
 	Section string
@@ -188,132 +194,151 @@ var (
 	seed      = kindReader[*uint64]{KindSeed, reader.seed}
 	instant   = kindReader[*float64]{KindTime, reader.instant}
 	gpus      = kindReader[*GPUs]{KindGPUs, reader.gpus}
+	prots     = kindReader[[]string]{KindProt, reader.protections}
+	limit0    = kindReader[int64]{KindCount, reader.limitOrNone}
+)
+
+// degrade binds allow_degraded: a boolean, or the protections it names.
+var degrade = binding{kind: KindDegrade, read: func(r reader, key string, p *Policy) {
+	p.AllowDegraded, p.DegradedProtections = r.degrade(key)
+}}
+
+// Default values (Field.Value).
+var (
+	none      any = nil
+	emptyList     = []any{}
+	emptyMap      = map[string]any{}
 )
 
 func str(name, param, doc string) CSetter { return CSetter{name, "const char *" + param, CString, doc} }
 
 // Schema is every policy field, in the order of docs/protocol.md.
 var Schema = []Field{
-	{Key: "fs_readable", Section: "filesystem", Flag: "read", Short: "r", Default: "[]", Doc: "paths (files or directories) readable and executable; they must exist (a relative path resolves against the working directory when the sandbox is built)",
+	{Key: "fs_readable", Value: emptyList, Section: "filesystem", Flag: "read", Short: "r", Default: "[]", Doc: "paths (files or directories) readable and executable; they must exist (a relative path resolves against the working directory when the sandbox is built)",
 		C: []CSetter{str("fs_readable", "path", "")}, bind: paths.into(func(p *Policy) *[]string { return &p.FSReadable })},
-	{Key: "fs_writable", Section: "filesystem", Flag: "write", Short: "w", Default: "[]", Doc: "paths readable, writable, executable, creatable, removable; they must exist (relative: as {fs_readable})",
+	{Key: "fs_writable", Value: emptyList, Section: "filesystem", Flag: "write", Short: "w", Default: "[]", Doc: "paths readable, writable, executable, creatable, removable; they must exist (relative: as {fs_readable})",
 		C: []CSetter{str("fs_writable", "path", "")}, bind: paths.into(func(p *Policy) *[]string { return &p.FSWritable })},
-	{Key: "fs_denied", Section: "filesystem", Flag: "deny", Default: "[]", Doc: "paths inside allowed trees that stay denied (see docs/security.md)",
+	{Key: "fs_denied", Value: emptyList, Section: "filesystem", Flag: "deny", Default: "[]", Doc: "paths inside allowed trees that stay denied (see docs/security.md)",
 		C: []CSetter{str("fs_denied", "path", "")}, bind: paths.into(func(p *Policy) *[]string { return &p.FSDenied })},
-	{Key: "net_allow", Section: "network", Default: "[]", Doc: "where sockets may connect and send: `443`, `\":443\"`, `\"api.example.com:443\"`, `\"10.0.0.0/8:22,443\"`, `\"[::1]:8080\"`, `\"udp://1.1.1.1:53\"`, `\"icmp://8.8.8.8\"`, `\"*\"` (host names resolved at build)",
+	{Key: "net_allow", Value: emptyList, Section: "network", Default: "[]", Doc: "where sockets may connect and send: `443`, `\":443\"`, `\"api.example.com:443\"`, `\"10.0.0.0/8:22,443\"`, `\"[::1]:8080\"`, `\"udp://1.1.1.1:53\"`, `\"icmp://8.8.8.8\"`, `\"*\"` (host names resolved at build)",
 		C:    []CSetter{str("net_allow", "target", "Where sockets may connect and send, one rule per call: \"443\", \":443\", \"api.example.com:443\", \"10.0.0.0/8:22,443\", \"[::1]:8080\", \"udp://1.1.1.1:53\", \"icmp://8.8.8.8\", \"*\". Host names are resolved when the sandbox is built.")},
 		bind: netRules.into(func(p *Policy) *[]NetRule { return &p.NetAllow })},
-	{Key: "net_deny", Section: "network", Default: "[]", Doc: "or where they may not (everything else may), in the same grammar; not with an allow list",
+	{Key: "net_deny", Value: emptyList, Section: "network", Default: "[]", Doc: "or where they may not (everything else may), in the same grammar; not with an allow list",
 		C:    []CSetter{str("net_deny", "target", "Where sockets may not connect or send (everything else may); not together with net_allow.")},
 		bind: netRules.into(func(p *Policy) *[]NetRule { return &p.NetDeny })},
-	{Key: "net_allow_bind", Section: "network", Default: "[]", Doc: "TCP ports that may be bound: `8080`, `\"8000-8005\"`",
+	{Key: "net_allow_bind", Value: emptyList, Section: "network", Default: "[]", Doc: "TCP ports that may be bound: `8080`, `\"8000-8005\"`",
 		C: []CSetter{{"net_allow_bind", "uint16_t port", CU64, "TCP bind: one port."},
 			str("net_allow_bind_str", "ports", "TCP bind: a port or a range, \"8000-8005\".")},
 		bind: ports.into(func(p *Policy) *[]uint16 { return &p.NetAllowBind })},
-	{Key: "net_allow_udp", Section: "network", Default: "false", Doc: "UDP to any host and port",
+	{Key: "net_allow_udp", Value: false, Section: "network", Default: "false", Doc: "UDP to any host and port",
 		C: []CSetter{{"net_allow_udp", "int allow", CBool, ""}}, bind: boolean.into(func(p *Policy) *bool { return &p.NetAllowUDP })},
-	{Key: "net_allow_unix", Section: "network", Default: "false", Doc: "allow `socket(AF_UNIX)` (pathname sockets; abstract ones stay scoped)",
+	{Key: "net_allow_unix", Value: false, Section: "network", Default: "false", Doc: "allow `socket(AF_UNIX)` (pathname sockets; abstract ones stay scoped)",
 		C: []CSetter{{"net_allow_unix", "int allow", CBool, ""}}, bind: boolean.into(func(p *Policy) *bool { return &p.NetAllowUnix })},
-	{Key: "port_remap", Section: "network", Default: "false", Doc: "binds of the {net_allow_bind} ports (virtual) land on real ports of the sandbox's own: the same when free and unprivileged, else ephemeral (`ports` op); getsockname answers the virtual port, a connect to a loopback virtual port reaches the real one",
+	{Key: "port_remap", Value: false, Section: "network", Default: "false", Doc: "binds of the {net_allow_bind} ports (virtual) land on real ports of the sandbox's own: the same when free and unprivileged, else ephemeral (`ports` op); getsockname answers the virtual port, a connect to a loopback virtual port reaches the real one",
 		C: []CSetter{{"port_remap", "int remap", CBool, ""}}, bind: boolean.into(func(p *Policy) *bool { return &p.PortRemap })},
-	{Key: "max_memory", Section: "limits", Flag: "memory", Short: "m", Default: "none", Doc: "bytes for the whole process tree (`\"256M\"`): memory cgroup, else RLIMIT_AS per process",
+	{Key: "max_memory", Value: none, Section: "limits", Flag: "memory", Short: "m", Default: "none", Doc: "bytes for the whole process tree (`\"256M\"`): memory cgroup, else RLIMIT_AS per process",
 		C: []CSetter{{"max_memory", "uint64_t bytes", CU64, "Bytes of memory for the whole process tree: memory cgroup, else RLIMIT_AS per process."}}, bind: size.into(func(p *Policy) *int64 { return &p.MaxMemory })},
-	{Key: "max_processes", Section: "limits", Flag: "processes", Short: "P", Default: "none", Doc: "tasks in the sandbox: pids cgroup, else RLIMIT_NPROC (non-root)",
-		C: []CSetter{{"max_processes", "uint32_t n", CU64, ""}}, bind: count.into(func(p *Policy) *int64 { return &p.MaxProcesses })},
-	{Key: "max_open_files", Section: "limits", Flag: "open-files", Default: "none", Doc: "RLIMIT_NOFILE per process",
+	{Key: "max_processes", Value: int64(DefaultMaxProcesses), Section: "limits", Flag: "processes", Short: "P", Default: "64", Doc: "tasks (processes and threads) in the sandbox at once: pids cgroup, else RLIMIT_NPROC (non-root); `0`: no limit. Unset, the default 64 applies where the kernel can enforce it and is reported degraded where it cannot (a value given fails closed there)",
+		C: []CSetter{{"max_processes", "uint32_t n", CU64, ""}}, bind: limit0.into(func(p *Policy) *int64 { return &p.MaxProcesses })},
+	{Key: "max_open_files", Value: none, Section: "limits", Flag: "open-files", Default: "none", Doc: "RLIMIT_NOFILE per process",
 		C: []CSetter{{"max_open_files", "uint32_t n", CU64, ""}}, bind: count.into(func(p *Policy) *int64 { return &p.MaxOpenFiles })},
-	{Key: "max_disk", Section: "limits", Flag: "disk", Default: "none", Doc: "RLIMIT_FSIZE: the largest file the run may write (`\"1G\"`)",
+	{Key: "max_disk", Value: none, Section: "limits", Flag: "disk", Default: "none", Doc: "RLIMIT_FSIZE: the largest file the run may write (`\"1G\"`)",
 		C: []CSetter{{"max_disk", "uint64_t bytes", CU64, "RLIMIT_FSIZE: the largest file the run may write, in bytes."}}, bind: size.into(func(p *Policy) *int64 { return &p.MaxDisk })},
-	{Key: "max_cpu", Section: "limits", Flag: "cpu", Default: "none", Doc: "percent of one CPU, throttled (cpu cgroup): 50, 200",
+	{Key: "max_cpu", Value: none, Section: "limits", Flag: "cpu", Default: "none", Doc: "percent of one CPU, throttled (cpu cgroup): 50, 200",
 		C: []CSetter{{"max_cpu", "uint32_t percent", CU64, ""}}, bind: count.into(func(p *Policy) *int64 { return &p.MaxCPU })},
-	{Key: "max_cpu_time", Section: "limits", Flag: "cpu-time", Default: "none", Doc: "CPU seconds for the whole process tree, then it is killed",
+	{Key: "max_cpu_time", Value: none, Section: "limits", Flag: "cpu-time", Default: "none", Doc: "CPU seconds for the whole process tree, then it is killed",
 		C:    []CSetter{{"max_cpu_time_ms", "uint64_t ms", CMillis, "CPU time for the whole process tree, in milliseconds, then it is killed."}},
 		bind: seconds.into(func(p *Policy) *float64 { return &p.MaxCPUTime })},
-	{Key: "timeout", Section: "limits", Flag: "timeout", Short: "t", Default: "none", Doc: "default wall-clock seconds of a run",
+	{Key: "timeout", Value: none, Section: "limits", Flag: "timeout", Short: "t", Default: "none", Doc: "default wall-clock seconds of a run",
 		C:    []CSetter{{"timeout_ms", "uint64_t ms", CMillis, "Default wall-clock timeout of a run, in milliseconds."}},
 		bind: seconds.into(func(p *Policy) *float64 { return &p.Timeout })},
-	{Key: "max_output", Section: "limits", Default: "16 MiB", Doc: "bytes kept of each of stdout and stderr; the rest is drained and dropped",
+	{Key: "max_output", Value: int64(DefaultMaxOutput), Section: "limits", Default: "16 MiB", Doc: "bytes kept of each of stdout and stderr; the rest is drained and dropped",
 		C: []CSetter{{"max_output", "uint64_t bytes", CU64, "Bytes kept of each of stdout and stderr (default 16 MiB); the rest is drained and dropped."}}, bind: size.into(func(p *Policy) *int64 { return &p.MaxOutput })},
-	{Key: "env", Section: "program", Flag: "env", Short: "e", Default: "{}", Doc: "variables set for the program",
+	{Key: "env", Value: emptyMap, Section: "program", Flag: "env", Short: "e", Default: "{}", Doc: "variables set for the program",
 		C: []CSetter{{"env", "const char *name, const char *value", CEnv, "Sets one variable for the program."}}, bind: env.into(func(p *Policy) *map[string]string { return &p.Env })},
-	{Key: "clean_env", Section: "program", Default: "false", Doc: "start from an empty environment (PATH set to the system default)",
+	{Key: "clean_env", Value: false, Section: "program", Default: "false", Doc: "start from an empty environment (PATH set to the system default)",
 		C: []CSetter{{"clean_env", "int clean", CBool, ""}}, bind: boolean.into(func(p *Policy) *bool { return &p.CleanEnv })},
-	{Key: "cwd", Section: "program", Default: "inherited", Doc: "working directory (absolute)",
+	{Key: "cwd", Value: none, Section: "program", Default: "inherited", Doc: "working directory (absolute)",
 		C: []CSetter{str("cwd", "path", "")}, bind: path.into(func(p *Policy) *string { return &p.Cwd })},
-	{Key: "uid", Section: "program", Default: "none", Doc: "run the program as this user (the host must be root; give {gid} too)",
+	{Key: "uid", Value: none, Section: "program", Default: "none", Doc: "run the program as this user (the host must be root; give {gid} too)",
 		C:    []CSetter{{"ids", "uint32_t uid, uint32_t gid", CIDs, "Run the program as uid/gid (the host must be root)."}},
 		bind: id.into(func(p *Policy) **uint32 { return &p.UID })},
-	{Key: "gid", Section: "program", Default: "none", Doc: "run the program as this group (with {uid})",
+	{Key: "gid", Value: none, Section: "program", Default: "none", Doc: "run the program as this group (with {uid})",
 		C: []CSetter{{"ids", "uint32_t uid, uint32_t gid", CIDs, ""}}, bind: id.into(func(p *Policy) **uint32 { return &p.GID })},
-	{Key: "extra_allow_syscalls", Section: "syscalls", Flag: "allow-syscall", Default: "[]", Doc: "syscall names removed from the deny list",
+	{Key: "extra_allow_syscalls", Value: emptyList, Section: "syscalls", Flag: "allow-syscall", Default: "[]", Doc: "syscall names removed from the deny list",
 		C: []CSetter{str("extra_allow_syscall", "name", "")}, bind: sysnames.into(func(p *Policy) *[]string { return &p.ExtraAllowSyscalls })},
-	{Key: "extra_deny_syscalls", Section: "syscalls", Flag: "deny-syscall", Default: "[]", Doc: "syscall names answered with EPERM",
+	{Key: "extra_deny_syscalls", Value: emptyList, Section: "syscalls", Flag: "deny-syscall", Default: "[]", Doc: "syscall names answered with EPERM",
 		C: []CSetter{str("extra_deny_syscall", "name", "")}, bind: sysnames.into(func(p *Policy) *[]string { return &p.ExtraDenySyscalls })},
-	{Key: "name", Section: "program", Flag: "hostname", Default: "none", Doc: "the sandbox's hostname (`uname -n`), in a UTS namespace of its own: 1-64 letters, digits, `-` and `.`",
+	{Key: "name", Value: none, Section: "program", Flag: "hostname", Default: "none", Doc: "the sandbox's hostname (`uname -n`), in a UTS namespace of its own: 1-64 letters, digits, `-` and `.`",
 		C: []CSetter{str("name", "hostname", "")}, bind: hostname.into(func(p *Policy) *string { return &p.Name })},
-	{Key: "workdir", Section: "filesystem", Default: "none", Doc: "a directory seen copy-on-write: each run's writes under it land in a layer of the run's own (a tmpfs, sized {max_disk}), listed as the result's `changes`, then committed or discarded ({on_exit}, {on_error}); relative: as {fs_readable}",
+	{Key: "workdir", Value: none, Section: "filesystem", Default: "none", Doc: "a directory seen copy-on-write: each run's writes under it land in a layer of the run's own (a tmpfs, sized {max_disk}), listed as the result's `changes`, then committed or discarded ({on_exit}, {on_error}); relative: as {fs_readable}",
 		C: []CSetter{str("workdir", "path", "")}, bind: dirPath.into(func(p *Policy) *string { return &p.Workdir })},
-	{Key: "on_exit", Section: "filesystem", Default: "\"commit\"", Doc: "with {workdir}: what becomes of a successful run's changes: `\"commit\"` (applied to the workdir, file by file), `\"abort\"` (discarded) or `\"keep\"` (held for the `commit`/`abort` ops)",
+	{Key: "on_exit", Value: BranchCommit, Section: "filesystem", Default: "\"commit\"", Doc: "with {workdir}: what becomes of a successful run's changes: `\"commit\"` (applied to the workdir, file by file), `\"abort\"` (discarded) or `\"keep\"` (held for the `commit`/`abort` ops)",
 		C: []CSetter{str("on_exit", "action", "With workdir: \"commit\", \"abort\" or \"keep\" for a successful run's changes.")}, bind: branch.into(func(p *Policy) *string { return &p.OnExit })},
-	{Key: "on_error", Section: "filesystem", Default: "\"abort\"", Doc: "with {workdir}: the same for a run that failed (non-zero exit, signal, timeout, any error)",
+	{Key: "on_error", Value: BranchAbort, Section: "filesystem", Default: "\"abort\"", Doc: "with {workdir}: the same for a run that failed (non-zero exit, signal, timeout, any error)",
 		C: []CSetter{str("on_error", "action", "With workdir: \"commit\", \"abort\" or \"keep\" for a failed run's changes.")}, bind: branch.into(func(p *Policy) *string { return &p.OnError })},
-	{Key: "no_randomize_memory", Section: "determinism", Default: "false", Doc: "no address-space layout randomization in the run (`personality(ADDR_NO_RANDOMIZE)`, set by the engine for every process of it; the program may clear it, not set others)",
+	{Key: "no_randomize_memory", Value: false, Section: "determinism", Default: "false", Doc: "no address-space layout randomization in the run (`personality(ADDR_NO_RANDOMIZE)`, set by the engine for every process of it; the program may clear it, not set others)",
 		C: []CSetter{{"no_randomize_memory", "int on", CBool, ""}}, bind: boolean.into(func(p *Policy) *bool { return &p.NoRandomizeMemory })},
-	{Key: "random_seed", Section: "determinism", Default: "none", Doc: "`getrandom`, reads of `/dev/urandom` and `/dev/random`, and each exec'd program's `AT_RANDOM` bytes come from an AES-256-CTR stream keyed by this integer (0 to 2^62): one stream per process, named by its pid in the run's pid namespace (see docs/security.md, \"Determinism\")",
+	{Key: "random_seed", Value: none, Section: "determinism", Default: "none", Doc: "`getrandom`, reads of `/dev/urandom` and `/dev/random`, and each exec'd program's `AT_RANDOM` bytes come from an AES-256-CTR stream keyed by this integer (0 to 2^62): one stream per process, named by its pid in the run's pid namespace (see docs/security.md, \"Determinism\")",
 		C: []CSetter{{"random_seed", "uint64_t seed", CU64, ""}}, bind: seed.into(func(p *Policy) **uint64 { return &p.RandomSeed })},
-	{Key: "time_start", Section: "determinism", Default: "none", Doc: "the run's wall clock (`CLOCK_REALTIME`, `gettimeofday`, `time`, also through the vDSO) starts at this instant and advances: an ISO-8601 string (`\"2000-01-01T00:00:00Z\"`; no zone: UTC) or Unix seconds",
+	{Key: "time_start", Value: none, Section: "determinism", Default: "none", Doc: "the run's wall clock (`CLOCK_REALTIME`, `gettimeofday`, `time`, also through the vDSO) starts at this instant and advances: an ISO-8601 string (`\"2000-01-01T00:00:00Z\"`; no zone: UTC) or Unix seconds",
 		C: []CSetter{str("time_start", "instant", "The run's wall clock starts at this instant: ISO-8601 (\"2000-01-01T00:00:00Z\") or Unix seconds (\"946684800\").")}, bind: instant.into(func(p *Policy) **float64 { return &p.TimeStart })},
-	{Key: "deterministic_dirs", Section: "determinism", Default: "false", Doc: "directory listings (`getdents64`) in byte order of the names, the same on every run",
+	{Key: "deterministic_dirs", Value: false, Section: "determinism", Default: "false", Doc: "directory listings (`getdents64`) in byte order of the names, the same on every run",
 		C: []CSetter{{"deterministic_dirs", "int on", CBool, ""}}, bind: boolean.into(func(p *Policy) *bool { return &p.DeterministicDirs })},
-	{Key: "no_huge_pages", Section: "program", Default: "false", Doc: "no transparent huge pages for the run's memory (`PR_SET_THP_DISABLE`)",
+	{Key: "no_huge_pages", Value: false, Section: "program", Default: "false", Doc: "no transparent huge pages for the run's memory (`PR_SET_THP_DISABLE`)",
 		C: []CSetter{{"no_huge_pages", "int on", CBool, ""}}, bind: boolean.into(func(p *Policy) *bool { return &p.NoHugePages })},
-	{Key: "no_coredump", Section: "program", Default: "none (core dumps off)", Doc: "`false` lets the run dump core (refused when the host's `core_pattern` pipes cores to a program, or writes them outside {fs_writable}); `true` or unset: no core dumps",
+	{Key: "no_coredump", Value: none, Section: "program", Default: "none (core dumps off)", Doc: "`false` lets the run dump core (refused when the host's `core_pattern` pipes cores to a program, or writes them outside {fs_writable}); `true` or unset: no core dumps",
 		C: []CSetter{{"no_coredump", "int on", CBool, ""}}, bind: optBool.into(func(p *Policy) **bool { return &p.NoCoredump })},
-	{Key: "no_supervisor", Section: "program", Default: "false", Doc: "no syscall supervisor: Landlock and a deny-only seccomp filter alone; what the supervisor would judge is refused (file locks, `inotify_add_watch`), and the fields that need it are refused ({net_allow} by host or address, {net_deny}, {port_remap}, {http_allow}, handlers)",
+	{Key: "no_supervisor", Value: false, Section: "program", Default: "false", Doc: "no syscall supervisor: Landlock and a deny-only seccomp filter alone; what the supervisor would judge is refused (file locks, `inotify_add_watch`), and the fields that need it are refused ({net_allow} by host or address, {net_deny}, {port_remap}, {http_allow}, handlers)",
 		C: []CSetter{{"no_supervisor", "int on", CBool, ""}}, bind: boolean.into(func(p *Policy) *bool { return &p.NoSupervisor })},
-	{Key: "cpu_cores", Section: "limits", Default: "[]", Doc: "the CPUs the run may use (numbers and ranges: `0`, `\"2-3\"`); the run cannot widen it",
+	{Key: "cpu_cores", Value: emptyList, Section: "limits", Default: "[]", Doc: "the CPUs the run may use (numbers and ranges: `0`, `\"2-3\"`); the run cannot widen it",
 		C: []CSetter{{"cpu_core", "unsigned int cpu", CU64, "One CPU the run may use."}}, bind: cpus.into(func(p *Policy) *[]int { return &p.CPUCores })},
-	{Key: "num_cpus", Section: "limits", Default: "none", Doc: "the number of CPUs the run sees and may use: the first N of those it may use ({cpu_cores}, or the host's), in its affinity, `/sys/devices/system/cpu/online` and `/proc/cpuinfo`; no more than it may use",
+	{Key: "num_cpus", Value: none, Section: "limits", Default: "none", Doc: "the number of CPUs the run sees and may use: the first N of those it may use ({cpu_cores}, or the host's), in its affinity, `/sys/devices/system/cpu/online` and `/proc/cpuinfo`; no more than it may use",
 		C: []CSetter{{"num_cpus", "uint32_t n", CU64, ""}}, bind: count.into(func(p *Policy) *int64 { return &p.NumCPUs })},
-	{Key: "gpu_devices", Section: "limits", Default: "none", Doc: "the NVIDIA GPUs the run may open, `\"all\"` or indices (`[0, \"2-3\"]`): `/dev/nvidiaN` of those and the driver's control nodes, read-write; every other `/dev/nvidia*` node is denied (Landlock), even inside a granted tree",
+	{Key: "gpu_devices", Value: none, Section: "limits", Default: "none", Doc: "the NVIDIA GPUs the run may open, `\"all\"` or indices (`[0, \"2-3\"]`): `/dev/nvidiaN` of those and the driver's control nodes, read-write; every other `/dev/nvidia*` node is denied (Landlock), even inside a granted tree",
 		C: []CSetter{{"gpu_device", "unsigned int index", CU64, "One GPU the run may open (/dev/nvidiaN)."},
 			str("gpu_devices_str", "spec", "GPUs the run may open: \"all\", an index or a range, \"0-1\".")},
 		bind: gpus.into(func(p *Policy) **GPUs { return &p.GPUDevices })},
-	{Key: "allow_degraded", Section: "config", Default: "false", Doc: "run even when a requested protection is unavailable; results say what was not applied",
-		C: []CSetter{{"allow_degraded", "int allow", CBool, ""}}, bind: boolean.into(func(p *Policy) *bool { return &p.AllowDegraded })},
+	{Key: "allow_degraded", Value: false, Section: "config", Default: "false", Doc: "run even when a requested protection is unavailable: `true` for every one, or a list of the Landlock protections that may be left out (`[\"signal_scope\"]`: the others stay required); results say what was not applied",
+		C: []CSetter{{"allow_degraded", "int allow", CBool, "Run even when a requested protection is unavailable (every one); results say what was not applied."},
+			str("allow_degraded_protection", "protection", "Let one Landlock protection (a SANDTRAP_PROTECTION_* name) be left out where the kernel lacks it; the others stay required.")},
+		bind: degrade},
+	{Key: "disable", Value: emptyList, Section: "config", Default: "[]", Doc: "Landlock protections never applied, even where the kernel has them (`[\"fs_ioctl_dev\"]`); the report lists them as disabled",
+		C:    []CSetter{str("disable", "protection", "Never apply one Landlock protection (a SANDTRAP_PROTECTION_* name), even where the kernel has it.")},
+		bind: prots.into(func(p *Policy) *[]string { return &p.Disable })},
 
-	{Key: "http_allow", Section: "http", Default: "[]", Doc: "HTTP requests the engine's proxy lets through, `\"METHOD host/path\"` with `*` wildcards (`\"POST api.openai.com/v1/chat/completions\"`); connects to the {http_ports} go to it; with an allow list, nothing else passes",
+	{Key: "http_allow", Value: emptyList, Section: "http", Default: "[]", Doc: "HTTP requests the engine's proxy lets through, `\"METHOD host/path\"` with `*` wildcards (`\"POST api.openai.com/v1/chat/completions\"`); connects to the {http_ports} go to it; with an allow list, nothing else passes",
 		C:    []CSetter{str("http_allow", "rule", "An HTTP request the proxy lets through, one rule per call: \"METHOD host/path\" with * wildcards (\"POST api.openai.com/v1/chat/completions\"). TCP connects to the HTTP ports go to the engine's proxy.")},
 		bind: httpRules.into(func(p *Policy) *[]HTTPRule { return &p.HTTPAllow })},
-	{Key: "http_deny", Section: "http", Default: "[]", Doc: "HTTP requests it refuses (checked before {http_allow}), in the same grammar (`\"* api.example.com/admin/*\"`)",
+	{Key: "http_deny", Value: emptyList, Section: "http", Default: "[]", Doc: "HTTP requests it refuses (checked before {http_allow}), in the same grammar (`\"* api.example.com/admin/*\"`)",
 		C:    []CSetter{str("http_deny", "rule", "An HTTP request the proxy refuses (checked before the allow rules), in the same grammar (\"DELETE api.example.com\": every path).")},
 		bind: httpRules.into(func(p *Policy) *[]HTTPRule { return &p.HTTPDeny })},
-	{Key: "http_ports", Section: "http", Default: "[80, 443]", Doc: "TCP ports whose connects go to the proxy when HTTP rules are given (plain HTTP and TLS told apart by the first byte)",
+	{Key: "http_ports", Value: emptyList, Section: "http", Default: "[80, 443]", Doc: "TCP ports whose connects go to the proxy when HTTP rules are given (plain HTTP and TLS told apart by the first byte)",
 		C: []CSetter{{"http_port", "uint16_t port", CU64, "A TCP port whose connects go to the HTTP proxy (default 80 and 443)."},
 			str("http_ports_str", "ports", "HTTP proxy ports: a port or a range, \"8000-8005\".")},
 		bind: ports.into(func(p *Policy) *[]uint16 { return &p.HTTPPorts })},
 
-	{Key: "http_intercept", Section: "http", Default: "false", Doc: "HTTPS interception: the proxy terminates the sandbox's TLS with certificates of a CA of its own (ephemeral, ECDSA P-256, its key only in the engine's memory; or {http_ca}), checks every request's method, host and path, and sends it on over TLS verified against the host's trust store; adds 443 to the {http_ports}",
+	{Key: "http_intercept", Value: false, Section: "http", Default: "false", Doc: "HTTPS interception: the proxy terminates the sandbox's TLS with certificates of a CA of its own (ephemeral, ECDSA P-256, its key only in the engine's memory; or {http_ca}), checks every request's method, host and path, and sends it on over TLS verified against the host's trust store; adds 443 to the {http_ports}",
 		C: []CSetter{{"http_intercept", "int on", CBool, ""}}, bind: boolean.into(func(p *Policy) *bool { return &p.HTTPIntercept })},
-	{Key: "http_ca", Section: "http", Default: "none", Doc: "the interception CA's certificate (PEM file) instead of an ephemeral one; with {http_key}; implies {http_intercept}",
+	{Key: "http_ca", Value: none, Section: "http", Default: "none", Doc: "the interception CA's certificate (PEM file) instead of an ephemeral one; with {http_key}; implies {http_intercept}",
 		C: []CSetter{str("http_ca", "path", "")}, bind: path.into(func(p *Policy) *string { return &p.HTTPCA })},
-	{Key: "http_key", Section: "http", Default: "none", Doc: "that CA's private key (PEM file: PKCS#8, EC or RSA), read when the sandbox is built",
+	{Key: "http_key", Value: none, Section: "http", Default: "none", Doc: "that CA's private key (PEM file: PKCS#8, EC or RSA), read when the sandbox is built",
 		C: []CSetter{str("http_key", "path", "")}, bind: path.into(func(p *Policy) *string { return &p.HTTPKey })},
-	{Key: "http_inject_ca", Section: "http", Default: "[]", Doc: "trust bundles (PEM files) the run sees with the interception CA appended (`\"/etc/ssl/certs/ca-certificates.crt\"`): a file of the sandbox's own laid over each in its view; the host's files are never changed",
+	{Key: "http_inject_ca", Value: emptyList, Section: "http", Default: "[]", Doc: "trust bundles (PEM files) the run sees with the interception CA appended (`\"/etc/ssl/certs/ca-certificates.crt\"`): a file of the sandbox's own laid over each in its view; the host's files are never changed",
 		C: []CSetter{str("http_inject_ca", "path", "A trust bundle the run sees with the interception CA appended (the host file is not changed).")}, bind: paths.into(func(p *Policy) *[]string { return &p.HTTPInjectCA })},
-	{Key: "http_ca_out", Section: "http", Default: "none", Doc: "a path where the engine writes the interception CA's certificate (PEM) when the sandbox is built (for NODE_EXTRA_CA_CERTS, REQUESTS_CA_BUNDLE and runtimes with their own lists)",
+	{Key: "http_ca_out", Value: none, Section: "http", Default: "none", Doc: "a path where the engine writes the interception CA's certificate (PEM) when the sandbox is built (for NODE_EXTRA_CA_CERTS, REQUESTS_CA_BUNDLE and runtimes with their own lists)",
 		C: []CSetter{str("http_ca_out", "path", "")}, bind: path.into(func(p *Policy) *string { return &p.HTTPCAOut })},
-	{Key: "credentials", Section: "http", Flag: "credential", Default: "{}", Doc: "secrets the proxy adds to requests, by name: \"env:VARIABLE\" (from {env}, where the bindings pass their current environment, else the engine's; the variable is removed from the run's environment) or \"file:/path\", read when the sandbox is built; never in the sandbox's environment, memory or files",
+	{Key: "credentials", Value: emptyMap, Section: "http", Flag: "credential", Default: "{}", Doc: "secrets the proxy adds to requests, by name: \"env:VARIABLE\" (from {env}, where the bindings pass their current environment, else the engine's; the variable is removed from the run's environment) or \"file:/path\", read when the sandbox is built; never in the sandbox's environment, memory or files",
 		C: []CSetter{{"credential", "const char *name, const char *source", CEnv, "A secret the proxy adds to requests: source \"env:VARIABLE\" or \"file:/path\"."}}, bind: env.into(func(p *Policy) *map[string]string { return &p.Credentials })},
-	{Key: "http_auth", Section: "http", Default: "[]", Doc: "headers the proxy adds after the rule check: `\"POST api.openai.com/* bearer openai\"` (scheme `bearer`, `basic` with a `user:password` value, or `header:NAME`); the first rule that matches; over HTTPS to a verified upstream only (interception) unless {http_auth_plain}",
+	{Key: "http_auth", Value: emptyList, Section: "http", Default: "[]", Doc: "headers the proxy adds after the rule check: `\"POST api.openai.com/* bearer openai\"` (scheme `bearer`, `basic` with a `user:password` value, or `header:NAME`); the first rule that matches; over HTTPS to a verified upstream only (interception) unless {http_auth_plain}",
 		C: []CSetter{str("http_auth", "rule", "A header the proxy adds: \"METHOD host/path SCHEME CREDENTIAL\" (SCHEME bearer, basic or header:NAME).")}, bind: httpAuth.into(func(p *Policy) *[]HTTPAuth { return &p.HTTPAuth })},
-	{Key: "http_auth_plain", Section: "http", Default: "false", Doc: "let {http_auth} add credentials to plain-HTTP requests too (anyone on the path can read them; the isolation report warns)",
+	{Key: "http_auth_plain", Value: false, Section: "http", Default: "false", Doc: "let {http_auth} add credentials to plain-HTTP requests too (anyone on the path can read them; the isolation report warns)",
 		C: []CSetter{{"http_auth_plain", "int on", CBool, ""}}, bind: boolean.into(func(p *Policy) *bool { return &p.HTTPAuthPlain })},
 
 	// Not supported yet (the seed API's full constructor).
-	{Key: "fs_storage", Section: "config", Unsupported: "the copy-on-write layer of {workdir} is a tmpfs private to each run (its size is {max_disk}); on-disk storage is not supported yet"},
-	{Key: "chroot", Section: "filesystem", Unsupported: "sandtrap does not chroot; grant paths with {fs_readable} and {fs_writable}"},
-	{Key: "fs_mount", Section: "filesystem", Unsupported: "sandtrap does not mount; grant paths with {fs_readable} and {fs_writable}"},
+	{Key: "fs_storage", Value: none, Section: "config", Unsupported: "the copy-on-write layer of {workdir} is a tmpfs private to each run (its size is {max_disk}); on-disk storage is not supported yet"},
+	{Key: "chroot", Value: none, Section: "filesystem", Unsupported: "sandtrap does not chroot; grant paths with {fs_readable} and {fs_writable}"},
+	{Key: "fs_mount", Value: emptyMap, Section: "filesystem", Unsupported: "sandtrap does not mount; grant paths with {fs_readable} and {fs_writable}"},
 	{Key: "policy_fn", Unsupported: "a host callable, not a policy value: bindings take it as Sandbox(policy_fn=...); over the C ABI send the run_handlers op"},
 	{Key: "handlers", Unsupported: "handlers are given per run: run_with_handlers, or the run_handlers op"},
 }

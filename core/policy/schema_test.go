@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"fmt"
 	"reflect"
 	"regexp"
 	"strings"
@@ -15,6 +16,7 @@ var sample = map[Kind]any{
 	KindHost: "api.local", KindHTTP: []any{"GET example.com/*"}, KindCPUs: []any{int64(0)}, KindOptBool: false, KindBranch: "keep", KindHTTPAuth: []any{"POST api.test/* bearer k"},
 	KindSeed: int64(42), KindTime: "2000-01-01T00:00:00Z",
 	KindGPUs: []any{int64(0)},
+	KindProt: []any{"fs_ioctl_dev"}, KindDegrade: []any{"signal_scope"},
 }
 
 func TestSchemaIsConsistent(t *testing.T) {
@@ -232,5 +234,59 @@ func TestDeterminismFields(t *testing.T) {
 		if _, probs := Decode(map[string]any{"random_seed": bad}); len(probs) != 1 || probs[0].Field != "random_seed" {
 			t.Errorf("random_seed %v: %v", bad, probs)
 		}
+	}
+}
+
+// Every field's Value (what a binding's attribute reads when the field is not
+// given) means what leaving the field out means, and every field has one.
+func TestDefaultValuesMeanUnset(t *testing.T) {
+	unset, probs := Decode(map[string]any{})
+	if len(probs) > 0 {
+		t.Fatal(probs)
+	}
+	for i := range Schema {
+		f := &Schema[i]
+		if !f.Supported() {
+			continue
+		}
+		got, probs := Decode(map[string]any{f.Key: f.Value})
+		if len(probs) > 0 {
+			t.Errorf("%s = %#v: %v", f.Key, f.Value, probs)
+			continue
+		}
+		// the same effect: a branch action given is the default one; a limit given
+		// is required where the default one is reported degraded
+		if got.OnExit == BranchCommit {
+			got.OnExit = ""
+		}
+		if got.OnError == BranchAbort {
+			got.OnError = ""
+		}
+		got.MaxProcessesDefault = true
+		if got.HTTPPorts != nil && len(got.HTTPPorts) == 0 {
+			got.HTTPPorts = nil
+		}
+		norm := func(p *Policy) string { return fmt.Sprintf("%+v", *p) }
+		if norm(got) != norm(unset) {
+			t.Errorf("%s = %#v decodes to\n%s\nnot as unset\n%s", f.Key, f.Value, norm(got), norm(unset))
+		}
+	}
+}
+
+// Port lists take comma lists of ports and ranges in every ports field.
+func TestPortCommaLists(t *testing.T) {
+	got, probs := ParsePorts([]any{"22,443", " 8000-8002 , 9000", int64(80)})
+	if len(probs) > 0 || fmt.Sprint(got) != "[22 80 443 8000 8001 8002 9000]" {
+		t.Fatalf("%v %v", got, probs)
+	}
+	_, probs = ParsePorts([]any{"22,,443", "1-2,x"})
+	want := []string{`port "": want "N", "LOW-HIGH" or a comma list of them ("22,443,8000-8005")`,
+		`port "x": want "N", "LOW-HIGH" or a comma list of them ("22,443,8000-8005")`}
+	if fmt.Sprint(probs) != fmt.Sprint(want) {
+		t.Fatalf("%q", probs)
+	}
+	p, dp := Decode(map[string]any{"net_allow_bind": []any{"8080,8443"}, "http_ports": []any{"80,8080-8081"}, "http_allow": []any{"GET example.com/*"}})
+	if len(dp) > 0 || fmt.Sprint(p.NetAllowBind) != "[8080 8443]" || fmt.Sprint(p.HTTPPorts) != "[80 8080 8081]" {
+		t.Fatalf("%v %v %v", p.NetAllowBind, p.HTTPPorts, dp)
 	}
 }

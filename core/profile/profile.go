@@ -264,6 +264,7 @@ var examples = map[policy.Kind]string{
 	policy.KindHTTP: `["GET api.example.com/v1/*"]`, policy.KindBranch: `"abort"`, policy.KindHTTPAuth: `["POST api.openai.com/* bearer openai"]`,
 	policy.KindSeed: `42`, policy.KindTime: `2000-01-01T00:00:00Z`,
 	policy.KindGPUs: `[0, 1]`,
+	policy.KindProt: `["fs_ioctl_dev"]`, policy.KindDegrade: `["signal_scope"]`,
 }
 
 // Example is a value of kind k as a profile writes it.
@@ -400,10 +401,12 @@ func sectionKeys(sec string) []string {
 
 func kindWord(f *policy.Field) string {
 	switch f.Kind() {
-	case policy.KindPaths, policy.KindTargets, policy.KindPorts, policy.KindNames, policy.KindCPUs, policy.KindHTTP, policy.KindHTTPAuth:
+	case policy.KindPaths, policy.KindTargets, policy.KindPorts, policy.KindNames, policy.KindCPUs, policy.KindHTTP, policy.KindHTTPAuth, policy.KindProt:
 		return "a list"
 	case policy.KindGPUs:
 		return "\"all\" or a list"
+	case policy.KindDegrade:
+		return "a boolean or a list"
 	case policy.KindBool, policy.KindOptBool:
 		return "a boolean"
 	case policy.KindEnv:

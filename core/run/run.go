@@ -402,7 +402,12 @@ func Run(h Host, req *Request) *Result {
 	res := &Result{Isolation: iso}
 	st := spawn.ReadStatus(append(sup.status, readAll(statusR)...))
 	if st.InitFailed != spawn.StepNone {
-		return failed(protocol.KindIsolation, fmt.Sprintf("isolation unavailable: the run failed at %s: %v", st.InitFailed, st.InitErrno), iso)
+		msg := fmt.Sprintf("isolation unavailable: the run failed at %s: %v", st.InitFailed, st.InitErrno)
+		if st.InitErrno == unix.EAGAIN && p.MaxProcesses > 0 {
+			// the pids limit is the sandbox's: its concurrent runs share it
+			msg += fmt.Sprintf(" (max_processes %d: the tasks of this sandbox's runs together; give a larger max_processes, or 0 for none, to run more at once)", p.MaxProcesses)
+		}
+		return failed(protocol.KindIsolation, msg, iso)
 	}
 	if st.ExecErrno != 0 {
 		kind := protocol.KindSpawn

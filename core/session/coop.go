@@ -195,7 +195,8 @@ func openCoop(s *engine.Sandbox, req []byte) (*coop, error) {
 	if c.level == "process" {
 		// crash containment only: the worker sees everything this process sees
 		pol = map[string]any{"fs_readable": []any{"/"}, "fs_writable": []any{"/"}, "net_allow": []any{"*"},
-			"net_allow_udp": true, "net_allow_unix": true, "allow_degraded": true, "env": env}
+			"net_allow_udp": true, "net_allow_unix": true, "allow_degraded": true, "env": env,
+			"max_processes": int64(0)} // no limit (not the default 64), as this level promises nothing but a crash boundary
 		granted = []Grant{{Path: "/", Why: `isolation "process": the worker reads and writes what this process can`}}
 	} else {
 		granted = append(granted, runtime...)

@@ -207,7 +207,7 @@ func compileGuest(interp, dir string, paths []Grant) {
 	}
 	sb, err := engine.NewFromMap(map[string]any{
 		"fs_readable": readable, "fs_writable": []any{dir}, "clean_env": true, "allow_degraded": true,
-		"env": map[string]any{"PYTHONNOUSERSITE": "1"}, "timeout": 120.0,
+		"env": map[string]any{"PYTHONNOUSERSITE": "1"}, "timeout": 120.0, "max_processes": int64(0), // (no cgroup for a compile)
 	})
 	if err != nil {
 		return

@@ -68,7 +68,7 @@ int main(void) {
 	sandtrap_sandbox_builder_fs_readable(b, ""); /* (a relative path resolves against the working directory) */
 	sandtrap_sandbox_builder_fs_readable(b, "/no/such/dir");
 	sandtrap_sandbox_builder_extra_deny_syscall(b, "not_a_syscall");
-	sandtrap_sandbox_builder_max_processes(b, 0);
+	sandtrap_sandbox_builder_max_open_files(b, 0); /* (max_processes 0 means no limit) */
 	rc = sandtrap_sandbox_builder_build(b, &sb, &err);
 	CHECK(rc == SANDTRAP_E_INVALID_POLICY, "rc=%d (%s)", rc, sandtrap_status_name(rc));
 	CHECK(sb == NULL, "sb set on failure");
@@ -79,7 +79,7 @@ int main(void) {
 		/* every problem: (field, message); the decoder's (in field order), then the checks against this machine */
 		static const char *const want[][2] = {
 			{"fs_readable", "empty path"},
-			{"max_processes", "0 must be positive"},
+			{"max_open_files", "0 must be positive"},
 			{"fs_readable", "/no/such/dir: no such file or directory"},
 			{"extra_deny_syscalls", "unknown syscall \"not_a_syscall\""},
 		};

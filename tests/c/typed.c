@@ -57,6 +57,15 @@ static int out_is(const sandtrap_result *r, int err, const char *want)
 	return n == strlen(want) && memcmp(p, want, n) == 0 && p[n] == 0;
 }
 
+static int contains(const uint8_t *p, size_t n, const char *needle, size_t m)
+{
+	size_t i;
+	for (i = 0; i + m <= n; i++)
+		if (memcmp(p + i, needle, m) == 0)
+			return 1;
+	return 0;
+}
+
 int main(void)
 {
 	sandtrap_sandbox_builder *b = sandtrap_sandbox_builder_new();
@@ -267,6 +276,36 @@ int main(void)
 			sandtrap_error_free(err);
 		else
 			sandtrap_sandbox_free(dsb);
+	}
+	{ /* Landlock protections by name: one degraded knowingly, one disabled; a bad name refused */
+		sandtrap_sandbox_builder *pb = sandtrap_sandbox_builder_new();
+		sandtrap_sandbox *psb = NULL;
+		uint8_t *resp = NULL;
+		size_t resp_len = 0;
+		sandtrap_sandbox_builder_fs_readable(pb, "/usr");
+		CHECK(sandtrap_sandbox_builder_allow_degraded_protection(pb, SANDTRAP_PROTECTION_SIGNAL_SCOPE) == SANDTRAP_OK, "degrade setter");
+		CHECK(sandtrap_sandbox_builder_disable(pb, SANDTRAP_PROTECTION_FS_IOCTL_DEV) == SANDTRAP_OK, "disable setter");
+		rc = sandtrap_sandbox_builder_build(pb, &psb, &err);
+		sandtrap_sandbox_builder_free(pb);
+		CHECK(rc == SANDTRAP_OK, "protections build: %s", rc == SANDTRAP_OK ? "" : sandtrap_error_message(err));
+		if (rc == SANDTRAP_OK) {
+			rc = sandtrap_sandbox_exec(psb, (const uint8_t *)"\x81\xa2op\xa9isolation", 14, &resp, &resp_len);
+			/* the report's protections map holds "fs_ioctl_dev": "disabled" (msgpack fixstrs) */
+			CHECK(rc == SANDTRAP_OK && resp_len > 0 &&
+			      contains(resp, resp_len, "\xac" "fs_ioctl_dev" "\xa8" "disabled", 22), "fs_ioctl_dev disabled in the report");
+			sandtrap_buffer_free(resp);
+			sandtrap_sandbox_free(psb);
+		} else {
+			sandtrap_error_free(err);
+		}
+		pb = sandtrap_sandbox_builder_new();
+		sandtrap_sandbox_builder_disable(pb, "signal");
+		rc = sandtrap_sandbox_builder_build(pb, &psb, &err);
+		sandtrap_sandbox_builder_free(pb);
+		CHECK(rc == SANDTRAP_E_INVALID_POLICY && strstr(sandtrap_error_message(err), "disable: \"signal\" is not a protection"),
+		      "a bad protection name: %d %s", rc, rc == SANDTRAP_OK ? "" : sandtrap_error_message(err));
+		if (rc != SANDTRAP_OK)
+			sandtrap_error_free(err);
 	}
 	{ /* placement through the builder: one CPU seen, no supervisor, every GPU (none here) */
 		sandtrap_sandbox_builder *pb = sandtrap_sandbox_builder_new();

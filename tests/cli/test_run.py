@@ -381,3 +381,30 @@ def test_interactive_program_cannot_inject_into_the_users_terminal():
 
 def test_executable_bits():
     assert os.stat(os.environ.get("SANDTRAP_CLI", ROOT / "build" / "sandtrap")).st_mode & stat.S_IXUSR
+
+
+def test_protections_by_name_and_port_lists():
+    # --allow-degraded=NAMES degrades those; --disable turns some off; ports take comma lists
+    p = sandtrap(
+        "run", "--json", *R, "--allow-degraded=signal_scope", "--disable", "fs_ioctl_dev,fs_refer",
+        "--net-allow-bind", "8080,8443", "--", "/bin/true",
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    iso = json.loads(p.stdout)["isolation"]
+    assert iso["protections"]["fs_ioctl_dev"] == "disabled" and iso["protections"]["fs_refer"] == "disabled"
+    assert iso["protections"]["fs_truncate"] == "enforced"
+    if iso["landlock"]["net"]:
+        assert iso["landlock"]["bind_ports"] == [8080, 8443]
+    # alone, --allow-degraded is the boolean
+    assert sandtrap("run", *R, "--allow-degraded", "--", "/bin/true").returncode == 0
+    bad = sandtrap("run", *R, "--disable", "sig", "--", "/bin/true")
+    assert bad.returncode == 125
+    assert '--disable (disable): "sig" is not a protection' in bad.stderr.decode()
+
+
+def test_max_processes_default_and_none():
+    p = sandtrap("run", "--json", *R, "--", "/bin/true")
+    lim = json.loads(p.stdout)["isolation"]["limits"]
+    assert lim.get("max_processes", {"value": 64})["value"] == 64
+    p = sandtrap("run", "--json", "-P", "0", *R, "--", "/bin/true")
+    assert "max_processes" not in json.loads(p.stdout)["isolation"]["limits"]

@@ -42,7 +42,8 @@ const POLICY = {
   cpuCores: ['cpu_cores', 'cpus'],
   numCpus: ['num_cpus', 'count'],
   gpuDevices: ['gpu_devices', 'gpus'],
-  allowDegraded: ['allow_degraded', 'bool'],
+  allowDegraded: ['allow_degraded', 'degrade'],
+  disable: ['disable', 'protections'],
   httpAllow: ['http_allow', 'http_rules'],
   httpDeny: ['http_deny', 'http_rules'],
   httpPorts: ['http_ports', 'ports'],
@@ -65,4 +66,81 @@ const UNSUPPORTED = {
   handlers: 'not supported by sandtrap yet: handlers are given per run: run_with_handlers, or the run_handlers op',
 };
 
-module.exports = { POLICY, UNSUPPORTED };
+/** The value a Sandbox's getter reads for an option not given (every supported one). */
+const DEFAULTS = {
+  fsReadable: [],
+  fsWritable: [],
+  fsDenied: [],
+  netAllow: [],
+  netDeny: [],
+  netAllowBind: [],
+  netAllowUdp: false,
+  netAllowUnix: false,
+  portRemap: false,
+  maxMemory: null,
+  maxProcesses: 64,
+  maxOpenFiles: null,
+  maxDisk: null,
+  maxCpu: null,
+  maxCpuTime: null,
+  timeout: null,
+  maxOutput: 16777216,
+  env: {},
+  cleanEnv: false,
+  cwd: null,
+  uid: null,
+  gid: null,
+  extraAllowSyscalls: [],
+  extraDenySyscalls: [],
+  name: null,
+  workdir: null,
+  onExit: 'commit',
+  onError: 'abort',
+  noRandomizeMemory: false,
+  randomSeed: null,
+  timeStart: null,
+  deterministicDirs: false,
+  noHugePages: false,
+  noCoredump: null,
+  noSupervisor: false,
+  cpuCores: [],
+  numCpus: null,
+  gpuDevices: null,
+  allowDegraded: false,
+  disable: [],
+  httpAllow: [],
+  httpDeny: [],
+  httpPorts: [],
+  httpIntercept: false,
+  httpCa: null,
+  httpKey: null,
+  httpInjectCa: [],
+  httpCaOut: null,
+  credentials: {},
+  httpAuth: [],
+  httpAuthPlain: false,
+};
+
+/** The Landlock protections (allowDegraded, disable): member -> name. */
+const Protection = Object.freeze({
+  FS: 'fs',
+  FS_REFER: 'fs_refer',
+  FS_TRUNCATE: 'fs_truncate',
+  NET_TCP: 'net_tcp',
+  FS_IOCTL_DEV: 'fs_ioctl_dev',
+  ABSTRACT_UNIX_SOCKET_SCOPE: 'abstract_unix_socket_scope',
+  SIGNAL_SCOPE: 'signal_scope',
+});
+
+/** protection name -> the Landlock ABI it needs. */
+const MIN_ABI = Object.freeze({
+  fs: 1,
+  fs_refer: 2,
+  fs_truncate: 3,
+  net_tcp: 4,
+  fs_ioctl_dev: 5,
+  abstract_unix_socket_scope: 6,
+  signal_scope: 6,
+});
+
+module.exports = { POLICY, UNSUPPORTED, DEFAULTS, Protection, MIN_ABI };

@@ -20,6 +20,7 @@ const {
   toProblem,
 } = require('./errors');
 const { RUN, policyOptions, mapOptions, optionName, camelKeys, isPlainObject, describe } = require('./options');
+const { DEFAULTS } = require('./fields');
 
 /**
  * A map decoded from the engine (msgpack; its keys are docs/protocol.md's): the
@@ -615,6 +616,20 @@ if (typeof Symbol.dispose === 'symbol') {
   /** @type {any} */ (Sandbox.prototype)[Symbol.dispose] = function dispose() {
     this.close();
   };
+}
+
+// Every policy option reads as a read-only property of a Sandbox: the value
+// given (frozen, as `options` holds it), else its default (lib/fields.js DEFAULTS,
+// generated from the engine's schema).
+for (const [name, dflt] of Object.entries(DEFAULTS)) {
+  if (name in Sandbox.prototype) throw new Error(`BUG(sandtrap): option ${name} shadows Sandbox.prototype.${name}`);
+  Object.defineProperty(Sandbox.prototype, name, {
+    get() {
+      const v = this.options[name];
+      return v === undefined || v === null ? snapshot(dflt) : v;
+    },
+    configurable: true,
+  });
 }
 
 /** @param {Wire} res @returns {Wire} */

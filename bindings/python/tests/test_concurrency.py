@@ -26,7 +26,9 @@ def test_64_threads_x_20_runs_no_leaks() -> None:
     kids_before = set(children_of_self())
     threads_before = threading.active_count()
 
-    sb = Sandbox(fs_readable=SYS_RO)
+    sb = Sandbox(
+        fs_readable=SYS_RO, max_processes=0
+    )  # 64 runs at once: more tasks than the default limit, which they share
     errors: list[BaseException] = []
     results: list[bool] = []
     lock = threading.Lock()
@@ -60,7 +62,9 @@ def test_64_threads_x_20_runs_no_leaks() -> None:
 
 def test_gil_released_64_concurrent_sleeps() -> None:
     """64 runs of `sleep 1` on 64 threads overlap: far less than 64 s."""
-    sb = Sandbox(fs_readable=SYS_RO)
+    sb = Sandbox(
+        fs_readable=SYS_RO, max_processes=0
+    )  # 64 runs at once: more tasks than the default limit, which they share
     ok: list[bool] = []
     lock = threading.Lock()
 

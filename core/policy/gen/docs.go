@@ -29,6 +29,7 @@ var typeWord = map[policy.Kind]string{
 	policy.KindOptBool: "boolean, or unset", policy.KindBranch: "`\"commit\"`, `\"abort\"` or `\"keep\"`", policy.KindHTTP: "list of HTTP rules (`\"METHOD host/path\"`)", policy.KindHTTPAuth: "list of credential rules (`\"METHOD host/path SCHEME NAME\"`)",
 	policy.KindSeed: "integer (0 to 2^62)", policy.KindTime: "instant (ISO-8601 string, TOML date-time, or Unix seconds)",
 	policy.KindGPUs: "`\"all\"`, or a list of GPU indices and ranges",
+	policy.KindProt: "list of protections", policy.KindDegrade: "boolean, or list of protections",
 }
 
 // optionArg is how `sandtrap run` takes a kind's value.
@@ -40,6 +41,7 @@ var optionArg = map[policy.Kind]string{
 	policy.KindHost: "NAME", policy.KindCPUs: "CPUS (repeat, or a,b,c-d)", policy.KindOptBool: "", policy.KindHTTP: "RULE (repeat)", policy.KindHTTPAuth: "RULE (repeat)", policy.KindBranch: "commit|abort|keep",
 	policy.KindSeed: "SEED", policy.KindTime: "INSTANT",
 	policy.KindGPUs: "all|GPUS (repeat, or a,b,c-d)",
+	policy.KindProt: "PROTECTIONS (repeat, or a,b)", policy.KindDegrade: "[=PROTECTIONS]",
 }
 
 func option(f *policy.Field) string {
@@ -84,7 +86,10 @@ of ` + "`sandtrap run`" + `, the Python keyword of ` + "`Sandbox(...)`" + `, the
 ` + "`new Sandbox({...})`" + ` and the msgpack key of the C ABI (docs/protocol.md). The TOML key
 is the msgpack key in every case; a Python or Node name that differs from it is
 marked **bold**. Every field is optional; an omitted one grants nothing (paths,
-network) or sets no limit.
+network) or sets no limit, except where its default says otherwise
+(` + "`max_processes`" + `: 64). A Python ` + "`Sandbox`" + ` reads each field as an attribute
+(` + "`sb.max_processes`" + `), the default when it was not given; a Node ` + "`Sandbox`" + `
+has the same as read-only getters.
 
 Profiles are described in docs/cli.md ("Profiles"). A field that sandtrap does
 not support yet is refused by name everywhere, with the reason listed below.
@@ -130,6 +135,10 @@ not support yet is refused by name everywhere, with the reason listed below.
 				fmt.Fprintf(&b, "| `%s` | `%s` | `%s` | %s |\n", f.Key, f.PythonName(), f.NodeName(), cell(expand(f, quoted)))
 			}
 		}
+	}
+	b.WriteString("\n## Protections\n\nThe Landlock protections `allow_degraded` and `disable` name (Python `sandtrap.Protection`, Node `Protection`, C `SANDTRAP_PROTECTION_*`). Each one a sandbox needs is required: on a kernel whose Landlock ABI is lower the sandbox is refused (`isolation_unavailable`, naming it) unless `allow_degraded` is true or names it; `disable` leaves it out on any kernel. The isolation report's `protections` says, for each, `enforced`, `degraded`, `disabled` or `not_needed`.\n\n| name | Landlock ABI | what it enforces |\n|---|---|---|\n")
+	for _, pr := range policy.Protections {
+		fmt.Fprintf(&b, "| `%s` | %d | %s |\n", pr.Name, pr.MinABI, cell(pr.Doc))
 	}
 	var rt []*policy.Field
 	for i := range policy.Schema {

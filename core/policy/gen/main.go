@@ -165,6 +165,10 @@ func sentence(doc string) string { return upper(strings.ReplaceAll(doc, "`", "")
 
 func header() string {
 	var b strings.Builder
+	b.WriteString("/* The Landlock protections that allow_degraded_protection and disable name\n * (docs/sandbox-reference.md, \"Protections\"), with the Landlock ABI each needs. */\n")
+	for _, pr := range policy.Protections {
+		fmt.Fprintf(&b, "#define SANDTRAP_PROTECTION_%s %q /* ABI %d */\n", strings.ToUpper(pr.Name), pr.Name, pr.MinABI)
+	}
 	for _, c := range setters() {
 		lines := wrap(strings.ReplaceAll(c.Doc, "≤", "<="), 76)
 		for i, line := range lines {
@@ -252,6 +256,7 @@ var msgpackType = map[policy.Kind]string{
 	policy.KindCPUs: "[int\\|str]", policy.KindOptBool: "bool", policy.KindHTTP: "[str]", policy.KindBranch: "str", policy.KindHTTPAuth: "[str]",
 	policy.KindSeed: "int", policy.KindTime: "str\\|float",
 	policy.KindGPUs: "str\\|[int\\|str]",
+	policy.KindProt: "[str]", policy.KindDegrade: "bool\\|[str]",
 }
 
 func protocolTable() string {
@@ -290,6 +295,7 @@ var pythonType = map[policy.Kind]string{
 	policy.KindCPUs: "Iterable[int | str]", policy.KindOptBool: "bool", policy.KindHTTP: "Iterable[str]", policy.KindBranch: "str", policy.KindHTTPAuth: "Iterable[str]",
 	policy.KindSeed: "int", policy.KindTime: "str | float",
 	policy.KindGPUs: "str | Iterable[int | str]",
+	policy.KindProt: "Iterable[str]", policy.KindDegrade: "bool | Iterable[str]",
 }
 
 func python() string {
@@ -303,9 +309,10 @@ unknown fields (with the nearest name) and fields that are not supported yet.
 
 from __future__ import annotations
 
+import enum
 import os
 from collections.abc import Iterable, Mapping
-from typing import TypedDict, Union
+from typing import Any, TypedDict, Union, cast
 
 StrPath = Union[str, "os.PathLike[str]"]
 
@@ -316,12 +323,42 @@ FIELDS: dict[str, tuple[str, str]] = {
 		fmt.Fprintf(&b, "    %q: (%q, %q),\n", f.PythonName(), f.Key, f.Kind())
 	}
 	b.WriteString("}\n\n# msgpack key -> keyword\nKEYWORDS: dict[str, str] = {key: kw for kw, (key, _) in FIELDS.items()}\n")
+	b.WriteString("\n# keyword -> the value an attribute of Sandbox reads when the field was not given\n# (supported or not: the seed API's constructor); giving it means the same as leaving it out\nDEFAULTS: dict[str, Any] = {\n")
+	for i := range policy.Schema {
+		if f := &policy.Schema[i]; f.Section != "" {
+			fmt.Fprintf(&b, "    %q: %s,\n", f.PythonName(), pyLiteral(f.Value))
+		}
+	}
+	b.WriteString("}\n\n\nclass Protection(str, enum.Enum):\n" +
+		"    \"\"\"The Landlock protections, by name, for ``allow_degraded=[...]`` and\n" +
+		"    ``disable=[...]`` (docs/sandbox-reference.md, \"Protections\"). ``min_abi``\n" +
+		"    is the Landlock ABI each needs.\"\"\"\n\n")
+	for _, pr := range policy.Protections {
+		fmt.Fprintf(&b, "    %s = %q\n", strings.ToUpper(pr.Name), pr.Name)
+		for i, l := range wrap(upper(strings.ReplaceAll(pr.Doc, "`", "``"))+fmt.Sprintf(" (Landlock ABI %d).", pr.MinABI), 80) {
+			if i == 0 {
+				l = "\"\"\"" + l
+			}
+			fmt.Fprintf(&b, "    %s\n", l)
+		}
+		b.WriteString("    \"\"\"\n")
+	}
+	b.WriteString("\n    @property\n    def min_abi(self) -> int:\n        \"\"\"The Landlock ABI this protection needs.\"\"\"\n        return MIN_ABI[self.value]\n\n\n# protection -> the Landlock ABI it needs\nMIN_ABI: dict[str, int] = {\n")
+	for _, pr := range policy.Protections {
+		fmt.Fprintf(&b, "    %q: %d,\n", pr.Name, pr.MinABI)
+	}
+	b.WriteString("}\n")
+	b.WriteString(pythonAttributes())
 	b.WriteString("\n\nclass PolicyOptions(TypedDict, total=False):\n" +
 		"    \"\"\"The policy fields of :class:`~sandtrap.Sandbox`, as keyword arguments\n" +
 		"    (docs/protocol.md, \"Policy map\"). Every one is optional; ``None`` means not\n" +
-		"    set: not granted, no limit.\"\"\"\n\n")
+		"    set: not granted, no limit (``max_processes``: its default, 64).\"\"\"\n\n")
 	for _, f := range supported() {
-		fmt.Fprintf(&b, "    %s: %s | None\n", f.PythonName(), pythonType[f.Kind()])
+		typ := pythonType[f.Kind()]
+		if f.Kind() == policy.KindProt || f.Kind() == policy.KindDegrade {
+			typ = strings.ReplaceAll(typ, "Iterable[str]", "Iterable[Protection | str]")
+		}
+		fmt.Fprintf(&b, "    %s: %s | None\n", f.PythonName(), typ)
 		doc := wrap(fmt.Sprintf("%s (default: %s).", upper(strings.ReplaceAll(f.DocFor(pyName), "`", "``")), f.Default), 80)
 		if len(doc) == 1 {
 			fmt.Fprintf(&b, "    \"\"\"%s\"\"\"\n", doc[0])
@@ -337,6 +374,116 @@ FIELDS: dict[str, tuple[str, str]] = {
 }
 
 func upper(s string) string { return strings.ToUpper(s[:1]) + s[1:] }
+
+// pythonAttrType is the type an attribute of Sandbox reads (lists as tuples).
+var pythonAttrType = map[policy.Kind]string{
+	policy.KindPaths: "tuple[StrPath, ...]", policy.KindPath: "StrPath", policy.KindTargets: "tuple[int | str, ...]",
+	policy.KindPorts: "tuple[int | str, ...]", policy.KindBool: "bool", policy.KindSize: "int | str", policy.KindCount: "int",
+	policy.KindSeconds: "float", policy.KindID: "int", policy.KindEnv: "Mapping[str, str]", policy.KindNames: "tuple[str, ...]", policy.KindHost: "str",
+	policy.KindCPUs: "tuple[int | str, ...]", policy.KindOptBool: "bool", policy.KindHTTP: "tuple[str, ...]", policy.KindBranch: "str",
+	policy.KindProt: "tuple[Protection | str, ...]", policy.KindDegrade: "bool | tuple[Protection | str, ...]", policy.KindHTTPAuth: "tuple[str, ...]",
+	policy.KindSeed: "int", policy.KindTime: "str | float", policy.KindGPUs: "str | tuple[int | str, ...]",
+}
+
+// pythonAttributes is the mixin of Sandbox's field attributes: each reads the
+// value given (lists as tuples, env read-only) or the default, and assigning one
+// rebuilds the sandbox (before its first run) through _set_field.
+func pythonAttributes() string {
+	var b strings.Builder
+	b.WriteString(`
+
+class FieldAttributes:
+    """Every policy field of the seed API's constructor as an attribute of
+    :class:` + "`~sandtrap.Sandbox`" + `: the value given, else the default (lists read as
+    tuples, ` + "`env`" + ` read-only). Assigning one before the sandbox's first run
+    rebuilds it with the new value (validated at once); afterwards it raises
+    :class:` + "`~sandtrap.InvalidState`" + `."""
+
+    __slots__ = ()
+
+    def _field(self, keyword: str) -> Any:
+        raise NotImplementedError
+
+    def _set_field(self, keyword: str, value: Any) -> None:
+        raise NotImplementedError
+`)
+	for i := range policy.Schema {
+		f := &policy.Schema[i]
+		if f.Section == "" {
+			continue
+		}
+		get, set := "Any", "Any"
+		if f.Supported() {
+			get, set = pythonAttrType[f.Kind()], pythonType[f.Kind()]
+			if get == "" || set == "" {
+				panic("gen: no Python type for kind " + string(f.Kind()))
+			}
+			if f.Kind() == policy.KindProt || f.Kind() == policy.KindDegrade {
+				set = strings.ReplaceAll(set, "Iterable[str]", "Iterable[Protection | str]")
+			}
+			if f.Value == nil {
+				get += " | None"
+			}
+			set += " | None"
+		}
+		doc := "Not supported by sandtrap yet (reads the seed API's default)."
+		if f.Supported() {
+			doc = fmt.Sprintf("%s (default: %s).", upper(strings.ReplaceAll(f.DocFor(pyName), "`", "``")), f.Default)
+		}
+		fmt.Fprintf(&b, "\n    @property\n    def %s(self) -> %s:\n", f.PythonName(), get)
+		lines := wrap(doc, 76)
+		for j, l := range lines {
+			if j == 0 {
+				l = "\"\"\"" + l
+			}
+			if j == len(lines)-1 {
+				l += "\"\"\""
+			}
+			fmt.Fprintf(&b, "        %s\n", l)
+		}
+		fmt.Fprintf(&b, "        return cast(%q, self._field(%q))\n", get, f.PythonName())
+		fmt.Fprintf(&b, "\n    @%s.setter\n    def %s(self, value: %s) -> None:\n        self._set_field(%q, value)\n", f.PythonName(), f.PythonName(), set, f.PythonName())
+	}
+	return b.String()
+}
+
+// pyLiteral is a default value (Field.Value) in Python: lists as (), as the seed
+// API writes them.
+func pyLiteral(v any) string {
+	switch t := v.(type) {
+	case nil:
+		return "None"
+	case bool:
+		if t {
+			return "True"
+		}
+		return "False"
+	case int64:
+		return fmt.Sprint(t)
+	case string:
+		return fmt.Sprintf("%q", t)
+	case []any:
+		if len(t) == 0 {
+			return "()"
+		}
+	case map[string]any:
+		if len(t) == 0 {
+			return "{}"
+		}
+	}
+	panic(fmt.Sprintf("gen: no Python literal for default %#v", v))
+}
+
+// jsLiteral is a default value in JavaScript.
+func jsLiteral(v any) string {
+	switch t := v.(type) {
+	case nil:
+		return "null"
+	case string:
+		return js(t)
+	}
+	return strings.NewReplacer("None", "null", "True", "true", "False", "false", "()", "[]").Replace(pyLiteral(v))
+}
 
 // ---- Node and TypeScript -----------------------------------------------------------
 
@@ -356,7 +503,19 @@ func node() string {
 	for _, f := range unsupported() {
 		fmt.Fprintf(&b, "  %s: %s,\n", f.NodeName(), js(f.UnsupportedMessage(nodeName)))
 	}
-	b.WriteString("};\n\nmodule.exports = { POLICY, UNSUPPORTED };\n")
+	b.WriteString("};\n\n/** The value a Sandbox's getter reads for an option not given (every supported one). */\nconst DEFAULTS = {\n")
+	for _, f := range supported() {
+		fmt.Fprintf(&b, "  %s: %s,\n", f.NodeName(), jsLiteral(f.Value))
+	}
+	b.WriteString("};\n\n/** The Landlock protections (allowDegraded, disable): member -> name. */\nconst Protection = Object.freeze({\n")
+	for _, pr := range policy.Protections {
+		fmt.Fprintf(&b, "  %s: %s,\n", strings.ToUpper(pr.Name), js(pr.Name))
+	}
+	b.WriteString("});\n\n/** protection name -> the Landlock ABI it needs. */\nconst MIN_ABI = Object.freeze({\n")
+	for _, pr := range policy.Protections {
+		fmt.Fprintf(&b, "  %s: %d,\n", pr.Name, pr.MinABI)
+	}
+	b.WriteString("});\n\nmodule.exports = { POLICY, UNSUPPORTED, DEFAULTS, Protection, MIN_ABI };\n")
 	return b.String()
 }
 
@@ -367,6 +526,7 @@ var tsType = map[policy.Kind]string{
 	policy.KindCPUs: "Array<number | string>", policy.KindOptBool: "boolean", policy.KindHTTP: "string[]", policy.KindBranch: "BranchAction", policy.KindHTTPAuth: "string[]",
 	policy.KindSeed: "number", policy.KindTime: "string | number",
 	policy.KindGPUs: "'all' | Array<number | string>",
+	policy.KindProt: "Protection[]", policy.KindDegrade: "boolean | Protection[]",
 }
 
 func typescript() string {
@@ -375,6 +535,21 @@ func typescript() string {
 	for _, f := range supported() {
 		fmt.Fprintf(&b, "  /** %s (default: %s). */\n  %s?: %s;\n", upper(f.DocFor(nodeName)), f.Default, f.NodeName(), tsType[f.Kind()])
 	}
-	b.WriteString("}\n")
+	b.WriteString("}\n\n/** Every policy option as a read-only property of a Sandbox: the value given, else its default. */\nexport interface SandboxFields {\n")
+	for _, f := range supported() {
+		t := fmt.Sprintf("Exclude<SandboxOptions['%s'], undefined>", f.NodeName())
+		if f.Value == nil {
+			t += " | null"
+		}
+		fmt.Fprintf(&b, "  /** (default: %s) */\n  readonly %s: %s;\n", f.Default, f.NodeName(), t)
+	}
+	b.WriteString("}\n\n/** The Landlock protections that allowDegraded and disable name (docs/sandbox-reference.md, \"Protections\"). */\nexport declare const Protection: {\n")
+	var names []string
+	for _, pr := range policy.Protections {
+		fmt.Fprintf(&b, "  /** %s (Landlock ABI %d). */\n  readonly %s: %s;\n", upper(pr.Doc), pr.MinABI, strings.ToUpper(pr.Name), js(pr.Name))
+		names = append(names, js(pr.Name))
+	}
+	fmt.Fprintf(&b, "};\nexport type Protection = %s;\n", strings.Join(names, " | "))
+	b.WriteString("/** The Landlock ABI each protection needs. */\nexport declare const MIN_ABI: Readonly<Record<Protection, number>>;\n")
 	return b.String()
 }

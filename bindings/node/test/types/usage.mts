@@ -16,6 +16,8 @@ import sandtrap, {
   type PipelineResult,
   type SandboxOptions,
   Problem,
+  Protection,
+  MIN_ABI,
 } from 'sandtrap';
 
 const options: SandboxOptions = {
@@ -33,6 +35,19 @@ const options: SandboxOptions = {
 export async function main(): Promise<void> {
   const sb = new Sandbox(options);
   const id: number = sb.id;
+  // every option reads as a read-only property, with its default
+  const procs: number = sb.maxProcesses;
+  const mem: number | string | null = sb.maxMemory;
+  const ro: string[] = sb.fsReadable;
+  const degraded: boolean | Protection[] = sb.allowDegraded;
+  const sig: Protection = Protection.SIGNAL_SCOPE;
+  const sigAbi: number = MIN_ABI[sig];
+  const strict = new Sandbox({ allowDegraded: [Protection.SIGNAL_SCOPE], disable: ['fs_ioctl_dev'] });
+  // @ts-expect-error read-only
+  sb.maxProcesses = 8;
+  // @ts-expect-error not a protection
+  new Sandbox({ disable: ['signal'] });
+  void procs, mem, ro, degraded, sigAbi, strict;
   const r: RunResult = await sb.run(['python3', '-c', "print('hello')"], { timeout: 30, stdin: 'x' });
   const out: Buffer = r.stdout;
   const code: number | null = r.exitCode;

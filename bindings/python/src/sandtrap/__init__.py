@@ -63,11 +63,11 @@ from ._errors import (
     SandtrapError,
     SpawnFailed,
 )
-from ._fields import PolicyOptions
+from ._fields import PolicyOptions, Protection
 from ._fork import CloneResult, Clones
 from ._gather import Gather, GatherPipeline, NamedCommand, inputs
 from ._handlers import ExceptionPolicy, Handler, HandlerCtx, NotifAction, PolicyContext, SyscallEvent
-from ._policy import parse_ports
+from ._policy import parse_memory_size, parse_ports
 from ._process import CAPTURE, INHERIT, NULL, PIPED, AsyncProcess, Process, StdioMode
 from ._profile import load_profile, policy_from_dict, profile_argv
 from ._result import Denial, ErrorInfo, ExitReason, LearnResult, Result
@@ -116,6 +116,8 @@ __all__ = [
     "PolicyOptions",
     "Problem",
     "parse_ports",
+    "parse_memory_size",
+    "Protection",
     "load_profile",
     "policy_from_dict",
     "profile_argv",

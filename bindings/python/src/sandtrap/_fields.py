@@ -8,9 +8,10 @@ unknown fields (with the nearest name) and fields that are not supported yet.
 
 from __future__ import annotations
 
+import enum
 import os
 from collections.abc import Iterable, Mapping
-from typing import TypedDict, Union
+from typing import Any, TypedDict, Union, cast
 
 StrPath = Union[str, "os.PathLike[str]"]
 
@@ -54,7 +55,8 @@ FIELDS: dict[str, tuple[str, str]] = {
     "cpu_cores": ("cpu_cores", "cpus"),
     "num_cpus": ("num_cpus", "count"),
     "gpu_devices": ("gpu_devices", "gpus"),
-    "allow_degraded": ("allow_degraded", "bool"),
+    "allow_degraded": ("allow_degraded", "degrade"),
+    "disable": ("disable", "protections"),
     "http_allow": ("http_allow", "http_rules"),
     "http_deny": ("http_deny", "http_rules"),
     "http_ports": ("http_ports", "ports"),
@@ -71,11 +73,701 @@ FIELDS: dict[str, tuple[str, str]] = {
 # msgpack key -> keyword
 KEYWORDS: dict[str, str] = {key: kw for kw, (key, _) in FIELDS.items()}
 
+# keyword -> the value an attribute of Sandbox reads when the field was not given
+# (supported or not: the seed API's constructor); giving it means the same as leaving it out
+DEFAULTS: dict[str, Any] = {
+    "fs_readable": (),
+    "fs_writable": (),
+    "fs_denied": (),
+    "net_allow": (),
+    "net_deny": (),
+    "net_allow_bind": (),
+    "net_allow_udp": False,
+    "net_allow_unix": False,
+    "port_remap": False,
+    "max_memory": None,
+    "max_processes": 64,
+    "max_open_files": None,
+    "max_disk": None,
+    "max_cpu": None,
+    "max_cpu_time": None,
+    "timeout": None,
+    "max_output": 16777216,
+    "env": {},
+    "clean_env": False,
+    "cwd": None,
+    "uid": None,
+    "gid": None,
+    "extra_allow_syscalls": (),
+    "extra_deny_syscalls": (),
+    "name": None,
+    "workdir": None,
+    "on_exit": "commit",
+    "on_error": "abort",
+    "no_randomize_memory": False,
+    "random_seed": None,
+    "time_start": None,
+    "deterministic_dirs": False,
+    "no_huge_pages": False,
+    "no_coredump": None,
+    "no_supervisor": False,
+    "cpu_cores": (),
+    "num_cpus": None,
+    "gpu_devices": None,
+    "allow_degraded": False,
+    "disable": (),
+    "http_allow": (),
+    "http_deny": (),
+    "http_ports": (),
+    "http_intercept": False,
+    "http_ca": None,
+    "http_key": None,
+    "http_inject_ca": (),
+    "http_ca_out": None,
+    "credentials": {},
+    "http_auth": (),
+    "http_auth_plain": False,
+    "fs_storage": None,
+    "chroot": None,
+    "fs_mount": {},
+}
+
+
+class Protection(str, enum.Enum):
+    """The Landlock protections, by name, for ``allow_degraded=[...]`` and
+    ``disable=[...]`` (docs/sandbox-reference.md, "Protections"). ``min_abi``
+    is the Landlock ABI each needs."""
+
+    FS = "fs"
+    """Filesystem rules: reads, writes and executes beneath the granted paths only
+    (without it: no Landlock at all, the view and seccomp remain) (Landlock ABI 1).
+    """
+    FS_REFER = "fs_refer"
+    """Renames and links between directories (LANDLOCK_ACCESS_FS_REFER) allowed within
+    the writable trees; without it every such rename is refused (EXDEV), it weakens
+    nothing (Landlock ABI 2).
+    """
+    FS_TRUNCATE = "fs_truncate"
+    """Truncate() and O_TRUNC only on writable paths (LANDLOCK_ACCESS_FS_TRUNCATE)
+    (Landlock ABI 3).
+    """
+    NET_TCP = "net_tcp"
+    """TCP bind and connect limited to the allowed ports by Landlock
+    (LANDLOCK_ACCESS_NET_*_TCP), under the supervisor's checks of destinations;
+    needed only with network rules (Landlock ABI 4).
+    """
+    FS_IOCTL_DEV = "fs_ioctl_dev"
+    """Ioctl on device nodes refused beneath granted trees
+    (LANDLOCK_ACCESS_FS_IOCTL_DEV) (Landlock ABI 5).
+    """
+    ABSTRACT_UNIX_SOCKET_SCOPE = "abstract_unix_socket_scope"
+    """Abstract unix sockets outside the sandbox unreachable
+    (LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET); without it a sandbox with
+    ``net_allow_unix`` reaches the host's (Landlock ABI 6).
+    """
+    SIGNAL_SCOPE = "signal_scope"
+    """Signals to processes outside the sandbox refused (LANDLOCK_SCOPE_SIGNAL); the
+    run's pid namespace hides them as well (Landlock ABI 6).
+    """
+
+    @property
+    def min_abi(self) -> int:
+        """The Landlock ABI this protection needs."""
+        return MIN_ABI[self.value]
+
+
+# protection -> the Landlock ABI it needs
+MIN_ABI: dict[str, int] = {
+    "fs": 1,
+    "fs_refer": 2,
+    "fs_truncate": 3,
+    "net_tcp": 4,
+    "fs_ioctl_dev": 5,
+    "abstract_unix_socket_scope": 6,
+    "signal_scope": 6,
+}
+
+
+class FieldAttributes:
+    """Every policy field of the seed API's constructor as an attribute of
+    :class:`~sandtrap.Sandbox`: the value given, else the default (lists read as
+    tuples, `env` read-only). Assigning one before the sandbox's first run
+    rebuilds it with the new value (validated at once); afterwards it raises
+    :class:`~sandtrap.InvalidState`."""
+
+    __slots__ = ()
+
+    def _field(self, keyword: str) -> Any:
+        raise NotImplementedError
+
+    def _set_field(self, keyword: str, value: Any) -> None:
+        raise NotImplementedError
+
+    @property
+    def fs_readable(self) -> tuple[StrPath, ...]:
+        """Paths (files or directories) readable and executable; they must exist (a
+        relative path resolves against the working directory when the sandbox is
+        built) (default: [])."""
+        return cast("tuple[StrPath, ...]", self._field("fs_readable"))
+
+    @fs_readable.setter
+    def fs_readable(self, value: Iterable[StrPath] | None) -> None:
+        self._set_field("fs_readable", value)
+
+    @property
+    def fs_writable(self) -> tuple[StrPath, ...]:
+        """Paths readable, writable, executable, creatable, removable; they must exist
+        (relative: as fs_readable) (default: [])."""
+        return cast("tuple[StrPath, ...]", self._field("fs_writable"))
+
+    @fs_writable.setter
+    def fs_writable(self, value: Iterable[StrPath] | None) -> None:
+        self._set_field("fs_writable", value)
+
+    @property
+    def fs_denied(self) -> tuple[StrPath, ...]:
+        """Paths inside allowed trees that stay denied (see docs/security.md) (default:
+        [])."""
+        return cast("tuple[StrPath, ...]", self._field("fs_denied"))
+
+    @fs_denied.setter
+    def fs_denied(self, value: Iterable[StrPath] | None) -> None:
+        self._set_field("fs_denied", value)
+
+    @property
+    def net_allow(self) -> tuple[int | str, ...]:
+        """Where sockets may connect and send: ``443``, ``":443"``,
+        ``"api.example.com:443"``, ``"10.0.0.0/8:22,443"``, ``"[::1]:8080"``,
+        ``"udp://1.1.1.1:53"``, ``"icmp://8.8.8.8"``, ``"*"`` (host names resolved
+        at build) (default: [])."""
+        return cast("tuple[int | str, ...]", self._field("net_allow"))
+
+    @net_allow.setter
+    def net_allow(self, value: Iterable[int | str] | None) -> None:
+        self._set_field("net_allow", value)
+
+    @property
+    def net_deny(self) -> tuple[int | str, ...]:
+        """Or where they may not (everything else may), in the same grammar; not with
+        an allow list (default: [])."""
+        return cast("tuple[int | str, ...]", self._field("net_deny"))
+
+    @net_deny.setter
+    def net_deny(self, value: Iterable[int | str] | None) -> None:
+        self._set_field("net_deny", value)
+
+    @property
+    def net_allow_bind(self) -> tuple[int | str, ...]:
+        """TCP ports that may be bound: ``8080``, ``"8000-8005"`` (default: [])."""
+        return cast("tuple[int | str, ...]", self._field("net_allow_bind"))
+
+    @net_allow_bind.setter
+    def net_allow_bind(self, value: Iterable[int | str] | None) -> None:
+        self._set_field("net_allow_bind", value)
+
+    @property
+    def net_allow_udp(self) -> bool:
+        """UDP to any host and port (default: false)."""
+        return cast("bool", self._field("net_allow_udp"))
+
+    @net_allow_udp.setter
+    def net_allow_udp(self, value: bool | None) -> None:
+        self._set_field("net_allow_udp", value)
+
+    @property
+    def net_allow_unix(self) -> bool:
+        """Allow ``socket(AF_UNIX)`` (pathname sockets; abstract ones stay scoped)
+        (default: false)."""
+        return cast("bool", self._field("net_allow_unix"))
+
+    @net_allow_unix.setter
+    def net_allow_unix(self, value: bool | None) -> None:
+        self._set_field("net_allow_unix", value)
+
+    @property
+    def port_remap(self) -> bool:
+        """Binds of the net_allow_bind ports (virtual) land on real ports of the
+        sandbox's own: the same when free and unprivileged, else ephemeral
+        (``ports`` op); getsockname answers the virtual port, a connect to a
+        loopback virtual port reaches the real one (default: false)."""
+        return cast("bool", self._field("port_remap"))
+
+    @port_remap.setter
+    def port_remap(self, value: bool | None) -> None:
+        self._set_field("port_remap", value)
+
+    @property
+    def max_memory(self) -> int | str | None:
+        """Bytes for the whole process tree (``"256M"``): memory cgroup, else RLIMIT_AS
+        per process (default: none)."""
+        return cast("int | str | None", self._field("max_memory"))
+
+    @max_memory.setter
+    def max_memory(self, value: int | str | None) -> None:
+        self._set_field("max_memory", value)
+
+    @property
+    def max_processes(self) -> int:
+        """Tasks (processes and threads) in the sandbox at once: pids cgroup, else
+        RLIMIT_NPROC (non-root); ``0``: no limit. Unset, the default 64 applies
+        where the kernel can enforce it and is reported degraded where it cannot (a
+        value given fails closed there) (default: 64)."""
+        return cast("int", self._field("max_processes"))
+
+    @max_processes.setter
+    def max_processes(self, value: int | None) -> None:
+        self._set_field("max_processes", value)
+
+    @property
+    def max_open_files(self) -> int | None:
+        """RLIMIT_NOFILE per process (default: none)."""
+        return cast("int | None", self._field("max_open_files"))
+
+    @max_open_files.setter
+    def max_open_files(self, value: int | None) -> None:
+        self._set_field("max_open_files", value)
+
+    @property
+    def max_disk(self) -> int | str | None:
+        """RLIMIT_FSIZE: the largest file the run may write (``"1G"``) (default: none)."""
+        return cast("int | str | None", self._field("max_disk"))
+
+    @max_disk.setter
+    def max_disk(self, value: int | str | None) -> None:
+        self._set_field("max_disk", value)
+
+    @property
+    def max_cpu(self) -> int | None:
+        """Percent of one CPU, throttled (cpu cgroup): 50, 200 (default: none)."""
+        return cast("int | None", self._field("max_cpu"))
+
+    @max_cpu.setter
+    def max_cpu(self, value: int | None) -> None:
+        self._set_field("max_cpu", value)
+
+    @property
+    def max_cpu_time(self) -> float | None:
+        """CPU seconds for the whole process tree, then it is killed (default: none)."""
+        return cast("float | None", self._field("max_cpu_time"))
+
+    @max_cpu_time.setter
+    def max_cpu_time(self, value: float | None) -> None:
+        self._set_field("max_cpu_time", value)
+
+    @property
+    def timeout(self) -> float | None:
+        """Default wall-clock seconds of a run (default: none)."""
+        return cast("float | None", self._field("timeout"))
+
+    @timeout.setter
+    def timeout(self, value: float | None) -> None:
+        self._set_field("timeout", value)
+
+    @property
+    def max_output(self) -> int | str:
+        """Bytes kept of each of stdout and stderr; the rest is drained and dropped
+        (default: 16 MiB)."""
+        return cast("int | str", self._field("max_output"))
+
+    @max_output.setter
+    def max_output(self, value: int | str | None) -> None:
+        self._set_field("max_output", value)
+
+    @property
+    def env(self) -> Mapping[str, str]:
+        """Variables set for the program (default: {})."""
+        return cast("Mapping[str, str]", self._field("env"))
+
+    @env.setter
+    def env(self, value: Mapping[str, str] | None) -> None:
+        self._set_field("env", value)
+
+    @property
+    def clean_env(self) -> bool:
+        """Start from an empty environment (PATH set to the system default) (default:
+        false)."""
+        return cast("bool", self._field("clean_env"))
+
+    @clean_env.setter
+    def clean_env(self, value: bool | None) -> None:
+        self._set_field("clean_env", value)
+
+    @property
+    def cwd(self) -> StrPath | None:
+        """Working directory (absolute) (default: inherited)."""
+        return cast("StrPath | None", self._field("cwd"))
+
+    @cwd.setter
+    def cwd(self, value: StrPath | None) -> None:
+        self._set_field("cwd", value)
+
+    @property
+    def uid(self) -> int | None:
+        """Run the program as this user (the host must be root; give gid too) (default:
+        none)."""
+        return cast("int | None", self._field("uid"))
+
+    @uid.setter
+    def uid(self, value: int | None) -> None:
+        self._set_field("uid", value)
+
+    @property
+    def gid(self) -> int | None:
+        """Run the program as this group (with uid) (default: none)."""
+        return cast("int | None", self._field("gid"))
+
+    @gid.setter
+    def gid(self, value: int | None) -> None:
+        self._set_field("gid", value)
+
+    @property
+    def extra_allow_syscalls(self) -> tuple[str, ...]:
+        """Syscall names removed from the deny list (default: [])."""
+        return cast("tuple[str, ...]", self._field("extra_allow_syscalls"))
+
+    @extra_allow_syscalls.setter
+    def extra_allow_syscalls(self, value: Iterable[str] | None) -> None:
+        self._set_field("extra_allow_syscalls", value)
+
+    @property
+    def extra_deny_syscalls(self) -> tuple[str, ...]:
+        """Syscall names answered with EPERM (default: [])."""
+        return cast("tuple[str, ...]", self._field("extra_deny_syscalls"))
+
+    @extra_deny_syscalls.setter
+    def extra_deny_syscalls(self, value: Iterable[str] | None) -> None:
+        self._set_field("extra_deny_syscalls", value)
+
+    @property
+    def name(self) -> str | None:
+        """The sandbox's hostname (``uname -n``), in a UTS namespace of its own: 1-64
+        letters, digits, ``-`` and ``.`` (default: none)."""
+        return cast("str | None", self._field("name"))
+
+    @name.setter
+    def name(self, value: str | None) -> None:
+        self._set_field("name", value)
+
+    @property
+    def workdir(self) -> StrPath | None:
+        """A directory seen copy-on-write: each run's writes under it land in a layer
+        of the run's own (a tmpfs, sized max_disk), listed as the result's
+        ``changes``, then committed or discarded (on_exit, on_error); relative: as
+        fs_readable (default: none)."""
+        return cast("StrPath | None", self._field("workdir"))
+
+    @workdir.setter
+    def workdir(self, value: StrPath | None) -> None:
+        self._set_field("workdir", value)
+
+    @property
+    def on_exit(self) -> str:
+        """With workdir: what becomes of a successful run's changes: ``"commit"``
+        (applied to the workdir, file by file), ``"abort"`` (discarded) or
+        ``"keep"`` (held for the ``commit``/``abort`` ops) (default: "commit")."""
+        return cast("str", self._field("on_exit"))
+
+    @on_exit.setter
+    def on_exit(self, value: str | None) -> None:
+        self._set_field("on_exit", value)
+
+    @property
+    def on_error(self) -> str:
+        """With workdir: the same for a run that failed (non-zero exit, signal,
+        timeout, any error) (default: "abort")."""
+        return cast("str", self._field("on_error"))
+
+    @on_error.setter
+    def on_error(self, value: str | None) -> None:
+        self._set_field("on_error", value)
+
+    @property
+    def no_randomize_memory(self) -> bool:
+        """No address-space layout randomization in the run
+        (``personality(ADDR_NO_RANDOMIZE)``, set by the engine for every process of
+        it; the program may clear it, not set others) (default: false)."""
+        return cast("bool", self._field("no_randomize_memory"))
+
+    @no_randomize_memory.setter
+    def no_randomize_memory(self, value: bool | None) -> None:
+        self._set_field("no_randomize_memory", value)
+
+    @property
+    def random_seed(self) -> int | None:
+        """``getrandom``, reads of ``/dev/urandom`` and ``/dev/random``, and each
+        exec'd program's ``AT_RANDOM`` bytes come from an AES-256-CTR stream keyed
+        by this integer (0 to 2^62): one stream per process, named by its pid in the
+        run's pid namespace (see docs/security.md, "Determinism") (default: none)."""
+        return cast("int | None", self._field("random_seed"))
+
+    @random_seed.setter
+    def random_seed(self, value: int | None) -> None:
+        self._set_field("random_seed", value)
+
+    @property
+    def time_start(self) -> str | float | None:
+        """The run's wall clock (``CLOCK_REALTIME``, ``gettimeofday``, ``time``, also
+        through the vDSO) starts at this instant and advances: an ISO-8601 string
+        (``"2000-01-01T00:00:00Z"``; no zone: UTC) or Unix seconds (default: none)."""
+        return cast("str | float | None", self._field("time_start"))
+
+    @time_start.setter
+    def time_start(self, value: str | float | None) -> None:
+        self._set_field("time_start", value)
+
+    @property
+    def deterministic_dirs(self) -> bool:
+        """Directory listings (``getdents64``) in byte order of the names, the same on
+        every run (default: false)."""
+        return cast("bool", self._field("deterministic_dirs"))
+
+    @deterministic_dirs.setter
+    def deterministic_dirs(self, value: bool | None) -> None:
+        self._set_field("deterministic_dirs", value)
+
+    @property
+    def no_huge_pages(self) -> bool:
+        """No transparent huge pages for the run's memory (``PR_SET_THP_DISABLE``)
+        (default: false)."""
+        return cast("bool", self._field("no_huge_pages"))
+
+    @no_huge_pages.setter
+    def no_huge_pages(self, value: bool | None) -> None:
+        self._set_field("no_huge_pages", value)
+
+    @property
+    def no_coredump(self) -> bool | None:
+        """``false`` lets the run dump core (refused when the host's ``core_pattern``
+        pipes cores to a program, or writes them outside fs_writable); ``true`` or
+        unset: no core dumps (default: none (core dumps off))."""
+        return cast("bool | None", self._field("no_coredump"))
+
+    @no_coredump.setter
+    def no_coredump(self, value: bool | None) -> None:
+        self._set_field("no_coredump", value)
+
+    @property
+    def no_supervisor(self) -> bool:
+        """No syscall supervisor: Landlock and a deny-only seccomp filter alone; what
+        the supervisor would judge is refused (file locks, ``inotify_add_watch``),
+        and the fields that need it are refused (net_allow by host or address,
+        net_deny, port_remap, http_allow, handlers) (default: false)."""
+        return cast("bool", self._field("no_supervisor"))
+
+    @no_supervisor.setter
+    def no_supervisor(self, value: bool | None) -> None:
+        self._set_field("no_supervisor", value)
+
+    @property
+    def cpu_cores(self) -> tuple[int | str, ...]:
+        """The CPUs the run may use (numbers and ranges: ``0``, ``"2-3"``); the run
+        cannot widen it (default: [])."""
+        return cast("tuple[int | str, ...]", self._field("cpu_cores"))
+
+    @cpu_cores.setter
+    def cpu_cores(self, value: Iterable[int | str] | None) -> None:
+        self._set_field("cpu_cores", value)
+
+    @property
+    def num_cpus(self) -> int | None:
+        """The number of CPUs the run sees and may use: the first N of those it may use
+        (cpu_cores, or the host's), in its affinity,
+        ``/sys/devices/system/cpu/online`` and ``/proc/cpuinfo``; no more than it
+        may use (default: none)."""
+        return cast("int | None", self._field("num_cpus"))
+
+    @num_cpus.setter
+    def num_cpus(self, value: int | None) -> None:
+        self._set_field("num_cpus", value)
+
+    @property
+    def gpu_devices(self) -> str | tuple[int | str, ...] | None:
+        """The NVIDIA GPUs the run may open, ``"all"`` or indices (``[0, "2-3"]``):
+        ``/dev/nvidiaN`` of those and the driver's control nodes, read-write; every
+        other ``/dev/nvidia*`` node is denied (Landlock), even inside a granted tree
+        (default: none)."""
+        return cast("str | tuple[int | str, ...] | None", self._field("gpu_devices"))
+
+    @gpu_devices.setter
+    def gpu_devices(self, value: str | Iterable[int | str] | None) -> None:
+        self._set_field("gpu_devices", value)
+
+    @property
+    def allow_degraded(self) -> bool | tuple[Protection | str, ...]:
+        """Run even when a requested protection is unavailable: ``true`` for every one,
+        or a list of the Landlock protections that may be left out
+        (``["signal_scope"]``: the others stay required); results say what was not
+        applied (default: false)."""
+        return cast("bool | tuple[Protection | str, ...]", self._field("allow_degraded"))
+
+    @allow_degraded.setter
+    def allow_degraded(self, value: bool | Iterable[Protection | str] | None) -> None:
+        self._set_field("allow_degraded", value)
+
+    @property
+    def disable(self) -> tuple[Protection | str, ...]:
+        """Landlock protections never applied, even where the kernel has them
+        (``["fs_ioctl_dev"]``); the report lists them as disabled (default: [])."""
+        return cast("tuple[Protection | str, ...]", self._field("disable"))
+
+    @disable.setter
+    def disable(self, value: Iterable[Protection | str] | None) -> None:
+        self._set_field("disable", value)
+
+    @property
+    def http_allow(self) -> tuple[str, ...]:
+        """HTTP requests the engine's proxy lets through, ``"METHOD host/path"`` with
+        ``*`` wildcards (``"POST api.openai.com/v1/chat/completions"``); connects to
+        the http_ports go to it; with an allow list, nothing else passes (default:
+        [])."""
+        return cast("tuple[str, ...]", self._field("http_allow"))
+
+    @http_allow.setter
+    def http_allow(self, value: Iterable[str] | None) -> None:
+        self._set_field("http_allow", value)
+
+    @property
+    def http_deny(self) -> tuple[str, ...]:
+        """HTTP requests it refuses (checked before http_allow), in the same grammar
+        (``"* api.example.com/admin/*"``) (default: [])."""
+        return cast("tuple[str, ...]", self._field("http_deny"))
+
+    @http_deny.setter
+    def http_deny(self, value: Iterable[str] | None) -> None:
+        self._set_field("http_deny", value)
+
+    @property
+    def http_ports(self) -> tuple[int | str, ...]:
+        """TCP ports whose connects go to the proxy when HTTP rules are given (plain
+        HTTP and TLS told apart by the first byte) (default: [80, 443])."""
+        return cast("tuple[int | str, ...]", self._field("http_ports"))
+
+    @http_ports.setter
+    def http_ports(self, value: Iterable[int | str] | None) -> None:
+        self._set_field("http_ports", value)
+
+    @property
+    def http_intercept(self) -> bool:
+        """HTTPS interception: the proxy terminates the sandbox's TLS with certificates
+        of a CA of its own (ephemeral, ECDSA P-256, its key only in the engine's
+        memory; or http_ca), checks every request's method, host and path, and sends
+        it on over TLS verified against the host's trust store; adds 443 to the
+        http_ports (default: false)."""
+        return cast("bool", self._field("http_intercept"))
+
+    @http_intercept.setter
+    def http_intercept(self, value: bool | None) -> None:
+        self._set_field("http_intercept", value)
+
+    @property
+    def http_ca(self) -> StrPath | None:
+        """The interception CA's certificate (PEM file) instead of an ephemeral one;
+        with http_key; implies http_intercept (default: none)."""
+        return cast("StrPath | None", self._field("http_ca"))
+
+    @http_ca.setter
+    def http_ca(self, value: StrPath | None) -> None:
+        self._set_field("http_ca", value)
+
+    @property
+    def http_key(self) -> StrPath | None:
+        """That CA's private key (PEM file: PKCS#8, EC or RSA), read when the sandbox
+        is built (default: none)."""
+        return cast("StrPath | None", self._field("http_key"))
+
+    @http_key.setter
+    def http_key(self, value: StrPath | None) -> None:
+        self._set_field("http_key", value)
+
+    @property
+    def http_inject_ca(self) -> tuple[StrPath, ...]:
+        """Trust bundles (PEM files) the run sees with the interception CA appended
+        (``"/etc/ssl/certs/ca-certificates.crt"``): a file of the sandbox's own laid
+        over each in its view; the host's files are never changed (default: [])."""
+        return cast("tuple[StrPath, ...]", self._field("http_inject_ca"))
+
+    @http_inject_ca.setter
+    def http_inject_ca(self, value: Iterable[StrPath] | None) -> None:
+        self._set_field("http_inject_ca", value)
+
+    @property
+    def http_ca_out(self) -> StrPath | None:
+        """A path where the engine writes the interception CA's certificate (PEM) when
+        the sandbox is built (for NODE_EXTRA_CA_CERTS, REQUESTS_CA_BUNDLE and
+        runtimes with their own lists) (default: none)."""
+        return cast("StrPath | None", self._field("http_ca_out"))
+
+    @http_ca_out.setter
+    def http_ca_out(self, value: StrPath | None) -> None:
+        self._set_field("http_ca_out", value)
+
+    @property
+    def credentials(self) -> Mapping[str, str]:
+        """Secrets the proxy adds to requests, by name: "env:VARIABLE" (from env, where
+        the bindings pass their current environment, else the engine's; the variable
+        is removed from the run's environment) or "file:/path", read when the
+        sandbox is built; never in the sandbox's environment, memory or files
+        (default: {})."""
+        return cast("Mapping[str, str]", self._field("credentials"))
+
+    @credentials.setter
+    def credentials(self, value: Mapping[str, str] | None) -> None:
+        self._set_field("credentials", value)
+
+    @property
+    def http_auth(self) -> tuple[str, ...]:
+        """Headers the proxy adds after the rule check: ``"POST api.openai.com/* bearer
+        openai"`` (scheme ``bearer``, ``basic`` with a ``user:password`` value, or
+        ``header:NAME``); the first rule that matches; over HTTPS to a verified
+        upstream only (interception) unless http_auth_plain (default: [])."""
+        return cast("tuple[str, ...]", self._field("http_auth"))
+
+    @http_auth.setter
+    def http_auth(self, value: Iterable[str] | None) -> None:
+        self._set_field("http_auth", value)
+
+    @property
+    def http_auth_plain(self) -> bool:
+        """Let http_auth add credentials to plain-HTTP requests too (anyone on the path
+        can read them; the isolation report warns) (default: false)."""
+        return cast("bool", self._field("http_auth_plain"))
+
+    @http_auth_plain.setter
+    def http_auth_plain(self, value: bool | None) -> None:
+        self._set_field("http_auth_plain", value)
+
+    @property
+    def fs_storage(self) -> Any:
+        """Not supported by sandtrap yet (reads the seed API's default)."""
+        return cast("Any", self._field("fs_storage"))
+
+    @fs_storage.setter
+    def fs_storage(self, value: Any) -> None:
+        self._set_field("fs_storage", value)
+
+    @property
+    def chroot(self) -> Any:
+        """Not supported by sandtrap yet (reads the seed API's default)."""
+        return cast("Any", self._field("chroot"))
+
+    @chroot.setter
+    def chroot(self, value: Any) -> None:
+        self._set_field("chroot", value)
+
+    @property
+    def fs_mount(self) -> Any:
+        """Not supported by sandtrap yet (reads the seed API's default)."""
+        return cast("Any", self._field("fs_mount"))
+
+    @fs_mount.setter
+    def fs_mount(self, value: Any) -> None:
+        self._set_field("fs_mount", value)
+
 
 class PolicyOptions(TypedDict, total=False):
     """The policy fields of :class:`~sandtrap.Sandbox`, as keyword arguments
     (docs/protocol.md, "Policy map"). Every one is optional; ``None`` means not
-    set: not granted, no limit."""
+    set: not granted, no limit (``max_processes``: its default, 64)."""
 
     fs_readable: Iterable[StrPath] | None
     """Paths (files or directories) readable and executable; they must exist (a
@@ -119,7 +811,11 @@ class PolicyOptions(TypedDict, total=False):
     process (default: none).
     """
     max_processes: int | None
-    """Tasks in the sandbox: pids cgroup, else RLIMIT_NPROC (non-root) (default: none)."""
+    """Tasks (processes and threads) in the sandbox at once: pids cgroup, else
+    RLIMIT_NPROC (non-root); ``0``: no limit. Unset, the default 64 applies where
+    the kernel can enforce it and is reported degraded where it cannot (a value
+    given fails closed there) (default: 64).
+    """
     max_open_files: int | None
     """RLIMIT_NOFILE per process (default: none)."""
     max_disk: int | str | None
@@ -221,9 +917,14 @@ class PolicyOptions(TypedDict, total=False):
     other ``/dev/nvidia*`` node is denied (Landlock), even inside a granted tree
     (default: none).
     """
-    allow_degraded: bool | None
-    """Run even when a requested protection is unavailable; results say what was not
-    applied (default: false).
+    allow_degraded: bool | Iterable[Protection | str] | None
+    """Run even when a requested protection is unavailable: ``true`` for every one, or
+    a list of the Landlock protections that may be left out (``["signal_scope"]``:
+    the others stay required); results say what was not applied (default: false).
+    """
+    disable: Iterable[Protection | str] | None
+    """Landlock protections never applied, even where the kernel has them
+    (``["fs_ioctl_dev"]``); the report lists them as disabled (default: []).
     """
     http_allow: Iterable[str] | None
     """HTTP requests the engine's proxy lets through, ``"METHOD host/path"`` with ``*``

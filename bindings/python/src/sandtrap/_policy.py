@@ -17,7 +17,7 @@ from ._errors import PolicyError, Problem, problems_message
 from ._fields import FIELDS, PolicyOptions, StrPath
 from ._native import pack
 
-__all__ = ["FIELDS", "PolicyOptions", "StrPath", "to_engine", "parse_ports"]
+__all__ = ["FIELDS", "PolicyOptions", "StrPath", "to_engine", "parse_ports", "parse_memory_size"]
 
 
 def _value(v: Any) -> Any:
@@ -82,6 +82,8 @@ def parse_ports(ports: Iterable[int | str] | int | str) -> list[int]:
 
     >>> parse_ports([80, "443", "8000-8005"])
     [80, 443, 8000, 8001, 8002, 8003, 8004, 8005]
+    >>> parse_ports("22,443")
+    [22, 443]
 
     Raises :class:`PolicyError` listing every malformed or out-of-range item.
     """
@@ -108,19 +110,51 @@ def parse_ports(ports: Iterable[int | str] | int | str) -> list[int]:
         if not isinstance(it, str):
             bad(f'port {it!r}: want an int or a string like "8000-8005"')
             continue
-        lo, sep, hi = it.strip().partition("-")
-        try:
-            a = int(lo.strip())
-            b = int(hi.strip()) if sep else a
-        except ValueError:
-            bad(f'port {it!r}: want "N" or "LOW-HIGH"')
-            continue
-        if b < a:
-            bad(f"port {it!r}: range ends before it starts")
-        elif not (1 <= a <= 65535 and 1 <= b <= 65535):
-            bad(f"port {it!r} out of range 1-65535")
-        else:
-            seen.update(range(a, b + 1))
+        for part in it.split(","):
+            lo, sep, hi = part.strip().partition("-")
+            try:
+                a = int(lo.strip())
+                b = int(hi.strip()) if sep else a
+            except ValueError:
+                bad(f'port {part!r}: want "N", "LOW-HIGH" or a comma list of them ("22,443,8000-8005")')
+                continue
+            if b < a:
+                bad(f"port {part!r}: range ends before it starts")
+            elif not (1 <= a <= 65535 and 1 <= b <= 65535):
+                bad(f"port {part!r} out of range 1-65535")
+            else:
+                seen.update(range(a, b + 1))
     if probs:
         raise PolicyError(problems_message("invalid ports", probs), probs)
     return sorted(seen)
+
+
+_SUFFIX = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_memory_size(s: int | str) -> int:
+    """Bytes of a size as the policy's size fields take it (the engine's grammar,
+    core/policy.ParseSize): an int, or a string ``"1048576"``, ``"512K"``,
+    ``"256M"``, ``"1.5G"``, ``"2GiB"``, ``"1T"`` (binary units, case-insensitive).
+
+    >>> parse_memory_size("512M")
+    536870912
+
+    Raises :class:`PolicyError` (a ``ValueError``) for anything else.
+    """
+    if isinstance(s, int) and not isinstance(s, bool):
+        if 0 <= s <= 1 << 62:
+            return s
+    elif isinstance(s, str):
+        t = s.strip().upper()
+        t = t.removesuffix("IB").removesuffix("B")
+        mult = 1
+        if t and t[-1] in _SUFFIX:
+            mult, t = _SUFFIX[t[-1]], t[:-1]
+        t = t.strip()
+        if t and t.replace(".", "", 1).isdigit() and t.isascii():
+            n = float(t) * mult
+            if n <= 1 << 62:
+                return int(n)
+    msg = f'{s!r} is not a size (examples: 1048576, "512K", "256M", "1.5G")'
+    raise PolicyError(f"invalid size: {msg}", [Problem("", msg)])

@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import enum
 import os
 import sys
 import threading
+import types
 import uuid
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, Union, cast, overload
 
 from . import _fork, _native
 from ._errors import (
     InvalidArgument,
     InvalidRequest,
+    InvalidState,
     PolicyError,
     Problem,
     SandboxClosed,
@@ -23,9 +26,9 @@ from ._errors import (
     error_for,
     problems_message,
 )
-from ._fields import KEYWORDS
+from ._fields import DEFAULTS, KEYWORDS, FieldAttributes
 from ._gather import NamedCommand
-from ._policy import PolicyOptions, to_engine
+from ._policy import PolicyOptions, parse_memory_size, to_engine
 from ._process import ProcessMixin
 from ._result import ErrorInfo, LearnResult, Result
 from ._typing import ArgSequence
@@ -57,7 +60,7 @@ class _Handle:
     flight releases it, so no thread ever passes a freed pointer to the library.
     """
 
-    __slots__ = ("ptr", "id", "_lock", "_users", "_closed", "__weakref__")
+    __slots__ = ("ptr", "id", "_lock", "_users", "_closed", "used", "__weakref__")
 
     def __init__(self, ptr: int) -> None:
         self.ptr: int = ptr
@@ -65,6 +68,7 @@ class _Handle:
         self._lock = threading.Lock()
         self._users = 0
         self._closed = False
+        self.used = False  # a call has used it: the sandbox's policy is fixed
 
     @property
     def closed(self) -> bool:
@@ -75,6 +79,7 @@ class _Handle:
             if self._closed:
                 raise SandboxClosed("the sandbox is closed")
             self._users += 1
+            self.used = True
             return self.ptr
 
     def try_use(self) -> int:
@@ -94,6 +99,16 @@ class _Handle:
         with self._lock:
             self._closed = True
             self._free_if_unused()
+
+    def replace_unused(self) -> bool:
+        """Close and free it if no call ever used it (a field was assigned before
+        the first run); False, leaving it as it is, when one did."""
+        with self._lock:
+            if self.used or self._closed:
+                return False
+            self._closed = True
+            self._free_if_unused()
+            return True
 
     def _free_if_unused(self) -> None:
         if self._closed and self._users == 0 and self.ptr:
@@ -377,19 +392,27 @@ def _with_host_env(policy: dict[str, Any]) -> dict[str, Any]:
 # The public classes
 
 
-class Sandbox(ProcessMixin):
+class Sandbox(ProcessMixin, FieldAttributes):
     """A policy, validated and compiled once, that runs many commands.
 
     The keyword arguments are the policy fields of :class:`PolicyOptions`
     (docs/protocol.md, "Policy map"): every one is optional; leaving one out (or
     passing ``None``) means "not granted" for permissions (files, network) and "no
-    limit" for limits. ``init_fn`` and ``work_fn`` prepare :meth:`fork`.
+    limit" for limits, except ``max_processes``, whose default is 64 (the seed's;
+    ``0``: no limit), shared by the sandbox's concurrent runs. ``init_fn`` and ``work_fn`` prepare :meth:`fork`.
 
     Construction validates everything at once and raises one :class:`PolicyError`
     whose ``problems`` list every problem, each a :class:`Problem` (``field``,
     ``message``): unknown or unsupported fields, wrong types, relative or missing
     paths, bad sizes… It raises :class:`IsolationUnavailable` when a requested
     protection cannot be applied here and ``allow_degraded`` is not set.
+
+    Every field reads as an attribute (``sb.max_processes``): the value given, or
+    its default (docs/sandbox-reference.md; lists read as tuples, ``env``
+    read-only). Assigning a field before the sandbox's first use (a run, a
+    process, ``isolation()``, ``fork()``, ``confine()``…) rebuilds it with the new
+    value, validated at once (:class:`PolicyError` leaves the old policy in place);
+    after it raises :class:`InvalidState`: a sandbox's runs all share one policy.
 
     A sandbox is thread-safe: many threads (and ``arun`` coroutines) may run commands
     in it at once. ``close()`` (or leaving a ``with`` block) frees it; runs in flight
@@ -436,6 +459,9 @@ class Sandbox(ProcessMixin):
         policy, conversion = to_engine(fields)
         probs.extend(conversion)
         self._policy = {k: v for k, v in policy.items() if v is not None}
+        # what the attributes read: a snapshot (the caller's lists and dicts are not ours)
+        self._fields: dict[str, Any] = {k: _frozen(v) for k, v in fields.items() if v is not None}
+        self._init_fn, self._work_fn = init_fn, work_fn
         init_probs: list[str] = []
         work_probs: list[str] = []
         self._init = _fork.describe_fn("init_fn", init_fn, init_probs)
@@ -455,6 +481,55 @@ class Sandbox(ProcessMixin):
         ptr = _native.new_sandbox(_native.pack(_with_host_env(policy)))
         self._handle = _Handle(ptr)
         self._finalizer = weakref.finalize(self, self._handle.close)
+
+    # -- fields as attributes ------------------------------------------------------
+
+    def _field(self, keyword: str) -> Any:
+        if keyword in self._fields:
+            return self._fields[keyword]
+        return _frozen(DEFAULTS[keyword])
+
+    def _set_field(self, keyword: str, value: Any) -> None:
+        old = self._live()
+        if old.used:
+            raise InvalidState(
+                f"{keyword}: the sandbox has been used (a run, a process, isolation(), fork(), confine()...) and its"
+                " policy is fixed: make another Sandbox with the new value"
+            )
+        fields = {k: _frozen(v) for k, v in {**self._fields, keyword: value}.items() if v is not None}
+        policy, probs = to_engine(fields)
+        if probs:
+            raise PolicyError(problems_message("invalid policy", probs), probs)
+        ptr = _native.new_sandbox(_native.pack(_with_host_env(policy)))  # PolicyError: nothing changes
+        new = _Handle(ptr)
+        if not old.replace_unused():
+            new.close()
+            raise InvalidState(f"{keyword}: the sandbox was used while the field was being set; its policy is fixed")
+        self._finalizer.detach()
+        self._handle = new
+        self._finalizer = weakref.finalize(self, new.close)
+        self._fields = fields
+        self._policy = {k: v for k, v in policy.items() if v is not None}
+
+    def memory_bytes(self) -> int | None:
+        """``max_memory`` in bytes (``"512M"`` -> 536870912), or None when unset."""
+        m = self.max_memory
+        return None if m is None else parse_memory_size(m)
+
+    @property
+    def policy_fn(self) -> Callable[[Any, Any], Any] | None:
+        """The ``policy_fn`` given (or None)."""
+        return self._policy_fn
+
+    @property
+    def init_fn(self) -> Callable[[], Any] | str | None:
+        """The ``init_fn`` given (or None)."""
+        return self._init_fn
+
+    @property
+    def work_fn(self) -> Callable[[int], Any] | str | None:
+        """The ``work_fn`` given (or None)."""
+        return self._work_fn
 
     # -- properties ------------------------------------------------------------
 
@@ -863,6 +938,15 @@ class Sandbox(ProcessMixin):
         # also registered with weakref.finalize, which covers interpreter exit
         if getattr(self, "_handle", None) is not None:
             self.close()
+
+
+def _frozen(v: Any) -> Any:
+    """A field's value as an attribute reads it: lists as tuples, maps read-only."""
+    if isinstance(v, (str, bytes, bytearray, enum.Enum, os.PathLike)) or not isinstance(v, (Mapping, Iterable)):
+        return v
+    if isinstance(v, Mapping):
+        return types.MappingProxyType(dict(v))
+    return tuple(_frozen(x) for x in v)
 
 
 def _restore(policy: dict[str, Any]) -> Sandbox:
