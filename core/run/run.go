@@ -367,7 +367,12 @@ func Run(h Host, req *Request) *Result {
 	childEnds.closeAll() // EOF reaches us once every process of the run is gone
 	cow.started()
 	if err != nil {
-		return failed(spawnErrKind(err), spawnErrMessage(path, err), iso)
+		msg := spawnErrMessage(path, err)
+		var se *spawn.Error
+		if errors.As(err, &se) && se.Errno == unix.EAGAIN {
+			msg += pidsHint(p.MaxProcesses)
+		}
+		return failed(spawnErrKind(err), msg, iso)
 	}
 	defer unix.Close(proc.PidFD)
 	defer denied.detach()
@@ -403,9 +408,8 @@ func Run(h Host, req *Request) *Result {
 	st := spawn.ReadStatus(append(sup.status, readAll(statusR)...))
 	if st.InitFailed != spawn.StepNone {
 		msg := fmt.Sprintf("isolation unavailable: the run failed at %s: %v", st.InitFailed, st.InitErrno)
-		if st.InitErrno == unix.EAGAIN && p.MaxProcesses > 0 {
-			// the pids limit is the sandbox's: its concurrent runs share it
-			msg += fmt.Sprintf(" (max_processes %d: the tasks of this sandbox's runs together; give a larger max_processes, or 0 for none, to run more at once)", p.MaxProcesses)
+		if st.InitErrno == unix.EAGAIN {
+			msg += pidsHint(p.MaxProcesses)
 		}
 		return failed(protocol.KindIsolation, msg, iso)
 	}
@@ -768,6 +772,15 @@ func spawnErrKind(err error) string {
 		}
 	}
 	return protocol.KindSpawn
+}
+
+// pidsHint explains an EAGAIN from a fork under max_processes: the pids limit is
+// the sandbox's, shared by its concurrent runs.
+func pidsHint(max int64) string {
+	if max <= 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (max_processes %d: the tasks of this sandbox's runs together; give a larger max_processes, or 0 for none, to run more at once)", max)
 }
 
 func spawnErrMessage(path string, err error) string {
