@@ -143,6 +143,21 @@ int sandtrap_sandbox_builder_on_error(sandtrap_sandbox_builder *b, const char *a
 	return st_builder_string(b, "on_error", action);
 }
 
+int sandtrap_sandbox_builder_chroot(sandtrap_sandbox_builder *b, const char *path)
+{
+	return st_builder_string(b, "chroot", path);
+}
+
+int sandtrap_sandbox_builder_fs_mount(sandtrap_sandbox_builder *b, const char *inside, const char *host)
+{
+	return st_builder_mount(b, "fs_mount", inside, host);
+}
+
+int sandtrap_sandbox_builder_fs_mount_ro(sandtrap_sandbox_builder *b, const char *inside, const char *host)
+{
+	return st_builder_mount(b, "fs_mount_ro", inside, host);
+}
+
 int sandtrap_sandbox_builder_no_randomize_memory(sandtrap_sandbox_builder *b, int on)
 {
 	return st_builder_bool(b, "no_randomize_memory", on);

@@ -65,6 +65,12 @@ export interface SandboxOptions {
   onExit?: BranchAction;
   /** With workdir: the same for a run that failed (non-zero exit, signal, timeout, any error) (default: "abort"). */
   onError?: BranchAction;
+  /** A directory of the host that is the run's root (with its own mounts: fsMount, a minimal /dev, the run's /proc); every other path of the policy (fsReadable, fsWritable, fsDenied, cwd) is then a path inside it; relative: as fsReadable (default: none). */
+  chroot?: string;
+  /** With chroot: host directories (or files) mounted at paths of the chroot, readable and writable (a mount is a grant), as a map of the path inside to the host path; the mount point must exist in the chroot (default: {}). */
+  fsMount?: Record<string, string>;
+  /** With chroot: the same, read-only: the mount itself is read-only (writes fail with EROFS whatever fsWritable says) (default: {}). */
+  fsMountRo?: Record<string, string>;
   /** No address-space layout randomization in the run (`personality(ADDR_NO_RANDOMIZE)`, set by the engine for every process of it; the program may clear it, not set others) (default: false). */
   noRandomizeMemory?: boolean;
   /** No transparent huge pages for the run's memory (`PR_SET_THP_DISABLE`) (default: false). */

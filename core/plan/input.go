@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,9 +39,10 @@ type Input struct {
 // problem is reported at once), resolves its paths and host names and plans its
 // view and network rules. The cgroup is the caller's to make (Group, GroupErr).
 func Prepare(p *policy.Policy, f kernel.Features, probs policy.Problems) (*Input, error) {
+	chroot := resolveChroot(p, &probs) // chroot.go: the paths inside it made host paths
 	resolvePaths(p, &probs)
 	checkWorkdir(p, &probs)
-	if p.Cwd != "" {
+	if p.Cwd != "" && chroot == nil && p.Chroot == "" {
 		if st, err := os.Stat(p.Cwd); err != nil {
 			probs.Add("cwd", "%s: %v", p.Cwd, unwrapPathErr(err))
 		} else if !st.IsDir() {
@@ -62,10 +64,17 @@ func Prepare(p *policy.Policy, f kernel.Features, probs policy.Problems) (*Input
 	}
 	np := planNet(p, &probs)
 	devices := devicePaths(p)
+	if chroot != nil {
+		for _, d := range chroot.Dev {
+			if !slices.Contains(devices, "/dev/"+d) {
+				devices = append(devices, "/dev/"+d)
+			}
+		}
+	}
 	var view *fsview.Plan
 	if err := probs.Err(); err == nil {
 		var verr error
-		if view, verr = fsview.Build(fsview.Spec{Readable: p.FSReadable, Writable: p.FSWritable, Devices: devices}); verr != nil {
+		if view, verr = fsview.Build(fsview.Spec{Readable: p.FSReadable, Writable: p.FSWritable, Devices: devices, Chroot: chroot}); verr != nil {
 			probs.Add("", "%v", verr)
 		}
 	}

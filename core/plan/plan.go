@@ -205,6 +205,9 @@ func Compile(in *Input, gen uint64) (*Plan, error) {
 		return fail(err)
 	}
 	c.view()
+	if err := c.chrootView(); err != nil {
+		return fail(err)
+	}
 	if err := c.cowView(); err != nil {
 		return fail(err)
 	}

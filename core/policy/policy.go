@@ -56,6 +56,11 @@ type Policy struct {
 	// defaults, commit and abort).
 	Workdir         string
 	OnExit, OnError string
+	// Chroot, when set, is the host directory that is each run's root; the
+	// other paths of the policy are then paths inside it (core/plan/chroot.go).
+	// FSMount and FSMountRO map paths inside it to host paths (resolved).
+	Chroot             string
+	FSMount, FSMountRO map[string]string
 }
 
 // ExitAction is what becomes of a run's workdir changes: on_exit when it

@@ -35,11 +35,12 @@ const (
 	KindCPUs    Kind = "cpus"       // CPU numbers and ranges: 0, "2-3"
 	KindOptBool Kind = "optbool"    // true, false, or absent (a default that is neither)
 	KindBranch  Kind = "branch"     // what becomes of a copy-on-write workdir's changes: "commit", "abort" or "keep"
+	KindMounts  Kind = "mounts"     // a map of paths inside a chroot to host paths (relative host paths: as KindPaths)
 )
 
 // Kinds lists every kind, in a stable order.
 var Kinds = []Kind{KindPaths, KindPath, KindTargets, KindPorts, KindBool, KindSize, KindCount,
-	KindSeconds, KindID, KindEnv, KindNames, KindHost, KindHTTP, KindCPUs, KindOptBool, KindBranch}
+	KindSeconds, KindID, KindEnv, KindNames, KindHost, KindHTTP, KindCPUs, KindOptBool, KindBranch, KindMounts}
 
 // List reports whether values of the kind are lists (a C setter appends to them).
 func (k Kind) List() bool {
@@ -60,6 +61,7 @@ const (
 	CMillis CKind = "ms"     // uint64_t milliseconds, for a field in seconds
 	CEnv    CKind = "env"    // (const char *name, const char *value)
 	CIDs    CKind = "ids"    // (uint32_t uid, uint32_t gid): sets uid and gid together
+	CMount  CKind = "mount"  // (const char *inside, const char *host): one entry of a map of mounts
 )
 
 // CSetter is one sandtrap_sandbox_builder_<Name> function of include/sandtrap.h.
@@ -180,6 +182,7 @@ var (
 	optBool   = kindReader[*bool]{KindOptBool, reader.optBoolean}
 	dirPath   = kindReader[string]{KindPath, reader.dirPath}
 	branch    = kindReader[string]{KindBranch, reader.branch}
+	mounts    = kindReader[map[string]string]{KindMounts, reader.mounts}
 )
 
 func str(name, param, doc string) CSetter { return CSetter{name, "const char *" + param, CString, doc} }
@@ -249,6 +252,12 @@ var Schema = []Field{
 		C: []CSetter{str("on_exit", "action", "With workdir: \"commit\", \"abort\" or \"keep\" for a successful run's changes.")}, bind: branch.into(func(p *Policy) *string { return &p.OnExit })},
 	{Key: "on_error", Section: "filesystem", Default: "\"abort\"", Doc: "with {workdir}: the same for a run that failed (non-zero exit, signal, timeout, any error)",
 		C: []CSetter{str("on_error", "action", "With workdir: \"commit\", \"abort\" or \"keep\" for a failed run's changes.")}, bind: branch.into(func(p *Policy) *string { return &p.OnError })},
+	{Key: "chroot", Section: "filesystem", Default: "none", Doc: "a directory of the host that is the run's root (with its own mounts: {fs_mount}, a minimal /dev, the run's /proc); every other path of the policy ({fs_readable}, {fs_writable}, {fs_denied}, {cwd}) is then a path inside it; relative: as {fs_readable}",
+		C: []CSetter{str("chroot", "path", "")}, bind: dirPath.into(func(p *Policy) *string { return &p.Chroot })},
+	{Key: "fs_mount", Section: "filesystem", Default: "{}", Doc: "with {chroot}: host directories (or files) mounted at paths of the chroot, readable and writable (a mount is a grant), as a map of the path inside to the host path; the mount point must exist in the chroot",
+		C: []CSetter{{"fs_mount", "const char *inside, const char *host", CMount, "With chroot: mounts the host path at a path inside the chroot, readable and writable (a grant)."}}, bind: mounts.into(func(p *Policy) *map[string]string { return &p.FSMount })},
+	{Key: "fs_mount_ro", Section: "filesystem", Default: "{}", Doc: "with {chroot}: the same, read-only: the mount itself is read-only (writes fail with EROFS whatever {fs_writable} says)",
+		C: []CSetter{{"fs_mount_ro", "const char *inside, const char *host", CMount, "With chroot: mounts the host path at a path inside the chroot, read-only (EROFS)."}}, bind: mounts.into(func(p *Policy) *map[string]string { return &p.FSMountRO })},
 	{Key: "no_randomize_memory", Section: "determinism", Default: "false", Doc: "no address-space layout randomization in the run (`personality(ADDR_NO_RANDOMIZE)`, set by the engine for every process of it; the program may clear it, not set others)",
 		C: []CSetter{{"no_randomize_memory", "int on", CBool, ""}}, bind: boolean.into(func(p *Policy) *bool { return &p.NoRandomizeMemory })},
 	{Key: "no_huge_pages", Section: "program", Default: "false", Doc: "no transparent huge pages for the run's memory (`PR_SET_THP_DISABLE`)",
@@ -279,8 +288,6 @@ var Schema = []Field{
 	{Key: "time_start", Section: "determinism", Unsupported: "determinism controls are not supported"},
 	{Key: "deterministic_dirs", Section: "determinism", Unsupported: "determinism controls are not supported"},
 	{Key: "no_supervisor", Section: "program", Unsupported: "the syscall supervisor cannot be turned off"},
-	{Key: "chroot", Section: "filesystem", Unsupported: "sandtrap does not chroot; grant paths with {fs_readable} and {fs_writable}"},
-	{Key: "fs_mount", Section: "filesystem", Unsupported: "sandtrap does not mount; grant paths with {fs_readable} and {fs_writable}"},
 	{Key: "gpu_devices", Section: "limits", Unsupported: "GPU devices cannot be granted"},
 	{Key: "num_cpus", Section: "limits", Unsupported: "CPU counts are not supported; use {max_cpu}"},
 	{Key: "policy_fn", Unsupported: "a host callable, not a policy value: bindings take it as Sandbox(policy_fn=...); over the C ABI send the run_handlers op"},

@@ -12,7 +12,7 @@ var sample = map[Kind]any{
 	KindPaths: []any{"/usr"}, KindPath: "/tmp", KindTargets: []any{int64(443), "example.com:80"},
 	KindPorts: []any{int64(8080), "9000-9001"}, KindBool: true, KindSize: "1M", KindCount: int64(4),
 	KindSeconds: 1.5, KindID: int64(1000), KindEnv: map[string]any{"A": "b"}, KindNames: []any{"getcpu"},
-	KindHost: "api.local", KindHTTP: []any{"GET example.com/*"}, KindCPUs: []any{int64(0)}, KindOptBool: false, KindBranch: "keep",
+	KindHost: "api.local", KindHTTP: []any{"GET example.com/*"}, KindCPUs: []any{int64(0)}, KindOptBool: false, KindBranch: "keep", KindMounts: map[string]any{"/work": "/tmp"},
 }
 
 func TestSchemaIsConsistent(t *testing.T) {
@@ -85,11 +85,11 @@ func TestEveryFieldIsDecoded(t *testing.T) {
 }
 
 func TestUnknownAndUnsupportedFields(t *testing.T) {
-	_, probs := Decode(map[string]any{"fs_readble": nil, "chroot": "/", "max_mem": "1G", "zzz": 1})
+	_, probs := Decode(map[string]any{"fs_readble": nil, "num_cpus": 2, "max_mem": "1G", "zzz": 1})
 	want := Problems{
-		{"chroot", "not supported by sandtrap yet: sandtrap does not chroot; grant paths with fs_readable and fs_writable"},
 		{"fs_readble", "unknown field; did you mean fs_readable?"},
 		{"max_mem", "unknown field; did you mean max_memory?"},
+		{"num_cpus", "not supported by sandtrap yet: CPU counts are not supported; use max_cpu"},
 		{"zzz", "unknown field"},
 	}
 	if !reflect.DeepEqual(probs, want) {
@@ -113,7 +113,7 @@ func TestMessagesNameNoOtherField(t *testing.T) {
 			"max_open_files": "x", "max_disk": int64(-1), "max_cpu": int64(1 << 30), "max_cpu_time": -1.0, "timeout": "x",
 			"max_output": uint64(1 << 63), "env": map[string]any{"A=": "x", "B": int64(1), "C": "\x00"}, "clean_env": "no",
 			"cwd": "rel", "uid": int64(-1), "extra_allow_syscalls": []any{"a b", "ptrace"}, "extra_deny_syscalls": []any{"ptrace"},
-			"allow_degraded": nil, "chroot": "/", "cpu_cores": 2, "policy_fn": nil, "fs_mount": nil},
+			"allow_degraded": nil, "chroot": "rel", "cpu_cores": 2, "policy_fn": nil, "fs_mount": map[string]any{"rel": "/x:ro", "/a": int64(1), "/": "/tmp"}, "gpu_devices": nil},
 		{"gid": int64(5)},
 	}
 	var names []string

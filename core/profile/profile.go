@@ -262,6 +262,7 @@ var examples = map[policy.Kind]string{
 	policy.KindSeconds: `30`, policy.KindID: `1000`, policy.KindEnv: `{ LANG = "C.UTF-8" }`, policy.KindNames: `["ptrace", "mount"]`,
 	policy.KindHost: `"build-01"`, policy.KindCPUs: `[0, "2-3"]`, policy.KindOptBool: `false`,
 	policy.KindHTTP: `["GET api.example.com/v1/*"]`, policy.KindBranch: `"abort"`,
+	policy.KindMounts: `{ "/work" = "/srv/work" }`,
 }
 
 // Example is a value of kind k as a profile writes it.
@@ -398,7 +399,7 @@ func kindWord(f *policy.Field) string {
 		return "a list"
 	case policy.KindBool, policy.KindOptBool:
 		return "a boolean"
-	case policy.KindEnv:
+	case policy.KindEnv, policy.KindMounts:
 		return "a table"
 	case policy.KindCount, policy.KindID:
 		return "an integer"

@@ -326,6 +326,12 @@ func mountKind(k fsview.Kind) C.int {
 		return C.ST_MOUNT_MOVE
 	case fsview.Tmpfs:
 		return C.ST_MOUNT_TMPFS
+	case fsview.File:
+		return C.ST_MOUNT_FILE
+	case fsview.Symlink:
+		return C.ST_MOUNT_SYMLINK
+	case fsview.Pivot:
+		return C.ST_MOUNT_PIVOT
 	}
 	return 0
 }
@@ -513,10 +519,16 @@ func StartZygote(zs *ZygoteSpec) (*Zygote, error) {
 				view[i].slot = C.int(op.Slot)
 				view[i].recursive = cbool(op.Recursive)
 				view[i].attr_set, view[i].attr_clr = C.uint64_t(op.Set), C.uint64_t(op.Clr)
+				view[i].mode = C.uint(op.Mode)
+				if op.Target != "" {
+					view[i].target = mem.str(op.Target)
+				}
 			}
 			l.mount_ops, l.n_mount_ops = ops, C.int(len(zs.View.Ops))
 		}
-		if wd, err := os.Getwd(); err == nil {
+		if zs.View != nil && zs.View.Root != "" {
+			l.cwd = mem.str("/") // a chroot: the host's working directory is not in it
+		} else if wd, err := os.Getwd(); err == nil {
 			l.cwd = mem.str(wd)
 		}
 	}
@@ -598,7 +610,7 @@ func cowSection(c *COW, haveTable bool) ([]byte, error) {
 
 func opName(k fsview.Kind) string {
 	return map[fsview.Kind]string{fsview.Private: "private", fsview.Clone: "clone", fsview.SetAttr: "setattr",
-		fsview.Move: "move", fsview.Tmpfs: "tmpfs"}[k]
+		fsview.Move: "move", fsview.Tmpfs: "tmpfs", fsview.File: "file", fsview.Symlink: "symlink", fsview.Pivot: "pivot_root"}[k]
 }
 
 // reply reads one struct st_reply and the fds that came with it.

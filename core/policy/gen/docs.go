@@ -27,6 +27,7 @@ var typeWord = map[policy.Kind]string{
 	policy.KindEnv: "table of NAME = value", policy.KindNames: "list of syscall names",
 	policy.KindHost: "host name (1-64 letters, digits, `-`, `.`)", policy.KindCPUs: "list of CPU numbers and ranges",
 	policy.KindOptBool: "boolean, or unset", policy.KindBranch: "`\"commit\"`, `\"abort\"` or `\"keep\"`", policy.KindHTTP: "list of HTTP rules (`\"METHOD host/path\"`)",
+	policy.KindMounts: "table of \"/inside\" = \"/host/path\"",
 }
 
 // optionArg is how `sandtrap run` takes a kind's value.
@@ -36,6 +37,7 @@ var optionArg = map[policy.Kind]string{
 	policy.KindCount: "N", policy.KindSeconds: "SECONDS", policy.KindID: "ID",
 	policy.KindEnv: "NAME=VALUE (repeat)", policy.KindNames: "NAMES (repeat, or a,b)",
 	policy.KindHost: "NAME", policy.KindCPUs: "CPUS (repeat, or a,b,c-d)", policy.KindOptBool: "", policy.KindHTTP: "RULE (repeat)", policy.KindBranch: "commit|abort|keep",
+	policy.KindMounts: "INSIDE=HOST (repeat)",
 }
 
 func option(f *policy.Field) string {

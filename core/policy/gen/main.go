@@ -228,6 +228,8 @@ func builderC() string {
 				call = fmt.Sprintf("st_builder_ms(b, %q, %s)", f.Key, paramName(c.Params))
 			case policy.CEnv:
 				call = "st_builder_env(b, name, value)"
+			case policy.CMount:
+				call = fmt.Sprintf("st_builder_mount(b, %q, inside, host)", f.Key)
 			case policy.CIDs:
 				if f.Key != "uid" {
 					continue // one setter for uid and gid
@@ -249,6 +251,7 @@ var msgpackType = map[policy.Kind]string{
 	policy.KindBool: "bool", policy.KindSize: "int\\|str", policy.KindCount: "int", policy.KindSeconds: "float",
 	policy.KindID: "int", policy.KindEnv: "{str: str}", policy.KindNames: "[str]", policy.KindHost: "str",
 	policy.KindCPUs: "[int\\|str]", policy.KindOptBool: "bool", policy.KindHTTP: "[str]", policy.KindBranch: "str",
+	policy.KindMounts: "{str: str}",
 }
 
 func protocolTable() string {
@@ -285,6 +288,7 @@ var pythonType = map[policy.Kind]string{
 	policy.KindPorts: "Iterable[int | str]", policy.KindBool: "bool", policy.KindSize: "int | str", policy.KindCount: "int",
 	policy.KindSeconds: "float", policy.KindID: "int", policy.KindEnv: "Mapping[str, str]", policy.KindNames: "Iterable[str]", policy.KindHost: "str",
 	policy.KindCPUs: "Iterable[int | str]", policy.KindOptBool: "bool", policy.KindHTTP: "Iterable[str]", policy.KindBranch: "str",
+	policy.KindMounts: "Mapping[str, StrPath]",
 }
 
 func python() string {
@@ -360,6 +364,7 @@ var tsType = map[policy.Kind]string{
 	policy.KindPorts: "Array<number | string>", policy.KindBool: "boolean", policy.KindSize: "Size", policy.KindCount: "number",
 	policy.KindSeconds: "number", policy.KindID: "number", policy.KindEnv: "Record<string, string>", policy.KindNames: "string[]", policy.KindHost: "string",
 	policy.KindCPUs: "Array<number | string>", policy.KindOptBool: "boolean", policy.KindHTTP: "string[]", policy.KindBranch: "BranchAction",
+	policy.KindMounts: "Record<string, string>",
 }
 
 func typescript() string {

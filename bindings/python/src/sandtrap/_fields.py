@@ -44,6 +44,9 @@ FIELDS: dict[str, tuple[str, str]] = {
     "workdir": ("workdir", "path"),
     "on_exit": ("on_exit", "branch"),
     "on_error": ("on_error", "branch"),
+    "chroot": ("chroot", "path"),
+    "fs_mount": ("fs_mount", "mounts"),
+    "fs_mount_ro": ("fs_mount_ro", "mounts"),
     "no_randomize_memory": ("no_randomize_memory", "bool"),
     "no_huge_pages": ("no_huge_pages", "bool"),
     "no_coredump": ("no_coredump", "optbool"),
@@ -156,6 +159,21 @@ class PolicyOptions(TypedDict, total=False):
     on_error: str | None
     """With workdir: the same for a run that failed (non-zero exit, signal, timeout,
     any error) (default: "abort").
+    """
+    chroot: StrPath | None
+    """A directory of the host that is the run's root (with its own mounts: fs_mount, a
+    minimal /dev, the run's /proc); every other path of the policy (fs_readable,
+    fs_writable, fs_denied, cwd) is then a path inside it; relative: as fs_readable
+    (default: none).
+    """
+    fs_mount: Mapping[str, StrPath] | None
+    """With chroot: host directories (or files) mounted at paths of the chroot,
+    readable and writable (a mount is a grant), as a map of the path inside to the
+    host path; the mount point must exist in the chroot (default: {}).
+    """
+    fs_mount_ro: Mapping[str, StrPath] | None
+    """With chroot: the same, read-only: the mount itself is read-only (writes fail
+    with EROFS whatever fs_writable says) (default: {}).
     """
     no_randomize_memory: bool | None
     """No address-space layout randomization in the run
