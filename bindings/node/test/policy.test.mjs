@@ -140,8 +140,8 @@ test('a misspelled option: one {field, message}, as in every binding', () => {
     },
   );
   // an option sandtrap does not support yet is named, with the reason in JavaScript terms
-  assert.throws(() => new Sandbox({ chroot: '/' }), {
-    message: 'invalid policy: chroot: not supported by sandtrap yet: sandtrap does not chroot; grant paths with fsReadable and fsWritable',
+  assert.throws(() => new Sandbox({ numCpus: 2 }), {
+    message: 'invalid policy: numCpus: not supported by sandtrap yet: CPU counts are not supported; use maxCpu',
   });
 });
 
