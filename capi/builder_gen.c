@@ -133,6 +133,11 @@ int sandtrap_sandbox_builder_workdir(sandtrap_sandbox_builder *b, const char *pa
 	return st_builder_string(b, "workdir", path);
 }
 
+int sandtrap_sandbox_builder_fs_storage(sandtrap_sandbox_builder *b, const char *path)
+{
+	return st_builder_string(b, "fs_storage", path);
+}
+
 int sandtrap_sandbox_builder_on_exit(sandtrap_sandbox_builder *b, const char *action)
 {
 	return st_builder_string(b, "on_exit", action);

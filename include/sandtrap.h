@@ -201,6 +201,13 @@ int sandtrap_sandbox_builder_name(sandtrap_sandbox_builder *b, const char *hostn
  * of the run's own (a tmpfs, sized max_disk), listed as the result's changes,
  * then committed or discarded (on_exit, on_error); relative: as fs_readable. */
 int sandtrap_sandbox_builder_workdir(sandtrap_sandbox_builder *b, const char *path);
+/* With workdir: a directory where each run's copy-on-write layer is kept on
+ * disk instead of in a tmpfs, as layer-<16 hex digits>/upper (the run's
+ * changes, in overlayfs's upper-layer format) and layer-…/work; removed when
+ * the run's changes are committed or aborted, left there when they are kept
+ * past the sandbox's close; not with max_disk (its quota is the tmpfs's size);
+ * relative: as fs_readable. */
+int sandtrap_sandbox_builder_fs_storage(sandtrap_sandbox_builder *b, const char *path);
 /* With workdir: "commit", "abort" or "keep" for a successful run's changes. */
 int sandtrap_sandbox_builder_on_exit(sandtrap_sandbox_builder *b, const char *action);
 /* With workdir: "commit", "abort" or "keep" for a failed run's changes. */

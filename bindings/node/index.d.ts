@@ -61,6 +61,8 @@ export interface SandboxOptions {
   name?: string;
   /** A directory seen copy-on-write: each run's writes under it land in a layer of the run's own (a tmpfs, sized maxDisk), listed as the result's `changes`, then committed or discarded (onExit, onError); relative: as fsReadable (default: none). */
   workdir?: string;
+  /** With workdir: a directory where each run's copy-on-write layer is kept on disk instead of in a tmpfs, as `layer-<16 hex digits>/upper` (the run's changes, in overlayfs's upper-layer format) and `layer-…/work`; removed when the run's changes are committed or aborted, left there when they are kept past the sandbox's close; not with maxDisk (its quota is the tmpfs's size); relative: as fsReadable (default: none (a tmpfs per run)). */
+  fsStorage?: string;
   /** With workdir: what becomes of a successful run's changes: `"commit"` (applied to the workdir, file by file), `"abort"` (discarded) or `"keep"` (held for the `commit`/`abort` ops) (default: "commit"). */
   onExit?: BranchAction;
   /** With workdir: the same for a run that failed (non-zero exit, signal, timeout, any error) (default: "abort"). */

@@ -25,7 +25,9 @@ import (
 	"io"
 	"os"
 	"path"
+	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -46,6 +48,7 @@ type Layer struct {
 	xattr   string // the overlay's xattr prefix: "user.overlay." or "trusted.overlay."
 	changes []Change
 	listed  bool
+	dir     string // on disk (fs_storage): the layer's directory, layer-<hex>; "": a tmpfs
 }
 
 // NewLayer takes ownership of upper, a directory fd of the run's upper layer.
@@ -60,7 +63,36 @@ func NewLayer(upper int, workdir string, userXattr bool) *Layer {
 // Workdir is the directory the layer is over.
 func (l *Layer) Workdir() string { return l.workdir }
 
-// Abort drops the layer (its tmpfs goes with its last descriptor).
+// OnDisk tells the layer it lies in storage (fs_storage) rather than in a
+// tmpfs: its directory (storage/layer-<hex> whose upper/ is the layer's
+// descriptor's inode) is removed when it is dropped. A layer that is not
+// found there is left alone.
+func (l *Layer) OnDisk(storage string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var st unix.Stat_t
+	if l.upper < 0 || unix.Fstat(l.upper, &st) != nil {
+		return
+	}
+	ents, _ := os.ReadDir(storage)
+	for _, e := range ents {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), "layer-") {
+			continue
+		}
+		var u unix.Stat_t
+		dir := filepath.Join(storage, e.Name())
+		if unix.Lstat(filepath.Join(dir, "upper"), &u) == nil && u.Dev == st.Dev && u.Ino == st.Ino {
+			l.dir = dir
+			return
+		}
+	}
+}
+
+// Dir is the layer's directory on disk ("": a tmpfs).
+func (l *Layer) Dir() string { return l.dir }
+
+// Abort drops the layer: its tmpfs goes with its last descriptor; on disk, its
+// directory is removed.
 func (l *Layer) Abort() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -68,6 +100,36 @@ func (l *Layer) Abort() {
 		unix.Close(l.upper)
 		l.upper = -1
 	}
+	if l.dir != "" {
+		removeLayer(l.dir)
+		l.dir = ""
+	}
+}
+
+// Release lets go of the layer without removing it: a tmpfs's goes, a layer
+// on disk stays (a kept branch when its sandbox closes).
+func (l *Layer) Release() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.upper >= 0 {
+		unix.Close(l.upper)
+		l.upper = -1
+	}
+}
+
+// removeLayer removes a layer's directory: overlayfs leaves directories
+// without permissions in work/ (and a run may make them in upper/).
+func removeLayer(dir string) {
+	if os.RemoveAll(dir) == nil {
+		return
+	}
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if d != nil && d.IsDir() && d.Type()&os.ModeSymlink == 0 {
+			os.Chmod(p, 0o700)
+		}
+		return nil
+	})
+	os.RemoveAll(dir)
 }
 
 // ErrDropped is the error of a layer already committed or aborted.

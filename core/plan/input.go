@@ -74,7 +74,13 @@ func Prepare(p *policy.Policy, f kernel.Features, probs policy.Problems) (*Input
 	var view *fsview.Plan
 	if err := probs.Err(); err == nil {
 		var verr error
-		if view, verr = fsview.Build(fsview.Spec{Readable: p.FSReadable, Writable: p.FSWritable, Devices: devices, Chroot: chroot}); verr != nil {
+		// fs_storage is writable in the view (pid 1 makes each run's layer
+		// there), never granted by Landlock
+		viewWritable := p.FSWritable
+		if p.FSStorage != "" {
+			viewWritable = append(slices.Clone(p.FSWritable), p.FSStorage)
+		}
+		if view, verr = fsview.Build(fsview.Spec{Readable: p.FSReadable, Writable: viewWritable, Devices: devices, Chroot: chroot}); verr != nil {
 			probs.Add("", "%v", verr)
 		}
 	}

@@ -491,6 +491,7 @@ func (c *compiler) zygote() error {
 	}
 	if p.Workdir != "" {
 		c.cowZygote(zs)
+		zs.COW.Storage = p.FSStorage
 	}
 	if pl.BPF != nil {
 		zs.BPF = pl.BPF.BPF

@@ -56,6 +56,7 @@ type Policy struct {
 	// defaults, commit and abort).
 	Workdir         string
 	OnExit, OnError string
+	FSStorage       string // with Workdir: where each run's upper layer is made on disk
 	// Chroot, when set, is the host directory that is each run's root; the
 	// other paths of the policy are then paths inside it (core/plan/chroot.go).
 	// FSMount and FSMountRO map paths inside it to host paths (resolved).

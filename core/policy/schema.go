@@ -248,6 +248,8 @@ var Schema = []Field{
 		C: []CSetter{str("name", "hostname", "")}, bind: hostname.into(func(p *Policy) *string { return &p.Name })},
 	{Key: "workdir", Section: "filesystem", Default: "none", Doc: "a directory seen copy-on-write: each run's writes under it land in a layer of the run's own (a tmpfs, sized {max_disk}), listed as the result's `changes`, then committed or discarded ({on_exit}, {on_error}); relative: as {fs_readable}",
 		C: []CSetter{str("workdir", "path", "")}, bind: dirPath.into(func(p *Policy) *string { return &p.Workdir })},
+	{Key: "fs_storage", Section: "config", Default: "none (a tmpfs per run)", Doc: "with {workdir}: a directory where each run's copy-on-write layer is kept on disk instead of in a tmpfs, as `layer-<16 hex digits>/upper` (the run's changes, in overlayfs's upper-layer format) and `layer-…/work`; removed when the run's changes are committed or aborted, left there when they are kept past the sandbox's close; not with {max_disk} (its quota is the tmpfs's size); relative: as {fs_readable}",
+		C: []CSetter{str("fs_storage", "path", "")}, bind: dirPath.into(func(p *Policy) *string { return &p.FSStorage })},
 	{Key: "on_exit", Section: "filesystem", Default: "\"commit\"", Doc: "with {workdir}: what becomes of a successful run's changes: `\"commit\"` (applied to the workdir, file by file), `\"abort\"` (discarded) or `\"keep\"` (held for the `commit`/`abort` ops)",
 		C: []CSetter{str("on_exit", "action", "With workdir: \"commit\", \"abort\" or \"keep\" for a successful run's changes.")}, bind: branch.into(func(p *Policy) *string { return &p.OnExit })},
 	{Key: "on_error", Section: "filesystem", Default: "\"abort\"", Doc: "with {workdir}: the same for a run that failed (non-zero exit, signal, timeout, any error)",
@@ -283,7 +285,6 @@ var Schema = []Field{
 	// Not supported yet (the seed API's full constructor).
 	{Key: "http_ca", Section: "config", Unsupported: "HTTPS interception is not built yet: without it HTTPS is allowed by SNI to the hosts {http_allow} names"},
 	{Key: "http_key", Section: "config", Unsupported: "HTTPS interception is not built yet: without it HTTPS is allowed by SNI to the hosts {http_allow} names"},
-	{Key: "fs_storage", Section: "config", Unsupported: "the copy-on-write layer of {workdir} is a tmpfs private to each run (its size is {max_disk}); on-disk storage is not supported yet"},
 	{Key: "random_seed", Section: "determinism", Unsupported: "determinism controls are not supported"},
 	{Key: "time_start", Section: "determinism", Unsupported: "determinism controls are not supported"},
 	{Key: "deterministic_dirs", Section: "determinism", Unsupported: "determinism controls are not supported"},

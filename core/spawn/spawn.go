@@ -293,6 +293,10 @@ type COW struct {
 	Size      uint64 // bytes of the run's upper layer (a tmpfs); 0: tmpfs's default
 	UserXattr bool   // the overlay's own xattrs in user.overlay.* (the sandbox's user namespace)
 	Rules     []COWRule
+	// Storage ("": none) is a directory (fs_storage, writable in the view)
+	// where each run's upper layer is made on disk, in a directory layer-<hex>
+	// of its own, instead of a tmpfs.
+	Storage string
 }
 
 // COWRule is a Landlock rule pid 1 adds on the overlay: Rel is relative to the
@@ -592,6 +596,11 @@ func cowSection(c *COW, haveTable bool) ([]byte, error) {
 	hdr.size, hdr.nrules = C.__u64(c.Size), C.__u32(len(c.Rules))
 	if c.UserXattr {
 		hdr.flags |= C.ST_COW_USERXATTR
+	}
+	if c.Storage != "" {
+		hdr.flags |= C.ST_COW_STORAGE
+		hdr.storage = C.__u32(len(strs))
+		strs = append(append(strs, c.Storage...), 0)
 	}
 	var rules []byte
 	for _, r := range c.Rules {

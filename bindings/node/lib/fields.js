@@ -30,6 +30,7 @@ const POLICY = {
   extraDenySyscalls: ['extra_deny_syscalls', 'names'],
   name: ['name', 'hostname'],
   workdir: ['workdir', 'path'],
+  fsStorage: ['fs_storage', 'path'],
   onExit: ['on_exit', 'branch'],
   onError: ['on_error', 'branch'],
   chroot: ['chroot', 'path'],
@@ -49,7 +50,6 @@ const POLICY = {
 const UNSUPPORTED = {
   httpCa: 'not supported by sandtrap yet: HTTPS interception is not built yet: without it HTTPS is allowed by SNI to the hosts httpAllow names',
   httpKey: 'not supported by sandtrap yet: HTTPS interception is not built yet: without it HTTPS is allowed by SNI to the hosts httpAllow names',
-  fsStorage: 'not supported by sandtrap yet: the copy-on-write layer of workdir is a tmpfs private to each run (its size is maxDisk); on-disk storage is not supported yet',
   randomSeed: 'not supported by sandtrap yet: determinism controls are not supported',
   timeStart: 'not supported by sandtrap yet: determinism controls are not supported',
   deterministicDirs: 'not supported by sandtrap yet: determinism controls are not supported',

@@ -48,7 +48,6 @@ SEED_UNSUPPORTED = {
     # [config]
     "http_ca": None,
     "http_key": None,
-    "fs_storage": None,
     # [determinism]
     "random_seed": None,
     "time_start": None,
@@ -91,6 +90,7 @@ def test_full_constructor_supported_fields() -> None:
         workdir=None,
         chroot=None,
         fs_mount={},
+        fs_storage=None,
         on_exit=BranchAction.COMMIT,
         on_error=BranchAction.ABORT,
         no_randomize_memory=False,

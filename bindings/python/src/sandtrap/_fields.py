@@ -42,6 +42,7 @@ FIELDS: dict[str, tuple[str, str]] = {
     "extra_deny_syscalls": ("extra_deny_syscalls", "names"),
     "name": ("name", "hostname"),
     "workdir": ("workdir", "path"),
+    "fs_storage": ("fs_storage", "path"),
     "on_exit": ("on_exit", "branch"),
     "on_error": ("on_error", "branch"),
     "chroot": ("chroot", "path"),
@@ -150,6 +151,14 @@ class PolicyOptions(TypedDict, total=False):
     the run's own (a tmpfs, sized max_disk), listed as the result's ``changes``,
     then committed or discarded (on_exit, on_error); relative: as fs_readable
     (default: none).
+    """
+    fs_storage: StrPath | None
+    """With workdir: a directory where each run's copy-on-write layer is kept on disk
+    instead of in a tmpfs, as ``layer-<16 hex digits>/upper`` (the run's changes, in
+    overlayfs's upper-layer format) and ``layer-…/work``; removed when the run's
+    changes are committed or aborted, left there when they are kept past the
+    sandbox's close; not with max_disk (its quota is the tmpfs's size); relative: as
+    fs_readable (default: none (a tmpfs per run)).
     """
     on_exit: str | None
     """With workdir: what becomes of a successful run's changes: ``"commit"`` (applied
