@@ -418,6 +418,45 @@ type committer struct {
 	res  *CommitResult
 }
 
+// meta gives dst (an fd of the committed file or directory) what the run gave
+// its copy besides data, mode and times: its user.* extended attributes (not
+// the overlay's own, user.overlay.*), and, when the engine runs as root, its
+// owner (the run's uid and gid as the host sees them; otherwise every
+// committed file is the engine's user's). Mode bits beyond 0777 (0o1777 for a
+// directory) are never committed.
+func (c *committer) meta(src, dst int, st *unix.Stat_t) error {
+	if os.Geteuid() == 0 {
+		if err := unix.Fchown(dst, int(st.Uid), int(st.Gid)); err != nil {
+			return err
+		}
+	}
+	sz, err := unix.Flistxattr(src, nil)
+	if err != nil || sz == 0 {
+		return nil // a filesystem without xattrs: nothing to carry
+	}
+	buf := make([]byte, sz)
+	if sz, err = unix.Flistxattr(src, buf); err != nil {
+		return nil
+	}
+	for _, name := range strings.Split(strings.TrimRight(string(buf[:sz]), "\x00"), "\x00") {
+		if !strings.HasPrefix(name, "user.") || strings.HasPrefix(name, c.l.xattr) || strings.HasPrefix(name, "user.overlay.") {
+			continue
+		}
+		n, err := unix.Fgetxattr(src, name, nil)
+		if err != nil {
+			continue
+		}
+		val := make([]byte, n)
+		if n, err = unix.Fgetxattr(src, name, val); err != nil {
+			continue
+		}
+		if err := unix.Fsetxattr(dst, name, val[:n], 0); err != nil {
+			return fmt.Errorf("xattr %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
 func (c *committer) applied(kind, rel string) {
 	c.res.Applied = append(c.res.Applied, Change{kind, rel})
 }
@@ -543,18 +582,31 @@ func (c *committer) subdir(up, dst int, name, r string, st *unix.Stat_t, kind st
 		return fmt.Errorf("commit: entering %q: %w", r, err)
 	}
 	defer unix.Close(sub)
-	if changed {
-		if err := unix.Fchmod(sub, st.Mode&0o1777); err != nil {
-			return fmt.Errorf("commit: %q: %w", r, err)
-		}
-		c.applied(kind, r)
-	}
 	usub, err := unix.Openat(up, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("commit: the upper layer's %q: %w", r, err)
 	}
 	defer unix.Close(usub)
-	return c.dir(usub, sub, r)
+	if changed {
+		if err := c.meta(usub, sub, st); err != nil {
+			return fmt.Errorf("commit: %q: %w", r, err)
+		}
+		if err := unix.Fchmod(sub, st.Mode&0o1777); err != nil {
+			return fmt.Errorf("commit: %q: %w", r, err)
+		}
+		c.applied(kind, r)
+	}
+	if err := c.dir(usub, sub, r); err != nil {
+		return err
+	}
+	if changed {
+		// the run's times, once what it put beneath is in
+		ts := []unix.Timespec{st.Atim, st.Mtim}
+		if err := unix.UtimesNanoAt(sub, "", ts, 0); err != nil {
+			unix.UtimesNanoAt(dst, name, ts, unix.AT_SYMLINK_NOFOLLOW)
+		}
+	}
+	return nil
 }
 
 // file puts the upper entry name (a regular file, symlink or fifo) at name in
@@ -576,6 +628,9 @@ func (c *committer) file(up, dst int, name string, st *unix.Stat_t) error {
 		}
 		out := os.NewFile(uintptr(fd), tmp)
 		err = copySparse(out, in, st.Size)
+		if err == nil {
+			err = c.meta(src, fd, st)
+		}
 		if err == nil {
 			err = out.Chmod(os.FileMode(perm))
 		}
