@@ -125,3 +125,24 @@ func TestNamedProfiles(t *testing.T) {
 		t.Error("a name with a '/' was accepted")
 	}
 }
+
+// A chroot's mounts in a profile: tables of the path inside to the host path;
+// the read-only form is a table of its own (fs_mount_ro).
+func TestChrootProfile(t *testing.T) {
+	p, err := Parse("chroot.toml", []byte(`[filesystem]
+chroot = "/opt/rootfs"
+fs_mount = { "/work" = "/tmp/sandbox-1/work" }
+fs_mount_ro = { "/usr" = "/usr" }
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"chroot": "/opt/rootfs", "fs_mount": map[string]any{"/work": "/tmp/sandbox-1/work"},
+		"fs_mount_ro": map[string]any{"/usr": "/usr"}}
+	if !reflect.DeepEqual(p.Policy, want) {
+		t.Errorf("policy:\n got %#v\nwant %#v", p.Policy, want)
+	}
+	if _, err := Parse("bad.toml", []byte("[filesystem]\nfs_mount = [\"/work\"]\n")); err == nil || !strings.Contains(err.Error(), "fs_mount") {
+		t.Errorf("a list for fs_mount: %v", err)
+	}
+}
