@@ -72,7 +72,9 @@ def main() -> None:
         for sb in sbs.values():
             sb.close()
     for k in sbs:
-        print(f"{k:10} run /bin/true {statistics.median(runs[k]) * 1e3:7.2f} ms   build + first run {statistics.median(builds[k]) * 1e3:7.2f} ms")
+        print(
+            f"{k:10} run /bin/true {statistics.median(runs[k]) * 1e3:7.2f} ms   build + first run {statistics.median(builds[k]) * 1e3:7.2f} ms"
+        )
     print(f"load average {os.getloadavg()[0]:.1f}")
 
 

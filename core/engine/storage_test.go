@@ -70,7 +70,9 @@ func TestFSStorageHoldsTheLayerOnDisk(t *testing.T) {
 		t.Fatalf("not committed: %q", b)
 	}
 	// kept past the sandbox's close: it stays on disk
-	res = shRun(sb, `cd "$W" && echo later > later`, false)
+	if res = shRun(sb, `cd "$W" && echo later > later`, false); res.Branch != "kept" {
+		t.Fatalf("%+v %q", res.Error, res.Branch)
+	}
 	sb.Close()
 	if l := layers(t, storage); len(l) != 1 {
 		t.Fatalf("a kept layer did not persist past close: %v", l)

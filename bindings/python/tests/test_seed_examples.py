@@ -303,7 +303,9 @@ def test_fs_mount_ro_is_read_only(rootfs: Path, world_tmp: Path) -> None:
     data = world_tmp / "data"
     data.mkdir()
     (data / "f").write_text("orig")
-    sb = Sandbox(chroot=str(rootfs), fs_mount_ro={"/usr": "/usr", "/work": str(data)}, fs_writable=["/work"], fs_readable=["/"])
+    sb = Sandbox(
+        chroot=str(rootfs), fs_mount_ro={"/usr": "/usr", "/work": str(data)}, fs_writable=["/work"], fs_readable=["/"]
+    )
     result = sb.run(["/bin/sh", "-c", "cat /work/f; echo x > /work/f"])
     assert result.stdout == b"orig" and b"Read-only file system" in result.stderr and result.exit_code != 0
     assert (data / "f").read_text() == "orig"
