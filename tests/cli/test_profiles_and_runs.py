@@ -103,13 +103,10 @@ def test_bad_profile_names_file_line_and_key_of_every_problem(tmp_path, xdg):
 def test_unsupported_field_in_the_policys_words(tmp_path):
     """A profile refuses a field sandtrap lacks with the message the engine gives every binding."""
     f = tmp_path / "u.toml"
-    f.write_text('[filesystem]\nchroot = "/opt/rootfs"\n')
+    f.write_text('[limits]\nnum_cpus = 2\n')
     p = sandtrap("run", "--profile-file", str(f), "--", "/bin/true")
     assert p.returncode == 125
-    assert (
-        f"{f}:2: filesystem.chroot: not supported by sandtrap yet: sandtrap does not chroot; "
-        "grant paths with fs_readable and fs_writable"
-    ) in p.stderr.decode()
+    assert (f"{f}:2: limits.num_cpus: not supported by sandtrap yet: CPU counts are not supported; use max_cpu") in p.stderr.decode()
 
 
 def test_invalid_toml_names_the_line(tmp_path):
