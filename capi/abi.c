@@ -150,6 +150,14 @@ int st_builder_env(sandtrap_sandbox_builder *b, const char *key, const char *nam
 	return stgo_builder_env(b->h, (char *)key, (char *)name, (char *)value);
 }
 
+int st_builder_mount(sandtrap_sandbox_builder *b, const char *key, const char *inside, const char *host)
+{
+	GUARD(SANDTRAP_E_FORKED_CHILD);
+	if (!b || !inside || !host)
+		return SANDTRAP_E_INVALID_ARGUMENT;
+	return stgo_builder_mount(b->h, (char *)key, (char *)inside, (char *)host);
+}
+
 int st_builder_ids(sandtrap_sandbox_builder *b, uint32_t uid, uint32_t gid)
 {
 	int rc;

@@ -18,6 +18,7 @@ int st_builder_u64(sandtrap_sandbox_builder *b, const char *key, uint64_t v);
 int st_builder_bool(sandtrap_sandbox_builder *b, const char *key, int v);
 int st_builder_ms(sandtrap_sandbox_builder *b, const char *key, uint64_t ms);
 int st_builder_env(sandtrap_sandbox_builder *b, const char *key, const char *name, const char *value);
+int st_builder_mount(sandtrap_sandbox_builder *b, const char *key, const char *inside, const char *host);
 int st_builder_ids(sandtrap_sandbox_builder *b, uint32_t uid, uint32_t gid);
 
 #endif

@@ -133,6 +133,11 @@ int sandtrap_sandbox_builder_workdir(sandtrap_sandbox_builder *b, const char *pa
 	return st_builder_string(b, "workdir", path);
 }
 
+int sandtrap_sandbox_builder_fs_storage(sandtrap_sandbox_builder *b, const char *path)
+{
+	return st_builder_string(b, "fs_storage", path);
+}
+
 int sandtrap_sandbox_builder_on_exit(sandtrap_sandbox_builder *b, const char *action)
 {
 	return st_builder_string(b, "on_exit", action);
@@ -141,6 +146,21 @@ int sandtrap_sandbox_builder_on_exit(sandtrap_sandbox_builder *b, const char *ac
 int sandtrap_sandbox_builder_on_error(sandtrap_sandbox_builder *b, const char *action)
 {
 	return st_builder_string(b, "on_error", action);
+}
+
+int sandtrap_sandbox_builder_chroot(sandtrap_sandbox_builder *b, const char *path)
+{
+	return st_builder_string(b, "chroot", path);
+}
+
+int sandtrap_sandbox_builder_fs_mount(sandtrap_sandbox_builder *b, const char *inside, const char *host)
+{
+	return st_builder_mount(b, "fs_mount", inside, host);
+}
+
+int sandtrap_sandbox_builder_fs_mount_ro(sandtrap_sandbox_builder *b, const char *inside, const char *host)
+{
+	return st_builder_mount(b, "fs_mount_ro", inside, host);
 }
 
 int sandtrap_sandbox_builder_no_randomize_memory(sandtrap_sandbox_builder *b, int on)

@@ -260,6 +260,24 @@ func stgo_builder_env(h C.uintptr_t, key, name, val *C.char) C.int {
 	return stOK
 }
 
+//export stgo_builder_mount
+func stgo_builder_mount(h C.uintptr_t, key, inside, host *C.char) C.int {
+	b, ok := getBuilder(h)
+	if !ok {
+		return stInvalidArg
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	k := C.GoString(key)
+	m, _ := b.m[k].(map[string]any)
+	if m == nil {
+		m = map[string]any{}
+		b.m[k] = m
+	}
+	m[C.GoString(inside)] = C.GoString(host)
+	return stOK
+}
+
 func newSandbox(m map[string]any, out *C.uintptr_t, errp **C.struct_sandtrap_error) C.int {
 	sb, err := engine.NewFromMap(m)
 	if err != nil {

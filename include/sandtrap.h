@@ -213,10 +213,28 @@ int sandtrap_sandbox_builder_name(sandtrap_sandbox_builder *b, const char *hostn
  * of the run's own (a tmpfs, sized max_disk), listed as the result's changes,
  * then committed or discarded (on_exit, on_error); relative: as fs_readable. */
 int sandtrap_sandbox_builder_workdir(sandtrap_sandbox_builder *b, const char *path);
+/* With workdir: a directory where each run's copy-on-write layer is kept on
+ * disk instead of in a tmpfs, as layer-<16 hex digits>/upper (the run's
+ * changes, in overlayfs's upper-layer format) and layer-…/work; removed when
+ * the run's changes are committed or aborted, left there when they are kept
+ * past the sandbox's close; not with max_disk (its quota is the tmpfs's size);
+ * relative: as fs_readable. */
+int sandtrap_sandbox_builder_fs_storage(sandtrap_sandbox_builder *b, const char *path);
 /* With workdir: "commit", "abort" or "keep" for a successful run's changes. */
 int sandtrap_sandbox_builder_on_exit(sandtrap_sandbox_builder *b, const char *action);
 /* With workdir: "commit", "abort" or "keep" for a failed run's changes. */
 int sandtrap_sandbox_builder_on_error(sandtrap_sandbox_builder *b, const char *action);
+/* A directory of the host that is the run's root (with its own mounts:
+ * fs_mount, a minimal /dev, the run's /proc); every other path of the policy
+ * (fs_readable, fs_writable, fs_denied, cwd) is then a path inside it;
+ * relative: as fs_readable. */
+int sandtrap_sandbox_builder_chroot(sandtrap_sandbox_builder *b, const char *path);
+/* With chroot: mounts the host path at a path inside the chroot, readable and
+ * writable (a grant). */
+int sandtrap_sandbox_builder_fs_mount(sandtrap_sandbox_builder *b, const char *inside, const char *host);
+/* With chroot: mounts the host path at a path inside the chroot, read-only
+ * (EROFS). */
+int sandtrap_sandbox_builder_fs_mount_ro(sandtrap_sandbox_builder *b, const char *inside, const char *host);
 /* No address-space layout randomization in the run
  * (personality(ADDR_NO_RANDOMIZE), set by the engine for every process of it;
  * the program may clear it, not set others). */

@@ -61,10 +61,18 @@ export interface SandboxOptions {
   name?: string;
   /** A directory seen copy-on-write: each run's writes under it land in a layer of the run's own (a tmpfs, sized maxDisk), listed as the result's `changes`, then committed or discarded (onExit, onError); relative: as fsReadable (default: none). */
   workdir?: string;
+  /** With workdir: a directory where each run's copy-on-write layer is kept on disk instead of in a tmpfs, as `layer-<16 hex digits>/upper` (the run's changes, in overlayfs's upper-layer format) and `layer-…/work`; removed when the run's changes are committed or aborted, left there when they are kept past the sandbox's close; not with maxDisk (its quota is the tmpfs's size); relative: as fsReadable (default: none (a tmpfs per run)). */
+  fsStorage?: string;
   /** With workdir: what becomes of a successful run's changes: `"commit"` (applied to the workdir, file by file), `"abort"` (discarded) or `"keep"` (held for the `commit`/`abort` ops) (default: "commit"). */
   onExit?: BranchAction;
   /** With workdir: the same for a run that failed (non-zero exit, signal, timeout, any error) (default: "abort"). */
   onError?: BranchAction;
+  /** A directory of the host that is the run's root (with its own mounts: fsMount, a minimal /dev, the run's /proc); every other path of the policy (fsReadable, fsWritable, fsDenied, cwd) is then a path inside it; relative: as fsReadable (default: none). */
+  chroot?: string;
+  /** With chroot: host directories (or files) mounted at paths of the chroot, readable and writable (a mount is a grant), as a map of the path inside to the host path; the mount point must exist in the chroot (default: {}). */
+  fsMount?: Record<string, string>;
+  /** With chroot: the same, read-only: the mount itself is read-only (writes fail with EROFS whatever fsWritable says) (default: {}). */
+  fsMountRo?: Record<string, string>;
   /** No address-space layout randomization in the run (`personality(ADDR_NO_RANDOMIZE)`, set by the engine for every process of it; the program may clear it, not set others) (default: false). */
   noRandomizeMemory?: boolean;
   /** `getrandom`, reads of `/dev/urandom` and `/dev/random`, and each exec'd program's `AT_RANDOM` bytes come from an AES-256-CTR stream keyed by this integer (0 to 2^62): one stream per process, named by its pid in the run's pid namespace (see docs/security.md, "Determinism") (default: none). */
@@ -167,10 +175,18 @@ export interface SandboxFields {
   readonly name: Exclude<SandboxOptions['name'], undefined> | null;
   /** (default: none) */
   readonly workdir: Exclude<SandboxOptions['workdir'], undefined> | null;
+  /** (default: none (a tmpfs per run)) */
+  readonly fsStorage: Exclude<SandboxOptions['fsStorage'], undefined> | null;
   /** (default: "commit") */
   readonly onExit: Exclude<SandboxOptions['onExit'], undefined>;
   /** (default: "abort") */
   readonly onError: Exclude<SandboxOptions['onError'], undefined>;
+  /** (default: none) */
+  readonly chroot: Exclude<SandboxOptions['chroot'], undefined> | null;
+  /** (default: {}) */
+  readonly fsMount: Exclude<SandboxOptions['fsMount'], undefined>;
+  /** (default: {}) */
+  readonly fsMountRo: Exclude<SandboxOptions['fsMountRo'], undefined>;
   /** (default: false) */
   readonly noRandomizeMemory: Exclude<SandboxOptions['noRandomizeMemory'], undefined>;
   /** (default: none) */

@@ -59,6 +59,8 @@ func addPolicyFlags(fs *pflag.FlagSet) {
 			fs.Lookup(name).NoOptDefVal = "true"
 		case policy.KindEnv:
 			fs.StringArrayP(name, short, nil, usage+": NAME=VALUE, or NAME to pass this shell's value (repeatable)")
+		case policy.KindMounts:
+			fs.StringArrayP(name, short, nil, usage+": INSIDE=HOST (repeatable; a relative host path is made absolute)")
 		case policy.KindPath, policy.KindHost, policy.KindBranch:
 			fs.StringP(name, short, "", usage)
 		case policy.KindTime:
@@ -138,6 +140,22 @@ func flagPolicy(fs *pflag.FlagSet) (map[string]any, error) {
 				env[k] = val
 			}
 			out[f.Key] = env
+		case policy.KindMounts:
+			vals, _ := fs.GetStringArray(name)
+			m := map[string]any{}
+			for _, v := range vals {
+				in, host, ok := strings.Cut(v, "=")
+				if !ok {
+					return nil, fail(ExitSandbox, "--%s %s: give INSIDE=HOST", name, v)
+				}
+				if host != "" && !filepath.IsAbs(host) {
+					if abs, err := filepath.Abs(host); err == nil {
+						host = abs
+					}
+				}
+				m[in] = host
+			}
+			out[f.Key] = m
 		case policy.KindPath:
 			v, _ := fs.GetString(name)
 			if v != "" && !filepath.IsAbs(v) {

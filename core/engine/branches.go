@@ -39,7 +39,7 @@ func (s *Sandbox) dropBranches() {
 	delete(branches, s)
 	branchMu.Unlock()
 	for _, l := range m {
-		l.Abort()
+		l.Release() // a layer on disk (fs_storage) stays there
 	}
 }
 
@@ -67,6 +67,7 @@ func (s *Sandbox) Commit(id uint64) (*CommitResult, error) {
 		return nil, invalidRequest("branch_id", "no kept branch %d in this sandbox (committed, aborted, or never kept)", id)
 	}
 	cr, err := l.Commit(runs.Writable(s.Policy))
+	l.Abort() // the branch is gone: its layer too (on disk: its directory)
 	out := &CommitResult{Committed: []runs.Change{}, CommitRefused: []runs.Change{}}
 	if cr != nil {
 		out.Committed, out.CommitRefused = cr.Applied, cr.Refused

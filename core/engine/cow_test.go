@@ -447,3 +447,62 @@ func TestCOWNextRunSeesTheCommit(t *testing.T) {
 		}
 	}
 }
+
+// A commit carries what the run gave its files and directories besides their
+// data: user.* xattrs (never the overlay's own), mode,
+// mtime, and — the engine running as root — the owner (the run's uid as the
+// host sees it: 65534 here, when root; the engine's user otherwise).
+func TestCommitCarriesMetadata(t *testing.T) {
+	wd := cowTree(t)
+	os.Chmod(wd, 0o777)
+	os.Chmod(filepath.Dir(wd), 0o755)
+	extra := map[string]any{"env": map[string]any{"W": wd}}
+	wantUID := uint32(os.Geteuid())
+	if wantUID == 0 {
+		extra["uid"], extra["gid"], wantUID = int64(65534), int64(65534), 65534
+	}
+	sb := mustSandbox(t, cowPolicy(wd, extra))
+	res := sb.Run(&RunRequest{Argv: []string{"/usr/bin/python3", "-c", `
+import os
+w = os.environ["W"]
+with open(w + "/meta", "w") as f:
+    f.write("m")
+    os.setxattr(f.fileno(), "user.origin", b"sandbox")
+    os.chmod(f.fileno(), 0o751)  # (path chmod and set-id bits are refused in a run)
+    f.flush()
+    os.utime(f.fileno(), (1000000000, 1000000000))
+os.mkdir(w + "/mdir", 0o750)
+open(w + "/mdir/in", "w").write("i")
+fd = os.open(w + "/mdir", os.O_RDONLY)
+os.setxattr(fd, "user.dir", b"d")
+os.utime(fd, (1100000000, 1100000000))
+os.close(fd)
+`}, StdinFD: -1, StdoutFD: -1})
+	if !res.Success || res.Branch != "committed" {
+		t.Fatalf("%+v %q %s", res.Error, res.Branch, res.Stderr)
+	}
+	for _, c := range []struct {
+		name, xattr, val string
+		mode             os.FileMode
+		mtime            int64
+	}{{"meta", "user.origin", "sandbox", 0o751, 1000000000}, {"mdir", "user.dir", "d", 0o750 | os.ModeDir, 1100000000}} {
+		p := filepath.Join(wd, c.name)
+		st, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode() != c.mode || st.ModTime().Unix() != c.mtime {
+			t.Errorf("%s: mode %v mtime %d, want %v %d", c.name, st.Mode(), st.ModTime().Unix(), c.mode, c.mtime)
+		}
+		if uid := st.Sys().(*syscall.Stat_t).Uid; uid != wantUID {
+			t.Errorf("%s: owner %d, want %d", c.name, uid, wantUID)
+		}
+		buf := make([]byte, 64)
+		if n, err := syscall.Getxattr(p, c.xattr, buf); err != nil || string(buf[:n]) != c.val {
+			t.Errorf("%s: %s = %q %v", c.name, c.xattr, buf[:max(n, 0)], err)
+		}
+		if n, _ := syscall.Listxattr(p, buf); strings.Contains(string(buf[:max(n, 0)]), "overlay") {
+			t.Errorf("%s: the overlay's own xattrs were committed: %q", c.name, buf[:n])
+		}
+	}
+}

@@ -25,7 +25,9 @@ import (
 	"io"
 	"os"
 	"path"
+	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -46,6 +48,7 @@ type Layer struct {
 	xattr   string // the overlay's xattr prefix: "user.overlay." or "trusted.overlay."
 	changes []Change
 	listed  bool
+	dir     string // on disk (fs_storage): the layer's directory, layer-<hex>; "": a tmpfs
 }
 
 // NewLayer takes ownership of upper, a directory fd of the run's upper layer.
@@ -60,7 +63,36 @@ func NewLayer(upper int, workdir string, userXattr bool) *Layer {
 // Workdir is the directory the layer is over.
 func (l *Layer) Workdir() string { return l.workdir }
 
-// Abort drops the layer (its tmpfs goes with its last descriptor).
+// OnDisk tells the layer it lies in storage (fs_storage) rather than in a
+// tmpfs: its directory (storage/layer-<hex> whose upper/ is the layer's
+// descriptor's inode) is removed when it is dropped. A layer that is not
+// found there is left alone.
+func (l *Layer) OnDisk(storage string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var st unix.Stat_t
+	if l.upper < 0 || unix.Fstat(l.upper, &st) != nil {
+		return
+	}
+	ents, _ := os.ReadDir(storage)
+	for _, e := range ents {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), "layer-") {
+			continue
+		}
+		var u unix.Stat_t
+		dir := filepath.Join(storage, e.Name())
+		if unix.Lstat(filepath.Join(dir, "upper"), &u) == nil && u.Dev == st.Dev && u.Ino == st.Ino {
+			l.dir = dir
+			return
+		}
+	}
+}
+
+// Dir is the layer's directory on disk ("": a tmpfs).
+func (l *Layer) Dir() string { return l.dir }
+
+// Abort drops the layer: its tmpfs goes with its last descriptor; on disk, its
+// directory is removed.
 func (l *Layer) Abort() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -68,6 +100,36 @@ func (l *Layer) Abort() {
 		unix.Close(l.upper)
 		l.upper = -1
 	}
+	if l.dir != "" {
+		removeLayer(l.dir)
+		l.dir = ""
+	}
+}
+
+// Release lets go of the layer without removing it: a tmpfs's goes, a layer
+// on disk stays (a kept branch when its sandbox closes).
+func (l *Layer) Release() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.upper >= 0 {
+		unix.Close(l.upper)
+		l.upper = -1
+	}
+}
+
+// removeLayer removes a layer's directory: overlayfs leaves directories
+// without permissions in work/ (and a run may make them in upper/).
+func removeLayer(dir string) {
+	if os.RemoveAll(dir) == nil {
+		return
+	}
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if d != nil && d.IsDir() && d.Type()&os.ModeSymlink == 0 {
+			os.Chmod(p, 0o700)
+		}
+		return nil
+	})
+	os.RemoveAll(dir)
 }
 
 // ErrDropped is the error of a layer already committed or aborted.
@@ -356,6 +418,45 @@ type committer struct {
 	res  *CommitResult
 }
 
+// meta gives dst (an fd of the committed file or directory) what the run gave
+// its copy besides data, mode and times: its user.* extended attributes (not
+// the overlay's own, user.overlay.*), and, when the engine runs as root, its
+// owner (the run's uid and gid as the host sees them; otherwise every
+// committed file is the engine's user's). Mode bits beyond 0777 (0o1777 for a
+// directory) are never committed.
+func (c *committer) meta(src, dst int, st *unix.Stat_t) error {
+	if os.Geteuid() == 0 {
+		if err := unix.Fchown(dst, int(st.Uid), int(st.Gid)); err != nil {
+			return err
+		}
+	}
+	sz, err := unix.Flistxattr(src, nil)
+	if err != nil || sz == 0 {
+		return nil // a filesystem without xattrs: nothing to carry
+	}
+	buf := make([]byte, sz)
+	if sz, err = unix.Flistxattr(src, buf); err != nil {
+		return nil
+	}
+	for _, name := range strings.Split(strings.TrimRight(string(buf[:sz]), "\x00"), "\x00") {
+		if !strings.HasPrefix(name, "user.") || strings.HasPrefix(name, c.l.xattr) || strings.HasPrefix(name, "user.overlay.") {
+			continue
+		}
+		n, err := unix.Fgetxattr(src, name, nil)
+		if err != nil {
+			continue
+		}
+		val := make([]byte, n)
+		if n, err = unix.Fgetxattr(src, name, val); err != nil {
+			continue
+		}
+		if err := unix.Fsetxattr(dst, name, val[:n], 0); err != nil {
+			return fmt.Errorf("xattr %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
 func (c *committer) applied(kind, rel string) {
 	c.res.Applied = append(c.res.Applied, Change{kind, rel})
 }
@@ -481,18 +582,31 @@ func (c *committer) subdir(up, dst int, name, r string, st *unix.Stat_t, kind st
 		return fmt.Errorf("commit: entering %q: %w", r, err)
 	}
 	defer unix.Close(sub)
-	if changed {
-		if err := unix.Fchmod(sub, st.Mode&0o1777); err != nil {
-			return fmt.Errorf("commit: %q: %w", r, err)
-		}
-		c.applied(kind, r)
-	}
 	usub, err := unix.Openat(up, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("commit: the upper layer's %q: %w", r, err)
 	}
 	defer unix.Close(usub)
-	return c.dir(usub, sub, r)
+	if changed {
+		if err := c.meta(usub, sub, st); err != nil {
+			return fmt.Errorf("commit: %q: %w", r, err)
+		}
+		if err := unix.Fchmod(sub, st.Mode&0o1777); err != nil {
+			return fmt.Errorf("commit: %q: %w", r, err)
+		}
+		c.applied(kind, r)
+	}
+	if err := c.dir(usub, sub, r); err != nil {
+		return err
+	}
+	if changed {
+		// the run's times, once what it put beneath is in
+		ts := []unix.Timespec{st.Atim, st.Mtim}
+		if err := unix.UtimesNanoAt(sub, "", ts, 0); err != nil {
+			unix.UtimesNanoAt(dst, name, ts, unix.AT_SYMLINK_NOFOLLOW)
+		}
+	}
+	return nil
 }
 
 // file puts the upper entry name (a regular file, symlink or fifo) at name in
@@ -514,6 +628,9 @@ func (c *committer) file(up, dst int, name string, st *unix.Stat_t) error {
 		}
 		out := os.NewFile(uintptr(fd), tmp)
 		err = copySparse(out, in, st.Size)
+		if err == nil {
+			err = c.meta(src, fd, st)
+		}
 		if err == nil {
 			err = out.Chmod(os.FileMode(perm))
 		}

@@ -41,7 +41,10 @@ const (
 	Clone                   // a detached copy of the tree at Path into Slot
 	SetAttr                 // mount attributes of Slot (or of Path when Slot < 0)
 	Move                    // attach Slot at Path
-	Tmpfs                   // an empty tmpfs with Set over Path
+	Tmpfs                   // an empty tmpfs with Set over Path (Mode: its root's; 0: 0555)
+	File                    // an empty file at Path (Mode): a mount point
+	Symlink                 // a symlink at Path to Target
+	Pivot                   // Path (a mount point) becomes /; the old root is detached
 )
 
 // Op is one mount operation.
@@ -54,12 +57,15 @@ type Op struct {
 	// Dev, Ino: a Clone of this very file (not a symlink, nor another file put in
 	// its place); 0: whatever Path names
 	Dev, Ino uint64
+	Mode      uint32
+	Target    string
 }
 
 // Spec is what the view must give.
 type Spec struct {
 	Readable, Writable []string // resolved absolute paths
 	Devices            []string // device nodes to keep usable
+	Chroot             *Chroot  // nil: the host's root
 	Overlays           []Overlay
 }
 
@@ -86,6 +92,7 @@ type Plan struct {
 	Ops     []Op
 	ProcOwn bool // every run mounts a proc of its own pid namespace on /proc (read-only)
 	Mounts  []Mount
+	Root    string // the chroot (host path) that is / of the sandbox; "": the host's
 }
 
 const (
@@ -225,6 +232,10 @@ func Build(s Spec) (*Plan, error) {
 			Op{Kind: SetAttr, Slot: n, Set: sealed},
 			Op{Kind: Move, Path: o.Path, Slot: n})
 		pl.Mounts = append(pl.Mounts, Mount{o.Path, "overlay"})
+	}
+	if s.Chroot != nil {
+		s.Chroot.ops(pl)
+		return pl, nil
 	}
 	if pl.ProcOwn {
 		pl.Mounts = append(pl.Mounts, Mount{"/proc", "own"})

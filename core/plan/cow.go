@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/sandtrap/sandtrap/core/fsview"
 	"github.com/sandtrap/sandtrap/core/policy"
 	"github.com/sandtrap/sandtrap/core/protocol"
 	"github.com/sandtrap/sandtrap/core/spawn"
@@ -83,8 +84,12 @@ func (c *compiler) cowZygote(zs *spawn.ZygoteSpec) {
 // checks it: an existing directory, not /, not kernel state.
 func checkWorkdir(p *policy.Policy, probs *policy.Problems) {
 	if p.Workdir == "" {
+		if p.FSStorage != "" {
+			probs.Add("fs_storage", "it holds the copy-on-write layers of a workdir: give workdir")
+		}
 		return // on_exit and on_error mean nothing then (the seed's constructor passes its defaults)
 	}
+	defer checkStorage(p, probs)
 	real, err := filepath.EvalSymlinks(p.Workdir)
 	if err != nil {
 		probs.Add("workdir", "%s: %v", p.Workdir, unwrapPathErr(err))
@@ -109,6 +114,35 @@ func checkWorkdir(p *policy.Policy, probs *policy.Problems) {
 		}
 	}
 	p.Workdir = real
+}
+
+// checkStorage checks fs_storage (after the workdir): an existing directory,
+// resolved through its symlinks, on a writable mount, neither inside the
+// workdir (an upper layer inside its own lower one) nor holding it; not with
+// max_disk, whose quota is the size of a run's tmpfs.
+func checkStorage(p *policy.Policy, probs *policy.Problems) {
+	if p.FSStorage == "" {
+		return
+	}
+	real, err := filepath.EvalSymlinks(p.FSStorage)
+	if err != nil {
+		probs.Add("fs_storage", "%s: %v", p.FSStorage, unwrapPathErr(err))
+		return
+	}
+	st, err := os.Stat(real)
+	switch {
+	case err != nil:
+		probs.Add("fs_storage", "%s: %v", real, unwrapPathErr(err))
+	case !st.IsDir():
+		probs.Add("fs_storage", "%s is not a directory", real)
+	case policy.Within(real, p.Workdir) || policy.Within(p.Workdir, real):
+		probs.Add("fs_storage", "%s holds or is inside the workdir %s: the layers must lie beside it", real, p.Workdir)
+	case fsview.ReadOnlyMount(real):
+		probs.Add("fs_storage", "%s is on a read-only mount", real)
+	case p.MaxDisk > 0:
+		probs.Add("fs_storage", "not with max_disk: its quota is the size of each run's layer in a tmpfs, and a layer on disk has none")
+	}
+	p.FSStorage = real
 }
 
 // TmpfsQuota: max_disk is the size of the workdir's copy-on-write layer, a tmpfs.

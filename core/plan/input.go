@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -40,9 +41,10 @@ type Input struct {
 // problem is reported at once), resolves its paths and host names and plans its
 // view and network rules. The cgroup is the caller's to make (Group, GroupErr).
 func Prepare(p *policy.Policy, f kernel.Features, probs policy.Problems) (*Input, error) {
+	chroot := resolveChroot(p, &probs) // chroot.go: the paths inside it made host paths
 	resolvePaths(p, &probs)
 	checkWorkdir(p, &probs)
-	if p.Cwd != "" {
+	if p.Cwd != "" && chroot == nil && p.Chroot == "" {
 		if st, err := os.Stat(p.Cwd); err != nil {
 			probs.Add("cwd", "%s: %v", p.Cwd, unwrapPathErr(err))
 		} else if !st.IsDir() {
@@ -70,10 +72,34 @@ func Prepare(p *policy.Policy, f kernel.Features, probs policy.Problems) (*Input
 	if gpu != nil {
 		devices = append(devices, gpu.granted...) // the view's dev mounts; Landlock: LLSpec.GPU
 	}
+	if p.Chroot != "" {
+		// what lays files or nodes over the host's tree is not carried into a chroot yet
+		for _, c := range []struct {
+			field string
+			set   bool
+		}{{"http_inject_ca", len(p.HTTPInjectCA) > 0}, {"num_cpus", p.NumCPUs > 0}, {"gpu_devices", p.GPUDevices != nil}} {
+			if c.set {
+				probs.Add(c.field, "not supported with chroot yet (it lays files over the host's tree, which a chroot does not show)")
+			}
+		}
+	}
+	if chroot != nil {
+		for _, d := range chroot.Dev {
+			if !slices.Contains(devices, "/dev/"+d) {
+				devices = append(devices, "/dev/"+d)
+			}
+		}
+	}
 	var view *fsview.Plan
 	if err := probs.Err(); err == nil {
 		var verr error
-		if view, verr = fsview.Build(fsview.Spec{Readable: p.FSReadable, Writable: p.FSWritable, Devices: devices, Overlays: np.Overlays()}); verr != nil {
+		// fs_storage is writable in the view (pid 1 makes each run's layer
+		// there), never granted by Landlock
+		viewWritable := p.FSWritable
+		if p.FSStorage != "" {
+			viewWritable = append(slices.Clone(p.FSWritable), p.FSStorage)
+		}
+		if view, verr = fsview.Build(fsview.Spec{Readable: p.FSReadable, Writable: viewWritable, Devices: devices, Chroot: chroot, Overlays: np.Overlays()}); verr != nil {
 			probs.Add("", "%v", verr)
 		}
 	}

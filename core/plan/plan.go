@@ -226,6 +226,9 @@ func Compile(in *Input, gen uint64) (*Plan, error) {
 		return fail(err)
 	}
 	c.view()
+	if err := c.chrootView(); err != nil {
+		return fail(err)
+	}
 	if err := c.cowView(); err != nil {
 		return fail(err)
 	}
@@ -588,6 +591,7 @@ func (c *compiler) zygote() error {
 	}
 	if p.Workdir != "" {
 		c.cowZygote(zs)
+		zs.COW.Storage = p.FSStorage
 	}
 	if pl.BPF != nil {
 		zs.BPF = pl.BPF.BPF

@@ -81,6 +81,12 @@ type Policy struct {
 	// defaults, commit and abort).
 	Workdir         string
 	OnExit, OnError string
+	FSStorage       string // with Workdir: where each run's upper layer is made on disk
+	// Chroot, when set, is the host directory that is each run's root; the
+	// other paths of the policy are then paths inside it (core/plan/chroot.go).
+	// FSMount and FSMountRO map paths inside it to host paths (resolved).
+	Chroot             string
+	FSMount, FSMountRO map[string]string
 }
 
 // ExitAction is what becomes of a run's workdir changes: on_exit when it

@@ -583,3 +583,42 @@ func slicesContains(l []string, s string) bool {
 	}
 	return false
 }
+
+// mounts reads a map of mounts of a chroot: absolute paths inside it to host
+// paths (relative host paths resolve like fs_*: CheckPathAt). A value "…:ro" is
+// refused: the read-only form is a field of its own (fs_mount_ro), so that the
+// mapping cannot be misread as a host path ending in ":ro".
+func (r reader) mounts(k string) map[string]string {
+	v, ok := r.get(k)
+	if !ok {
+		return nil
+	}
+	m, isMap := v.(map[string]any)
+	if !isMap {
+		r.probs.Add(k, "want a map of paths inside the chroot to host paths, got %s", typeName(v))
+		return nil
+	}
+	out := map[string]string{}
+	for inside, val := range m {
+		host, isStr := val.(string)
+		switch {
+		case !isStr:
+			r.probs.Add(k, "the value of %q is %s, not a string", inside, typeName(val))
+			continue
+		case strings.HasSuffix(host, ":ro") || strings.HasSuffix(host, ":rw"):
+			r.probs.Add(k, "%q: %q: a mapping takes no mode suffix (the read-only form is a field of its own)", inside, host)
+			continue
+		}
+		in := CheckPath(k, inside, r.probs)
+		h := CheckPathAt(k, host, r.probs)
+		if in == "" || h == "" {
+			continue
+		}
+		if in == "/" {
+			r.probs.Add(k, "/ cannot be mounted over: it is the chroot itself")
+			continue
+		}
+		out[in] = h
+	}
+	return out
+}

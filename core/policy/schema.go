@@ -41,11 +41,12 @@ const (
 	KindGPUs     Kind = "gpus"        // "all", or GPU indices and ranges: 0, "1-2"
 	KindProt     Kind = "protections" // Landlock protections by name (protection.go): "signal_scope"
 	KindDegrade  Kind = "degrade"     // true, false, or a list of protection names
+	KindMounts   Kind = "mounts"      // a map of paths inside a chroot to host paths (relative host paths: as KindPaths)
 )
 
 // Kinds lists every kind, in a stable order.
 var Kinds = []Kind{KindPaths, KindPath, KindTargets, KindPorts, KindBool, KindSize, KindCount,
-	KindSeconds, KindID, KindEnv, KindNames, KindHost, KindHTTP, KindCPUs, KindOptBool, KindBranch, KindHTTPAuth, KindSeed, KindTime, KindGPUs, KindProt, KindDegrade}
+	KindSeconds, KindID, KindEnv, KindNames, KindHost, KindHTTP, KindCPUs, KindOptBool, KindBranch, KindHTTPAuth, KindSeed, KindTime, KindGPUs, KindProt, KindDegrade, KindMounts}
 
 // List reports whether values of the kind are lists (a C setter appends to them).
 func (k Kind) List() bool {
@@ -66,6 +67,7 @@ const (
 	CMillis CKind = "ms"     // uint64_t milliseconds, for a field in seconds
 	CEnv    CKind = "env"    // (const char *name, const char *value)
 	CIDs    CKind = "ids"    // (uint32_t uid, uint32_t gid): sets uid and gid together
+	CMount  CKind = "mount"  // (const char *inside, const char *host): one entry of a map of mounts
 )
 
 // CSetter is one sandtrap_sandbox_builder_<Name> function of include/sandtrap.h.
@@ -195,6 +197,7 @@ var (
 	instant   = kindReader[*float64]{KindTime, reader.instant}
 	gpus      = kindReader[*GPUs]{KindGPUs, reader.gpus}
 	prots     = kindReader[[]string]{KindProt, reader.protections}
+	mounts    = kindReader[map[string]string]{KindMounts, reader.mounts}
 	limit0    = kindReader[int64]{KindCount, reader.limitOrNone}
 )
 
@@ -273,10 +276,18 @@ var Schema = []Field{
 		C: []CSetter{str("name", "hostname", "")}, bind: hostname.into(func(p *Policy) *string { return &p.Name })},
 	{Key: "workdir", Value: none, Section: "filesystem", Default: "none", Doc: "a directory seen copy-on-write: each run's writes under it land in a layer of the run's own (a tmpfs, sized {max_disk}), listed as the result's `changes`, then committed or discarded ({on_exit}, {on_error}); relative: as {fs_readable}",
 		C: []CSetter{str("workdir", "path", "")}, bind: dirPath.into(func(p *Policy) *string { return &p.Workdir })},
+	{Key: "fs_storage", Value: none, Section: "config", Default: "none (a tmpfs per run)", Doc: "with {workdir}: a directory where each run's copy-on-write layer is kept on disk instead of in a tmpfs, as `layer-<16 hex digits>/upper` (the run's changes, in overlayfs's upper-layer format) and `layer-…/work`; removed when the run's changes are committed or aborted, left there when they are kept past the sandbox's close; not with {max_disk} (its quota is the tmpfs's size); relative: as {fs_readable}",
+		C: []CSetter{str("fs_storage", "path", "")}, bind: dirPath.into(func(p *Policy) *string { return &p.FSStorage })},
 	{Key: "on_exit", Value: BranchCommit, Section: "filesystem", Default: "\"commit\"", Doc: "with {workdir}: what becomes of a successful run's changes: `\"commit\"` (applied to the workdir, file by file), `\"abort\"` (discarded) or `\"keep\"` (held for the `commit`/`abort` ops)",
 		C: []CSetter{str("on_exit", "action", "With workdir: \"commit\", \"abort\" or \"keep\" for a successful run's changes.")}, bind: branch.into(func(p *Policy) *string { return &p.OnExit })},
 	{Key: "on_error", Value: BranchAbort, Section: "filesystem", Default: "\"abort\"", Doc: "with {workdir}: the same for a run that failed (non-zero exit, signal, timeout, any error)",
 		C: []CSetter{str("on_error", "action", "With workdir: \"commit\", \"abort\" or \"keep\" for a failed run's changes.")}, bind: branch.into(func(p *Policy) *string { return &p.OnError })},
+	{Key: "chroot", Value: none, Section: "filesystem", Default: "none", Doc: "a directory of the host that is the run's root (with its own mounts: {fs_mount}, a minimal /dev, the run's /proc); every other path of the policy ({fs_readable}, {fs_writable}, {fs_denied}, {cwd}) is then a path inside it; relative: as {fs_readable}",
+		C: []CSetter{str("chroot", "path", "")}, bind: dirPath.into(func(p *Policy) *string { return &p.Chroot })},
+	{Key: "fs_mount", Value: emptyMap, Section: "filesystem", Default: "{}", Doc: "with {chroot}: host directories (or files) mounted at paths of the chroot, readable and writable (a mount is a grant), as a map of the path inside to the host path; the mount point must exist in the chroot",
+		C: []CSetter{{"fs_mount", "const char *inside, const char *host", CMount, "With chroot: mounts the host path at a path inside the chroot, readable and writable (a grant)."}}, bind: mounts.into(func(p *Policy) *map[string]string { return &p.FSMount })},
+	{Key: "fs_mount_ro", Value: emptyMap, Section: "filesystem", Default: "{}", Doc: "with {chroot}: the same, read-only: the mount itself is read-only (writes fail with EROFS whatever {fs_writable} says)",
+		C: []CSetter{{"fs_mount_ro", "const char *inside, const char *host", CMount, "With chroot: mounts the host path at a path inside the chroot, read-only (EROFS)."}}, bind: mounts.into(func(p *Policy) *map[string]string { return &p.FSMountRO })},
 	{Key: "no_randomize_memory", Value: false, Section: "determinism", Default: "false", Doc: "no address-space layout randomization in the run (`personality(ADDR_NO_RANDOMIZE)`, set by the engine for every process of it; the program may clear it, not set others)",
 		C: []CSetter{{"no_randomize_memory", "int on", CBool, ""}}, bind: boolean.into(func(p *Policy) *bool { return &p.NoRandomizeMemory })},
 	{Key: "random_seed", Value: none, Section: "determinism", Default: "none", Doc: "`getrandom`, reads of `/dev/urandom` and `/dev/random`, and each exec'd program's `AT_RANDOM` bytes come from an AES-256-CTR stream keyed by this integer (0 to 2^62): one stream per process, named by its pid in the run's pid namespace (see docs/security.md, \"Determinism\")",
@@ -336,9 +347,6 @@ var Schema = []Field{
 		C: []CSetter{{"http_auth_plain", "int on", CBool, ""}}, bind: boolean.into(func(p *Policy) *bool { return &p.HTTPAuthPlain })},
 
 	// Not supported yet (the seed API's full constructor).
-	{Key: "fs_storage", Value: none, Section: "config", Unsupported: "the copy-on-write layer of {workdir} is a tmpfs private to each run (its size is {max_disk}); on-disk storage is not supported yet"},
-	{Key: "chroot", Value: none, Section: "filesystem", Unsupported: "sandtrap does not chroot; grant paths with {fs_readable} and {fs_writable}"},
-	{Key: "fs_mount", Value: emptyMap, Section: "filesystem", Unsupported: "sandtrap does not mount; grant paths with {fs_readable} and {fs_writable}"},
 	{Key: "policy_fn", Unsupported: "a host callable, not a policy value: bindings take it as Sandbox(policy_fn=...); over the C ABI send the run_handlers op"},
 	{Key: "handlers", Unsupported: "handlers are given per run: run_with_handlers, or the run_handlers op"},
 }

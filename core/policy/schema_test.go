@@ -17,6 +17,7 @@ var sample = map[Kind]any{
 	KindSeed: int64(42), KindTime: "2000-01-01T00:00:00Z",
 	KindGPUs: []any{int64(0)},
 	KindProt: []any{"fs_ioctl_dev"}, KindDegrade: []any{"signal_scope"},
+	KindMounts: map[string]any{"/work": "/tmp"},
 }
 
 func TestSchemaIsConsistent(t *testing.T) {
@@ -109,10 +110,10 @@ func TestEveryFieldIsDecoded(t *testing.T) {
 }
 
 func TestUnknownAndUnsupportedFields(t *testing.T) {
-	_, probs := Decode(map[string]any{"fs_readble": nil, "chroot": "/", "max_mem": "1G", "zzz": 1})
+	_, probs := Decode(map[string]any{"fs_readble": nil, "handlers": []any{}, "max_mem": "1G", "zzz": 1})
 	want := Problems{
-		{"chroot", "not supported by sandtrap yet: sandtrap does not chroot; grant paths with fs_readable and fs_writable"},
 		{"fs_readble", "unknown field; did you mean fs_readable?"},
+		{"handlers", "not supported by sandtrap yet: handlers are given per run: run_with_handlers, or the run_handlers op"},
 		{"max_mem", "unknown field; did you mean max_memory?"},
 		{"zzz", "unknown field"},
 	}
@@ -137,7 +138,7 @@ func TestMessagesNameNoOtherField(t *testing.T) {
 			"max_open_files": "x", "max_disk": int64(-1), "max_cpu": int64(1 << 30), "max_cpu_time": -1.0, "timeout": "x",
 			"max_output": uint64(1 << 63), "env": map[string]any{"A=": "x", "B": int64(1), "C": "\x00"}, "clean_env": "no",
 			"cwd": "rel", "uid": int64(-1), "extra_allow_syscalls": []any{"a b", "ptrace"}, "extra_deny_syscalls": []any{"ptrace"},
-			"allow_degraded": nil, "chroot": "/", "cpu_cores": 2, "policy_fn": nil, "fs_mount": nil},
+			"allow_degraded": nil, "chroot": "rel", "cpu_cores": 2, "policy_fn": nil, "fs_mount": map[string]any{"rel": "/x:ro", "/a": int64(1), "/": "/tmp"}, "gpu_devices": nil},
 		{"gid": int64(5)},
 	}
 	var names []string

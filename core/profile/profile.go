@@ -265,6 +265,7 @@ var examples = map[policy.Kind]string{
 	policy.KindSeed: `42`, policy.KindTime: `2000-01-01T00:00:00Z`,
 	policy.KindGPUs: `[0, 1]`,
 	policy.KindProt: `["fs_ioctl_dev"]`, policy.KindDegrade: `["signal_scope"]`,
+	policy.KindMounts: `{ "/work" = "/srv/work" }`,
 }
 
 // Example is a value of kind k as a profile writes it.
@@ -409,7 +410,7 @@ func kindWord(f *policy.Field) string {
 		return "a boolean or a list"
 	case policy.KindBool, policy.KindOptBool:
 		return "a boolean"
-	case policy.KindEnv:
+	case policy.KindEnv, policy.KindMounts:
 		return "a table"
 	case policy.KindCount, policy.KindID, policy.KindSeed:
 		return "an integer"

@@ -59,7 +59,7 @@ fs_writable = ["/tmp"]
 timeout = 1979-05-27
 
 [config]
-fs_storage = "/var/st"
+fs_storage = 5
 
 [network]
 net_allow_bind = "x-y"
@@ -82,7 +82,7 @@ func TestBadProfile(t *testing.T) {
 		{6, "limits.max_procs", "did you mean max_processes?"},
 		{7, "limits.fs_writable", "fs_writable belongs in [filesystem], not [limits]"},
 		{8, "limits.timeout", "got a date or time"},
-		{11, "config.fs_storage", "not supported by sandtrap yet: the copy-on-write layer"},
+		{11, "config.fs_storage", "want a string"},
 		{14, "network.net_allow_bind", "want a list"},
 	}
 	if len(pe.Problems) != len(want) {
@@ -123,5 +123,26 @@ func TestNamedProfiles(t *testing.T) {
 	}
 	if _, err := Load("../x"); err == nil {
 		t.Error("a name with a '/' was accepted")
+	}
+}
+
+// A chroot's mounts in a profile: tables of the path inside to the host path;
+// the read-only form is a table of its own (fs_mount_ro).
+func TestChrootProfile(t *testing.T) {
+	p, err := Parse("chroot.toml", []byte(`[filesystem]
+chroot = "/opt/rootfs"
+fs_mount = { "/work" = "/tmp/sandbox-1/work" }
+fs_mount_ro = { "/usr" = "/usr" }
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"chroot": "/opt/rootfs", "fs_mount": map[string]any{"/work": "/tmp/sandbox-1/work"},
+		"fs_mount_ro": map[string]any{"/usr": "/usr"}}
+	if !reflect.DeepEqual(p.Policy, want) {
+		t.Errorf("policy:\n got %#v\nwant %#v", p.Policy, want)
+	}
+	if _, err := Parse("bad.toml", []byte("[filesystem]\nfs_mount = [\"/work\"]\n")); err == nil || !strings.Contains(err.Error(), "fs_mount") {
+		t.Errorf("a list for fs_mount: %v", err)
 	}
 }

@@ -31,6 +31,7 @@ type Keeper interface {
 type cowRun struct {
 	ours, theirs int
 	userXattr    bool
+	storage      string // fs_storage: the layers are on disk there
 	layer        *fsview.Layer
 }
 
@@ -43,7 +44,9 @@ func newCOW(pl *plan.Plan) (*cowRun, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &cowRun{ours: sv[0], theirs: sv[1], userXattr: pl.Zygote.COW.UserXattr}, nil
+	c := &cowRun{ours: sv[0], theirs: sv[1], userXattr: pl.Zygote.COW.UserXattr}
+	c.storage = pl.Zygote.COW.Storage
+	return c, nil
 }
 
 // started: the child's end is the zygote's now.
@@ -77,6 +80,9 @@ func (c *cowRun) receive(workdir string) {
 		return
 	}
 	c.layer = fsview.NewLayer(fds[0], workdir, c.userXattr)
+	if c.storage != "" {
+		c.layer.OnDisk(c.storage)
+	}
 }
 
 // close drops what the run did not hand on.
@@ -146,7 +152,11 @@ func (c *cowRun) finish(h Host, p *policy.Policy, res *Result, dry bool) {
 			res.Success = false
 		}
 	}
-	go l.Abort() // the tmpfs's teardown is no one's wait
+	if l.Dir() != "" {
+		l.Abort() // on disk: gone when the result says so
+	} else {
+		go l.Abort() // the tmpfs's teardown is no one's wait
+	}
 	c.layer = nil
 }
 

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sandtrap/sandtrap/core/cgroup"
+	"github.com/sandtrap/sandtrap/core/fsview"
 	"github.com/sandtrap/sandtrap/core/plan"
 	"github.com/sandtrap/sandtrap/core/policy"
 	"github.com/sandtrap/sandtrap/core/protocol"
@@ -174,7 +175,8 @@ func Env(h Host, req *Request) []string {
 }
 
 // lookPath finds argv0 as execvp would, in the PATH the program will see.
-func lookPath(argv0 string, env []string) (string, error) {
+// With a chroot, the PATH is searched inside it (the path returned is inside).
+func lookPath(argv0 string, env []string, root *fsview.Chroot) (string, error) {
 	if strings.Contains(argv0, "/") {
 		return argv0, nil
 	}
@@ -189,7 +191,14 @@ func lookPath(argv0 string, env []string) (string, error) {
 			dir = "."
 		}
 		p := filepath.Join(dir, argv0)
-		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+		host := p
+		if root != nil {
+			var err error
+			if _, host, err = root.Resolve(p); err != nil {
+				continue
+			}
+		}
+		if st, err := os.Stat(host); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
 			return p, nil
 		}
 	}
@@ -234,7 +243,7 @@ func Run(h Host, req *Request) *Result {
 	defer h.Leave()
 	p := h.RunPolicy()
 	env := Env(h, req)
-	path, err := lookPath(req.Argv[0], env)
+	path, err := lookPath(req.Argv[0], env, plan.ChrootOf(p))
 	if err != nil {
 		return failed(protocol.KindNotFound, err.Error(), iso)
 	}

@@ -117,7 +117,16 @@ static int view(struct st_launch *l)
 			int fs = (int)syscall(SYS_fsopen, "tmpfs", FSOPEN_CLOEXEC), mnt;
 			if (fs < 0)
 				return -1;
-			if (syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "mode", "0555", 0) < 0 ||
+			char mode[8] = "0555";
+			if (op->mode) {
+				mode[1] = (char)('0' + ((op->mode >> 6) & 7));
+				mode[2] = (char)('0' + ((op->mode >> 3) & 7));
+				mode[3] = (char)('0' + (op->mode & 7));
+				if (op->mode & 01000) {
+					mode[0] = '1';
+				}
+			}
+			if (syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "mode", mode, 0) < 0 ||
 			    syscall(SYS_fsconfig, fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
 				return -1;
 			mnt = (int)syscall(SYS_fsmount, fs, FSMOUNT_CLOEXEC, (unsigned int)op->attr_set);
@@ -128,6 +137,22 @@ static int view(struct st_launch *l)
 			syscall(SYS_close, mnt);
 			break;
 		}
+		case ST_MOUNT_FILE:
+			r = syscall(SYS_openat, AT_FDCWD, op->path, O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, op->mode);
+			if (r >= 0)
+				r = syscall(SYS_close, r);
+			break;
+		case ST_MOUNT_SYMLINK:
+			r = syscall(SYS_symlinkat, op->target, AT_FDCWD, op->path);
+			break;
+		case ST_MOUNT_PIVOT:
+			/* pivot_root(".", "."): the old root stacks under the new one at /,
+			 * and is detached at once (with every host mount under it) */
+			if (syscall(SYS_chdir, op->path) < 0 || syscall(SYS_pivot_root, ".", ".") < 0 ||
+			    syscall(SYS_umount2, ".", MNT_DETACH) < 0)
+				return -1;
+			r = syscall(SYS_chdir, "/");
+			break;
 		default:
 			errno = EINVAL;
 		}

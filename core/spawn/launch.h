@@ -47,7 +47,10 @@ enum st_mount_kind {
 	ST_MOUNT_CLONE,       /* open_tree(path, OPEN_TREE_CLONE [|AT_RECURSIVE]) into slot */
 	ST_MOUNT_SETATTR,     /* mount_setattr(slot, or path when slot < 0) */
 	ST_MOUNT_MOVE,        /* move_mount(slot) onto path */
-	ST_MOUNT_TMPFS,       /* an empty tmpfs with attr_set over path */
+	ST_MOUNT_TMPFS,       /* an empty tmpfs with attr_set over path (mode: its root's, 0: 0555) */
+	ST_MOUNT_FILE,        /* create path (mode), an empty file: a device's mount point */
+	ST_MOUNT_SYMLINK,     /* create path, a symlink to target */
+	ST_MOUNT_PIVOT,       /* path (a mount point) becomes / (pivot_root), the old root detached */
 };
 
 struct st_mount_op {
@@ -59,6 +62,8 @@ struct st_mount_op {
 	/* ST_MOUNT_CLONE with ino != 0: path is that very file (st_dev, st_ino), not
 	 * a symlink nor a file put in its place (ESTALE) */
 	uint64_t dev, ino;
+	unsigned int mode;
+	const char *target;
 };
 
 struct st_launch {

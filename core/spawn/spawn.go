@@ -302,6 +302,10 @@ type COW struct {
 	Size      uint64 // bytes of the run's upper layer (a tmpfs); 0: tmpfs's default
 	UserXattr bool   // the overlay's own xattrs in user.overlay.* (the sandbox's user namespace)
 	Rules     []COWRule
+	// Storage ("": none) is a directory (fs_storage, writable in the view)
+	// where each run's upper layer is made on disk, in a directory layer-<hex>
+	// of its own, instead of a tmpfs.
+	Storage string
 }
 
 // COWRule is a Landlock rule pid 1 adds on the overlay: Rel is relative to the
@@ -335,6 +339,12 @@ func mountKind(k fsview.Kind) C.int {
 		return C.ST_MOUNT_MOVE
 	case fsview.Tmpfs:
 		return C.ST_MOUNT_TMPFS
+	case fsview.File:
+		return C.ST_MOUNT_FILE
+	case fsview.Symlink:
+		return C.ST_MOUNT_SYMLINK
+	case fsview.Pivot:
+		return C.ST_MOUNT_PIVOT
 	}
 	return 0
 }
@@ -534,10 +544,16 @@ func StartZygote(zs *ZygoteSpec) (*Zygote, error) {
 				view[i].recursive = cbool(op.Recursive)
 				view[i].attr_set, view[i].attr_clr = C.uint64_t(op.Set), C.uint64_t(op.Clr)
 				view[i].dev, view[i].ino = C.uint64_t(op.Dev), C.uint64_t(op.Ino)
+				view[i].mode = C.uint(op.Mode)
+				if op.Target != "" {
+					view[i].target = mem.str(op.Target)
+				}
 			}
 			l.mount_ops, l.n_mount_ops = ops, C.int(len(zs.View.Ops))
 		}
-		if wd, err := os.Getwd(); err == nil {
+		if zs.View != nil && zs.View.Root != "" {
+			l.cwd = mem.str("/") // a chroot: the host's working directory is not in it
+		} else if wd, err := os.Getwd(); err == nil {
 			l.cwd = mem.str(wd)
 		}
 	}
@@ -602,6 +618,11 @@ func cowSection(c *COW, haveTable bool) ([]byte, error) {
 	if c.UserXattr {
 		hdr.flags |= C.ST_COW_USERXATTR
 	}
+	if c.Storage != "" {
+		hdr.flags |= C.ST_COW_STORAGE
+		hdr.storage = C.__u32(len(strs))
+		strs = append(append(strs, c.Storage...), 0)
+	}
 	var rules []byte
 	for _, r := range c.Rules {
 		var cr C.struct_st_cow_rule
@@ -619,7 +640,7 @@ func cowSection(c *COW, haveTable bool) ([]byte, error) {
 
 func opName(k fsview.Kind) string {
 	return map[fsview.Kind]string{fsview.Private: "private", fsview.Clone: "clone", fsview.SetAttr: "setattr",
-		fsview.Move: "move", fsview.Tmpfs: "tmpfs"}[k]
+		fsview.Move: "move", fsview.Tmpfs: "tmpfs", fsview.File: "file", fsview.Symlink: "symlink", fsview.Pivot: "pivot_root"}[k]
 }
 
 // reply reads one struct st_reply and the fds that came with it.

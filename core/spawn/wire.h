@@ -92,15 +92,21 @@ struct st_landlock_rule {
  * (lower) and upper/ over the workdir, then adds nrules Landlock rules on the
  * overlay (paths relative to the workdir, "" for the workdir itself: rules on
  * the host's inodes do not reach the overlay's). Then strlen bytes of strings:
- * the workdir's path at offset 0, each rule's name at its offset, NUL-terminated. */
+ * the workdir's path at offset 0, each rule's name at its offset, NUL-terminated.
+ * With ST_COW_STORAGE, upper/ and work/ are made on disk instead of in a tmpfs,
+ * once the request arrived: in a directory layer-<16 hex digits> pid 1 makes
+ * under fs_storage (its path in the strings at offset storage; the view makes
+ * it writable at the mount, the overlay taking only mounts of its own
+ * namespace; no Landlock rule grants it to the target). */
 struct st_cow {
 	__u64 size;
 	__u32 flags; /* ST_COW_* */
 	__u32 nrules;
 	__u32 strlen;
-	__u32 pad;
+	__u32 storage; /* with ST_COW_STORAGE: the offset of fs_storage's path in the strings */
 };
 #define ST_COW_USERXATTR (1u << 0) /* the overlay's xattrs in user.overlay.* (a user namespace's) */
+#define ST_COW_STORAGE (1u << 1)   /* upper/ and work/ on disk, under fs_storage */
 
 struct st_cow_rule {
 	__u64 rights;

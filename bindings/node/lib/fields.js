@@ -30,8 +30,12 @@ const POLICY = {
   extraDenySyscalls: ['extra_deny_syscalls', 'names'],
   name: ['name', 'hostname'],
   workdir: ['workdir', 'path'],
+  fsStorage: ['fs_storage', 'path'],
   onExit: ['on_exit', 'branch'],
   onError: ['on_error', 'branch'],
+  chroot: ['chroot', 'path'],
+  fsMount: ['fs_mount', 'mounts'],
+  fsMountRo: ['fs_mount_ro', 'mounts'],
   noRandomizeMemory: ['no_randomize_memory', 'bool'],
   randomSeed: ['random_seed', 'seed'],
   timeStart: ['time_start', 'time'],
@@ -59,9 +63,6 @@ const POLICY = {
 
 /** Options sandtrap does not support yet: option name -> the problem reported. */
 const UNSUPPORTED = {
-  fsStorage: 'not supported by sandtrap yet: the copy-on-write layer of workdir is a tmpfs private to each run (its size is maxDisk); on-disk storage is not supported yet',
-  chroot: 'not supported by sandtrap yet: sandtrap does not chroot; grant paths with fsReadable and fsWritable',
-  fsMount: 'not supported by sandtrap yet: sandtrap does not mount; grant paths with fsReadable and fsWritable',
   policyFn: 'not supported by sandtrap yet: a host callable, not a policy value: bindings take it as Sandbox(policy_fn=...); over the C ABI send the run_handlers op',
   handlers: 'not supported by sandtrap yet: handlers are given per run: run_with_handlers, or the run_handlers op',
 };
@@ -94,8 +95,12 @@ const DEFAULTS = {
   extraDenySyscalls: [],
   name: null,
   workdir: null,
+  fsStorage: null,
   onExit: 'commit',
   onError: 'abort',
+  chroot: null,
+  fsMount: {},
+  fsMountRo: {},
   noRandomizeMemory: false,
   randomSeed: null,
   timeStart: null,

@@ -109,3 +109,37 @@ describe('workdir', () => {
     }
   });
 });
+
+describe('chroot', () => {
+  function rootfs() {
+    const t = tmpdir();
+    after(t.cleanup);
+    fs.chmodSync(t.dir, 0o755);
+    const root = path.join(t.dir, 'root');
+    for (const d of ['usr', 'etc', 'dev', 'proc', 'work', 'ro']) fs.mkdirSync(path.join(root, d), { recursive: true });
+    for (const l of ['bin', 'lib', 'lib64']) fs.symlinkSync(`usr/${l}`, path.join(root, l));
+    const work = path.join(t.dir, 'work');
+    fs.mkdirSync(work, { mode: 0o777 });
+    fs.chmodSync(work, 0o777);
+    fs.writeFileSync(path.join(work, 'f'), 'orig');
+    return { root, work };
+  }
+
+  test('fsMount (read-write) and fsMountRo (read-only), cwd inside', async () => {
+    const { root, work } = rootfs();
+    const sb = new Sandbox({ chroot: root, fsMount: { '/work': work }, fsMountRo: { '/usr': '/usr', '/ro': work }, fsReadable: ['/'], cwd: '/work' });
+    try {
+      const r = await sb.run(['sh', '-c', 'pwd; echo new > /work/added; echo x > /ro/f; cat /ro/added']);
+      assert.equal(r.stdout.toString(), '/work\nnew\n');
+      assert.match(r.stderr.toString(), /Read-only file system/);
+      assert.equal(fs.readFileSync(path.join(work, 'f'), 'utf8'), 'orig');
+    } finally {
+      sb.close();
+    }
+  });
+
+  test('a mapping with a mode suffix is refused', () => {
+    const { root, work } = rootfs();
+    assert.throws(() => new Sandbox({ chroot: root, fsMount: { '/work': `${work}:ro` } }), /fsMount: .*mode suffix/);
+  });
+});

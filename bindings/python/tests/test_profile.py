@@ -59,10 +59,10 @@ def test_every_problem_with_file_line_and_key(tmp_path):
 
 def test_policy_from_dict_checks_like_a_file():
     with pytest.raises(PolicyError) as ei:
-        policy_from_dict({"limits": {"max_procs": 3}, "config": {"fs_storage": "/var/st"}})
+        policy_from_dict({"limits": {"max_procs": 3}, "config": {"fs_storage": 5}})
     msgs = [p.message for p in ei.value.problems]
     assert any("did you mean max_processes" in m for m in msgs)
-    assert any(m.startswith("not supported by sandtrap yet") for m in msgs)
+    assert any(m.startswith("want a string") for m in msgs)
     assert ei.value.problems[0].field.startswith("<dict>")
 
 

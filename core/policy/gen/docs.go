@@ -30,6 +30,7 @@ var typeWord = map[policy.Kind]string{
 	policy.KindSeed: "integer (0 to 2^62)", policy.KindTime: "instant (ISO-8601 string, TOML date-time, or Unix seconds)",
 	policy.KindGPUs: "`\"all\"`, or a list of GPU indices and ranges",
 	policy.KindProt: "list of protections", policy.KindDegrade: "boolean, or list of protections",
+	policy.KindMounts: "table of \"/inside\" = \"/host/path\"",
 }
 
 // optionArg is how `sandtrap run` takes a kind's value.
@@ -42,6 +43,7 @@ var optionArg = map[policy.Kind]string{
 	policy.KindSeed: "SEED", policy.KindTime: "INSTANT",
 	policy.KindGPUs: "all|GPUS (repeat, or a,b,c-d)",
 	policy.KindProt: "PROTECTIONS (repeat, or a,b)", policy.KindDegrade: "[=PROTECTIONS]",
+	policy.KindMounts: "INSIDE=HOST (repeat)",
 }
 
 func option(f *policy.Field) string {

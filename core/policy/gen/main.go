@@ -233,6 +233,8 @@ func builderC() string {
 			case policy.CEnv:
 				first := strings.Fields(strings.Split(c.Params, ",")[0])
 				call = fmt.Sprintf("st_builder_env(b, %q, %s, %s)", f.Key, strings.TrimLeft(first[len(first)-1], "*"), paramName(c.Params))
+			case policy.CMount:
+				call = fmt.Sprintf("st_builder_mount(b, %q, inside, host)", f.Key)
 			case policy.CIDs:
 				if f.Key != "uid" {
 					continue // one setter for uid and gid
@@ -257,6 +259,7 @@ var msgpackType = map[policy.Kind]string{
 	policy.KindSeed: "int", policy.KindTime: "str\\|float",
 	policy.KindGPUs: "str\\|[int\\|str]",
 	policy.KindProt: "[str]", policy.KindDegrade: "bool\\|[str]",
+	policy.KindMounts: "{str: str}",
 }
 
 func protocolTable() string {
@@ -296,6 +299,7 @@ var pythonType = map[policy.Kind]string{
 	policy.KindSeed: "int", policy.KindTime: "str | float",
 	policy.KindGPUs: "str | Iterable[int | str]",
 	policy.KindProt: "Iterable[str]", policy.KindDegrade: "bool | Iterable[str]",
+	policy.KindMounts: "Mapping[str, StrPath]",
 }
 
 func python() string {
@@ -383,6 +387,7 @@ var pythonAttrType = map[policy.Kind]string{
 	policy.KindCPUs: "tuple[int | str, ...]", policy.KindOptBool: "bool", policy.KindHTTP: "tuple[str, ...]", policy.KindBranch: "str",
 	policy.KindProt: "tuple[Protection | str, ...]", policy.KindDegrade: "bool | tuple[Protection | str, ...]", policy.KindHTTPAuth: "tuple[str, ...]",
 	policy.KindSeed: "int", policy.KindTime: "str | float", policy.KindGPUs: "str | tuple[int | str, ...]",
+	policy.KindMounts: "Mapping[str, StrPath]",
 }
 
 // pythonAttributes is the mixin of Sandbox's field attributes: each reads the
@@ -527,6 +532,7 @@ var tsType = map[policy.Kind]string{
 	policy.KindSeed: "number", policy.KindTime: "string | number",
 	policy.KindGPUs: "'all' | Array<number | string>",
 	policy.KindProt: "Protection[]", policy.KindDegrade: "boolean | Protection[]",
+	policy.KindMounts: "Record<string, string>",
 }
 
 func typescript() string {

@@ -245,6 +245,28 @@ static long make_cow(void)
 	lower = sys3(__NR_openat, -100, cow_str, 010000000 /* O_PATH */ | 0200000 /* O_DIRECTORY */ | 02000000);
 	if (lower < 0)
 		return lower;
+	if (cow->flags & ST_COW_STORAGE) {
+		/* on disk (fs_storage): a directory of the run's own under it */
+		static const char hex[] = "0123456789abcdef";
+		unsigned char rnd[8];
+		char name[] = "layer-0000000000000000";
+		if ((r = sys3(__NR_getrandom, rnd, sizeof rnd, 0)) != (long)sizeof rnd)
+			return r < 0 ? r : -5;
+		for (j = 0; j < 8; j++) {
+			name[6 + 2 * j] = hex[rnd[j] >> 4];
+			name[7 + 2 * j] = hex[rnd[j] & 15];
+		}
+		long storage = sys3(__NR_openat, -100, cow_str + cow->storage, 010000000 | 0200000 | 02000000);
+		if (storage < 0)
+			return storage;
+		if ((r = sys3(__NR_mkdirat, storage, name, 0700)) < 0)
+			return r;
+		mnt = sys3(__NR_openat, storage, name, 010000000 | 0200000 | 0400000 /* O_NOFOLLOW */ | 02000000);
+		sys1(__NR_close, storage);
+		if (mnt < 0)
+			return mnt;
+		goto layers;
+	}
 	fs = TRY(ST_STEP_COW, sys6(__NR_fsopen, (long)"tmpfs", FSOPEN_CLOEXEC, 0, 0, 0, (long)cookie));
 	if (fs < 0)
 		return fs;
@@ -268,6 +290,7 @@ static long make_cow(void)
 	if (mnt < 0)
 		return mnt;
 	sys1(__NR_close, fs);
+layers:
 	if ((r = sys3(__NR_mkdirat, mnt, "upper", 0755)) < 0 || (r = sys3(__NR_mkdirat, mnt, "work", 0700)) < 0)
 		return r;
 	cow_upper = sys3(__NR_openat, mnt, "upper", 0200000 /* O_DIRECTORY */ | 0400000 /* O_NOFOLLOW */ | 02000000);
@@ -317,7 +340,10 @@ static long make_cow(void)
  * the run before committed shows. */
 static long attach_cow(void)
 {
-	long r = sys6(__NR_move_mount, cow_mnt, (long)"", -100, (long)cow_str, MOVE_MOUNT_F_EMPTY_PATH, (long)cookie);
+	long r;
+	if ((cow->flags & ST_COW_STORAGE) && (r = make_cow()) < 0)
+		return r;
+	r = sys6(__NR_move_mount, cow_mnt, (long)"", -100, (long)cow_str, MOVE_MOUNT_F_EMPTY_PATH, (long)cookie);
 	sys1(__NR_close, cow_mnt);
 	cow_mnt = -1;
 	if (r < 0)
@@ -463,7 +489,10 @@ static void prepare(void)
 			return;
 		}
 	}
-	if (cow) {
+	if (cow && (cow->flags & ST_COW_STORAGE)) {
+		/* on disk: made once the request arrived (attach_cow), so that no
+		 * pid 1 made ahead leaves a layer behind */
+	} else if (cow) {
 		r = make_cow();
 		if (r < 0) {
 			prep_step = ST_STEP_COW, prep_err = r;

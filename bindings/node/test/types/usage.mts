@@ -109,7 +109,7 @@ new Sandbox({ fsReadble: ['/usr'] });
 // @ts-expect-error: wrong type
 new Sandbox({ maxProcesses: '10' });
 // @ts-expect-error: not supported yet (refused at run time too)
-new Sandbox({ chroot: '/' });
+new Sandbox({ numCpus: 2 });
 // @ts-expect-error: argv is a list of strings
 void new Sandbox().run('ls');
 

@@ -43,8 +43,12 @@ FIELDS: dict[str, tuple[str, str]] = {
     "extra_deny_syscalls": ("extra_deny_syscalls", "names"),
     "name": ("name", "hostname"),
     "workdir": ("workdir", "path"),
+    "fs_storage": ("fs_storage", "path"),
     "on_exit": ("on_exit", "branch"),
     "on_error": ("on_error", "branch"),
+    "chroot": ("chroot", "path"),
+    "fs_mount": ("fs_mount", "mounts"),
+    "fs_mount_ro": ("fs_mount_ro", "mounts"),
     "no_randomize_memory": ("no_randomize_memory", "bool"),
     "random_seed": ("random_seed", "seed"),
     "time_start": ("time_start", "time"),
@@ -102,8 +106,12 @@ DEFAULTS: dict[str, Any] = {
     "extra_deny_syscalls": (),
     "name": None,
     "workdir": None,
+    "fs_storage": None,
     "on_exit": "commit",
     "on_error": "abort",
+    "chroot": None,
+    "fs_mount": {},
+    "fs_mount_ro": {},
     "no_randomize_memory": False,
     "random_seed": None,
     "time_start": None,
@@ -127,9 +135,6 @@ DEFAULTS: dict[str, Any] = {
     "credentials": {},
     "http_auth": (),
     "http_auth_plain": False,
-    "fs_storage": None,
-    "chroot": None,
-    "fs_mount": {},
 }
 
 
@@ -461,6 +466,20 @@ class FieldAttributes:
         self._set_field("workdir", value)
 
     @property
+    def fs_storage(self) -> StrPath | None:
+        """With workdir: a directory where each run's copy-on-write layer is kept on
+        disk instead of in a tmpfs, as ``layer-<16 hex digits>/upper`` (the run's
+        changes, in overlayfs's upper-layer format) and ``layer-…/work``; removed
+        when the run's changes are committed or aborted, left there when they are
+        kept past the sandbox's close; not with max_disk (its quota is the tmpfs's
+        size); relative: as fs_readable (default: none (a tmpfs per run))."""
+        return cast("StrPath | None", self._field("fs_storage"))
+
+    @fs_storage.setter
+    def fs_storage(self, value: StrPath | None) -> None:
+        self._set_field("fs_storage", value)
+
+    @property
     def on_exit(self) -> str:
         """With workdir: what becomes of a successful run's changes: ``"commit"``
         (applied to the workdir, file by file), ``"abort"`` (discarded) or
@@ -480,6 +499,39 @@ class FieldAttributes:
     @on_error.setter
     def on_error(self, value: str | None) -> None:
         self._set_field("on_error", value)
+
+    @property
+    def chroot(self) -> StrPath | None:
+        """A directory of the host that is the run's root (with its own mounts:
+        fs_mount, a minimal /dev, the run's /proc); every other path of the policy
+        (fs_readable, fs_writable, fs_denied, cwd) is then a path inside it;
+        relative: as fs_readable (default: none)."""
+        return cast("StrPath | None", self._field("chroot"))
+
+    @chroot.setter
+    def chroot(self, value: StrPath | None) -> None:
+        self._set_field("chroot", value)
+
+    @property
+    def fs_mount(self) -> Mapping[str, StrPath]:
+        """With chroot: host directories (or files) mounted at paths of the chroot,
+        readable and writable (a mount is a grant), as a map of the path inside to
+        the host path; the mount point must exist in the chroot (default: {})."""
+        return cast("Mapping[str, StrPath]", self._field("fs_mount"))
+
+    @fs_mount.setter
+    def fs_mount(self, value: Mapping[str, StrPath] | None) -> None:
+        self._set_field("fs_mount", value)
+
+    @property
+    def fs_mount_ro(self) -> Mapping[str, StrPath]:
+        """With chroot: the same, read-only: the mount itself is read-only (writes fail
+        with EROFS whatever fs_writable says) (default: {})."""
+        return cast("Mapping[str, StrPath]", self._field("fs_mount_ro"))
+
+    @fs_mount_ro.setter
+    def fs_mount_ro(self, value: Mapping[str, StrPath] | None) -> None:
+        self._set_field("fs_mount_ro", value)
 
     @property
     def no_randomize_memory(self) -> bool:
@@ -736,33 +788,6 @@ class FieldAttributes:
     def http_auth_plain(self, value: bool | None) -> None:
         self._set_field("http_auth_plain", value)
 
-    @property
-    def fs_storage(self) -> Any:
-        """Not supported by sandtrap yet (reads the seed API's default)."""
-        return cast("Any", self._field("fs_storage"))
-
-    @fs_storage.setter
-    def fs_storage(self, value: Any) -> None:
-        self._set_field("fs_storage", value)
-
-    @property
-    def chroot(self) -> Any:
-        """Not supported by sandtrap yet (reads the seed API's default)."""
-        return cast("Any", self._field("chroot"))
-
-    @chroot.setter
-    def chroot(self, value: Any) -> None:
-        self._set_field("chroot", value)
-
-    @property
-    def fs_mount(self) -> Any:
-        """Not supported by sandtrap yet (reads the seed API's default)."""
-        return cast("Any", self._field("fs_mount"))
-
-    @fs_mount.setter
-    def fs_mount(self, value: Any) -> None:
-        self._set_field("fs_mount", value)
-
 
 class PolicyOptions(TypedDict, total=False):
     """The policy fields of :class:`~sandtrap.Sandbox`, as keyword arguments
@@ -858,6 +883,14 @@ class PolicyOptions(TypedDict, total=False):
     then committed or discarded (on_exit, on_error); relative: as fs_readable
     (default: none).
     """
+    fs_storage: StrPath | None
+    """With workdir: a directory where each run's copy-on-write layer is kept on disk
+    instead of in a tmpfs, as ``layer-<16 hex digits>/upper`` (the run's changes, in
+    overlayfs's upper-layer format) and ``layer-…/work``; removed when the run's
+    changes are committed or aborted, left there when they are kept past the
+    sandbox's close; not with max_disk (its quota is the tmpfs's size); relative: as
+    fs_readable (default: none (a tmpfs per run)).
+    """
     on_exit: str | None
     """With workdir: what becomes of a successful run's changes: ``"commit"`` (applied
     to the workdir, file by file), ``"abort"`` (discarded) or ``"keep"`` (held for
@@ -866,6 +899,21 @@ class PolicyOptions(TypedDict, total=False):
     on_error: str | None
     """With workdir: the same for a run that failed (non-zero exit, signal, timeout,
     any error) (default: "abort").
+    """
+    chroot: StrPath | None
+    """A directory of the host that is the run's root (with its own mounts: fs_mount, a
+    minimal /dev, the run's /proc); every other path of the policy (fs_readable,
+    fs_writable, fs_denied, cwd) is then a path inside it; relative: as fs_readable
+    (default: none).
+    """
+    fs_mount: Mapping[str, StrPath] | None
+    """With chroot: host directories (or files) mounted at paths of the chroot,
+    readable and writable (a mount is a grant), as a map of the path inside to the
+    host path; the mount point must exist in the chroot (default: {}).
+    """
+    fs_mount_ro: Mapping[str, StrPath] | None
+    """With chroot: the same, read-only: the mount itself is read-only (writes fail
+    with EROFS whatever fs_writable says) (default: {}).
     """
     no_randomize_memory: bool | None
     """No address-space layout randomization in the run
