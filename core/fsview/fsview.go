@@ -57,8 +57,8 @@ type Op struct {
 	// Dev, Ino: a Clone of this very file (not a symlink, nor another file put in
 	// its place); 0: whatever Path names
 	Dev, Ino uint64
-	Mode      uint32
-	Target    string
+	Mode     uint32
+	Target   string
 }
 
 // Spec is what the view must give.
