@@ -139,7 +139,9 @@ def main() -> None:
         # the proxy verifies the upstream against the host's store: SSL_CERT_FILE,
         # set by the re-exec below, holds the bench server's certificate
         "sandtrap https via proxy (intercepted)": (
-            sandtrap.Sandbox(fs_readable=ro, http_allow=["GET localhost/ok/*"], http_ports=[port, tport], http_intercept=True),
+            sandtrap.Sandbox(
+                fs_readable=ro, http_allow=["GET localhost/ok/*"], http_ports=[port, tport], http_intercept=True
+            ),
             tport,
             "1",
         ),

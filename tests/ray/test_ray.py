@@ -130,6 +130,19 @@ def test_the_reducer_reads_clones_as_they_come(pool, cluster):
     assert first_read < t1 - 2.5, (first_read - t0, t1 - t0)
 
 
+def test_init_fn_runs_once_per_node(pool, cluster):
+    # every clone of a node sees its node's template (one init_fn there); two nodes,
+    # two templates, and the ids split between them in two contiguous ranges
+    mapper = Sandbox(fs_readable=SYSTEM, init_fn=work.init_pid, work_fn=work.work_pid)
+    got = [c.stdout.split() for c in mapper.fork(40, cluster=pool).results()]
+    by_template: dict[bytes, list[int]] = {}
+    for cid, tpl in got:
+        by_template.setdefault(tpl, []).append(int(cid))
+    assert sorted(sorted(v) for v in by_template.values()) == [list(range(20)), list(range(20, 40))]
+    local = {c.stdout.split()[1] for c in mapper.fork(10).results()}
+    assert len(local) == 1
+
+
 def test_clone_ids_are_global(pool):
     out = Sandbox(fs_readable=SYSTEM, work_fn="import os\nprint(CLONE_ID, os.environ['CLONE_ID'])").fork(
         7, cluster=pool

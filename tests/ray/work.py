@@ -23,3 +23,18 @@ def coop_policy():
     p = Policy(timeout=10)
     p.module(math)
     return p
+
+
+TEMPLATE: list[str] = []
+
+
+def init_pid() -> None:
+    import os
+
+    # this node's template (its pid is 1 of its own namespace on every node: a random
+    # token made once, in init_fn, tells templates apart); clones inherit it
+    TEMPLATE.append(os.urandom(8).hex())
+
+
+def work_pid(cid: int) -> None:
+    print(cid, TEMPLATE[0])

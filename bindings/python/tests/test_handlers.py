@@ -229,8 +229,14 @@ def test_deny_path_from_then_on(tmp_path: Path) -> None:
         "def t(p):\n try:\n  return open(p).read()\n except OSError as e:\n  return str(e.errno)\n"
         "print(*[t(p) for p in sys.argv[1:]])\n"
     )
-    paths = [str(secret / "f"), str(pub / "link"), str(pub / "hard"), str(pub / ".." / "secret" / "f"),
-             str(tmp_path / "dir" / "g"), str(pub / "other")]
+    paths = [
+        str(secret / "f"),
+        str(pub / "link"),
+        str(pub / "hard"),
+        str(pub / ".." / "secret" / "f"),
+        str(tmp_path / "dir" / "g"),
+        str(pub / "other"),
+    ]
     sb = Sandbox(fs_readable=[*RO, str(tmp_path)], policy_fn=on_event)
     r = sb.run(["/usr/bin/python3", "-c", code, *paths])
     # directly, through a symlink, a hard link and "..", beneath the directory:

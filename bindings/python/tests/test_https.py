@@ -74,16 +74,44 @@ def test_https_interception_and_credentials(tmp_path: Path) -> None:
         pytest.skip("no /etc/ssl/certs/ca-certificates.crt on this host")
     cert, key, ca_out = tmp_path / "cert.pem", tmp_path / "key.pem", tmp_path / "sandbox-ca.pem"
     subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "1",
-         "-subj", "/CN=api.test", "-addext", "subjectAltName=DNS:api.test", "-keyout", str(key), "-out", str(cert)],
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=api.test",
+            "-addext",
+            "subjectAltName=DNS:api.test",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
         check=True,
         capture_output=True,
     )
     secret = "sk-" + os.urandom(12).hex()
-    env = dict(os.environ, SANDTRAP_LIB=hook, SANDTRAP_TEST_HOSTS="api.test=127.0.0.1",
-               SANDTRAP_TEST_UPSTREAM_CA=str(cert), TEST_API_KEY=secret)
-    out = subprocess.run([sys.executable, "-c", _HOST_SIDE, str(cert), str(key), str(ca_out)],
-                         env=env, capture_output=True, text=True, timeout=120)
+    env = dict(
+        os.environ,
+        SANDTRAP_LIB=hook,
+        SANDTRAP_TEST_HOSTS="api.test=127.0.0.1",
+        SANDTRAP_TEST_UPSTREAM_CA=str(cert),
+        TEST_API_KEY=secret,
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", _HOST_SIDE, str(cert), str(key), str(ca_out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     res = json.loads(out.stdout)
     assert res["ok"]["out"] == "hit GET /ok/1 200", res["ok"]
@@ -93,6 +121,8 @@ def test_https_interception_and_credentials(tmp_path: Path) -> None:
     assert ["POST", "/v1/chat", "Bearer " + secret] in res["seen"], res["seen"]
     assert ["GET", "/ok/1", None] in res["seen"], res["seen"]
     assert secret not in res["env"]["out"] and "TEST_API_KEY" not in res["env"]["out"], res["env"]
-    assert res["http"]["https"] == "intercepted" and res["http"]["auth"] == ["POST api.test/v1/* bearer api"], res["http"]
+    assert res["http"]["https"] == "intercepted" and res["http"]["auth"] == ["POST api.test/v1/* bearer api"], res[
+        "http"
+    ]
     assert secret not in json.dumps(res["http"])
     assert ca_out.read_text().startswith("-----BEGIN CERTIFICATE-----")

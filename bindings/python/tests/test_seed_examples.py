@@ -44,7 +44,6 @@ def test_output_is_bytes_even_when_not_utf8() -> None:
 # -- The policy object: full constructor ----------------------------------------------
 
 
-
 def test_full_constructor_supported_fields() -> None:
     # every field of the page that sandtrap has, at the page's defaults
     sb = Sandbox(

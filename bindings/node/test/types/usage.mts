@@ -108,8 +108,8 @@ export async function main(): Promise<void> {
 new Sandbox({ fsReadble: ['/usr'] });
 // @ts-expect-error: wrong type
 new Sandbox({ maxProcesses: '10' });
-// @ts-expect-error: not supported yet (refused at run time too)
-new Sandbox({ numCpus: 2 });
+// @ts-expect-error: numCpus is a number
+new Sandbox({ numCpus: '2' });
 // @ts-expect-error: argv is a list of strings
 void new Sandbox().run('ls');
 

@@ -284,13 +284,15 @@ class LazyClones:
         return {} if self._clones is None else self._clones.isolation
 
     async def __aiter__(self) -> AsyncIterator[CloneResult]:
-        if self._clones is None:
-            self._clones = await asyncio.get_running_loop().run_in_executor(None, self._start)
+        clones = self._clones
+        if clones is None:
+            clones = await asyncio.get_running_loop().run_in_executor(None, self._start)
+            self._clones = clones
         try:
-            async for c in self._clones:
+            async for c in clones:
                 yield c
         finally:
-            self._clones.close()  # left early: the template and the clones still running die
+            clones.close()  # left early: the template and the clones still running die
 
     async def __aenter__(self) -> LazyClones:
         return self

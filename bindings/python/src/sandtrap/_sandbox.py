@@ -68,7 +68,7 @@ class _Handle:
         self._lock = threading.Lock()
         self._users = 0
         self._closed = False
-        self.used = False  # a call has used it: the sandbox's policy is fixed
+        self.used: bool = False  # a call has used it: the sandbox's policy is fixed
 
     @property
     def closed(self) -> bool:

@@ -168,7 +168,8 @@ class PoolTask:
     the run's tree on its node."""
 
     def __init__(self, ref: Any, node: str, release: Any) -> None:
-        self.ref, self.node = ref, node
+        self.ref: Any = ref  # the Ray ObjectRef of the call
+        self.node: str = node
         self._release = release
 
     def _settle(self) -> None:
@@ -219,8 +220,8 @@ class SandboxPool:
 
         if not isinstance(per_node, int) or isinstance(per_node, bool) or per_node < 1:
             raise InvalidArgument(f"per_node must be a positive int, got {per_node!r}")
-        self.policy = _policy_of(sandbox)
-        self.per_node = per_node
+        self.policy: dict[str, Any] = _policy_of(sandbox)
+        self.per_node: int = per_node
         if not ray.is_initialized():
             ray.init()
         alive = [n["NodeID"] for n in ray.nodes() if n.get("Alive")]
@@ -413,12 +414,12 @@ class ClusterClones:
         timeout: Any,
         parallel: Any,
     ) -> None:
-        self.n = n
-        self.pool = pool
+        self.n: int = n
+        self.pool: SandboxPool = pool
         self.lost: list[int] = []
         self.lost_nodes: dict[str, str] = {}
         self.isolation: dict[str, Any] = {}
-        self.cancelled = False
+        self.cancelled: bool = False
         self._spec, self._timeout, self._parallel = spec, timeout, parallel
         self._done: dict[int, _fork.CloneResult] = {}
         self._q: queue.Queue[Any] = queue.Queue()
