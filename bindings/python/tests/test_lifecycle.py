@@ -240,7 +240,7 @@ def test_async_for_and_cancel_kill_the_remaining_clones(tmp_path) -> None:
             with pytest.raises(asyncio.CancelledError):
                 await task
             tk.cancel()
-            assert ticks > 10  # the loop kept running while clones ran
+            assert ticks > 2  # the loop kept running while clones ran (10 ms ticks)
             assert _wait_gone(pids) == [], "clones outlived the cancelled task"
 
         # async with: breaking out is closed deterministically
