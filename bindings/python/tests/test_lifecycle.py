@@ -315,3 +315,35 @@ def test_checkpoint_save_load_restore(sb: Sandbox, tmp_path) -> None:
         sb.restore(path)
     Checkpoint.delete("step7", store=store)
     assert Checkpoint.list(store=store) == []
+
+
+def test_cancelling_areduce_kills_the_reducer():
+    """A reducer started by ``areduce`` dies with the task that awaited it (and the
+    same reducer without cancelling runs to its end: the control)."""
+    import asyncio
+
+    from conftest import processes_with_cmdline, unique_sleep, wait_no_survivor
+
+    arg, cmdline = unique_sleep()
+    reducer = Sandbox(fs_readable=SYS_RO)
+    script = f"cat >/dev/null; sleep {arg} & wait"
+
+    async def main() -> None:
+        task = asyncio.create_task(reducer.areduce(["/bin/sh", "-c", script], [b"a", b"b"]))
+        end = time.monotonic() + 20
+        while not processes_with_cmdline(cmdline) and time.monotonic() < end:
+            await asyncio.sleep(0.02)
+        assert processes_with_cmdline(cmdline), "the reducer's sleep did not start"
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        else:
+            raise AssertionError("the cancelled areduce returned")
+
+    asyncio.run(main())
+    assert wait_no_survivor(cmdline) == []
+    r = asyncio.run(reducer.areduce(["/bin/cat"], [b"x", b"y"]))
+    assert r.success and r.stdout == b"xy"
+    reducer.close()

@@ -905,14 +905,26 @@ class Sandbox(ProcessMixin, FieldAttributes):
         stream = getattr(clones, "_stream_reduce", None)
         if stream is not None:  # sandtrap.ray's clones: fed to the reducer as they come
             return cast(Result, stream(self, argv, timeout))
+        call, req = self._reduce_request(argv, clones, timeout)
+        return _wait_sync(call, req)
+
+    async def areduce(self, argv: Argv, clones: Any, timeout: float | None = None) -> Result:
+        """``reduce`` for asyncio: cancelling the task kills the reducer's whole
+        process tree, waits until it is gone, and re-raises ``CancelledError``
+        (``clones`` given as a :class:`Clones` are all collected first, in a thread)."""
+        if getattr(clones, "_stream_reduce", None) is not None or isinstance(clones, _fork.Clones):
+            clones = await asyncio.get_running_loop().run_in_executor(None, clones.results)
+        call, req = self._reduce_request(argv, clones, timeout)
+        return await _wait_async(call, req)
+
+    def _reduce_request(self, argv: Argv, clones: Any, timeout: float | None) -> tuple[_Call, bytes]:
         if isinstance(clones, _fork.Clones):
             clones = clones.results()
         items = [
             {"id": c.id, "stdout": c.stdout} if isinstance(c, _fork.CloneResult) else {"id": i, "stdout": bytes(c)}
             for i, c in enumerate(clones)
         ]
-        call, req = self._run_request(argv, timeout, None, None, None, None, op="reduce", clones=items)
-        return _wait_sync(call, req)
+        return self._run_request(argv, timeout, None, None, None, None, op="reduce", clones=items)
 
     # -- lifetime ------------------------------------------------------------------
 
