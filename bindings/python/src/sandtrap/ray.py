@@ -57,7 +57,12 @@ class _Node:
     kept per policy, and runs/forks whose results go back as data."""
 
     def __init__(self) -> None:
+        import concurrent.futures
+
         self._boxes: dict[Any, Any] = {}  # policy -> Sandbox, (coop, ...) -> CoopSandbox
+        # blocking calls (a template's start, a clone stream, a cooperative exec) run
+        # here, off the actor's event loop, so that one never holds up the others
+        self._threads = concurrent.futures.ThreadPoolExecutor(64, thread_name_prefix="sandtrap-node")
 
     def _box(self, policy: dict[str, Any]) -> Sandbox:
         import msgpack
@@ -93,7 +98,14 @@ class _Node:
         out: tuple[int, Any] = await _wait_async_with(call, req, lambda rc, resp: (rc, resp))
         return out
 
-    def coop_exec(self, factory: str, roots: list[str], level: str, code: str, namespace: Any) -> dict[str, Any]:
+    async def coop_exec(self, factory: str, roots: list[str], level: str, code: str, namespace: Any) -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        out: dict[str, Any] = await loop.run_in_executor(
+            self._threads, self._coop_exec, factory, roots, level, code, namespace
+        )
+        return out
+
+    def _coop_exec(self, factory: str, roots: list[str], level: str, code: str, namespace: Any) -> dict[str, Any]:
         """The cooperative sandbox on this node: ``factory`` ("module:qualname",
         imported here, from ``roots`` if not already importable) builds its Policy;
         the result goes back as data."""
@@ -135,7 +147,13 @@ class _Node:
         mapper._init, mapper._work = spec["init"], spec["work"]
         loop = asyncio.get_running_loop()
         q: asyncio.Queue[Any] = asyncio.Queue()
-        clones = mapper.fork(n, first=first, timeout=timeout, parallel=parallel)
+        try:  # the template's start and init_fn, off the event loop
+            clones = await loop.run_in_executor(
+                self._threads, lambda: mapper.fork(n, first=first, timeout=timeout, parallel=parallel)
+            )
+        except BaseException:
+            mapper.close()
+            raise
         end = object()
 
         def pump() -> None:
@@ -146,7 +164,7 @@ class _Node:
                 loop.call_soon_threadsafe(q.put_nowait, e)
             loop.call_soon_threadsafe(q.put_nowait, end)
 
-        worker = loop.run_in_executor(None, pump)
+        worker = loop.run_in_executor(self._threads, pump)
         try:
             while True:
                 item = await q.get()
