@@ -876,6 +876,10 @@ export interface PythonExecResult {
   prints: unknown[][];
   /** Each namespace value's size in bytes as it crossed (Python's `result.sizes`). */
   sizes: Record<string, number>;
+  /** Python's `result.rendered_prints` (its `render_prints=`, not offered from Node: always empty). */
+  renderedPrints: string[];
+  /** Python's `result.print_count`: how many prints were made, with `render_prints` (0 without it). */
+  printCount: number;
 }
 
 export declare class PythonSandbox {

@@ -295,6 +295,8 @@ class PythonSandbox {
       restarted: resp.restarted === true,
       prints: resp.prints ?? [], // each print's values, with {snapshotPrints: true}
       sizes: resp.sizes ?? {}, // each value's bytes as it crossed
+      renderedPrints: resp.rendered_prints ?? [], // Python's render_prints (not offered here: empty)
+      printCount: resp.print_count ?? 0,
     };
   }
 
