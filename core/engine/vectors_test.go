@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/sandtrap/sandtrap/core/kernel"
 )
 
@@ -57,8 +59,19 @@ func loadVectors(t *testing.T) vectorFile {
 }
 
 // layout creates the {tmp} tree of tests/vectors/README.md.
+// {tmp} lives where few entries sit beside it (/var/tmp), as in the Python and Node
+// runs: a vector granting "/" and denying a path under {tmp} makes a Landlock rule
+// per sibling of each directory on the way, and a busy /tmp passes 1,024.
 func layout(t *testing.T) string {
-	tmp := t.TempDir()
+	base := os.TempDir()
+	if st, err := os.Stat("/var/tmp"); err == nil && st.IsDir() && unix.Access("/var/tmp", unix.W_OK) == nil {
+		base = "/var/tmp"
+	}
+	tmp, err := os.MkdirTemp(base, "sandtrap-vec-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmp) })
 	os.Chmod(tmp, 0o755)
 	attack, err := os.ReadFile(filepath.Join(vectorsDir(), "attack.py"))
 	if err != nil {
