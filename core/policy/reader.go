@@ -385,22 +385,32 @@ func (r reader) id(k string) *uint32 {
 	return &u
 }
 
-func (r reader) env(k string) map[string]string {
+// stringMap reads a map of strings, reporting a value that is not one; each
+// decides what an entry means and keeps it (or reports it) in out.
+func (r reader) stringMap(k, want string, each func(name, val string, out map[string]string)) map[string]string {
 	v, ok := r.get(k)
 	if !ok {
 		return nil
 	}
 	m, isMap := v.(map[string]any)
 	if !isMap {
-		r.probs.Add(k, "want a map of strings, got %s", typeName(v))
+		r.probs.Add(k, "want %s, got %s", want, typeName(v))
 		return nil
 	}
 	out := map[string]string{}
 	for name, val := range m {
-		s, isStr := val.(string)
-		switch {
-		case !isStr:
+		if s, isStr := val.(string); isStr {
+			each(name, s, out)
+		} else {
 			r.probs.Add(k, "the value of %q is %s, not a string", name, typeName(val))
+		}
+	}
+	return out
+}
+
+func (r reader) env(k string) map[string]string {
+	return r.stringMap(k, "a map of strings", func(name, s string, out map[string]string) {
+		switch {
 		case name == "" || strings.ContainsAny(name, "=\x00"):
 			r.probs.Add(k, "%q is not a valid variable name", name)
 		case strings.ContainsRune(s, 0):
@@ -408,8 +418,7 @@ func (r reader) env(k string) map[string]string {
 		default:
 			out[name] = s
 		}
-	}
-	return out
+	})
 }
 
 func (r reader) ports(k string) []uint16 {
@@ -589,36 +598,19 @@ func slicesContains(l []string, s string) bool {
 // refused: the read-only form is a field of its own (fs_mount_ro), so that the
 // mapping cannot be misread as a host path ending in ":ro".
 func (r reader) mounts(k string) map[string]string {
-	v, ok := r.get(k)
-	if !ok {
-		return nil
-	}
-	m, isMap := v.(map[string]any)
-	if !isMap {
-		r.probs.Add(k, "want a map of paths inside the chroot to host paths, got %s", typeName(v))
-		return nil
-	}
-	out := map[string]string{}
-	for inside, val := range m {
-		host, isStr := val.(string)
-		switch {
-		case !isStr:
-			r.probs.Add(k, "the value of %q is %s, not a string", inside, typeName(val))
-			continue
-		case strings.HasSuffix(host, ":ro") || strings.HasSuffix(host, ":rw"):
+	return r.stringMap(k, "a map of paths inside the chroot to host paths", func(inside, host string, out map[string]string) {
+		if strings.HasSuffix(host, ":ro") || strings.HasSuffix(host, ":rw") {
 			r.probs.Add(k, "%q: %q: a mapping takes no mode suffix (the read-only form is a field of its own)", inside, host)
-			continue
+			return
 		}
 		in := CheckPath(k, inside, r.probs)
 		h := CheckPathAt(k, host, r.probs)
-		if in == "" || h == "" {
-			continue
-		}
-		if in == "/" {
+		switch {
+		case in == "" || h == "":
+		case in == "/":
 			r.probs.Add(k, "/ cannot be mounted over: it is the chroot itself")
-			continue
+		default:
+			out[in] = h
 		}
-		out[in] = h
-	}
-	return out
+	})
 }

@@ -62,10 +62,9 @@ type Stdio struct {
 
 // Stream is what a popen'd run adds to its Request.
 type Stream struct {
-	StderrFD int // >= 0: the run's stderr (closed once started); -1: captured
-	GateFD   int // > 0: the target parks before its execve until a byte arrives here (create)
-	started  chan *control
-	execd    chan spawn.Status // the target exec'd, or could not (after started)
+	GateFD  int // > 0: the target parks before its execve until a byte arrives here (create)
+	started chan *control
+	execd   chan spawn.Status // the target exec'd, or could not (after started)
 }
 
 // control acts on a started run from any goroutine.
@@ -280,7 +279,20 @@ func Popen(h Host, t *Processes, req *Request, stdio [3]Stdio, park bool) (*Proc
 	if stdio[0].Data != nil {
 		req.Stdin = stdio[0].Data
 	}
-	st := &Stream{StderrFD: theirs[2], GateFD: gateR, started: make(chan *control, 1), execd: make(chan spawn.Status, 1)}
+	if theirs[2] >= 0 {
+		// Request.StderrFD 0 means captured: a descriptor that happens to be 0 (the
+		// host closed its stdin) moves up first
+		if theirs[2] == 0 {
+			fd, err := unix.FcntlInt(0, unix.F_DUPFD_CLOEXEC, 3)
+			if err != nil {
+				return fail(protocol.Errorf(protocol.KindSpawn, "stderr: %v", err))
+			}
+			unix.Close(0)
+			theirs[2] = fd
+		}
+		req.StderrFD = theirs[2]
+	}
+	st := &Stream{GateFD: gateR, started: make(chan *control, 1), execd: make(chan spawn.Status, 1)}
 	req.Stream = st
 	p := &Process{ID: processSeq.Add(1), done: make(chan struct{}), gate: gateW, frz: frz, Argv: req.Argv, Cwd: req.Cwd, Env: req.Env}
 	go func() {

@@ -34,14 +34,14 @@ type Request struct {
 	NoTimeout bool // not even the policy's (templates: their forks get their own)
 	StdinFD   int  // >= 0: use this fd as stdin instead (pipelines)
 	StdoutFD  int  // >= 0: send stdout here instead of capturing it (pipelines)
-	StderrFD  int  // > 0: send stderr here instead of capturing it (the CLI's terminal); 0 captures
+	StderrFD  int  // > 0: send stderr here instead of capturing it (the CLI's terminal, a popen'd stream; closed once started); 0 captures
 	Timeout   float64
 	Env       map[string]string
 	Cwd       string
 	Tag       string
 	MaxOutput int64
 	DryRun    bool          // with a workdir: list the changes, then always abort them
-	Stream    *Stream       // a popen'd run (popen.go): its own stderr, told when it started
+	Stream    *Stream       // a popen'd run (popen.go): told when it started, parked at its gate
 	ExtraFDs  []int         // placed on 3, 4, … of the program (a gather's inputs); closed once started
 	Started   func(pid int) // called with the host pid of the run's pid 1 once it started (the CLI's run registry)
 	Hooks     Hooks         // a run with a zygote of its own (engine: calls judged by the host); nil: none
@@ -231,7 +231,7 @@ func Run(h Host, req *Request) *Result {
 	childEnds.add(req.StdinFD, req.StdoutFD)
 	childEnds.add(req.ExtraFDs...)
 	if req.Stream != nil {
-		childEnds.add(req.Stream.StderrFD, req.Stream.GateFD)
+		childEnds.add(req.Stream.GateFD)
 	}
 	if req.StderrFD > 0 {
 		childEnds.add(req.StderrFD)
@@ -305,14 +305,11 @@ func Run(h Host, req *Request) *Result {
 		ours.add(r)
 		childEnds.add(w)
 	}
-	// stderr: a popen'd run's own (Stream), a descriptor of the caller's (the CLI's
-	// terminal), or captured
+	// stderr: a descriptor of the caller's (the CLI's terminal, a popen'd stream), or
+	// captured
 	errW := req.StderrFD
-	if req.Stream != nil {
-		errW = req.Stream.StderrFD
-	}
 	sup.errR = -1
-	if errW < 0 || (errW == 0 && req.Stream == nil) {
+	if errW <= 0 {
 		errR, w, ok := mkpipe()
 		if !ok {
 			return failed(protocol.KindSpawn, "pipe failed", iso)
