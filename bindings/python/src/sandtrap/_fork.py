@@ -17,6 +17,7 @@ import inspect
 import os
 import sys
 import uuid
+from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
@@ -25,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 from . import _native
 
 if TYPE_CHECKING:
-    from ._sandbox import _Handle
+    from ._result import Result
+    from ._sandbox import Argv, Sandbox, _Handle
 
 Fn = Callable[..., Any] | str | None
 
@@ -99,6 +101,21 @@ def describe_fn(what: str, fn: Fn, probs: list[str]) -> dict[str, Any]:
     if main:
         out["main_path"] = os.path.realpath(f)
     return out
+
+
+class StreamingClones(ABC):
+    """Clones that arrive from elsewhere (``sandtrap.ray``'s cluster fork): a
+    reducer given them reads each clone's stdout as it arrives, in clone order,
+    instead of waiting for them all."""
+
+    @abstractmethod
+    def results(self) -> list[CloneResult]:
+        """Every clone that finished, in clone order (waits for the rest)."""
+
+    @abstractmethod
+    def stream_reduce(self, reducer: Sandbox, argv: Argv, timeout: float | None) -> Result:
+        """``reducer.reduce(argv, clones)``: the reducer starts at once and is fed
+        the clones as they come."""
 
 
 class Clones:

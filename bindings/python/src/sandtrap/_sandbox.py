@@ -902,9 +902,8 @@ class Sandbox(ProcessMixin, FieldAttributes):
     def reduce(self, argv: Argv, clones: Any, timeout: float | None = None) -> Result:
         """Run ``argv`` here with the clones' outputs, in clone order, on its stdin.
         This sandbox holds its own policy: none of the mapper's access."""
-        stream = getattr(clones, "_stream_reduce", None)
-        if stream is not None:  # sandtrap.ray's clones: fed to the reducer as they come
-            return cast(Result, stream(self, argv, timeout))
+        if isinstance(clones, _fork.StreamingClones):  # sandtrap.ray's: fed to the reducer as they come
+            return clones.stream_reduce(self, argv, timeout)
         call, req = self._reduce_request(argv, clones, timeout)
         return _wait_sync(call, req)
 
@@ -912,7 +911,7 @@ class Sandbox(ProcessMixin, FieldAttributes):
         """``reduce`` for asyncio: cancelling the task kills the reducer's whole
         process tree, waits until it is gone, and re-raises ``CancelledError``
         (``clones`` given as a :class:`Clones` are all collected first, in a thread)."""
-        if getattr(clones, "_stream_reduce", None) is not None or isinstance(clones, _fork.Clones):
+        if isinstance(clones, (_fork.StreamingClones, _fork.Clones)):
             clones = await asyncio.get_running_loop().run_in_executor(None, clones.results)
         call, req = self._reduce_request(argv, clones, timeout)
         return await _wait_async(call, req)

@@ -29,7 +29,7 @@ from typing import Any
 from . import _fork
 from ._errors import InvalidArgument
 from ._result import Result
-from ._sandbox import Sandbox, _outcome, _restore, _wait_async_with
+from ._sandbox import Argv, Sandbox, _outcome, _restore, _wait_async_with
 
 __all__ = ["SandboxPool", "PoolTask", "ClusterClones", "NodeLost"]
 
@@ -417,7 +417,7 @@ class SandboxPool:
         self.close()
 
 
-class ClusterClones:
+class ClusterClones(_fork.StreamingClones):
     """The clones of a fork across a pool: iterate to get them as they finish (from
     every node); ``results()`` waits and returns them in clone order. A node that dies
     takes its unfinished clones with it: their ids are in ``lost`` (``retry()`` forks
@@ -500,7 +500,7 @@ class ClusterClones:
     def __len__(self) -> int:
         return self.n
 
-    def _stream_reduce(self, reducer: Sandbox, argv: Sequence[Any], timeout: float | None) -> Result:
+    def stream_reduce(self, reducer: Sandbox, argv: Argv, timeout: float | None) -> Result:
         """``reducer.reduce(argv, clones)``: the reducer starts at once and reads the
         clones' stdout in clone order as they arrive from the nodes (a clone is held
         only until those before it came in; a lost clone is skipped)."""
