@@ -567,6 +567,8 @@ export declare class Sandbox {
   cmd(argv: readonly string[], options?: CommandOptions): Command;
   /** What this sandbox enforces on this machine, without running anything. */
   isolation(): Promise<IsolationReport>;
+  /** maxMemory in bytes as the engine reads it ('512M' -> 536870912), or null when unset. */
+  memoryBytes(): Promise<number | null>;
   /** {virtualPort: realPort} of the sockets bound now (portRemap; {} without it). */
   ports(): Promise<Record<number, number>>;
   /** Cancel every run of this sandbox in flight; returns how many. */

@@ -558,6 +558,15 @@ class Sandbox {
   }
 
   /**
+   * maxMemory in bytes as the engine reads it ('512M' -> 536870912), or null when unset.
+   * @returns {Promise<number | null>}
+   */
+  async memoryBytes() {
+    const lim = (await this.isolation()).limits.maxMemory;
+    return lim && typeof lim.value === 'number' ? lim.value : null;
+  }
+
+  /**
    * {virtualPort: realPort} for the sockets this sandbox's runs hold bound now
    * (portRemap; {} without it): a host client reaches a server on the real port.
    * @returns {Promise<Record<number, number>>}

@@ -68,3 +68,20 @@ test('Protection names the Landlock protections with their ABI', async () => {
     sb.close();
   }
 });
+
+test('memoryBytes() is maxMemory in bytes as the engine reads it, null when unset', async () => {
+  for (const [given, want] of [['256M', 256 << 20], ['1.5G', 3 * 2 ** 29], ['2GiB', 2 * 2 ** 30], [1048576, 1048576]]) {
+    const sb = new Sandbox({ fsReadable: SYSTEM, maxMemory: given });
+    try {
+      assert.equal(await sb.memoryBytes(), want, `maxMemory ${given}`);
+    } finally {
+      sb.close();
+    }
+  }
+  const none = new Sandbox({ fsReadable: SYSTEM });
+  try {
+    assert.equal(await none.memoryBytes(), null);
+  } finally {
+    none.close();
+  }
+});
