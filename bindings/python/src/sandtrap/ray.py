@@ -52,6 +52,27 @@ def _policy_of(sb: Sandbox) -> dict[str, Any]:
     return sb.policy
 
 
+def _die_with_raylet() -> None:
+    """End this actor's process when its node's raylet (the parent that started it)
+    is gone. A Ray worker whose raylet was killed can live on (seen as an
+    unprivileged user), and with it this engine and every sandbox it holds; the
+    process's exit takes the zygotes with it (their parent-death signal), so a dead
+    node's sandboxes never outlive it."""
+    import os
+    import select
+
+    try:
+        fd = os.pidfd_open(os.getppid())
+    except OSError:  # no pidfds (kernel < 5.3): nothing to watch by
+        return
+
+    def watch() -> None:
+        select.select([fd], [], [])
+        os._exit(1)
+
+    threading.Thread(target=watch, name="sandtrap-raylet-watch", daemon=True).start()
+
+
 class _Node:
     """The engine of one node (a Ray actor's body): sandboxes built from policy maps,
     kept per policy, and runs/forks whose results go back as data."""
@@ -63,6 +84,7 @@ class _Node:
         # blocking calls (a template's start, a clone stream, a cooperative exec) run
         # here, off the actor's event loop, so that one never holds up the others
         self._threads = concurrent.futures.ThreadPoolExecutor(64, thread_name_prefix="sandtrap-node")
+        _die_with_raylet()
 
     def _box(self, policy: dict[str, Any]) -> Sandbox:
         import msgpack
