@@ -194,7 +194,8 @@ def test_a_dead_node_reports_its_lost_clones_and_leaves_nothing(cluster, tmp_pat
         left = [p for p in sandboxed if os.path.exists(f"/proc/{p}") and not _zombie(p)]
         if not left:
             break
-        assert time.time() < deadline, f"left behind on the dead node (engine {engine} alive: {os.path.exists(f'/proc/{engine}') and not _zombie(engine)} {cmdline(engine)!r}): {[cmdline(p) for p in left]}"
+        alive = os.path.exists(f"/proc/{engine}") and not _zombie(engine)
+        assert time.time() < deadline, f"left behind (engine alive: {alive}): {[cmdline(p) for p in left]}"
         time.sleep(0.5)
     # the lost clones, retried (their own ids) on the node that is left
     mark.unlink()
