@@ -329,12 +329,14 @@ func TestHTTPSCredentials(t *testing.T) {
 	secret := fmt.Sprintf("sk-test-%x", sha256.Sum256([]byte(time.Now().String())))[:40]
 	fileSecret := secret[:20] + "-file-" + secret[20:]
 	t.Setenv("SANDTRAP_TEST_SECRET", secret)
-	dir := t.TempDir()
+	quiet := quietTempDir(t, "sandtrap-cred-")
+	dir := filepath.Join(quiet, "cred")
+	os.Mkdir(dir, 0o700)
 	credFile := filepath.Join(dir, "key")
 	os.WriteFile(credFile, []byte(fileSecret+"\n"), 0o600)
 	gp, pp := up.port(t), portOfURL(t, plain.URL)
 	pol := map[string]any{
-		"fs_readable":    []any{"/usr", "/lib", "/bin", "/etc", "/proc", "/tmp"},
+		"fs_readable":    []any{"/usr", "/lib", "/bin", "/etc", "/proc", quiet},
 		"http_allow":     []any{"POST api.test/v1/*", "GET api.test/ok/*", "GET plain.test/*"},
 		"http_ports":     []any{int64(gp), int64(pp)},
 		"http_intercept": true,
@@ -342,8 +344,8 @@ func TestHTTPSCredentials(t *testing.T) {
 		"credentials":    map[string]any{"api": "env:SANDTRAP_TEST_SECRET", "f": "file:" + credFile},
 		"http_auth":      []any{"POST api.test/v1/* bearer api", "GET api.test/ok/* header:x-api-key f", "GET plain.test/* header:X-Api-Key f"},
 	}
-	// the file lies in /tmp, which the sandbox may read: refused
-	if _, err := NewFromMap(withBase(pol)); err == nil || !strings.Contains(err.Error(), credFile+" is readable in the sandbox (/tmp)") {
+	// the file lies in a tree the sandbox may read: refused
+	if _, err := NewFromMap(withBase(pol)); err == nil || !strings.Contains(err.Error(), credFile+" is readable in the sandbox ("+quiet+")") {
 		t.Fatalf("a readable credential file: %v", err)
 	}
 	pol["fs_denied"] = []any{dir}
@@ -356,7 +358,7 @@ func TestHTTPSCredentials(t *testing.T) {
 	half := len(secret) / 2
 	r := run(sb, "/usr/bin/python3", "-c", scanProg, secret[:half], secret[half:], strconv.FormatFloat(since, 'f', 0, 64),
 		"https://api.test:"+ps+"/v1/chat", "https://api.test:"+ps+"/ok/k", "http://plain.test:"+pls+"/p",
-		"/usr", "/lib", "/bin", "/etc", "/tmp")
+		"/usr", "/lib", "/bin", "/etc", quiet)
 	out := string(r.Stdout)
 	t.Logf("%s", out[strings.Index(out, "SCANNED"):])
 	if !strings.Contains(out, "RESP hit POST /v1/chat") || !strings.Contains(out, "RESP hit GET /ok/k") || !strings.Contains(out, "RESP hit GET /p") {
@@ -368,7 +370,7 @@ func TestHTTPSCredentials(t *testing.T) {
 	// the file secret, by the same scan
 	half = len(fileSecret) / 2
 	r = run(sb, "/usr/bin/python3", "-c", scanProg, fileSecret[:half], fileSecret[half:], strconv.FormatFloat(since, 'f', 0, 64),
-		"https://api.test:"+ps+"/v1/chat", "https://api.test:"+ps+"/ok/k", "http://plain.test:"+pls+"/p", "/tmp")
+		"https://api.test:"+ps+"/v1/chat", "https://api.test:"+ps+"/ok/k", "http://plain.test:"+pls+"/p", quiet)
 	if out := string(r.Stdout); !strings.Contains(out, "FOUND []") {
 		t.Errorf("the file secret in the sandbox: %q %s", out, r.Stderr)
 	}

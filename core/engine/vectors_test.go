@@ -58,21 +58,29 @@ func loadVectors(t *testing.T) vectorFile {
 	return vf
 }
 
-// layout creates the {tmp} tree of tests/vectors/README.md.
-// {tmp} lives where few entries sit beside it (/var/tmp), as in the Python and Node
-// runs: a vector granting "/" and denying a path under {tmp} makes a Landlock rule
-// per sibling of each directory on the way, and a busy /tmp passes 1,024.
-func layout(t *testing.T) string {
+// quietTempDir makes a 0755 directory, removed after the test, where few entries
+// sit beside it (/var/tmp when writable): granting a tree and denying a path under
+// a busy /tmp makes a Landlock rule per sibling and passes 1,024.
+func quietTempDir(t *testing.T, prefix string) string {
 	base := os.TempDir()
 	if st, err := os.Stat("/var/tmp"); err == nil && st.IsDir() && unix.Access("/var/tmp", unix.W_OK) == nil {
 		base = "/var/tmp"
 	}
-	tmp, err := os.MkdirTemp(base, "sandtrap-vec-")
+	tmp, err := os.MkdirTemp(base, prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(tmp) })
 	os.Chmod(tmp, 0o755)
+	return tmp
+}
+
+// layout creates the {tmp} tree of tests/vectors/README.md.
+// {tmp} lives where few entries sit beside it (/var/tmp), as in the Python and Node
+// runs: a vector granting "/" and denying a path under {tmp} makes a Landlock rule
+// per sibling of each directory on the way, and a busy /tmp passes 1,024.
+func layout(t *testing.T) string {
+	tmp := quietTempDir(t, "sandtrap-vec-")
 	attack, err := os.ReadFile(filepath.Join(vectorsDir(), "attack.py"))
 	if err != nil {
 		t.Fatal(err)
