@@ -63,14 +63,20 @@ def test_freezer_pause_holds_against_sigcont(sb: Sandbox) -> None:
     if not _freezer_expected():
         pytest.skip(f"no cgroup v2 freezer here: pause is {p.pause_via} ({p.pause_note})")
     assert p.pause_via == "freezer" and p.pause_note is None
-    deadline = time.monotonic() + 5
-    while len(_tree(p.init_pid)) < 4 and time.monotonic() < deadline:
+    # the tree settles at init + three spinners (the subshells that start two exit)
+    deadline, last = time.monotonic() + 5, None
+    while time.monotonic() < deadline:
+        pids = _tree(p.init_pid)
+        if len(pids) == 4 and pids == last:
+            break
+        last = pids
         time.sleep(0.01)
-    time.sleep(0.2)  # the subshells that started the spinners are gone
-    pids = _tree(p.init_pid)
     p.pause()
     for pid in pids[1:]:
-        os.kill(pid, signal.SIGCONT)
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
     t0 = _ticks(pids)
     time.sleep(0.5)
     frozen = _ticks(pids) - t0
