@@ -90,7 +90,16 @@ test('sendSignal: the leader (a trap runs), the tree, refusals', async () => {
   assert.equal((await p.wait()).exitCode, 3);
   assert.equal(await p.sendSignal('SIGTERM'), 0);
   const q = await sb.spawn(['sh', '-c', 'sleep 30 & sleep 30 & wait'], { stdio: 'ignore' });
-  for (let i = 0; i < 500 && tree(q.initPid).length < 4; i++) await sleep(10);
+  // both sleeps exec'd (a loaded machine is slow to)
+  const comms = () => tree(q.initPid).map((pid) => {
+    try {
+      return fs.readFileSync(`/proc/${pid}/comm`, 'latin1').trim();
+    } catch {
+      return '';
+    }
+  });
+  for (let i = 0; i < 2000 && comms().filter((c) => c === 'sleep').length < 2; i++) await sleep(10);
+  assert.equal(comms().slice(1).filter((c) => c === 'sleep').length, 2, comms().join(','));
   for (const bad of [0, 'SIGSTOP', 'SIGCONT', 'SIGTSTP', 65, 'SIGNOPE']) {
     await assert.rejects(sb.sendSignal(bad), InvalidRequest, String(bad));
   }
