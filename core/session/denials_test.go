@@ -81,8 +81,14 @@ func TestForkDenialsPerClone(t *testing.T) {
 	if len(got) != n {
 		t.Fatalf("%d clones", len(got))
 	}
+	sessions := map[int64]bool{}
 	for i := int64(0); i < n; i++ {
 		it := got[i]
+		if s := num(it["session"]); s <= 0 || sessions[s] {
+			t.Errorf("clone %d: session %v (zero, or another clone's)", i, it["session"])
+		} else {
+			sessions[s] = true
+		}
 		if num(it["exit_code"]) != 0 || string(it["stdout"].([]byte)) != "EPERM\nEPERM\n" {
 			t.Errorf("clone %d: exit %v, stdout %q, stderr %s", i, it["exit_code"], it["stdout"], it["stderr"])
 		}
