@@ -954,6 +954,10 @@ export interface CloneResult {
   timedOut: boolean;
   stdoutTruncated: boolean;
   success: boolean;
+  /** What this clone and every process it started were refused, at most 256 entries (the fork's `denialsSources` says which sources are reported). */
+  denials: Denial[];
+  /** Denials beyond the 256 entries kept. */
+  denialsDropped: number;
 }
 
 export interface ForkOptions {
@@ -979,10 +983,12 @@ export interface CloneStream extends AsyncIterable<CloneResult> {
   readonly total: number;
   /** The template's isolation report, once every clone is in. */
   readonly isolation: Record<string, unknown> | null;
+  /** By source (supervisor, landlock, seccomp): "reported", or why the clones' denials are not; once every clone is in. */
+  readonly denialsSources: Record<string, string>;
 }
 
 /** The clones of a fork in clone order, and the template's isolation report (with `python.granted`: what the engine added to the mapper's policy for the Python runtime). */
-export type Clones = CloneResult[] & { readonly isolation: Record<string, unknown> | null };
+export type Clones = CloneResult[] & { readonly isolation: Record<string, unknown> | null; readonly denialsSources: Record<string, string> };
 
 /** What a handler does when it throws or returns something that is not a NotifAction. */
 export declare const ExceptionPolicy: { readonly KILL: 'kill'; readonly DENY_EPERM: 'deny_eperm'; readonly CONTINUE: 'continue'; readonly DENY_EIO: 'deny_eio' };

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/sandtrap/sandtrap/core/plan"
 	"github.com/sandtrap/sandtrap/core/protocol"
@@ -262,4 +263,64 @@ func probeAudit() string {
 		}
 	}
 	return "no answer from the kernel's audit"
+}
+
+// CloneDenials follows the denials of a run's sessions (a COW-fork template's
+// clones, each a session of its own: core/supervise/sessions.go). Set it on the
+// Request; the run fills it in once attached to its supervisor.
+type CloneDenials struct {
+	once  sync.Once
+	ready chan struct{}
+	log   *supervise.RunLog
+	why   string // not reported: why ("" with log set: reported)
+}
+
+// NewCloneDenials is an empty CloneDenials for one Request.
+func NewCloneDenials() *CloneDenials { return &CloneDenials{ready: make(chan struct{})} }
+
+// attached: the run's denials are d (called once, after the spawn; nil d: none).
+func (cd *CloneDenials) attached(d *runDenials) {
+	cd.once.Do(func() {
+		switch ok, why := supervise.SessionsAttributable(); {
+		case d == nil:
+			cd.why = "not reported: the run did not start"
+		case d.none:
+			cd.why = sourceReported + " (none: this policy watches no call)"
+		case d.why != "":
+			cd.why = d.why
+		case !ok:
+			cd.why = "not reported by clone: " + why
+		default:
+			d.log.CountSessions()
+			cd.log = d.log
+		}
+		close(cd.ready)
+	})
+}
+
+// Wait waits for the run's attach (until done fires) and says what the clones'
+// denials will be, as a run's denials_sources.
+func (cd *CloneDenials) Wait(done <-chan time.Time) map[string]string {
+	select {
+	case <-cd.ready:
+	case <-done:
+		return denialSources(&runDenials{why: "not reported: the run did not start"})
+	}
+	switch {
+	case cd.log != nil:
+		return denialSources(&runDenials{})
+	case strings.HasPrefix(cd.why, sourceReported):
+		return denialSources(&runDenials{none: true})
+	default:
+		return denialSources(&runDenials{why: cd.why})
+	}
+}
+
+// Take is what the session whose leader has pidfs inode ino was refused (once).
+func (cd *CloneDenials) Take(ino uint64) ([]Denial, int) {
+	if cd.log == nil {
+		return []Denial{}, 0
+	}
+	l := cd.log.TakeSession(ino)
+	return toDenials(l), l.Dropped
 }

@@ -45,6 +45,7 @@ type Request struct {
 	ExtraFDs  []int         // placed on 3, 4, … of the program (a gather's inputs); closed once started
 	Started   func(pid int) // called with the host pid of the run's pid 1 once it started (the CLI's run registry)
 	Hooks     Hooks         // a run with a zygote of its own (engine: calls judged by the host); nil: none
+	Clones    *CloneDenials // the denials of its sessions (a fork template's clones), filled once it started
 }
 
 // Hooks run a request on a zygote of its own choosing (core/handlers:
@@ -368,6 +369,9 @@ func Run(h Host, req *Request) *Result {
 				proc, denied, err = spawnRun(zyg, pl, rs, judge)
 			}
 		}
+	}
+	if req.Clones != nil {
+		req.Clones.attached(denied)
 	}
 	spawnDur := time.Since(start)
 	childEnds.closeAll() // EOF reaches us once every process of the run is gone

@@ -676,6 +676,37 @@ func metadataRules(b *builder) error {
 	return nil
 }
 
+// SessionLayer compiles the layer a COW-fork clone loads right after it made itself
+// a session and process group of its own (setsid): setsid and setpgid refused with
+// EPERM, so neither the clone nor anything it starts can leave that session or
+// group — by which the supervisor attributes its denials and its leftovers are
+// killed (core/guest/python/sandtrap_guest/template.py).
+func SessionLayer() (*Program, error) {
+	const k = "session"
+	mu.Lock()
+	defer mu.Unlock()
+	if p, ok := cache[k]; ok {
+		return p, nil
+	}
+	b, err := newFilter(nil)
+	if err != nil {
+		return nil, err
+	}
+	defer b.f.Release()
+	for _, n := range []string{"setsid", "setpgid"} {
+		if err := b.rule(n, errno(unix.EPERM)); err != nil {
+			return nil, err
+		}
+	}
+	bpf, err := export(b.f)
+	if err != nil {
+		return nil, err
+	}
+	p := &Program{BPF: bpf, Denied: b.denied}
+	cache[k] = p
+	return p, nil
+}
+
 // LayerConfig is a filter a process adds on top of its sandbox's (a fork of a
 // template, which shares the template's mount namespace, IPC namespace and
 // supervisor rather than having its own).

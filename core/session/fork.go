@@ -5,10 +5,14 @@ import (
 	"path/filepath"
 	"sort"
 	"sync/atomic"
+	"time"
 
 	"github.com/sandtrap/sandtrap/core/engine"
 	"github.com/sandtrap/sandtrap/core/hostcall"
 	"github.com/sandtrap/sandtrap/core/policy"
+	"github.com/sandtrap/sandtrap/core/rawmsg"
+	runs "github.com/sandtrap/sandtrap/core/run"
+	"github.com/sandtrap/sandtrap/core/seccomp"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -27,6 +31,9 @@ const (
 	nextSlack = 60.0
 	// noTimeoutWait bounds a batch's wait when clones have no timeout.
 	noTimeoutWait = 3600.0
+	// attachWait bounds the wait for the template's run to be attached to its
+	// supervisor (it is, right after its spawn, long before its init answers).
+	attachWait = 5 * time.Second
 )
 
 var templateModule = "sandtrap_guest.template"
@@ -43,6 +50,8 @@ type forkState struct {
 	stopped   string // why the host stopped it
 	untrack   func()
 	report    any
+	clones    *runs.CloneDenials // the template run's denials, by clone (its session)
+	sources   map[string]string  // what the clones' denials report (denials_sources)
 }
 
 func forkOp(s *engine.Sandbox, req []byte) ([]byte, string) {
@@ -182,7 +191,9 @@ func startFork(s *engine.Sandbox, req []byte) (*forkState, error) {
 		tsb.Close()
 		return nil, err
 	}
-	f.session, err = tsb.OpenSession(&engine.RunRequest{Argv: []string{interp, "-m", templateModule}, NoTimeout: true}, nil, true)
+	f.clones = runs.NewCloneDenials()
+	f.session, err = tsb.OpenSession(&engine.RunRequest{Argv: []string{interp, "-m", templateModule}, NoTimeout: true,
+		Clones: f.clones}, nil, true)
 	if err != nil {
 		return fail(err)
 	}
@@ -193,8 +204,23 @@ func startFork(s *engine.Sandbox, req []byte) (*forkState, error) {
 	if op := reply.str("op"); op != "ready" {
 		return fail(&engine.Error{Kind: engine.KindSpawn, Message: initFailure(reply, mainPath)})
 	}
+	// Each clone makes itself a session of its own and loads this layer (no setsid,
+	// no setpgid after): the supervisor finds a denial's clone by its session, and a
+	// clone's leftovers die with its session (core/supervise/sessions.go).
+	var layer []byte
+	if pl, err := tsb.Plan(); err == nil && pl.BPF != nil {
+		sl, err := seccomp.SessionLayer()
+		if err != nil {
+			return fail(&engine.Error{Kind: engine.KindIsolation, Message: "seccomp: " + err.Error()})
+		}
+		layer = sl.BPF
+	}
+	f.sources = f.clones.Wait(time.After(attachWait))
+	if layer == nil {
+		f.sources[runs.SourceSupervisor] = "not reported by clone: no seccomp here to keep each clone in its session"
+	}
 	fr := map[string]any{"op": "fork", "n": n, "first": first, "parallel": nil, "timeout": nil, "max_output": s.Policy.MaxOutput,
-		"max_processes": nil}
+		"max_processes": nil, "session": layer}
 	if parallel > 0 {
 		fr["parallel"] = parallel
 	}
@@ -276,10 +302,31 @@ func (f *forkState) next() hostcall.Step {
 		f.done, _ = reply["done"].Bool()
 		if n := reply["items"].Len(); n > 0 {
 			f.reported += int64(n)
-			return hostcall.Ask(hostcall.Call{Kind: "clones", Fields: map[string]any{"items": raw(reply["items"])}}, f)
+			return hostcall.Ask(hostcall.Call{Kind: "clones", Fields: map[string]any{"items": f.withDenials(reply["items"])}}, f)
 		}
 	}
 	return f.final(nil)
+}
+
+// withDenials is a batch's items, each with what its clone was refused ("denials",
+// "denials_dropped"): the template's session log of the clone ("session": the pidfs
+// inode of the clone, its session's leader), taken once.
+func (f *forkState) withDenials(items rawmsg.Value) []any {
+	its, _ := items.Items()
+	out := make([]any, len(its))
+	for i, it := range its {
+		m, _ := it.Fields()
+		var ds []runs.Denial
+		dropped := 0
+		if ino, ok := m["session"].Int(); ok && ino > 0 {
+			ds, dropped = f.clones.Take(uint64(ino))
+		}
+		if ds == nil {
+			ds = []runs.Denial{}
+		}
+		out[i] = msgpack.RawMessage(mapWith(it, map[string]any{"denials": ds, "denials_dropped": dropped}))
+	}
+	return out
 }
 
 // Resume: the host took a batch (a value: go on; an error or abort: stop forking).
@@ -319,7 +366,8 @@ func (f *forkState) close() {
 
 func (f *forkState) final(err error) hostcall.Step {
 	f.close()
-	out := map[string]any{"done": true, "clones": f.reported, "cancelled": false, "isolation": f.report, "error": nil}
+	out := map[string]any{"done": true, "clones": f.reported, "cancelled": false, "isolation": f.report, "error": nil,
+		"denials_sources": f.sources}
 	kind := ""
 	switch {
 	case f.cancelled.Load():

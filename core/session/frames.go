@@ -210,7 +210,7 @@ func (f frame) checkClones() error {
 		const I, B = rawmsg.Int, rawmsg.Bool
 		if err := c.checkAll(c.want("id", false, I), c.want("stdout", false, rawmsg.Bin), c.want("stderr", false, rawmsg.Bin),
 			c.want("exit_code", true, I), c.want("signal", true, I), c.want("timed_out", false, B),
-			c.want("stdout_truncated", false, B)); err != nil {
+			c.want("stdout_truncated", false, B), c.want("session", true, I)); err != nil {
 			return protof("clone item %d: %v", i, err)
 		}
 	}

@@ -47,6 +47,8 @@ type RunLog struct {
 	// noPid1 (tests): the run's pid 1 is the program itself, its calls are judged too.
 	host   HostRun
 	noPid1 bool
+	// sessions: its denials by the caller's session too (sessions.go); nil: not kept
+	sessions sessionsPtr
 }
 
 // DenialList is what a run was refused: at most maxDenials distinct entries in the
@@ -333,10 +335,20 @@ func (s *Supervisor) record(c *call, sc, detail string, e syscall.Errno, checked
 	}
 	s.runs.mu.Unlock()
 	if r != nil {
-		if checked && !c.valid() {
+		var sl *denialLog
+		if ss := r.sessions.Load(); ss != nil {
+			if ino, ok := c.callerSession(); ok {
+				sl = ss.log(ino)
+			}
+		}
+		if (checked || sl != nil) && !c.valid() { // after reading the session (sessions.go)
 			return nil
 		}
 		r.log.add(sc, detail, e)
+		if sl != nil {
+			sl.add(sc, detail, e)
+			return func() { r.log.sub(sc, detail, e); sl.sub(sc, detail, e) }
+		}
 		return func() { r.log.sub(sc, detail, e) }
 	}
 	// not attached (yet): pin the namespace, then wait for its run

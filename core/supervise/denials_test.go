@@ -109,3 +109,19 @@ func BenchmarkAttach(b *testing.B) {
 		})
 	}
 }
+
+// TestStatSession: the session field is found after the last ")" (a command name
+// can hold ") " and digits).
+func TestStatSession(t *testing.T) {
+	for line, want := range map[string]int{
+		"42 (python3) S 1 42 42 0 -1":        42,
+		"7 (a) 1 2 3 (b) R 5 6 99 0 -1 4194": 99,
+	} {
+		if got, ok := statSession([]byte(line)); !ok || got != want {
+			t.Errorf("%q: %d %v, want %d", line, got, ok, want)
+		}
+	}
+	if _, ok := statSession([]byte("7 (x) S 1")); ok {
+		t.Errorf("a short line gave a session")
+	}
+}

@@ -8,7 +8,7 @@
 // limits, the stream of clones); this file maps names and takes the clones the
 // engine hands over (host calls of kind "clones"), which an abort stops.
 
-const { Sandbox, newTag } = require('./sandbox');
+const { Sandbox, newTag, toDenial } = require('./sandbox');
 const { InvalidArgument, AbortError, makeError } = require('./errors');
 const { camelKeys } = require('./options');
 
@@ -16,7 +16,7 @@ const { camelKeys } = require('./options');
 /**
  * One clone's outcome (index.d.ts's CloneResult).
  * @typedef {{id: number, stdout: Buffer, stderr: Buffer, exitCode: number | null, signal: string | null,
- *   timedOut: boolean, stdoutTruncated: boolean, success: boolean}} CloneResult
+ *   timedOut: boolean, stdoutTruncated: boolean, success: boolean, denials: Wire[], denialsDropped: number}} CloneResult
  */
 /**
  * fork()'s options (index.d.ts's ForkOptions).
@@ -34,15 +34,23 @@ function clone(it) {
     signal: it.signal ?? null,
     timedOut: it.timed_out === true,
     stdoutTruncated: it.stdout_truncated === true,
+    // what this clone and every process it started were refused (docs/protocol.md "map-reduce")
+    denials: Array.isArray(it.denials) ? it.denials.map(toDenial) : [],
+    denialsDropped: typeof it.denials_dropped === 'number' ? it.denials_dropped : 0,
   };
   return { ...c, success: c.exitCode === 0 && !c.timedOut };
+}
+
+/** The fork's denials_sources (as a run's). @param {Wire} resp @returns {Record<string, string>} */
+function sources(resp) {
+  return resp.denials_sources && typeof resp.denials_sources === 'object' ? { ...resp.denials_sources } : {};
 }
 
 /**
  * @param {Sandbox} mapper
  * @param {number} n
  * @param {ForkOptions} [options]
- * @returns {Promise<CloneResult[]>} with the engine's report as `isolation`
+ * @returns {Promise<CloneResult[]>} with the engine's report as `isolation`, and `denialsSources`
  */
 async function fork(mapper, n, { init, work, timeout, parallel, onClone, signal, python } = {}) {
   if (!Number.isInteger(n) || n < 1) throw new InvalidArgument(`fork: n must be a positive integer, got ${n}`);
@@ -78,6 +86,7 @@ async function fork(mapper, n, { init, work, timeout, parallel, onClone, signal,
     throw e;
   }
   Object.defineProperty(out, 'isolation', { value: resp.isolation ? camelKeys(resp.isolation) : null });
+  Object.defineProperty(out, 'denialsSources', { value: sources(resp) });
   if (resp.error?.kind === 'cancelled' && signal?.aborted) {
     throw new AbortError('The operation was aborted', { cause: signal.reason, result: out });
   }
@@ -106,6 +115,8 @@ class CloneStream {
     this.total = n;
     /** the template's isolation report, once every clone is in @type {Wire | null} */
     this.isolation = null;
+    /** what the clones' denials report, by source, once every clone is in @type {Record<string, string>} */
+    this.denialsSources = {};
   }
 
   async *[Symbol.asyncIterator]() {
@@ -135,6 +146,7 @@ class CloneStream {
       if (asking) await mapper.request({ ...asking, abort: true }).catch(() => {});
     }
     this.isolation = resp.isolation ? camelKeys(resp.isolation) : null;
+    this.denialsSources = sources(resp);
     if (resp.error?.kind === 'cancelled' && signal?.aborted) throw new AbortError('The operation was aborted', { cause: signal.reason });
     if (resp.error) throw makeError(resp.error.kind, resp.error.message);
   }

@@ -843,4 +843,4 @@ function version() {
   return { binding: pkg.version, library: v.version, abi: v.abi, headerAbi: v.headerAbi };
 }
 
-module.exports = { Sandbox, Command, Pipeline, Gather, confine, probe, version, SandtrapError, newTag, runResult, runError, toChanges };
+module.exports = { Sandbox, Command, Pipeline, Gather, confine, probe, version, SandtrapError, newTag, runResult, runError, toChanges, toDenial };

@@ -43,6 +43,58 @@ describe('denials', () => {
   });
 });
 
+// clone i is refused i connects and i inotify watches (the supervisor's), half by a
+// child of the clone, and i opens outside the policy (Landlock's: not reported)
+const FORK_WORK = `
+import ctypes, os, socket
+libc = ctypes.CDLL(None, use_errno=True)
+i = CLONE_ID
+def refuse(k):
+    s = socket.socket(); s.settimeout(1)
+    assert s.connect_ex(("10.79.%d.%d" % (i, k), 80)) == 13
+    s.close()
+    fd = libc.inotify_init1(0)
+    assert libc.inotify_add_watch(fd, b"/etc", 0xfff) == -1 and ctypes.get_errno() == 13
+    os.close(fd)
+    try:
+        open("/etc/hostname").close(); raise SystemExit("the open outside the policy worked")
+    except PermissionError:
+        pass
+for k in range(i // 2):
+    refuse(k)
+pid = os.fork()
+if pid == 0:
+    for k in range(i // 2, i):
+        refuse(k)
+    os._exit(0)
+assert os.waitpid(pid, 0)[1] == 0
+`;
+
+describe('fork denials', () => {
+  test('each clone reports exactly its own denials', async () => {
+    const ro = ['/usr', '/lib', '/bin'].concat(fs.existsSync('/lib64') && !fs.lstatSync('/lib64').isSymbolicLink() ? ['/lib64'] : []);
+    const mapper = new Sandbox({ fsReadable: ro, netAllow: ['127.0.0.1:9'], timeout: 60 });
+    try {
+      const clones = await mapper.fork(16, { work: FORK_WORK, python: PY });
+      assert.equal(clones.denialsSources.supervisor, 'reported');
+      assert.match(clones.denialsSources.landlock, /^not reported/);
+      for (const c of clones) {
+        assert.ok(c.success, `clone ${c.id}: ${c.stderr}`);
+        const counts = {};
+        for (const d of c.denials) {
+          assert.equal(d.source, 'supervisor');
+          if (d.syscall === 'connect') assert.match(d.address, new RegExp(`10\\.79\\.${c.id}\\.`));
+          counts[d.syscall] = (counts[d.syscall] ?? 0) + d.count;
+        }
+        assert.deepEqual(counts, c.id ? { connect: c.id, inotify_add_watch: c.id } : {}, `clone ${c.id}`);
+        assert.equal(c.denialsDropped, 0);
+      }
+    } finally {
+      mapper.close();
+    }
+  });
+});
+
 describe('learn', () => {
   test('learn, then run with the learned policy; without one learned path it fails', async () => {
     const { dir, cleanup } = tmpdir();

@@ -139,3 +139,38 @@ def test_the_sandbox_timeout_holds_for_clones() -> None:
     # the clones sleep 8 s: ending well before that shows the timeout held (with
     # room for the template's start on a loaded machine)
     assert wall <= 7, f"fork(2) under timeout=2 took {wall:.1f} s"
+
+
+# Clone 0 leaves a child behind that closed its output (so clone 0's pipes end) and
+# keeps writing a heartbeat; clone 1 runs on meanwhile, so the template lives.
+LEFTOVER = """
+import os, time
+if CLONE_ID == 1:
+    time.sleep(5)
+    raise SystemExit
+if os.fork() == 0:
+    os.closerange(0, 3)
+    while True:
+        with open(BEAT, "a") as f:
+            f.write(".")
+        time.sleep(0.02)
+time.sleep(0.2)
+"""
+
+
+def test_a_clones_leftovers_die_with_it(tmp_path) -> None:
+    tmp_path.chmod(0o777)
+    beat = tmp_path / "beat"
+    work = f"BEAT = {str(beat)!r}\n" + LEFTOVER
+    with (
+        Sandbox(fs_readable=SYS, fs_writable=[str(tmp_path)], timeout=30, work_fn=work) as sb,
+        sb.fork(2, parallel=1) as clones,
+    ):
+        it = iter(clones)  # kept: dropping it would stop the fork (and kill everything)
+        first = next(it)
+        assert first.id == 0 and first.success, first.stderr
+        size = beat.stat().st_size
+        time.sleep(0.5)
+        grown = beat.stat().st_size - size
+        assert grown == 0, f"clone 0's child lived on after its result: {grown} heartbeats in 0.5 s"
+        assert clones.done == 1  # clone 1 still runs: the template is alive

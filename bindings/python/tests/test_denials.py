@@ -116,3 +116,57 @@ def test_learn_then_run(tmp_path: Path) -> None:
                 assert not bad.run(argv).success, f"ran without {drop_field} {drop}"
     finally:
         srv.close()
+
+
+# clone i is refused i connects and i inotify watches (the supervisor's), half of them
+# by a child it forks, and i opens outside the policy (Landlock's: not reported); the
+# child then tries to leave the clone's session and process group
+FORK_WORK = """
+import ctypes, os, socket, sys
+libc = ctypes.CDLL(None, use_errno=True)
+i = CLONE_ID
+def refuse(k):
+    s = socket.socket(); s.settimeout(1)
+    assert s.connect_ex(("10.78.%d.%d" % (i, k), 80)) == 13
+    s.close()
+    fd = libc.inotify_init1(0)
+    assert libc.inotify_add_watch(fd, b"/etc", 0xfff) == -1 and ctypes.get_errno() == 13
+    os.close(fd)
+    try:
+        open("/etc/hostname").close(); raise SystemExit("the open outside the policy worked")
+    except PermissionError:
+        pass
+for k in range(i // 2):
+    refuse(k)
+pid = os.fork()
+if pid == 0:
+    for k in range(i // 2, i):
+        refuse(k)
+    for f in (os.setsid, lambda: os.setpgid(0, 0)):
+        try:
+            f(); print("left")
+        except PermissionError:
+            print("EPERM")
+    sys.stdout.flush()
+    os._exit(0)
+assert os.waitpid(pid, 0)[1] == 0
+"""
+
+
+def test_fork_denials_per_clone() -> None:
+    ro = ["/usr", "/lib", "/bin"] + (["/lib64"] if "/lib64" in SYS_RO else [])
+    with Sandbox(fs_readable=ro, net_allow=["127.0.0.1:9"], timeout=60, work_fn=FORK_WORK) as sb:
+        clones = sb.fork(16)
+        res = clones.results()
+    assert clones.denials_sources["supervisor"] == "reported", clones.denials_sources
+    assert clones.denials_sources["landlock"].startswith("not reported")
+    for c in res:
+        assert c.success and c.stdout == b"EPERM\nEPERM\n", (c.id, c.stdout, c.stderr)
+        counts: dict[str, int] = {}
+        for d in c.denials:
+            assert isinstance(d, Denial) and d.source == "supervisor"
+            if d.syscall == "connect":
+                assert d.address is not None and f"10.78.{c.id}." in d.address, (c.id, d)
+            counts[d.syscall] = counts.get(d.syscall, 0) + d.count
+        want = {"connect": c.id, "inotify_add_watch": c.id} if c.id else {}
+        assert counts == want and c.denials_dropped == 0, (c.id, c.denials)

@@ -65,6 +65,12 @@ export async function main(): Promise<void> {
   const learned = new Sandbox({ ...lr.policy, timeout: 30 });
   const toml: string = lr.profile;
   void where, dropped, supervised, learned, toml;
+  // each fork clone's own denials, and what they report
+  const clones = await sb.fork(2, { work: 'print(CLONE_ID)' });
+  const cd: Denial | undefined = clones[0]?.denials[0];
+  const cdropped: number | undefined = clones[0]?.denialsDropped;
+  const csources: string | undefined = clones.denialsSources['supervisor'];
+  void cd, cdropped, csources;
 
   const ac = new AbortController();
   try {

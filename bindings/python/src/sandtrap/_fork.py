@@ -20,10 +20,11 @@ import uuid
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import _native
+from ._result import Denial
 
 if TYPE_CHECKING:
     from ._result import Result
@@ -34,7 +35,10 @@ Fn = Callable[..., Any] | str | None
 
 @dataclass
 class CloneResult:
-    """One clone's outcome."""
+    """One clone's outcome. ``denials`` is what this clone (and every process it
+    started) was refused, at most 256 entries, ``denials_dropped`` counting those
+    beyond; ``Clones.denials_sources`` says which sources are reported (Landlock's
+    refusals are not)."""
 
     id: int
     stdout: bytes
@@ -43,6 +47,8 @@ class CloneResult:
     signal: int | None
     timed_out: bool = False
     stdout_truncated: bool = False
+    denials: list[Denial] = field(default_factory=list)
+    denials_dropped: int = 0
 
     @property
     def success(self) -> bool:
@@ -122,7 +128,8 @@ class Clones:
     """The clones of one ``fork``: iterate (``for``, or ``async for``) to get them as
     they finish, ``done`` of ``n`` so far (the progress); ``results()`` waits for all
     and returns them in clone order. ``isolation`` (once every clone is in) is the
-    template's isolation report.
+    template's isolation report, and ``denials_sources`` says, by source, whether the
+    clones' denials are reported (``"reported"``) or why not, as a run's.
 
     Leaving an iteration early — ``break``, an exception, the task of an ``async
     for`` cancelled — stops the fork: the template and every clone still running are
@@ -134,6 +141,7 @@ class Clones:
         self.n: int = req["n"]
         self._owner = owner  # the mapper: its handle stays open while clones come
         self.isolation: dict[str, Any] = {}
+        self.denials_sources: dict[str, str] = {}
         self.cancelled: bool = False
         self._handle = handle
         self._tag = uuid.uuid4().hex
@@ -167,6 +175,7 @@ class Clones:
         if call is None:
             self._asking = None
             self.isolation = resp.get("isolation") or {}
+            self.denials_sources = {str(k): str(v) for k, v in (resp.get("denials_sources") or {}).items()}
             self.cancelled = bool(resp.get("cancelled"))
             return
         self._asking = (resp["pending"], call["id"])
@@ -179,6 +188,8 @@ class Clones:
                 it["signal"],
                 it["timed_out"],
                 it["stdout_truncated"],
+                [Denial.from_response(d) for d in (it.get("denials") or []) if isinstance(d, dict)],
+                int(it.get("denials_dropped") or 0),
             )
             self._done[c.id] = c
             self._pending.append(c)
@@ -299,6 +310,10 @@ class LazyClones:
     @property
     def isolation(self) -> dict[str, Any]:
         return {} if self._clones is None else self._clones.isolation
+
+    @property
+    def denials_sources(self) -> dict[str, str]:
+        return {} if self._clones is None else self._clones.denials_sources
 
     async def __aiter__(self) -> AsyncIterator[CloneResult]:
         clones = self._clones

@@ -28,7 +28,7 @@ from typing import Any
 
 from . import _fork
 from ._errors import InvalidArgument
-from ._result import Result
+from ._result import Denial, Result
 from ._sandbox import Argv, Sandbox, _outcome, _restore, _wait_async_with
 
 __all__ = ["SandboxPool", "PoolTask", "ClusterClones", "NodeLost"]
@@ -195,7 +195,12 @@ class _Node:
                 if isinstance(item, BaseException):
                     raise item
                 yield item
-            yield {"end": True, "isolation": clones.isolation, "cancelled": clones.cancelled}
+            yield {
+                "end": True,
+                "isolation": clones.isolation,
+                "denials_sources": clones.denials_sources,
+                "cancelled": clones.cancelled,
+            }
         finally:
             if not worker.done():
                 clones.cancel()
@@ -443,7 +448,8 @@ class ClusterClones(_fork.StreamingClones):
     """The clones of a fork across a pool: iterate to get them as they finish (from
     every node); ``results()`` waits and returns them in clone order. A node that dies
     takes its unfinished clones with it: their ids are in ``lost`` (``retry()`` forks
-    them again on the live nodes). ``isolation`` maps node id to its template's report."""
+    them again on the live nodes). ``isolation`` maps node id to its template's report,
+    ``denials_sources`` to what its clones' ``denials`` report."""
 
     def __init__(
         self,
@@ -459,6 +465,7 @@ class ClusterClones(_fork.StreamingClones):
         self.lost: list[int] = []
         self.lost_nodes: dict[str, str] = {}
         self.isolation: dict[str, Any] = {}
+        self.denials_sources: dict[str, dict[str, str]] = {}
         self.cancelled: bool = False
         self._spec, self._timeout, self._parallel = spec, timeout, parallel
         self._done: dict[int, _fork.CloneResult] = {}
@@ -488,7 +495,8 @@ class ClusterClones(_fork.StreamingClones):
                     self._q.put(("end", nid, item))
                     break
                 seen.add(item["id"])
-                self._q.put(("clone", nid, _fork.CloneResult(**item)))
+                denials = [Denial.from_response(d) for d in item.get("denials") or []]  # asdict'ed on the node
+                self._q.put(("clone", nid, _fork.CloneResult(**{**item, "denials": denials})))
         except Exception as e:  # noqa: BLE001 - a lost node (or a cancelled stream)
             lost = [i for i in range(first, first + count) if i not in seen]
             self._q.put(("lost", nid, (lost, f"{type(e).__name__}: {e}")))
@@ -503,6 +511,7 @@ class ClusterClones(_fork.StreamingClones):
                 yield val
             elif kind == "end":
                 self.isolation[nid] = val.get("isolation") or {}
+                self.denials_sources[nid] = dict(val.get("denials_sources") or {})
                 self.cancelled = self.cancelled or bool(val.get("cancelled"))
             elif kind == "lost":
                 ids, why = val

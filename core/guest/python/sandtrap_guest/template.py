@@ -17,11 +17,14 @@ worker.py):
             "forkers": int|None (default: one per CPU this process may run on),
             "max_processes": int|None (the sandbox's process limit, if any: forkers and
             clones are kept within it), "first": int (the first clone's id, default 0:
-            the clones are first .. first+n-1)}
+            the clones are first .. first+n-1), "session": bytes|None (a seccomp program:
+            each clone makes itself a session of its own and loads it, see ``_child``)}
          ← {"op": "forking"}
     host → {"op": "next"}   (repeat until done)
          ← {"op": "clones", "items": [{id, stdout, stderr, exit_code, signal, timed_out,
-             stdout_truncated}], "done": bool}
+             stdout_truncated, session}], "done": bool}
+           (session: the pidfs inode of the clone, the leader of its session — by which
+           the engine finds the clone's denials; 0: none)
 
 ``*_ref`` is "module:qualname" (imported here); ``*_src`` is Python source run in the
 template's globals (``work_src`` sees ``CLONE_ID``). Work functions take the clone id.
@@ -58,7 +61,7 @@ BACKLOG_BYTES = 256 << 20
 _ID = 4  # bytes of one clone id on a forker's id pipe (little-endian)
 # A forker's result record: id, len(stdout), len(stderr), a status word (the wait
 # status and the flags below); then stdout and stderr. The template packs the item.
-_REC = struct.Struct("<IIII")
+_REC = struct.Struct("<IIIIQ")  # ... and the clone's session (_Clone.session)
 _TIMED_OUT, _TRUNC, _NO_STATUS = 1 << 16, 1 << 17, 1 << 18
 
 
@@ -177,6 +180,62 @@ def _enter_scope():
         raise OSError(ctypes.get_errno(), "landlock_restrict_self: a clone must be a domain of its own")
 
 
+# -- sessions: a clone and everything it starts stay in a session of its own ---------------
+
+_SECCOMP_NR = {"x86_64": 317, "aarch64": 277}
+_layer = None  # (nr, fprog, buffer): the engine's seccomp program refusing setsid and setpgid
+
+
+def _set_layer(prog):
+    """Keep the fork frame's "session" program ready to load (a clone only calls
+    seccomp with it)."""
+    global _layer
+    _layer = None
+    if prog is None:
+        return
+    import ctypes
+    import platform
+
+    if not isinstance(prog, bytes) or not prog or len(prog) % 8 or len(prog) // 8 > 4096:
+        raise ValueError("the session layer is not a seccomp program")
+    nr = _SECCOMP_NR.get(platform.machine())
+    if nr is None:
+        raise OSError(f"seccomp: unsupported machine {platform.machine()!r}")
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    buf = ctypes.create_string_buffer(prog, len(prog))
+    _layer = (nr, SockFprog(len(prog) // 8, ctypes.addressof(buf)), buf)
+
+
+def _own_session():
+    """In a clone, first: a session (and process group) of its own, then the layer that
+    keeps it and every process it starts there (setsid, setpgid: EPERM). The supervisor
+    finds the clone of a denial by the caller's session; the forker kills the clone's
+    group when it ends. Fails the clone (before its work) if either fails."""
+    if _layer is None:
+        return
+    import ctypes
+
+    os.setsid()
+    nr, fprog, _ = _layer
+    # SECCOMP_SET_MODE_FILTER for this (single-threaded) process; no_new_privs is the sandbox's
+    if _libc.syscall(ctypes.c_long(nr), ctypes.c_ulong(1), ctypes.c_ulong(0), ctypes.byref(fprog)) != 0:
+        raise OSError(ctypes.get_errno(), "seccomp: the clone's session layer")
+
+
+def _kill_group(c):
+    """Kill whatever the clone left in its process group (its session: nothing in it can
+    leave). Only while the clone is not reaped: until then its pid, the group's id, is
+    nobody else's."""
+    if _layer is not None:
+        try:
+            os.killpg(c.pid, 9)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
 # -- a clone ----------------------------------------------------------------------------
 
 
@@ -186,6 +245,7 @@ def _child(cid, out_w, err_w, work, g, drop):
     set: each page written here is a page the clone copies."""
     code = 0
     try:
+        _own_session()
         _enter_scope()
         if _scope >= 0:
             os.close(_scope)
@@ -237,10 +297,25 @@ def _streams():
 
 
 class _Clone:
-    __slots__ = ("id", "pid", "out", "err", "obuf", "ebuf", "open", "trunc", "deadline", "timed_out")
+    __slots__ = (
+        "id",
+        "pid",
+        "out",
+        "err",
+        "obuf",
+        "ebuf",
+        "open",
+        "trunc",
+        "deadline",
+        "timed_out",
+        "pidfd",
+        "session",
+    )
 
-    def __init__(self, cid, pid, out, err, deadline):
+    def __init__(self, cid, pid, out, err, deadline, pidfd=-1, session=0):
         self.id, self.pid, self.out, self.err = cid, pid, out, err
+        self.pidfd = pidfd  # a pidfd of the clone (-1: none), readable once it exited
+        self.session = session  # its pidfs inode (0: unknown)
         self.obuf, self.ebuf = bytearray(), bytearray()
         self.open = 2  # pipes not yet at EOF
         self.trunc = False
@@ -248,7 +323,9 @@ class _Clone:
         self.timed_out = False
 
 
-_KEYS = [mp.packb(k) for k in ("id", "stdout", "stderr", "exit_code", "signal", "timed_out", "stdout_truncated")]
+_KEYS = [
+    mp.packb(k) for k in ("id", "stdout", "stderr", "exit_code", "signal", "timed_out", "stdout_truncated", "session")
+]
 
 
 def _bin_head(n):
@@ -259,12 +336,12 @@ def _bin_head(n):
     return b"\xc6" + n.to_bytes(4, "big")
 
 
-def _item(cid, out, err, code, sig, timed_out=False, trunc=False):
+def _item(cid, out, err, code, sig, timed_out=False, trunc=False, session=0):
     """One clone's result as a packed msgpack map; out and err are bytes-like."""
     k = _KEYS
     return b"".join(
         (
-            b"\x87",
+            b"\x88",
             k[0],
             mp.packb(cid),
             k[1],
@@ -281,11 +358,13 @@ def _item(cid, out, err, code, sig, timed_out=False, trunc=False):
             b"\xc3" if timed_out else b"\xc2",
             k[6],
             b"\xc3" if trunc else b"\xc2",
+            k[7],
+            mp.packb(session),
         )
     )
 
 
-def _unrecord(cid, out, err, word):
+def _unrecord(cid, out, err, word, session):
     """A forker's record as the host's item."""
     if word & _NO_STATUS:
         code = sig = None
@@ -293,7 +372,7 @@ def _unrecord(cid, out, err, word):
         status = word & 0xFFFF
         code = os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else None
         sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
-    return _item(cid, out, err, code, sig, bool(word & _TIMED_OUT), bool(word & _TRUNC))
+    return _item(cid, out, err, code, sig, bool(word & _TIMED_OUT), bool(word & _TRUNC), session)
 
 
 # -- a forker -----------------------------------------------------------------------------
@@ -317,6 +396,7 @@ class _Forker:
         self.idbuf = b""  # part of an id (a read may end inside one)
         self.ids_open = ids >= 0
         self.clones = {}  # fd -> _Clone
+        self.exits = {}  # a clone's pidfd -> _Clone (until it exited)
         self.live = 0
         self.out = []  # records not handed on yet
         self.extra = set()  # the owner's fds, polled with the clones' (step returns them)
@@ -355,25 +435,49 @@ class _Forker:
                 os.dup2(self.stdin, 0)
                 sys.stdout, sys.stderr = _streams()
             # the read ends of its own and its siblings' pipes: a clone reads none of them
-            _child(cid, out_w, err_w, self.work, self.g, [*self.drop, out_r, err_r, *self.clones])
+            _child(cid, out_w, err_w, self.work, self.g, [*self.drop, out_r, err_r, *self.clones, *self.exits])
         os.close(out_w)
         os.close(err_w)
-        c = _Clone(cid, pid, out_r, err_r, time.monotonic() + self.timeout if self.timeout else None)
+        pidfd, session = -1, 0
+        if _layer is not None:
+            try:  # its exit ends its session's leftovers even while they hold its pipes
+                pidfd = os.pidfd_open(pid)
+                session = os.fstat(pidfd).st_ino
+            except OSError:
+                pass
+        c = _Clone(cid, pid, out_r, err_r, time.monotonic() + self.timeout if self.timeout else None, pidfd, session)
         self.clones[out_r] = self.clones[err_r] = c
         self.poll.register(out_r, select.POLLIN)
         self.poll.register(err_r, select.POLLIN)
+        if pidfd >= 0:
+            self.exits[pidfd] = c
+            self.poll.register(pidfd, select.POLLIN)
         self.live += 1
 
+    def _exited(self, c):
+        """The clone exited (not reaped yet): its leftovers die with its group."""
+        self.poll.unregister(c.pidfd)
+        del self.exits[c.pidfd]
+        os.close(c.pidfd)
+        c.pidfd = -1
+        _kill_group(c)
+
     def _finish(self, c):
+        if _layer is not None:
+            os.waitid(os.P_PID, c.pid, os.WEXITED | os.WNOWAIT)  # exited, still holding its pid
+            if c.pidfd >= 0:
+                self._exited(c)
+            else:
+                _kill_group(c)
         _, status = os.waitpid(c.pid, 0)
         word = status | (_TIMED_OUT if c.timed_out else 0) | (_TRUNC if c.trunc else 0)
-        self.out += (_REC.pack(c.id, len(c.obuf), len(c.ebuf), word), c.obuf, c.ebuf)
+        self.out += (_REC.pack(c.id, len(c.obuf), len(c.ebuf), word, c.session), c.obuf, c.ebuf)
         self.live -= 1
 
     def _fail(self, cid, why):
         """A clone that could not be forked: reported on its own, like any failure."""
         msg = f"sandtrap: could not fork clone {cid}: {why}\n".encode()
-        self.out += (_REC.pack(cid, 0, len(msg), _NO_STATUS), msg)
+        self.out += (_REC.pack(cid, 0, len(msg), _NO_STATUS, 0), msg)
 
     def _start_clones(self):
         now = None
@@ -442,7 +546,12 @@ class _Forker:
                     self.idbuf = data[end:]
                     self.add(int.from_bytes(data[i : i + _ID], "little") for i in range(0, end, _ID))
                     continue
-                c = clones[fd]
+                if fd in self.exits:
+                    self._exited(self.exits[fd])
+                    continue
+                c = clones.get(fd)
+                if c is None:  # a clone's pidfd closed by _finish earlier in this batch
+                    continue
                 data = read(fd, 65536)
                 if data:
                     buf = c.obuf if fd == c.out else c.ebuf
@@ -469,6 +578,7 @@ class _Forker:
                             os.kill(c.pid, 9)
                         except ProcessLookupError:
                             pass
+                        _kill_group(c)
             if res < 0:
                 return ready
 
@@ -613,11 +723,11 @@ class Fork:
         buf, pos, head = s.buf, 0, _REC.size
         with memoryview(buf) as view:
             while len(buf) - pos >= head:
-                cid, lo, le, word = _REC.unpack_from(buf, pos)
+                cid, lo, le, word, session = _REC.unpack_from(buf, pos)
                 a = pos + head
                 if len(buf) - a < lo + le:
                     break
-                item = _unrecord(cid, view[a : a + lo], view[a + lo : a + lo + le], word)
+                item = _unrecord(cid, view[a : a + lo], view[a + lo : a + lo + le], word, session)
                 self.pending.append(item)
                 self.pending_bytes += len(item)
                 s.given.discard(cid)
@@ -778,6 +888,7 @@ def main() -> int:
             elif op == "fork" and work is not None:
                 sys.stdout.flush()
                 sys.stderr.flush()
+                _set_layer(msg.get("session"))
                 fork = Fork(
                     work,
                     g,
