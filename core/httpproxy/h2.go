@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -25,10 +26,10 @@ import (
 // HTTP/1.1 is not served: the header is dropped and the request answered as
 // HTTP/1.1 (RFC 9110 7.8 lets a server ignore an upgrade).
 
-const (
-	h2MaxStreams = 100
-	h2Copy       = 32 << 10
-)
+const h2MaxStreams = 100
+
+// copyBufs are the buffers streams copy answers through (one a stream in flight).
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
 // preface reports whether req is HTTP/2's client preface read as HTTP/1
 // ("PRI * HTTP/2.0", the "SM" line still unread).
@@ -126,17 +127,20 @@ func (s *session) stream(w http.ResponseWriter, r *http.Request, tunnelHost stri
 		h.Set("Content-Length", fmt.Sprint(resp.ContentLength))
 	}
 	w.WriteHeader(resp.StatusCode)
-	// each read is sent at once (a streamed answer, server-sent events, stays
-	// streamed)
+	// an answer of unknown length (chunked: a streamed answer, server-sent
+	// events) is sent read by read; one of known length as the server buffers it
+	stream := resp.ContentLength < 0
 	rc := http.NewResponseController(w)
-	buf := make([]byte, h2Copy)
+	bp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bp)
+	buf := *bp
 	for {
 		n, err := resp.Body.Read(buf)
 		if n > 0 {
 			if _, werr := w.Write(buf[:n]); werr != nil {
 				return
 			}
-			if err == nil {
+			if err == nil && stream {
 				rc.Flush()
 			}
 		}

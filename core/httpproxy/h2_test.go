@@ -508,3 +508,157 @@ func TestH2ConnectRefused(t *testing.T) {
 		t.Errorf("the upstream saw %v", up.paths())
 	}
 }
+
+// okServer answers "ok" to everything (the benchmarks' upstream).
+func okServer(b *testing.B) (*httptest.Server, uint16) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "2")
+		io.WriteString(w, "ok")
+	}))
+	b.Cleanup(srv.Close)
+	u, _ := url.Parse(srv.URL)
+	v, _ := strconv.Atoi(u.Port())
+	return srv, uint16(v)
+}
+
+// h1Loop makes b.N GETs one at a time on c (kept alive).
+func h1Loop(b *testing.B, c net.Conn) {
+	br := bufio.NewReader(c)
+	req := []byte("GET /ok/x HTTP/1.1\r\nHost: api.test\r\nUser-Agent: bench\r\nAccept: */*\r\n\r\n")
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := c.Write(req); err != nil {
+			b.Fatal(err)
+		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			b.Fatal(resp.Status)
+		}
+	}
+}
+
+func BenchmarkHTTP1Direct(b *testing.B) {
+	srv, _ := okServer(b)
+	c, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	h1Loop(b, c)
+}
+
+func benchProxy(b *testing.B, port uint16) *Proxy {
+	r, bad := policy.ParseHTTPRule("GET api.test/ok/*")
+	if bad != "" {
+		b.Fatal(bad)
+	}
+	p, err := Start(Config{Rules: Rules{Allow: []policy.HTTPRule{r}}, Ports: []uint16{port},
+		Resolve: func(context.Context, string) ([]netip.Addr, error) {
+			return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
+		}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(p.Close)
+	return p
+}
+
+func benchDial(b *testing.B, p *Proxy, port uint16) net.Conn {
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	src := l.Addr().(*net.TCPAddr).AddrPort()
+	l.Close()
+	p.Expect(src, netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port), nil)
+	c, err := (&net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(src)}).Dial("tcp4", p.Addr4().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	return c
+}
+
+func BenchmarkHTTP1Proxy(b *testing.B) {
+	_, port := okServer(b)
+	p := benchProxy(b, port)
+	h1Loop(b, benchDial(b, p, port))
+}
+
+func BenchmarkH2cProxy(b *testing.B) {
+	_, port := okServer(b)
+	p := benchProxy(b, port)
+	cc, err := (&http2.Transport{AllowHTTP: true}).NewClientConn(benchDial(b, p, port))
+	if err != nil {
+		b.Fatal(err)
+	}
+	req, _ := http.NewRequest("GET", "http://api.test/ok/x", nil)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		resp, err := cc.RoundTrip(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			b.Fatal(resp.Status)
+		}
+	}
+}
+
+// A streamed answer (chunked, server-sent events) stays streamed through the
+// proxy, over HTTP/1.1 and HTTP/2: the upstream sends its second part only once
+// the sandbox's client has read the first (a proxy that buffered the answer
+// would deadlock until the timeout).
+func TestH2StreamedAnswer(t *testing.T) {
+	got := map[string]chan struct{}{"/sse/1": make(chan struct{}, 1), "/sse/2": make(chan struct{}, 1)}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "data: first\n\n")
+		w.(http.Flusher).Flush()
+		select {
+		case <-got[r.URL.Path]:
+			io.WriteString(w, "data: second\n\n")
+		case <-time.After(5 * time.Second):
+			io.WriteString(w, "data: timeout\n\n")
+		}
+	}))
+	defer srv.Close()
+	port := portOf(t, srv.URL)
+	p := testProxy(t, Config{Rules: rules(t, []string{"GET api.test/sse/*"}, nil), Ports: []uint16{port}})
+	read := func(name, path string, body io.Reader) {
+		br := bufio.NewReader(body)
+		first, err := br.ReadString('\n')
+		if first != "data: first\n" {
+			t.Errorf("%s: first %q %v", name, first, err)
+		}
+		got[path] <- struct{}{}
+		rest, _ := io.ReadAll(br)
+		if string(rest) != "\ndata: second\n\n" {
+			t.Errorf("%s: then %q", name, rest)
+		}
+	}
+	c := dialAs(t, p, port, &denials{})
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(c, "GET /sse/1 HTTP/1.1\r\nHost: api.test\r\nConnection: close\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read("HTTP/1.1", "/sse/1", resp.Body)
+	cc := h2conn(t, dialAs(t, p, port, &denials{}))
+	req, _ := http.NewRequest("GET", "http://api.test/sse/2", nil)
+	resp, err = cc.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	read("HTTP/2", "/sse/2", resp.Body)
+}
