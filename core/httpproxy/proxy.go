@@ -228,6 +228,7 @@ type session struct {
 	br     *bufio.Reader
 	e      expected
 	bw     *bufio.Writer // to c, made by writer
+	up     *upstream     // plain HTTP's upstream connection (upstream.go)
 	direct bool          // connected to the proxy's own address (http_proxy in its environment)
 	https  bool          // inside intercepted TLS: requests go on over verified TLS
 }
@@ -252,6 +253,7 @@ func (p *Proxy) serve(c net.Conn) {
 		s.tls("", e.dst.Port())
 		return
 	}
+	defer s.closeUp()
 	s.http("", 0)
 }
 
@@ -343,7 +345,7 @@ func (s *session) request(req *http.Request, tunnelHost string, tunnelPort uint1
 		out.Header.Set("Connection", "Upgrade")
 		out.Header.Set("Upgrade", "websocket")
 	}
-	resp, err := s.p.tr.RoundTrip(out)
+	resp, err := s.roundTrip(out, t, ws)
 	if err != nil {
 		code, body := s.upstreamFailed(t, err)
 		writeStatus(s.c, code, body)
@@ -353,6 +355,9 @@ func (s *session) request(req *http.Request, tunnelHost string, tunnelPort uint1
 	if ws && resp.StatusCode == http.StatusSwitchingProtocols {
 		s.switched(resp)
 		return false
+	}
+	if resp.Close && !ws && !s.https {
+		defer s.closeUp() // the upstream ends its connection after this answer
 	}
 	removeHop(resp.Header)
 	resp.Close = req.Close
