@@ -46,6 +46,9 @@ func TestHTTP2Curl(t *testing.T) {
 		"http_intercept": true,
 		"http_inject_ca": []any{hostBundle},
 	})
+	if h := sb.isolation().Net.HTTP; h == nil || !strings.Contains(strings.Join(h.Notes, "\n"), "HTTP/2 (prior knowledge in cleartext; ALPN h2 when https is intercepted) is checked stream by stream") {
+		t.Errorf("the report says nothing of HTTP/2: %+v", h)
+	}
 	w := "\n%{http_code} %{http_version} %{num_connects}\n"
 	want2 := "sandtrap: GET api.test/admin/x refused: http_deny \"* */admin/*\"\n\n403 2 "
 	curl2 := func(flag, base, port string, urls ...string) (string, *Result) {
