@@ -23,6 +23,8 @@ type upstream struct {
 	bw  *bufio.Writer
 }
 
+var errUnasked = errors.New("101 Switching Protocols to a request that asked for no upgrade")
+
 // closeUp drops the session's upstream connection.
 func (s *session) closeUp() {
 	if s.up != nil {
@@ -74,8 +76,14 @@ func (s *session) roundTrip(out *http.Request, t target, viaTransport bool) (*ht
 					if resp, err = http.ReadResponse(up.br, out); err != nil {
 						break
 					}
+					if resp.StatusCode == http.StatusSwitchingProtocols {
+						// no upgrade was asked on this path (websockets take the
+						// Transport's): what follows is not HTTP
+						err = errUnasked
+						break
+					}
 					// an interim answer (100 Continue, 103): the final one follows
-					if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
+					if resp.StatusCode >= 200 {
 						return resp, nil
 					}
 				}

@@ -133,3 +133,26 @@ func TestHTTPUpstreamCloseEndsWait(t *testing.T) {
 		t.Fatal("Close waited for the upstream's answer")
 	}
 }
+
+// An upstream that switches protocols unasked (the proxy drops Upgrade: h2c and
+// any other but websocket's) is a 502: its bytes are not passed on as HTTP.
+func TestHTTPUpstreamUnaskedUpgrade(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, bw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		fmt.Fprintf(bw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nforged")
+		bw.Flush()
+		c.Close()
+	}))
+	defer srv.Close()
+	port := portOf(t, srv.URL)
+	p := testProxy(t, Config{Rules: rules(t, []string{"GET api.test/*"}, nil), Ports: []uint16{port}})
+	c := dialAs(t, p, port, &denials{})
+	code, body := h1(t, c, bufio.NewReader(c), "GET /x HTTP/1.1\r\nHost: api.test\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n")
+	if code != 502 || !strings.Contains(body, "101 Switching Protocols to a request that asked for no upgrade") {
+		t.Errorf("%d %q", code, body)
+	}
+}
