@@ -355,7 +355,22 @@ func TestH2Intercepted(t *testing.T) {
 	if code != 200 {
 		t.Errorf("allowed stream after the refused: %d %q", code, body)
 	}
-	if got := strings.Join(up.paths(), ","); got != "GET /ok/1,GET /ok/2" {
+	// through CONNECT (a client honouring https_proxy), then TLS choosing h2
+	c := dialAs(t, p, port, d)
+	fmt.Fprintf(c, "CONNECT api.test:%d HTTP/1.1\r\nHost: api.test:%d\r\n\r\n", port, port)
+	br := bufio.NewReader(c)
+	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %v %v", resp, err)
+	}
+	tc = tlsTo(t, &readerConn{Conn: c, r: br}, "api.test", trust, "h2")
+	cc = h2conn(t, tc)
+	if code, body := get(t, cc, "https", auth, "/ok/3", nil); code != 200 || !strings.Contains(body, "GET /ok/3") {
+		t.Errorf("h2 in CONNECT, allowed: %d %q", code, body)
+	}
+	if code, body := get(t, cc, "https", auth, "/admin/3", nil); code != 403 || !d.has("GET api.test/admin/3") {
+		t.Errorf("h2 in CONNECT, denied: %d %q", code, body)
+	}
+	if got := strings.Join(up.paths(), ","); got != "GET /ok/1,GET /ok/2,GET /ok/3" {
 		t.Errorf("the upstream saw %s", got)
 	}
 	// a client offering HTTP/1.1 only is served HTTP/1.1
@@ -467,6 +482,13 @@ func TestH2AuthorityHostMismatch(t *testing.T) {
 	}
 	if got := rawH2(t, dialAs(t, p, port, &denials{}), req(auth)); got != ":status 200" {
 		t.Errorf("matching Host: %s", got)
+	}
+	// an absolute :path naming another host than :authority: refused by x/net, or
+	// judged by the host it names (what would be dialed), never by :authority
+	d = &denials{}
+	got := rawH2(t, dialAs(t, p, port, d), [][2]string{{":method", "GET"}, {":scheme", "http"}, {":authority", auth}, {":path", "http://evil.test/ok/1"}})
+	if got != "RST PROTOCOL_ERROR" && !(got == ":status 403" && d.has("evil.test")) {
+		t.Errorf("absolute :path: %s %v", got, d.got)
 	}
 	// no :authority, a Host only: the Host is the authority, checked
 	d = &denials{}
