@@ -208,6 +208,34 @@ func TestH2PriorKnowledge(t *testing.T) {
 	if d.n() != 3 {
 		t.Errorf("denials %v", d.got)
 	}
+	// concurrent streams, allowed and denied interleaved, each judged alone
+	var wg sync.WaitGroup
+	codes := make([]int, 40)
+	for i := range codes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			path := fmt.Sprintf("/ok/c%d", i)
+			if i%2 == 1 {
+				path = fmt.Sprintf("/admin/c%d", i)
+			}
+			codes[i], _ = get(t, cc, "http", auth, path, nil)
+		}()
+	}
+	wg.Wait()
+	for i, c := range codes {
+		if want := []int{200, 403}[i%2]; c != want {
+			t.Errorf("concurrent stream %d: %d, want %d", i, c, want)
+		}
+	}
+	if n := len(up.paths()); n != 2+20 || d.n() != 3+20 {
+		t.Errorf("after the concurrent streams: the upstream saw %d, %d denials", n, d.n())
+	}
+	for _, p := range up.paths() {
+		if strings.Contains(p, "admin") {
+			t.Errorf("the upstream saw %s", p)
+		}
+	}
 }
 
 // HTTP/2 prior knowledge inside a plain CONNECT tunnel: the tunnel's host is the
