@@ -7,7 +7,10 @@ Run with the venv that has sandlock (``/work/venv-bench``) and sandtrap importab
         /work/venv-bench/bin/python bench/http/bench_http.py [-n 2000] [-r 5]
 
 The client (in the sandbox) makes N GET requests on one kept-alive connection with
-http.client (which ignores proxy variables) and prints the rate it saw. Rounds
+http.client (which ignores proxy variables) and prints the rate it saw; the "go"
+rows do the same with bench/http/client (built here with ``go build``), which also
+speaks HTTP/2: prior knowledge (h2c) and ALPN h2 under interception, through the
+proxy (which sends every stream on to this HTTP/1.1 server as HTTP/1.1). Rounds
 interleave the contenders; the medians are printed.
 """
 
@@ -116,9 +119,17 @@ def main() -> None:
         os.execve(sys.executable, [sys.executable, *sys.argv], env)
     import sandtrap
 
-    ro = ["/usr", "/lib", "/bin", "/etc"]
     d = Path(os.environ["SANDTRAP_BENCH_CERTS"])
+    ro = ["/usr", "/lib", "/bin", "/etc", str(d)]
     port, tport = serve(False, d), serve(True, d)
+    goclient = d / "client"
+    repo = Path(__file__).resolve().parents[2]
+    subprocess.run(
+        ["go", "build", "-o", str(goclient), "./bench/http/client"],
+        cwd=repo,
+        check=True,
+        env=dict(os.environ, CGO_ENABLED="0"),
+    )
     runs: dict[str, tuple[object, int, str]] = {
         "sandtrap direct (net_allow)": (sandtrap.Sandbox(fs_readable=ro, net_allow=[f"127.0.0.1:{port}"]), port, "0"),
         "sandtrap via proxy (http_allow)": (
@@ -146,6 +157,20 @@ def main() -> None:
             "1",
         ),
     }
+    direct = sandtrap.Sandbox(fs_readable=ro, net_allow=[f"127.0.0.1:{port}", f"127.0.0.1:{tport}"])
+    proxied = sandtrap.Sandbox(fs_readable=ro, http_allow=["GET localhost/ok/*"], http_ports=[port, tport])
+    intercepted = sandtrap.Sandbox(
+        fs_readable=ro, http_allow=["GET localhost/ok/*"], http_ports=[port, tport], http_intercept=True
+    )
+    for name, sb, p, mode in [
+        ("go direct (http/1.1)", direct, port, "h1"),
+        ("go via proxy (http/1.1)", proxied, port, "h1"),
+        ("go via proxy (h2c prior knowledge)", proxied, port, "h2c"),
+        ("go https direct (http/1.1)", direct, tport, "tls-h1"),
+        ("go https via proxy (intercepted, http/1.1)", intercepted, tport, "tls-h1"),
+        ("go https via proxy (intercepted, ALPN h2)", intercepted, tport, "tls-h2"),
+    ]:
+        runs[name] = (sb, p, "go:" + mode)
     try:
         import sandlock
 
@@ -164,7 +189,11 @@ def main() -> None:
     res: dict[str, list[float]] = {k: [] for k in runs}
     for _ in range(a.r):
         for name, (sb, p, tls) in runs.items():
-            r = sb.run(["/usr/bin/python3", "-c", CLIENT, str(p), str(a.n), tls])  # type: ignore[attr-defined]
+            if tls.startswith("go:"):
+                argv = [str(goclient), tls[3:], str(p), str(a.n)]
+            else:
+                argv = ["/usr/bin/python3", "-c", CLIENT, str(p), str(a.n), tls]
+            r = sb.run(argv)  # type: ignore[attr-defined]
             try:
                 res[name].append(float(r.stdout))
             except ValueError:

@@ -34,7 +34,7 @@ func (s *session) intercept(host string, port uint16, hello []byte) {
 	ca := s.p.cfg.CA
 	tc := tls.Server(&readerConn{Conn: s.c, r: io.MultiReader(bytes.NewReader(hello), s.br)}, &tls.Config{
 		MinVersion: tls.VersionTLS12,
-		NextProtos: []string{"http/1.1"}, // no h2: requests are read as HTTP/1.1
+		NextProtos: []string{"h2", "http/1.1"}, // h2: each stream checked (h2.go)
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 			return ca.Leaf(host)
 		},
@@ -47,6 +47,11 @@ func (s *session) intercept(host string, port uint16, hello []byte) {
 	}
 	s.c.SetDeadline(time.Time{})
 	in := &session{p: s.p, c: tc, lr: &io.LimitedReader{R: tc, N: math.MaxInt64}, e: s.e, https: true}
+	if tc.ConnectionState().NegotiatedProtocol == "h2" {
+		in.serveH2(tc, host, port)
+		tc.Close()
+		return
+	}
 	in.br = bufio.NewReaderSize(in.lr, 16<<10)
 	in.http(host, port)
 	tc.Close()

@@ -75,7 +75,8 @@ func planHTTP(p *policy.Policy, np *NetPlan, probs *policy.Problems) bool {
 			"https is not intercepted: TLS is allowed by its server name (SNI) to a host the rules name, dialed as the proxy resolves that name; its method and path are not checked")
 	}
 	rep.Notes = append(rep.Notes,
-		"plain HTTP is checked request by request (method, Host, path without the query); the upstream is the proxy's resolution of the Host, never the address the sandbox connected to")
+		"plain HTTP is checked request by request (method, Host, path without the query); the upstream is the proxy's resolution of the Host, never the address the sandbox connected to",
+		"HTTP/2 (prior knowledge in cleartext; ALPN h2 when https is intercepted) is checked stream by stream as HTTP/1.1 requests are (method, :authority's host, path) and sent upstream as HTTP/1.1; a Host header other than :authority resets the stream; CONNECT over HTTP/2 is refused; \"Upgrade: h2c\" is ignored (answered as HTTP/1.1)")
 	planAuth(p, np.http, rep, probs)
 	np.report.HTTP = rep
 	np.wanted = true
