@@ -52,6 +52,7 @@ from sandtrap_guest.vfs import serve as _serve_fs
 from sandtrap_guest.wire import to_wire
 
 from . import _native
+from ._coop_spool import SpoolDir, SpooledNamespace
 from ._errors import InvalidArgument, IsolationUnavailable, SandtrapError
 
 __all__ = [
@@ -283,6 +284,7 @@ class CoopSandbox:
         preload_grants: bool = True,
         rpc_handlers: Mapping[str, Any] | None = None,
         render_prints: PrintRendering | None = None,
+        spool: Any = False,
     ) -> None:
         from ._sandbox import _Handle
 
@@ -325,6 +327,9 @@ class CoopSandbox:
                 "the function with policy.fn (it runs here in the host, with the host's files), or give the worker a "
                 'directory with IsolatedFS; at "none" and "process" granted code reaches the host\'s files anyway'
             )
+        # spool=: the directory the result's large values are written to (private,
+        # made here; at the worker levels the worker writes there)
+        self._spool: SpoolDir | None = SpoolDir(spool, root) if spool is not False else None
         if isolation == "none":
             self._local = GuestSession(policy, filesystem_root=root, echo=echo, filesystem=virtual, rpc=self._serve_rpc)
             if state is not None:
@@ -349,6 +354,7 @@ class CoopSandbox:
             "preload_grants": preload_grants,
             # the worker's proxies may call these (and the policy's live-object grants)
             "rpc_targets": sorted(handlers),
+            **({"spool_dir": self._spool.path} if self._spool is not None else {}),
         }
         if _WORKER_MODULE:
             req.update(worker_module=_WORKER_MODULE, worker_path=list(_WORKER_PATH))
@@ -520,9 +526,14 @@ class CoopSandbox:
                 )
                 if r.error is not None:
                     _attach_traceback(r.error, r.traceback)
+                ns: Any = r.namespace
+                sizes: dict[str, int] = {}
+                if self._spool is not None:
+                    ns = self._spool.write(r.namespace)
+                    sizes = ns.sizes
                 return ExecResult(
                     r.stdout,
-                    r.namespace,
+                    ns,
                     r.error,
                     r.ticks,
                     stderr=r.stderr,
@@ -533,6 +544,7 @@ class CoopSandbox:
                     prints=r.prints,
                     rendered_prints=r.rendered_prints,
                     print_count=r.print_count,
+                    sizes=sizes,
                     isolation=IsolationStatus(self._report),
                 )
             resp = self._request(
@@ -576,9 +588,14 @@ class CoopSandbox:
         if isinstance(resp.get("state"), dict):
             self._state = resp["state"]
         e = resp["error"]
+        namespace: Any = resp["namespace"]
+        if self._spool is not None:
+            namespace = SpooledNamespace(self._spool, namespace, resp.get("spooled") or {}, resp.get("sizes"))
+        elif resp.get("spooled"):
+            raise WorkerCrashed("the engine answered with spooled values, but this sandbox spools nothing")
         return ExecResult(
             resp["stdout"] + host_out.getvalue(),
-            resp["namespace"],
+            namespace,
             _error_from_wire(e),
             resp["ticks"],
             stderr=resp["stderr"] + host_err.getvalue(),
@@ -677,10 +694,14 @@ class CoopSandbox:
                 h.release()  # type: ignore[union-attr]
 
     def close(self) -> None:
-        """End the worker (an exec running is cancelled first) and free the sandbox."""
+        """End the worker (an exec running is cancelled first) and free the sandbox;
+        with ``spool=``, remove the spool directory (unread values are gone)."""
         if self._handle is not None:
             self.cancel()
             self._handle.close()
+        spool = getattr(self, "_spool", None)
+        if spool is not None:
+            spool.close()
 
     def __enter__(self) -> CoopSandbox:
         return self
@@ -785,12 +806,8 @@ def sandbox(
         raise InvalidArgument("close_fds must be a bool (workers never inherit descriptors either way)")
     if not isinstance(preload_grants, bool):
         raise InvalidArgument("preload_grants must be a bool")
-    if spool is not False:
-        raise InvalidArgument(
-            "spool= is not offered: a result's values cross from the worker as msgpack data in one response (never "
-            "pickle files for the host to read back), and result.sizes gives each value's size as it crossed at the "
-            "worker levels; narrow what crosses with exec(keep=...)"
-        )
+    if not (spool is False or spool is True or isinstance(spool, (str, os.PathLike))):
+        raise InvalidArgument(f"spool must be False, True or a directory to spool under, got {type(spool).__name__}")
     if policy is None:
         policy = Policy()
     if not isinstance(policy, Policy):
@@ -809,6 +826,7 @@ def sandbox(
         preload_grants,
         rpc_handlers,
         render_prints,
+        spool,
     )
 
 
