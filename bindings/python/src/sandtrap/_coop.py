@@ -311,6 +311,7 @@ class CoopSandbox:
         self.allow_degraded = allow_degraded
         self._lock = threading.Lock()  # one exec at a time (the engine also serialises)
         self._local: GuestSession | None = None
+        self._closed = False  # isolation="none": closed (its namespace let go)
         self._handle: _Handle | None = None
         self._report: dict[str, Any] = {"level": isolation}
         # the state a fresh worker is given (the engine sends it only to one started
@@ -512,6 +513,8 @@ class CoopSandbox:
                 self._note_markers(spec)
         with self._lock:
             if self._local is not None:
+                if self._closed:
+                    raise SandtrapError("the sandbox is closed")
                 r = self._local.exec(
                     code,
                     namespace=namespace,
@@ -622,6 +625,8 @@ class CoopSandbox:
         ``sandbox(policy, state=snapshot)`` (any level, any process) rebuilds it."""
         with self._lock:
             if self._local is not None:
+                if self._closed:
+                    raise SandtrapError("the sandbox is closed")
                 return self._local.snapshot()
         r = self._raw_exec({"op": "coop_exec", "code": "", "snapshot": True})
         state: dict[str, Any] = r["state"]
@@ -696,6 +701,16 @@ class CoopSandbox:
     def close(self) -> None:
         """End the worker (an exec running is cancelled first) and free the sandbox;
         with ``spool=``, remove the spool directory (unread values are gone)."""
+        local = getattr(self, "_local", None)
+        if local is not None and not self._closed:
+            self._closed = True
+            local.cancel()
+            # after a running exec stopped (not from inside one: a host function closing it)
+            if self._lock.acquire(timeout=5):
+                try:
+                    local.release()
+                finally:
+                    self._lock.release()
         if self._handle is not None:
             self.cancel()
             self._handle.close()
