@@ -287,22 +287,66 @@ _ERRNO = {
 
 
 class RemoteBackend:
-    """In a worker: each operation is a host call answered by the host's backend."""
+    """In a worker: each operation is a host call answered by the host's backend.
+
+    Within one exec the worker remembers the content of the files it wrote or read
+    (up to ``CACHE_BYTES`` in all), and a read of one is answered from that memory:
+    the host's VirtualFS changes during an exec only through the worker's own
+    operations (which update or drop what is remembered) or through host code the
+    exec calls — so the worker forgets everything when it calls the host (a granted
+    function, a host object) and when an exec begins or ends (``forget``). A write,
+    a stat, a listing and everything else still goes to the host, errors and
+    ``max_size_mb`` included."""
+
+    CACHE_BYTES = 8 << 20
 
     def __init__(self, call: Callable[[str, list[Any]], Any]) -> None:
         self._call = call
+        self._known: dict[str, bytes] = {}
+        self._known_bytes = 0
+
+    def forget(self) -> None:
+        self._known.clear()
+        self._known_bytes = 0
+
+    def _remember(self, p: str, data: bytes) -> None:
+        old = self._known.pop(p, None)
+        if old is not None:
+            self._known_bytes -= len(old)
+        if self._known_bytes + len(data) <= self.CACHE_BYTES:
+            self._known[p] = data
+            self._known_bytes += len(data)
 
     def _do(self, op: str, *args: Any) -> Any:
         return self._call(op, list(args))
 
     def read(self, p: str) -> bytes:
+        data = self._known.get(p)
+        if data is not None:
+            return data
         data = self._do("read", p)
         if not isinstance(data, bytes):
             raise OSError(errno.EIO, "the host sent no bytes", p)
+        self._remember(p, data)
         return data
 
     def write(self, p: str, data: bytes, append: bool = False) -> None:
-        self._do("write", p, bytes(data), bool(append))
+        data = bytes(data)
+        prev = self._known.pop(p, None) if append else None
+        if prev is not None:
+            self._known_bytes -= len(prev)
+        else:
+            self._forget_path(p)
+        self._do("write", p, data, bool(append))
+        if not append:
+            self._remember(p, data)
+        elif prev is not None:
+            self._remember(p, prev + data)
+
+    def _forget_path(self, p: str) -> None:
+        old = self._known.pop(p, None)
+        if old is not None:
+            self._known_bytes -= len(old)
 
     def stat(self, p: str) -> list[Any] | None:
         r = self._do("stat", p)
@@ -322,12 +366,15 @@ class RemoteBackend:
         self._do("mkdir", p)
 
     def remove(self, p: str) -> None:
+        self._forget_path(p)
         self._do("remove", p)
 
     def rmdir(self, p: str) -> None:
+        self.forget()  # (what was below it)
         self._do("rmdir", p)
 
     def rename(self, src: str, dst: str) -> None:
+        self.forget()  # a directory moves what is below it
         self._do("rename", src, dst)
 
 

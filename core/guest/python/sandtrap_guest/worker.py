@@ -369,8 +369,26 @@ def _set_spool(path) -> None:
         _SPOOL.update(dir=path, fd=os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW))
 
 
+# the VirtualFS the host serves (its files' contents remembered within an exec)
+_REMOTE: dict = {"fs": None}
+
+
+def _forget_files() -> None:
+    fs = _REMOTE["fs"]
+    if fs is not None:
+        fs.forget()
+
+
 def handle_exec(session, msg) -> dict:
     """Run an exec frame; the result frame."""
+    _forget_files()  # the host may have changed the files between execs
+    try:
+        return _handle_exec(session, msg)
+    finally:
+        _forget_files()
+
+
+def _handle_exec(session, msg) -> dict:
     code = msg.get("code", "")
     r = None
     if isinstance(msg.get("restore"), dict):  # a fresh worker: the host's last state first
@@ -436,6 +454,7 @@ def main() -> int:
     session = None
 
     def host_call(name, args, kwargs):
+        _forget_files()  # host code may change the VirtualFS
         _write(out, {"op": "call", "name": name, "args": to_wire(list(args)), "kwargs": to_wire(dict(kwargs))})
         reply = _read(inp)
         if reply is None:
@@ -447,6 +466,7 @@ def main() -> int:
 
     def rpc_call(target, method, args, kwargs):
         # a proxy's method call (rpc.py): the host checks the target and the method
+        _forget_files()
         _write(
             out,
             {
@@ -489,6 +509,7 @@ def main() -> int:
                 if isinstance(msg.get("vfs"), dict):
                     policy.module_root = str(msg["vfs"].get("module_root") or "/")
                     fs = vfs.RemoteBackend(fs_call)
+                _REMOTE["fs"] = fs
                 session = GuestSession(
                     policy,
                     filesystem_root=msg.get("filesystem_root"),
