@@ -304,10 +304,34 @@ class RemoteBackend:
         self._call = call
         self._known: dict[str, bytes] = {}
         self._known_bytes = 0
+        # files opened for writing whose truncation is not sent yet (defer_truncate)
+        self._deferred: set[str] = set()
 
     def forget(self) -> None:
+        """Before host code runs, and at an exec's start and end: the deferred
+        truncations are sent, and nothing is remembered any more."""
+        self._flush_deferred()
         self._known.clear()
         self._known_bytes = 0
+
+    def _flush_deferred(self) -> None:
+        while self._deferred:
+            p = self._deferred.pop()
+            try:
+                self._do("write", p, b"", False)
+            except OSError:
+                self._forget_path(p)
+
+    def defer_truncate(self, p: str) -> bool:
+        """``open(p, "w")`` of a file this exec wrote or read (so it exists, its
+        directory too, and writing it worked): the truncation is not sent now but
+        with the file's first write back (its close), or before anything else could
+        see the file — a stat of it, host code, the exec's end. False: send it now."""
+        if p not in self._known:
+            return False
+        self._deferred.add(p)
+        self._remember(p, b"")
+        return True
 
     def _remember(self, p: str, data: bytes) -> None:
         old = self._known.pop(p, None)
@@ -332,6 +356,10 @@ class RemoteBackend:
 
     def write(self, p: str, data: bytes, append: bool = False) -> None:
         data = bytes(data)
+        if p in self._deferred:
+            self._deferred.discard(p)
+            if append:  # the truncation first, then what is appended
+                self._do("write", p, b"", False)
         prev = self._known.pop(p, None) if append else None
         if prev is not None:
             self._known_bytes -= len(prev)
@@ -349,6 +377,9 @@ class RemoteBackend:
             self._known_bytes -= len(old)
 
     def stat(self, p: str) -> list[Any] | None:
+        if p in self._deferred:  # its size is 0 now
+            self._deferred.discard(p)
+            self._do("write", p, b"", False)
         r = self._do("stat", p)
         if r is None:
             return None
@@ -366,6 +397,7 @@ class RemoteBackend:
         self._do("mkdir", p)
 
     def remove(self, p: str) -> None:
+        self._deferred.discard(p)
         self._forget_path(p)
         self._do("remove", p)
 
@@ -552,8 +584,10 @@ class VFSView:
         elif kind == "w" and not plus:  # one operation now (create/truncate), one at close
             buf = VFile(b"")
             _WRITEBACK[buf] = (self.backend, p, {"dirty": True, "read": False})
+            defer = getattr(self.backend, "defer_truncate", None)
             try:
-                buf._sync()
+                if defer is None or not defer(p):  # (a worker's known file: at close only)
+                    buf._sync()
             except OSError as e:
                 _WRITEBACK.pop(buf, None)
                 raise type(e)(e.errno, os.strerror(e.errno) if e.errno else str(e), os.fspath(file)) from None
