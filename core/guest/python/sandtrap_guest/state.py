@@ -106,6 +106,7 @@ OBJ = "__st_obj__"  # {OBJ: class name, "state": {attr: value}}: an instance of 
 
 _SCALARS = frozenset({str, bytes, bool, float, type(None)})
 _PLAIN = _SCALARS | {int}  # an int still needs its range checked
+_NESTED = frozenset({list, dict})
 _INT_MIN, _INT_MAX = -(2**63), 2**63
 _KEY_TYPES = frozenset({str, int, float, bool, type(None)})
 
@@ -119,6 +120,9 @@ def _encoder(classes: set[str]) -> Callable[[Any, int], Any]:
 
     def enc(v: Any, depth: int) -> Any:
         t = type(v)
+        name = kinds.get(t)
+        if name:  # an instance of a kept sandbox class (its type seen before)
+            return obj(v, name, depth)
         if t in _SCALARS:
             return v
         if t is int:
@@ -147,22 +151,37 @@ def _encoder(classes: set[str]) -> Callable[[Any, int], Any]:
                 name = n if n in classes else None
             kinds[t] = name
         if name is not None:
-            try:
-                d = get_dict(v, "__dict__")
-            except AttributeError:
-                raise _Drop from None  # __slots__
-            st: dict[str, Any] = dict(d)
-            for k, x in st.items():
-                if type(k) is not str:
-                    raise _Drop
-                tx = type(x)
-                if tx not in _PLAIN or (tx is int and not _INT_MIN <= x < _INT_MAX):
-                    st[k] = enc(x, depth + 1)  # (a value replaced: the keys stay as they are)
-            return {OBJ: name, "state": st}
+            return obj(v, name, depth)
         w = to_wire(v)
         if _has_placeholder(w):
             raise _Drop
         return w
+
+    def obj(v: Any, name: str, depth: int) -> Any:
+        if depth > 100:
+            raise _Drop
+        try:
+            d = get_dict(v, "__dict__")
+        except AttributeError:
+            raise _Drop from None  # __slots__
+        st: dict[str, Any] = dict(d)
+        for k, x in st.items():
+            if type(k) is not str:
+                raise _Drop
+            tx = type(x)
+            if tx in _SCALARS:
+                continue
+            if tx is int:
+                if not _INT_MIN <= x < _INT_MAX:
+                    raise _Drop
+            elif tx is list and depth < 100:  # (a value replaced: the keys stay as they are)
+                st[k] = [
+                    y if type(y) in _PLAIN and (type(y) is not int or _INT_MIN <= y < _INT_MAX) else enc(y, depth + 2)
+                    for y in x
+                ]
+            else:
+                st[k] = enc(x, depth + 1)
+        return {OBJ: name, "state": st}
 
     return enc
 
@@ -265,9 +284,12 @@ def _decoder(ns: dict[str, Any]) -> tuple[Callable[[Any, int], Any], Callable[[A
         return c
 
     def build(w: Any, depth: int) -> Any:
-        cls = cls_for(w.get(OBJ))
+        name = w.get(OBJ)
+        cls = ok.get(name, False) if type(name) is str else None
+        if cls is False:
+            cls = cls_for(name)
         st = w.get("state")
-        if cls is None or not isinstance(st, dict):
+        if cls is None or type(st) is not dict:
             return None
         inst = new(cls)
         try:
@@ -276,10 +298,13 @@ def _decoder(ns: dict[str, Any]) -> tuple[Callable[[Any, int], Any], Callable[[A
             return None
         if st.keys() <= good:  # every name seen and allowed before: one C-level update
             d.update(st)
+            d1 = depth + 1
             for k, x in st.items():
                 t = type(x)
-                if t is list or t is dict:
-                    d[k] = dec(x, depth + 1)  # a copy: never the state's own containers
+                if t is list:  # a copy: never the state's own containers
+                    d[k] = dec(x, d1) if d1 > 100 else [y if type(y) not in _NESTED else dec(y, d1 + 1) for y in x]
+                elif t is dict:
+                    d[k] = dec(x, d1)
             return inst
         for k, x in st.items():
             if type(k) is not str or k.startswith(reserved) or (k[:2] == "__" and k[-2:] == "__"):
@@ -294,7 +319,13 @@ def _decoder(ns: dict[str, Any]) -> tuple[Callable[[Any, int], Any], Callable[[A
         if t is list:
             if depth > 100:
                 raise ValueError("invalid state: nested too deeply")
-            return [dec(x, depth + 1) if (type(x) is list or type(x) is dict) else x for x in w]
+            d1 = depth + 1
+            return [
+                x
+                if type(x) not in _NESTED
+                else (build(x, d1) if type(x) is dict and OBJ in x and d1 <= 100 else dec(x, d1))
+                for x in w
+            ]
         if t is dict:
             if depth > 100:
                 raise ValueError("invalid state: nested too deeply")
