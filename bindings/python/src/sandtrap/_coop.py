@@ -591,14 +591,14 @@ class CoopSandbox:
         if isinstance(resp.get("state"), dict):
             self._state = resp["state"]
         e = resp["error"]
-        namespace: Any = resp["namespace"]
+        result_ns: Any = resp["namespace"]
         if self._spool is not None:
-            namespace = SpooledNamespace(self._spool, namespace, resp.get("spooled") or {}, resp.get("sizes"))
+            result_ns = SpooledNamespace(self._spool, result_ns, resp.get("spooled") or {}, resp.get("sizes"))
         elif resp.get("spooled"):
             raise WorkerCrashed("the engine answered with spooled values, but this sandbox spools nothing")
         return ExecResult(
             resp["stdout"] + host_out.getvalue(),
-            namespace,
+            result_ns,
             _error_from_wire(e),
             resp["ticks"],
             stderr=resp["stderr"] + host_err.getvalue(),

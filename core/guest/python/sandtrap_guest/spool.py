@@ -29,7 +29,9 @@ INLINE_LIMIT = 64 * 1024
 FILE_RE = re.compile(r"[0-9a-f]{32}\.msgpack")
 
 
-def spool_namespace(ns: dict[str, Any], directory: str, dir_fd: int | None = None) -> tuple[dict, dict]:
+def spool_namespace(
+    ns: dict[str, Any], directory: str, dir_fd: int | None = None
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """``(inline, spooled)``: ``inline`` maps a name to its value as data (small ones),
     ``spooled`` a name to ``{"size": bytes, "file": name in directory}``. A value that
     cannot be written (the directory full, gone) becomes a placeholder inline."""

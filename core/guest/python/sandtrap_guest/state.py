@@ -115,7 +115,7 @@ def _encoder(classes: set[str]) -> Callable[[Any, int], Any]:
     """An encoder for one snapshot: plain data, with instances of the kept sandbox
     classes (nested anywhere in lists, tuples and dicts) as object markers; _Drop
     when something cannot be kept. Per-type verdicts are cached for the snapshot."""
-    kinds: dict[type, str | bool | None] = {}  # type -> class name (a kept sandbox class) or None
+    kinds: dict[type, Any] = {}  # type -> class name (a kept sandbox class) or None
     get_dict = object.__getattribute__
 
     def enc(v: Any, depth: int) -> Any:
