@@ -904,6 +904,25 @@ export declare class PythonSandbox {
     },
   ): Promise<PythonExecResult>;
   /**
+   * `exec` whose code may use top-level `await`, `async for` and `async with` (Python's
+   * `aexec`): the body runs as a coroutine on an event loop of the worker's own, never
+   * on this process's; the timeout and `cancel()` stop an `await`. Aborting `signal`
+   * stops the code (its worker is killed, so nothing of it runs on) and rejects with an
+   * AbortError once it has stopped; the next exec gets a fresh worker.
+   */
+  aexec(
+    code: string,
+    options?: {
+      namespace?: Record<string, unknown>;
+      modules?: Record<string, Record<string, unknown>>;
+      stdin?: string;
+      argv?: string[];
+      echo?: boolean | 'none' | 'last' | 'all';
+      keep?: string[];
+      signal?: AbortSignal;
+    },
+  ): Promise<PythonExecResult>;
+  /**
    * The namespace as source plus data (never pickle), as the bytes of its msgpack
    * encoding (opaque here: JavaScript objects cannot hold its keys). Give it to
    * `sandbox(policy, {state})`; Python's `sandbox(policy, state=msgpack.unpackb(b))` takes it too.

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/sandtrap/sandtrap/core/engine"
@@ -56,6 +57,7 @@ type coop struct {
 	hostFns       map[string]bool
 	rpcTargets    map[string]bool // the host objects the host serves (rpc host calls)
 	vfs           bool            // the host serves a VirtualFS (fs host calls)
+	spool         bool            // spool_dir: the worker may answer with spooled values
 	allowDegraded bool
 	denySpawn     bool
 
@@ -103,7 +105,7 @@ func coopOpen(s *engine.Sandbox, req []byte) ([]byte, string) {
 func openCoop(s *engine.Sandbox, req []byte) (*coop, error) {
 	r, err := newReader(req, "coop_open", "op", "level", "policy", "interpreter", "sys_path", "module_dirs",
 		"filesystem_root", "echo", "vfs", "allow_degraded", "preload_grants", "worker_module", "worker_path", "tag",
-		"rpc_targets")
+		"rpc_targets", "spool_dir")
 	if err != nil {
 		return nil, err
 	}
@@ -128,6 +130,13 @@ func openCoop(s *engine.Sandbox, req []byte) (*coop, error) {
 		if !filepath.IsAbs(root) {
 			r.addf("filesystem_root %q is not an absolute path", root)
 		}
+	}
+	spoolDir := r.str("spool_dir")
+	if spoolDir != "" {
+		if err := checkSpoolDir(spoolDir, root); err != nil {
+			r.addf("spool_dir %s: %v", spoolDir, err)
+		}
+		c.spool = true
 	}
 	echo := r.m["echo"]
 	checkEcho(r, echo)
@@ -222,9 +231,18 @@ func openCoop(s *engine.Sandbox, req []byte) (*coop, error) {
 		env["HOME"] = "/nonexistent"
 		pol = map[string]any{"fs_readable": readablePaths(paths), "clean_env": true, "env": env,
 			"allow_degraded": c.allowDegraded, "max_processes": int64(workerProcesses)}
+		var writable []any
 		if root != "" {
-			pol["fs_writable"] = []any{root}
+			writable = append(writable, root)
 			granted = append(granted, Grant{root, "the filesystem root (read-write)"})
+		}
+		if spoolDir != "" {
+			// spool=: the worker writes the result's large values there
+			writable = append(writable, spoolDir)
+			granted = append(granted, Grant{spoolDir, "the spool directory (read-write: the worker writes spooled values)"})
+		}
+		if writable != nil {
+			pol["fs_writable"] = writable
 		}
 		if limits.allowNetwork {
 			pol["net_allow"] = []any{"*"}
@@ -263,8 +281,12 @@ func openCoop(s *engine.Sandbox, req []byte) (*coop, error) {
 	if !echo.IsNil() {
 		echoVal = raw(echo)
 	}
+	var spoolVal any
+	if spoolDir != "" {
+		spoolVal = spoolDir
+	}
 	c.init = encodeSorted(map[string]any{"op": "init", "policy": portable, "filesystem_root": rootVal, "echo": echoVal,
-		"vfs": vfsInit})
+		"vfs": vfsInit, "spool_dir": spoolVal})
 	c.base = engine.Encode(c.worker.Isolation())
 	c.extra = map[string]any{"level": c.level, "python": map[string]any{"interpreter": interp, "granted": granted}}
 	c.reportSubprocess(nil)
@@ -782,7 +804,7 @@ func (x *execState) handle(reply []byte, end *engine.SessionEnd) hostcall.Step {
 				return hostcall.Ask(hostcall.Call{Kind: "fs", Fields: map[string]any{
 					"name": name, "args": raw(f["args"])}}, x)
 			case "result":
-				if err = f.checkResult(); err == nil {
+				if err = f.checkResult(c.spool); err == nil {
 					return x.result(f)
 				}
 			default:
@@ -908,6 +930,15 @@ func (x *execState) result(f frame) hostcall.Step {
 		for k, v := range ns {
 			sizes[k] = len(v)
 		}
+		// spooled values: the size the worker wrote (checked by checkResult; the
+		// binding checks it against the file)
+		if sp, ok := f["spooled"].Fields(); ok {
+			for k, v := range sp {
+				e, _ := v.Fields()
+				sizes[k], _ = e["size"].Int()
+			}
+			out["spooled"] = raw(f["spooled"])
+		}
 		out["sizes"] = sizes
 	}
 	if v := f["state"]; !v.IsNil() && x.encoded {
@@ -932,6 +963,47 @@ func truncate(s string, n int) string {
 		return s[:n]
 	}
 	return s
+}
+
+// checkSpoolDir: spool_dir is the binding's private directory for spooled values —
+// absolute, no symbolic link on the way, a directory owned by this process's user
+// with no access for group or others, and not inside the filesystem root (code
+// there could replace a file before the host reads it).
+func checkSpoolDir(dir, root string) error {
+	if !filepath.IsAbs(dir) || filepath.Clean(dir) != dir {
+		return fmt.Errorf("not a clean absolute path")
+	}
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return unwrap(err)
+	}
+	if real != dir {
+		return fmt.Errorf("goes through a symbolic link (to %s)", real)
+	}
+	st, err := os.Lstat(dir)
+	if err != nil {
+		return unwrap(err)
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("not a directory")
+	}
+	if st.Mode().Perm()&0o077 != 0 {
+		return fmt.Errorf("mode %#o: must be private (0700)", st.Mode().Perm())
+	}
+	if uid, ok := fileOwner(st); ok && uid != os.Getuid() {
+		return fmt.Errorf("owned by uid %d, not this process's (%d)", uid, os.Getuid())
+	}
+	if root != "" && (dir == root || strings.HasPrefix(dir, root+"/")) {
+		return fmt.Errorf("inside the filesystem root %s: sandboxed code could replace a spooled value", root)
+	}
+	return nil
+}
+
+func fileOwner(st os.FileInfo) (int, bool) {
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		return int(sys.Uid), true
+	}
+	return 0, false
 }
 
 // checkEcho: echo is nil, a boolean, or one of the modes "none", "last", "all" (the

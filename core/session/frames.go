@@ -2,6 +2,7 @@ package session
 
 import (
 	"fmt"
+	"regexp"
 
 	"github.com/sandtrap/sandtrap/core/rawmsg"
 )
@@ -68,9 +69,10 @@ func (f frame) checkAll(checks ...error) error {
 }
 
 // checkResult: a worker's exec result (worker.py "result").
-func (f frame) checkResult() error {
+func (f frame) checkResult(spool bool) error {
 	const S, I, F, M = rawmsg.Str, rawmsg.Int, rawmsg.Float, rawmsg.Map
 	if err := f.checkAll(f.want("stdout", false, S), f.want("stderr", false, S), f.want("namespace", false, M),
+		f.want("spooled", true, M),
 		f.want("traceback", true, S), f.want("ticks", false, I), f.want("stdout_truncated", false, I),
 		f.want("duration", false, I, F), f.want("error", true, M), f.want("state", true, M),
 		f.want("prints", true, rawmsg.Array), f.want("rendered_prints", true, rawmsg.Array),
@@ -84,8 +86,12 @@ func (f frame) checkResult() error {
 			}
 		}
 	}
-	if _, ok := f["namespace"].Fields(); !ok {
+	ns, ok := f["namespace"].Fields()
+	if !ok {
 		return protof("namespace names must be str (and distinct)")
+	}
+	if err := checkSpooled(f["spooled"], ns, spool); err != nil {
+		return err
 	}
 	if e := f["error"]; !e.IsNil() {
 		ef, ok := e.Fields()
@@ -105,6 +111,46 @@ func (f frame) checkResult() error {
 			}
 		}
 		return nil
+	}
+	return nil
+}
+
+// spoolFile: the only file name a worker may give for a spooled value (spool.py):
+// a bare name, no separator, no dot-dot, nothing the host could follow elsewhere.
+var spoolFile = regexp.MustCompile(`^[0-9a-f]{32}\.msgpack$`)
+
+// checkSpooled: a result's spooled values (spool_dir given at coop_open only): each
+// name str, not also in the namespace, {size: int >= 0, file: a spool file name},
+// each file named once.
+func checkSpooled(v rawmsg.Value, ns map[string]rawmsg.Value, spool bool) error {
+	if v.IsNil() {
+		return nil
+	}
+	if !spool {
+		return protof("'spooled' values, but this sandbox spools nothing")
+	}
+	sp, ok := v.Fields()
+	if !ok {
+		return protof("'spooled' names must be str (and distinct)")
+	}
+	files := make(map[string]bool, len(sp))
+	for name, e := range sp {
+		if _, dup := ns[name]; dup {
+			return protof("%q is both in the namespace and spooled", truncate(name, 60))
+		}
+		ef, ok := e.Fields()
+		size, okS := ef["size"].Int()
+		file, okF := ef["file"].Str()
+		if !ok || len(ef) != 2 || !okS || !okF || size < 0 {
+			return protof("spooled %q must be {size: an int >= 0, file: str}", truncate(name, 60))
+		}
+		if !spoolFile.MatchString(file) {
+			return protof("spooled %q: file %q is not a spool file name (32 hex digits + .msgpack)", truncate(name, 60), truncate(file, 80))
+		}
+		if files[file] {
+			return protof("spooled file %q named twice", file)
+		}
+		files[file] = true
 	}
 	return nil
 }

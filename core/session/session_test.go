@@ -172,8 +172,8 @@ func TestWorkerFramesAreCheckedWhole(t *testing.T) {
 		return b
 	}
 	good := result(nil)
-	if f, op, err := parseFrame(good); err != nil || op != "result" || f.checkResult() != nil {
-		t.Fatalf("a good result: %v %v", err, f.checkResult())
+	if f, op, err := parseFrame(good); err != nil || op != "result" || f.checkResult(false) != nil {
+		t.Fatalf("a good result: %v %v", err, f.checkResult(false))
 	}
 	bad := map[string][]byte{
 		"ticks a string":    result(map[string]any{"ticks": "many"}),
@@ -186,10 +186,42 @@ func TestWorkerFramesAreCheckedWhole(t *testing.T) {
 	for name, b := range bad {
 		f, _, err := parseFrame(b)
 		if err == nil {
-			err = f.checkResult()
+			err = f.checkResult(false)
 		}
 		if _, ok := err.(*protocolError); !ok {
 			t.Errorf("%s: accepted (%v)", name, err)
+		}
+	}
+	// spooled values (spool=): only a bare spool file name, each once, never a path
+	file := strings.Repeat("ab", 16) + ".msgpack"
+	sp := func(entries map[string]any) []byte { return result(map[string]any{"spooled": entries}) }
+	entry := func(size any, file any) map[string]any { return map[string]any{"size": size, "file": file} }
+	okSpool := sp(map[string]any{"big": entry(70000, file)})
+	if f, _, err := parseFrame(okSpool); err != nil || f.checkResult(true) != nil {
+		t.Fatalf("a good spooled result: %v %v", err, f.checkResult(true))
+	}
+	badSpool := map[string][]byte{
+		"no spool_dir":      okSpool, // checked with spool false below
+		"dot-dot":           sp(map[string]any{"big": entry(1, "../"+file)}),
+		"absolute":          sp(map[string]any{"big": entry(1, "/etc/passwd")}),
+		"subdirectory":      sp(map[string]any{"big": entry(1, "x/"+file)}),
+		"other suffix":      sp(map[string]any{"big": entry(1, strings.Repeat("ab", 16)+".pkl")}),
+		"upper hex":         sp(map[string]any{"big": entry(1, strings.Repeat("AB", 16)+".msgpack")}),
+		"newline":           sp(map[string]any{"big": entry(1, file+"\n")}),
+		"negative size":     sp(map[string]any{"big": entry(-1, file)}),
+		"size a string":     sp(map[string]any{"big": entry("1", file)}),
+		"extra key":         sp(map[string]any{"big": map[string]any{"size": 1, "file": file, "path": "/x"}}),
+		"same file twice":   sp(map[string]any{"a": entry(1, file), "b": entry(1, file)}),
+		"also in namespace": result(map[string]any{"namespace": map[string]any{"big": 1}, "spooled": map[string]any{"big": entry(1, file)}}),
+		"not a map":         result(map[string]any{"spooled": []any{file}}),
+	}
+	for name, b := range badSpool {
+		f, _, err := parseFrame(b)
+		if err == nil {
+			err = f.checkResult(name != "no spool_dir")
+		}
+		if _, ok := err.(*protocolError); !ok {
+			t.Errorf("spooled, %s: accepted (%v)", name, err)
 		}
 	}
 	for name, b := range map[string][]byte{"deep": append([]byte(strings.Repeat("\x91", 200)), 0xc0),

@@ -266,8 +266,34 @@ class PythonSandbox {
    * @param {{namespace?: Record<string, unknown>, modules?: Record<string, unknown>, stdin?: string, argv?: string[], echo?: 'none' | 'last' | 'all' | boolean, keep?: string[], signal?: AbortSignal}} [options]
    * @returns {Promise<Wire>} index.d.ts's PythonExecResult
    */
-  async exec(code, { namespace, modules, stdin, argv, echo, keep, signal } = {}) {
+  async exec(code, options = {}) {
+    return this._exec(code, options, false);
+  }
+
+  /**
+   * exec whose code may use top-level `await`, `async for` and `async with`
+   * (Python's aexec): the body runs as a coroutine on an event loop of the worker's
+   * own until it completes, never on this process's loop; the timeout and
+   * `cancel()` stop an `await` too. With `signal`, aborting stops the code — the
+   * worker is killed, so nothing of it runs on — and the promise rejects with an
+   * AbortError once it has stopped; the next exec gets a fresh worker.
+   * @param {string} code
+   * @param {{namespace?: Record<string, unknown>, modules?: Record<string, unknown>, stdin?: string, argv?: string[], echo?: 'none' | 'last' | 'all' | boolean, keep?: string[], signal?: AbortSignal}} [options]
+   * @returns {Promise<Wire>} index.d.ts's PythonExecResult
+   */
+  async aexec(code, options = {}) {
+    return this._exec(code, options, true);
+  }
+
+  /**
+   * @param {string} code
+   * @param {{namespace?: Record<string, unknown>, modules?: Record<string, unknown>, stdin?: string, argv?: string[], echo?: 'none' | 'last' | 'all' | boolean, keep?: string[], signal?: AbortSignal}} options
+   * @param {boolean} topLevelAwait
+   * @returns {Promise<Wire>}
+   */
+  async _exec(code, { namespace, modules, stdin, argv, echo, keep, signal } = {}, topLevelAwait) {
     if (typeof code !== 'string') throw new InvalidArgument('code must be a string');
+    if (signal?.aborted) throw new AbortError('The operation was aborted', { cause: signal.reason });
     if (keep !== undefined && keep !== null && !(Array.isArray(keep) && keep.every((k) => typeof k === 'string'))) {
       throw new InvalidArgument('keep must be an array of names');
     }
@@ -277,6 +303,7 @@ class PythonSandbox {
     /** @type {Wire} */
     const req = { op: 'coop_exec', code, namespace: namespace ?? null, modules: modules ?? null, stdin: stdin ?? null, argv: argv ?? null };
     if (this.snapshotPrints) req.prints = true;
+    if (topLevelAwait) req.top_level_await = true; // aexec: the body may await
     if (keep) req.keep = keep; // the response's namespace holds only these names
     if (echo !== undefined && echo !== null) req.echo = echo; // this exec's mode (the engine checks it)
     if (this.keepState) Object.assign(req, { snapshot: true, state_encoded: true });
@@ -320,20 +347,42 @@ class PythonSandbox {
   /**
    * One coop_exec with the state a fresh worker needs, its host calls answered here.
    * @param {Wire} req
-   * @param {AbortSignal} [signal] aborts every request of this exec (one tag)
+   * @param {AbortSignal} [signal] aborting cancels the exec (one tag) and rejects once it has ended
    * @returns {Promise<Wire>}
    */
   async _request(req, signal) {
     if (this.state) req.state = this.state;
+    if (signal?.aborted) throw new AbortError('The operation was aborted', { cause: signal.reason });
     const tag = newTag();
-    const opts = signal ? { signal } : {};
-    let resp = check(await this.sandbox.request({ ...req, tag }, opts));
-    while (resp.call) {
-      const { call, pending } = resp;
-      resp = check(await this.sandbox.request({ op: 'answer', pending, call: call.id, tag, ...(await this._answer(call)) }, opts));
+    // Aborting cancels the exec by its tag (the engine kills the worker), retried until
+    // the exec has started; the requests themselves are never abandoned: a host call
+    // pending when the abort lands is answered `abort`, so the engine ends the exec
+    // and frees the sandbox for the next one, and the promise rejects once it has.
+    let settled = false;
+    let delay = 1;
+    const cancel = () => {
+      if (settled || this.sandbox.closed) return;
+      native.cancel(this.sandbox._handle, tag);
+      setTimeout(cancel, delay);
+      delay = Math.min(delay * 2, 50);
+    };
+    signal?.addEventListener('abort', cancel, { once: true });
+    let resp;
+    try {
+      resp = check(await this.sandbox.request({ ...req, tag }));
+      while (resp.call) {
+        const { call, pending } = resp;
+        /** @type {Wire | null} */
+        let answer = signal?.aborted ? null : await this._answer(call);
+        if (signal?.aborted) answer = { abort: true }; // aborted (perhaps while the host answered)
+        resp = check(await this.sandbox.request({ op: 'answer', pending, call: call.id, tag, ...answer }));
+      }
+    } finally {
+      settled = true;
+      signal?.removeEventListener('abort', cancel);
     }
-    if (resp.error?.kind === 'cancelled' && signal?.aborted) throw new AbortError('The operation was aborted', { cause: signal.reason });
     if (resp.isolation) this.report = camelKeys(resp.isolation); // sent when it changed
+    if (signal?.aborted) throw new AbortError('The operation was aborted', { cause: signal.reason });
     return resp;
   }
 

@@ -1,6 +1,6 @@
 """What a result carries beyond the namespace: rendered prints (the seed's
-render_prints / PrintRendering), result.sizes, and spool= (refused, with why), at
-every level."""
+render_prints / PrintRendering) and result.sizes, at every level (spool=:
+test_coop_spool.py)."""
 
 from __future__ import annotations
 
@@ -60,10 +60,8 @@ def test_sizes_are_empty_in_process():
         assert sb.exec("x = 1").sizes == {}  # nothing crossed (as in the seed)
 
 
-def test_spool_is_refused_with_the_reason():
-    for spool in (True, "/dev/shm"):
-        with pytest.raises(InvalidArgument, match="spool= is not offered"):
-            sandbox(Policy(), isolation="process", spool=spool)
+def test_render_prints_arguments_are_checked():
+    # (spool=: test_coop_spool.py)
     with pytest.raises(ValueError, match="positive int"):
         PrintRendering(per_print=0)
     with pytest.raises(InvalidArgument, match="PrintRendering"):

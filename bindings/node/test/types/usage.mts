@@ -124,6 +124,13 @@ export async function pythonOverVirtualFS(): Promise<string> {
   const fs = new VirtualFS({ '/lib/helper.py': 'X = 1\n' }, { maxSizeMb: 1 });
   const py = sandbox({ timeout: 5, moduleRoot: '/lib' }, { isolation: 'process', filesystem: fs });
   await py.exec('import helper');
+  // aexec: top-level await; aborting the signal stops the code
+  const ac = new AbortController();
+  const ar = await py.aexec('async def f():\n    return 1\nx = await f()', { signal: ac.signal, echo: 'last' });
+  const ns: Record<string, unknown> = ar.namespace;
+  void ns;
+  // @ts-expect-error: code is a string
+  void py.aexec(42);
   fs.write('/out.txt', 'text', { append: true });
   const state: Buffer = await py.snapshot();
   sandbox({}, { isolation: 'kernel', state, keepState: true }).close();

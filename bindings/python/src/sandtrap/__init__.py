@@ -48,6 +48,7 @@ from ._coop import (
     rpc_surface,
     sandbox,
 )
+from ._coop_spool import SpoolClosedError, SpooledNamespace
 from ._errors import (
     ForkedChildError,
     InternalError,
@@ -149,6 +150,8 @@ __all__ = [
     "PolicyContext",
     "WorkerError",
     "WorkerCrashed",
+    "SpooledNamespace",
+    "SpoolClosedError",
     "StError",
     "StValidationError",
     "StAttributeDenied",

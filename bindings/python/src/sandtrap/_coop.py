@@ -52,6 +52,7 @@ from sandtrap_guest.vfs import serve as _serve_fs
 from sandtrap_guest.wire import to_wire
 
 from . import _native
+from ._coop_spool import SpoolDir, SpooledNamespace
 from ._errors import InvalidArgument, IsolationUnavailable, SandtrapError
 
 __all__ = [
@@ -283,6 +284,7 @@ class CoopSandbox:
         preload_grants: bool = True,
         rpc_handlers: Mapping[str, Any] | None = None,
         render_prints: PrintRendering | None = None,
+        spool: Any = False,
     ) -> None:
         from ._sandbox import _Handle
 
@@ -309,6 +311,7 @@ class CoopSandbox:
         self.allow_degraded = allow_degraded
         self._lock = threading.Lock()  # one exec at a time (the engine also serialises)
         self._local: GuestSession | None = None
+        self._closed = False  # isolation="none": closed (its namespace let go)
         self._handle: _Handle | None = None
         self._report: dict[str, Any] = {"level": isolation}
         # the state a fresh worker is given (the engine sends it only to one started
@@ -325,6 +328,9 @@ class CoopSandbox:
                 "the function with policy.fn (it runs here in the host, with the host's files), or give the worker a "
                 'directory with IsolatedFS; at "none" and "process" granted code reaches the host\'s files anyway'
             )
+        # spool=: the directory the result's large values are written to (private,
+        # made here; at the worker levels the worker writes there)
+        self._spool: SpoolDir | None = SpoolDir(spool, root) if spool is not False else None
         if isolation == "none":
             self._local = GuestSession(policy, filesystem_root=root, echo=echo, filesystem=virtual, rpc=self._serve_rpc)
             if state is not None:
@@ -349,6 +355,7 @@ class CoopSandbox:
             "preload_grants": preload_grants,
             # the worker's proxies may call these (and the policy's live-object grants)
             "rpc_targets": sorted(handlers),
+            **({"spool_dir": self._spool.path} if self._spool is not None else {}),
         }
         if _WORKER_MODULE:
             req.update(worker_module=_WORKER_MODULE, worker_path=list(_WORKER_PATH))
@@ -506,6 +513,8 @@ class CoopSandbox:
                 self._note_markers(spec)
         with self._lock:
             if self._local is not None:
+                if self._closed:
+                    raise SandtrapError("the sandbox is closed")
                 r = self._local.exec(
                     code,
                     namespace=namespace,
@@ -520,9 +529,14 @@ class CoopSandbox:
                 )
                 if r.error is not None:
                     _attach_traceback(r.error, r.traceback)
+                ns: Any = r.namespace
+                sizes: dict[str, int] = {}
+                if self._spool is not None:
+                    ns = self._spool.write(r.namespace)
+                    sizes = ns.sizes
                 return ExecResult(
                     r.stdout,
-                    r.namespace,
+                    ns,
                     r.error,
                     r.ticks,
                     stderr=r.stderr,
@@ -533,6 +547,7 @@ class CoopSandbox:
                     prints=r.prints,
                     rendered_prints=r.rendered_prints,
                     print_count=r.print_count,
+                    sizes=sizes,
                     isolation=IsolationStatus(self._report),
                 )
             resp = self._request(
@@ -576,9 +591,14 @@ class CoopSandbox:
         if isinstance(resp.get("state"), dict):
             self._state = resp["state"]
         e = resp["error"]
+        result_ns: Any = resp["namespace"]
+        if self._spool is not None:
+            result_ns = SpooledNamespace(self._spool, result_ns, resp.get("spooled") or {}, resp.get("sizes"))
+        elif resp.get("spooled"):
+            raise WorkerCrashed("the engine answered with spooled values, but this sandbox spools nothing")
         return ExecResult(
             resp["stdout"] + host_out.getvalue(),
-            resp["namespace"],
+            result_ns,
             _error_from_wire(e),
             resp["ticks"],
             stderr=resp["stderr"] + host_err.getvalue(),
@@ -605,6 +625,8 @@ class CoopSandbox:
         ``sandbox(policy, state=snapshot)`` (any level, any process) rebuilds it."""
         with self._lock:
             if self._local is not None:
+                if self._closed:
+                    raise SandtrapError("the sandbox is closed")
                 return self._local.snapshot()
         r = self._raw_exec({"op": "coop_exec", "code": "", "snapshot": True})
         state: dict[str, Any] = r["state"]
@@ -677,10 +699,24 @@ class CoopSandbox:
                 h.release()  # type: ignore[union-attr]
 
     def close(self) -> None:
-        """End the worker (an exec running is cancelled first) and free the sandbox."""
+        """End the worker (an exec running is cancelled first) and free the sandbox;
+        with ``spool=``, remove the spool directory (unread values are gone)."""
+        local = getattr(self, "_local", None)
+        if local is not None and not self._closed:
+            self._closed = True
+            local.cancel()
+            # after a running exec stopped (not from inside one: a host function closing it)
+            if self._lock.acquire(timeout=5):
+                try:
+                    local.release()
+                finally:
+                    self._lock.release()
         if self._handle is not None:
             self.cancel()
             self._handle.close()
+        spool = getattr(self, "_spool", None)
+        if spool is not None:
+            spool.close()
 
     def __enter__(self) -> CoopSandbox:
         return self
@@ -785,12 +821,8 @@ def sandbox(
         raise InvalidArgument("close_fds must be a bool (workers never inherit descriptors either way)")
     if not isinstance(preload_grants, bool):
         raise InvalidArgument("preload_grants must be a bool")
-    if spool is not False:
-        raise InvalidArgument(
-            "spool= is not offered: a result's values cross from the worker as msgpack data in one response (never "
-            "pickle files for the host to read back), and result.sizes gives each value's size as it crossed at the "
-            "worker levels; narrow what crosses with exec(keep=...)"
-        )
+    if not (spool is False or spool is True or isinstance(spool, (str, os.PathLike))):
+        raise InvalidArgument(f"spool must be False, True or a directory to spool under, got {type(spool).__name__}")
     if policy is None:
         policy = Policy()
     if not isinstance(policy, Policy):
@@ -809,6 +841,7 @@ def sandbox(
         preload_grants,
         rpc_handlers,
         render_prints,
+        spool,
     )
 
 

@@ -41,6 +41,7 @@ from sandtrap_guest.errors import (
     StValidationError,
 )
 
+from ._coop_spool import SpoolClosedError
 from ._errors import IsolationUnavailable, SandtrapError
 
 if TYPE_CHECKING:  # at run time from _coop on first use (_coop imports this module)
@@ -87,4 +88,5 @@ __all__ = [
     "SandtrapError",
     "WorkerCrashed",
     "WorkerError",
+    "SpoolClosedError",
 ]

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import builtins as _bi
 import errno
+import functools
 import io
 import itertools
 import os
@@ -640,6 +641,13 @@ class GuestSession:
             n = 0
         return self._meter.base + self._meter.armed - n
 
+    def release(self) -> None:
+        """Let go of the namespace (the sandbox closed): its functions' globals are the
+        namespace itself, a cycle only the cyclic collector frees — with every object
+        the namespace holds — so emptying it frees them now, by reference count (what
+        results handed out still hold stays alive)."""
+        self._ns.clear()
+
     def cancel(self) -> None:
         """Cancel the running ``exec`` (thread-safe); it stops at its next checkpoint."""
         m = self._meter
@@ -1106,11 +1114,7 @@ class GuestSession:
         error: BaseException | None = None
         ticks = 0
         try:
-            tree = rw.rewrite(code, echo=echo_mode, filename=SANDBOX_FILENAME, allow_await=allow_await)
-            codeobj = _main_code(
-                compile(tree, SANDBOX_FILENAME, "exec", flags=_TOP_AWAIT if allow_await else 0, dont_inherit=True),
-                allow_await,
-            )
+            codeobj = _compiled(code, echo_mode, allow_await)
         except (SyntaxError, StValidationError) as e:
             e.__traceback__ = None
             return ExecResult(
@@ -1424,6 +1428,34 @@ def _run_coroutine(coro, meter, chk) -> None:
             loop.run_until_complete(loop.shutdown_asyncgens())
         finally:
             loop.close()
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled_cached(code: str, echo_mode: Any, allow_await: bool) -> types.CodeType:
+    return _compile(code, echo_mode, allow_await)
+
+
+def _compile(code: str, echo_mode: Any, allow_await: bool) -> types.CodeType:
+    tree = rw.rewrite(code, echo=echo_mode, filename=SANDBOX_FILENAME, allow_await=allow_await)
+    return _main_code(
+        compile(tree, SANDBOX_FILENAME, "exec", flags=_TOP_AWAIT if allow_await else 0, dont_inherit=True),
+        allow_await,
+    )
+
+
+_CACHE_MAX_SOURCE = 64 * 1024
+
+
+def _compiled(code: str, echo_mode: Any, allow_await: bool) -> types.CodeType:
+    """The rewritten, compiled code of an exec: the same source run again (a loop of
+    execs, a state's source restored into each new sandbox) is rewritten and compiled
+    once per process. The rewrite depends on nothing but these arguments (not the
+    policy: what the code may reach is checked when it runs), and a code object is
+    immutable, so sessions can share it. A source that fails is not cached (its
+    error is raised each time); sources over 64 KiB are not kept."""
+    if type(code) is not str or len(code) > _CACHE_MAX_SOURCE:
+        return _compile(code, echo_mode, allow_await)
+    return _compiled_cached(code, echo_mode, bool(allow_await))
 
 
 def _main_code(module_code: types.CodeType, allow_await: bool = False) -> types.CodeType:

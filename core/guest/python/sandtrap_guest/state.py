@@ -21,8 +21,10 @@ with ``__slots__`` are dropped (and named).
 from __future__ import annotations
 
 import ast
+import contextlib
+import gc
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .gates import SANDBOX_FILENAME, USER_MARK
@@ -103,6 +105,8 @@ OBJ = "__st_obj__"  # {OBJ: class name, "state": {attr: value}}: an instance of 
 
 
 _SCALARS = frozenset({str, bytes, bool, float, type(None)})
+_PLAIN = _SCALARS | {int}  # an int still needs its range checked
+_NESTED = frozenset({list, dict})
 _INT_MIN, _INT_MAX = -(2**63), 2**63
 _KEY_TYPES = frozenset({str, int, float, bool, type(None)})
 
@@ -111,11 +115,14 @@ def _encoder(classes: set[str]) -> Callable[[Any, int], Any]:
     """An encoder for one snapshot: plain data, with instances of the kept sandbox
     classes (nested anywhere in lists, tuples and dicts) as object markers; _Drop
     when something cannot be kept. Per-type verdicts are cached for the snapshot."""
-    kinds: dict[type, str | bool | None] = {}  # type -> class name (a kept sandbox class) or None
+    kinds: dict[type, Any] = {}  # type -> class name (a kept sandbox class) or None
     get_dict = object.__getattribute__
 
     def enc(v: Any, depth: int) -> Any:
         t = type(v)
+        name = kinds.get(t)
+        if name:  # an instance of a kept sandbox class (its type seen before)
+            return obj(v, name, depth)
         if t in _SCALARS:
             return v
         if t is int:
@@ -125,7 +132,10 @@ def _encoder(classes: set[str]) -> Callable[[Any, int], Any]:
         if depth > 100:
             raise _Drop
         if t is list or t is tuple:
-            return [x if type(x) in _SCALARS else enc(x, depth + 1) for x in v]
+            return [
+                x if type(x) in _PLAIN and (type(x) is not int or _INT_MIN <= x < _INT_MAX) else enc(x, depth + 1)
+                for x in v
+            ]
         if t is dict:
             out: dict[Any, Any] = {}
             for k, x in v.items():
@@ -141,25 +151,63 @@ def _encoder(classes: set[str]) -> Callable[[Any, int], Any]:
                 name = n if n in classes else None
             kinds[t] = name
         if name is not None:
-            try:
-                d = get_dict(v, "__dict__")
-            except AttributeError:
-                raise _Drop from None  # __slots__
-            st: dict[str, Any] = {}
-            for k, x in dict(d).items():
-                if type(k) is not str:
-                    raise _Drop
-                st[k] = x if type(x) in _SCALARS else enc(x, depth + 1)
-            return {OBJ: name, "state": st}
+            return obj(v, name, depth)
         w = to_wire(v)
         if _has_placeholder(w):
             raise _Drop
         return w
 
+    def obj(v: Any, name: str, depth: int) -> Any:
+        if depth > 100:
+            raise _Drop
+        try:
+            d = get_dict(v, "__dict__")
+        except AttributeError:
+            raise _Drop from None  # __slots__
+        st: dict[str, Any] = dict(d)
+        for k, x in st.items():
+            if type(k) is not str:
+                raise _Drop
+            tx = type(x)
+            if tx in _SCALARS:
+                continue
+            if tx is int:
+                if not _INT_MIN <= x < _INT_MAX:
+                    raise _Drop
+            elif tx is list and depth < 100:  # (a value replaced: the keys stay as they are)
+                st[k] = [
+                    y if type(y) in _PLAIN and (type(y) is not int or _INT_MIN <= y < _INT_MAX) else enc(y, depth + 2)
+                    for y in x
+                ]
+            else:
+                st[k] = enc(x, depth + 1)
+        return {OBJ: name, "state": st}
+
     return enc
 
 
+@contextlib.contextmanager
+def _no_gc() -> Iterator[None]:
+    """The cyclic collector paused while a snapshot is encoded or a state's data
+    decoded: everything made is kept (the result), so every collection the
+    allocations would trigger (each traversing the young objects, the oldest
+    generation the whole heap) is waste — half of a 1,000-object snapshot's time.
+    Only these loops, never sandbox code; the previous setting comes back after."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def snapshot(session: Any) -> dict[str, Any]:
+    with _no_gc():
+        return _snapshot(session)
+
+
+def _snapshot(session: Any) -> dict[str, Any]:
     rec: Recorder = session._recorder
     ns = session.namespace
     kept_defs = [
@@ -215,6 +263,7 @@ def _decoder(ns: dict[str, Any]) -> tuple[Callable[[Any, int], Any], Callable[[A
     from . import rewriter as rw
 
     ok: dict[str, Any] = {}
+    good: set[str] = set()  # attribute names already checked (allowed)
     new = object.__new__
     get_dict = object.__getattribute__
     reserved = rw.RESERVED_PREFIX
@@ -235,18 +284,32 @@ def _decoder(ns: dict[str, Any]) -> tuple[Callable[[Any, int], Any], Callable[[A
         return c
 
     def build(w: Any, depth: int) -> Any:
-        cls = cls_for(w.get(OBJ))
+        name = w.get(OBJ)
+        cls = ok.get(name, False) if type(name) is str else None
+        if cls is False:
+            cls = cls_for(name)
         st = w.get("state")
-        if cls is None or not isinstance(st, dict):
+        if cls is None or type(st) is not dict:
             return None
         inst = new(cls)
         try:
             d = get_dict(inst, "__dict__")
         except AttributeError:
             return None
+        if st.keys() <= good:  # every name seen and allowed before: one C-level update
+            d.update(st)
+            d1 = depth + 1
+            for k, x in st.items():
+                t = type(x)
+                if t is list:  # a copy: never the state's own containers
+                    d[k] = dec(x, d1) if d1 > 100 else [y if type(y) not in _NESTED else dec(y, d1 + 1) for y in x]
+                elif t is dict:
+                    d[k] = dec(x, d1)
+            return inst
         for k, x in st.items():
             if type(k) is not str or k.startswith(reserved) or (k[:2] == "__" and k[-2:] == "__"):
                 continue
+            good.add(k)
             t = type(x)
             d[k] = dec(x, depth + 1) if (t is list or t is dict) else x
         return inst
@@ -256,7 +319,13 @@ def _decoder(ns: dict[str, Any]) -> tuple[Callable[[Any, int], Any], Callable[[A
         if t is list:
             if depth > 100:
                 raise ValueError("invalid state: nested too deeply")
-            return [dec(x, depth + 1) if (type(x) is list or type(x) is dict) else x for x in w]
+            d1 = depth + 1
+            return [
+                x
+                if type(x) not in _NESTED
+                else (build(x, d1) if type(x) is dict and OBJ in x and d1 <= 100 else dec(x, d1))
+                for x in w
+            ]
         if t is dict:
             if depth > 100:
                 raise ValueError("invalid state: nested too deeply")
@@ -291,12 +360,13 @@ def restore(session: Any, state: Any) -> Any:
         return r
     ns = session._ns
     dec, build = _decoder(ns)
-    for name, w in data.items():
-        ns[name] = dec(w, 0)
-    for name, o in objects.items():  # the older form: {name: {class, state}}
-        inst = build({OBJ: o["class"], "state": o["state"]}, 0)
-        if inst is not None:
-            ns[name] = inst
+    with _no_gc():
+        for name, w in data.items():
+            ns[name] = dec(w, 0)
+        for name, o in objects.items():  # the older form: {name: {class, state}}
+            inst = build({OBJ: o["class"], "state": o["state"]}, 0)
+            if inst is not None:
+                ns[name] = inst
     r.namespace = session.namespace
     return r
 

@@ -287,24 +287,99 @@ _ERRNO = {
 
 
 class RemoteBackend:
-    """In a worker: each operation is a host call answered by the host's backend."""
+    """In a worker: each operation is a host call answered by the host's backend.
+
+    Within one exec the worker remembers the content of the files it wrote or read
+    (up to ``CACHE_BYTES`` in all), and a read of one is answered from that memory:
+    the host's VirtualFS changes during an exec only through the worker's own
+    operations (which update or drop what is remembered) or through host code the
+    exec calls — so the worker forgets everything when it calls the host (a granted
+    function, a host object) and when an exec begins or ends (``forget``). A write,
+    a stat, a listing and everything else still goes to the host, errors and
+    ``max_size_mb`` included."""
+
+    CACHE_BYTES = 8 << 20
 
     def __init__(self, call: Callable[[str, list[Any]], Any]) -> None:
         self._call = call
+        self._known: dict[str, bytes] = {}
+        self._known_bytes = 0
+        # files opened for writing whose truncation is not sent yet (defer_truncate)
+        self._deferred: set[str] = set()
+
+    def forget(self) -> None:
+        """Before host code runs, and at an exec's start and end: the deferred
+        truncations are sent, and nothing is remembered any more."""
+        self._flush_deferred()
+        self._known.clear()
+        self._known_bytes = 0
+
+    def _flush_deferred(self) -> None:
+        while self._deferred:
+            p = self._deferred.pop()
+            try:
+                self._do("write", p, b"", False)
+            except OSError:
+                self._forget_path(p)
+
+    def defer_truncate(self, p: str) -> bool:
+        """``open(p, "w")`` of a file this exec wrote or read (so it exists, its
+        directory too, and writing it worked): the truncation is not sent now but
+        with the file's first write back (its close), or before anything else could
+        see the file — a stat of it, host code, the exec's end. False: send it now."""
+        if p not in self._known:
+            return False
+        self._deferred.add(p)
+        self._remember(p, b"")
+        return True
+
+    def _remember(self, p: str, data: bytes) -> None:
+        old = self._known.pop(p, None)
+        if old is not None:
+            self._known_bytes -= len(old)
+        if self._known_bytes + len(data) <= self.CACHE_BYTES:
+            self._known[p] = data
+            self._known_bytes += len(data)
 
     def _do(self, op: str, *args: Any) -> Any:
         return self._call(op, list(args))
 
     def read(self, p: str) -> bytes:
+        data = self._known.get(p)
+        if data is not None:
+            return data
         data = self._do("read", p)
         if not isinstance(data, bytes):
             raise OSError(errno.EIO, "the host sent no bytes", p)
+        self._remember(p, data)
         return data
 
     def write(self, p: str, data: bytes, append: bool = False) -> None:
-        self._do("write", p, bytes(data), bool(append))
+        data = bytes(data)
+        if p in self._deferred:
+            self._deferred.discard(p)
+            if append:  # the truncation first, then what is appended
+                self._do("write", p, b"", False)
+        prev = self._known.pop(p, None) if append else None
+        if prev is not None:
+            self._known_bytes -= len(prev)
+        else:
+            self._forget_path(p)
+        self._do("write", p, data, bool(append))
+        if not append:
+            self._remember(p, data)
+        elif prev is not None:
+            self._remember(p, prev + data)
+
+    def _forget_path(self, p: str) -> None:
+        old = self._known.pop(p, None)
+        if old is not None:
+            self._known_bytes -= len(old)
 
     def stat(self, p: str) -> list[Any] | None:
+        if p in self._deferred:  # its size is 0 now
+            self._deferred.discard(p)
+            self._do("write", p, b"", False)
         r = self._do("stat", p)
         if r is None:
             return None
@@ -322,12 +397,16 @@ class RemoteBackend:
         self._do("mkdir", p)
 
     def remove(self, p: str) -> None:
+        self._deferred.discard(p)
+        self._forget_path(p)
         self._do("remove", p)
 
     def rmdir(self, p: str) -> None:
+        self.forget()  # (what was below it)
         self._do("rmdir", p)
 
     def rename(self, src: str, dst: str) -> None:
+        self.forget()  # a directory moves what is below it
         self._do("rename", src, dst)
 
 
@@ -505,8 +584,10 @@ class VFSView:
         elif kind == "w" and not plus:  # one operation now (create/truncate), one at close
             buf = VFile(b"")
             _WRITEBACK[buf] = (self.backend, p, {"dirty": True, "read": False})
+            defer = getattr(self.backend, "defer_truncate", None)
             try:
-                buf._sync()
+                if defer is None or not defer(p):  # (a worker's known file: at close only)
+                    buf._sync()
             except OSError as e:
                 _WRITEBACK.pop(buf, None)
                 raise type(e)(e.errno, os.strerror(e.errno) if e.errno else str(e), os.fspath(file)) from None

@@ -5,7 +5,8 @@ limits in ``"kernel"`` isolation) and relays length-prefixed msgpack frames betw
 it and the host. Frames, host → worker:
 
     {"op": "init", "policy": <Policy.to_portable(host_fns=True)>, "filesystem_root": str|None, "echo": bool|str,
-     "vfs": {"module_root": str}|None (the host serves a VirtualFS: "fs" frames)}
+     "vfs": {"module_root": str}|None (the host serves a VirtualFS: "fs" frames),
+     "spool_dir": str|None (spool=: values whose encoding is over spool.INLINE_LIMIT are written there)}
     {"op": "exec", "code": str, "namespace": {...}|None, "modules": {name: {...}}|None,
      "stdin": str|None, "argv": [str]|None, "echo": bool|str (optional: this exec's mode),
      "restore": <state>|None (restored before the code: state.py), "snapshot": bool (the result carries "state"),
@@ -28,7 +29,8 @@ worker → host:
     {"op": "fs", "name": read|write|stat|list|mkdir|remove|rmdir|rename, "args": [...]}
         (a VirtualFS operation, answered by the host's VirtualFS: "return"/"raise")
     {"op": "result", "stdout": str, "stderr": str, "namespace": {...}, "error": {...}|None,
-     "traceback": str|None, "ticks": int, "stdout_truncated": int, "duration": float}
+     "traceback": str|None, "ticks": int, "stdout_truncated": int, "duration": float,
+     "spooled": {name: {"size": int, "file": str}} (with spool_dir: the values written to files)}
 
 As a template (``session_open`` with a ``template`` frame, see docs/protocol.md) the
 worker imports the runtime and the granted modules once, answers ready, then only
@@ -355,8 +357,38 @@ _PASSED_ERRORS = frozenset(
 )
 
 
+# spool=: the directory the host gave (init's spool_dir) and a descriptor of it
+_SPOOL: dict = {"dir": None, "fd": None}
+
+
+def _set_spool(path) -> None:
+    if _SPOOL["fd"] is not None:
+        os.close(_SPOOL["fd"])
+    _SPOOL.update(dir=None, fd=None)
+    if isinstance(path, str) and path:
+        _SPOOL.update(dir=path, fd=os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW))
+
+
+# the VirtualFS the host serves (its files' contents remembered within an exec)
+_REMOTE: dict = {"fs": None}
+
+
+def _forget_files() -> None:
+    fs = _REMOTE["fs"]
+    if fs is not None:
+        fs.forget()
+
+
 def handle_exec(session, msg) -> dict:
     """Run an exec frame; the result frame."""
+    _forget_files()  # the host may have changed the files between execs
+    try:
+        return _handle_exec(session, msg)
+    finally:
+        _forget_files()
+
+
+def _handle_exec(session, msg) -> dict:
     code = msg.get("code", "")
     r = None
     if isinstance(msg.get("restore"), dict):  # a fresh worker: the host's last state first
@@ -377,11 +409,18 @@ def handle_exec(session, msg) -> dict:
             keep=msg["keep"] if isinstance(msg.get("keep"), list) else None,
             render_prints=tuple(msg["render"]) if isinstance(msg.get("render"), list) else None,
         )
+    spooled = None
     try:
-        namespace = to_wire(r.namespace)
+        if _SPOOL["dir"] is not None:
+            from . import spool  # only a spooling sandbox loads it
+
+            namespace, spooled = spool.spool_namespace(r.namespace, _SPOOL["dir"], _SPOOL["fd"])
+        else:
+            namespace = to_wire(r.namespace)
     except Exception as e:  # noqa: BLE001 - a namespace that cannot be converted is reported
         namespace = {"__st_placeholder__": "namespace", "repr": f"<not converted: {type(e).__name__}>"}
     return {
+        **({"spooled": spooled} if spooled is not None else {}),
         "op": "result",
         "stdout": _clean_str(r.stdout),
         "stderr": _clean_str(r.stderr),
@@ -415,6 +454,7 @@ def main() -> int:
     session = None
 
     def host_call(name, args, kwargs):
+        _forget_files()  # host code may change the VirtualFS
         _write(out, {"op": "call", "name": name, "args": to_wire(list(args)), "kwargs": to_wire(dict(kwargs))})
         reply = _read(inp)
         if reply is None:
@@ -426,6 +466,7 @@ def main() -> int:
 
     def rpc_call(target, method, args, kwargs):
         # a proxy's method call (rpc.py): the host checks the target and the method
+        _forget_files()
         _write(
             out,
             {
@@ -468,6 +509,7 @@ def main() -> int:
                 if isinstance(msg.get("vfs"), dict):
                     policy.module_root = str(msg["vfs"].get("module_root") or "/")
                     fs = vfs.RemoteBackend(fs_call)
+                _REMOTE["fs"] = fs
                 session = GuestSession(
                     policy,
                     filesystem_root=msg.get("filesystem_root"),
@@ -475,6 +517,7 @@ def main() -> int:
                     filesystem=fs,
                     rpc=rpc_call,
                 )
+                _set_spool(msg.get("spool_dir"))
                 if msg.get("filesystem_root"):
                     os.chdir(msg["filesystem_root"])
                     os.environ["HOME"] = msg["filesystem_root"]

@@ -1,0 +1,106 @@
+"""The fast paths (issue 19's benchmarks) keep their meaning: the compiled-code cache
+(one rewrite+compile per source, per echo mode and await mode; errors never cached;
+the policy is still judged at run time by each session), the collector paused only
+around a snapshot's or a restore's data, and a restore's objects built as before."""
+
+import gc
+import os
+
+import pytest
+
+from sandtrap_guest import GuestSession, Policy, StImportDenied
+from sandtrap_guest import rewriter as rw
+from sandtrap_guest import session as session_mod
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    session_mod._compiled_cached.cache_clear()
+    calls = []
+    real = rw.rewrite
+
+    def counting(source, **kw):
+        calls.append(source)
+        return real(source, **kw)
+
+    monkeypatch.setattr(rw, "rewrite", counting)
+    return calls
+
+
+def test_the_same_source_is_rewritten_once(counted):
+    s = GuestSession(Policy())
+    code = "total = 0\nfor i in range(10):\n    total += i\n"
+    for _ in range(5):
+        assert s.exec(code).namespace["total"] == 45
+    assert counted.count(code) == 1
+    # another session shares it; each runs in its own namespace
+    s2 = GuestSession(Policy())
+    assert s2.exec(code).namespace["total"] == 45 and counted.count(code) == 1
+    # echo and await modes are compiled apart (the rewrite differs)
+    assert s.exec("1 + 1", echo="last").stdout == "2\n"
+    assert s.exec("1 + 1").stdout == ""
+    assert counted.count("1 + 1") == 2
+
+
+def test_errors_are_not_cached_and_stay_exact(counted):
+    s = GuestSession(Policy())
+    for _ in range(3):
+        r = s.exec("x = (")
+        assert isinstance(r.error, SyntaxError)
+    assert counted.count("x = (") == 3
+    r = s.exec("__import__('os')")
+    assert type(r.error).__name__ == "StValidationError"
+
+
+def test_a_cached_code_is_judged_by_each_session_s_policy(counted):
+    code = "import os\nsep = os.sep"
+    granted = Policy()
+    granted.module(os)
+    assert GuestSession(granted).exec(code).namespace["sep"] == "/"
+    r = GuestSession(Policy()).exec(code)  # the same code object, a policy without os
+    assert isinstance(r.error, StImportDenied), r.error
+    assert counted.count(code) == 1
+
+
+def test_big_sources_are_not_kept(counted):
+    code = "x = 1\n" + "#" * (70 * 1024)
+    s = GuestSession(Policy())
+    s.exec(code)
+    s.exec(code)
+    assert counted.count(code) == 2
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_snapshot_and_restore_leave_the_collector_as_they_found_it(enabled):
+    s = GuestSession(Policy())
+    s.exec(
+        "class C:\n    def __init__(self, i):\n        self.i = i\n        self.tags = [i]\nitems = [C(i) for i in range(50)]"
+    )
+    was = gc.isenabled()
+    try:
+        (gc.enable if enabled else gc.disable)()
+        snap = s.snapshot()
+        assert gc.isenabled() is enabled
+        s2 = GuestSession(Policy())
+        assert s2.restore(snap).error is None
+        assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
+    r = s2.exec("t = sum(o.i for o in items)\nsame = items[3].tags is items[4].tags\nitems[0].tags.append(9)")
+    assert r.namespace["t"] == sum(range(50)) and r.namespace["same"] is False
+    # the restored containers are copies: the state is not changed by the sandbox
+    assert snap["data"]["items"][0]["state"]["tags"] == [0]
+
+
+def test_restore_still_refuses_reserved_and_dunder_attributes():
+    s = GuestSession(Policy())
+    s.exec("class C:\n    pass\n")
+    state = s.snapshot()
+    obj = {"__st_obj__": "C", "state": {"ok": 1, "__class__": "x", rw.RESERVED_PREFIX + "x": 2}}
+    state["data"] = {"a": obj, "b": obj, "c": {"__st_obj__": "C", "state": {"ok": 2}}}
+    s2 = GuestSession(Policy())
+    assert s2.restore(state).error is None
+    r = s2.exec("a_ok = a.ok\nc_ok = c.ok")
+    assert r.namespace["a_ok"] == 1 and r.namespace["c_ok"] == 2, r.error
+    # the second object with the same names takes the checked (fast) path: the same verdict
+    assert vars(r.namespace["a"]) == vars(r.namespace["b"]) == {"ok": 1}
