@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/sandtrap/sandtrap/core/fsview"
+	"github.com/sandtrap/sandtrap/core/landlock"
 	"github.com/sandtrap/sandtrap/core/policy"
 	"github.com/sandtrap/sandtrap/core/protocol"
 )
@@ -189,4 +190,23 @@ func (c *compiler) chrootView() error {
 		return nil
 	}
 	return protocol.Errorf(protocol.KindIsolation, "isolation unavailable: a chroot needs a mount namespace of the sandbox's own: %s; allow_degraded does not apply: the run would see the host's root", notApplied(c.pl))
+}
+
+// landlockView is the chroot's view for Landlock's rules (nil: none, the host's
+// tree): its root, its mounts, and sandtrap's /dev (a tmpfs with the host's
+// device nodes bound in) and /proc (each run's own, or an empty tmpfs), which
+// hide whatever the root has there.
+func landlockView(c *fsview.Chroot) *landlock.View {
+	if c == nil {
+		return nil
+	}
+	v := &landlock.View{Mounts: []landlock.ViewMount{{At: "/", Source: c.Root}}}
+	for _, m := range c.Mounts {
+		v.Mounts = append(v.Mounts, landlock.ViewMount{At: m.Inside, Source: m.Host})
+	}
+	v.Mounts = append(v.Mounts, landlock.ViewMount{At: "/dev"}, landlock.ViewMount{At: "/proc"})
+	for _, d := range c.Dev {
+		v.Mounts = append(v.Mounts, landlock.ViewMount{At: "/dev/" + d, Source: "/dev/" + d})
+	}
+	return v
 }

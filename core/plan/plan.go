@@ -351,6 +351,7 @@ func (c *compiler) landlock() error {
 		Readable: p.FSReadable, Writable: p.FSWritable, Denied: p.FSDenied,
 		Devices: c.in.Devices, ConnectPorts: np.connectPorts, BindPorts: p.NetAllowBind,
 		AnyConnect: np.anyConnect, Scope: true, Off: off,
+		View: landlockView(ChrootOf(p)),
 	}
 	if gp := c.in.GPU; gp != nil {
 		// the GPUs left out: carved out of the trees that hold them, view or not
