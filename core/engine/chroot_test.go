@@ -207,3 +207,105 @@ func TestChrootAsAnotherUser(t *testing.T) {
 		t.Fatalf("%q %s", res.Stdout, res.Stderr)
 	}
 }
+
+// A chroot's /dev is listable and holds only sandtrap's: the harmless nodes,
+// the links into /proc/self/fd, ptmx, and pts and shm of the run's own. A pty
+// works (Python's pty.openpty, script(1) running a command on one, with its
+// /dev/pts/N), POSIX semaphores work (multiprocessing's Lock, in /dev/shm), and
+// neither the host's ptys nor its /dev/shm are there: a file the host put in
+// its /dev/shm is not seen, one the run puts in its own does not reach the
+// host, and the run's /dev/pts lists only the ptys it opened (each run a devpts
+// instance of its own: a second run sees none of the first's).
+func TestChrootDevPtsAndShm(t *testing.T) {
+	root, _ := chrootFS(t)
+	if _, err := os.Stat("/usr/bin/script"); err != nil {
+		t.Skip("script(1) missing")
+	}
+	marker := filepath.Join("/dev/shm", "sandtrap-host-"+filepath.Base(root))
+	if err := os.WriteFile(marker, []byte("host"), 0o644); err != nil {
+		t.Skipf("no host /dev/shm: %v", err)
+	}
+	defer os.Remove(marker)
+	// two ptys of the host's, open while the run lists its /dev/pts
+	for i := 0; i < 2; i++ {
+		f, err := os.OpenFile("/dev/ptmx", os.O_RDWR, 0)
+		if err != nil {
+			t.Skipf("no host pty: %v", err)
+		}
+		defer f.Close()
+	}
+	if host, _ := os.ReadDir("/dev/pts"); len(host) < 3 {
+		t.Fatalf("the host's ptys are not in its /dev/pts: %v", host)
+	}
+	sb := mustSandbox(t, chrootPolicy(root, map[string]any{"env": map[string]any{"PATH": "/bin:/usr/bin", "M": filepath.Base(marker)}}))
+	res := shRun(sb, `ls /dev | tr '\n' ' '; echo
+python3 -c '
+import os, pty
+m, s = pty.openpty()
+os.write(s, b"via-pty\n")
+print(os.read(m, 100).decode().strip(), os.ttyname(s), sorted(os.listdir("/dev/pts")))
+'
+script -qc 'tty; echo on-a-pty' /dev/null
+python3 -c '
+import multiprocessing as mp
+l = mp.Lock(); l.acquire(); l.release(); print("semaphore ok")
+'
+ls /dev/shm | tr '\n' ' '; echo
+echo run > /dev/shm/run-file && ls /dev/shm; cat /dev/shm/$M`, false)
+	got := string(res.Stdout)
+	want := "fd full null ptmx pts random shm stderr stdin stdout tty urandom zero \n" +
+		"via-pty /dev/pts/0 ['0', 'ptmx']\n/dev/pts/0\r\non-a-pty\r\nsemaphore ok\n\nrun-file\n"
+	if got != want {
+		t.Fatalf("stdout %q\nwant   %q\nstderr %s", got, want, res.Stderr)
+	}
+	if !strings.Contains(string(res.Stderr), "/dev/shm/"+filepath.Base(marker)+": No such file or directory") {
+		t.Fatalf("the host's /dev/shm file: %s", res.Stderr)
+	}
+	if _, err := os.Stat("/dev/shm/run-file"); err == nil {
+		os.Remove("/dev/shm/run-file")
+		t.Fatalf("the run's /dev/shm is the host's")
+	}
+	// a second run: a devpts and a tmpfs of its own (nothing of the first's)
+	res = shRun(sb, `ls /dev/pts /dev/shm | tr '\n' ' '`, false)
+	if string(res.Stdout) != "/dev/pts: ptmx  /dev/shm: " {
+		t.Fatalf("a second run sees %q %s", res.Stdout, res.Stderr)
+	}
+	var view []string
+	for _, m := range res.Isolation.View {
+		view = append(view, m.Path+":"+m.Mode)
+	}
+	for _, w := range []string{"/dev/pts:own", "/dev/shm:own"} {
+		if !strings.Contains(strings.Join(view, " "), w) {
+			t.Errorf("the view %v lacks %s", view, w)
+		}
+	}
+}
+
+// /dev/shm is a tmpfs of max_disk bytes (64 MiB without): writing past it
+// fails with ENOSPC (files of 100 KB each, under the per-file RLIMIT_FSIZE
+// that max_disk also sets).
+func TestChrootDevShmSize(t *testing.T) {
+	root, _ := chrootFS(t)
+	const script = `
+import os
+st = os.statvfs("/dev/shm")
+print(st.f_blocks * st.f_frsize)
+try:
+    for i in range(30):
+        with open("/dev/shm/f%d" % i, "wb") as f:
+            f.write(b"x" * 100000)
+    print("wrote 3 MB")
+except OSError as e:
+    print(e.strerror)
+`
+	sb := mustSandbox(t, chrootPolicy(root, map[string]any{"max_disk": "1M"}))
+	res := sb.Run(&RunRequest{Argv: []string{"python3", "-c", script}, StdinFD: -1, StdoutFD: -1})
+	if string(res.Stdout) != "1048576\nNo space left on device\n" {
+		t.Fatalf("%q %s", res.Stdout, res.Stderr)
+	}
+	sb = mustSandbox(t, chrootPolicy(root, nil))
+	res = sb.Run(&RunRequest{Argv: []string{"python3", "-c", script}, StdinFD: -1, StdoutFD: -1})
+	if string(res.Stdout) != "67108864\nwrote 3 MB\n" {
+		t.Fatalf("%q %s", res.Stdout, res.Stderr)
+	}
+}

@@ -25,6 +25,10 @@ type Chroot struct {
 	Root   string        // the host directory (resolved)
 	Mounts []ChrootMount // by depth of Inside
 	Dev    []string      // device nodes of /dev (names: "null", ...), bound from the host's /dev
+	// OwnDev: every run mounts a devpts on /dev/pts and a tmpfs on /dev/shm of
+	// its own (it needs a pid 1 per run, in a pid namespace of its own);
+	// without, /dev has neither
+	OwnDev bool
 }
 
 // ChrootMount is one mount of a chroot: Host (resolved) at Inside.
@@ -204,6 +208,15 @@ func (c *Chroot) ops(pl *Plan) {
 	}
 	for _, l := range chrootLinks {
 		pl.Ops = append(pl.Ops, Op{Kind: Symlink, Path: filepath.Join(dev, l[0]), Slot: -1, Target: l[1]})
+	}
+	if c.OwnDev {
+		// mount points of each run's devpts and tmpfs (pid 1 mounts them)
+		pl.DevOwn = true
+		pl.Ops = append(pl.Ops,
+			Op{Kind: Dir, Path: filepath.Join(dev, "pts"), Slot: -1, Mode: 0o755},
+			Op{Kind: Dir, Path: filepath.Join(dev, "shm"), Slot: -1, Mode: 0o755},
+			Op{Kind: Symlink, Path: filepath.Join(dev, "ptmx"), Slot: -1, Target: "pts/ptmx"})
+		mounts = append(mounts, Mount{"/dev/pts", "own"}, Mount{"/dev/shm", "own"})
 	}
 	pl.Ops = append(pl.Ops, Op{Kind: SetAttr, Path: dev, Slot: -1, Set: unix.MOUNT_ATTR_RDONLY})
 	// /proc: each run's own (pid 1 mounts it on /proc, inside the chroot), or hidden

@@ -230,6 +230,11 @@ type PortRights struct {
 	Rights uint64
 }
 
+// Rights are the rights a path of access class access gets.
+func (t *Table) Rights(access string, isDir bool) uint64 {
+	return rightsFor(access, isDir, t.HandledFS)
+}
+
 // DirRights are the rights a directory of access class access gets.
 func (t *Table) DirRights(access string) uint64 { return rightsFor(access, true, t.HandledFS) }
 

@@ -84,6 +84,8 @@ func Prepare(p *policy.Policy, f kernel.Features, probs policy.Problems) (*Input
 		}
 	}
 	if chroot != nil {
+		// /dev/pts and /dev/shm of each run's own: its pid 1 mounts them
+		chroot.OwnDev = f.PidNS
 		for _, d := range chroot.Dev {
 			if !slices.Contains(devices, "/dev/"+d) {
 				devices = append(devices, "/dev/"+d)
