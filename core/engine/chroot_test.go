@@ -1,8 +1,10 @@
 package engine
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -307,5 +309,77 @@ except OSError as e:
 	res = sb.Run(&RunRequest{Argv: []string{"python3", "-c", script}, StdinFD: -1, StdoutFD: -1})
 	if string(res.Stdout) != "67108864\nwrote 3 MB\n" {
 		t.Fatalf("%q %s", res.Stdout, res.Stderr)
+	}
+}
+
+// A copy-on-write workdir inside a chroot (a path inside it, here an fs_mount):
+// each run's pid 1 lays the overlay over it in the run's view; a dry run lists
+// every change (as outside a chroot) and leaves the host directory identical; a
+// run that commits applies them to the host directory; a path of fs_denied
+// inside the workdir stays denied through the overlay (read, and a write that
+// would make a copy of it in the upper layer).
+func TestChrootCOWWorkdir(t *testing.T) {
+	root, _ := chrootFS(t)
+	wd := cowTree(t)
+	os.Chmod(wd, 0o777)
+	before := treeHash(t, wd)
+	pol := func(extra map[string]any) map[string]any {
+		m := map[string]any{"fs_mount": map[string]any{"/work": wd}, "workdir": "/work", "env": map[string]any{"PATH": "/bin", "W": "/work"}}
+		for k, v := range extra {
+			m[k] = v
+		}
+		return chrootPolicy(root, m)
+	}
+	sb := mustSandbox(t, pol(nil))
+	res := shRun(sb, changeScript, true)
+	if !res.Success {
+		t.Fatalf("run: %+v %q %s", res.Error, res.Stdout, res.Stderr)
+	}
+	if !reflect.DeepEqual(res.Changes, wantChanges) {
+		t.Fatalf("changes:\n got %v\nwant %v", res.Changes, wantChanges)
+	}
+	if res.Branch != "aborted" || treeHash(t, wd) != before {
+		t.Fatalf("the dry run changed the workdir (%s)", res.Branch)
+	}
+	denied := mustSandbox(t, pol(map[string]any{"fs_denied": []any{"/work/dir/a"}}))
+	res = shRun(denied, `cat /work/dir/a; echo x >> /work/dir/a; cat /work/dir/b`, true)
+	if string(res.Stdout) != "b\n" || strings.Count(string(res.Stderr), "Permission denied") != 2 || len(res.Changes) != 0 {
+		t.Fatalf("fs_denied inside the workdir: %q %s %v", res.Stdout, res.Stderr, res.Changes)
+	}
+	res = shRun(sb, `echo committed > /work/new.txt`, false)
+	if !res.Success || res.Branch != "committed" {
+		t.Fatalf("%+v %q %s", res.Error, res.Branch, res.Stderr)
+	}
+	if b, err := os.ReadFile(filepath.Join(wd, "new.txt")); err != nil || string(b) != "committed\n" {
+		t.Fatalf("the commit did not reach the host directory: %q %v", b, err)
+	}
+	// a workdir of the root's own tree (no mount), writable by fs_writable
+	os.Chmod(filepath.Join(root, "tmp"), 0o777)
+	sb = mustSandbox(t, chrootPolicy(root, map[string]any{"workdir": "/tmp", "fs_writable": []any{"/tmp"}}))
+	res = shRun(sb, `echo in-root > /tmp/r && cat /tmp/r`, true)
+	if !res.Success || string(res.Stdout) != "in-root\n" || fmt.Sprint(res.Changes) != "[{A r}]" {
+		t.Fatalf("%+v %q %s %v", res.Error, res.Stdout, res.Stderr, res.Changes)
+	}
+	if _, err := os.Stat(filepath.Join(root, "tmp", "r")); err == nil {
+		t.Fatal("the dry run wrote the root's /tmp")
+	}
+	// a mount inside the workdir: its overlay would show what lies under the
+	// mount point instead, so the policy is refused
+	other := t.TempDir()
+	_, err := NewFromMap(pol(map[string]any{"fs_mount": map[string]any{"/work": wd, "/work/dir": other}}))
+	if err == nil || err.(*Error).Kind != KindInvalidPolicy || !strings.Contains(err.Error(), "workdir: /work holds the mount /work/dir") {
+		t.Fatalf("want a mount inside the workdir refused: %v", err)
+	}
+}
+
+// fs_storage inside a chroot cannot be had (the chroot does not show the host
+// directory where each run's pid 1 makes its layer): isolation_unavailable
+// naming why, never a layer elsewhere.
+func TestChrootCOWStorageRefused(t *testing.T) {
+	root, _ := chrootFS(t)
+	wd, store := cowTree(t), t.TempDir()
+	_, err := NewFromMap(chrootPolicy(root, map[string]any{"fs_mount": map[string]any{"/work": wd}, "workdir": "/work", "fs_storage": store}))
+	if err == nil || err.(*Error).Kind != KindIsolation || !strings.Contains(err.Error(), "fs_storage inside a chroot") {
+		t.Fatalf("want isolation_unavailable: %v", err)
 	}
 }

@@ -29,6 +29,9 @@ type Chroot struct {
 	// its own (it needs a pid 1 per run, in a pid namespace of its own);
 	// without, /dev has neither
 	OwnDev bool
+	// Inside names the path inside of host files that the view lays a file
+	// over (Spec.Overlays: http_inject_ca), for the report
+	Inside map[string]string
 }
 
 // ChrootMount is one mount of a chroot: Host (resolved) at Inside.
@@ -176,8 +179,12 @@ func (c *Chroot) ops(pl *Plan) {
 		Op{Kind: Move, Path: c.Root, Slot: n})
 	var mounts []Mount
 	hostMode := map[string]string{}
+	var overlays []Mount
 	for _, m := range pl.Mounts {
 		hostMode[m.Path] = m.Mode
+		if in, ok := c.Inside[m.Path]; ok && m.Mode == "overlay" {
+			overlays = append(overlays, Mount{in, "overlay"})
+		}
 	}
 	root := "ro"
 	if hostMode[c.Root] == "rw" {
@@ -195,6 +202,7 @@ func (c *Chroot) ops(pl *Plan) {
 		pl.Ops = append(pl.Ops, Op{Kind: Move, Path: at(m.Inside), Slot: n})
 		mounts = append(mounts, Mount{m.Inside, mode})
 	}
+	mounts = append(mounts, overlays...)
 	// /dev: a tmpfs of the sandbox's with the host's harmless devices bound in
 	// (each a dev mount the host's view made: Spec.Devices), made read-only
 	dev := at("/dev")

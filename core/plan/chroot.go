@@ -51,9 +51,6 @@ func resolveChroot(p *policy.Policy, probs *policy.Problems) *fsview.Chroot {
 			probs.Add("chroot", "%s has no directory %s (an empty one will do: sandtrap mounts its own /%s there)", root, d, d)
 		}
 	}
-	if p.Workdir != "" {
-		probs.Add("workdir", "a copy-on-write workdir inside a chroot is not supported yet")
-	}
 	c := fsview.NewChroot(root)
 	type mnt struct {
 		host string
@@ -136,6 +133,41 @@ func resolveChroot(p *policy.Policy, probs *policy.Problems) *fsview.Chroot {
 	p.FSReadable = translate("fs_readable", append(slices.Clone(p.FSReadable), ro...))
 	p.FSWritable = translate("fs_writable", append(slices.Clone(p.FSWritable), rw...))
 	p.FSDenied = translate("fs_denied", p.FSDenied)
+	// http_inject_ca: the bundles the run sees, paths inside; the engine's
+	// copies are laid over the host files shown there (the view's overlays,
+	// which the chroot's copies of the root and of its mounts carry)
+	p.HTTPInjectCA = slices.Clone(p.HTTPInjectCA)
+	for i, in := range p.HTTPInjectCA {
+		canon, host, err := c.Resolve(in)
+		if err != nil {
+			probs.Add("http_inject_ca", "%s: %v in the chroot", in, err)
+			continue
+		}
+		if c.Inside == nil {
+			c.Inside = map[string]string{}
+		}
+		c.Inside[host] = canon
+		p.HTTPInjectCA[i] = host
+	}
+	if p.Workdir != "" {
+		// a path inside: the overlay goes there in each run's view; the engine
+		// lists and commits the changes on the host path it shows
+		in, host, err := c.Resolve(p.Workdir)
+		switch {
+		case err != nil:
+			probs.Add("workdir", "%s: %v in the chroot", p.Workdir, err)
+		case in == "/" || policy.Within(in, "/dev") || policy.Within(in, "/proc"):
+			probs.Add("workdir", "%s: the chroot's /, /dev and /proc are never copy-on-write", in)
+		default:
+			p.WorkdirInside, p.Workdir = in, host
+			for _, m := range c.Mounts {
+				if m.Inside != in && policy.Within(m.Inside, in) {
+					// an overlay does not cross mounts: it would show what lies under the mount point
+					probs.Add("workdir", "%s holds the mount %s, which its copy-on-write overlay would not show: mount it outside the workdir", in, m.Inside)
+				}
+			}
+		}
+	}
 	if p.Cwd != "" {
 		in, host, err := c.Resolve(p.Cwd)
 		if err != nil {
