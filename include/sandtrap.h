@@ -225,9 +225,10 @@ int sandtrap_sandbox_builder_on_exit(sandtrap_sandbox_builder *b, const char *ac
 /* With workdir: "commit", "abort" or "keep" for a failed run's changes. */
 int sandtrap_sandbox_builder_on_error(sandtrap_sandbox_builder *b, const char *action);
 /* A directory of the host that is the run's root (with its own mounts:
- * fs_mount, a minimal /dev, the run's /proc); every other path of the policy
- * (fs_readable, fs_writable, fs_denied, cwd) is then a path inside it;
- * relative: as fs_readable. */
+ * fs_mount, a minimal /dev with a /dev/pts and a /dev/shm of the run's own (a
+ * tmpfs of max_disk bytes, else 64 MiB), the run's /proc); every other path of
+ * the policy (fs_readable, fs_writable, fs_denied, cwd) is then a path inside
+ * it; relative: as fs_readable. */
 int sandtrap_sandbox_builder_chroot(sandtrap_sandbox_builder *b, const char *path);
 /* With chroot: mounts the host path at a path inside the chroot, readable and
  * writable (a grant). */

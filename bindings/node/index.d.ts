@@ -67,7 +67,7 @@ export interface SandboxOptions {
   onExit?: BranchAction;
   /** With workdir: the same for a run that failed (non-zero exit, signal, timeout, any error) (default: "abort"). */
   onError?: BranchAction;
-  /** A directory of the host that is the run's root (with its own mounts: fsMount, a minimal /dev, the run's /proc); every other path of the policy (fsReadable, fsWritable, fsDenied, cwd) is then a path inside it; relative: as fsReadable (default: none). */
+  /** A directory of the host that is the run's root (with its own mounts: fsMount, a minimal /dev with a /dev/pts and a /dev/shm of the run's own (a tmpfs of maxDisk bytes, else 64 MiB), the run's /proc); every other path of the policy (fsReadable, fsWritable, fsDenied, cwd) is then a path inside it; relative: as fsReadable (default: none). */
   chroot?: string;
   /** With chroot: host directories (or files) mounted at paths of the chroot, readable and writable (a mount is a grant), as a map of the path inside to the host path; the mount point must exist in the chroot (default: {}). */
   fsMount?: Record<string, string>;

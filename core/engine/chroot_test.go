@@ -1,8 +1,10 @@
 package engine
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -205,5 +207,179 @@ func TestChrootAsAnotherUser(t *testing.T) {
 	res := shRun(sb, `id -u; cat /etc/where; cat $S/secret /out/secret; echo x > /usr/x`, false)
 	if string(res.Stdout) != "65534\ninside\n" || strings.Count(string(res.Stderr), "No such file or directory") != 2 || !strings.Contains(string(res.Stderr), "Read-only file system") {
 		t.Fatalf("%q %s", res.Stdout, res.Stderr)
+	}
+}
+
+// A chroot's /dev is listable and holds only sandtrap's: the harmless nodes,
+// the links into /proc/self/fd, ptmx, and pts and shm of the run's own. A pty
+// works (Python's pty.openpty, script(1) running a command on one, with its
+// /dev/pts/N), POSIX semaphores work (multiprocessing's Lock, in /dev/shm), and
+// neither the host's ptys nor its /dev/shm are there: a file the host put in
+// its /dev/shm is not seen, one the run puts in its own does not reach the
+// host, and the run's /dev/pts lists only the ptys it opened (each run a devpts
+// instance of its own: a second run sees none of the first's).
+func TestChrootDevPtsAndShm(t *testing.T) {
+	root, _ := chrootFS(t)
+	if _, err := os.Stat("/usr/bin/script"); err != nil {
+		t.Skip("script(1) missing")
+	}
+	marker := filepath.Join("/dev/shm", "sandtrap-host-"+filepath.Base(root))
+	if err := os.WriteFile(marker, []byte("host"), 0o644); err != nil {
+		t.Skipf("no host /dev/shm: %v", err)
+	}
+	defer os.Remove(marker)
+	// two ptys of the host's, open while the run lists its /dev/pts
+	for i := 0; i < 2; i++ {
+		f, err := os.OpenFile("/dev/ptmx", os.O_RDWR, 0)
+		if err != nil {
+			t.Skipf("no host pty: %v", err)
+		}
+		defer f.Close()
+	}
+	if host, _ := os.ReadDir("/dev/pts"); len(host) < 3 {
+		t.Fatalf("the host's ptys are not in its /dev/pts: %v", host)
+	}
+	sb := mustSandbox(t, chrootPolicy(root, map[string]any{"env": map[string]any{"PATH": "/bin:/usr/bin", "M": filepath.Base(marker)}}))
+	res := shRun(sb, `ls /dev | tr '\n' ' '; echo
+python3 -c '
+import os, pty
+m, s = pty.openpty()
+os.write(s, b"via-pty\n")
+print(os.read(m, 100).decode().strip(), os.ttyname(s), sorted(os.listdir("/dev/pts")))
+'
+script -qc 'tty; echo on-a-pty' /dev/null
+python3 -c '
+import multiprocessing as mp
+l = mp.Lock(); l.acquire(); l.release(); print("semaphore ok")
+'
+ls /dev/shm | tr '\n' ' '; echo
+echo run > /dev/shm/run-file && ls /dev/shm; cat /dev/shm/$M`, false)
+	got := string(res.Stdout)
+	want := "fd full null ptmx pts random shm stderr stdin stdout tty urandom zero \n" +
+		"via-pty /dev/pts/0 ['0', 'ptmx']\n/dev/pts/0\r\non-a-pty\r\nsemaphore ok\n\nrun-file\n"
+	if got != want {
+		t.Fatalf("stdout %q\nwant   %q\nstderr %s", got, want, res.Stderr)
+	}
+	if !strings.Contains(string(res.Stderr), "/dev/shm/"+filepath.Base(marker)+": No such file or directory") {
+		t.Fatalf("the host's /dev/shm file: %s", res.Stderr)
+	}
+	if _, err := os.Stat("/dev/shm/run-file"); err == nil {
+		os.Remove("/dev/shm/run-file")
+		t.Fatalf("the run's /dev/shm is the host's")
+	}
+	// a second run: a devpts and a tmpfs of its own (nothing of the first's)
+	res = shRun(sb, `ls /dev/pts /dev/shm | tr '\n' ' '`, false)
+	if string(res.Stdout) != "/dev/pts: ptmx  /dev/shm: " {
+		t.Fatalf("a second run sees %q %s", res.Stdout, res.Stderr)
+	}
+	var view []string
+	for _, m := range res.Isolation.View {
+		view = append(view, m.Path+":"+m.Mode)
+	}
+	for _, w := range []string{"/dev/pts:own", "/dev/shm:own"} {
+		if !strings.Contains(strings.Join(view, " "), w) {
+			t.Errorf("the view %v lacks %s", view, w)
+		}
+	}
+}
+
+// /dev/shm is a tmpfs of max_disk bytes (64 MiB without): writing past it
+// fails with ENOSPC (files of 100 KB each, under the per-file RLIMIT_FSIZE
+// that max_disk also sets).
+func TestChrootDevShmSize(t *testing.T) {
+	root, _ := chrootFS(t)
+	const script = `
+import os
+st = os.statvfs("/dev/shm")
+print(st.f_blocks * st.f_frsize)
+try:
+    for i in range(30):
+        with open("/dev/shm/f%d" % i, "wb") as f:
+            f.write(b"x" * 100000)
+    print("wrote 3 MB")
+except OSError as e:
+    print(e.strerror)
+`
+	sb := mustSandbox(t, chrootPolicy(root, map[string]any{"max_disk": "1M"}))
+	res := sb.Run(&RunRequest{Argv: []string{"python3", "-c", script}, StdinFD: -1, StdoutFD: -1})
+	if string(res.Stdout) != "1048576\nNo space left on device\n" {
+		t.Fatalf("%q %s", res.Stdout, res.Stderr)
+	}
+	sb = mustSandbox(t, chrootPolicy(root, nil))
+	res = sb.Run(&RunRequest{Argv: []string{"python3", "-c", script}, StdinFD: -1, StdoutFD: -1})
+	if string(res.Stdout) != "67108864\nwrote 3 MB\n" {
+		t.Fatalf("%q %s", res.Stdout, res.Stderr)
+	}
+}
+
+// A copy-on-write workdir inside a chroot (a path inside it, here an fs_mount):
+// each run's pid 1 lays the overlay over it in the run's view; a dry run lists
+// every change (as outside a chroot) and leaves the host directory identical; a
+// run that commits applies them to the host directory; a path of fs_denied
+// inside the workdir stays denied through the overlay (read, and a write that
+// would make a copy of it in the upper layer).
+func TestChrootCOWWorkdir(t *testing.T) {
+	root, _ := chrootFS(t)
+	wd := cowTree(t)
+	os.Chmod(wd, 0o777)
+	before := treeHash(t, wd)
+	pol := func(extra map[string]any) map[string]any {
+		m := map[string]any{"fs_mount": map[string]any{"/work": wd}, "workdir": "/work", "env": map[string]any{"PATH": "/bin", "W": "/work"}}
+		for k, v := range extra {
+			m[k] = v
+		}
+		return chrootPolicy(root, m)
+	}
+	sb := mustSandbox(t, pol(nil))
+	res := shRun(sb, changeScript, true)
+	if !res.Success {
+		t.Fatalf("run: %+v %q %s", res.Error, res.Stdout, res.Stderr)
+	}
+	if !reflect.DeepEqual(res.Changes, wantChanges) {
+		t.Fatalf("changes:\n got %v\nwant %v", res.Changes, wantChanges)
+	}
+	if res.Branch != "aborted" || treeHash(t, wd) != before {
+		t.Fatalf("the dry run changed the workdir (%s)", res.Branch)
+	}
+	denied := mustSandbox(t, pol(map[string]any{"fs_denied": []any{"/work/dir/a"}}))
+	res = shRun(denied, `cat /work/dir/a; echo x >> /work/dir/a; cat /work/dir/b`, true)
+	if string(res.Stdout) != "b\n" || strings.Count(string(res.Stderr), "Permission denied") != 2 || len(res.Changes) != 0 {
+		t.Fatalf("fs_denied inside the workdir: %q %s %v", res.Stdout, res.Stderr, res.Changes)
+	}
+	res = shRun(sb, `echo committed > /work/new.txt`, false)
+	if !res.Success || res.Branch != "committed" {
+		t.Fatalf("%+v %q %s", res.Error, res.Branch, res.Stderr)
+	}
+	if b, err := os.ReadFile(filepath.Join(wd, "new.txt")); err != nil || string(b) != "committed\n" {
+		t.Fatalf("the commit did not reach the host directory: %q %v", b, err)
+	}
+	// a workdir of the root's own tree (no mount), writable by fs_writable
+	os.Chmod(filepath.Join(root, "tmp"), 0o777)
+	sb = mustSandbox(t, chrootPolicy(root, map[string]any{"workdir": "/tmp", "fs_writable": []any{"/tmp"}}))
+	res = shRun(sb, `echo in-root > /tmp/r && cat /tmp/r`, true)
+	if !res.Success || string(res.Stdout) != "in-root\n" || fmt.Sprint(res.Changes) != "[{A r}]" {
+		t.Fatalf("%+v %q %s %v", res.Error, res.Stdout, res.Stderr, res.Changes)
+	}
+	if _, err := os.Stat(filepath.Join(root, "tmp", "r")); err == nil {
+		t.Fatal("the dry run wrote the root's /tmp")
+	}
+	// a mount inside the workdir: its overlay would show what lies under the
+	// mount point instead, so the policy is refused
+	other := t.TempDir()
+	_, err := NewFromMap(pol(map[string]any{"fs_mount": map[string]any{"/work": wd, "/work/dir": other}}))
+	if err == nil || err.(*Error).Kind != KindInvalidPolicy || !strings.Contains(err.Error(), "workdir: /work holds the mount /work/dir") {
+		t.Fatalf("want a mount inside the workdir refused: %v", err)
+	}
+}
+
+// fs_storage inside a chroot cannot be had (the chroot does not show the host
+// directory where each run's pid 1 makes its layer): isolation_unavailable
+// naming why, never a layer elsewhere.
+func TestChrootCOWStorageRefused(t *testing.T) {
+	root, _ := chrootFS(t)
+	wd, store := cowTree(t), t.TempDir()
+	_, err := NewFromMap(chrootPolicy(root, map[string]any{"fs_mount": map[string]any{"/work": wd}, "workdir": "/work", "fs_storage": store}))
+	if err == nil || err.(*Error).Kind != KindIsolation || !strings.Contains(err.Error(), "fs_storage inside a chroot") {
+		t.Fatalf("want isolation_unavailable: %v", err)
 	}
 }

@@ -507,3 +507,66 @@ func TestHTTPWebsocket(t *testing.T) {
 		t.Errorf("the upstreams saw %q (plain HTTP without the credential, TLS with it)", seen)
 	}
 }
+
+// http_inject_ca inside a chroot names a bundle inside it (here under the
+// host's /etc/ssl mounted read-only at /etc/ssl): the run sees it with the CA
+// appended, Python's default trust (through /usr/lib/ssl, resolved inside the
+// chroot) accepts the interception, a refused path is still refused, the
+// bundle cannot be written and the host's is unchanged.
+func TestHTTPSInterceptionInAChroot(t *testing.T) {
+	if _, err := os.Stat(hostBundle); err != nil {
+		t.Skip("no " + hostBundle + " on this host")
+	}
+	before := sha(t, hostBundle)
+	ca := upstreamCA(t)
+	good := newTLSUpstream(t, ca, "api.test")
+	mapHosts(t, "api.test")
+	gp := good.port(t)
+	root, _ := chrootFS(t)
+	os.Mkdir(filepath.Join(root, "etc", "ssl"), 0o755)
+	caOut := filepath.Join(t.TempDir(), "ca.pem")
+	sb := mustSandbox(t, chrootPolicy(root, map[string]any{
+		"fs_mount_ro":    map[string]any{"/usr": "/usr", "/etc/ssl": "/etc/ssl"},
+		"http_allow":     []any{"GET api.test/ok/*"},
+		"http_ports":     []any{int64(gp)},
+		"http_intercept": true,
+		"http_inject_ca": []any{hostBundle},
+		"http_ca_out":    caOut,
+	}))
+	pem, err := os.ReadFile(caOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var view []string
+	for _, m := range sb.isolation().View {
+		view = append(view, m.Path+":"+m.Mode)
+	}
+	if !strings.Contains(strings.Join(view, " "), hostBundle+":overlay") {
+		t.Errorf("the view %v lacks the bundle's overlay", view)
+	}
+	prog := `import urllib.request, sys
+for url in sys.argv[1:]:
+    try:
+        print(urllib.request.urlopen(url, timeout=20).read().decode())
+    except Exception as e:
+        print("ERR", e)
+`
+	ps := strconv.Itoa(gp)
+	r := run(sb, "/usr/bin/python3", "-c", prog, "https://api.test:"+ps+"/ok/py", "https://api.test:"+ps+"/nope")
+	if o := string(r.Stdout); !strings.Contains(o, "hit GET /ok/py host=api.test:"+ps) || !strings.Contains(o, "ERR HTTP Error 403") {
+		t.Errorf("urllib through https_proxy in the chroot: %q %s", o, r.Stderr)
+	}
+	r = run(sb, "/bin/cat", hostBundle)
+	host, _ := os.ReadFile(hostBundle)
+	if !bytes.HasPrefix(r.Stdout, host) || !bytes.HasSuffix(r.Stdout, pem) {
+		t.Errorf("the run's bundle: %d bytes, host %d, not the host's plus the CA (%s)", len(r.Stdout), len(host), r.Stderr)
+	}
+	r = run(sb, "/usr/bin/python3", "-c", "open('"+hostBundle+"', 'a').write('x')")
+	if r.Success || !strings.Contains(string(r.Stderr), "Read-only file system") && !strings.Contains(string(r.Stderr), "Permission denied") {
+		t.Errorf("the run wrote its bundle: %s", r.Stderr)
+	}
+	sb.Close()
+	if sha(t, hostBundle) != before {
+		t.Fatal("the host's bundle changed")
+	}
+}

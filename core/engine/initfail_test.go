@@ -26,3 +26,15 @@ func TestInitFailureReported(t *testing.T) {
 		})
 	}
 }
+
+// A chroot's /dev of each run's own that pid 1 cannot mount fails the run:
+// isolation_unavailable naming the step, never a run without them.
+func TestChrootDevMountFailureFailsClosed(t *testing.T) {
+	root, _ := chrootFS(t)
+	t.Setenv("SANDTRAP_TEST_FAIL_INIT", "T")
+	sb := mustSandbox(t, chrootPolicy(root, nil))
+	res := sb.Run(&RunRequest{Argv: []string{"/bin/true"}, StdinFD: -1, StdoutFD: -1})
+	if res.Error == nil || res.Error.Kind != KindIsolation || res.Error.Message != "isolation unavailable: the run failed at mounting its /dev/pts and /dev/shm: operation not permitted" {
+		t.Fatalf("result %+v", res.Error)
+	}
+}

@@ -328,6 +328,7 @@ func (s *Sandbox) Confine(withSeccomp bool) error {
 		// psx re-reads /proc/self/task while it walks the threads, some of them
 		// already restricted: that one directory stays readable, or the host dies.
 		spec := cur.LLSpec
+		spec.View = nil // this process sees the host's tree, whatever the sandbox's view
 		// (by its real path: rule paths are opened without following symlinks)
 		spec.Readable = append(append([]string{}, spec.Readable...), "/proc/"+strconv.Itoa(os.Getpid())+"/task")
 		spec.Denied = append(append([]string{}, spec.Denied...), plan.UnnamedDevices(spec)...) // no nodev view here

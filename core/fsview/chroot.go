@@ -25,6 +25,13 @@ type Chroot struct {
 	Root   string        // the host directory (resolved)
 	Mounts []ChrootMount // by depth of Inside
 	Dev    []string      // device nodes of /dev (names: "null", ...), bound from the host's /dev
+	// OwnDev: every run mounts a devpts on /dev/pts and a tmpfs on /dev/shm of
+	// its own (it needs a pid 1 per run, in a pid namespace of its own);
+	// without, /dev has neither
+	OwnDev bool
+	// Inside names the path inside of host files that the view lays a file
+	// over (Spec.Overlays: http_inject_ca), for the report
+	Inside map[string]string
 }
 
 // ChrootMount is one mount of a chroot: Host (resolved) at Inside.
@@ -172,8 +179,12 @@ func (c *Chroot) ops(pl *Plan) {
 		Op{Kind: Move, Path: c.Root, Slot: n})
 	var mounts []Mount
 	hostMode := map[string]string{}
+	var overlays []Mount
 	for _, m := range pl.Mounts {
 		hostMode[m.Path] = m.Mode
+		if in, ok := c.Inside[m.Path]; ok && m.Mode == "overlay" {
+			overlays = append(overlays, Mount{in, "overlay"})
+		}
 	}
 	root := "ro"
 	if hostMode[c.Root] == "rw" {
@@ -191,6 +202,7 @@ func (c *Chroot) ops(pl *Plan) {
 		pl.Ops = append(pl.Ops, Op{Kind: Move, Path: at(m.Inside), Slot: n})
 		mounts = append(mounts, Mount{m.Inside, mode})
 	}
+	mounts = append(mounts, overlays...)
 	// /dev: a tmpfs of the sandbox's with the host's harmless devices bound in
 	// (each a dev mount the host's view made: Spec.Devices), made read-only
 	dev := at("/dev")
@@ -204,6 +216,15 @@ func (c *Chroot) ops(pl *Plan) {
 	}
 	for _, l := range chrootLinks {
 		pl.Ops = append(pl.Ops, Op{Kind: Symlink, Path: filepath.Join(dev, l[0]), Slot: -1, Target: l[1]})
+	}
+	if c.OwnDev {
+		// mount points of each run's devpts and tmpfs (pid 1 mounts them)
+		pl.DevOwn = true
+		pl.Ops = append(pl.Ops,
+			Op{Kind: Dir, Path: filepath.Join(dev, "pts"), Slot: -1, Mode: 0o755},
+			Op{Kind: Dir, Path: filepath.Join(dev, "shm"), Slot: -1, Mode: 0o755},
+			Op{Kind: Symlink, Path: filepath.Join(dev, "ptmx"), Slot: -1, Target: "pts/ptmx"})
+		mounts = append(mounts, Mount{"/dev/pts", "own"}, Mount{"/dev/shm", "own"})
 	}
 	pl.Ops = append(pl.Ops, Op{Kind: SetAttr, Path: dev, Slot: -1, Set: unix.MOUNT_ATTR_RDONLY})
 	// /proc: each run's own (pid 1 mounts it on /proc, inside the chroot), or hidden

@@ -45,6 +45,7 @@ const (
 	File                    // an empty file at Path (Mode): a mount point
 	Symlink                 // a symlink at Path to Target
 	Pivot                   // Path (a mount point) becomes /; the old root is detached
+	Dir                     // an empty directory at Path (Mode): a mount point of each run's
 )
 
 // Op is one mount operation.
@@ -80,7 +81,7 @@ type Overlay struct {
 // Mount is one entry of the report: a path and how the view presents it.
 type Mount struct {
 	Path string `msgpack:"path"`
-	Mode string `msgpack:"mode"` // "rw" | "ro" | "dev" | "hidden" | "own" (a proc of the run's pid namespace) | "overlay" (Overlay)
+	Mode string `msgpack:"mode"` // "rw" | "ro" | "dev" | "hidden" | "own" (each run's own: a proc of its pid namespace; a chroot's /dev/pts and /dev/shm) | "overlay" (Overlay)
 }
 
 // MaxSlots bounds the detached copies a plan holds at once; one more is the
@@ -91,6 +92,7 @@ const MaxSlots = 60
 type Plan struct {
 	Ops     []Op
 	ProcOwn bool // every run mounts a proc of its own pid namespace on /proc (read-only)
+	DevOwn  bool // every run mounts a devpts on /dev/pts and a tmpfs on /dev/shm of its own (a chroot's)
 	Mounts  []Mount
 	Root    string // the chroot (host path) that is / of the sandbox; "": the host's
 }

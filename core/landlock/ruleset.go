@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
@@ -37,6 +38,94 @@ type Spec struct {
 	AnyConnect                 bool // do not handle TCP connect
 	Scope                      bool // scope abstract unix sockets and signals
 	Off                        uint // protections left out although the ABI has them (Off*)
+	// View is the tree the target sees when it is not the host's own (a
+	// chroot); nil: the host's. The paths above stay host paths (rules are made
+	// on the host's inodes); View says where each is seen.
+	View *View
+}
+
+// View is a target's filesystem made of host trees: the mounts of its mount
+// namespace, each a host tree (Source) seen at a path (At). Source "" is a
+// filesystem of the sandbox's own (a tmpfs, a proc): it hides what lies beneath
+// its mount point and holds nothing a host rule covers.
+//
+// It matters for fs_denied. Landlock allows an access when a rule is on a
+// directory that the accessed file's path, walked up in the target's view,
+// reaches — and the walk crosses mount points: from a mount's root it goes on
+// from the directory it is mounted on. So a rule on the chroot's root covers
+// every mount inside it, and a denied file under a mount must be carved out of
+// the trees above the mount point too. The expansion therefore walks the view:
+// a directory is granted whole only if no denied file is seen anywhere below
+// any place the view shows that directory, and a directory that a denied path
+// passes through is replaced by its entries in the view (a mount point by its
+// mount's source), down to the denied path.
+type View struct {
+	Mounts []ViewMount // "/" first; every other At an existing path of the mount below it
+}
+
+// ViewMount is one mount of a View.
+type ViewMount struct {
+	At, Source string
+}
+
+// hostOf is the host path seen at the view path p (false: a filesystem of the
+// sandbox's own is seen there).
+func (v *View) hostOf(p string) (string, bool) {
+	if v == nil {
+		return p, true
+	}
+	best := -1
+	for i, m := range v.Mounts {
+		if under(p, m.At) && (best < 0 || depth(m.At) > depth(v.Mounts[best].At)) {
+			best = i
+		}
+	}
+	if best < 0 || v.Mounts[best].Source == "" {
+		return "", false
+	}
+	m := v.Mounts[best]
+	return filepath.Join(m.Source, strings.TrimPrefix(p, m.At)), true
+}
+
+// seenAt is every view path at which the host path h is seen: h under a
+// mount's source, at the same place under its mount point, unless a deeper
+// mount hides it there (a mount point itself included: Landlock's walk skips
+// the directory a mount covers).
+func (v *View) seenAt(h string) []string {
+	if v == nil {
+		return []string{h}
+	}
+	var out []string
+	for _, m := range v.Mounts {
+		if m.Source == "" || !under(h, m.Source) {
+			continue
+		}
+		p := filepath.Join(m.At, strings.TrimPrefix(h, m.Source))
+		if m.Source == "/" {
+			p = filepath.Join(m.At, h)
+		}
+		hidden := false
+		for _, m2 := range v.Mounts {
+			if depth(m2.At) > depth(m.At) && under(p, m2.At) {
+				hidden = true
+				break
+			}
+		}
+		if !hidden {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// under: p is dir or lies beneath it.
+func under(p, dir string) bool { return p == dir || within(p, dir) }
+
+func depth(p string) int {
+	if p == "/" {
+		return 0
+	}
+	return strings.Count(p, "/")
 }
 
 // Protections a ruleset leaves out although the ABI has them (Spec.Off): the
@@ -141,6 +230,11 @@ type PortRights struct {
 	Rights uint64
 }
 
+// Rights are the rights a path of access class access gets.
+func (t *Table) Rights(access string, isDir bool) uint64 {
+	return rightsFor(access, isDir, t.HandledFS)
+}
+
 // DirRights are the rights a directory of access class access gets.
 func (t *Table) DirRights(access string) uint64 { return rightsFor(access, true, t.HandledFS) }
 
@@ -209,12 +303,26 @@ func plan(abi int, s Spec) (*Table, Report) {
 	for _, p := range s.Writable {
 		grants = append(grants, grant{p, ReadWrite})
 	}
+	// fs_denied as the view shows it: every place a denied file is seen
+	var denied []string
+	for _, d := range s.Denied {
+		denied = append(denied, s.View.seenAt(d)...)
+	}
+	made := map[grant]bool{}
 	for _, g := range grants {
-		rules, skipped := expand(g.path, s.Denied)
-		rep.Skipped = append(rep.Skipped, skipped...)
-		for _, p := range rules {
-			if !add(p, g.access) {
-				rep.Skipped = append(rep.Skipped, p)
+		// a grant is expanded from every place the view shows it (a mount
+		// inside one of them may hide what another shows)
+		for _, at := range s.View.seenAt(g.path) {
+			rules, skipped := s.View.expand(at, denied)
+			rep.Skipped = append(rep.Skipped, skipped...)
+			for _, p := range rules {
+				if made[grant{p, g.access}] {
+					continue
+				}
+				made[grant{p, g.access}] = true
+				if !add(p, g.access) {
+					rep.Skipped = append(rep.Skipped, p)
+				}
 			}
 		}
 	}
@@ -276,36 +384,45 @@ func addPath(rulesetFD int, path string, rights uint64) error {
 	return nil
 }
 
-// expand returns the paths to grant so that root is allowed except every denied path
-// beneath it. Landlock can only allow, so a tree holding a denied path is replaced by
-// its other children (recursively down to the denied path); the directories on the
-// way get no rule of their own. Symlinks inside an expanded directory are skipped
-// (their targets keep whatever rules cover them).
-func expand(root string, denied []string) (rules, skipped []string) {
-	var inside []string
-	for _, d := range denied {
-		if d == root || within(root, d) {
-			return nil, nil // the whole tree is denied
-		}
-		if within(d, root) {
-			inside = append(inside, d)
+// expand returns the host paths to grant so that the view path at is allowed
+// except every denied view path (denied: as seenAt lists them). Landlock can
+// only allow, so a tree holding a denied path is replaced by its entries
+// (recursively down to the denied path); the directories on the way get no rule
+// of their own. A rule on a host directory covers every place the view shows
+// it, so a directory is granted whole only when none of them holds a denied
+// path, and not at all when one of them lies inside one. Symlinks inside an
+// expanded directory are skipped (their targets keep whatever rules cover
+// them); so are the trees of the sandbox's own filesystems (no host rule there).
+func (v *View) expand(at string, denied []string) (rules, skipped []string) {
+	host, ok := v.hostOf(at)
+	if !ok {
+		return nil, nil
+	}
+	split := false
+	for _, seen := range v.seenAt(host) {
+		for _, d := range denied {
+			if under(seen, d) {
+				return nil, nil // the whole tree is denied (there)
+			}
+			if within(d, seen) {
+				split = true
+			}
 		}
 	}
-	if len(inside) == 0 {
-		return []string{root}, nil
+	if !split {
+		return []string{host}, nil
 	}
-	entries, err := os.ReadDir(root)
+	entries, err := os.ReadDir(host)
 	if err != nil {
-		return nil, []string{root}
+		return nil, []string{host}
 	}
 	sort.Slice(entries, func(i, j int) bool { return entries[i].Name() < entries[j].Name() })
 	for _, e := range entries {
-		child := filepath.Join(root, e.Name())
 		if e.Type()&os.ModeSymlink != 0 {
-			skipped = append(skipped, child)
+			skipped = append(skipped, filepath.Join(host, e.Name()))
 			continue
 		}
-		r, s := expand(child, inside)
+		r, s := v.expand(filepath.Join(at, e.Name()), denied)
 		rules = append(rules, r...)
 		skipped = append(skipped, s...)
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/sandtrap/sandtrap/core/fsview"
+	"github.com/sandtrap/sandtrap/core/landlock"
 	"github.com/sandtrap/sandtrap/core/policy"
 	"github.com/sandtrap/sandtrap/core/protocol"
 )
@@ -49,9 +50,6 @@ func resolveChroot(p *policy.Policy, probs *policy.Problems) *fsview.Chroot {
 		if st, err := os.Lstat(filepath.Join(root, d)); err != nil || !st.IsDir() {
 			probs.Add("chroot", "%s has no directory %s (an empty one will do: sandtrap mounts its own /%s there)", root, d, d)
 		}
-	}
-	if p.Workdir != "" {
-		probs.Add("workdir", "a copy-on-write workdir inside a chroot is not supported yet")
 	}
 	c := fsview.NewChroot(root)
 	type mnt struct {
@@ -135,6 +133,41 @@ func resolveChroot(p *policy.Policy, probs *policy.Problems) *fsview.Chroot {
 	p.FSReadable = translate("fs_readable", append(slices.Clone(p.FSReadable), ro...))
 	p.FSWritable = translate("fs_writable", append(slices.Clone(p.FSWritable), rw...))
 	p.FSDenied = translate("fs_denied", p.FSDenied)
+	// http_inject_ca: the bundles the run sees, paths inside; the engine's
+	// copies are laid over the host files shown there (the view's overlays,
+	// which the chroot's copies of the root and of its mounts carry)
+	p.HTTPInjectCA = slices.Clone(p.HTTPInjectCA)
+	for i, in := range p.HTTPInjectCA {
+		canon, host, err := c.Resolve(in)
+		if err != nil {
+			probs.Add("http_inject_ca", "%s: %v in the chroot", in, err)
+			continue
+		}
+		if c.Inside == nil {
+			c.Inside = map[string]string{}
+		}
+		c.Inside[host] = canon
+		p.HTTPInjectCA[i] = host
+	}
+	if p.Workdir != "" {
+		// a path inside: the overlay goes there in each run's view; the engine
+		// lists and commits the changes on the host path it shows
+		in, host, err := c.Resolve(p.Workdir)
+		switch {
+		case err != nil:
+			probs.Add("workdir", "%s: %v in the chroot", p.Workdir, err)
+		case in == "/" || policy.Within(in, "/dev") || policy.Within(in, "/proc"):
+			probs.Add("workdir", "%s: the chroot's /, /dev and /proc are never copy-on-write", in)
+		default:
+			p.WorkdirInside, p.Workdir = in, host
+			for _, m := range c.Mounts {
+				if m.Inside != in && policy.Within(m.Inside, in) {
+					// an overlay does not cross mounts: it would show what lies under the mount point
+					probs.Add("workdir", "%s holds the mount %s, which its copy-on-write overlay would not show: mount it outside the workdir", in, m.Inside)
+				}
+			}
+		}
+	}
 	if p.Cwd != "" {
 		in, host, err := c.Resolve(p.Cwd)
 		if err != nil {
@@ -189,4 +222,23 @@ func (c *compiler) chrootView() error {
 		return nil
 	}
 	return protocol.Errorf(protocol.KindIsolation, "isolation unavailable: a chroot needs a mount namespace of the sandbox's own: %s; allow_degraded does not apply: the run would see the host's root", notApplied(c.pl))
+}
+
+// landlockView is the chroot's view for Landlock's rules (nil: none, the host's
+// tree): its root, its mounts, and sandtrap's /dev (a tmpfs with the host's
+// device nodes bound in) and /proc (each run's own, or an empty tmpfs), which
+// hide whatever the root has there.
+func landlockView(c *fsview.Chroot) *landlock.View {
+	if c == nil {
+		return nil
+	}
+	v := &landlock.View{Mounts: []landlock.ViewMount{{At: "/", Source: c.Root}}}
+	for _, m := range c.Mounts {
+		v.Mounts = append(v.Mounts, landlock.ViewMount{At: m.Inside, Source: m.Host})
+	}
+	v.Mounts = append(v.Mounts, landlock.ViewMount{At: "/dev"}, landlock.ViewMount{At: "/proc"})
+	for _, d := range c.Dev {
+		v.Mounts = append(v.Mounts, landlock.ViewMount{At: "/dev/" + d, Source: "/dev/" + d})
+	}
+	return v
 }

@@ -26,6 +26,8 @@ func (c *compiler) cowView() error {
 		why = "it needs a view of the sandbox's own (a mount namespace): " + notApplied(pl)
 	case !c.in.Features.PidNS:
 		why = "it needs a pid namespace per run (whose pid 1 mounts the overlay)"
+	case p.Chroot != "" && p.FSStorage != "":
+		why = "fs_storage inside a chroot: each run's pid 1 makes its layer there, and the chroot does not show the host's directory; leave fs_storage out (a tmpfs layer)"
 	}
 	if why != "" {
 		return protocol.Errorf(protocol.KindIsolation, "isolation unavailable: a copy-on-write workdir (%s); allow_degraded does not apply: the workdir would be written in place", why)
@@ -53,6 +55,9 @@ const cowCaps = 1<<unix.CAP_CHOWN | 1<<unix.CAP_DAC_OVERRIDE | 1<<unix.CAP_FOWNE
 func (c *compiler) cowZygote(zs *spawn.ZygoteSpec) {
 	p := c.p
 	cow := &spawn.COW{Workdir: p.Workdir, UserXattr: zs.UserNS}
+	if p.WorkdirInside != "" {
+		cow.Workdir = p.WorkdirInside // pid 1 mounts the overlay in its view, inside the chroot
+	}
 	if p.MaxDisk > 0 {
 		cow.Size = uint64(p.MaxDisk)
 	}

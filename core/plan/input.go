@@ -77,13 +77,15 @@ func Prepare(p *policy.Policy, f kernel.Features, probs policy.Problems) (*Input
 		for _, c := range []struct {
 			field string
 			set   bool
-		}{{"http_inject_ca", len(p.HTTPInjectCA) > 0}, {"num_cpus", p.NumCPUs > 0}, {"gpu_devices", p.GPUDevices != nil}} {
+		}{{"num_cpus", p.NumCPUs > 0}, {"gpu_devices", p.GPUDevices != nil}} {
 			if c.set {
 				probs.Add(c.field, "not supported with chroot yet (it lays files over the host's tree, which a chroot does not show)")
 			}
 		}
 	}
 	if chroot != nil {
+		// /dev/pts and /dev/shm of each run's own: its pid 1 mounts them
+		chroot.OwnDev = f.PidNS
 		for _, d := range chroot.Dev {
 			if !slices.Contains(devices, "/dev/"+d) {
 				devices = append(devices, "/dev/"+d)

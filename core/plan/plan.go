@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"github.com/sandtrap/sandtrap/core/fsview"
 	"github.com/sandtrap/sandtrap/core/landlock"
 	"github.com/sandtrap/sandtrap/core/policy"
@@ -351,6 +352,7 @@ func (c *compiler) landlock() error {
 		Readable: p.FSReadable, Writable: p.FSWritable, Denied: p.FSDenied,
 		Devices: c.in.Devices, ConnectPorts: np.connectPorts, BindPorts: p.NetAllowBind,
 		AnyConnect: np.anyConnect, Scope: true, Off: off,
+		View: landlockView(ChrootOf(p)),
 	}
 	if gp := c.in.GPU; gp != nil {
 		// the GPUs left out: carved out of the trees that hold them, view or not
@@ -574,7 +576,7 @@ func (c *compiler) zygote() error {
 	}
 	if pl.Ruleset != nil {
 		zs.RulesetFD = pl.Ruleset.FD
-		if pl.View != nil && (pl.View.ProcOwn || p.Workdir != "") {
+		if pl.View != nil && (pl.View.ProcOwn || pl.View.DevOwn || p.Workdir != "") {
 			// a rule for each run's /proc can only be made in the run: pid 1 builds
 			// its ruleset from the table (the O_PATH fds of its paths live with the plan)
 			if n := len(pl.Ruleset.Table.Paths) + len(pl.Ruleset.Table.Ports); n > spawn.MaxLandlockRules {
@@ -587,6 +589,20 @@ func (c *compiler) zygote() error {
 			if err := pl.keepLandlockTable(zs); err != nil {
 				return protocol.Errorf(protocol.KindIsolation, "landlock: %v", err)
 			}
+		}
+	}
+	if pl.View != nil && pl.View.DevOwn {
+		if !pl.PidNS {
+			return protocol.Errorf(protocol.KindIsolation, "BUG(plan): a chroot's /dev of each run's own without a pid 1 per run")
+		}
+		zs.Dev = &spawn.Dev{ShmSize: DevShmSize}
+		if p.MaxDisk > 0 {
+			zs.Dev.ShmSize = uint64(p.MaxDisk)
+		}
+		if t := zs.Landlock; t != nil {
+			zs.Dev.DirRights = ll.AccessFSReadDir & t.HandledFS
+			zs.Dev.PtsRights = t.Rights(landlock.GPUNode, false) | zs.Dev.DirRights // read, write, ioctl on the run's ptys
+			zs.Dev.ShmRights = t.DirRights(landlock.ReadWrite)
 		}
 	}
 	if p.Workdir != "" {
@@ -781,3 +797,7 @@ func carvable(allowed []string, path string) bool {
 	}
 	return true
 }
+
+// DevShmSize is the size of a chroot's /dev/shm (each run's own tmpfs) without
+// max_disk.
+const DevShmSize = 64 << 20

@@ -82,6 +82,9 @@ type Policy struct {
 	Workdir         string
 	OnExit, OnError string
 	FSStorage       string // with Workdir: where each run's upper layer is made on disk
+	// WorkdirInside, with Chroot: the workdir as a path inside it, where each
+	// run's pid 1 mounts the overlay; Workdir is then the host path shown there.
+	WorkdirInside string
 	// Chroot, when set, is the host directory that is each run's root; the
 	// other paths of the policy are then paths inside it (core/plan/chroot.go).
 	// FSMount and FSMountRO map paths inside it to host paths (resolved).

@@ -142,6 +142,9 @@ static int view(struct st_launch *l)
 			if (r >= 0)
 				r = syscall(SYS_close, r);
 			break;
+		case ST_MOUNT_DIR:
+			r = syscall(SYS_mkdirat, AT_FDCWD, op->path, op->mode);
+			break;
 		case ST_MOUNT_SYMLINK:
 			r = syscall(SYS_symlinkat, op->target, AT_FDCWD, op->path);
 			break;

@@ -51,6 +51,7 @@ enum st_mount_kind {
 	ST_MOUNT_FILE,        /* create path (mode), an empty file: a device's mount point */
 	ST_MOUNT_SYMLINK,     /* create path, a symlink to target */
 	ST_MOUNT_PIVOT,       /* path (a mount point) becomes / (pivot_root), the old root detached */
+	ST_MOUNT_DIR,         /* create path (mode), an empty directory: a mount point of each run's */
 };
 
 struct st_mount_op {

@@ -30,6 +30,8 @@ func wireLayout() map[string]uintptr {
 		"st_landlock_table":   unsafe.Sizeof(lt), "st_landlock_table.handled_fs": unsafe.Offsetof(lt.handled_fs),
 		"st_landlock_table.handled_net": unsafe.Offsetof(lt.handled_net), "st_landlock_table.scoped": unsafe.Offsetof(lt.scoped),
 		"st_landlock_table.attr_size": unsafe.Offsetof(lt.attr_size), "st_landlock_table.proc_rights": unsafe.Offsetof(lt.proc_rights),
+		"st_landlock_table.dev_rights": unsafe.Offsetof(lt.dev_rights), "st_landlock_table.shm_rights": unsafe.Offsetof(lt.shm_rights),
+		"st_config.shm_size":       unsafe.Offsetof(cfg.shm_size),
 		"st_landlock_table.npaths": unsafe.Offsetof(lt.npaths), "st_landlock_table.nports": unsafe.Offsetof(lt.nports),
 		"st_landlock_rule": unsafe.Sizeof(lr), "st_landlock_rule.rights": unsafe.Offsetof(lr.rights),
 		"st_landlock_rule.port": unsafe.Offsetof(lr.port), "st_landlock_rule.fd": unsafe.Offsetof(lr.fd),

@@ -118,7 +118,7 @@ var stepNames = map[Step]string{C.ST_STEP_CONFIG: "reading its configuration", C
 	C.ST_STEP_CAPS: "dropping capabilities", C.ST_STEP_CWD: "entering cwd", C.ST_STEP_FORK: "forking the target",
 	C.ST_STEP_RLIMIT: "setting the run's rlimits", C.ST_STEP_STDIO: "placing stdio", C.ST_STEP_IDS: "switching user",
 	C.ST_STEP_PDEATHSIG: "setting its parent-death signal", C.ST_STEP_SETSID: "making its session",
-	C.ST_STEP_COW: "mounting its copy-on-write workdir"}
+	C.ST_STEP_COW: "mounting its copy-on-write workdir", C.ST_STEP_DEV: "mounting its /dev/pts and /dev/shm"}
 
 func (s Step) String() string {
 	if n, ok := stepNames[s]; ok {
@@ -285,9 +285,20 @@ type ZygoteSpec struct {
 	Cookie   uint64 // lets the zygote's clone and pid 1's proc mount through the filter
 	NewPidNS bool
 	NewIPCNS bool
+	// Dev, when set, gives every run a /dev/pts and a /dev/shm of its own (a
+	// chroot's /dev, View.DevOwn).
+	Dev *Dev
 	// COW, when set, makes every run see Workdir copy-on-write (wire.h's st_cow;
 	// core/fsview/cow.go reads and applies what a run changed).
 	COW *COW
+}
+
+// Dev is what pid 1 of every run mounts in a chroot's /dev: a devpts instance
+// on /dev/pts and a tmpfs of ShmSize bytes on /dev/shm; with a Landlock table,
+// the rules it adds on /dev (DirRights: listing it), /dev/pts and /dev/shm.
+type Dev struct {
+	ShmSize                         uint64
+	DirRights, PtsRights, ShmRights uint64
 }
 
 // FileInode is a file by path and the inode it must be (its st_dev, st_ino).
@@ -345,6 +356,8 @@ func mountKind(k fsview.Kind) C.int {
 		return C.ST_MOUNT_SYMLINK
 	case fsview.Pivot:
 		return C.ST_MOUNT_PIVOT
+	case fsview.Dir:
+		return C.ST_MOUNT_DIR
 	}
 	return 0
 }
@@ -397,7 +410,7 @@ func StartZygote(zs *ZygoteSpec) (*Zygote, error) {
 		flag C.__u64
 	}{{zs.NewPidNS, C.ST_CF_NEWPID}, {zs.NewIPCNS, C.ST_CF_NEWIPC}, {zs.RulesetFD >= 0, C.ST_CF_LANDLOCK},
 		{zs.Listener && len(zs.BPF) > 0, C.ST_CF_LISTENER}, {zs.NoTHP, C.ST_CF_NO_THP}, {zs.Listener && zs.Killable && len(zs.BPF) > 0, C.ST_CF_KILLABLE},
-		{zs.View != nil && zs.View.ProcOwn, C.ST_CF_PROC}, {zs.COW != nil, C.ST_CF_COW}} {
+		{zs.View != nil && zs.View.ProcOwn, C.ST_CF_PROC}, {zs.COW != nil, C.ST_CF_COW}, {zs.Dev != nil, C.ST_CF_DEV}} {
 		if f.on {
 			cfg.flags |= f.flag
 		}
@@ -420,6 +433,9 @@ func StartZygote(zs *ZygoteSpec) (*Zygote, error) {
 			cfg.cpuinfo_path[i] = C.char(ci.Path[i])
 		}
 	}
+	if zs.Dev != nil {
+		cfg.shm_size = C.__u64(zs.Dev.ShmSize)
+	}
 	cfg.cookie = C.__u64(zs.Cookie)
 	cfg.test_fail = C.__u32(kernel.TestFailInit())
 	cfg.bpf_len = C.__u64(len(zs.BPF) / 8)
@@ -434,6 +450,9 @@ func StartZygote(zs *ZygoteSpec) (*Zygote, error) {
 		lt.handled_fs, lt.handled_net, lt.scoped = C.__u64(t.HandledFS), C.__u64(t.HandledNet), C.__u64(t.Scoped)
 		lt.attr_size, lt.proc_rights = C.__u64(t.AttrSize), C.__u64(zs.ProcRights)
 		lt.npaths, lt.nports = C.__u32(len(t.Paths)), C.__u32(len(t.Ports))
+		if d := zs.Dev; d != nil {
+			lt.dev_rights, lt.pts_rights, lt.shm_rights = C.__u64(d.DirRights), C.__u64(d.PtsRights), C.__u64(d.ShmRights)
+		}
 		table = C.GoBytes(unsafe.Pointer(&lt), C.sizeof_struct_st_landlock_table)
 		for i, pr := range t.Paths {
 			var r C.struct_st_landlock_rule
@@ -640,7 +659,7 @@ func cowSection(c *COW, haveTable bool) ([]byte, error) {
 
 func opName(k fsview.Kind) string {
 	return map[fsview.Kind]string{fsview.Private: "private", fsview.Clone: "clone", fsview.SetAttr: "setattr",
-		fsview.Move: "move", fsview.Tmpfs: "tmpfs", fsview.File: "file", fsview.Symlink: "symlink", fsview.Pivot: "pivot_root"}[k]
+		fsview.Move: "move", fsview.Tmpfs: "tmpfs", fsview.File: "file", fsview.Symlink: "symlink", fsview.Pivot: "pivot_root", fsview.Dir: "mkdir"}[k]
 }
 
 // reply reads one struct st_reply and the fds that came with it.

@@ -48,6 +48,7 @@
 #define ST_CF_NO_THP (1u << 12)        /* PR_SET_THP_DISABLE (on the zygote's own memory: every process of it inherits it through fork and execve) */
 #define ST_CF_KILLABLE (1u << 10)      /* with ST_CF_LISTENER: SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV (a call the engine received is not interrupted by a signal that does not kill) */
 #define ST_CF_CPUINFO (1u << 13)       /* with ST_CF_PROC: pid 1 binds cpuinfo_path (that very inode) over its /proc/cpuinfo (num_cpus) */
+#define ST_CF_DEV (1u << 14)           /* each run in a mount namespace of its own with a devpts of its own on /dev/pts (ptmxmode 0666: the chroot's /dev/ptmx links to pts/ptmx) and a tmpfs of its own on /dev/shm (shm_size bytes); with ST_CF_LANDLOCK_TABLE, rules on /dev, /dev/pts and /dev/shm (dev_rights, pts_rights, shm_rights) */
 #define ST_CF_COW (1u << 11)           /* with ST_CF_LANDLOCK_TABLE or alone: each run in a mount namespace of its own where the workdir is an overlay (struct st_cow below); its request carries a 5th fd, a socket on which pid 1 sends the upper layer's directory */
 
 #define ST_MAX_RULES 1024
@@ -67,6 +68,7 @@ struct st_config {
 	__u64 cpuinfo_ino;
 	__u32 cpuinfo_dev_major, cpuinfo_dev_minor;
 	char cpuinfo_path[ST_MAX_CPUINFO_PATH];
+	__u64 shm_size; /* with ST_CF_DEV: bytes of each run's /dev/shm */
 };
 
 /* With ST_CF_LANDLOCK_TABLE, after the filter: a ruleset as data (the engine's
@@ -76,6 +78,7 @@ struct st_landlock_table {
 	__u64 handled_fs, handled_net, scoped; /* struct landlock_ruleset_attr */
 	__u64 attr_size;                       /* bytes of it the kernel's ABI reads */
 	__u64 proc_rights;                     /* the rule for the run's /proc */
+	__u64 dev_rights, pts_rights, shm_rights; /* with ST_CF_DEV: the rules for /dev, the run's /dev/pts and /dev/shm */
 	__u32 npaths, nports;                  /* struct st_landlock_rule entries that follow: paths, then ports */
 };
 
@@ -165,6 +168,7 @@ struct st_reply {
 #define ST_STEP_IDS 'U'      /* switching user */
 #define ST_STEP_PDEATHSIG 'K' /* dying with the zygote */
 #define ST_STEP_SETSID 'O'   /* a session of its own */
+#define ST_STEP_DEV 'T'      /* mounting the run's /dev/pts and /dev/shm (a chroot's) */
 #define ST_STEP_COW 'V'      /* mounting the copy-on-write workdir (tmpfs, overlay) and handing its upper layer over */
 
 struct st_status {

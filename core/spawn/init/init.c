@@ -225,6 +225,58 @@ static long fsconfig_str(long fs, const char *key, const char *value)
 	return sys6(__NR_fsconfig, fs, FSCONFIG_SET_STRING, (long)key, (long)value, 0, (long)cookie);
 }
 
+/* decimal digits of n into buf (24 bytes) */
+static void decimal(char *buf, unsigned long long n)
+{
+	char tmp[24];
+	int i = 0, j;
+	do {
+		tmp[i++] = (char)('0' + n % 10);
+		n /= 10;
+	} while (n);
+	for (j = 0; j < i; j++)
+		buf[j] = tmp[i - 1 - j];
+	buf[i] = 0;
+}
+
+/* A filesystem of the run's own (type, with up to two options) on path; the
+ * calls carry the cookie, as the proc mount's. */
+static long mount_own(const char *type, const char *k1, const char *v1, const char *k2, const char *v2,
+		      unsigned long attr, const char *path)
+{
+	long fs, mnt, r;
+	fs = TRY(ST_STEP_DEV, sys6(__NR_fsopen, (long)type, FSOPEN_CLOEXEC, 0, 0, 0, (long)cookie));
+	if (fs < 0)
+		return fs;
+	if ((k1 && (r = fsconfig_str(fs, k1, v1)) < 0) || (k2 && (r = fsconfig_str(fs, k2, v2)) < 0) ||
+	    (r = sys6(__NR_fsconfig, fs, FSCONFIG_CMD_CREATE, 0, 0, 0, (long)cookie)) < 0) {
+		sys1(__NR_close, fs);
+		return r;
+	}
+	mnt = sys6(__NR_fsmount, fs, FSMOUNT_CLOEXEC, (long)attr, 0, 0, (long)cookie);
+	sys1(__NR_close, fs);
+	if (mnt < 0)
+		return mnt;
+	r = sys6(__NR_move_mount, mnt, (long)"", -100 /* AT_FDCWD */, (long)path, MOVE_MOUNT_F_EMPTY_PATH, (long)cookie);
+	sys1(__NR_close, mnt);
+	return r;
+}
+
+/* A chroot's /dev of the run's own: a devpts instance on /dev/pts (every devpts
+ * mount is a new instance: no pty of another run or of the host is there; its
+ * ptmx usable by all, /dev/ptmx links to it) and a tmpfs on /dev/shm. */
+static long mount_dev(const struct st_config *c)
+{
+	char size[24];
+	long r = mount_own("devpts", "ptmxmode", "0666", "mode", "0620",
+			   MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, "/dev/pts");
+	if (r < 0)
+		return r;
+	decimal(size, c->shm_size);
+	return mount_own("tmpfs", "size", size, "mode", "1777",
+			 MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, "/dev/shm");
+}
+
 /* The copy-on-write workdir (struct st_cow), made ahead: a tmpfs of the run's
  * own holding upper/ and work/, an overlay of the workdir and upper/, detached
  * (cow_mnt) until attach_cow puts it over the workdir. Every layer is given by
@@ -441,6 +493,24 @@ static long own_ruleset(void)
 		}
 		sys1(__NR_close, base);
 	}
+	if (cflags & ST_CF_DEV) {
+		/* listing /dev; the run's ptys; its /dev/shm */
+		static const char *const paths[3] = {"/dev", "/dev/pts", "/dev/shm"};
+		unsigned long long rights[3];
+		rights[0] = lltable->dev_rights, rights[1] = lltable->pts_rights, rights[2] = lltable->shm_rights;
+		for (i = 0; i < 3; i++) {
+			struct ll_path_beneath pb;
+			long d = sys3(__NR_openat, -100, paths[i], 010000000 /* O_PATH */ | 0400000 /* O_NOFOLLOW */ | 02000000);
+			if (d < 0)
+				return d;
+			pb.allowed_access = rights[i];
+			pb.parent_fd = (int)d;
+			r = sys4(__NR_landlock_add_rule, fd, LL_RULE_PATH_BENEATH, &pb, 0);
+			sys1(__NR_close, d);
+			if (r < 0)
+				return r;
+		}
+	}
 	if (!(cflags & ST_CF_PROC))
 		return fd;
 	proc = sys3(__NR_openat, -100 /* AT_FDCWD */, "/proc", 010000000 /* O_PATH */ | 02000000 /* O_CLOEXEC */);
@@ -488,6 +558,10 @@ static void prepare(void)
 			prep_step = ST_STEP_PROC, prep_err = r;
 			return;
 		}
+	}
+	if ((cflags & ST_CF_DEV) && (r = mount_dev((const struct st_config *)cfgbuf)) < 0) {
+		prep_step = ST_STEP_DEV, prep_err = r;
+		return;
 	}
 	if (cow && (cow->flags & ST_COW_STORAGE)) {
 		/* on disk: made once the request arrived (attach_cow), so that no
@@ -937,7 +1011,7 @@ static long make_spare(void)
 		flags |= CLONE_NEWPID;
 	if (cflags & ST_CF_NEWIPC)
 		flags |= CLONE_NEWIPC;
-	if (cflags & (ST_CF_PROC | ST_CF_COW))
+	if (cflags & (ST_CF_PROC | ST_CF_COW | ST_CF_DEV))
 		flags |= CLONE_NEWNS;
 #if defined(__x86_64__)
 	r = sys5(__NR_clone, flags, 0, &pidfd, 0, cookie); /* flags, stack, ptid, ctid, tls */

@@ -503,9 +503,10 @@ class FieldAttributes:
     @property
     def chroot(self) -> StrPath | None:
         """A directory of the host that is the run's root (with its own mounts:
-        fs_mount, a minimal /dev, the run's /proc); every other path of the policy
-        (fs_readable, fs_writable, fs_denied, cwd) is then a path inside it;
-        relative: as fs_readable (default: none)."""
+        fs_mount, a minimal /dev with a /dev/pts and a /dev/shm of the run's own (a
+        tmpfs of max_disk bytes, else 64 MiB), the run's /proc); every other path of
+        the policy (fs_readable, fs_writable, fs_denied, cwd) is then a path inside
+        it; relative: as fs_readable (default: none)."""
         return cast("StrPath | None", self._field("chroot"))
 
     @chroot.setter
@@ -902,9 +903,10 @@ class PolicyOptions(TypedDict, total=False):
     """
     chroot: StrPath | None
     """A directory of the host that is the run's root (with its own mounts: fs_mount, a
-    minimal /dev, the run's /proc); every other path of the policy (fs_readable,
-    fs_writable, fs_denied, cwd) is then a path inside it; relative: as fs_readable
-    (default: none).
+    minimal /dev with a /dev/pts and a /dev/shm of the run's own (a tmpfs of
+    max_disk bytes, else 64 MiB), the run's /proc); every other path of the policy
+    (fs_readable, fs_writable, fs_denied, cwd) is then a path inside it; relative:
+    as fs_readable (default: none).
     """
     fs_mount: Mapping[str, StrPath] | None
     """With chroot: host directories (or files) mounted at paths of the chroot,
