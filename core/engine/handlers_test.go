@@ -659,3 +659,79 @@ print(",".join(out), n[0] > 0)
 		t.Fatalf("the host judged %d execs, want 6", execs.Load())
 	}
 }
+
+// The path calls performed for the caller besides unlink and mkdir (stat, access,
+// readlink, truncate, mknod) answer as the kernel answers the program without
+// handlers, Landlock included: the same script's output with every one of them
+// judged (and continued) and in a plain run, and truncate and mkfifo refused
+// (EACCES) in a tree Landlock leaves readable only.
+func TestHandlerPerformedPathCallsAsTheKernel(t *testing.T) {
+	top := t.TempDir()
+	ro := filepath.Join(top, "denied") // on the writable mount, refused by Landlock alone
+	rw := filepath.Join(top, "ok")
+	reset := func() { // the directories stay (Landlock's rules hold their inodes)
+		for _, d := range []string{ro, rw} {
+			os.Mkdir(d, 0o777)
+			os.Chmod(d, 0o777)
+			for _, n := range []string{"f", "l", "p", "n"} {
+				os.Remove(filepath.Join(d, n))
+			}
+			os.WriteFile(filepath.Join(d, "f"), []byte("xyz"), 0o644)
+			os.Symlink("f", filepath.Join(d, "l"))
+		}
+	}
+	reset()
+	sb := newSB(t, map[string]any{"fs_readable": []any{"/usr", "/lib", "/lib64", "/bin", "/etc"}, "fs_writable": []any{top}, "fs_denied": []any{ro}})
+	script := fmt.Sprintf(`
+import os, stat
+D, O = %q, %q
+def t(f):
+    try:
+        return repr(f())
+    except OSError as e:
+        return "errno%%d" %% e.errno
+def st(p, **kw):
+    s = os.stat(p, **kw)
+    return (stat.filemode(s.st_mode), s.st_size, s.st_uid, s.st_gid, s.st_nlink)
+print(t(lambda: os.truncate(D + "/f", 0)), t(lambda: os.truncate(O + "/f", 1)),
+      t(lambda: os.mkfifo(D + "/p")), t(lambda: os.mkfifo(O + "/p")), t(lambda: os.mknod(O + "/n", 0o600 | stat.S_IFREG)))
+print(t(lambda: st(D + "/f")), t(lambda: st(O + "/f")), t(lambda: st(O + "/l", follow_symlinks=False)), t(lambda: st(O + "/p")),
+      t(lambda: st(O + "/missing")), t(lambda: st("/usr/bin")))
+print(t(lambda: os.access(D + "/f", os.W_OK)), t(lambda: os.access(O + "/f", os.W_OK)), t(lambda: os.access("/usr", os.W_OK)),
+      t(lambda: os.access(O + "/n", os.R_OK)), t(lambda: os.readlink(O + "/l")), t(lambda: os.readlink(O + "/f")))
+`, ro, rw)
+	argv := []any{"/usr/bin/python3", "-c", script}
+	reset()
+	plain, _ := request(t, sb, map[string]any{"op": "run", "argv": argv})
+	reset()
+	calls := []string{"newfstatat", "statx", "faccessat", "faccessat2", "access", "readlinkat", "readlink", "truncate", "mknodat", "mknod"}
+	var hs []any
+	for i, c := range calls {
+		hs = append(hs, map[string]any{"syscall": c, "id": int64(i + 1)})
+	}
+	judged := map[string]int{}
+	var mu sync.Mutex
+	res := drive(t, sb, map[string]any{"argv": argv, "handlers": hs}, func(c map[string]any) map[string]any {
+		mu.Lock()
+		judged[fmt.Sprint(c["syscall"])]++
+		mu.Unlock()
+		return map[string]any{"action": "continue"}
+	})
+	want, got := string(plain["stdout"].([]byte)), string(res["stdout"].([]byte))
+	t.Logf("judged %v\n%s", judged, got)
+	if want != got || exitCode(res) != 0 {
+		t.Fatalf("plain run:\n%s%v\njudged:\n%s%v", want, plain["stderr"], got, res["stderr"])
+	}
+	if !strings.HasPrefix(got, "errno13 None errno13 None None\n") {
+		t.Fatalf("want Landlock's EACCES for truncate and mkfifo in the readable tree: %q", got)
+	}
+	for _, kind := range [][]string{{"newfstatat", "statx"}, {"access", "faccessat", "faccessat2"}, {"readlink", "readlinkat"}, {"truncate"}, {"mknod", "mknodat"}} {
+		n := 0
+		for _, c := range kind {
+			n += judged[c]
+		}
+		if n == 0 {
+			t.Errorf("none of %v judged: %v", kind, judged)
+		}
+	}
+}

@@ -388,7 +388,7 @@ func (h *hostCall) done(act Action) {
 func (h *hostCall) performs() bool {
 	c, ev := h.c, h.ev
 	return h.name == "connect" && c.s.cfg.Net != nil || h.name == "sendto" && c.s.cfg.Net != nil && ev.adr != nil ||
-		h.builtinTraps || openTarget(ev) || h.name == "bind" || unlinkTarget(ev) || mkdirTarget(ev) ||
+		h.builtinTraps || openTarget(ev) || h.name == "bind" || unlinkTarget(ev) || mkdirTarget(ev) || inodeTarget(ev) ||
 		h.name == "execve"
 }
 
@@ -416,6 +416,8 @@ func (h *hostCall) act(act Action) reply {
 			return c.bindForCaller(ev.adr) // the address the host judged, bound here (hostperform.go)
 		case unlinkTarget(ev), mkdirTarget(ev):
 			return c.pathForCaller(ev) // the path the host judged, removed or made here
+		case inodeTarget(ev):
+			return c.inodeForCaller(ev) // stat, access, readlink, truncate, mknod of the judged path (hostpath.go)
 		case name == "execve":
 			return c.execJudged(ev, h.initPid) // continued with the memory it judged held still (hostexec.go)
 		}
