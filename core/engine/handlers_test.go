@@ -109,6 +109,13 @@ func TestHandlersCannotLoosen(t *testing.T) {
 	if kind != KindInvalidRequest || !strings.Contains(m["error"].(map[string]any)["message"].(string), "handlers[0].syscall") {
 		t.Fatalf("ptrace handler: %s %v", kind, m)
 	}
+	// and on chdir, which cannot be performed for the caller (its continue would be raceable)
+	m, kind = request(t, sb, map[string]any{"op": "run_handlers", "argv": []any{"/bin/true"},
+		"handlers": []any{map[string]any{"syscall": "getppid", "id": 1}, map[string]any{"syscall": "chdir", "id": 2}}})
+	if msg, _ := m["error"].(map[string]any)["message"].(string); kind != KindInvalidRequest || !strings.Contains(msg, "handlers[1].syscall") ||
+		!strings.Contains(msg, "chdir cannot be performed") {
+		t.Fatalf("chdir handler: %s %v", kind, m)
+	}
 }
 
 func TestPolicyFnSeesExecveArgvAndRestrictsNetwork(t *testing.T) {

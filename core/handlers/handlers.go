@@ -181,6 +181,10 @@ func parseHostRun(s Sandbox, m map[string]any, probs *policy.Problems) *hostRun 
 				probs.Add(at+".syscall", "%s is refused by the sandbox's deny list: a handler there would never run", name)
 				continue
 			}
+			if why := supervise.Unjudgeable(name); why != "" {
+				probs.Add(at+".syscall", "%s", why)
+				continue
+			}
 			id, okID := policy.AsInt(hm["id"])
 			if !okID || id <= 0 {
 				probs.Add(at+".id", "must be a positive integer (the binding's handler id)")

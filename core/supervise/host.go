@@ -198,6 +198,18 @@ var PathArg = map[string]int{
 	"chdir": 0, "mknodat": 1, "mknod": 0,
 }
 
+// Unjudgeable says why a handler cannot be registered on a syscall ("": it can):
+// a path call that cannot be performed for the caller, so that a judge's continue
+// would let the kernel re-read a path a thread of the caller can rewrite after the
+// judge saw it (execve is held instead: hostexec.go).
+func Unjudgeable(name string) string {
+	if name == "chdir" {
+		return "chdir cannot be performed for the caller (it changes the caller's own working directory) and a continued " +
+			"chdir re-reads the path after the judge saw it: judge the calls made from the new directory (openat, …) instead"
+	}
+	return ""
+}
+
 // HostTraps are the traps the host's calls add to a filter.
 func HostTraps(h *Host) []Trap { return hostTraps(Config{Host: h}) }
 
