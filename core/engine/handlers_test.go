@@ -742,3 +742,74 @@ print(t(lambda: os.access(D + "/f", os.W_OK)), t(lambda: os.access(O + "/f", os.
 		}
 	}
 }
+
+// A two-path call is put to the judge with both of its paths (path, path2) and
+// performed with them; a judge refusing by the second refuses the call, and
+// ctx.deny_path holds for either.
+func TestHandlerTwoPathCallsJudgeBothPaths(t *testing.T) {
+	top := t.TempDir()
+	os.Chmod(top, 0o777)
+	secret := filepath.Join(top, "secret")
+	os.Mkdir(secret, 0o777)
+	os.Chmod(secret, 0o777)
+	os.WriteFile(filepath.Join(top, "a"), []byte("x"), 0o666)
+	os.WriteFile(filepath.Join(secret, "s"), []byte("s"), 0o666)
+	sb := newSB(t, map[string]any{"fs_readable": []any{"/usr", "/lib", "/lib64", "/bin", "/etc"}, "fs_writable": []any{top}})
+	script := fmt.Sprintf(`
+import os
+T = %q
+def t(f):
+    try:
+        f(); return "ok"
+    except OSError as e:
+        return "errno%%d" %% e.errno
+print(t(lambda: os.rename(T + "/a", T + "/secret/a")), t(lambda: os.link(T + "/secret/s", T + "/stolen")),
+      t(lambda: os.symlink("/etc/passwd", T + "/secret/l")), t(lambda: os.rename(T + "/a", T + "/b")),
+      t(lambda: os.link(T + "/b", T + "/c")), t(lambda: os.symlink("b", T + "/l")))
+`, top)
+	var mu sync.Mutex
+	var seen []string
+	res := drive(t, sb, map[string]any{"argv": []any{"/usr/bin/python3", "-c", script},
+		"handlers": []any{map[string]any{"syscall": "rename", "id": 1}, map[string]any{"syscall": "link", "id": 2},
+			map[string]any{"syscall": "symlink", "id": 3}}},
+		func(c map[string]any) map[string]any {
+			p, _ := c["path"].(string)
+			p2, _ := c["path2"].(string)
+			mu.Lock()
+			seen = append(seen, fmt.Sprintf("%s %s %s", c["syscall"], filepath.Base(p), filepath.Base(p2)))
+			mu.Unlock()
+			if strings.Contains(p, "/secret") || strings.Contains(p2, "/secret") {
+				return map[string]any{"action": "errno", "errno": int64(13)}
+			}
+			return map[string]any{"action": "continue"}
+		})
+	out := strings.TrimSpace(string(res["stdout"].([]byte)))
+	t.Logf("%s; judged %v", out, seen)
+	if out != "errno13 errno13 errno13 ok ok ok" {
+		t.Fatalf("want the three calls naming the secret tree refused, the others done: %q (%v)", out, res)
+	}
+	if want := "rename a a,link s stolen,symlink passwd l,rename a b,link b c,symlink b l"; strings.Join(seen, ",") != want {
+		t.Fatalf("judged %v, want %s", seen, want)
+	}
+	if _, err := os.Stat(filepath.Join(top, "stolen")); err == nil {
+		t.Fatal("the secret was linked out")
+	}
+	if l, err := os.Readlink(filepath.Join(top, "l")); err != nil || l != "b" {
+		t.Fatalf("the symlink: %q %v", l, err)
+	}
+	// ctx.deny_path on the second path: from the first answer on
+	first := true
+	res = drive(t, sb, map[string]any{"argv": []any{"/usr/bin/python3", "-c",
+		fmt.Sprintf("import os\nfor i in range(2):\n try:\n  os.link(%q, %q + str(i))\n  print('ok')\n except OSError as e:\n  print(e.errno)\n", filepath.Join(top, "b"), filepath.Join(secret, "n"))},
+		"handlers": []any{map[string]any{"syscall": "link", "id": 1}}},
+		func(c map[string]any) map[string]any {
+			if first {
+				first = false
+				return map[string]any{"action": "continue", "deny_path": []any{secret}}
+			}
+			return map[string]any{"action": "continue"}
+		})
+	if out := strings.Fields(string(res["stdout"].([]byte))); len(out) != 2 || out[1] != "13" {
+		t.Fatalf("deny_path on path2: %q (%v)", out, res)
+	}
+}

@@ -30,7 +30,7 @@ func (f *fakeRun) decide(ev *Event) Action {
 	if f.act != nil {
 		return *f.act
 	}
-	if f.deny != "" && strings.Contains(ev.Path, f.deny) || f.denyPort != 0 && ev.Port == f.denyPort {
+	if f.deny != "" && (strings.Contains(ev.Path, f.deny) || strings.Contains(ev.Path2, f.deny)) || f.denyPort != 0 && ev.Port == f.denyPort {
 		return Action{Kind: ActErrno, Errno: unix.EACCES}
 	}
 	return Action{Kind: ActContinue}

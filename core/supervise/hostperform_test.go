@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"unsafe"
 
@@ -34,6 +36,10 @@ func executeHostPerform(r req) (resp, bool) {
 		return resp{Errno: e}, true
 	case "race_inode":
 		return raceInode(r), true
+	case "race_two":
+		return raceTwo(r), true
+	case "rename", "renameat2", "link", "linkat", "symlink", "symlinkat":
+		return twoPathCall(r), true
 	case "newfstatat", "stat", "lstat", "statx", "faccessat", "faccessat2", "access", "readlinkat", "readlink", "truncate", "mknodat", "mknod":
 		return inodeCall(r), true
 	case "race_path": // N calls on a path another thread flips between Path and B (Arg: 0 unlink, 1 mkdir); Vals: [ok, B made or removed, refused]
@@ -596,5 +602,312 @@ func TestHostInodePerformed(t *testing.T) {
 	}
 	if r := sb.do(t, req{Op: "readlinkat", Path: "/proc/self/exe", Arg: 256}); r.Errno == 0 {
 		t.Errorf("readlink of /proc/self/exe performed: %v", r)
+	}
+}
+
+// twoPathCall: rename(Path, B), renameat2(FD, Path, FD2, B, Arg), link(Path, B),
+// linkat(FD, Path, FD2, B, Arg), symlink(Path, B), symlinkat(Path, FD2, B); FD and
+// FD2 0: AT_FDCWD.
+func twoPathCall(r req) resp {
+	at := func(fd int) uintptr {
+		if fd > 0 {
+			return uintptr(fd)
+		}
+		return uintptr(0xffffff9c)
+	}
+	a, b := cstr(r.Path), cstr(r.B)
+	ap, bp := uintptr(unsafe.Pointer(a)), uintptr(unsafe.Pointer(b))
+	var e unix.Errno
+	switch r.Op {
+	case "rename":
+		_, _, e = unix.Syscall(unix.SYS_RENAME, ap, bp, 0)
+	case "renameat2":
+		_, _, e = unix.Syscall6(unix.SYS_RENAMEAT2, at(r.FD), ap, at(r.FD2), bp, uintptr(r.Arg), 0)
+	case "link":
+		_, _, e = unix.Syscall(unix.SYS_LINK, ap, bp, 0)
+	case "linkat":
+		_, _, e = unix.Syscall6(unix.SYS_LINKAT, at(r.FD), ap, at(r.FD2), bp, uintptr(r.Arg), 0)
+	case "symlink":
+		_, _, e = unix.Syscall(unix.SYS_SYMLINK, ap, bp, 0)
+	case "symlinkat":
+		_, _, e = unix.Syscall(unix.SYS_SYMLINKAT, ap, at(r.FD2), bp)
+	}
+	runtime.KeepAlive(a)
+	runtime.KeepAlive(b)
+	return resp{Errno: e}
+}
+
+// raceTwo: N two-path calls while another thread flips one of the paths between
+// Path and B (same length). Arg: 0 rename(Dir/s, buf) (buf the new name: B made),
+// 1 link(buf, Dir/k) (buf the old name: B's inode linked into Dir), 2 symlink("x",
+// buf) (B made), 3 rename(buf, Dir/k) (buf the old name: B moved away). The test's
+// Dir is Path's directory. Vals: [ok, reached B, EACCES].
+func raceTwo(r req) resp {
+	a, b := append([]byte(r.Path), 0), append([]byte(r.B), 0)
+	if len(a) != len(b) {
+		return resp{Errno: unix.EINVAL}
+	}
+	dir := r.Path[:strings.LastIndexByte(r.Path, '/')]
+	var bst unix.Stat_t
+	if r.Arg == 1 {
+		fd, err := unix.Open(r.B, unix.O_PATH|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return resp{Errno: errnoOf(err)}
+		}
+		unix.Fstat(fd, &bst)
+		unix.Close(fd)
+	}
+	buf := make([]byte, len(a))
+	copy(buf, a)
+	stop := flipper(func(i int) {
+		if i%2 == 0 {
+			copy(buf, b)
+		} else {
+			copy(buf, a)
+		}
+	})
+	exists := func(p string) bool {
+		fd, err := unix.Open(p, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err == nil {
+			unix.Close(fd)
+		}
+		return err == nil
+	}
+	fixed := cstr(dir + "/k")
+	src := cstr(dir + "/s")
+	x := cstr("x")
+	bp := uintptr(unsafe.Pointer(&buf[0]))
+	var ok, reached, refused int64
+	for i := 0; i < r.N; i++ {
+		var e unix.Errno
+		switch r.Arg {
+		case 0:
+			os.WriteFile(dir+"/s", nil, 0o644) // openat, unlinkat: not trapped here
+			_, _, e = unix.Syscall(unix.SYS_RENAME, uintptr(unsafe.Pointer(src)), bp, 0)
+		case 1:
+			_, _, e = unix.Syscall(unix.SYS_LINK, bp, uintptr(unsafe.Pointer(fixed)), 0)
+		case 2:
+			_, _, e = unix.Syscall(unix.SYS_SYMLINK, uintptr(unsafe.Pointer(x)), bp, 0)
+		case 3:
+			for _, p := range []string{r.Path, r.B} {
+				if !exists(p) {
+					os.WriteFile(p, nil, 0o644)
+				}
+			}
+			_, _, e = unix.Syscall(unix.SYS_RENAME, bp, uintptr(unsafe.Pointer(fixed)), 0)
+		}
+		switch e {
+		case 0:
+			ok++
+		case unix.EACCES:
+			refused++
+		}
+		switch r.Arg {
+		case 0, 2:
+			if exists(r.B) {
+				reached++
+				unix.Unlink(r.B)
+			}
+			unix.Unlink(r.Path)
+		case 1:
+			var st unix.Stat_t
+			fd, err := unix.Open(dir+"/k", unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			if err == nil {
+				unix.Fstat(fd, &st)
+				unix.Close(fd)
+				if st.Ino == bst.Ino {
+					reached++
+				}
+			}
+			unix.Unlink(dir + "/k")
+		case 3:
+			if !exists(r.B) {
+				reached++
+			}
+			unix.Unlink(dir + "/k")
+		}
+	}
+	stop()
+	runtime.KeepAlive(buf)
+	runtime.KeepAlive(fixed)
+	runtime.KeepAlive(src)
+	runtime.KeepAlive(x)
+	return resp{Vals: []int64{ok, reached, refused}}
+}
+
+// rename, link and symlink judged on both paths and performed with both: a thread
+// flipping the new name (or the old one) to a refused path never gets it made,
+// linked or moved (continued, the same loop does).
+func TestHostTwoPathRaces(t *testing.T) {
+	for _, tc := range []struct {
+		name, syscall string
+		op            int64
+		leaf          string
+	}{{"rename new name", "rename", 0, "n"}, {"link old name", "link", 1, "f"}, {"symlink new name", "symlink", 2, "n"},
+		{"rename old name", "rename", 3, "o"}} {
+		for _, naive := range []bool{false, true} {
+			mode := "performed"
+			if naive {
+				mode = "continued"
+			}
+			t.Run(tc.name+"/"+mode, func(t *testing.T) {
+				run := &fakeRun{deny: "/no/", done: make(chan struct{})}
+				sb := hostSandbox(t, run, tc.syscall)
+				naiveContinue = naive
+				defer func() { naiveContinue = false }()
+				var ok, reached, refused, calls int64
+				const n = 3000
+				for round := 0; round < 5 && (round == 0 || naive && reached == 0); round++ {
+					r := sb.do(t, req{Op: "race_two", Path: sb.rw + "/" + tc.leaf, B: sb.no + "/" + tc.leaf, Arg: tc.op, N: n})
+					if r.Errno != 0 || len(r.Vals) != 3 {
+						t.Fatalf("race_two: %v", r)
+					}
+					ok, reached, refused, calls = ok+r.Vals[0], reached+r.Vals[1], refused+r.Vals[2], calls+n
+				}
+				t.Logf("%s %s: %d calls: ok %d, reached the refused path %d, refused %d", tc.name, mode, calls, ok, reached, refused)
+				if ok == 0 || refused == 0 {
+					t.Fatalf("the race did not happen (ok %d, refused %d)", ok, refused)
+				}
+				if !naive && reached != 0 {
+					t.Fatalf("a racing thread reached the refused path %d times", reached)
+				}
+				if naive && reached == 0 {
+					t.Fatalf("a continued call never lost the race: the test does not attack")
+				}
+			})
+		}
+	}
+}
+
+// rename, link and symlink performed for the caller answer what the kernel answers
+// its own call (continued, in the same child and tree) and leave the same tree:
+// EXDEV across mounts, EEXIST, ENOTEMPTY, EISDIR, ENOTDIR, EROFS, ELOOP, EPERM,
+// EINVAL, RENAME_NOREPLACE and RENAME_EXCHANGE, AT_SYMLINK_FOLLOW, paths relative
+// to the cwd and to directory fds.
+func TestHostTwoPathPerformed(t *testing.T) {
+	calls := []string{"rename", "renameat", "renameat2", "link", "linkat", "symlink", "symlinkat"}
+	run := &fakeRun{deny: "/no/", done: make(chan struct{})}
+	sb := hostSandbox(t, run, calls...)
+	rw, ro := sb.rw, sb.ro
+	T := rw + "/t"
+	reset := func() {
+		os.RemoveAll(T)
+		os.Remove(rw + "/d/c")
+		must(t, os.MkdirAll(T+"/e", 0o755))
+		must(t, os.MkdirAll(T+"/g", 0o755))
+		must(t, os.WriteFile(T+"/a", []byte("A"), 0o644))
+		must(t, os.WriteFile(T+"/b", []byte("BB"), 0o600))
+		must(t, os.WriteFile(T+"/g/z", nil, 0o644))
+		must(t, os.Symlink("a", T+"/alink"))
+		must(t, os.Symlink("loop2", T+"/loop1"))
+		must(t, os.Symlink("loop1", T+"/loop2"))
+	}
+	state := func() string {
+		var b strings.Builder
+		filepath.Walk(T, func(p string, fi os.FileInfo, err error) error {
+			if err != nil {
+				return nil
+			}
+			st := fi.Sys().(*syscall.Stat_t)
+			l, _ := os.Readlink(p)
+			fmt.Fprintf(&b, "%s %v %d n%d %q; ", strings.TrimPrefix(p, T), fi.Mode(), fi.Size(), st.Nlink, l)
+			return nil
+		})
+		if fi, err := os.Lstat(rw + "/d/c"); err == nil {
+			fmt.Fprintf(&b, "d/c %v %d", fi.Mode(), fi.Size())
+		}
+		return b.String()
+	}
+	reset()
+	dfd := sb.open(t, rw, unix.O_DIRECTORY|unix.O_RDONLY)
+	gfd := sb.open(t, rw+"/d", unix.O_DIRECTORY|unix.O_RDONLY)
+	if r := sb.do(t, req{Op: "chdir", Path: rw}); r.Errno != 0 {
+		t.Fatalf("chdir: %v", r.Errno)
+	}
+	for _, tc := range []struct {
+		name string
+		r    req
+		want unix.Errno
+	}{
+		{"rename", req{Op: "rename", Path: T + "/a", B: T + "/c"}, 0},
+		{"rename over a file", req{Op: "rename", Path: T + "/a", B: T + "/b"}, 0},
+		{"rename missing", req{Op: "rename", Path: T + "/x", B: T + "/c"}, unix.ENOENT},
+		{"rename into a missing directory", req{Op: "rename", Path: T + "/a", B: T + "/x/c"}, unix.ENOENT},
+		{"rename across mounts", req{Op: "rename", Path: T + "/a", B: ro + "/c"}, unix.EXDEV},
+		{"rename on the read-only mount", req{Op: "rename", Path: ro + "/f", B: ro + "/c"}, unix.EROFS},
+		{"rename a directory over a non-empty one", req{Op: "rename", Path: T + "/e", B: T + "/g"}, unix.ENOTEMPTY},
+		{"rename a directory over an empty one", req{Op: "rename", Path: T + "/g", B: T + "/e"}, 0},
+		{"rename a file over a directory", req{Op: "rename", Path: T + "/a", B: T + "/e"}, unix.EISDIR},
+		{"rename a directory over a file", req{Op: "rename", Path: T + "/e", B: T + "/a"}, unix.ENOTDIR},
+		{"rename a file with a slash", req{Op: "rename", Path: T + "/a/", B: T + "/c"}, unix.ENOTDIR},
+		{"rename a directory with slashes", req{Op: "rename", Path: T + "/e/", B: T + "/c/"}, 0},
+		{"rename a directory into itself", req{Op: "rename", Path: T + "/g", B: T + "/g/h"}, unix.EINVAL},
+		{"rename through a loop", req{Op: "rename", Path: T + "/loop1/a", B: T + "/c"}, unix.ELOOP},
+		{"rename a symlink (not its target)", req{Op: "rename", Path: T + "/alink", B: T + "/c"}, 0},
+		{"rename relative to the cwd", req{Op: "rename", Path: "t/a", B: "t/g/a"}, 0},
+		{"renameat relative to dirfds", req{Op: "renameat2", FD: dfd, Path: "t/a", FD2: dfd, B: "t/g/c"}, 0},
+		{"renameat2 RENAME_NOREPLACE onto a file", req{Op: "renameat2", Path: T + "/a", B: T + "/b", Arg: unix.RENAME_NOREPLACE}, unix.EEXIST},
+		{"renameat2 RENAME_NOREPLACE", req{Op: "renameat2", Path: T + "/a", B: T + "/c", Arg: unix.RENAME_NOREPLACE}, 0},
+		{"renameat2 RENAME_EXCHANGE", req{Op: "renameat2", Path: T + "/a", B: T + "/g", Arg: unix.RENAME_EXCHANGE}, 0},
+		{"renameat2 RENAME_EXCHANGE with nothing", req{Op: "renameat2", Path: T + "/a", B: T + "/c", Arg: unix.RENAME_EXCHANGE}, unix.ENOENT},
+		{"renameat2 both flags", req{Op: "renameat2", Path: T + "/a", B: T + "/c", Arg: unix.RENAME_EXCHANGE | unix.RENAME_NOREPLACE}, unix.EINVAL},
+		{"renameat2 bad flags", req{Op: "renameat2", Path: T + "/a", B: T + "/c", Arg: 0x100}, unix.EINVAL},
+		{"link", req{Op: "link", Path: T + "/a", B: T + "/c"}, 0},
+		{"link onto a file", req{Op: "link", Path: T + "/a", B: T + "/b"}, unix.EEXIST},
+		{"link a directory", req{Op: "link", Path: T + "/e", B: T + "/c"}, unix.EPERM},
+		{"link across mounts", req{Op: "link", Path: ro + "/f", B: T + "/c"}, unix.EXDEV},
+		{"link onto the read-only mount", req{Op: "link", Path: T + "/a", B: ro + "/c"}, unix.EROFS},
+		{"link a symlink itself", req{Op: "linkat", Path: T + "/alink", B: T + "/c"}, 0},
+		{"linkat AT_SYMLINK_FOLLOW", req{Op: "linkat", Path: T + "/alink", B: T + "/c", Arg: unix.AT_SYMLINK_FOLLOW}, 0},
+		{"linkat AT_SYMLINK_FOLLOW of a loop", req{Op: "linkat", Path: T + "/loop1", B: T + "/c", Arg: unix.AT_SYMLINK_FOLLOW}, unix.ELOOP},
+		{"linkat AT_SYMLINK_FOLLOW missing", req{Op: "linkat", Path: T + "/x", B: T + "/c", Arg: unix.AT_SYMLINK_FOLLOW}, unix.ENOENT},
+		{"linkat relative to dirfds", req{Op: "linkat", FD: dfd, Path: "t/b", FD2: dfd, B: "t/g/b"}, 0},
+		{"linkat into another directory fd", req{Op: "linkat", FD: dfd, Path: "t/a", FD2: gfd, B: "c"}, 0},
+		{"renameat into another directory fd", req{Op: "renameat2", FD: dfd, Path: "t/b", FD2: gfd, B: "c"}, 0},
+		{"linkat bad flags", req{Op: "linkat", Path: T + "/a", B: T + "/c", Arg: 1}, unix.EINVAL},
+		{"link with a slash on the new name", req{Op: "link", Path: T + "/a", B: T + "/c/"}, unix.ENOENT},
+		{"symlink", req{Op: "symlink", Path: "../somewhere/else", B: T + "/c"}, 0},
+		{"symlink onto a file", req{Op: "symlink", Path: "x", B: T + "/a"}, unix.EEXIST},
+		{"symlink onto a dangling link", req{Op: "symlink", Path: "x", B: T + "/loop1"}, unix.EEXIST},
+		{"symlink on the read-only mount", req{Op: "symlink", Path: "x", B: ro + "/c"}, unix.EROFS},
+		{"symlink to nothing", req{Op: "symlink", Path: "", B: T + "/c"}, unix.ENOENT},
+		{"symlinkat relative to a dirfd", req{Op: "symlinkat", Path: "/abs", FD2: dfd, B: "t/c"}, 0},
+		{"symlink relative to the cwd", req{Op: "symlink", Path: "a", B: "t/e/c"}, 0},
+	} {
+		var got [2]resp
+		var after [2]string
+		for i, naive := range []bool{true, false} {
+			reset()
+			naiveContinue = naive
+			got[i] = sb.do(t, tc.r)
+			naiveContinue = false
+			after[i] = state()
+			got[i].ID = 0
+		}
+		kernel, performed := got[0], got[1]
+		if kernel.Errno != tc.want {
+			t.Errorf("%s: the kernel answers %v, the test expects %v", tc.name, errnoName(kernel.Errno), errnoName(tc.want))
+		}
+		if kernel.Errno != performed.Errno || after[0] != after[1] {
+			t.Errorf("%s:\n kernel    %s %s\n performed %s %s", tc.name, errnoName(kernel.Errno), after[0], errnoName(performed.Errno), after[1])
+		}
+	}
+	if run.asked.Load() < 2*40 {
+		t.Errorf("the judge was asked %d times: the calls were not trapped", run.asked.Load())
+	}
+	// where performing differs (openForCaller's rules): beneath each directory fd only
+	reset()
+	if r := sb.do(t, req{Op: "renameat2", FD: gfd, Path: "../t/a", FD2: dfd, B: "t/c"}); r.Errno != unix.EACCES {
+		t.Errorf("renameat leaving its old directory fd: %v, want EACCES", errnoName(r.Errno))
+	}
+	if r := sb.do(t, req{Op: "linkat", FD: dfd, Path: "t/a", FD2: gfd, B: "../../no/c"}); r.Errno != unix.EACCES {
+		t.Errorf("linkat leaving its new directory fd: %v, want EACCES", errnoName(r.Errno))
+	}
+	// the judge sees both paths: the refused one as either is refused
+	if r := sb.do(t, req{Op: "rename", Path: T + "/a", B: sb.no + "/c"}); r.Errno != unix.EACCES {
+		t.Errorf("rename to the refused tree: %v", errnoName(r.Errno))
+	}
+	if r := sb.do(t, req{Op: "link", Path: sb.no + "/f", B: T + "/c"}); r.Errno != unix.EACCES {
+		t.Errorf("link from the refused tree: %v", errnoName(r.Errno))
 	}
 }
