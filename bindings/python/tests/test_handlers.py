@@ -363,3 +363,48 @@ def test_killed_host_kills_the_run(tmp_path: Path) -> None:
         time.sleep(0.05)
     else:
         raise AssertionError(f"pid {pid} outlived its host")
+
+
+def test_path_deny_handler_judges_both_paths_of_rename_link_symlink(tmp_path: Path) -> None:
+    """PathDenyHandler sees path2 (the new name): a rename, link or symlink into or
+    out of the denied tree is refused, by either of its paths; the others run."""
+    from sandtrap.presets import PathDenyHandler
+
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "s").write_text("s")
+    (tmp_path / "a").write_text("a")
+    for p in (tmp_path, secret):
+        os.chmod(p, 0o777)
+    os.chmod(secret / "s", 0o666)
+    os.chmod(tmp_path / "a", 0o666)
+    seen: list[tuple[str, str | None, str | None]] = []
+
+    class Record(Handler):
+        on_exception = ExceptionPolicy.KILL
+
+        def handle(self, ctx: HandlerCtx) -> NotifAction:
+            seen.append((ctx.syscall, ctx.read_path(), ctx.read_path2()))
+            return NotifAction.continue_()
+
+    deny = PathDenyHandler(deny=[f"{secret}/*"], errno=errno.EACCES)
+    t = str(tmp_path)
+    script = f"""
+import os
+def t(f):
+    try:
+        f(); return "ok"
+    except OSError as e:
+        return str(e.errno)
+print(t(lambda: os.rename({t!r} + "/a", {t!r} + "/secret/a")), t(lambda: os.link({t!r} + "/secret/s", {t!r} + "/stolen")),
+      t(lambda: os.symlink("x", {t!r} + "/secret/l")), t(lambda: os.rename({t!r} + "/a", {t!r} + "/b")),
+      t(lambda: os.link({t!r} + "/b", {t!r} + "/c")), t(lambda: os.symlink("b", {t!r} + "/l")))
+"""
+    sb = Sandbox(fs_readable=RO + ["/etc"], fs_writable=[t])
+    r = sb.run_with_handlers(
+        ["/usr/bin/python3", "-c", script], [(s, h) for s in ("rename", "link", "symlink") for h in (Record(), deny)]
+    )
+    sb.close()
+    assert r.stdout.split() == [b"13", b"13", b"13", b"ok", b"ok", b"ok"], r
+    assert ("rename", f"{t}/a", f"{t}/secret/a") in seen and ("symlink", "b", f"{t}/l") in seen, seen
+    assert not (tmp_path / "stolen").exists() and os.readlink(tmp_path / "l") == "b"
