@@ -201,6 +201,7 @@ var PathArg = map[string]int{
 	"rmdir": 0, "newfstatat": 1, "statx": 1, "stat": 0, "lstat": 0, "faccessat": 1, "faccessat2": 1,
 	"access": 0, "readlinkat": 1, "readlink": 0, "execve": 0, "execveat": 1, "truncate": 0,
 	"chdir": 0, "mknodat": 1, "mknod": 0,
+	"chmod": 0, "fchmodat": 1, "fchmodat2": 1, "chown": 0, "lchown": 0, "fchownat": 1, "utimensat": 1,
 	// the first path of the two-path calls (the old name; symlink's target)
 	"rename": 0, "renameat": 1, "renameat2": 1, "link": 0, "linkat": 1, "symlink": 0, "symlinkat": 0,
 }
@@ -412,7 +413,7 @@ func (h *hostCall) done(act Action) {
 func (h *hostCall) performs() bool {
 	c, ev := h.c, h.ev
 	return h.name == "connect" && c.s.cfg.Net != nil || h.name == "sendto" && c.s.cfg.Net != nil && ev.adr != nil ||
-		h.builtinTraps || openTarget(ev) || h.name == "bind" || unlinkTarget(ev) || mkdirTarget(ev) || inodeTarget(ev) || twoPathTarget(ev) ||
+		h.builtinTraps || openTarget(ev) || h.name == "bind" || unlinkTarget(ev) || mkdirTarget(ev) || inodeTarget(ev) || twoPathTarget(ev) || metaTarget(ev) ||
 		h.name == "execve"
 }
 
@@ -444,6 +445,8 @@ func (h *hostCall) act(act Action) reply {
 			return c.inodeForCaller(ev) // stat, access, readlink, truncate, mknod of the judged path (hostpath.go)
 		case twoPathTarget(ev):
 			return c.twoPathForCaller(ev) // rename, link, symlink of the two judged paths (hostpath2.go)
+		case metaTarget(ev):
+			return c.metaForCaller(ev) // chmod, chown, utimensat of the judged path (hostmeta.go)
 		case name == "execve":
 			return c.execJudged(ev, h.initPid) // continued with the memory it judged held still (hostexec.go)
 		}

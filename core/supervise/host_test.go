@@ -37,7 +37,12 @@ func (f *fakeRun) decide(ev *Event) Action {
 }
 
 func hostSandbox(t *testing.T, run *fakeRun, syscalls ...string) *sandbox {
-	base, err := seccomp.Compile(seccomp.Config{})
+	return hostSandboxAllowing(t, run, nil, syscalls...)
+}
+
+// hostSandboxAllowing: with calls of the deny list allowed (extra_allow_syscalls).
+func hostSandboxAllowing(t *testing.T, run *fakeRun, allow []string, syscalls ...string) *sandbox {
+	base, err := seccomp.Compile(seccomp.Config{ExtraAllow: allow})
 	if err != nil {
 		t.Fatal(err)
 	}

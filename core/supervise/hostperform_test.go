@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -40,7 +41,8 @@ func executeHostPerform(r req) (resp, bool) {
 		return raceTwo(r), true
 	case "rename", "renameat2", "link", "linkat", "symlink", "symlinkat":
 		return twoPathCall(r), true
-	case "newfstatat", "stat", "lstat", "statx", "faccessat", "faccessat2", "access", "readlinkat", "readlink", "truncate", "mknodat", "mknod":
+	case "newfstatat", "stat", "lstat", "statx", "faccessat", "faccessat2", "access", "readlinkat", "readlink", "truncate", "mknodat", "mknod",
+		"chmod", "fchmodat", "fchmodat2", "chown", "lchown", "fchownat", "utimensat":
 		return inodeCall(r), true
 	case "race_path": // N calls on a path another thread flips between Path and B (Arg: 0 unlink, 1 mkdir); Vals: [ok, B made or removed, refused]
 		return racePath(r), true
@@ -301,6 +303,32 @@ func inodeCall(r req) resp {
 		v, _, e = unix.Syscall6(unix.SYS_MKNODAT, dirfd, pp, uintptr(r.Arg), uintptr(r.Arg2), 0, 0)
 	case "mknod":
 		v, _, e = unix.Syscall(unix.SYS_MKNOD, pp, uintptr(r.Arg), uintptr(r.Arg2))
+	case "chmod": // chmod(Path, Arg)
+		v, _, e = unix.Syscall(unix.SYS_CHMOD, pp, uintptr(r.Arg), 0)
+	case "fchmodat": // fchmodat(FD, Path, Arg)
+		v, _, e = unix.Syscall(unix.SYS_FCHMODAT, dirfd, pp, uintptr(r.Arg))
+	case "fchmodat2": // fchmodat2(FD, Path, Arg2, Arg)
+		v, _, e = unix.Syscall6(unix.SYS_FCHMODAT2, dirfd, pp, uintptr(r.Arg2), uintptr(r.Arg), 0, 0)
+	case "chown", "lchown": // (Path, Arg, Arg2)
+		nr := uintptr(unix.SYS_CHOWN)
+		if r.Op == "lchown" {
+			nr = unix.SYS_LCHOWN
+		}
+		v, _, e = unix.Syscall(nr, pp, uintptr(r.Arg), uintptr(r.Arg2))
+	case "fchownat": // fchownat(FD, Path, Arg, Arg2, N)
+		v, _, e = unix.Syscall6(unix.SYS_FCHOWNAT, dirfd, pp, uintptr(r.Arg), uintptr(r.Arg2), uintptr(r.N), 0)
+	case "utimensat": // utimensat(FD, Path, Arg2 == 0: NULL, else both times Arg2 s + 5 ns (Arg2 -1: UTIME_OMIT), Arg)
+		var ts [2]unix.Timespec
+		tp := uintptr(0)
+		if r.Arg2 != 0 {
+			ts[0], ts[1] = unix.Timespec{Sec: r.Arg2, Nsec: 5}, unix.Timespec{Sec: r.Arg2, Nsec: 5}
+			if r.Arg2 == -1 {
+				ts[0].Nsec, ts[1].Nsec = unix.UTIME_OMIT, unix.UTIME_OMIT
+			}
+			tp = uintptr(unsafe.Pointer(&ts[0]))
+		}
+		v, _, e = unix.Syscall6(unix.SYS_UTIMENSAT, dirfd, pp, tp, uintptr(r.Arg), 0, 0)
+		runtime.KeepAlive(&ts)
 	}
 	runtime.KeepAlive(p)
 	out := resp{Errno: e, Val: int64(v)}
@@ -320,7 +348,7 @@ func inodeCall(r req) resp {
 }
 
 // raceInode: N calls of one kind (Arg: 0 newfstatat, 1 statx, 2 readlinkat, 3
-// truncate, 4 mknodat of a fifo) on a path another thread flips between Path and B
+// truncate, 4 mknodat of a fifo, 5 chmod 0600: B's mode changed) on a path another thread flips between Path and B
 // (same length). Vals: [ok, reached B, EACCES]: B's inode stat'ed, B's link read
 // (B and Path are links with different targets), B truncated (both are rewritten
 // before each call), B made.
@@ -332,7 +360,7 @@ func raceInode(r req) resp {
 	// B's inode and link, by a descriptor (its stat and readlink calls are trapped)
 	var bst unix.Stat_t
 	var blink string
-	if r.Arg < 3 {
+	if r.Arg < 3 || r.Arg == 5 {
 		fd, err := unix.Open(r.B, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if err == nil {
 			err = unix.Fstat(fd, &bst)
@@ -378,6 +406,8 @@ func raceInode(r req) resp {
 			_, _, e = unix.Syscall(unix.SYS_TRUNCATE, bp, 0, 0)
 		case 4:
 			_, _, e = unix.Syscall6(unix.SYS_MKNODAT, at, bp, unix.S_IFIFO|0o644, 0, 0, 0)
+		case 5:
+			_, _, e = unix.Syscall(unix.SYS_CHMOD, bp, 0o600, 0)
 		}
 		switch e {
 		case 0:
@@ -404,6 +434,16 @@ func raceInode(r req) resp {
 				os.Remove(r.B)
 			}
 			os.Remove(r.Path)
+		case 5: // fstat, fchmod: not trapped
+			fd, err := unix.Open(r.B, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			if err == nil {
+				var st unix.Stat_t
+				if unix.Fstat(fd, &st) == nil && st.Mode&0o777 == 0o600 {
+					reached++
+					unix.Fchmod(fd, 0o644)
+				}
+				unix.Close(fd)
+			}
 		}
 	}
 	stop()
@@ -420,7 +460,7 @@ func TestHostInodeRaces(t *testing.T) {
 		op            int64
 		leaf          string
 	}{{"newfstatat", "newfstatat", 0, "f"}, {"statx", "statx", 1, "f"}, {"readlinkat", "readlinkat", 2, "l"},
-		{"truncate", "truncate", 3, "t"}, {"mknodat", "mknodat", 4, "p"}} {
+		{"truncate", "truncate", 3, "t"}, {"mknodat", "mknodat", 4, "p"}, {"chmod", "chmod", 5, "f"}} {
 		for _, naive := range []bool{false, true} {
 			mode := "performed"
 			if naive {
@@ -428,7 +468,7 @@ func TestHostInodeRaces(t *testing.T) {
 			}
 			t.Run(tc.name+"/"+mode, func(t *testing.T) {
 				run := &fakeRun{deny: "/no/", done: make(chan struct{})}
-				sb := hostSandbox(t, run, tc.syscall)
+				sb := hostSandboxAllowing(t, run, []string{tc.syscall}, tc.syscall)
 				must(t, os.Symlink("allowed-target", sb.rw+"/l"))
 				must(t, os.Symlink("refused-target", sb.no+"/l"))
 				naiveContinue = naive
@@ -909,5 +949,109 @@ func TestHostTwoPathPerformed(t *testing.T) {
 	}
 	if r := sb.do(t, req{Op: "link", Path: sb.no + "/f", B: T + "/c"}); r.Errno != unix.EACCES {
 		t.Errorf("link from the refused tree: %v", errnoName(r.Errno))
+	}
+}
+
+// chmod, chown and utimensat performed for the caller answer what the kernel
+// answers its own call (continued, in the same child and tree) and leave the same
+// mode, owner and times: ids mapped out of the caller's namespace (an unmapped one
+// EINVAL), AT_SYMLINK_NOFOLLOW (a symlink's mode: EOPNOTSUPP; lchown the link),
+// AT_EMPTY_PATH, utimensat's NULL times, UTIME_OMIT and NULL path, EROFS, ENOENT.
+func TestHostMetaPerformed(t *testing.T) {
+	calls := []string{"chmod", "fchmodat", "fchmodat2", "chown", "lchown", "fchownat", "utimensat"}
+	run := &fakeRun{deny: "/no/", done: make(chan struct{})}
+	sb := hostSandboxAllowing(t, run, calls, calls...) // the deny list refuses them unless extra_allow_syscalls names them
+	rw, ro := sb.rw, sb.ro
+	reset := func() {
+		os.Remove(rw + "/m")
+		must(t, os.WriteFile(rw+"/m", []byte("m"), 0o644))
+		os.Remove(rw + "/mlink")
+		must(t, os.Symlink("m", rw+"/mlink"))
+		past := time.Unix(1000000000, 0)
+		must(t, os.Chtimes(rw+"/m", past, past))
+	}
+	reset()
+	state := func() string {
+		var b strings.Builder
+		for _, p := range []string{rw + "/m", rw + "/mlink"} {
+			var st unix.Stat_t
+			if err := unix.Lstat(p, &st); err != nil {
+				fmt.Fprintf(&b, "%s %v; ", p, err)
+				continue
+			}
+			mtime := fmt.Sprint(st.Mtim.Sec, st.Mtim.Nsec)
+			if st.Mtim.Sec > 1500000000 && st.Mtim.Sec != 2000000000 {
+				mtime = "now" // UTIME_NOW, NULL times: the two calls' clocks differ
+			}
+			fmt.Fprintf(&b, "%s %o %d:%d %s; ", p, st.Mode, st.Uid, st.Gid, mtime)
+		}
+		return b.String()
+	}
+	dfd := sb.open(t, rw, unix.O_DIRECTORY|unix.O_RDONLY)
+	const nofollow, empty = unix.AT_SYMLINK_NOFOLLOW, unix.AT_EMPTY_PATH
+	for _, tc := range []struct {
+		name string
+		r    req
+		want unix.Errno
+		pre  func(fd int)
+	}{
+		{"chmod", req{Op: "chmod", Path: rw + "/m", Arg: 0o600}, 0, nil},
+		{"chmod through a link", req{Op: "chmod", Path: rw + "/mlink", Arg: 0o640}, 0, nil},
+		{"chmod missing", req{Op: "chmod", Path: rw + "/x", Arg: 0o600}, unix.ENOENT, nil},
+		{"chmod on the read-only mount", req{Op: "chmod", Path: ro + "/f", Arg: 0o600}, unix.EROFS, nil},
+		{"fchmodat relative to a dirfd", req{Op: "fchmodat", FD: dfd, Path: "m", Arg: 0o700}, 0, nil},
+		{"fchmodat2 AT_SYMLINK_NOFOLLOW of a link", req{Op: "fchmodat2", Path: rw + "/mlink", Arg: nofollow, Arg2: 0o600}, unix.EOPNOTSUPP, nil},
+		{"fchmodat2 AT_SYMLINK_NOFOLLOW of a file", req{Op: "fchmodat2", Path: rw + "/m", Arg: nofollow, Arg2: 0o600}, 0, nil},
+		{"fchmodat2 bad flags", req{Op: "fchmodat2", Path: rw + "/m", Arg: 1, Arg2: 0o600}, unix.EINVAL, nil},
+		{"chown to the caller's root", req{Op: "chown", Path: rw + "/m", Arg: 0, Arg2: 0}, 0, nil},
+		{"chown to an unmapped uid", req{Op: "chown", Path: rw + "/m", Arg: 1234, Arg2: -1}, unix.EINVAL, nil},
+		{"chown -1 -1", req{Op: "chown", Path: rw + "/m", Arg: -1, Arg2: -1}, 0, nil},
+		{"lchown a link", req{Op: "lchown", Path: rw + "/mlink", Arg: 0, Arg2: 0}, 0, nil},
+		{"fchownat AT_EMPTY_PATH of the cwd", req{Op: "fchownat", Path: "", Arg: 0, Arg2: 0, N: empty}, 0, nil},
+		{"fchownat bad flags", req{Op: "fchownat", Path: rw + "/m", Arg: 0, Arg2: 0, N: 1}, unix.EINVAL, nil},
+		{"fchownat on the read-only mount", req{Op: "fchownat", Path: ro + "/f", Arg: 0, Arg2: 0}, unix.EROFS, nil},
+		{"utimensat", req{Op: "utimensat", Path: rw + "/m", Arg2: 2000000000}, 0, nil},
+		{"utimensat now", req{Op: "utimensat", Path: rw + "/m"}, 0, nil},
+		{"utimensat UTIME_OMIT", req{Op: "utimensat", Path: rw + "/m", Arg2: -1}, 0, nil},
+		{"utimensat AT_SYMLINK_NOFOLLOW", req{Op: "utimensat", Path: rw + "/mlink", Arg: nofollow, Arg2: 2000000000}, 0, nil},
+		{"utimensat relative to a dirfd", req{Op: "utimensat", FD: dfd, Path: "mlink", Arg2: 2000000000}, 0, nil},
+		{"utimensat missing", req{Op: "utimensat", Path: rw + "/x", Arg2: 2000000000}, unix.ENOENT, nil},
+		{"utimensat on the read-only mount", req{Op: "utimensat", Path: ro + "/f", Arg2: 2000000000}, unix.EROFS, nil},
+		{"utimensat bad flags", req{Op: "utimensat", Path: rw + "/m", Arg: 1, Arg2: 2000000000}, unix.EINVAL, nil},
+		{"utimensat an empty path", req{Op: "utimensat", Path: "", Arg2: 2000000000}, unix.ENOENT, nil},
+	} {
+		var got [2]resp
+		var after [2]string
+		for i, naive := range []bool{true, false} {
+			reset()
+			naiveContinue = naive
+			got[i] = sb.do(t, tc.r)
+			naiveContinue = false
+			after[i] = state()
+			got[i].ID = 0
+		}
+		if got[0].Errno != tc.want {
+			t.Errorf("%s: the kernel answers %v, the test expects %v", tc.name, errnoName(got[0].Errno), errnoName(tc.want))
+		}
+		if got[0].Errno != got[1].Errno || after[0] != after[1] {
+			t.Errorf("%s:\n kernel    %s %s\n performed %s %s", tc.name, errnoName(got[0].Errno), after[0], errnoName(got[1].Errno), after[1])
+		}
+	}
+	// a NULL path: the descriptor's times (futimens)
+	reset()
+	ffd := sb.open(t, rw+"/m", unix.O_RDWR)
+	for _, naive := range []bool{true, false} {
+		naiveContinue = naive
+		r := sb.do(t, req{Op: "utimensat", FD: ffd, FD2: 1, Arg2: 2000000000})
+		naiveContinue = false
+		var st unix.Stat_t
+		unix.Stat(rw+"/m", &st)
+		if r.Errno != 0 || st.Mtim.Sec != 2000000000 || st.Mtim.Nsec != 5 {
+			t.Errorf("utimensat(fd, NULL) naive=%v: %v, mtime %v", naive, errnoName(r.Errno), st.Mtim)
+		}
+		must(t, os.Chtimes(rw+"/m", time.Unix(1, 0), time.Unix(1, 0)))
+	}
+	if run.asked.Load() < 2*24 {
+		t.Errorf("the judge was asked %d times: the calls were not trapped", run.asked.Load())
 	}
 }

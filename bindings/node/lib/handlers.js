@@ -104,6 +104,7 @@ const PATH_ARG = {
   openat: 1, open: 0, creat: 0, unlinkat: 1, unlink: 0, mkdirat: 1, mkdir: 0, rmdir: 0, newfstatat: 1,
   statx: 1, stat: 0, lstat: 0, faccessat: 1, faccessat2: 1, access: 0, readlinkat: 1, readlink: 0,
   execve: 0, execveat: 1, truncate: 0, chdir: 0, mknodat: 1, mknod: 0,
+  chmod: 0, fchmodat: 1, fchmodat2: 1, chown: 0, lchown: 0, fchownat: 1, utimensat: 1,
 };
 
 /** The two-path calls: [index of the first path (old name, a symlink's target), of the second (new name)]. @type {Record<string, [number, number]>} */

@@ -178,6 +178,13 @@ _PATH_ARG = {
     "chdir": 0,
     "mknodat": 1,
     "mknod": 0,
+    "chmod": 0,
+    "fchmodat": 1,
+    "fchmodat2": 1,
+    "chown": 0,
+    "lchown": 0,
+    "fchownat": 1,
+    "utimensat": 1,
 }
 # the two-path calls: name -> (index of the first path: the old name or a symlink's
 # target, index of the second: the new name)
