@@ -36,12 +36,12 @@ func (f *fakeRun) decide(ev *Event) Action {
 	return Action{Kind: ActContinue}
 }
 
-func hostSandbox(t *testing.T, run *fakeRun, syscalls ...string) *sandbox {
+func hostSandbox(t testing.TB, run *fakeRun, syscalls ...string) *sandbox {
 	return hostSandboxAllowing(t, run, nil, syscalls...)
 }
 
 // hostSandboxAllowing: with calls of the deny list allowed (extra_allow_syscalls).
-func hostSandboxAllowing(t *testing.T, run *fakeRun, allow []string, syscalls ...string) *sandbox {
+func hostSandboxAllowing(t testing.TB, run *fakeRun, allow []string, syscalls ...string) *sandbox {
 	base, err := seccomp.Compile(seccomp.Config{ExtraAllow: allow})
 	if err != nil {
 		t.Fatal(err)
@@ -54,7 +54,7 @@ func hostSandboxAllowing(t *testing.T, run *fakeRun, allow []string, syscalls ..
 }
 
 // attachHostRun attaches the child as run (its pid 1 is the program: noPid1).
-func attachHostRun(t *testing.T, sb *sandbox, run HostRun) *RunLog {
+func attachHostRun(t testing.TB, sb *sandbox, run HostRun) *RunLog {
 	t.Helper()
 	pidfd, err := unix.PidfdOpen(sb.cmd.Process.Pid, 0)
 	if err != nil {

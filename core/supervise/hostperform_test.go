@@ -39,6 +39,17 @@ func executeHostPerform(r req) (resp, bool) {
 		return raceInode(r), true
 	case "race_two":
 		return raceTwo(r), true
+	case "stat_loop": // N newfstatat(Path); Val: the child's ns in all
+		p := cstr(r.Path)
+		var st unix.Stat_t
+		start := time.Now()
+		for i := 0; i < r.N; i++ {
+			if _, _, e := unix.Syscall6(unix.SYS_NEWFSTATAT, uintptr(0xffffff9c), uintptr(unsafe.Pointer(p)), uintptr(unsafe.Pointer(&st)), 0, 0, 0); e != 0 {
+				return resp{Errno: e}, true
+			}
+		}
+		runtime.KeepAlive(p)
+		return resp{Val: int64(time.Since(start))}, true
 	case "rename", "renameat2", "link", "linkat", "symlink", "symlinkat":
 		return twoPathCall(r), true
 	case "newfstatat", "stat", "lstat", "statx", "faccessat", "faccessat2", "access", "readlinkat", "readlink", "truncate", "mknodat", "mknod",
@@ -1053,5 +1064,38 @@ func TestHostMetaPerformed(t *testing.T) {
 	}
 	if run.asked.Load() < 2*24 {
 		t.Errorf("the judge was asked %d times: the calls were not trapped", run.asked.Load())
+	}
+}
+
+// BenchmarkHostStat: a newfstatat nobody watches (the sandbox's handlers are on
+// getppid: the call is not trapped), one a judge allows and the kernel continues
+// (naive, raceable) and one performed for the caller:
+//
+//	go test -tags sandtrap_testhook -run '^$' -bench HostStat -benchtime 2000x ./core/supervise
+func BenchmarkHostStat(b *testing.B) {
+	for _, mode := range []string{"unwatched", "judged-continued", "judged-performed"} {
+		b.Run(mode, func(b *testing.B) {
+			run := &fakeRun{deny: "/no/", done: make(chan struct{})}
+			trapped := "newfstatat"
+			if mode == "unwatched" {
+				trapped = "getppid"
+			}
+			sb := hostSandbox(b, run, trapped)
+			naiveContinue = mode == "judged-continued"
+			defer func() { naiveContinue = false }()
+			if a := sb.do(b, req{Op: "stat_loop", Path: sb.rw + "/f", N: 10}); a.Errno != 0 {
+				b.Fatalf("stat: %s", errnoName(a.Errno))
+			}
+			b.ResetTimer()
+			a := sb.do(b, req{Op: "stat_loop", Path: sb.rw + "/f", N: b.N})
+			b.StopTimer()
+			if a.Errno != 0 {
+				b.Fatalf("stat: %s", errnoName(a.Errno))
+			}
+			if mode != "unwatched" && run.asked.Load() < int64(b.N) {
+				b.Fatalf("judged %d of %d", run.asked.Load(), b.N)
+			}
+			b.ReportMetric(float64(a.Val)/float64(b.N), "child-ns/op")
+		})
 	}
 }
