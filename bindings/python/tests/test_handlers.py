@@ -384,7 +384,7 @@ def test_path_deny_handler_judges_both_paths_of_rename_link_symlink(tmp_path: Pa
         on_exception = ExceptionPolicy.KILL
 
         def handle(self, ctx: HandlerCtx) -> NotifAction:
-            seen.append((ctx.syscall, ctx.read_path(), ctx.read_path2()))
+            seen.append((ctx.syscall, ctx.path, ctx.path2))  # the copies, as the engine sent them
             return NotifAction.continue_()
 
     deny = PathDenyHandler(deny=[f"{secret}/*"], errno=errno.EACCES)
