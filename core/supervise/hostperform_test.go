@@ -525,7 +525,9 @@ func TestHostInodePerformed(t *testing.T) {
 	must(t, os.Symlink("loop1", rw+"/loop2"))
 	must(t, os.Symlink("missing", rw+"/dangling"))
 	must(t, os.WriteFile(rw+"/owned", []byte("abc"), 0o640))
-	must(t, os.Chown(rw+"/owned", 1234, 1234)) // unmapped in the child's namespace: the overflow ids
+	if os.Geteuid() == 0 {
+		must(t, os.Chown(rw+"/owned", 1234, 1234)) // unmapped in the child's namespace: the overflow ids
+	}
 	dfd := sb.open(t, rw, unix.O_DIRECTORY|unix.O_RDONLY)
 	ffd := sb.open(t, rw+"/f", unix.O_RDONLY)
 	lfd := sb.open(t, rw+"/flink", unix.O_PATH|unix.O_NOFOLLOW)
@@ -576,6 +578,7 @@ func TestHostInodePerformed(t *testing.T) {
 		{"newfstatat an empty path", req{Op: "newfstatat", FD: ffd, Path: ""}, unix.ENOENT, nil},
 		{"newfstatat bad flags", req{Op: "newfstatat", Path: rw + "/f", Arg: 1}, unix.EINVAL, nil},
 		{"newfstatat an unmapped owner", req{Op: "newfstatat", Path: rw + "/owned"}, 0, nil},
+		{"newfstatat a file of root's", req{Op: "newfstatat", Path: "/etc/passwd"}, 0, nil}, // as nobody: unmapped
 		{"stat", req{Op: "stat", Path: rw + "/inlink"}, 0, nil},
 		{"lstat", req{Op: "lstat", Path: rw + "/inlink"}, 0, nil},
 		{"lstat on the read-only mount", req{Op: "lstat", Path: ro + "/f"}, 0, nil},
@@ -1018,7 +1021,7 @@ func TestHostMetaPerformed(t *testing.T) {
 		{"chown to an unmapped uid", req{Op: "chown", Path: rw + "/m", Arg: 1234, Arg2: -1}, unix.EINVAL, nil},
 		{"chown -1 -1", req{Op: "chown", Path: rw + "/m", Arg: -1, Arg2: -1}, 0, nil},
 		{"lchown a link", req{Op: "lchown", Path: rw + "/mlink", Arg: 0, Arg2: 0}, 0, nil},
-		{"fchownat AT_EMPTY_PATH of the cwd", req{Op: "fchownat", Path: "", Arg: 0, Arg2: 0, N: empty}, 0, nil},
+		{"fchownat AT_EMPTY_PATH", req{Op: "fchownat", FD: dfd, Path: "", Arg: 0, Arg2: 0, N: empty}, 0, nil},
 		{"fchownat bad flags", req{Op: "fchownat", Path: rw + "/m", Arg: 0, Arg2: 0, N: 1}, unix.EINVAL, nil},
 		{"fchownat on the read-only mount", req{Op: "fchownat", Path: ro + "/f", Arg: 0, Arg2: 0}, unix.EROFS, nil},
 		{"utimensat", req{Op: "utimensat", Path: rw + "/m", Arg2: 2000000000}, 0, nil},
