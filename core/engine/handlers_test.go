@@ -794,6 +794,16 @@ print(t(lambda: os.rename(T + "/a", T + "/secret/a")), t(lambda: os.link(T + "/s
 	if _, err := os.Stat(filepath.Join(top, "stolen")); err == nil {
 		t.Fatal("the secret was linked out")
 	}
+	named := false // the refusal names both paths
+	ds, _ := res["denials"].([]any)
+	for _, d := range ds {
+		if m, _ := d.(map[string]any); m != nil && m["syscall"] == "rename" && m["path"] == filepath.Join(top, "a")+" -> "+filepath.Join(secret, "a") {
+			named = true
+		}
+	}
+	if !named {
+		t.Fatalf("denials: %v", ds)
+	}
 	if l, err := os.Readlink(filepath.Join(top, "l")); err != nil || l != "b" {
 		t.Fatalf("the symlink: %q %v", l, err)
 	}
