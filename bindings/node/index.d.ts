@@ -1033,8 +1033,10 @@ export declare class HandlerCtx {
   readonly syscall: string;
   readonly syscallNr: number;
   readonly args: readonly number[];
-  /** The supervisor's copy of the path argument (what the engine acts on). */
+  /** The supervisor's copy of the path argument (what the engine acts on); of a two-path call the first (old name, a symlink's target). */
   readonly path: string | null;
+  /** The copy of a two-path call's second path (rename, link: the new name; symlink: the link made). */
+  readonly path2: string | null;
   readonly argv: readonly string[] | null;
   readonly family: string | null;
   readonly host: string | null;
@@ -1043,6 +1045,10 @@ export declare class HandlerCtx {
   readCstr(addr: number, maxLen: number): Promise<string | null>;
   readPath(): string | null;
   readPath(arg: number, maxLen?: number): Promise<string | null>;
+  /** The second path's copy (rename, renameat, renameat2, link, linkat, symlink, symlinkat; TypeError for other calls). */
+  readPath2(maxLen?: number): string | null;
+  /** Every path the call names, copied: [readPath()] or [readPath(), readPath2()]. */
+  paths(maxLen?: number): (string | null)[];
 }
 
 export declare class Handler {

@@ -111,3 +111,125 @@ int main(int argc, char **argv) {
 	return 0;
 }
 `
+
+// Through the engine, a judge refusing a tree (path or path2 under /nono/): a C
+// program's second thread flips a path between okay/ and nono/ while the first
+// stats it (newfstatat) and renames a file to it (rename). Performed, the refused
+// file is never stat'ed and nothing lands in nono/; continued
+// (supervise.NaiveContinue), the same program reaches both.
+func TestHandlerPathCallRace(t *testing.T) {
+	dir := t.TempDir()
+	for _, d := range []string{"okay", "nono"} {
+		os.Mkdir(filepath.Join(dir, d), 0o777)
+		os.Chmod(filepath.Join(dir, d), 0o777)
+		os.WriteFile(filepath.Join(dir, d, "f"), []byte(d), 0o666)
+	}
+	src := filepath.Join(dir, "race.c")
+	os.WriteFile(src, []byte(pathRaceC), 0o644)
+	bin := filepath.Join(dir, "race")
+	if out, err := exec.Command("gcc", "-O2", "-pthread", "-o", bin, src).CombinedOutput(); err != nil {
+		t.Skipf("gcc: %v %s", err, out)
+	}
+	os.Chmod(dir, 0o777)
+	for _, naive := range []bool{false, true} {
+		mode := "performed"
+		if naive {
+			mode = "continued"
+		}
+		t.Run(mode, func(t *testing.T) {
+			supervise.NaiveContinue(naive)
+			defer supervise.NaiveContinue(false)
+			sb := newSB(t, map[string]any{"fs_readable": []any{"/usr", "/lib", "/lib64", "/bin"}, "fs_writable": []any{dir}})
+			res := drive(t, sb, map[string]any{"argv": []any{bin, dir, "3000"},
+				"handlers": []any{map[string]any{"syscall": "newfstatat", "id": 1}, map[string]any{"syscall": "rename", "id": 2}}},
+				func(c map[string]any) map[string]any {
+					p, _ := c["path"].(string)
+					p2, _ := c["path2"].(string)
+					if strings.Contains(p, "/nono/") || strings.Contains(p2, "/nono/") {
+						return map[string]any{"action": "errno", "errno": 13}
+					}
+					return map[string]any{"action": "continue"}
+				})
+			out := strings.TrimSpace(string(res["stdout"].([]byte)))
+			t.Logf("%s: %s", mode, out)
+			var sOK, sHit, sRef, rOK, rHit, rRef int
+			if _, err := fmt.Sscanf(out, "stat ok=%d hit=%d refused=%d rename ok=%d hit=%d refused=%d", &sOK, &sHit, &sRef, &rOK, &rHit, &rRef); err != nil {
+				t.Fatalf("output %q: %v (%v)", out, err, res)
+			}
+			if sOK == 0 || sRef == 0 || rOK == 0 || rRef == 0 {
+				t.Fatalf("the race did not happen: %s", out)
+			}
+			if !naive && (sHit != 0 || rHit != 0) {
+				t.Fatalf("a racing thread reached the refused tree: %s", out)
+			}
+			if naive && sHit == 0 && rHit == 0 {
+				t.Fatalf("continued calls never lost the race: the test does not attack (%s)", out)
+			}
+		})
+	}
+}
+
+const pathRaceC = `
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <errno.h>
+
+static char a1[4096], b1[4096], buf1[4096], a2[4096], b2[4096], buf2[4096];
+static volatile int stop;
+
+static void *flip(void *x) {
+	(void)x;
+	for (unsigned long i = 0; !stop; i++) {
+		strcpy(buf1, i & 1 ? a1 : b1);
+		strcpy(buf2, i & 1 ? a2 : b2);
+	}
+	return NULL;
+}
+
+int main(int argc, char **argv) {
+	const char *d = argv[1];
+	int n = atoi(argv[2]);
+	char src[4096];
+	snprintf(a1, sizeof a1, "%s/okay/f", d);
+	snprintf(b1, sizeof b1, "%s/nono/f", d);
+	snprintf(a2, sizeof a2, "%s/okay/r", d);
+	snprintf(b2, sizeof b2, "%s/nono/r", d);
+	snprintf(src, sizeof src, "%s/okay/s", d);
+	strcpy(buf1, a1);
+	strcpy(buf2, a2);
+	struct stat sec;
+	int fd = open(b1, O_PATH | O_CLOEXEC); /* openat is not judged here */
+	if (fd < 0 || fstat(fd, &sec) != 0) { perror("secret"); return 2; }
+	close(fd);
+	pthread_t t;
+	pthread_create(&t, NULL, flip, NULL);
+	int sok = 0, shit = 0, sref = 0, rok = 0, rhit = 0, rref = 0;
+	for (int i = 0; i < n; i++) {
+		struct stat st;
+		long r = syscall(SYS_newfstatat, AT_FDCWD, buf1, &st, 0);
+		if (r == 0) { sok++; if (st.st_ino == sec.st_ino) shit++; }
+		else if (errno == EACCES) sref++;
+	}
+	for (int i = 0; i < n; i++) {
+		int c = open(src, O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
+		if (c >= 0) close(c);
+		long r = syscall(SYS_rename, src, buf2);
+		if (r == 0) rok++;
+		else if (errno == EACCES) rref++;
+		fd = open(b2, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+		if (fd >= 0) { rhit++; close(fd); unlinkat(AT_FDCWD, b2, 0); }
+		unlinkat(AT_FDCWD, a2, 0);
+	}
+	stop = 1;
+	pthread_join(t, NULL);
+	printf("stat ok=%d hit=%d refused=%d rename ok=%d hit=%d refused=%d\n", sok, shit, sref, rok, rhit, rref);
+	return 0;
+}
+`

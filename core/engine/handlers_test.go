@@ -109,6 +109,13 @@ func TestHandlersCannotLoosen(t *testing.T) {
 	if kind != KindInvalidRequest || !strings.Contains(m["error"].(map[string]any)["message"].(string), "handlers[0].syscall") {
 		t.Fatalf("ptrace handler: %s %v", kind, m)
 	}
+	// and on chdir, which cannot be performed for the caller (its continue would be raceable)
+	m, kind = request(t, sb, map[string]any{"op": "run_handlers", "argv": []any{"/bin/true"},
+		"handlers": []any{map[string]any{"syscall": "getppid", "id": 1}, map[string]any{"syscall": "chdir", "id": 2}}})
+	if msg, _ := m["error"].(map[string]any)["message"].(string); kind != KindInvalidRequest || !strings.Contains(msg, "handlers[1].syscall") ||
+		!strings.Contains(msg, "chdir cannot be performed") {
+		t.Fatalf("chdir handler: %s %v", kind, m)
+	}
 }
 
 func TestPolicyFnSeesExecveArgvAndRestrictsNetwork(t *testing.T) {
@@ -657,5 +664,162 @@ print(",".join(out), n[0] > 0)
 	}
 	if execs.Load() < 6 {
 		t.Fatalf("the host judged %d execs, want 6", execs.Load())
+	}
+}
+
+// The path calls performed for the caller besides unlink and mkdir (stat, access,
+// readlink, truncate, mknod) answer as the kernel answers the program without
+// handlers, Landlock included: the same script's output with every one of them
+// judged (and continued) and in a plain run, and truncate and mkfifo refused
+// (EACCES) in a tree Landlock leaves readable only.
+func TestHandlerPerformedPathCallsAsTheKernel(t *testing.T) {
+	top := t.TempDir()
+	ro := filepath.Join(top, "denied") // on the writable mount, refused by Landlock alone
+	rw := filepath.Join(top, "ok")
+	reset := func() { // the directories stay (Landlock's rules hold their inodes)
+		for _, d := range []string{ro, rw} {
+			os.Mkdir(d, 0o777)
+			os.Chmod(d, 0o777)
+			for _, n := range []string{"f", "l", "p", "n"} {
+				os.Remove(filepath.Join(d, n))
+			}
+			os.WriteFile(filepath.Join(d, "f"), []byte("xyz"), 0o644)
+			os.Symlink("f", filepath.Join(d, "l"))
+		}
+	}
+	reset()
+	sb := newSB(t, map[string]any{"fs_readable": []any{"/usr", "/lib", "/lib64", "/bin", "/etc"}, "fs_writable": []any{top}, "fs_denied": []any{ro}})
+	script := fmt.Sprintf(`
+import os, stat
+D, O = %q, %q
+def t(f):
+    try:
+        return repr(f())
+    except OSError as e:
+        return "errno%%d" %% e.errno
+def st(p, **kw):
+    s = os.stat(p, **kw)
+    return (stat.filemode(s.st_mode), s.st_size, s.st_uid, s.st_gid, s.st_nlink)
+print(t(lambda: os.truncate(D + "/f", 0)), t(lambda: os.truncate(O + "/f", 1)),
+      t(lambda: os.mkfifo(D + "/p")), t(lambda: os.mkfifo(O + "/p")), t(lambda: os.mknod(O + "/n", 0o600 | stat.S_IFREG)))
+print(t(lambda: st(D + "/f")), t(lambda: st(O + "/f")), t(lambda: st(O + "/l", follow_symlinks=False)), t(lambda: st(O + "/p")),
+      t(lambda: st(O + "/missing")), t(lambda: st("/usr/bin")))
+print(t(lambda: os.access(D + "/f", os.W_OK)), t(lambda: os.access(O + "/f", os.W_OK)), t(lambda: os.access("/usr", os.W_OK)),
+      t(lambda: os.access(O + "/n", os.R_OK)), t(lambda: os.readlink(O + "/l")), t(lambda: os.readlink(O + "/f")))
+`, ro, rw)
+	argv := []any{"/usr/bin/python3", "-c", script}
+	reset()
+	plain, _ := request(t, sb, map[string]any{"op": "run", "argv": argv})
+	reset()
+	calls := []string{"newfstatat", "statx", "faccessat", "faccessat2", "access", "readlinkat", "readlink", "truncate", "mknodat", "mknod"}
+	var hs []any
+	for i, c := range calls {
+		hs = append(hs, map[string]any{"syscall": c, "id": int64(i + 1)})
+	}
+	judged := map[string]int{}
+	var mu sync.Mutex
+	res := drive(t, sb, map[string]any{"argv": argv, "handlers": hs}, func(c map[string]any) map[string]any {
+		mu.Lock()
+		judged[fmt.Sprint(c["syscall"])]++
+		mu.Unlock()
+		return map[string]any{"action": "continue"}
+	})
+	want, got := string(plain["stdout"].([]byte)), string(res["stdout"].([]byte))
+	t.Logf("judged %v\n%s", judged, got)
+	if want != got || exitCode(res) != 0 {
+		t.Fatalf("plain run:\n%s%v\njudged:\n%s%v", want, plain["stderr"], got, res["stderr"])
+	}
+	if !strings.HasPrefix(got, "errno13 None errno13 None None\n") {
+		t.Fatalf("want Landlock's EACCES for truncate and mkfifo in the readable tree: %q", got)
+	}
+	for _, kind := range [][]string{{"newfstatat", "statx"}, {"access", "faccessat", "faccessat2"}, {"readlink", "readlinkat"}, {"truncate"}, {"mknod", "mknodat"}} {
+		n := 0
+		for _, c := range kind {
+			n += judged[c]
+		}
+		if n == 0 {
+			t.Errorf("none of %v judged: %v", kind, judged)
+		}
+	}
+}
+
+// A two-path call is put to the judge with both of its paths (path, path2) and
+// performed with them; a judge refusing by the second refuses the call, and
+// ctx.deny_path holds for either.
+func TestHandlerTwoPathCallsJudgeBothPaths(t *testing.T) {
+	top := t.TempDir()
+	os.Chmod(top, 0o777)
+	secret := filepath.Join(top, "secret")
+	os.Mkdir(secret, 0o777)
+	os.Chmod(secret, 0o777)
+	os.WriteFile(filepath.Join(top, "a"), []byte("x"), 0o666)
+	os.WriteFile(filepath.Join(secret, "s"), []byte("s"), 0o666)
+	sb := newSB(t, map[string]any{"fs_readable": []any{"/usr", "/lib", "/lib64", "/bin", "/etc"}, "fs_writable": []any{top}})
+	script := fmt.Sprintf(`
+import os
+T = %q
+def t(f):
+    try:
+        f(); return "ok"
+    except OSError as e:
+        return "errno%%d" %% e.errno
+print(t(lambda: os.rename(T + "/a", T + "/secret/a")), t(lambda: os.link(T + "/secret/s", T + "/stolen")),
+      t(lambda: os.symlink("/etc/passwd", T + "/secret/l")), t(lambda: os.rename(T + "/a", T + "/b")),
+      t(lambda: os.link(T + "/b", T + "/c")), t(lambda: os.symlink("b", T + "/l")))
+`, top)
+	var mu sync.Mutex
+	var seen []string
+	res := drive(t, sb, map[string]any{"argv": []any{"/usr/bin/python3", "-c", script},
+		"handlers": []any{map[string]any{"syscall": "rename", "id": 1}, map[string]any{"syscall": "link", "id": 2},
+			map[string]any{"syscall": "symlink", "id": 3}}},
+		func(c map[string]any) map[string]any {
+			p, _ := c["path"].(string)
+			p2, _ := c["path2"].(string)
+			mu.Lock()
+			seen = append(seen, fmt.Sprintf("%s %s %s", c["syscall"], filepath.Base(p), filepath.Base(p2)))
+			mu.Unlock()
+			if strings.Contains(p, "/secret") || strings.Contains(p2, "/secret") {
+				return map[string]any{"action": "errno", "errno": int64(13)}
+			}
+			return map[string]any{"action": "continue"}
+		})
+	out := strings.TrimSpace(string(res["stdout"].([]byte)))
+	t.Logf("%s; judged %v", out, seen)
+	if out != "errno13 errno13 errno13 ok ok ok" {
+		t.Fatalf("want the three calls naming the secret tree refused, the others done: %q (%v)", out, res)
+	}
+	if want := "rename a a,link s stolen,symlink passwd l,rename a b,link b c,symlink b l"; strings.Join(seen, ",") != want {
+		t.Fatalf("judged %v, want %s", seen, want)
+	}
+	if _, err := os.Stat(filepath.Join(top, "stolen")); err == nil {
+		t.Fatal("the secret was linked out")
+	}
+	named := false // the refusal names both paths
+	ds, _ := res["denials"].([]any)
+	for _, d := range ds {
+		if m, _ := d.(map[string]any); m != nil && m["syscall"] == "rename" && m["path"] == filepath.Join(top, "a")+" -> "+filepath.Join(secret, "a") {
+			named = true
+		}
+	}
+	if !named {
+		t.Fatalf("denials: %v", ds)
+	}
+	if l, err := os.Readlink(filepath.Join(top, "l")); err != nil || l != "b" {
+		t.Fatalf("the symlink: %q %v", l, err)
+	}
+	// ctx.deny_path on the second path: from the first answer on
+	first := true
+	res = drive(t, sb, map[string]any{"argv": []any{"/usr/bin/python3", "-c",
+		fmt.Sprintf("import os\nfor i in range(2):\n try:\n  os.link(%q, %q + str(i))\n  print('ok')\n except OSError as e:\n  print(e.errno)\n", filepath.Join(top, "b"), filepath.Join(secret, "n"))},
+		"handlers": []any{map[string]any{"syscall": "link", "id": 1}}},
+		func(c map[string]any) map[string]any {
+			if first {
+				first = false
+				return map[string]any{"action": "continue", "deny_path": []any{secret}}
+			}
+			return map[string]any{"action": "continue"}
+		})
+	if out := strings.Fields(string(res["stdout"].([]byte))); len(out) != 2 || out[1] != "13" {
+		t.Fatalf("deny_path on path2: %q (%v)", out, res)
 	}
 }

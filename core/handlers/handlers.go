@@ -181,6 +181,10 @@ func parseHostRun(s Sandbox, m map[string]any, probs *policy.Problems) *hostRun 
 				probs.Add(at+".syscall", "%s is refused by the sandbox's deny list: a handler there would never run", name)
 				continue
 			}
+			if why := supervise.Unjudgeable(name); why != "" {
+				probs.Add(at+".syscall", "%s", why)
+				continue
+			}
 			id, okID := policy.AsInt(hm["id"])
 			if !okID || id <= 0 {
 				probs.Add(at+".id", "must be a positive integer (the binding's handler id)")
@@ -549,6 +553,8 @@ func eventDetail(ev *supervise.Event) string {
 	switch {
 	case ev.HasPath && ev.Syscall == "execve" && len(ev.Argv) > 0:
 		return strings.Join(ev.Argv, " ")
+	case ev.HasPath && ev.HasPath2:
+		return ev.Path + " -> " + ev.Path2
 	case ev.HasPath:
 		return ev.Path
 	case ev.Host != "":
@@ -566,6 +572,9 @@ func (r *hostRun) call(e *hostEvent) hostcall.Call {
 		"nr": ev.Nr, "pid": ev.Tid, "args": args, "category": category(ev.Syscall)}
 	if ev.HasPath {
 		f["path"] = ev.Path
+	}
+	if ev.HasPath2 {
+		f["path2"] = ev.Path2
 	}
 	if ev.Syscall == "execve" {
 		f["argv"] = ev.Argv

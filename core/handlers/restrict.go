@@ -194,16 +194,25 @@ func beneath(p, dir string) bool {
 
 // pathRefused: the copied path (made absolute) is a denied one or beneath one.
 func (r *hostRun) pathRefused(ev *supervise.Event) (syscall.Errno, string) {
-	if !ev.HasPath {
-		return 0, ""
+	if ev.HasPath && ev.Syscall != "symlink" && ev.Syscall != "symlinkat" { // a symlink's target is no name it resolves
+		if e, why := r.onePathRefused(ev, ev.Path); e != 0 {
+			return e, why
+		}
 	}
+	if ev.HasPath2 {
+		return r.onePathRefused(ev, ev.Path2)
+	}
+	return 0, ""
+}
+
+func (r *hostRun) onePathRefused(ev *supervise.Event, p string) (syscall.Errno, string) {
 	r.mu.Lock()
 	denied := r.denied
 	r.mu.Unlock()
 	if len(denied) == 0 {
 		return 0, ""
 	}
-	p := ev.Path
+	orig := p
 	if !strings.HasPrefix(p, "/") {
 		cwd, err := os.Readlink("/proc/" + strconv.Itoa(int(ev.Tid)) + "/cwd")
 		if err != nil {
@@ -214,7 +223,7 @@ func (r *hostRun) pathRefused(ev *supervise.Event) (syscall.Errno, string) {
 	p = path.Clean(p)
 	for _, d := range denied {
 		if beneath(p, d.path) {
-			return unix.EACCES, fmt.Sprintf("%s %s (deny_path %s)", ev.Syscall, ev.Path, d.path)
+			return unix.EACCES, fmt.Sprintf("%s %s (deny_path %s)", ev.Syscall, orig, d.path)
 		}
 	}
 	return 0, ""

@@ -77,6 +77,11 @@ type Event struct {
 	Path    string
 	HasPath bool
 	PathErr string
+	// Path2 is the second path argument of rename, link and symlink calls (their
+	// new name; Path is the old name or the symlink's target), copied as Path is.
+	Path2    string
+	HasPath2 bool
+	Path2Err string
 	// Argv (execve): the arguments copied, at most maxArgv of them and
 	// maxArgvBytes in all (ArgvTruncated then).
 	Argv          []string
@@ -196,6 +201,26 @@ var PathArg = map[string]int{
 	"rmdir": 0, "newfstatat": 1, "statx": 1, "stat": 0, "lstat": 0, "faccessat": 1, "faccessat2": 1,
 	"access": 0, "readlinkat": 1, "readlink": 0, "execve": 0, "execveat": 1, "truncate": 0,
 	"chdir": 0, "mknodat": 1, "mknod": 0,
+	"chmod": 0, "fchmodat": 1, "fchmodat2": 1, "chown": 0, "lchown": 0, "fchownat": 1, "utimensat": 1,
+	// the first path of the two-path calls (the old name; symlink's target)
+	"rename": 0, "renameat": 1, "renameat2": 1, "link": 0, "linkat": 1, "symlink": 0, "symlinkat": 0,
+}
+
+// PathArg2 is the index of the second path argument of the two-path calls (the new name).
+var PathArg2 = map[string]int{
+	"rename": 1, "renameat": 3, "renameat2": 3, "link": 1, "linkat": 3, "symlink": 1, "symlinkat": 2,
+}
+
+// Unjudgeable says why a handler cannot be registered on a syscall ("": it can):
+// a path call that cannot be performed for the caller, so that a judge's continue
+// would let the kernel re-read a path a thread of the caller can rewrite after the
+// judge saw it (execve is held instead: hostexec.go).
+func Unjudgeable(name string) string {
+	if name == "chdir" {
+		return "chdir cannot be performed for the caller (it changes the caller's own working directory) and a continued " +
+			"chdir re-reads the path after the judge saw it: judge the calls made from the new directory (openat, …) instead"
+	}
+	return ""
 }
 
 // HostTraps are the traps the host's calls add to a filter.
@@ -388,7 +413,7 @@ func (h *hostCall) done(act Action) {
 func (h *hostCall) performs() bool {
 	c, ev := h.c, h.ev
 	return h.name == "connect" && c.s.cfg.Net != nil || h.name == "sendto" && c.s.cfg.Net != nil && ev.adr != nil ||
-		h.builtinTraps || openTarget(ev) || h.name == "bind" || unlinkTarget(ev) || mkdirTarget(ev) ||
+		h.builtinTraps || openTarget(ev) || h.name == "bind" || unlinkTarget(ev) || mkdirTarget(ev) || inodeTarget(ev) || twoPathTarget(ev) || metaTarget(ev) ||
 		h.name == "execve"
 }
 
@@ -416,6 +441,12 @@ func (h *hostCall) act(act Action) reply {
 			return c.bindForCaller(ev.adr) // the address the host judged, bound here (hostperform.go)
 		case unlinkTarget(ev), mkdirTarget(ev):
 			return c.pathForCaller(ev) // the path the host judged, removed or made here
+		case inodeTarget(ev):
+			return c.inodeForCaller(ev) // stat, access, readlink, truncate, mknod of the judged path (hostpath.go)
+		case twoPathTarget(ev):
+			return c.twoPathForCaller(ev) // rename, link, symlink of the two judged paths (hostpath2.go)
+		case metaTarget(ev):
+			return c.metaForCaller(ev) // chmod, chown, utimensat of the judged path (hostmeta.go)
 		case name == "execve":
 			return c.execJudged(ev, h.initPid) // continued with the memory it judged held still (hostexec.go)
 		}
@@ -453,6 +484,8 @@ func (h *hostCall) act(act Action) reply {
 // describe names the call for Denials.
 func (e *Event) describe() string {
 	switch {
+	case e.HasPath && e.HasPath2:
+		return e.Path + " -> " + e.Path2
 	case e.HasPath:
 		return e.Path
 	case e.Host != "":
@@ -472,6 +505,14 @@ func (c *call) copyEvent(ev *Event) *reply {
 			ev.PathErr = err.Error()
 		} else {
 			ev.Path, ev.HasPath = p, true
+		}
+	}
+	if i, ok := PathArg2[ev.Syscall]; ok {
+		p, err := c.readString(c.arg(i), unix.PathMax)
+		if err != nil {
+			ev.Path2Err = err.Error()
+		} else {
+			ev.Path2, ev.HasPath2 = p, true
 		}
 	}
 	if ev.Syscall == "execve" {

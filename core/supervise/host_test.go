@@ -30,14 +30,19 @@ func (f *fakeRun) decide(ev *Event) Action {
 	if f.act != nil {
 		return *f.act
 	}
-	if f.deny != "" && strings.Contains(ev.Path, f.deny) || f.denyPort != 0 && ev.Port == f.denyPort {
+	if f.deny != "" && (strings.Contains(ev.Path, f.deny) || strings.Contains(ev.Path2, f.deny)) || f.denyPort != 0 && ev.Port == f.denyPort {
 		return Action{Kind: ActErrno, Errno: unix.EACCES}
 	}
 	return Action{Kind: ActContinue}
 }
 
-func hostSandbox(t *testing.T, run *fakeRun, syscalls ...string) *sandbox {
-	base, err := seccomp.Compile(seccomp.Config{})
+func hostSandbox(t testing.TB, run *fakeRun, syscalls ...string) *sandbox {
+	return hostSandboxAllowing(t, run, nil, syscalls...)
+}
+
+// hostSandboxAllowing: with calls of the deny list allowed (extra_allow_syscalls).
+func hostSandboxAllowing(t testing.TB, run *fakeRun, allow []string, syscalls ...string) *sandbox {
+	base, err := seccomp.Compile(seccomp.Config{ExtraAllow: allow})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +54,7 @@ func hostSandbox(t *testing.T, run *fakeRun, syscalls ...string) *sandbox {
 }
 
 // attachHostRun attaches the child as run (its pid 1 is the program: noPid1).
-func attachHostRun(t *testing.T, sb *sandbox, run HostRun) *RunLog {
+func attachHostRun(t testing.TB, sb *sandbox, run HostRun) *RunLog {
 	t.Helper()
 	pidfd, err := unix.PidfdOpen(sb.cmd.Process.Pid, 0)
 	if err != nil {

@@ -104,6 +104,12 @@ const PATH_ARG = {
   openat: 1, open: 0, creat: 0, unlinkat: 1, unlink: 0, mkdirat: 1, mkdir: 0, rmdir: 0, newfstatat: 1,
   statx: 1, stat: 0, lstat: 0, faccessat: 1, faccessat2: 1, access: 0, readlinkat: 1, readlink: 0,
   execve: 0, execveat: 1, truncate: 0, chdir: 0, mknodat: 1, mknod: 0,
+  chmod: 0, fchmodat: 1, fchmodat2: 1, chown: 0, lchown: 0, fchownat: 1, utimensat: 1,
+};
+
+/** The two-path calls: [index of the first path (old name, a symlink's target), of the second (new name)]. @type {Record<string, [number, number]>} */
+const MULTI_PATH = {
+  renameat2: [1, 3], renameat: [1, 3], rename: [0, 1], linkat: [1, 3], link: [0, 1], symlinkat: [0, 2], symlink: [0, 1],
 };
 
 /** One trapped call: registers, the supervisor's copies (path, argv, host, port), memory reads while it waits. */
@@ -116,6 +122,8 @@ class HandlerCtx {
     this.syscallNr = call.nr;
     this.args = Object.freeze([...(call.args ?? [])]);
     this.path = call.path ?? null;
+    /** the new name of a rename or link, the link a symlink makes (its path is the target) */
+    this.path2 = call.path2 ?? null;
     this.argv = call.argv ? Object.freeze([...call.argv]) : null;
     this.family = call.family ?? null;
     this.host = call.host ?? null;
@@ -163,10 +171,32 @@ class HandlerCtx {
    */
   readPath(arg, maxLen = 4096) {
     if (arg === undefined) {
-      if (!(this.syscall in PATH_ARG)) throw new TypeError(`readPath: ${this.syscall} is not a known path syscall: pass arg`);
+      if (!(this.syscall in PATH_ARG) && !(this.syscall in MULTI_PATH)) {
+        throw new TypeError(`readPath: ${this.syscall} is not a known path syscall: pass arg`);
+      }
       return this.path === null ? null : this.path.slice(0, maxLen);
     }
     return this.readCstr(this.args[arg], maxLen);
+  }
+
+  /**
+   * The second path of a two-path call (rename, link: the new name; symlink: the link made), the supervisor's copy.
+   * @param {number} [maxLen]
+   * @returns {string | null}
+   */
+  readPath2(maxLen = 4096) {
+    if (!(this.syscall in MULTI_PATH)) throw new TypeError(`readPath2: ${this.syscall} has one path argument at most`);
+    return this.path2 === null ? null : this.path2.slice(0, maxLen);
+  }
+
+  /**
+   * Every path the call names, copied: [readPath()], or [readPath(), readPath2()] for a two-path call.
+   * @param {number} [maxLen]
+   * @returns {(string | null)[]}
+   */
+  paths(maxLen = 4096) {
+    const first = /** @type {string | null} */ (this.readPath(undefined, maxLen));
+    return this.syscall in MULTI_PATH ? [first, this.readPath2(maxLen)] : [first];
   }
 }
 
@@ -438,7 +468,7 @@ function globRegExp(pattern) {
 
 const COMMON_PATH_SYSCALLS = Object.freeze(['openat', 'unlinkat', 'newfstatat', 'statx', 'faccessat', 'readlinkat', 'mkdirat', 'execve']);
 
-/** Deny (errno, EPERM) calls whose path matches a pattern of deny; fails closed. */
+/** Deny (errno, EPERM) calls whose path (either of a rename, link, symlink) matches a pattern of deny; fails closed. */
 class PathDenyHandler extends Handler {
   /** @param {{deny: string[], errno?: number, maxLen?: number}} options */
   constructor({ deny, errno = 1, maxLen = 4096 }) {
@@ -451,8 +481,8 @@ class PathDenyHandler extends Handler {
 
   /** @param {HandlerCtx} ctx */
   handle(ctx) {
-    const p = /** @type {string | null} */ (ctx.readPath(undefined, this.maxLen));
-    if (p !== null && this.deny.some((re) => re.test(p))) return NotifAction.errno(this.errno);
+    // both paths of a rename, link, symlink
+    if (ctx.paths(this.maxLen).some((p) => p !== null && this.deny.some((re) => re.test(p)))) return NotifAction.errno(this.errno);
     return NotifAction.continue_();
   }
 }
@@ -470,8 +500,8 @@ class PathAllowHandler extends Handler {
 
   /** @param {HandlerCtx} ctx */
   handle(ctx) {
-    const p = /** @type {string | null} */ (ctx.readPath(undefined, this.maxLen));
-    if (p !== null && this.allow.some((re) => re.test(p))) return NotifAction.continue_();
+    // every path of the call must be allowed
+    if (ctx.paths(this.maxLen).every((p) => p !== null && this.allow.some((re) => re.test(p)))) return NotifAction.continue_();
     return NotifAction.errno(this.errno);
   }
 }

@@ -204,3 +204,42 @@ test('an aborted run is killed (fail closed)', async () => {
   assert.ok(Date.now() - t < 5000);
   sb.close();
 });
+
+test('PathDenyHandler judges both paths of rename, link, symlink (path2)', async () => {
+  const dir = tmp();
+  fs.chmodSync(dir, 0o777);
+  const secret = path.join(dir, 'secret');
+  fs.mkdirSync(secret, { mode: 0o777 });
+  fs.chmodSync(secret, 0o777);
+  fs.writeFileSync(path.join(secret, 's'), 's', { mode: 0o666 });
+  fs.writeFileSync(path.join(dir, 'a'), 'a', { mode: 0o666 });
+  fs.chmodSync(path.join(dir, 'a'), 0o666);
+  fs.chmodSync(path.join(secret, 's'), 0o666);
+  const seen = [];
+  class Record extends Handler {
+    handle(ctx) {
+      seen.push([ctx.syscall, ctx.readPath(), ctx.readPath2()]);
+      return NotifAction.continue_();
+    }
+  }
+  const deny = new PathDenyHandler({ deny: [`${secret}/*`], errno: 13 });
+  const script = `
+import os, sys
+T = sys.argv[1]
+def t(f):
+    try:
+        f(); return "ok"
+    except OSError as e:
+        return str(e.errno)
+print(t(lambda: os.rename(T + "/a", T + "/secret/a")), t(lambda: os.link(T + "/secret/s", T + "/stolen")),
+      t(lambda: os.symlink("x", T + "/secret/l")), t(lambda: os.rename(T + "/a", T + "/b")),
+      t(lambda: os.link(T + "/b", T + "/c")), t(lambda: os.symlink("b", T + "/l")))
+`;
+  const sb = new Sandbox({ fsReadable: [...SYSTEM, '/etc'], fsWritable: [dir] });
+  const r = await sb.runWithHandlers(['/usr/bin/python3', '-c', script, dir],
+    ['rename', 'link', 'symlink'].flatMap((s) => [[s, new Record()], [s, deny]]));
+  sb.close();
+  assert.equal(r.stdout.toString().trim(), '13 13 13 ok ok ok', r.stderr.toString());
+  assert.deepEqual(seen.find((e) => e[0] === 'symlink' && e[1] === 'b'), ['symlink', 'b', path.join(dir, 'l')]);
+  assert.ok(!fs.existsSync(path.join(dir, 'stolen')));
+});

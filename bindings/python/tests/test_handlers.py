@@ -363,3 +363,144 @@ def test_killed_host_kills_the_run(tmp_path: Path) -> None:
         time.sleep(0.05)
     else:
         raise AssertionError(f"pid {pid} outlived its host")
+
+
+def test_path_deny_handler_judges_both_paths_of_rename_link_symlink(tmp_path: Path) -> None:
+    """PathDenyHandler sees path2 (the new name): a rename, link or symlink into or
+    out of the denied tree is refused, by either of its paths; the others run."""
+    from sandtrap.presets import PathDenyHandler
+
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "s").write_text("s")
+    (tmp_path / "a").write_text("a")
+    for p in (tmp_path, secret):
+        os.chmod(p, 0o777)
+    os.chmod(secret / "s", 0o666)
+    os.chmod(tmp_path / "a", 0o666)
+    seen: list[tuple[str, str | None, str | None]] = []
+
+    class Record(Handler):
+        on_exception = ExceptionPolicy.KILL
+
+        def handle(self, ctx: HandlerCtx) -> NotifAction:
+            seen.append((ctx.syscall, ctx.path, ctx.path2))  # the copies, as the engine sent them
+            return NotifAction.continue_()
+
+    deny = PathDenyHandler(deny=[f"{secret}/*"], errno=errno.EACCES)
+    t = str(tmp_path)
+    script = f"""
+import os
+def t(f):
+    try:
+        f(); return "ok"
+    except OSError as e:
+        return str(e.errno)
+print(t(lambda: os.rename({t!r} + "/a", {t!r} + "/secret/a")), t(lambda: os.link({t!r} + "/secret/s", {t!r} + "/stolen")),
+      t(lambda: os.symlink("x", {t!r} + "/secret/l")), t(lambda: os.rename({t!r} + "/a", {t!r} + "/b")),
+      t(lambda: os.link({t!r} + "/b", {t!r} + "/c")), t(lambda: os.symlink("b", {t!r} + "/l")))
+"""
+    sb = Sandbox(fs_readable=RO + ["/etc"], fs_writable=[t])
+    r = sb.run_with_handlers(
+        ["/usr/bin/python3", "-c", script], [(s, h) for s in ("rename", "link", "symlink") for h in (Record(), deny)]
+    )
+    sb.close()
+    assert r.stdout.split() == [b"13", b"13", b"13", b"ok", b"ok", b"ok"], r
+    assert ("rename", f"{t}/a", f"{t}/secret/a") in seen and ("symlink", "b", f"{t}/l") in seen, seen
+    assert not (tmp_path / "stolen").exists() and os.readlink(tmp_path / "l") == "b"
+
+
+_PATH_RACE_C = r"""
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <errno.h>
+
+static char a1[4096], b1[4096], buf1[4096], a2[4096], b2[4096], buf2[4096];
+static volatile int stop;
+
+static void *flip(void *x) {
+	(void)x;
+	for (unsigned long i = 0; !stop; i++) {
+		strcpy(buf1, i & 1 ? a1 : b1);
+		strcpy(buf2, i & 1 ? a2 : b2);
+	}
+	return NULL;
+}
+
+int main(int argc, char **argv) {
+	const char *d = argv[1];
+	int n = atoi(argv[2]);
+	char src[4096];
+	snprintf(a1, sizeof a1, "%s/okay/f", d);
+	snprintf(b1, sizeof b1, "%s/nono/f", d);
+	snprintf(a2, sizeof a2, "%s/okay/r", d);
+	snprintf(b2, sizeof b2, "%s/nono/r", d);
+	snprintf(src, sizeof src, "%s/okay/s", d);
+	strcpy(buf1, a1);
+	strcpy(buf2, a2);
+	struct stat sec;
+	int fd = open(b1, O_PATH | O_CLOEXEC); /* openat is not judged here */
+	if (fd < 0 || fstat(fd, &sec) != 0) { perror("secret"); return 2; }
+	close(fd);
+	pthread_t t;
+	pthread_create(&t, NULL, flip, NULL);
+	int sok = 0, shit = 0, sref = 0, rok = 0, rhit = 0, rref = 0;
+	for (int i = 0; i < n; i++) {
+		struct stat st;
+		long r = syscall(SYS_newfstatat, AT_FDCWD, buf1, &st, 0);
+		if (r == 0) { sok++; if (st.st_ino == sec.st_ino) shit++; }
+		else if (errno == EACCES) sref++;
+	}
+	for (int i = 0; i < n; i++) {
+		int c = open(src, O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
+		if (c >= 0) close(c);
+		long r = syscall(SYS_rename, src, buf2);
+		if (r == 0) rok++;
+		else if (errno == EACCES) rref++;
+		fd = open(b2, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+		if (fd >= 0) { rhit++; close(fd); unlinkat(AT_FDCWD, b2, 0); }
+		unlinkat(AT_FDCWD, a2, 0);
+	}
+	stop = 1;
+	pthread_join(t, NULL);
+	printf("stat ok=%d hit=%d refused=%d rename ok=%d hit=%d refused=%d\n", sok, shit, sref, rok, rhit, rref);
+	return 0;
+}
+"""
+
+
+def test_path_deny_handler_race_stat_and_rename(tmp_path: Path) -> None:
+    """A C program's second thread flips a path between okay/ and nono/ while the
+    first stats it and renames a file to it, under PathDenyHandler on newfstatat
+    and rename: the call the handler allowed is performed on the path it saw, so
+    the refused file is never stat'ed and nothing lands in nono/."""
+    import shutil
+    import subprocess
+
+    from sandtrap.presets import PathDenyHandler
+
+    if shutil.which("gcc") is None:
+        pytest.skip("no gcc")
+    for d in ("okay", "nono"):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "f").write_text(d)
+        os.chmod(tmp_path / d, 0o777)
+    os.chmod(tmp_path, 0o777)
+    (tmp_path / "race.c").write_text(_PATH_RACE_C)
+    subprocess.run(["gcc", "-O2", "-pthread", "-o", str(tmp_path / "race"), str(tmp_path / "race.c")], check=True)
+    deny = PathDenyHandler(deny=["*/nono/*"], errno=errno.EACCES)
+    sb = Sandbox(fs_readable=RO + ["/lib64"], fs_writable=[str(tmp_path)])
+    r = sb.run_with_handlers([str(tmp_path / "race"), str(tmp_path), "3000"], [("newfstatat", deny), ("rename", deny)])
+    sb.close()
+    out = r.stdout.decode().split()  # stat ok= hit= refused= rename ok= hit= refused=
+    assert len(out) == 8 and out[0] == "stat" and out[4] == "rename", r
+    n = [int(w.split("=")[1]) for w in out if "=" in w]
+    assert n[0] and n[2] and n[3] and n[5], r  # both outcomes of each: the race ran
+    assert n[1] == 0 and n[4] == 0, r.stdout  # the refused file stat'ed, a file renamed into nono/

@@ -139,3 +139,13 @@ export async function pythonOverVirtualFS(): Promise<string> {
 }
 // @ts-expect-error: a VirtualFS's files are strings or bytes
 new VirtualFS({ '/a': 1 });
+
+// the two-path calls' second copy (path2)
+export function twoPaths(ctx: sandtrap.HandlerCtx): string {
+  const first: string | null = ctx.readPath();
+  const second: string | null = ctx.readPath2(256);
+  const all: (string | null)[] = ctx.paths();
+  // @ts-expect-error: path2 is read-only
+  ctx.path2 = 'x';
+  return `${first} ${second} ${all.length} ${ctx.path2 ?? ''}`;
+}

@@ -178,15 +178,34 @@ _PATH_ARG = {
     "chdir": 0,
     "mknodat": 1,
     "mknod": 0,
+    "chmod": 0,
+    "fchmodat": 1,
+    "fchmodat2": 1,
+    "chown": 0,
+    "lchown": 0,
+    "fchownat": 1,
+    "utimensat": 1,
 }
-_MULTI_PATH = {"renameat2", "renameat", "rename", "linkat", "link", "symlinkat", "symlink"}
+# the two-path calls: name -> (index of the first path: the old name or a symlink's
+# target, index of the second: the new name)
+_MULTI_PATH = {
+    "renameat2": (1, 3),
+    "renameat": (1, 3),
+    "rename": (0, 1),
+    "linkat": (1, 3),
+    "link": (0, 1),
+    "symlinkat": (0, 2),
+    "symlink": (0, 1),
+}
 
 
 @dataclass(frozen=True)
 class HandlerCtx:
     """One trapped call: its registers, what the supervisor copied (``path``,
-    ``argv``, the address), and reads of the caller's memory while the call waits
-    (``read``, ``read_cstr``, ``read_path``; ``None`` once it no longer waits)."""
+    ``path2``, ``argv``, the address), and reads of the caller's memory while the
+    call waits (``read``, ``read_cstr``, ``read_path``; ``None`` once it no longer
+    waits). ``path2`` is the new name of a rename or link, or the link made by a
+    symlink (whose ``path`` is its target)."""
 
     id: int
     pid: int
@@ -195,6 +214,7 @@ class HandlerCtx:
     args: tuple[int, int, int, int, int, int]
     path: str | None = None
     argv: tuple[str, ...] | None = None
+    path2: str | None = None
     family: str | None = None
     host: str | None = None
     port: int = 0
@@ -232,19 +252,35 @@ class HandlerCtx:
 
     def read_path(self, arg: int | None = None, max_len: int = 4096) -> str | None:
         """The path argument. With ``arg=None`` it is the supervisor's copy (the one
-        the engine acts on), for the calls whose path argument is known; with an
-        explicit ``arg`` (0..5) the string at ``args[arg]``, read now."""
+        the engine acts on), for the calls whose path argument is known (of a
+        two-path call its first: the old name, a symlink's target; ``read_path2``
+        the second); with an explicit ``arg`` (0..5) the string at ``args[arg]``,
+        read now."""
         if arg is None:
-            if self.syscall in _MULTI_PATH:
-                raise ValueError(f"read_path: {self.syscall} has several path arguments: pass arg=")
-            if self.syscall not in _PATH_ARG:
+            if self.syscall not in _PATH_ARG and self.syscall not in _MULTI_PATH:
                 raise ValueError(f"read_path: {self.syscall} is not a known path syscall: pass arg=")
             if self.path is not None:
                 return self.path[:max_len]
-            arg = _PATH_ARG[self.syscall]
+            arg = _PATH_ARG[self.syscall] if self.syscall in _PATH_ARG else _MULTI_PATH[self.syscall][0]
         if not 0 <= arg < 6:
             raise ValueError(f"read_path: arg must be in 0..5, got {arg}")
         return self.read_cstr(self.args[arg], max_len)
+
+    def read_path2(self, max_len: int = 4096) -> str | None:
+        """The second path of a two-path call (rename, link: the new name; symlink:
+        the link made), the supervisor's copy, which the engine acts on."""
+        if self.syscall not in _MULTI_PATH:
+            raise ValueError(f"read_path2: {self.syscall} has one path argument at most")
+        if self.path2 is not None:
+            return self.path2[:max_len]
+        return self.read_cstr(self.args[_MULTI_PATH[self.syscall][1]], max_len)
+
+    def paths(self, max_len: int = 4096) -> list[str | None]:
+        """Every path the call names, copied: ``[read_path()]``, or for a two-path
+        call ``[read_path(), read_path2()]``."""
+        if self.syscall in _MULTI_PATH:
+            return [self.read_path(max_len=max_len), self.read_path2(max_len)]
+        return [self.read_path(max_len=max_len)]
 
 
 @dataclass(frozen=True)
@@ -433,6 +469,7 @@ class _Run:
             args=_six(call.get("args")),
             path=call.get("path"),
             argv=tuple(argv) if argv is not None else None,
+            path2=call.get("path2"),
             family=call.get("family"),
             host=call.get("host"),
             port=call.get("port", 0),

@@ -51,8 +51,8 @@ class AuditPathsHandler(Handler):
 
 class PathDenyHandler(Handler):
     """Deny (``errno``, EPERM) calls whose path matches an ``fnmatch`` pattern of
-    ``deny``; a path that cannot be read is left to the other rules. Fails closed
-    (``on_exception=KILL``)."""
+    ``deny`` (either path of a rename, link or symlink); a path that cannot be read
+    is left to the other rules. Fails closed (``on_exception=KILL``)."""
 
     on_exception = ExceptionPolicy.KILL
 
@@ -64,18 +64,18 @@ class PathDenyHandler(Handler):
         self.max_len = max_len
 
     def handle(self, ctx: HandlerCtx) -> NotifAction:
-        path = ctx.read_path(max_len=self.max_len)
-        if path is None:
-            return NotifAction.continue_()
-        for pattern in self.deny:
-            if fnmatch.fnmatchcase(path, pattern):
-                return NotifAction.errno(self.errno)
+        for path in ctx.paths(max_len=self.max_len):  # both of a rename, link, symlink
+            if path is None:
+                continue
+            for pattern in self.deny:
+                if fnmatch.fnmatchcase(path, pattern):
+                    return NotifAction.errno(self.errno)
         return NotifAction.continue_()
 
 
 class PathAllowHandler(Handler):
     """Allow only paths matching a pattern of ``allow`` (others: ``errno``, EACCES,
-    also when the path cannot be read). fstat is newfstatat with the empty path
+    also when the path cannot be read; both paths of a two-path call). fstat is newfstatat with the empty path
     (AT_EMPTY_PATH): allow ``""`` too when registering on newfstatat or statx."""
 
     on_exception = ExceptionPolicy.KILL
@@ -88,13 +88,10 @@ class PathAllowHandler(Handler):
         self.max_len = max_len
 
     def handle(self, ctx: HandlerCtx) -> NotifAction:
-        path = ctx.read_path(max_len=self.max_len)
-        if path is None:
-            return NotifAction.errno(self.errno)
-        for pattern in self.allow:
-            if fnmatch.fnmatchcase(path, pattern):
-                return NotifAction.continue_()
-        return NotifAction.errno(self.errno)
+        for path in ctx.paths(max_len=self.max_len):  # every path of the call must be allowed
+            if path is None or not any(fnmatch.fnmatchcase(path, p) for p in self.allow):
+                return NotifAction.errno(self.errno)
+        return NotifAction.continue_()
 
 
 class LogSyscallsHandler(Handler):

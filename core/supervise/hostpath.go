@@ -1,0 +1,409 @@
+//go:build linux
+
+package supervise
+
+import (
+	"bufio"
+	"os"
+	"strconv"
+	"strings"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// The other path calls a judge allowed are performed here too, on the copy it
+// judged, as unlink and mkdir are (hostperform.go: a thread of its own in the
+// sandbox's Landlock domain, with the caller's credentials, umask and no
+// capability, resolving in the caller's root and cwd or beneath its directory
+// descriptor, never through a magic link):
+//
+//   - newfstatat, stat, lstat, statx: the file is opened O_PATH (O_NOFOLLOW for
+//     AT_SYMLINK_NOFOLLOW and lstat) on that thread and stat'ed by descriptor; the
+//     result is written into the caller's buffer with its owner and group as the
+//     caller's user namespace shows them (its uid_map and gid_map; an id it does
+//     not map is the overflow id, as the kernel shows it). AT_EMPTY_PATH with an
+//     empty path stats the caller's descriptor (or its cwd);
+//   - faccessat, faccessat2, access: faccessat2 on that descriptor with the
+//     caller's mode and AT_EACCESS (the kernel checks the thread's real or
+//     effective ids, the caller's);
+//   - readlinkat, readlink: the link itself opened O_PATH|O_NOFOLLOW and read, at
+//     most the caller's size written into its buffer. A link under /proc is
+//     refused (EACCES): its target would be named in the supervisor's view;
+//   - truncate: made on the file reached (its /proc/thread-self/fd name): the
+//     kernel checks write permission and Landlock's TRUNCATE right on that file for
+//     the thread;
+//   - mknodat, mknod: made in the parent directory as mkdir is (Landlock's MAKE_*
+//     rights, the umask).
+//
+// Differences from the kernel's own call are openForCaller's (ELOOP for a magic
+// link, EACCES for a path leaving its directory descriptor); the calls the kernel
+// refuses for their arguments alone (flags, sizes, modes) are refused the same way
+// before anything is resolved.
+
+// inodeCalls are the calls performed here (besides openTarget, unlinkTarget, mkdirTarget).
+var inodeCalls = map[string]bool{
+	"newfstatat": true, "stat": true, "lstat": true, "statx": true,
+	"faccessat": true, "faccessat2": true, "access": true,
+	"readlinkat": true, "readlink": true, "truncate": true, "mknodat": true, "mknod": true,
+}
+
+func inodeTarget(ev *Event) bool { return inodeCalls[ev.Syscall] }
+
+const (
+	atStatxSyncType = 0x6000
+	statxReserved   = 0x80000000
+	procSuperMagic  = 0x9fa0
+)
+
+// inodeForCaller performs a call of inodeCalls with the path the judge saw.
+func (c *call) inodeForCaller(ev *Event) reply {
+	dirfd := int32(unix.AT_FDCWD)
+	var flags uint64
+	pathArg := PathArg[ev.Syscall]
+	switch ev.Syscall {
+	case "newfstatat":
+		dirfd, flags = c.argInt(0), uint64(uint32(c.arg(3)))
+		if flags&^uint64(unix.AT_SYMLINK_NOFOLLOW|unix.AT_NO_AUTOMOUNT|unix.AT_EMPTY_PATH) != 0 {
+			return fail(unix.EINVAL)
+		}
+	case "lstat":
+		flags = unix.AT_SYMLINK_NOFOLLOW
+	case "statx":
+		dirfd, flags = c.argInt(0), uint64(uint32(c.arg(2)))
+		if flags&^uint64(unix.AT_SYMLINK_NOFOLLOW|unix.AT_NO_AUTOMOUNT|unix.AT_EMPTY_PATH|atStatxSyncType) != 0 ||
+			flags&atStatxSyncType == atStatxSyncType || uint32(c.arg(3))&statxReserved != 0 {
+			return fail(unix.EINVAL)
+		}
+	case "faccessat", "faccessat2", "access":
+		mode := c.arg(1)
+		if ev.Syscall != "access" {
+			dirfd, mode = c.argInt(0), c.arg(2)
+		}
+		if ev.Syscall == "faccessat2" {
+			flags = uint64(uint32(c.arg(3)))
+			if flags&^uint64(unix.AT_EACCESS|unix.AT_SYMLINK_NOFOLLOW|unix.AT_EMPTY_PATH) != 0 {
+				return fail(unix.EINVAL)
+			}
+		}
+		if uint32(mode)&^7 != 0 {
+			return fail(unix.EINVAL)
+		}
+	case "readlinkat", "readlink":
+		size := c.arg(2)
+		if ev.Syscall == "readlinkat" {
+			dirfd, size = c.argInt(0), c.arg(3)
+		}
+		if int32(uint32(size)) <= 0 {
+			return fail(unix.EINVAL)
+		}
+		flags = unix.AT_SYMLINK_NOFOLLOW | unix.AT_EMPTY_PATH // the kernel reads a link by an empty path too
+	case "truncate":
+		if int64(c.arg(1)) < 0 {
+			return fail(unix.EINVAL)
+		}
+	case "mknodat", "mknod":
+		if ev.Syscall == "mknodat" {
+			dirfd = c.argInt(0)
+		}
+		return c.mknodForCaller(ev, dirfd)
+	}
+	path := ev.Path
+	nullOK := ev.Syscall == "newfstatat" || ev.Syscall == "statx" // Linux 6.11: a NULL path with AT_EMPTY_PATH
+	empty := flags&unix.AT_EMPTY_PATH != 0 && (ev.HasPath && ev.Path == "" || !ev.HasPath && nullOK && c.arg(pathArg) == 0)
+	emptyPath := empty
+	if !empty {
+		p, r := pathCopy(ev)
+		if r != nil {
+			return *r
+		}
+		path = p
+	}
+	var b pathBase
+	if empty {
+		if dirfd == unix.AT_FDCWD {
+			empty, path = false, "." // the caller's cwd, resolved in its root
+		} else {
+			fd, r := c.childFD(dirfd)
+			if r != nil {
+				return *r
+			}
+			b = pathBase{fd: fd}
+		}
+	}
+	if !empty {
+		var r *reply
+		if b, r = c.pathBase(dirfd, path); r != nil {
+			return *r
+		}
+	}
+	cr, r := c.callerCreds()
+	if r != nil {
+		return *r
+	}
+	var ids *idMaps
+	if ev.Syscall == "newfstatat" || ev.Syscall == "stat" || ev.Syscall == "lstat" || ev.Syscall == "statx" {
+		m, err := c.idMaps()
+		if err != nil {
+			return c.failure("read the caller's id maps", err)
+		}
+		ids = m
+	}
+	if !c.valid() {
+		return gone()
+	}
+	var st unix.Stat_t
+	var stx unix.Statx_t
+	var link []byte
+	var denied *reply
+	v, err := c.s.asSandbox(cr, nil, func() (int, error) {
+		fd := b.fd
+		if !empty {
+			of := uint64(unix.O_PATH | unix.O_CLOEXEC)
+			if flags&unix.AT_SYMLINK_NOFOLLOW != 0 {
+				of |= unix.O_NOFOLLOW
+			}
+			how := &unix.OpenHow{Flags: of, Resolve: b.resolve}
+			var err error
+			for try := 0; ; try++ {
+				fd, err = unix.Openat2(b.fd, b.path, how)
+				if err != unix.EAGAIN || try >= 8 {
+					break // EAGAIN: a concurrent rename, look again
+				}
+			}
+			if err != nil {
+				return -1, err
+			}
+			defer unix.Close(fd)
+		}
+		if r := ev.deniedFD(fd, ""); r != nil {
+			denied = r
+			return -1, unix.EACCES
+		}
+		switch ev.Syscall {
+		case "newfstatat", "stat", "lstat":
+			return 0, unix.Fstatat(fd, "", &st, unix.AT_EMPTY_PATH)
+		case "statx":
+			return 0, unix.Statx(fd, "", unix.AT_EMPTY_PATH|int(flags&atStatxSyncType), int(uint32(c.arg(3))), &stx)
+		case "faccessat", "faccessat2", "access":
+			mode := c.arg(1)
+			if ev.Syscall != "access" {
+				mode = c.arg(2)
+			}
+			_, _, e := unix.Syscall6(unix.SYS_FACCESSAT2, uintptr(fd), uintptr(unsafe.Pointer(bytePtr(""))), uintptr(uint32(mode)),
+				uintptr(unix.AT_EMPTY_PATH|flags&unix.AT_EACCESS), 0, 0)
+			if e != 0 {
+				return -1, e
+			}
+			return 0, nil
+		case "readlinkat", "readlink":
+			if err := unix.Fstat(fd, &st); err != nil {
+				return -1, err
+			}
+			if st.Mode&unix.S_IFMT != unix.S_IFLNK {
+				if emptyPath {
+					return -1, unix.ENOENT // what the kernel answers for an empty path to no link
+				}
+				return -1, unix.EINVAL
+			}
+			var sfs unix.Statfs_t
+			if err := unix.Fstatfs(fd, &sfs); err != nil {
+				return -1, err
+			}
+			if sfs.Type == procSuperMagic {
+				denied = &reply{}
+				*denied = deny(unix.EACCES, "supervisor: readlink of "+path+" for the caller: a /proc link names its target in the supervisor's view")
+				return -1, unix.EACCES
+			}
+			buf := make([]byte, unix.PathMax)
+			n, err := unix.Readlinkat(fd, "", buf)
+			if err != nil {
+				return -1, err
+			}
+			link = buf[:n]
+			return n, nil
+		case "truncate":
+			return 0, unix.Truncate("/proc/thread-self/fd/"+strconv.Itoa(fd), int64(c.arg(1)))
+		}
+		return -1, unix.ENOSYS
+	})
+	if denied != nil {
+		return *denied
+	}
+	if err != nil {
+		return c.performed(ev.Syscall, v, err)
+	}
+	switch ev.Syscall {
+	case "newfstatat", "stat", "lstat":
+		st.Uid, st.Gid = ids.uid(st.Uid), ids.gid(st.Gid)
+		buf := c.arg(1)
+		if ev.Syscall == "newfstatat" {
+			buf = c.arg(2)
+		}
+		return c.written(buf, unsafe.Slice((*byte)(unsafe.Pointer(&st)), unsafe.Sizeof(st)), 0)
+	case "statx":
+		stx.Uid, stx.Gid = ids.uid(stx.Uid), ids.gid(stx.Gid)
+		return c.written(c.arg(4), unsafe.Slice((*byte)(unsafe.Pointer(&stx)), unsafe.Sizeof(stx)), 0)
+	case "readlinkat", "readlink":
+		size := c.arg(2)
+		buf := c.arg(1)
+		if ev.Syscall == "readlinkat" {
+			size, buf = c.arg(3), c.arg(2)
+		}
+		if uint64(len(link)) > uint64(uint32(size)) {
+			link = link[:uint32(size)]
+		}
+		return c.written(buf, link, int64(len(link)))
+	}
+	return ret(int64(v))
+}
+
+// written answers v once buf is in the caller's memory at addr (EFAULT where the
+// kernel's copy to the caller would fail).
+func (c *call) written(addr uint64, buf []byte, v int64) reply {
+	if len(buf) > 0 {
+		if err := c.write(addr, buf); err != nil {
+			return c.failure("write the result", err, unix.EFAULT)
+		}
+	}
+	if !c.valid() {
+		return gone()
+	}
+	return ret(v)
+}
+
+// mknodForCaller performs mknod(at) in the parent directory of the judged path.
+func (c *call) mknodForCaller(ev *Event, dirfd int32) reply {
+	path, r := pathCopy(ev)
+	if r != nil {
+		return *r
+	}
+	mode, dev := uint32(c.arg(1)), uint64(uint32(c.arg(2)))
+	if ev.Syscall == "mknodat" {
+		mode, dev = uint32(c.arg(2)), uint64(uint32(c.arg(3)))
+	}
+	b, r := c.pathBase(dirfd, path)
+	if r != nil {
+		return *r
+	}
+	cr, r := c.callerCreds()
+	if r != nil {
+		return *r
+	}
+	fs := &threadFS{umask: c.umask(), dir: -1}
+	if !c.valid() {
+		return gone()
+	}
+	var denied *reply
+	v, err := c.s.asSandbox(cr, fs, func() (int, error) {
+		pfd, base, err := b.parent()
+		if err != nil {
+			return -1, err
+		}
+		defer unix.Close(pfd)
+		if r := ev.deniedFD(pfd, strings.TrimRight(base, "/")); r != nil {
+			denied = r
+			return -1, unix.EACCES
+		}
+		if base == "." && strings.Trim(path, "/") == "" {
+			return -1, unix.EEXIST // mknod("/")
+		}
+		// new_decode_dev of the caller's 32-bit dev_t, as mknodat does
+		major, minor := (dev&0xfff00)>>8, (dev&0xff)|((dev>>12)&0xfff00)
+		return 0, unix.Mknodat(pfd, base, mode, int(unix.Mkdev(uint32(major), uint32(minor))))
+	})
+	if denied != nil {
+		return *denied
+	}
+	return c.performed(ev.Syscall, v, err)
+}
+
+// idMaps translate the ids the supervisor sees into the caller's user namespace
+// (nil: the same namespace, nothing to translate).
+type idMaps struct {
+	uids, gids       []idRange
+	overUID, overGID uint32
+}
+
+type idRange struct{ inside, outside, n uint32 }
+
+func (c *call) idMaps() (*idMaps, error) {
+	ours, err := os.Readlink("/proc/self/ns/user")
+	if err != nil {
+		return nil, err
+	}
+	theirs, err := os.Readlink(c.proc("ns/user"))
+	if err != nil {
+		return nil, err
+	}
+	if ours == theirs {
+		return nil, nil
+	}
+	m := &idMaps{overUID: overflowID("uid"), overGID: overflowID("gid")}
+	if m.uids, err = readIDMap(c.proc("uid_map")); err != nil {
+		return nil, err
+	}
+	if m.gids, err = readIDMap(c.proc("gid_map")); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// readIDMap parses a uid_map or gid_map as this process reads it (its outside ids
+// are ours: the caller's namespace is not ours).
+func readIDMap(p string) ([]idRange, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var rs []idRange
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fl := strings.Fields(sc.Text())
+		if len(fl) != 3 {
+			continue
+		}
+		var v [3]uint64
+		for i := range fl {
+			if v[i], err = strconv.ParseUint(fl[i], 10, 32); err != nil {
+				return nil, err
+			}
+		}
+		rs = append(rs, idRange{uint32(v[0]), uint32(v[1]), uint32(v[2])})
+	}
+	return rs, sc.Err()
+}
+
+func overflowID(kind string) uint32 {
+	b, err := os.ReadFile("/proc/sys/kernel/overflow" + kind)
+	if err == nil {
+		if v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 32); err == nil {
+			return uint32(v)
+		}
+	}
+	return 65534
+}
+
+func mapID(rs []idRange, id, over uint32) uint32 {
+	for _, r := range rs {
+		if id >= r.outside && uint64(id) < uint64(r.outside)+uint64(r.n) {
+			return r.inside + (id - r.outside)
+		}
+	}
+	return over
+}
+
+func (m *idMaps) uid(id uint32) uint32 {
+	if m == nil {
+		return id
+	}
+	return mapID(m.uids, id, m.overUID)
+}
+
+func (m *idMaps) gid(id uint32) uint32 {
+	if m == nil {
+		return id
+	}
+	return mapID(m.gids, id, m.overGID)
+}
