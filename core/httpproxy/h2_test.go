@@ -1,5 +1,7 @@
 package httpproxy
 
+//lint:file-ignore SA1019 the tests drive the proxy with x/net/http2's client connection and h2c upstreams, as the proxy serves with x/net/http2
+
 import (
 	"bufio"
 	"bytes"

@@ -7,6 +7,8 @@
 //	client h1|h2c|tls-h1|tls-h2 PORT N
 package main
 
+//lint:file-ignore SA1019 the bench client speaks h2c and h2 through x/net/http2's Transport, as the proxy serves with x/net/http2
+
 import (
 	"context"
 	"crypto/tls"
