@@ -5,7 +5,6 @@ package supervise
 import (
 	"errors"
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -140,55 +139,13 @@ type threadFS struct {
 	dir   int
 }
 
-// asSandbox runs f on a thread of its own in the sandbox's Landlock domain
-// (landlock_restrict_self on that thread only, with no_new_privs), with cr (nil:
-// ours, unprivileged) and no capability, and with fs (nil: the process's) an
-// fs_struct of its own. The thread is never unlocked: it ends with its goroutine
-// and serves nothing else. Landlock checks the task that makes a call, not the one
-// that opened the fd it is made on: a bind or unlink made here is judged by the
+// asSandbox runs f on a thread in the sandbox's Landlock domain (landlock_restrict_self
+// on that thread only, with no_new_privs), with cr (nil: ours, unprivileged) and no
+// capability, and with fs (nil: the process's) an fs_struct of its own. The thread
+// serves nothing but such calls (sandboxthreads.go: kept for later calls of the
+// same credentials). Landlock checks the task that makes a call, not the one that
+// opened the fd it is made on: a bind or unlink made here is judged by the
 // sandbox's rules as the caller's own would be.
 func (s *Supervisor) asSandbox(cr *creds, fs *threadFS, f func() (int, error)) (int, error) {
-	type result struct {
-		v   int
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		if fs != nil {
-			if _, _, e := unix.RawSyscall(unix.SYS_UNSHARE, unix.CLONE_FS, 0, 0); e != 0 {
-				done <- result{-1, errors.New("unshare(CLONE_FS): " + e.Error())}
-				return
-			}
-			unix.RawSyscall(unix.SYS_UMASK, uintptr(fs.umask&0o777), 0, 0)
-			if fs.dir >= 0 {
-				if _, _, e := unix.RawSyscall(unix.SYS_FCHDIR, uintptr(fs.dir), 0, 0); e != 0 {
-					done <- result{-1, e}
-					return
-				}
-			}
-		}
-		if _, _, e := unix.RawSyscall6(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0, 0); e != 0 {
-			done <- result{-1, errors.New("no_new_privs: " + e.Error())}
-			return
-		}
-		if cr != nil {
-			if err := cr.become(); err != nil {
-				done <- result{-1, errors.New("take the caller's credentials: " + err.Error())}
-				return
-			}
-		}
-		if s.cfg.Host != nil {
-			if rs := s.cfg.Host.RulesetFD; rs >= 0 {
-				if _, _, e := unix.RawSyscall(unix.SYS_LANDLOCK_RESTRICT_SELF, uintptr(rs), 0, 0); e != 0 {
-					done <- result{-1, errors.New("landlock_restrict_self: " + e.Error())}
-					return
-				}
-			}
-		}
-		v, err := f()
-		done <- result{v, err}
-	}()
-	r := <-done
-	return r.v, r.err
+	return s.runAsSandbox(cr, fs, f)
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -327,8 +328,12 @@ type idMaps struct {
 
 type idRange struct{ inside, outside, n uint32 }
 
+// idMaps are the caller's user namespace's maps. A namespace's maps are written
+// once and never change, so those found written are kept (idMapCache), each with
+// the namespace held open: its inode number, the key, cannot name another
+// namespace while it is kept.
 func (c *call) idMaps() (*idMaps, error) {
-	ours, err := os.Readlink("/proc/self/ns/user")
+	ours, err := ourUserNS()
 	if err != nil {
 		return nil, err
 	}
@@ -339,14 +344,80 @@ func (c *call) idMaps() (*idMaps, error) {
 	if ours == theirs {
 		return nil, nil
 	}
-	m := &idMaps{overUID: overflowID("uid"), overGID: overflowID("gid")}
+	if m := c.s.idmaps.get(theirs); m != nil {
+		return m, nil
+	}
+	m := &idMaps{overUID: overflowUID(), overGID: overflowGID()}
 	if m.uids, err = readIDMap(c.proc("uid_map")); err != nil {
 		return nil, err
 	}
 	if m.gids, err = readIDMap(c.proc("gid_map")); err != nil {
 		return nil, err
 	}
+	if len(m.uids) > 0 && len(m.gids) > 0 {
+		c.s.idmaps.put(theirs, c.proc("ns/user"), m)
+	}
 	return m, nil
+}
+
+// ourUserNS is the supervisor's user namespace (its link, "user:[inode]").
+var ourUserNS = sync.OnceValues(func() (string, error) { return os.Readlink("/proc/self/ns/user") })
+
+var (
+	overflowUID = sync.OnceValue(func() uint32 { return overflowID("uid") })
+	overflowGID = sync.OnceValue(func() uint32 { return overflowID("gid") })
+)
+
+// maxIDMaps bounds the user namespaces whose maps are kept.
+const maxIDMaps = 64
+
+type idMapCache struct {
+	mu sync.Mutex
+	m  map[string]idMapEntry // by the namespace's link ("user:[inode]")
+}
+
+type idMapEntry struct {
+	fd   int // the namespace, held
+	maps *idMaps
+}
+
+func (k *idMapCache) get(ns string) *idMaps {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.m[ns].maps
+}
+
+// put keeps m for ns if the namespace nsPath opens is still ns (the caller did
+// not move between the reads).
+func (k *idMapCache) put(ns, nsPath string, m *idMaps) {
+	fd, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || ns != "user:["+strconv.FormatUint(st.Ino, 10)+"]" {
+		unix.Close(fd)
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if _, ok := k.m[ns]; ok || len(k.m) >= maxIDMaps {
+		unix.Close(fd)
+		return
+	}
+	if k.m == nil {
+		k.m = map[string]idMapEntry{}
+	}
+	k.m[ns] = idMapEntry{fd: fd, maps: m}
+}
+
+func (k *idMapCache) close() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, e := range k.m {
+		unix.Close(e.fd)
+	}
+	k.m = nil
 }
 
 // readIDMap parses a uid_map or gid_map as this process reads it (its outside ids

@@ -115,10 +115,12 @@ type Supervisor struct {
 	socks      map[int]int // the supervisor's duplicates of sockets a blocked call uses (shut down at Close)
 
 	denials    denialLog
-	runs       runLogs     // denials by run (denials.go)
-	attributes atomic.Bool // attribute denials to runs (AttributeRuns)
-	audit      posixAudit  // POSIX locks continued: looked at soon after (posixaudit.go)
-	det        *detState   // determinism (determinism.go); nil: none
+	runs       runLogs        // denials by run (denials.go)
+	attributes atomic.Bool    // attribute denials to runs (AttributeRuns)
+	audit      posixAudit     // POSIX locks continued: looked at soon after (posixaudit.go)
+	det        *detState      // determinism (determinism.go); nil: none
+	threads    sandboxThreads // the threads calls are performed on (sandboxthreads.go)
+	idmaps     idMapCache     // the callers' user namespaces' id maps (hostpath.go)
 }
 
 // Start takes ownership of listenerFD (the fd SECCOMP_FILTER_FLAG_NEW_LISTENER
@@ -202,6 +204,8 @@ func (s *Supervisor) Close() {
 		}
 		s.sockMu.Unlock()
 		s.handling.Wait()
+		s.threads.close()
+		s.idmaps.close()
 		s.closeDet()
 		s.dropPidfds()
 		s.closeRuns()
