@@ -1,6 +1,6 @@
 package httpproxy
 
-//lint:file-ignore SA1019 x/net/http2 serves one already-accepted (hijacked, or TLS-intercepted) connection with ServeConn; net/http's own HTTP/2 (Go 1.24+) serves only a listener: moving to it is a follow-up (docs/security.md, HTTP/2)
+//lint:file-ignore SA1019 x/net/http2 serves one already-accepted (hijacked, or TLS-intercepted) connection with ServeConn; net/http's own HTTP/2 (Go 1.24+) serves only a listener: moving to it is left to do
 
 import (
 	"fmt"
