@@ -89,7 +89,7 @@ def test_snapshot_and_restore_leave_the_collector_as_they_found_it(enabled):
     r = s2.exec("t = sum(o.i for o in items)\nsame = items[3].tags is items[4].tags\nitems[0].tags.append(9)")
     assert r.namespace["t"] == sum(range(50)) and r.namespace["same"] is False
     # the restored containers are copies: the state is not changed by the sandbox
-    assert snap["data"]["items"][0]["state"]["tags"] == [0]
+    assert snap["data"]["items"]["cols"]["tags"][0] == [0]  # (50 of one class: columns)
 
 
 def test_restore_still_refuses_reserved_and_dunder_attributes():
