@@ -104,3 +104,43 @@ def test_restore_still_refuses_reserved_and_dunder_attributes():
     assert r.namespace["a_ok"] == 1 and r.namespace["c_ok"] == 2, r.error
     # the second object with the same names takes the checked (fast) path: the same verdict
     assert vars(r.namespace["a"]) == vars(r.namespace["b"]) == {"ok": 1}
+
+
+def _items_session():
+    s = GuestSession(Policy())
+    s.exec("class C:\n    def __init__(self, i):\n        self.tags = [i]\nitems = [C(i) for i in range(2000)]")
+    return s
+
+
+def test_what_a_snapshot_and_restore_made_is_not_left_young():
+    # the first collection after them would traverse every object they made; they
+    # are moved to the oldest generation instead (a young count far under 2,000)
+    s = _items_session()
+    s2 = GuestSession(Policy())
+    old = gc.get_threshold()
+    gc.collect()
+    gc.set_threshold(10**6)  # no collection of its own while this looks
+    try:
+        snap = s.snapshot()
+        assert len(gc.get_objects(generation=0)) < 200
+        assert s2.restore(snap).error is None
+        assert len(gc.get_objects(generation=0)) < 200
+    finally:
+        gc.set_threshold(*old)
+    assert s2.exec("n = len(items)").namespace["n"] == 2000
+
+
+def test_a_host_heap_frozen_before_a_snapshot_stays_frozen():
+    s = _items_session()
+    mark = [[]]  # a tracked object of the host's
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        snap = s.snapshot()
+        assert GuestSession(Policy()).restore(snap).error is None
+        # (frozen objects that died leave the count: it may only have gone down a little)
+        assert frozen - 100 < gc.get_freeze_count() <= frozen, (frozen, gc.get_freeze_count())
+        assert not any(o is mark for o in gc.get_objects())  # still frozen: no generation holds it
+    finally:
+        gc.unfreeze()
+    assert any(o is mark for o in gc.get_objects())
