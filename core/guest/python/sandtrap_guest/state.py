@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import gc
 import types
 from collections import deque
@@ -58,27 +59,46 @@ class Recorder:
         if "def " not in source and "class " not in source and "import " not in source:
             return
         try:
-            tree = ast.parse(source)
+            found = _statements(source) if len(source) <= _CACHE_MAX_SOURCE else _statements.__wrapped__(source)
         except (SyntaxError, ValueError, RecursionError, MemoryError):
-            return
-        lines = source.splitlines(keepends=True)
-        for st in tree.body:
-            if isinstance(st, _DEF):
-                start = min([d.lineno for d in st.decorator_list] + [st.lineno])
-                text = "".join(lines[start - 1 : st.end_lineno])
-                if st.col_offset:
-                    continue
-                self.defs.pop(st.name, None)
-                self.defs[st.name] = text if text.endswith("\n") else text + "\n"
-                if st.decorator_list:
-                    self.decorated.add(st.name)
+            return  # (not cached: raised)
+        for kind, name, text, decorated in found:
+            if kind == "def":
+                self.defs.pop(name, None)
+                self.defs[name] = text
+                if decorated:
+                    self.decorated.add(name)
                 else:
-                    self.decorated.discard(st.name)
-            elif isinstance(st, (ast.Import, ast.ImportFrom)) and not st.col_offset:
-                imp = ast.get_source_segment(source, st)
-                if imp:
-                    self.imports.pop(imp, None)
-                    self.imports[imp] = None
+                    self.decorated.discard(name)
+            else:
+                self.imports.pop(text, None)
+                self.imports[text] = None
+
+
+_CACHE_MAX_SOURCE = 64 * 1024  # as session._compiled: bigger sources are parsed each time
+
+
+@functools.lru_cache(maxsize=256)
+def _statements(source: str) -> tuple[tuple[str, str, str, bool], ...]:
+    """The top-level def/class statements (kind "def", name, text, decorated) and
+    imports (kind "import", "", text, False) of one source, in order: a function of
+    the source alone, so kept per process (a state's source is recorded again in
+    every sandbox it is restored into)."""
+    tree = ast.parse(source)
+    lines = source.splitlines(keepends=True)
+    out: list[tuple[str, str, str, bool]] = []
+    for st in tree.body:
+        if isinstance(st, _DEF):
+            start = min([d.lineno for d in st.decorator_list] + [st.lineno])
+            text = "".join(lines[start - 1 : st.end_lineno])
+            if st.col_offset:
+                continue
+            out.append(("def", st.name, text if text.endswith("\n") else text + "\n", bool(st.decorator_list)))
+        elif isinstance(st, (ast.Import, ast.ImportFrom)) and not st.col_offset:
+            imp = ast.get_source_segment(source, st)
+            if imp:
+                out.append(("import", "", imp, False))
+    return tuple(out)
 
 
 def _has_placeholder(w: Any, depth: int = 0) -> bool:

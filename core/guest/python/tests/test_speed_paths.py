@@ -144,3 +144,56 @@ def test_a_host_heap_frozen_before_a_snapshot_stays_frozen():
     finally:
         gc.unfreeze()
     assert any(o is mark for o in gc.get_objects())
+
+
+def test_a_restored_source_is_parsed_once_per_process(monkeypatch):
+    import ast
+
+    from sandtrap_guest import state as state_mod
+
+    src = (
+        "import math\nclass K:\n    pass\n@staticmethod\ndef g():\n    return 1\nif True:\n    def h():\n        pass\n"
+    )
+    import math
+
+    def pol():
+        p = Policy()
+        p.module(math)
+        return p
+
+    s = GuestSession(pol())
+    assert s.exec(src + "k = K()\n").error is None
+    snap = s.snapshot()
+    parsed = []  # the recorder's parses only (state.py's ast)
+
+    class CountingAst:
+        def __getattr__(self, name):
+            return getattr(ast, name)
+
+        def parse(self, source, *a, **k):
+            parsed.append(source)
+            return ast.parse(source, *a, **k)
+
+    monkeypatch.setattr(state_mod, "ast", CountingAst())
+    recs, counts = [], []
+    for _ in range(3):
+        s2 = GuestSession(pol())
+        assert s2.restore(snap).error is None
+        recs.append((dict(s2._recorder.defs), set(s2._recorder.decorated), list(s2._recorder.imports)))
+        counts.append(parsed.count(snap["source"]))
+    assert counts == [1, 1, 1], counts  # the first restore parses it, the next ones not
+    assert (
+        recs[0]
+        == recs[1]
+        == recs[2]
+        == (
+            {"K": "class K:\n    pass\n", "g": "@staticmethod\ndef g():\n    return 1\n"},
+            {"g"},
+            ["import math"],
+        )
+    )
+    assert s2.snapshot()["source"] == snap["source"]
+    big = "def f():\n    pass\n" + "#" * (70 * 1024)
+    GuestSession(Policy()).exec(big)
+    GuestSession(Policy()).exec(big)
+    assert parsed.count(big) == 2  # over 64 KiB: not kept
