@@ -268,24 +268,12 @@ def _no_gc() -> Iterator[None]:
     decoded: everything made is kept (the result), so every collection the
     allocations would trigger (each traversing the young objects, the oldest
     generation the whole heap) is waste — half of a 1,000-object snapshot's time.
-    Only these loops, never sandbox code; the previous setting comes back after.
-
-    After them, the objects made are moved to the oldest generation without a
-    traversal (``gc.freeze()`` then ``gc.unfreeze()``: two list splices) rather
-    than left young for the first collection after the collector is back, which
-    would traverse them all (~0.5 ms of a 1,000-object snapshot plus restore) and
-    the next ones promote them anyway. A full collection still sees them, and any
-    cyclic garbage another thread had left young; it is skipped whenever the
-    process holds frozen objects of its own (``gc.get_freeze_count()``: a host that
-    froze its heap before a fork keeps it frozen)."""
+    Only these loops, never sandbox code; the previous setting comes back after."""
     was = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
-        if gc.get_freeze_count() == 0:
-            gc.freeze()
-            gc.unfreeze()
         if was:
             gc.enable()
 
