@@ -3,10 +3,14 @@ namespace holding 1,000 objects, ours against the PyPI ``sandtrap`` package in t
 same run.
 
     python3 bench/python/bench_coop_surface.py [--peer-python VENV/bin/python] [--reps N]
+        [--baseline-src TREE] [--cases vfs,state]
 
 Ours runs in this interpreter (``PYTHONPATH=bindings/python/src``); the peer runs
 this same file with ``--peer`` in its own venv (``pip install 'sandtrap[kernel]'``),
-so each package sees only itself. Each case is timed ``--reps`` times, interleaved
+so each package sees only itself. ``--baseline-src TREE`` also measures another
+checkout's Python sources (``TREE/bindings/python/src``, e.g. ``mkdir /tmp/base && git archive REV
+bindings/python/src core/guest/python/sandtrap_guest | tar -x -C /tmp/base``) in its own interpreter, in the same rounds: a before/after of a
+change against the same peer run. Each case is timed ``--reps`` times, interleaved
 ours/peer, and the median is reported (seconds), for ``isolation="none"`` and
 ``"process"``.
 
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -156,44 +161,67 @@ def measure(cases, reps) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--peer", action="store_true", help="(internal) measure the PyPI package here")
+    ap.add_argument("--ours", action="store_true", help="(internal) measure this PYTHONPATH's package here")
+    ap.add_argument("--baseline-src", help="a checkout whose bindings/python/src is measured too")
+    ap.add_argument("--cases", default="vfs,state", help="which cases, comma-separated")
     ap.add_argument("--peer-python", default="/work/venv-coopsurface-peer/bin/python")
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--rounds", type=int, default=3, help="ours/peer alternations")
     a = ap.parse_args()
-    if a.peer:
-        where, cases = peer_cases()
+    wanted = set(a.cases.split(","))
+    if a.peer or a.ours:
+        where, cases = peer_cases() if a.peer else ours_cases()
+        cases = {k: v for k, v in cases.items() if k in wanted}
         print(json.dumps({"module": where, "results": measure(cases, a.reps)}))
         return 0
-    rounds = []
-    for _ in range(a.rounds):
-        where, cases = ours_cases()
-        ours = measure(cases, a.reps)
+
+    def child(python, flag, env=None):
         p = subprocess.run(
-            [a.peer_python, __file__, "--peer", "--reps", str(a.reps)],
+            [python, os.path.abspath(__file__), flag, "--reps", str(a.reps), "--cases", a.cases],
             capture_output=True,
             text=True,
             timeout=1800,
             cwd="/tmp",
+            env=env,
         )
         try:
-            peer = json.loads(p.stdout.strip().splitlines()[-1])
+            return json.loads(p.stdout.strip().splitlines()[-1])
         except (IndexError, ValueError):
-            peer = {"module": None, "results": {}, "error": p.stderr[-2000:]}
-        rounds.append((ours, peer["results"]))
+            return {"module": None, "results": {}, "error": p.stderr[-2000:]}
+
+    base_env = None
+    if a.baseline_src:
+        base_env = {**os.environ, "PYTHONPATH": os.path.join(os.path.abspath(a.baseline_src), "bindings/python/src")}
+    rounds = []
+    for _ in range(a.rounds):
+        where, cases = ours_cases()
+        ours = measure({k: v for k, v in cases.items() if k in wanted}, a.reps)
+        base = child(sys.executable, "--ours", base_env) if base_env else None
+        peer = child(a.peer_python, "--peer")
+        rounds.append((ours, peer["results"], base["results"] if base else {}))
         peer_where = peer.get("module")
-    print(f"ours: {where}\npeer: {peer_where}")
-    print(f"{'case':<16}{'ours (s)':>12}{'peer (s)':>12}{'ours/peer':>11}")
+        base_where = base.get("module") if base else None
+    print(f"ours: {where}\npeer: {peer_where}" + (f"\nbaseline: {base_where}" if base_env else ""))
+    head = f"{'case':<16}{'ours (s)':>12}{'peer (s)':>12}{'ours/peer':>11}"
+    print(head + (f"{'base (s)':>12}{'base/peer':>11}" if base_env else ""))
     summary = {}
+
+    def med(i, key):
+        xs = [r[i][key]["s"] for r in rounds if "s" in r[i].get(key, {})]
+        return statistics.median(xs) if xs else None
+
     for key in rounds[0][0]:
-        o = [r[0][key]["s"] for r in rounds if "s" in r[0].get(key, {})]
-        pe = [r[1][key]["s"] for r in rounds if "s" in r[1].get(key, {})]
-        if not o or not pe:
+        om, pm, bm = med(0, key), med(1, key), med(2, key)
+        if om is None or pm is None:
             err = rounds[0][0].get(key, {}).get("error") or rounds[0][1].get(key, {}).get("error")
             print(f"{key:<16} {err}")
             continue
-        om, pm = statistics.median(o), statistics.median(pe)
         summary[key] = {"ours_s": om, "peer_s": pm, "ratio": om / pm}
-        print(f"{key:<16}{om:>12.4f}{pm:>12.4f}{om / pm:>11.2f}")
+        line = f"{key:<16}{om:>12.4f}{pm:>12.4f}{om / pm:>11.2f}"
+        if bm is not None:
+            summary[key].update(base_s=bm, base_ratio=bm / pm)
+            line += f"{bm:>12.4f}{bm / pm:>11.2f}"
+        print(line)
     print(json.dumps(summary))
     return 0
 

@@ -34,7 +34,7 @@ for (const [from, to] of [['process', 'kernel'], ['kernel', 'process']]) {
     }
     assert.ok(Buffer.isBuffer(state));
     const map = decode(state, { mapKeyConverter: (k) => k });
-    assert.equal(map.version, 1);
+    assert.equal(map.version, 2);
     assert.match(map.source, /class Point/);
     const b = sandbox({ timeout: 20 }, { isolation: to, state });
     try {

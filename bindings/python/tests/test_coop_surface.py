@@ -721,7 +721,7 @@ def test_without_keep_state_a_restart_resets_the_namespace():
         ({"version": 1, "source": "import os", "data": {}, "objects": {}}, "StImportDenied"),
         ({"version": 1, "source": "", "data": {"__builtins__": 1}, "objects": {}}, "ValueError"),
         ({"version": 1, "source": "", "data": {"__st_ga__": 1}, "objects": {}}, "ValueError"),
-        ({"version": 2, "source": "", "data": {}, "objects": {}}, "ValueError"),
+        ({"version": 99, "source": "", "data": {}, "objects": {}}, "ValueError"),
         ({"version": 1, "source": 3, "data": {}, "objects": {}}, "ValueError"),
     ],
 )

@@ -2,11 +2,14 @@
 
 ``snapshot(session)`` returns plain msgpack-able data::
 
-    {"version": 1,
+    {"version": 2,
      "source": "import math\\ndef f(x): ...\\nclass C: ...",   # the import, def and class
                                                         # statements that made what is bound
      "data": {name: value},        # plain data; an instance of a sandbox class, anywhere
-                                   # in it, is {"__st_obj__": "C", "state": {attr: value}}
+                                   # in it, is {"__st_obj__": "C", "state": {attr: value}};
+                                   # a list of at least COLS_MIN instances of one class
+                                   # with one attribute layout is its columns:
+                                   # {"__st_cols__": "C", "n": count, "cols": {attr: [value, ...]}}
      "dropped": [name, ...]}       # what could not be kept, by name
 
 ``restore(session, state)`` runs ``source`` as an ordinary exec (rewritten and checked
@@ -16,21 +19,28 @@ attributes into its ``__dict__``). Tuples come back as lists; shared references
 and cycles are not kept (a value met twice is copied; a cycle is dropped). Instances
 of host classes, generators, open files, lambdas assigned to names, and classes
 with ``__slots__`` are dropped (and named).
+
+Version 2 added the columns; a version-1 state (which never holds them) restores as
+before, any other version is refused.
 """
 
 from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import gc
 import types
+from collections import deque
 from collections.abc import Callable, Iterator
+from itertools import chain, repeat
 from typing import Any
 
 from .gates import SANDBOX_FILENAME, USER_MARK
 from .wire import PLACEHOLDER, to_wire
 
-VERSION = 1
+VERSION = 2
+VERSIONS = (1, 2)  # what restore accepts
 _DEF = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
@@ -49,27 +59,46 @@ class Recorder:
         if "def " not in source and "class " not in source and "import " not in source:
             return
         try:
-            tree = ast.parse(source)
+            found = _statements(source) if len(source) <= _CACHE_MAX_SOURCE else _statements.__wrapped__(source)
         except (SyntaxError, ValueError, RecursionError, MemoryError):
-            return
-        lines = source.splitlines(keepends=True)
-        for st in tree.body:
-            if isinstance(st, _DEF):
-                start = min([d.lineno for d in st.decorator_list] + [st.lineno])
-                text = "".join(lines[start - 1 : st.end_lineno])
-                if st.col_offset:
-                    continue
-                self.defs.pop(st.name, None)
-                self.defs[st.name] = text if text.endswith("\n") else text + "\n"
-                if st.decorator_list:
-                    self.decorated.add(st.name)
+            return  # (not cached: raised)
+        for kind, name, text, decorated in found:
+            if kind == "def":
+                self.defs.pop(name, None)
+                self.defs[name] = text
+                if decorated:
+                    self.decorated.add(name)
                 else:
-                    self.decorated.discard(st.name)
-            elif isinstance(st, (ast.Import, ast.ImportFrom)) and not st.col_offset:
-                imp = ast.get_source_segment(source, st)
-                if imp:
-                    self.imports.pop(imp, None)
-                    self.imports[imp] = None
+                    self.decorated.discard(name)
+            else:
+                self.imports.pop(text, None)
+                self.imports[text] = None
+
+
+_CACHE_MAX_SOURCE = 64 * 1024  # as session._compiled: bigger sources are parsed each time
+
+
+@functools.lru_cache(maxsize=256)
+def _statements(source: str) -> tuple[tuple[str, str, str, bool], ...]:
+    """The top-level def/class statements (kind "def", name, text, decorated) and
+    imports (kind "import", "", text, False) of one source, in order: a function of
+    the source alone, so kept per process (a state's source is recorded again in
+    every sandbox it is restored into)."""
+    tree = ast.parse(source)
+    lines = source.splitlines(keepends=True)
+    out: list[tuple[str, str, str, bool]] = []
+    for st in tree.body:
+        if isinstance(st, _DEF):
+            start = min([d.lineno for d in st.decorator_list] + [st.lineno])
+            text = "".join(lines[start - 1 : st.end_lineno])
+            if st.col_offset:
+                continue
+            out.append(("def", st.name, text if text.endswith("\n") else text + "\n", bool(st.decorator_list)))
+        elif isinstance(st, (ast.Import, ast.ImportFrom)) and not st.col_offset:
+            imp = ast.get_source_segment(source, st)
+            if imp:
+                out.append(("import", "", imp, False))
+    return tuple(out)
 
 
 def _has_placeholder(w: Any, depth: int = 0) -> bool:
@@ -102,6 +131,8 @@ class _Drop(Exception):
 
 
 OBJ = "__st_obj__"  # {OBJ: class name, "state": {attr: value}}: an instance of a sandbox class
+COLS = "__st_cols__"  # {COLS: class name, "n": count, "cols": {attr: [value, ...]}}: a list of them
+COLS_MIN = 16  # shorter lists keep one marker per instance
 
 
 _SCALARS = frozenset({str, bytes, bool, float, type(None)})
@@ -109,6 +140,7 @@ _PLAIN = _SCALARS | {int}  # an int still needs its range checked
 _NESTED = frozenset({list, dict})
 _INT_MIN, _INT_MAX = -(2**63), 2**63
 _KEY_TYPES = frozenset({str, int, float, bool, type(None)})
+_LIST_ONLY = frozenset({list})
 
 
 def _encoder(classes: set[str]) -> Callable[[Any, int], Any]:
@@ -132,6 +164,10 @@ def _encoder(classes: set[str]) -> Callable[[Any, int], Any]:
         if depth > 100:
             raise _Drop
         if t is list or t is tuple:
+            if len(v) >= COLS_MIN:
+                c = columns(v, depth)
+                if c is not None:
+                    return c
             return [
                 x if type(x) in _PLAIN and (type(x) is not int or _INT_MIN <= x < _INT_MAX) else enc(x, depth + 1)
                 for x in v
@@ -143,6 +179,15 @@ def _encoder(classes: set[str]) -> Callable[[Any, int], Any]:
                     raise _Drop
                 out[k] = enc(x, depth + 1)
             return out
+        name = kind(t)
+        if name is not None:
+            return obj(v, name, depth)
+        w = to_wire(v)
+        if _has_placeholder(w):
+            raise _Drop
+        return w
+
+    def kind(t: type) -> Any:
         name = kinds.get(t, False)
         if name is False:
             name = None
@@ -150,12 +195,43 @@ def _encoder(classes: set[str]) -> Callable[[Any, int], Any]:
                 n = type.__dict__["__name__"].__get__(t)
                 name = n if n in classes else None
             kinds[t] = name
-        if name is not None:
-            return obj(v, name, depth)
-        w = to_wire(v)
-        if _has_placeholder(w):
-            raise _Drop
-        return w
+        return name
+
+    def plain_column(col: Any) -> bool:
+        """Every value of ``col`` kept as it is (scalars; ints in range): C-level passes."""
+        ts = set(map(type, col))
+        if not ts <= _PLAIN:
+            return False
+        if int not in ts:
+            return True
+        ints = col if len(ts) == 1 else [x for x in col if type(x) is int]
+        return min(ints) >= _INT_MIN and max(ints) < _INT_MAX
+
+    def columns(v: Any, depth: int) -> Any:
+        """A list of instances of one kept sandbox class with one attribute layout as
+        its columns (each checked in a few C-level passes); None: not such a list."""
+        name = kind(type(v[0]))
+        if name is None or depth > 98 or len(set(map(type, v))) != 1:
+            return None
+        try:
+            dicts = list(map(get_dict, v, repeat("__dict__")))
+        except AttributeError:
+            raise _Drop from None  # __slots__
+        layouts = set(map(tuple, dicts))
+        if len(layouts) != 1:
+            return None
+        keys = layouts.pop()
+        if not keys or not all(type(k) is str for k in keys):
+            return None
+        cols: dict[str, Any] = {}
+        for k, col in zip(keys, zip(*map(dict.values, dicts), strict=True), strict=True):
+            if plain_column(col):
+                cols[k] = list(col)
+            elif set(map(type, col)) == _LIST_ONLY and plain_column(list(chain.from_iterable(col))):
+                cols[k] = list(map(list, col))  # lists of scalars: copies
+            else:
+                cols[k] = [enc(x, depth + 2) for x in col]
+        return {COLS: name, "n": len(v), "cols": cols}
 
     def obj(v: Any, name: str, depth: int) -> Any:
         if depth > 100:
@@ -238,7 +314,7 @@ def _check(state: object) -> list[str]:
     problems: list[str] = []
     if not isinstance(state, dict):
         return ["a state is a dict (from snapshot())"]
-    if state.get("version") != VERSION:
+    if state.get("version") not in VERSIONS or type(state.get("version")) is not int:
         problems.append(f"unsupported state version {state.get('version')!r}")
     if not isinstance(state.get("source", ""), str):
         problems.append("state source must be a str")
@@ -314,6 +390,38 @@ def _decoder(ns: dict[str, Any]) -> tuple[Callable[[Any, int], Any], Callable[[A
             d[k] = dec(x, depth + 1) if (t is list or t is dict) else x
         return inst
 
+    def columns(w: Any, depth: int) -> Any:
+        """A list of instances from their columns (checked once per column, then
+        C-level passes: no per-instance Python code); None if malformed."""
+        name = w.get(COLS)
+        cls = cls_for(name) if type(name) is str else None
+        n, cols = w.get("n"), w.get("cols")
+        if (
+            cls is None
+            or type(n) is not int
+            or type(cols) is not dict
+            or not cols  # the count is bounded by the columns' own lengths
+            or not all(type(c) is list and len(c) == n for c in cols.values())
+        ):
+            return None
+        insts = list(map(new, repeat(cls, n)))
+        try:
+            dicts = list(map(get_dict, insts, repeat("__dict__")))
+        except AttributeError:
+            return None
+        d1 = depth + 1
+        for k, col in cols.items():
+            if type(k) is not str or k.startswith(reserved) or (k[:2] == "__" and k[-2:] == "__"):
+                continue
+            ts = set(map(type, col))
+            if ts & _NESTED:  # copies: never the state's own containers
+                if ts == _LIST_ONLY and not set(map(type, chain.from_iterable(col))) & _NESTED:
+                    col = list(map(list, col))
+                else:
+                    col = [x if type(x) not in _NESTED else dec(x, d1) for x in col]
+            deque(map(dict.__setitem__, dicts, repeat(k), col), maxlen=0)
+        return insts
+
     def dec(w: Any, depth: int) -> Any:
         t = type(w)
         if t is list:
@@ -331,6 +439,8 @@ def _decoder(ns: dict[str, Any]) -> tuple[Callable[[Any, int], Any], Callable[[A
                 raise ValueError("invalid state: nested too deeply")
             if OBJ in w:
                 return build(w, depth)
+            if COLS in w:
+                return columns(w, depth)
             return {k: dec(x, depth + 1) for k, x in w.items()}
         return w
 

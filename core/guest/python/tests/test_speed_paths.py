@@ -89,7 +89,7 @@ def test_snapshot_and_restore_leave_the_collector_as_they_found_it(enabled):
     r = s2.exec("t = sum(o.i for o in items)\nsame = items[3].tags is items[4].tags\nitems[0].tags.append(9)")
     assert r.namespace["t"] == sum(range(50)) and r.namespace["same"] is False
     # the restored containers are copies: the state is not changed by the sandbox
-    assert snap["data"]["items"][0]["state"]["tags"] == [0]
+    assert snap["data"]["items"]["cols"]["tags"][0] == [0]  # (50 of one class: columns)
 
 
 def test_restore_still_refuses_reserved_and_dunder_attributes():
@@ -104,3 +104,74 @@ def test_restore_still_refuses_reserved_and_dunder_attributes():
     assert r.namespace["a_ok"] == 1 and r.namespace["c_ok"] == 2, r.error
     # the second object with the same names takes the checked (fast) path: the same verdict
     assert vars(r.namespace["a"]) == vars(r.namespace["b"]) == {"ok": 1}
+
+
+def test_cyclic_garbage_is_still_collected_across_snapshots_and_restores():
+    # what the collector pause does after a snapshot or restore must leave the
+    # collector's own schedule running: a loop of them with sandbox code making a
+    # cycle each time keeps only a few of those cycles alive (moving everything made
+    # to the oldest generation with gc.freeze()/unfreeze() reset the young count every
+    # time, so no collection ever ran and all 300 stayed)
+    s = GuestSession(Policy())
+    s.exec("class C:\n    def __init__(self, i):\n        self.tags = [i]\nitems = [C(i) for i in range(1000)]")
+    gc.collect()
+    for _ in range(300):
+        s2 = GuestSession(Policy())
+        assert s2.restore(s.snapshot()).error is None
+        assert s2.exec("class Zed:\n    pass\nz = Zed()\nz.me = [z] * 100\n").error is None
+        s2.release()
+    alive = sum(1 for o in gc.get_objects() if type(o).__name__ == "Zed")
+    assert alive < 100, alive
+
+
+def test_a_restored_source_is_parsed_once_per_process(monkeypatch):
+    import ast
+
+    from sandtrap_guest import state as state_mod
+
+    src = (
+        "import math\nclass K:\n    pass\n@staticmethod\ndef g():\n    return 1\nif True:\n    def h():\n        pass\n"
+    )
+    import math
+
+    def pol():
+        p = Policy()
+        p.module(math)
+        return p
+
+    s = GuestSession(pol())
+    assert s.exec(src + "k = K()\n").error is None
+    snap = s.snapshot()
+    parsed = []  # the recorder's parses only (state.py's ast)
+
+    class CountingAst:
+        def __getattr__(self, name):
+            return getattr(ast, name)
+
+        def parse(self, source, *a, **k):
+            parsed.append(source)
+            return ast.parse(source, *a, **k)
+
+    monkeypatch.setattr(state_mod, "ast", CountingAst())
+    recs, counts = [], []
+    for _ in range(3):
+        s2 = GuestSession(pol())
+        assert s2.restore(snap).error is None
+        recs.append((dict(s2._recorder.defs), set(s2._recorder.decorated), list(s2._recorder.imports)))
+        counts.append(parsed.count(snap["source"]))
+    assert counts == [1, 1, 1], counts  # the first restore parses it, the next ones not
+    assert (
+        recs[0]
+        == recs[1]
+        == recs[2]
+        == (
+            {"K": "class K:\n    pass\n", "g": "@staticmethod\ndef g():\n    return 1\n"},
+            {"g"},
+            ["import math"],
+        )
+    )
+    assert s2.snapshot()["source"] == snap["source"]
+    big = "def f():\n    pass\n" + "#" * (70 * 1024)
+    GuestSession(Policy()).exec(big)
+    GuestSession(Policy()).exec(big)
+    assert parsed.count(big) == 2  # over 64 KiB: not kept
