@@ -118,7 +118,7 @@ func (c *call) execHeld(ev *Event) reply {
 		}
 		return deny(unix.EACCES, "supervisor: execve: "+why)
 	}
-	tgid, err := tgidOf("/proc/" + strconv.Itoa(tid) + "/status")
+	tgid, err := tgidOfCaller(tid)
 	if err != nil {
 		return refuse("the caller's process", err)
 	}
@@ -259,6 +259,22 @@ func (c *call) execHeld(ev *Event) reply {
 	}
 	detachAll()
 	return gone() // answered above
+}
+
+// tgidOfCaller is the process of the thread tid, which sleeps in its trapped call
+// (so it neither becomes its group's leader by an exec nor leaves it): tid itself
+// when it is the leader — pidfd_open without PIDFD_THREAD accepts only a leader's
+// id, one syscall instead of generating /proc/<tid>/status — else read there.
+func tgidOfCaller(tid int) (int, error) {
+	fd, err := unix.PidfdOpen(tid, 0)
+	if err == nil {
+		unix.Close(fd)
+		return tid, nil
+	}
+	if err == unix.ESRCH {
+		return 0, err
+	}
+	return tgidOf("/proc/" + strconv.Itoa(tid) + "/status")
 }
 
 // sharingProcesses are the other processes with tid's mm (kcmp KCMP_VM against
@@ -486,18 +502,28 @@ func (c *call) privatePages(rs []memRegion) error {
 	}
 	defer f.Close()
 	const page = 4096
-	seen := map[uint64]bool{}
-	var e [8]byte
+	// the pages under all regions as spans of page numbers, merged: one pagemap
+	// read per span (argv's strings usually lie on one or two stack pages)
+	type span struct{ lo, hi uint64 }
+	spans := make([]span, 0, len(rs))
 	for _, r := range rs {
-		for p := r.addr / page; p <= (r.addr+uint64(len(r.data))-1)/page; p++ {
-			if seen[p] {
-				continue
-			}
-			seen[p] = true
-			if _, err := f.ReadAt(e[:], int64(p*8)); err != nil {
-				return err
-			}
-			v := *(*uint64)(unsafe.Pointer(&e[0]))
+		if len(r.data) > 0 {
+			spans = append(spans, span{r.addr / page, (r.addr + uint64(len(r.data)) - 1) / page})
+		}
+	}
+	slices.SortFunc(spans, func(a, b span) int { return cmp.Compare(a.lo, b.lo) })
+	var e []byte
+	for i := 0; i < len(spans); {
+		lo, hi := spans[i].lo, spans[i].hi
+		for i++; i < len(spans) && spans[i].lo <= hi+1; i++ {
+			hi = max(hi, spans[i].hi)
+		}
+		e = slices.Grow(e[:0], int(hi-lo+1)*8)[:int(hi-lo+1)*8]
+		if _, err := f.ReadAt(e, int64(lo*8)); err != nil {
+			return err
+		}
+		for p := lo; p <= hi; p++ {
+			v := *(*uint64)(unsafe.Pointer(&e[(p-lo)*8]))
 			if v&(3<<62) == 0 {
 				return fmt.Errorf("page %#x not present", p*page)
 			}
