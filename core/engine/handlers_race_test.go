@@ -233,3 +233,135 @@ int main(int argc, char **argv) {
 	return 0;
 }
 `
+
+// Another process sharing the caller's memory flips the path execve reads between
+// an allowed and a refused program while the host judges it: a clone(CLONE_VM)
+// child of the caller ("clone"), or a thread of the parent of the caller, a vfork
+// child ("vfork"). Neither is a thread of the caller: only the /proc scan finds
+// them, which a held execve makes when its run made such a process (hostexec.go).
+// Held, the refused program never runs; with the scan skipped
+// (supervise.SkipSharerScan), the same attack runs it.
+func TestHandlerExecRaceSharedMemory(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "ok"), []byte("#!/bin/sh\nexit 0\n"), 0o755)
+	os.WriteFile(filepath.Join(dir, "no"), []byte("#!/bin/sh\nexit 3\n"), 0o755)
+	src := filepath.Join(dir, "race.c")
+	os.WriteFile(src, []byte(execSharedRaceC), 0o644)
+	bin := filepath.Join(dir, "race")
+	if out, err := exec.Command("gcc", "-O2", "-pthread", "-o", bin, src).CombinedOutput(); err != nil {
+		t.Skipf("gcc: %v %s", err, out)
+	}
+	os.Chmod(dir, 0o755)
+	for _, how := range []string{"clone", "vfork"} {
+		for _, skip := range []bool{false, true} {
+			mode := how + "/held"
+			if skip {
+				mode = how + "/unscanned"
+			}
+			t.Run(mode, func(t *testing.T) {
+				supervise.SkipSharerScan(skip)
+				defer supervise.SkipSharerScan(false)
+				sb := newSB(t, map[string]any{"fs_readable": []any{"/usr", "/lib", "/lib64", "/bin", dir}})
+				res := drive(t, sb, map[string]any{"argv": []any{bin, dir, "200", how}, "policy_fn": map[string]any{}},
+					func(c map[string]any) map[string]any {
+						if p, _ := c["path"].(string); c["syscall"] == "execve" && strings.HasSuffix(p, "/no") {
+							return map[string]any{"action": "errno", "errno": 13}
+						}
+						return map[string]any{"action": "continue"}
+					})
+				out := strings.TrimSpace(string(res["stdout"].([]byte)))
+				t.Logf("%s: %s", mode, out)
+				var ok, no, refused, other int
+				if _, err := fmt.Sscanf(out, "ok=%d no=%d refused=%d other=%d", &ok, &no, &refused, &other); err != nil {
+					t.Fatalf("output %q: %v (%v)", out, err, res)
+				}
+				if ok == 0 || refused == 0 {
+					t.Fatalf("the race did not happen: %s", out)
+				}
+				if !skip && no != 0 {
+					t.Fatalf("the refused program ran %d times", no)
+				}
+				if skip && no == 0 {
+					t.Fatalf("an unscanned execve never lost the race: the test does not attack (%s)", out)
+				}
+			})
+		}
+	}
+}
+
+const execSharedRaceC = `
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+extern char **environ;
+static char path[4096];
+static size_t off;
+static void flips(long n) {
+	volatile int i;
+	volatile char *p = path;
+	while (n-- > 0) {
+		p[off] = 'n'; p[off+1] = 'o';
+		for (i = 0; i < 3000; i++) ;
+		p[off] = 'o'; p[off+1] = 'k';
+		for (i = 0; i < 3000; i++) ;
+	}
+}
+/* the clone(CLONE_VM) child: flips for a while, then ends (it outlives the exec) */
+static int flipper(void *a) {
+	(void)a;
+	flips(20000);
+	syscall(SYS_exit, 0);
+	return 0;
+}
+static void *flip_thread(void *a) {
+	(void)a;
+	flips(1L << 40);
+	return 0;
+}
+int main(int argc, char **argv) {
+	int n = atoi(argv[2]), i, ok = 0, no = 0, refused = 0, other = 0;
+	int vf = strcmp(argv[3], "vfork") == 0;
+	for (i = 0; i < n; i++) {
+		pid_t pid = fork();
+		if (pid == 0) {
+			char *av[2];
+			snprintf(path, sizeof path, "%s/ok", argv[1]);
+			off = strlen(path) - 2;
+			av[0] = path; av[1] = 0;
+			if (!vf) {
+				char *stack = malloc(1 << 16);
+				if (clone(flipper, stack + (1 << 16), CLONE_VM | SIGCHLD, 0) < 0)
+					_exit(125);
+				usleep(50);
+				execve(path, av, environ);
+				_exit(errno == EACCES ? 126 : 127);
+			}
+			pthread_t t;
+			pthread_create(&t, 0, flip_thread, 0);
+			usleep(50);
+			pid_t v = vfork();
+			if (v == 0) {
+				execve(path, av, environ);
+				_exit(errno == EACCES ? 126 : 127);
+			}
+			int st = 0;
+			waitpid(v, &st, 0);
+			_exit(WIFEXITED(st) ? WEXITSTATUS(st) : 200);
+		}
+		int st = 0;
+		waitpid(pid, &st, 0);
+		int c = WIFEXITED(st) ? WEXITSTATUS(st) : 200;
+		if (c == 0) ok++; else if (c == 3) no++; else if (c == 126) refused++; else other++;
+	}
+	printf("ok=%d no=%d refused=%d other=%d\n", ok, no, refused, other);
+	return 0;
+}
+`

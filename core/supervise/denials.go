@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -49,6 +50,9 @@ type RunLog struct {
 	noPid1 bool
 	// sessions: its denials by the caller's session too (sessions.go); nil: not kept
 	sessions sessionsPtr
+	// vmShared: a task of the run other than its pid 1 made a process sharing its
+	// address space (clone with CLONE_VM without CLONE_THREAD, vfork: hostexec.go)
+	vmShared atomic.Bool
 }
 
 // DenialList is what a run was refused: at most maxDenials distinct entries in the
@@ -73,6 +77,9 @@ type runLogs struct {
 	pending    map[uint64]*RunLog
 	starting   int           // host runs being started (Starting)
 	changed    chan struct{} // closed when a run is attached or a start ends
+	// vmUnplaced: a process sharing an address space was made by a task of no run
+	// found (hostexec.go: every held execve then scans /proc)
+	vmUnplaced atomic.Bool
 }
 
 // nsIno is the inode of the pid namespace fd names.

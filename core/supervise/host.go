@@ -234,7 +234,7 @@ func hostTraps(cfg Config) []Trap {
 	for _, n := range cfg.Host.Syscalls {
 		ts = append(ts, Trap{Syscall: n, Arg: -1})
 	}
-	return ts
+	return append(ts, cloneVMTraps(cfg)...) // hostexec.go
 }
 
 // hostHandler serves a syscall the host judges; builtin is the supervisor's own
@@ -282,10 +282,12 @@ type hostCall struct {
 	builtinTraps bool
 	ev           *Event
 	run          HostRun
-	initPid      int // the run's pid 1, sandtrap's init (0: the program is pid 1)
+	initPid      int     // the run's pid 1, sandtrap's init (0: the program is pid 1)
+	rl           *RunLog // the run the call belongs to
 }
 
 func (h *hostCall) setRun(rl *RunLog) {
+	h.rl = rl
 	if !rl.noPid1 {
 		h.initPid = rl.pid
 	}
@@ -448,7 +450,7 @@ func (h *hostCall) act(act Action) reply {
 		case metaTarget(ev):
 			return c.metaForCaller(ev) // chmod, chown, utimensat of the judged path (hostmeta.go)
 		case name == "execve":
-			return c.execJudged(ev, h.initPid) // continued with the memory it judged held still (hostexec.go)
+			return c.execJudged(ev, h.initPid, h.rl) // continued with the memory it judged held still (hostexec.go)
 		}
 		return cont()
 	case ActErrno:

@@ -15,6 +15,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/sandtrap/sandtrap/core/seccomp"
 	"golang.org/x/sys/unix"
 )
 
@@ -29,9 +30,10 @@ import (
 //     and parents; found by kcmp(KCMP_VM) against every process of /proc, again
 //     until no new one appears, since a held task cannot make another). Each is
 //     PTRACE_SEIZEd and PTRACE_INTERRUPTed, and must reach its ptrace stop, or be
-//     parked in a vfork wait (state D inside clone/vfork: it cannot return to user
-//     space before our caller execs, and when it does the interrupt stops it
-//     first), within 1 s;
+//     parked in a vfork wait (state D inside clone/vfork, its wait channel
+//     kernel_clone: it cannot return to user space before our caller execs, and
+//     when it does the interrupt stops it first), within 1 s. The scan is skipped
+//     when no process can share the memory (below);
 //  2. the judged copy is written back over the caller's memory at the addresses
 //     it was copied from (/proc/<tid>/mem, FOLL_FORCE): whatever a thread wrote in
 //     between is undone, and every private page that holds it becomes the caller's
@@ -53,6 +55,25 @@ import (
 // in every run (no /proc/<pid>/mem opens for writing). Anything that cannot be
 // established is a refusal (EACCES, with the reason), never a plain continue.
 
+// The /proc scan of step 1 (a kcmp per process of the machine: ~1.5 µs each, the
+// largest part of a held execve) is skipped when no process can share the caller's
+// memory: a task shares an address space with another process only when it, or a
+// task it descends from by such calls, was made by clone with CLONE_VM and without
+// CLONE_THREAD, or by vfork (clone3 is refused, and so are io_uring, whose workers
+// share it, unshare and setns), by a task of that address space. In a sandbox whose
+// execve the host judges, every such call traps to handleCloneVM, which marks the
+// caller's run (found by its pid namespace, as a host call's is; a task of no run
+// found marks the sandbox) before it continues the call: a process sharing memory
+// exists only after its run was marked. The caller's pid namespace is its run's,
+// which no process can leave, so every task sharing its memory made in it was made
+// in its run. The run's pid 1, sandtrap-init, is not marked for its vfork of the
+// target: its address space (its own, no program code runs in it) is the caller's
+// only for that vfork child, whose exec is continued without holds (execJudged).
+// The mark is read after the caller's own threads are held and stopped: a thread
+// that was making such a process either had its call continued (the run was marked
+// before) or is stopped before the kernel made it (its call restarts after the
+// detach, and traps again). Once marked, every held execve of the run scans.
+
 // memRegion is memory of the caller a judged copy was made from.
 type memRegion struct {
 	addr uint64
@@ -65,7 +86,81 @@ const (
 	kcmpVM          = 1
 )
 
-func (c *call) execJudged(ev *Event, initPid int) reply {
+func init() {
+	// the traps are the host's (hostTraps): the engine adds those to the filter of
+	// a sandbox the host judges
+	handlers = append(handlers, handler{name: "clone", nr: unix.SYS_CLONE, fn: handleCloneVM})
+	if nr, ok := seccomp.Nr("vfork"); ok {
+		handlers = append(handlers, handler{name: "vfork", nr: nr, fn: handleCloneVM})
+	}
+}
+
+// cloneVMTraps: with execve judged by the host, the calls that make a process
+// sharing the caller's memory.
+func cloneVMTraps(cfg Config) []Trap {
+	if cfg.Host == nil || !slices.Contains(cfg.Host.Syscalls, "execve") {
+		return nil
+	}
+	ts := []Trap{{Syscall: "clone", Arg: 0, Mask: unix.CLONE_VM | unix.CLONE_THREAD, Values: []uint64{unix.CLONE_VM}}}
+	if _, ok := seccomp.Nr("vfork"); ok {
+		ts = append(ts, Trap{Syscall: "vfork", Arg: -1})
+	}
+	return ts
+}
+
+// handleCloneVM marks the caller's run as having made a process sharing its memory
+// (the run's pid 1 excepted), then continues the call. The filter answers a clone
+// with a namespace flag EPERM before it traps (an error takes precedence over a
+// notification).
+func handleCloneVM(c *call) reply {
+	s := c.s
+	ns, ok := c.callerNS()
+	if !ok {
+		s.runs.vmUnplaced.Store(true)
+		return cont()
+	}
+	mark := func(rl *RunLog) reply {
+		if rl == nil {
+			s.runs.vmUnplaced.Store(true)
+		} else if rl.noPid1 || int(c.n.Pid) != rl.pid {
+			rl.vmShared.Store(true)
+		}
+		return cont()
+	}
+	if rl := s.hostRunOf(ns, false); rl != nil {
+		return mark(rl)
+	}
+	return c.detachHost(func() reply {
+		if rl := s.hostRunOf(ns, true); rl != nil {
+			return mark(rl)
+		}
+		if inner, err := c.innerPid(); err == nil && inner == 1 {
+			// the pid 1 of a namespace no run is attached for (its calls are
+			// continued unjudged: hostCall.find): sandtrap-init's vfork
+			if !c.valid() {
+				return gone()
+			}
+			return cont()
+		}
+		return mark(nil)
+	})
+}
+
+// skipSharerScan (tests only): every scan is skipped.
+var skipSharerScan bool
+
+// mayShareVM: a process other than the caller's may share its memory: a mark
+// above, no run to read one of, or clone or vfork judged by the host too (its
+// answer, not handleCloneVM, would then continue them).
+func (c *call) mayShareVM(rl *RunLog) bool {
+	if skipSharerScan {
+		return false
+	}
+	return rl == nil || rl.vmShared.Load() || c.s.runs.vmUnplaced.Load() ||
+		slices.ContainsFunc(c.s.cfg.Host.Syscalls, func(n string) bool { return n == "clone" || n == "vfork" })
+}
+
+func (c *call) execJudged(ev *Event, initPid int, rl *RunLog) reply {
 	if !ev.HasPath {
 		if strings.Contains(ev.PathErr, "name too long") {
 			return fail(unix.ENAMETOOLONG)
@@ -88,7 +183,7 @@ func (c *call) execJudged(ev *Event, initPid int) reply {
 		// never unlocked: the thread ends with the goroutine, and its tracees are
 		// detached by the kernel if anything below left one attached
 		runtime.LockOSThread()
-		done <- c.execHeld(ev)
+		done <- c.execHeld(ev, rl)
 	}()
 	return <-done
 }
@@ -100,7 +195,7 @@ type tracee struct {
 	sig     int  // the signal of its signal-delivery stop, re-delivered at detach
 }
 
-func (c *call) execHeld(ev *Event) reply {
+func (c *call) execHeld(ev *Event, rl *RunLog) reply {
 	tid := int(c.n.Pid)
 	held := map[int]*tracee{}
 	detachAll := func() {
@@ -118,7 +213,7 @@ func (c *call) execHeld(ev *Event) reply {
 		}
 		return deny(unix.EACCES, "supervisor: execve: "+why)
 	}
-	tgid, err := tgidOf("/proc/" + strconv.Itoa(tid) + "/status")
+	tgid, err := tgidOfCaller(tid)
 	if err != nil {
 		return refuse("the caller's process", err)
 	}
@@ -174,7 +269,7 @@ func (c *call) execHeld(ev *Event) reply {
 	if err := stopAll(); err != nil {
 		return refuse("hold its threads", err)
 	}
-	for round := 0; ; round++ {
+	for round := 0; c.mayShareVM(rl); round++ {
 		procs, err := sharingProcesses(tid, tgid)
 		if err != nil {
 			return refuse("find the processes sharing its memory", err)
@@ -259,6 +354,22 @@ func (c *call) execHeld(ev *Event) reply {
 	}
 	detachAll()
 	return gone() // answered above
+}
+
+// tgidOfCaller is the process of the thread tid, which sleeps in its trapped call
+// (so it neither becomes its group's leader by an exec nor leaves it): tid itself
+// when it is the leader — pidfd_open without PIDFD_THREAD accepts only a leader's
+// id, one syscall instead of generating /proc/<tid>/status — else read there.
+func tgidOfCaller(tid int) (int, error) {
+	fd, err := unix.PidfdOpen(tid, 0)
+	if err == nil {
+		unix.Close(fd)
+		return tid, nil
+	}
+	if err == unix.ESRCH {
+		return 0, err
+	}
+	return tgidOf("/proc/" + strconv.Itoa(tid) + "/status")
 }
 
 // sharingProcesses are the other processes with tid's mm (kcmp KCMP_VM against
@@ -380,13 +491,21 @@ func vforkParked(tid int) bool {
 	if i < 0 || i+2 >= len(stat) || stat[i+2] != 'D' {
 		return false
 	}
+	// its wait channel: the vfork wait (in kernel_clone, where wait_for_vfork_done
+	// is inlined), not another sleep inside clone before the child exists — a
+	// trapped clone waiting for the supervisor's answer (handleCloneVM) with
+	// SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV, which a ptrace interrupt does not end,
+	// or copy_process sleeping: its child would appear after the scan
+	w, err := os.ReadFile("/proc/" + strconv.Itoa(tid) + "/wchan")
+	if err != nil || string(w) != "kernel_clone" && string(w) != "wait_for_vfork_done" {
+		return false
+	}
 	sc, err := os.ReadFile("/proc/" + strconv.Itoa(tid) + "/syscall")
 	if errors.Is(err, os.ErrPermission) {
 		// a task that is not dumpable has a /proc/<tid>/syscall only root reads
 		// (an unprivileged supervisor): its wait channel says it sleeps in clone,
 		// not that the clone is a vfork (docs/security.md)
-		w, err := os.ReadFile("/proc/" + strconv.Itoa(tid) + "/wchan")
-		return err == nil && string(w) == "kernel_clone"
+		return true
 	}
 	if err != nil {
 		return false
@@ -486,18 +605,28 @@ func (c *call) privatePages(rs []memRegion) error {
 	}
 	defer f.Close()
 	const page = 4096
-	seen := map[uint64]bool{}
-	var e [8]byte
+	// the pages under all regions as spans of page numbers, merged: one pagemap
+	// read per span (argv's strings usually lie on one or two stack pages)
+	type span struct{ lo, hi uint64 }
+	spans := make([]span, 0, len(rs))
 	for _, r := range rs {
-		for p := r.addr / page; p <= (r.addr+uint64(len(r.data))-1)/page; p++ {
-			if seen[p] {
-				continue
-			}
-			seen[p] = true
-			if _, err := f.ReadAt(e[:], int64(p*8)); err != nil {
-				return err
-			}
-			v := *(*uint64)(unsafe.Pointer(&e[0]))
+		if len(r.data) > 0 {
+			spans = append(spans, span{r.addr / page, (r.addr + uint64(len(r.data)) - 1) / page})
+		}
+	}
+	slices.SortFunc(spans, func(a, b span) int { return cmp.Compare(a.lo, b.lo) })
+	var e []byte
+	for i := 0; i < len(spans); {
+		lo, hi := spans[i].lo, spans[i].hi
+		for i++; i < len(spans) && spans[i].lo <= hi+1; i++ {
+			hi = max(hi, spans[i].hi)
+		}
+		e = slices.Grow(e[:0], int(hi-lo+1)*8)[:int(hi-lo+1)*8]
+		if _, err := f.ReadAt(e, int64(lo*8)); err != nil {
+			return err
+		}
+		for p := lo; p <= hi; p++ {
+			v := *(*uint64)(unsafe.Pointer(&e[(p-lo)*8]))
 			if v&(3<<62) == 0 {
 				return fmt.Errorf("page %#x not present", p*page)
 			}

@@ -6,3 +6,7 @@ package supervise
 // allows continued, as a naive supervisor would, to show an attack test's race is
 // real.
 func NaiveContinue(on bool) { naiveContinue = on }
+
+// SkipSharerScan (tests) makes every held execve skip its /proc scan, as if no
+// process could share the caller's memory: the attack tests show what it misses.
+func SkipSharerScan(on bool) { skipSharerScan = on }
