@@ -1559,7 +1559,7 @@ def _help_signature(obj: Any) -> str:
     import inspect
 
     try:
-        return str(inspect.signature(_TICKED.get(obj, obj)))
+        return str(inspect.signature(_ticked_target(obj)))
     except Exception:  # noqa: BLE001 - no signature to show
         return "(...)"
 
@@ -1735,10 +1735,6 @@ def _submodule_exists(mod, name: str) -> bool:
         return False
 
 
-# ticking wrapper -> the function it calls (help() shows that one's signature)
-_TICKED: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
-
-
 def _ticking(fn, tick, name: str | None = None):
     def wrapper(*args, **kwargs):
         tick()
@@ -1747,8 +1743,21 @@ def _ticking(fn, tick, name: str | None = None):
     wrapper.__name__ = name or getattr(fn, "__name__", "function")
     wrapper.__qualname__ = wrapper.__name__
     wrapper.__doc__ = getattr(fn, "__doc__", None)
-    _TICKED[wrapper] = fn
     return wrapper
+
+
+# A ticking wrapper's code: help() shows the signature of the function it calls,
+# read from its closure. (Not a table from wrapper to function: a weak-keyed one
+# leaked every sandbox, since the function — a bound method of its Gate — holds
+# the sandbox that holds the wrapper, so no key ever died.)
+_TICKING_CODE = _ticking(abs, lambda: None).__code__
+
+
+def _ticked_target(obj: Any) -> Any:
+    """The function a ticking wrapper calls (obj itself if it is none)."""
+    if getattr(obj, "__code__", None) is _TICKING_CODE:
+        return obj.__closure__[_TICKING_CODE.co_freevars.index("fn")].cell_contents
+    return obj
 
 
 def _make_open(root: str, tick):
