@@ -337,7 +337,9 @@ func TestAttackPerUserBudgets(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			lines, done := streamRun(t, sb, append([]string{sysPython, attack}, c.run...)...)
-			l := nextLine(t, lines, 30*time.Second)
+			// a watch on every inode of /usr, /lib and /bin, each a trapped call: ~5 s
+			// alone here, many times that beside the other packages' tests
+			l := nextLine(t, lines, 120*time.Second)
 			probe, _ := exec.Command(sysPython, append([]string{attack}, c.probe...)...).Output()
 			<-done
 			var n int
