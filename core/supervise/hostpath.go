@@ -283,29 +283,7 @@ func (c *call) mknodForCaller(ev *Event, dirfd int32) reply {
 	if ev.Syscall == "mknodat" {
 		mode, dev = uint32(c.arg(2)), uint64(uint32(c.arg(3)))
 	}
-	b, r := c.pathBase(dirfd, path)
-	if r != nil {
-		return *r
-	}
-	cr, r := c.callerCreds()
-	if r != nil {
-		return *r
-	}
-	fs := &threadFS{umask: c.umask(), dir: -1}
-	if !c.valid() {
-		return gone()
-	}
-	var denied *reply
-	v, err := c.s.asSandbox(cr, fs, func() (int, error) {
-		pfd, base, err := b.parent()
-		if err != nil {
-			return -1, err
-		}
-		defer unix.Close(pfd)
-		if r := ev.deniedFD(pfd, strings.TrimRight(base, "/")); r != nil {
-			denied = r
-			return -1, unix.EACCES
-		}
+	return c.inParentForCaller(ev, dirfd, path, ev.Syscall, func(pfd int, base string) (int, error) {
 		if base == "." && strings.Trim(path, "/") == "" {
 			return -1, unix.EEXIST // mknod("/")
 		}
@@ -313,10 +291,6 @@ func (c *call) mknodForCaller(ev *Event, dirfd int32) reply {
 		major, minor := (dev&0xfff00)>>8, (dev&0xff)|((dev>>12)&0xfff00)
 		return 0, unix.Mknodat(pfd, base, mode, int(unix.Mkdev(uint32(major), uint32(minor))))
 	})
-	if denied != nil {
-		return *denied
-	}
-	return c.performed(ev.Syscall, v, err)
 }
 
 // idMaps translate the ids the supervisor sees into the caller's user namespace

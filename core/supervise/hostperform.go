@@ -166,6 +166,29 @@ func (c *call) pathForCaller(ev *Event) reply {
 	case "mkdir":
 		mode, op = uint64(uint32(c.arg(1))), "mkdir"
 	}
+	return c.inParentForCaller(ev, dirfd, path, op, func(pfd int, base string) (int, error) {
+		// an O_PATH directory fd serves as the *at calls' base
+		if op == "mkdir" {
+			return 0, unix.Mkdirat(pfd, base, uint32(mode&0o7777))
+		}
+		if base == "." && strings.Trim(path, "/") == "" {
+			if flags&unix.AT_REMOVEDIR != 0 {
+				return -1, unix.EBUSY // rmdir("/")
+			}
+			return -1, unix.EISDIR
+		}
+		_, _, e := unix.Syscall(unix.SYS_UNLINKAT, uintptr(pfd), uintptr(unsafe.Pointer(bytePtr(base))), uintptr(flags))
+		if e != 0 {
+			return -1, e
+		}
+		return 0, nil
+	})
+}
+
+// inParentForCaller performs f for the caller on the directory its path ends in
+// (pfd, opened on the performing thread with the caller's credentials and umask)
+// and the last component (base), after ctx.deny_path has seen that directory.
+func (c *call) inParentForCaller(ev *Event, dirfd int32, path, what string, f func(pfd int, base string) (int, error)) reply {
 	b, r := c.pathBase(dirfd, path)
 	if r != nil {
 		return *r
@@ -189,26 +212,12 @@ func (c *call) pathForCaller(ev *Event) reply {
 			denied = r
 			return -1, unix.EACCES
 		}
-		// an O_PATH directory fd serves as the *at calls' base
-		if op == "mkdir" {
-			return 0, unix.Mkdirat(pfd, base, uint32(mode&0o7777))
-		}
-		if base == "." && strings.Trim(path, "/") == "" {
-			if flags&unix.AT_REMOVEDIR != 0 {
-				return -1, unix.EBUSY // rmdir("/")
-			}
-			return -1, unix.EISDIR
-		}
-		_, _, e := unix.Syscall(unix.SYS_UNLINKAT, uintptr(pfd), uintptr(unsafe.Pointer(bytePtr(base))), uintptr(flags))
-		if e != 0 {
-			return -1, e
-		}
-		return 0, nil
+		return f(pfd, base)
 	})
 	if denied != nil {
 		return *denied
 	}
-	return c.performed(op, v, err)
+	return c.performed(what, v, err)
 }
 
 func bytePtr(s string) *byte {
