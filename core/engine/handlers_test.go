@@ -10,12 +10,14 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
 	"golang.org/x/sys/unix"
 
+	"github.com/sandtrap/sandtrap/core/kernel"
 	"github.com/sandtrap/sandtrap/core/policy"
 )
 
@@ -821,5 +823,70 @@ print(t(lambda: os.rename(T + "/a", T + "/secret/a")), t(lambda: os.link(T + "/s
 		})
 	if out := strings.Fields(string(res["stdout"].([]byte))); len(out) != 2 || out[1] != "13" {
 		t.Fatalf("deny_path on path2: %q (%v)", out, res)
+	}
+}
+
+// A call the supervisor performs for the caller (an open a handler lets through)
+// takes the caller's ids and supplementary groups: those of the run's program, not
+// the engine's, and after a uid switch not the engine's groups either. The ids come
+// from the caller's pidfd at each call and the groups once per run
+// (core/supervise/creds.go). The engine runs here in a child process with a
+// supplementary group of its own (4242), as root. Files are owned by uid 4321 and
+// readable by their group only.
+func TestHandlerPerformedOpenTakesTheCallersGroups(t *testing.T) {
+	if os.Getenv("SANDTRAP_GROUPS_CHILD") == "" {
+		if !kernel.Probe().Root {
+			t.Skip("needs root: a supplementary group to hand the engine")
+		}
+		cmd := exec.Command(os.Args[0], "-test.run", "^TestHandlerPerformedOpenTakesTheCallersGroups$", "-test.v")
+		cmd.Env = append(os.Environ(), "SANDTRAP_GROUPS_CHILD=1")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{4242}}}
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "--- PASS") {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		return
+	}
+	top := quietTempDir(t, "groups-")
+	for _, f := range []struct {
+		name string
+		gid  int
+	}{{"g4242", 4242}, {"g4243", 4243}, {"gnobody", 65534}} {
+		p := filepath.Join(top, f.name)
+		os.WriteFile(p, []byte(f.name+"\n"), 0o040)
+		os.Chown(p, 4321, f.gid) // group-readable only, owned by nobody the runs are
+		os.Chmod(p, 0o040)
+	}
+	// several processes, each reading each file twice: the first performed call of
+	// a run reads its groups, the rest use them
+	script := "for i in 1 2; do for f in g4242 g4243 gnobody; do cat " + top + "/$f 2>/dev/null || echo no-$f; done; done"
+	for _, tc := range []struct {
+		name  string
+		extra map[string]any
+		want  string
+	}{
+		// root: the engine's supplementary group does not reach the run (the zygote
+		// drops its groups on a root host) nor its performed calls, which would open
+		// g4242 with the supervisor's own groups
+		{"engine's ids", map[string]any{}, "no-g4242 no-g4243 no-gnobody"},
+		// nobody: its own gid, and no supplementary group left
+		{"uid switch", map[string]any{"uid": int64(65534), "gid": int64(65534)}, "no-g4242 no-g4243 gnobody"},
+	} {
+		m := map[string]any{"fs_readable": []any{"/usr", "/lib", "/lib64", "/bin", "/etc", top}}
+		for k, v := range tc.extra {
+			m[k] = v
+		}
+		sb := newSB(t, m)
+		opens := 0
+		res := drive(t, sb, map[string]any{"argv": []any{"/bin/sh", "-c", script},
+			"handlers": []any{map[string]any{"syscall": "openat", "id": 1}}},
+			func(c map[string]any) map[string]any { opens++; return map[string]any{"action": "continue"} })
+		got := strings.Join(strings.Fields(string(res["stdout"].([]byte))), " ")
+		if want := tc.want + " " + tc.want; got != want {
+			t.Fatalf("%s: got %q, want %q (%v)", tc.name, got, want, res)
+		}
+		if opens < 6 {
+			t.Fatalf("%s: %d opens judged", tc.name, opens)
+		}
 	}
 }

@@ -21,8 +21,9 @@ type call struct {
 	name     string // the syscall's, for denials
 	pidfd    int
 	closes   []int
-	detached bool // handled by a goroutine of its own, no longer by the loop
-	live     bool // pidfd_getfd on c.pidfd succeeded: its task was alive during the call (denials.go)
+	detached bool    // handled by a goroutine of its own, no longer by the loop
+	live     bool    // pidfd_getfd on c.pidfd succeeded: its task was alive during the call (denials.go)
+	run      *RunLog // the run a host-judged call belongs to (hostCall.setRun; creds.go)
 }
 
 func (c *call) arg(i int) uint64 { return c.n.Data.Args[i] }

@@ -53,6 +53,9 @@ type RunLog struct {
 	// vmShared: a task of the run other than its pid 1 made a process sharing its
 	// address space (clone with CLONE_VM without CLONE_THREAD, vfork: hostexec.go)
 	vmShared atomic.Bool
+	// groups: the supplementary groups of the run's tasks but its pid 1, read once
+	// (creds.go: no task of a run can change them); nil: not read yet
+	groups atomic.Pointer[[]uint32]
 }
 
 // DenialList is what a run was refused: at most maxDenials distinct entries in the

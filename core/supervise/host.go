@@ -288,6 +288,7 @@ type hostCall struct {
 
 func (h *hostCall) setRun(rl *RunLog) {
 	h.rl = rl
+	h.c.run = rl
 	if !rl.noPid1 {
 		h.initPid = rl.pid
 	}

@@ -86,7 +86,7 @@ func (c *call) openForCaller(ev *Event) reply {
 	var cr *creds
 	if c.s.privileged {
 		var err error
-		if cr, err = readCreds(c.proc("status")); err != nil {
+		if cr, err = c.readCallerCreds(); err != nil {
 			return c.failure("read the caller's credentials", err)
 		}
 	}

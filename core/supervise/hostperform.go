@@ -139,7 +139,7 @@ func (c *call) callerCreds() (*creds, *reply) {
 	if !c.s.privileged {
 		return nil, nil
 	}
-	cr, err := readCreds(c.proc("status"))
+	cr, err := c.readCallerCreds()
 	if err != nil {
 		r := c.failure("read the caller's credentials", err)
 		return nil, &r

@@ -4,8 +4,8 @@ package supervise
 
 import (
 	"errors"
-	"fmt"
 	"runtime"
+	"strconv"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -55,14 +55,28 @@ type sandboxThreads struct {
 
 // kindOf names the state a thread holds for cr and fs.
 func kindOf(cr *creds, fs *threadFS) string {
-	k := "ours"
-	if cr != nil {
-		k = fmt.Sprint(cr.uid, cr.gid, cr.groups)
+	if cr == nil {
+		if fs != nil {
+			return "ours/fs"
+		}
+		return "ours"
+	}
+	b := make([]byte, 0, 96)
+	for _, v := range cr.uid {
+		b = strconv.AppendUint(append(b, ' '), uint64(v), 10)
+	}
+	b = append(b, ';')
+	for _, v := range cr.gid {
+		b = strconv.AppendUint(append(b, ' '), uint64(v), 10)
+	}
+	b = append(b, ';')
+	for _, v := range cr.groups {
+		b = strconv.AppendUint(append(b, ' '), uint64(v), 10)
 	}
 	if fs != nil {
-		k += "/fs"
+		b = append(b, "/fs"...)
 	}
-	return k
+	return string(b)
 }
 
 // take is a waiting thread of kind k (nil: none).

@@ -110,9 +110,12 @@ type Supervisor struct {
 	blocked   atomic.Int64   // calls performed on blocking sockets (net.go: maxBlocked)
 
 	privileged bool // calls performed for the caller take its credentials (unix.go)
-	syncWake   bool // SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP took
-	sockMu     sync.Mutex
-	socks      map[int]int // the supervisor's duplicates of sockets a blocked call uses (shut down at Close)
+	// groupsFixed: the runs' pid 1 drops every capability (creds.go)
+	groupsFixed bool
+	noPidfdInfo atomic.Bool // PIDFD_GET_INFO is missing (Linux < 6.13): ids from /proc
+	syncWake    bool        // SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP took
+	sockMu      sync.Mutex
+	socks       map[int]int // the supervisor's duplicates of sockets a blocked call uses (shut down at Close)
 
 	denials    denialLog
 	runs       runLogs        // denials by run (denials.go)
@@ -134,7 +137,7 @@ func Start(listenerFD int, cfg Config) (*Supervisor, error) {
 
 func start(listenerFD int, cfg Config, override map[string]handlerFunc) (*Supervisor, error) {
 	s := &Supervisor{cfg: cfg, pidfds: map[uint32]int{}, nsof: map[uint32]nsEntry{}, loopDone: make(chan struct{}), socks: map[int]int{},
-		privileged: privileged()}
+		privileged: privileged(), groupsFixed: unix.Geteuid() == 0}
 	fail := func(err error) (*Supervisor, error) {
 		unix.Close(listenerFD)
 		return nil, err

@@ -100,7 +100,7 @@ func (c *call) asCaller(k sock, names []*addr, op func() reply) reply {
 	if !c.s.privileged {
 		return run()
 	}
-	cr, err := readCreds(c.proc("status"))
+	cr, err := c.readCallerCreds()
 	if err != nil {
 		return c.failure("read the caller's credentials", err)
 	}
