@@ -136,19 +136,24 @@ func TestHostCallsFindTheirRunByAttach(t *testing.T) {
 	}
 	rl := attachHostRun(t, sb, run)
 	done()
+	// (a call may be asked twice: a signal of the child's runtime interrupts it
+	// while it waits, and the kernel restarts it as a new call)
 	select {
 	case r := <-ch:
-		if r.Errno != unix.EACCES || run.asked.Load() != 1 {
+		if r.Errno != unix.EACCES || run.asked.Load() < 1 {
 			t.Fatalf("after attach: %v, asked %d (want EACCES from the run's judge)", errnoName(r.Errno), run.asked.Load())
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the waiting call was not judged after attach")
 	}
-	if r := sb.do(t, req{Op: "open", Path: sb.ro + "/f"}); r.Errno != 0 || run.asked.Load() != 2 {
-		t.Fatalf("attached: %v, asked %d", errnoName(r.Errno), run.asked.Load())
+	asked := run.asked.Load()
+	if r := sb.do(t, req{Op: "open", Path: sb.ro + "/f"}); r.Errno != 0 || run.asked.Load() <= asked {
+		t.Fatalf("attached: %v, asked %d (before: %d)", errnoName(r.Errno), run.asked.Load(), asked)
 	}
 	sb.sup.Detach(rl)
-	if r := sb.do(t, req{Op: "open", Path: sb.ro + "/f"}); r.Errno != unix.EPERM || run.asked.Load() != 2 {
-		t.Fatalf("detached: %v, asked %d", errnoName(r.Errno), run.asked.Load())
+	time.Sleep(50 * time.Millisecond) // an interrupted copy of a call is judged by now
+	asked = run.asked.Load()
+	if r := sb.do(t, req{Op: "open", Path: sb.ro + "/f"}); r.Errno != unix.EPERM || run.asked.Load() != asked {
+		t.Fatalf("detached: %v, asked %d (before: %d)", errnoName(r.Errno), run.asked.Load(), asked)
 	}
 }
