@@ -690,10 +690,18 @@ func TestHandlerPerformedPathCallsAsTheKernel(t *testing.T) {
 		}
 	}
 	reset()
+	// a directory no one without a capability may search: the look-ups performed on
+	// the answering thread take the caller's credentials (core/supervise/creds.go)
+	shut := filepath.Join(top, "shut")
+	os.Mkdir(shut, 0o700)
+	os.WriteFile(filepath.Join(shut, "f"), nil, 0o644)
+	os.Symlink("f", filepath.Join(shut, "l"))
+	os.Chmod(shut, 0)
+	t.Cleanup(func() { os.Chmod(shut, 0o700) })
 	sb := newSB(t, map[string]any{"fs_readable": []any{"/usr", "/lib", "/lib64", "/bin", "/etc"}, "fs_writable": []any{top}, "fs_denied": []any{ro}})
 	script := fmt.Sprintf(`
 import os, stat
-D, O = %q, %q
+D, O, S = %q, %q, %q
 def t(f):
     try:
         return repr(f())
@@ -708,7 +716,9 @@ print(t(lambda: st(D + "/f")), t(lambda: st(O + "/f")), t(lambda: st(O + "/l", f
       t(lambda: st(O + "/missing")), t(lambda: st("/usr/bin")))
 print(t(lambda: os.access(D + "/f", os.W_OK)), t(lambda: os.access(O + "/f", os.W_OK)), t(lambda: os.access("/usr", os.W_OK)),
       t(lambda: os.access(O + "/n", os.R_OK)), t(lambda: os.readlink(O + "/l")), t(lambda: os.readlink(O + "/f")))
-`, ro, rw)
+print(t(lambda: st(S + "/f")), t(lambda: st(S + "/l", follow_symlinks=False)), t(lambda: os.readlink(S + "/l")),
+      t(lambda: os.access(S + "/f", os.F_OK)))
+`, ro, rw, shut)
 	argv := []any{"/usr/bin/python3", "-c", script}
 	reset()
 	plain, _ := request(t, sb, map[string]any{"op": "run", "argv": argv})
@@ -733,6 +743,9 @@ print(t(lambda: os.access(D + "/f", os.W_OK)), t(lambda: os.access(O + "/f", os.
 	}
 	if !strings.HasPrefix(got, "errno13 None errno13 None None\n") {
 		t.Fatalf("want Landlock's EACCES for truncate and mkfifo in the readable tree: %q", got)
+	}
+	if !strings.HasSuffix(got, "\nerrno13 errno13 errno13 False\n") {
+		t.Fatalf("want EACCES beneath a directory of mode 0 (the caller's credentials): %q", got)
 	}
 	for _, kind := range [][]string{{"newfstatat", "statx"}, {"access", "faccessat", "faccessat2"}, {"readlink", "readlinkat"}, {"truncate"}, {"mknod", "mknodat"}} {
 		n := 0

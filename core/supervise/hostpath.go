@@ -51,6 +51,12 @@ var inodeCalls = map[string]bool{
 
 func inodeTarget(ev *Event) bool { return inodeCalls[ev.Syscall] }
 
+// lookUpCalls are the inodeCalls that only look a path up and read what they find
+// (creds.go: lookUpAs).
+var lookUpCalls = map[string]bool{
+	"newfstatat": true, "stat": true, "lstat": true, "statx": true, "readlinkat": true, "readlink": true,
+}
+
 const (
 	atStatxSyncType = 0x6000
 	statxReserved   = 0x80000000
@@ -157,7 +163,7 @@ func (c *call) inodeForCaller(ev *Event) reply {
 	var stx unix.Statx_t
 	var link []byte
 	var denied *reply
-	v, err := c.s.asSandbox(cr, nil, func() (int, error) {
+	perform := func() (int, error) {
 		fd := b.fd
 		if !empty {
 			of := uint64(unix.O_PATH | unix.O_CLOEXEC)
@@ -227,7 +233,14 @@ func (c *call) inodeForCaller(ev *Event) reply {
 			return 0, unix.Truncate("/proc/thread-self/fd/"+strconv.Itoa(fd), int64(c.arg(1)))
 		}
 		return -1, unix.ENOSYS
-	})
+	}
+	var v int
+	var err error
+	if lookUpCalls[ev.Syscall] {
+		v, err = c.s.lookUpAs(cr, perform) // not Landlock's: on this thread (creds.go)
+	} else {
+		v, err = c.s.asSandbox(cr, nil, perform)
+	}
 	if denied != nil {
 		return *denied
 	}

@@ -1070,6 +1070,56 @@ func TestHostMetaPerformed(t *testing.T) {
 	}
 }
 
+// TestHostLookUpAsTheCaller: the look-ups performed on the thread that has the
+// judge's answer (stat, statx, readlink: creds.go, lookUpAs) search directories
+// with the caller's credentials and no capability, as the sandbox thread's calls
+// do — not with a root supervisor's. A directory with mode 0 can be searched by
+// no one without CAP_DAC_READ_SEARCH: the look-ups beneath it are EACCES (as root,
+// with the supervisor's own credentials, they succeed). (The harness's child is
+// root with every capability of its user namespace, so the kernel's own answer
+// for it is no oracle here; the engine's targets have none: TestHandlerPerformedPathCallsAsTheKernel.)
+func TestHostLookUpAsTheCaller(t *testing.T) {
+	calls := []string{"newfstatat", "statx", "readlinkat", "faccessat"}
+	run := &fakeRun{deny: "/no/", done: make(chan struct{})}
+	sb := hostSandbox(t, run, calls...)
+	rw := sb.rw
+	must(t, os.Mkdir(rw+"/shut", 0o700))
+	must(t, os.WriteFile(rw+"/shut/f", nil, 0o644))
+	must(t, os.Symlink("f", rw+"/shut/l"))
+	must(t, os.Chmod(rw+"/shut", 0))
+	t.Cleanup(func() { os.Chmod(rw+"/shut", 0o700) })
+	for _, tc := range []struct {
+		name string
+		r    req
+	}{
+		{"newfstatat", req{Op: "newfstatat", Path: rw + "/shut/f"}},
+		{"newfstatat AT_SYMLINK_NOFOLLOW", req{Op: "newfstatat", Path: rw + "/shut/l", Arg: unix.AT_SYMLINK_NOFOLLOW}},
+		{"statx", req{Op: "statx", Path: rw + "/shut/f", Arg2: unix.STATX_BASIC_STATS}},
+		{"readlinkat", req{Op: "readlinkat", Path: rw + "/shut/l", Arg: 256}},
+		{"faccessat", req{Op: "faccessat", Path: rw + "/shut/f", Arg: unix.F_OK}},
+	} {
+		for i := 0; i < 3; i++ { // the thread's own credentials are back after each
+			if r := sb.do(t, tc.r); r.Errno != unix.EACCES {
+				t.Errorf("%s beneath a directory of mode 0: %s, want EACCES", tc.name, errnoName(r.Errno))
+			}
+			if r := sb.do(t, req{Op: "newfstatat", Path: rw + "/f"}); r.Errno != 0 {
+				t.Errorf("after %s: newfstatat of a file the caller may see: %s", tc.name, errnoName(r.Errno))
+			}
+		}
+	}
+	// the supervisor's own thread has its credentials back: it still reads /proc
+	// of the caller (a root supervisor: as root)
+	if os.Geteuid() == 0 {
+		var st unix.Stat_t
+		if err := unix.Stat(rw+"/shut/f", &st); err != nil {
+			t.Errorf("the test's own stat as root: %v", err)
+		}
+	}
+	if sb.sup.inPlaceOff.Load() {
+		t.Errorf("the look-ups went to the sandbox thread: switching credentials failed")
+	}
+}
+
 // BenchmarkHostStat: a newfstatat nobody watches (the sandbox's handlers are on
 // getppid: the call is not trapped), one a judge allows and the kernel continues
 // (naive, raceable) and one performed for the caller:

@@ -113,6 +113,7 @@ type Supervisor struct {
 	// groupsFixed: the runs' pid 1 drops every capability (creds.go)
 	groupsFixed bool
 	noPidfdInfo atomic.Bool // PIDFD_GET_INFO is missing (Linux < 6.13): ids from /proc
+	inPlaceOff  atomic.Bool // look-ups go to the sandbox thread (creds.go: lookUpAs)
 	syncWake    bool        // SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP took
 	sockMu      sync.Mutex
 	socks       map[int]int // the supervisor's duplicates of sockets a blocked call uses (shut down at Close)
