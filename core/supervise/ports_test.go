@@ -235,8 +235,9 @@ func TestPortsUDPAndPrivileged(t *testing.T) {
 	if live[1].Real != live[0].Real {
 		// allowed only if the UDP socket's real port was taken for TCP (by another
 		// process of this machine: tests of other packages bind ports too)
-		if l, err := net.Listen("tcp6", "[::]:"+strconv.Itoa(int(live[0].Real))); err == nil {
-			l.Close()
+		// (bound as the supervisor binds: without SO_REUSEADDR, which Go's net.Listen
+		// sets, so that a TIME_WAIT connection on that port counts as taking it)
+		if err := bindTCP6NoReuse(int(live[0].Real)); err == nil {
 			t.Errorf("tcp6 on the same virtual port: %+v, want the same real port (it is free for TCP)", live)
 		} else {
 			t.Logf("tcp6 got real port %d: the UDP socket's %d is taken for TCP (%v)", live[1].Real, live[0].Real, err)
@@ -309,4 +310,14 @@ func TestPortsBindRace(t *testing.T) {
 			}
 		})
 	}
+}
+
+// bindTCP6NoReuse binds (and closes) a TCP socket on [::]:port without SO_REUSEADDR.
+func bindTCP6NoReuse(port int) error {
+	fd, err := unix.Socket(unix.AF_INET6, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return unix.Bind(fd, &unix.SockaddrInet6{Port: port})
 }
