@@ -67,6 +67,8 @@ class NotifAction:
         """Let the sandbox's own decision stand: the kernel runs the call (with
         Landlock and every other kernel check), or — connect under network rules by
         destination — the supervisor performs it with the address the handler saw."""
+        if cls is NotifAction:
+            return _CONTINUE  # immutable: one for every call (making one costs 1 µs)
         return cls("continue")
 
     @classmethod
@@ -199,6 +201,9 @@ _MULTI_PATH = {
 }
 
 
+_CONTINUE = NotifAction("continue")
+
+
 @dataclass(frozen=True)
 class HandlerCtx:
     """One trapped call: its registers, what the supervisor copied (``path``,
@@ -222,6 +227,33 @@ class HandlerCtx:
     arch: int = 0
     instruction_pointer: int = 0
     _run: Any = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def _of(cls, call: dict[str, Any], run: Any) -> HandlerCtx:
+        """The context of one host call: the dataclass's fields set at once (its
+        frozen __init__ sets each through object.__setattr__, 2.3 µs of a call's
+        ~45 µs)."""
+        ctx = object.__new__(cls)
+        argv = call.get("argv")
+        args = call.get("args")
+        ctx.__dict__.update(
+            id=call["event"],
+            pid=call.get("pid", 0),
+            syscall=call["syscall"],
+            syscall_nr=call.get("nr", -1),
+            args=tuple(args) if type(args) is list and len(args) == 6 else _six(args),
+            path=call.get("path"),
+            argv=tuple(argv) if argv is not None else None,
+            path2=call.get("path2"),
+            family=call.get("family"),
+            host=call.get("host"),
+            port=call.get("port", 0),
+            flags=0,
+            arch=0,
+            instruction_pointer=0,
+            _run=run,
+        )
+        return ctx
 
     def _read(self, req: dict[str, Any]) -> bytes | None:
         if self._run is None:
@@ -410,6 +442,7 @@ class _Run:
         self.handlers = handlers
         self.policy_fn = policy_fn
         self.token = 0
+        self._async: dict[int, bool] = {}  # by handler id: its handle is a coroutine function
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -461,21 +494,11 @@ class _Run:
         h = self.handlers.get(hid)
         if h is None:
             return {"error": {"type": "NotImplemented", "message": f"no handler {hid}"}}
-        hctx = HandlerCtx(
-            id=call["event"],
-            pid=call.get("pid", 0),
-            syscall=call["syscall"],
-            syscall_nr=call.get("nr", -1),
-            args=_six(call.get("args")),
-            path=call.get("path"),
-            argv=tuple(argv) if argv is not None else None,
-            path2=call.get("path2"),
-            family=call.get("family"),
-            host=call.get("host"),
-            port=call.get("port", 0),
-            _run=self,
-        )
-        if inspect.iscoroutinefunction(h.handle):
+        hctx = HandlerCtx._of(call, self)
+        is_async = self._async.get(hid)
+        if is_async is None:
+            is_async = self._async[hid] = inspect.iscoroutinefunction(h.handle)
+        if is_async:
             fut = asyncio.run_coroutine_threadsafe(h.handle(hctx), self.loop())
             fut.add_done_callback(functools.partial(self._decided, call))
             return {"value": {"action": "defer"}}
