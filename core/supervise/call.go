@@ -24,6 +24,7 @@ type call struct {
 	detached bool    // handled by a goroutine of its own, no longer by the loop
 	live     bool    // pidfd_getfd on c.pidfd succeeded: its task was alive during the call (denials.go)
 	run      *RunLog // the run a host-judged call belongs to (hostCall.setRun; creds.go)
+	creds    *creds  // the caller's, read while the call was the loop's (hostCall.ask); nil: not read
 }
 
 func (c *call) arg(i int) uint64 { return c.n.Data.Args[i] }

@@ -5,6 +5,7 @@ package supervise
 import (
 	"errors"
 	"runtime"
+	"slices"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -37,6 +38,9 @@ import (
 // readCallerCreds are the calling thread's credentials (before c.valid(), which
 // the caller checks: the pidfd or /proc entry may be a reused tid's until then).
 func (c *call) readCallerCreds() (*creds, error) {
+	if c.creds != nil {
+		return c.creds, nil
+	}
 	rl := c.run
 	if !c.s.groupsFixed || rl == nil || rl.noPid1 || int(c.n.Pid) == rl.pid || c.s.noPidfdInfo.Load() {
 		return readCreds(c.proc("status"))
@@ -137,6 +141,7 @@ func (s *Supervisor) lookUpAs(cr *creds, f func() (int, error)) (int, error) {
 type threadCreds struct {
 	fsuid, fsgid uint32
 	groups       []uint32
+	sameGroups   bool // the caller's groups are the thread's: not set
 	caps         [2]unix.CapUserData
 	switched     int // the steps of switchTo done
 }
@@ -182,23 +187,32 @@ func (t *threadCreds) switchTo(cr *creds) error {
 	if err := capsOf(&t.caps, false); err != nil {
 		return err
 	}
-	if err := rawSetgroups(cr.groups); err != nil {
-		return err
+	t.sameGroups = slices.Equal(t.groups, cr.groups)
+	if !t.sameGroups {
+		if err := rawSetgroups(cr.groups); err != nil {
+			return err
+		}
 	}
 	t.switched = 1
-	// setfs[ug]id answer the previous id and change nothing when not allowed: ask
-	// again (-1 changes nothing) to know
-	t.fsgid = setfsid(unix.SYS_SETFSGID, cr.gid[3])
+	// setfs[ug]id answer the previous id (-1 changes nothing) and change nothing
+	// when not allowed: asked again to know
+	t.fsgid = setfsid(unix.SYS_SETFSGID, ^uint32(0))
 	t.switched = 2
-	if setfsid(unix.SYS_SETFSGID, ^uint32(0)) != cr.gid[3] {
-		t.restore()
-		return unix.EPERM
+	if t.fsgid != cr.gid[3] {
+		setfsid(unix.SYS_SETFSGID, cr.gid[3])
+		if setfsid(unix.SYS_SETFSGID, ^uint32(0)) != cr.gid[3] {
+			t.restore()
+			return unix.EPERM
+		}
 	}
-	t.fsuid = setfsid(unix.SYS_SETFSUID, cr.uid[3])
+	t.fsuid = setfsid(unix.SYS_SETFSUID, ^uint32(0))
 	t.switched = 3
-	if setfsid(unix.SYS_SETFSUID, ^uint32(0)) != cr.uid[3] {
-		t.restore()
-		return unix.EPERM
+	if t.fsuid != cr.uid[3] {
+		setfsid(unix.SYS_SETFSUID, cr.uid[3])
+		if setfsid(unix.SYS_SETFSUID, ^uint32(0)) != cr.uid[3] {
+			t.restore()
+			return unix.EPERM
+		}
 	}
 	none := t.caps
 	none[0].Effective, none[1].Effective = 0, 0
@@ -218,24 +232,28 @@ func (t *threadCreds) restore() error {
 			bad = err
 		}
 	}
+	uidChanged := false
 	if t.switched >= 3 {
-		if setfsid(unix.SYS_SETFSUID, t.fsuid); setfsid(unix.SYS_SETFSUID, ^uint32(0)) != t.fsuid {
-			bad = unix.EPERM
+		if old := setfsid(unix.SYS_SETFSUID, t.fsuid); old != t.fsuid {
+			uidChanged = true
+			if setfsid(unix.SYS_SETFSUID, ^uint32(0)) != t.fsuid {
+				bad = unix.EPERM
+			}
 		}
 	}
 	if t.switched >= 2 {
-		if setfsid(unix.SYS_SETFSGID, t.fsgid); setfsid(unix.SYS_SETFSGID, ^uint32(0)) != t.fsgid {
+		if old := setfsid(unix.SYS_SETFSGID, t.fsgid); old != t.fsgid && setfsid(unix.SYS_SETFSGID, ^uint32(0)) != t.fsgid {
 			bad = unix.EPERM
 		}
 	}
-	if t.switched >= 1 {
+	if t.switched >= 1 && !t.sameGroups {
 		if err := rawSetgroups(t.groups); err != nil {
 			bad = err
 		}
 	}
 	// setfsuid(0) gave back the filesystem capabilities it had taken: the set
 	// saved is what the thread ends with
-	if t.switched >= 3 {
+	if uidChanged {
 		if err := capsOf(&t.caps, true); err != nil {
 			bad = err
 		}

@@ -56,6 +56,8 @@ type RunLog struct {
 	// groups: the supplementary groups of the run's tasks but its pid 1, read once
 	// (creds.go: no task of a run can change them); nil: not read yet
 	groups atomic.Pointer[[]uint32]
+	// idmaps: the id maps of the run's tasks but its pid 1 (hostpath.go); nil: not read yet
+	idmaps atomic.Pointer[runIDMaps]
 }
 
 // DenialList is what a run was refused: at most maxDenials distinct entries in the

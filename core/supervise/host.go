@@ -383,6 +383,13 @@ func (h *hostCall) ask(run HostRun) reply {
 	if r := c.copyEvent(ev); r != nil {
 		return *r
 	}
+	if c.s.privileged && performedAsCaller(ev) {
+		// read here, through the loop's cached pidfd of the thread (a detached call
+		// opens one of its own); the caller cannot change them while its call waits
+		if cr, err := c.readCallerCreds(); err == nil {
+			c.creds = cr
+		}
+	}
 	if !c.valid() {
 		return gone()
 	}
@@ -418,12 +425,27 @@ func (h *hostCall) done(act Action) {
 }
 
 // waits: act's reply may wait without bound — a hold, a held execve (it waits for
-// the caller's exec), an open (of a FIFO: until its other end is opened).
+// the caller's exec). An open (of a FIFO: until its other end is opened) is handed
+// to the sandbox thread that performs it, which answers (hostopen.go).
 func (h *hostCall) waits(act Action) bool {
 	if act.Kind == ActHold {
 		return true
 	}
-	return act.Kind == ActContinue && !h.builtinTraps && (h.name == "execve" || openTarget(h.ev))
+	return act.Kind == ActContinue && !h.builtinTraps && h.name == "execve" && !naiveContinue
+}
+
+// performedAsCaller: a continue performs ev with the caller's credentials (a path
+// call but execve, whose exec the kernel carries out, and chdir, never judged; an
+// address call, which may name a unix socket's path).
+func performedAsCaller(ev *Event) bool {
+	switch ev.Syscall {
+	case "execve", "execveat", "chdir":
+		return false
+	case "bind", "connect", "sendto":
+		return true
+	}
+	_, ok := PathArg[ev.Syscall]
+	return ok
 }
 
 // naiveContinue (tests only) continues every call the host allowed, as a naive

@@ -3,6 +3,8 @@
 package supervise
 
 import (
+	"fmt"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -155,5 +157,51 @@ func TestHostCallsFindTheirRunByAttach(t *testing.T) {
 	asked = run.asked.Load()
 	if r := sb.do(t, req{Op: "open", Path: sb.ro + "/f"}); r.Errno != unix.EPERM || run.asked.Load() != asked {
 		t.Fatalf("detached: %v, asked %d (before: %d)", errnoName(r.Errno), run.asked.Load(), asked)
+	}
+}
+
+// An open a judge allowed is performed on a sandbox thread, which waits as the
+// kernel would for a FIFO's other end (hostopen.go: openOnThread). That wait ends
+// when the other end comes (the open succeeds) and, with nobody to answer any more,
+// when the supervisor closes: Close does not wait for ever on a FIFO the sandbox
+// made (without unblockFIFO it does).
+func TestHostOpenFIFOWaitEnds(t *testing.T) {
+	run := &fakeRun{done: make(chan struct{})}
+	sb := hostSandbox(t, run, "openat")
+	for _, mode := range []int{unix.O_RDONLY, unix.O_WRONLY} {
+		p := filepath.Join(sb.rw, fmt.Sprintf("p%d", mode))
+		must(t, unix.Mkfifo(p, 0o666))
+		ch := sb.async(req{Op: "open", Path: p, Arg: int64(mode)})
+		select {
+		case r := <-ch:
+			t.Fatalf("open(%d) of a FIFO with no other end answered: %v", mode, r)
+		case <-time.After(150 * time.Millisecond):
+		}
+		other := unix.O_WRONLY
+		if mode == unix.O_WRONLY {
+			other = unix.O_RDONLY
+		}
+		fd, err := unix.Open(p, other|unix.O_CLOEXEC, 0)
+		must(t, err)
+		select {
+		case r := <-ch:
+			if r.Errno != 0 || r.Val < 0 {
+				t.Fatalf("open(%d) of a FIFO once its other end came: %v", mode, r)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("open(%d) of a FIFO still waits after its other end came", mode)
+		}
+		unix.Close(fd)
+	}
+	for _, mode := range []int{unix.O_RDONLY, unix.O_WRONLY} {
+		sb.async(req{Op: "open", Path: filepath.Join(sb.rw, fmt.Sprintf("p%d", mode)), Arg: int64(mode)})
+	}
+	time.Sleep(150 * time.Millisecond)
+	closed := make(chan struct{})
+	go func() { sb.sup.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close waits for the opens of FIFOs performed for the sandbox")
 	}
 }

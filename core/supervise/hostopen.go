@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -93,7 +94,100 @@ func (c *call) openForCaller(ev *Event) reply {
 	if !c.valid() {
 		return gone()
 	}
-	fd, err := c.s.openAs(cr, base, path, &how)
+	// opened and answered on the sandbox thread, without this thread waiting: an
+	// open may wait without bound (a FIFO until its other end is opened), and a
+	// hand-back would cost another wake-up
+	c.s.handling.Add(1)
+	c.s.goAsSandbox(cr, nil, func() {
+		defer c.s.handling.Done()
+		fd, err := c.openOnThread(base, path, how)
+		c.deliverHere(c.opened(ev, fd, err, uint32(flags&unix.O_CLOEXEC)))
+	}, func(err error) {
+		go func() {
+			defer c.s.handling.Done()
+			c.deliver(c.failure("open for the caller", err))
+		}()
+	})
+	return reply{kind: replyPending}
+}
+
+// openOnThread opens path as how says, on the sandbox thread: the file is found
+// first with O_PATH (which never waits) and then opened through that descriptor
+// (/proc/thread-self/fd/N: the very inode found, with Landlock's checks of an
+// open of its path), so that an open that waits — a FIFO's, until its other end
+// is opened — is known to wait: while it does, unblockFIFO ends the wait once the
+// call is no longer valid (the caller killed, interrupted) or the supervisor
+// closes, instead of leaving this thread, and Close, waiting for ever. A create
+// is tried with O_EXCL first (a file that is there then is opened as above).
+func (c *call) openOnThread(base int, path string, how unix.OpenHow) (int, error) {
+	if how.Flags&unix.O_PATH != 0 || how.Flags&unix.O_TMPFILE == unix.O_TMPFILE {
+		return unix.Openat2(base, path, &how) // neither waits
+	}
+	find := unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC | how.Flags&(unix.O_NOFOLLOW|unix.O_DIRECTORY), Resolve: how.Resolve}
+	for try := 0; ; try++ {
+		pfd, err := unix.Openat2(base, path, &find)
+		if err == unix.ENOENT && how.Flags&unix.O_CREAT != 0 && try < 8 {
+			mk := how
+			mk.Flags |= unix.O_EXCL
+			fd, err := unix.Openat2(base, path, &mk)
+			if err == unix.EEXIST && how.Flags&unix.O_EXCL == 0 {
+				continue // made in between: open the one there
+			}
+			return fd, err
+		}
+		if err != nil {
+			return -1, err
+		}
+		defer unix.Close(pfd)
+		var st unix.Stat_t
+		if err := unix.Fstat(pfd, &st); err != nil {
+			return -1, err
+		}
+		switch {
+		case how.Flags&(unix.O_CREAT|unix.O_EXCL) == unix.O_CREAT|unix.O_EXCL:
+			return -1, unix.EEXIST
+		case st.Mode&unix.S_IFMT == unix.S_IFLNK:
+			return -1, unix.ELOOP // O_NOFOLLOW on a symlink
+		}
+		re := unix.OpenHow{Flags: how.Flags &^ (unix.O_CREAT | unix.O_EXCL | unix.O_NOFOLLOW)}
+		if st.Mode&unix.S_IFMT == unix.S_IFIFO && how.Flags&unix.O_NONBLOCK == 0 && how.Flags&unix.O_ACCMODE != unix.O_RDWR {
+			stop, done := make(chan struct{}), make(chan struct{})
+			go c.unblockFIFO(pfd, how.Flags&unix.O_ACCMODE, stop, done)
+			defer func() { close(stop); <-done }()
+		}
+		return unix.Openat2(unix.AT_FDCWD, "/proc/thread-self/fd/"+strconv.Itoa(pfd), &re)
+	}
+}
+
+// unblockFIFO ends the wait of an open of the FIFO pfd for access (O_RDONLY or
+// O_WRONLY) once its call is no longer valid or the supervisor closes: it opens
+// the other end, without waiting, and closes it again (the open returns a
+// descriptor nobody is given: the answer no longer reaches anyone).
+func (c *call) unblockFIFO(pfd int, access uint64, stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		if !c.s.closing.Load() && c.valid() {
+			continue
+		}
+		other := unix.O_WRONLY
+		if access == unix.O_WRONLY {
+			other = unix.O_RDONLY
+		}
+		if fd, err := unix.Open("/proc/self/fd/"+strconv.Itoa(pfd), other|unix.O_NONBLOCK|unix.O_CLOEXEC, 0); err == nil {
+			unix.Close(fd)
+		}
+	}
+}
+
+// opened is the answer to an open performed for the caller (on the sandbox thread).
+func (c *call) opened(ev *Event, fd int, err error, cloexec uint32) reply {
 	if err != nil {
 		if !c.valid() {
 			return gone()
@@ -108,7 +202,22 @@ func (c *call) openForCaller(ev *Event) reply {
 	if r := ev.deniedFD(fd, ""); r != nil {
 		return *r // ctx.deny_path: the file opened, by its name and identity
 	}
-	return c.injectFD(fd, uint32(flags&unix.O_CLOEXEC))
+	return c.injectFD(fd, cloexec)
+}
+
+// deliverHere delivers r from a sandbox thread: a denial is recorded from a
+// goroutine (recording reads the caller's namespaces, which the sandbox thread's
+// Landlock domain may not).
+func (c *call) deliverHere(r reply) {
+	if r.denied == "" {
+		c.deliver(r)
+		return
+	}
+	c.s.handling.Add(1)
+	go func() {
+		defer c.s.handling.Done()
+		c.deliver(r)
+	}()
 }
 
 // umask is the calling thread's (0022 when /proc does not say).
@@ -124,12 +233,6 @@ func (c *call) umask() uint32 {
 		}
 	}
 	return 0o022
-}
-
-// openAs opens path (relative to dir) on a thread of its own in the sandbox's
-// Landlock domain, with cr (nil: ours, unprivileged) and no capability.
-func (s *Supervisor) openAs(cr *creds, dir int, path string, how *unix.OpenHow) (int, error) {
-	return s.asSandbox(cr, nil, func() (int, error) { return unix.Openat2(dir, path, how) })
 }
 
 // threadFS is the fs_struct a call performed for the caller gets (unshare(CLONE_FS)

@@ -320,6 +320,26 @@ type idRange struct{ inside, outside, n uint32 }
 // the namespace held open: its inode number, the key, cannot name another
 // namespace while it is kept.
 func (c *call) idMaps() (*idMaps, error) {
+	// a run's tasks never change user namespace (the filter refuses new ones and
+	// setns), but for its pid 1, which makes the run's: theirs are the run's
+	rl := c.run
+	perRun := rl != nil && !rl.noPid1 && int(c.n.Pid) != rl.pid
+	if perRun {
+		if m := rl.idmaps.Load(); m != nil {
+			return m.maps, nil
+		}
+	}
+	m, err := c.readIDMaps()
+	if err == nil && perRun && (m == nil || len(m.uids) > 0 && len(m.gids) > 0) {
+		rl.idmaps.Store(&runIDMaps{m})
+	}
+	return m, err
+}
+
+// runIDMaps are a run's id maps (nil maps: its namespace is the supervisor's).
+type runIDMaps struct{ maps *idMaps }
+
+func (c *call) readIDMaps() (*idMaps, error) {
 	ours, err := ourUserNS()
 	if err != nil {
 		return nil, err

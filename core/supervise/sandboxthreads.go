@@ -46,8 +46,11 @@ const (
 // loop or for the binding's thread never waits for the Go scheduler.
 
 type sandboxJob struct {
-	fs    *threadFS
-	f     func() (int, error)
+	fs *threadFS
+	f  func() (int, error)
+	// fail (a job nobody waits for: goAsSandbox) is called instead of f when the
+	// thread cannot be given the job's state; nil: a requester waits (wait)
+	fail  func(error)
 	ready atomic.Uint32 // 1: v and err are set
 	v     int
 	err   error
@@ -61,7 +64,20 @@ func (j *sandboxJob) wait() (int, error) {
 	return j.v, j.err
 }
 
+// failed: the job could not run (the thread could not take its state).
+func (j *sandboxJob) failed(err error) {
+	if j.fail != nil {
+		j.fail(err)
+		return
+	}
+	j.finish(-1, err)
+}
+
+// finish: the job ran; its requester (if one waits) is told.
 func (j *sandboxJob) finish(v int, err error) {
+	if j.fail != nil {
+		return // nobody waits: f answered the call
+	}
 	j.v, j.err = v, err
 	j.ready.Store(1)
 	futexWake(&j.ready)
@@ -196,14 +212,26 @@ func (t *sandboxThreads) close() {
 
 // runAsSandbox performs f on a thread of kind (cr, fs): a waiting one, or a new one.
 func (s *Supervisor) runAsSandbox(cr *creds, fs *threadFS, f func() (int, error)) (int, error) {
-	k := kindOf(cr, fs)
 	j := &sandboxJob{fs: fs, f: f}
+	s.give(cr, j)
+	return j.wait()
+}
+
+// goAsSandbox runs f on a thread of kind (cr, fs) and returns at once; f answers
+// the call itself. fail is called instead (on that thread) when the thread cannot
+// take the kind's state.
+func (s *Supervisor) goAsSandbox(cr *creds, fs *threadFS, f func(), fail func(error)) {
+	s.give(cr, &sandboxJob{fs: fs, f: func() (int, error) { f(); return 0, nil }, fail: fail})
+}
+
+// give hands j to a waiting thread of its kind, or to a new one.
+func (s *Supervisor) give(cr *creds, j *sandboxJob) {
+	k := kindOf(cr, j.fs)
 	if kt := s.threads.take(k); kt != nil {
 		kt.give(j)
 	} else {
-		go s.sandboxThread(k, cr, fs != nil, j)
+		go s.sandboxThread(k, cr, j.fs != nil, j)
 	}
-	return j.wait()
 }
 
 // sandboxThread sets its thread up for kind k, performs first and then every call
@@ -217,7 +245,7 @@ func (s *Supervisor) sandboxThread(k string, cr *creds, ownFS bool, first *sandb
 		}
 	}()
 	if err := s.setUpSandboxThread(cr, ownFS, &startCwd); err != nil {
-		first.finish(-1, err)
+		first.failed(err)
 		return
 	}
 	kt := &keptThread{}
@@ -229,7 +257,7 @@ func (s *Supervisor) sandboxThread(k string, cr *creds, ownFS bool, first *sandb
 				dir = startCwd
 			}
 			if _, _, e := unix.RawSyscall(unix.SYS_FCHDIR, uintptr(dir), 0, 0); e != 0 {
-				j.finish(-1, e)
+				j.failed(e)
 				return // its cwd is unknown now: the thread ends
 			}
 		}
