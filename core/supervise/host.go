@@ -424,15 +424,10 @@ func (h *hostCall) done(act Action) {
 	h.c.deliver(h.act(act))
 }
 
-// waits: act's reply may wait without bound — a hold, a held execve (it waits for
-// the caller's exec). An open (of a FIFO: until its other end is opened) is handed
-// to the sandbox thread that performs it, which answers (hostopen.go).
-func (h *hostCall) waits(act Action) bool {
-	if act.Kind == ActHold {
-		return true
-	}
-	return act.Kind == ActContinue && !h.builtinTraps && h.name == "execve" && !naiveContinue
-}
+// waits: act's reply may wait without bound — a hold. An open (of a FIFO: until
+// its other end is opened) and a held execve (until the caller's exec) are handed
+// to the thread that performs or holds them, which answers (hostopen.go, hostexec.go).
+func (h *hostCall) waits(act Action) bool { return act.Kind == ActHold }
 
 // performedAsCaller: a continue performs ev with the caller's credentials (a path
 // call but execve, whose exec the kernel carries out, and chdir, never judged; an

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -178,14 +177,27 @@ func (c *call) execJudged(ev *Event, initPid int, rl *RunLog) reply {
 			return cont()
 		}
 	}
-	done := make(chan reply, 1)
-	go func() {
-		// never unlocked: the thread ends with the goroutine, and its tracees are
-		// detached by the kernel if anything below left one attached
-		runtime.LockOSThread()
-		done <- c.execHeld(ev, rl)
-	}()
-	return <-done
+	// held on a tracer thread (the tasks it seizes are its tracees until it
+	// detaches them: every ptrace call must come from it), which answers the call;
+	// this thread goes on. A tracer thread that could not detach every task it
+	// seized ends after the call (the kernel then detaches them); else it is kept
+	// for the next held execve (sandboxthreads.go: a thread per call cost a new OS
+	// thread and two hand-offs through the Go scheduler).
+	c.s.handling.Add(1)
+	j := &sandboxJob{}
+	j.f = func() (int, error) {
+		defer c.s.handling.Done()
+		r, clean := c.execHeld(ev, rl)
+		j.end = !clean
+		c.deliver(r)
+		return 0, nil
+	}
+	j.fail = func(err error) {
+		defer c.s.handling.Done()
+		c.deliver(c.failure("execve: a tracer thread", err))
+	}
+	c.s.give(tracerKind, nil, j)
+	return reply{kind: replyPending}
 }
 
 // tracee is a task held by execHeld.
@@ -195,23 +207,28 @@ type tracee struct {
 	sig     int  // the signal of its signal-delivery stop, re-delivered at detach
 }
 
-func (c *call) execHeld(ev *Event, rl *RunLog) reply {
+// execHeld holds the caller's memory still for its exec (above); clean: every task
+// it seized was detached.
+func (c *call) execHeld(ev *Event, rl *RunLog) (_ reply, clean bool) {
 	tid := int(c.n.Pid)
 	held := map[int]*tracee{}
+	clean = true
 	detachAll := func() {
 		for _, t := range held {
-			t.detach()
+			if !t.detach() {
+				clean = false
+			}
 		}
 	}
-	refuse := func(why string, err error) reply {
+	refuse := func(why string, err error) (reply, bool) {
 		detachAll()
 		if !c.valid() {
-			return gone()
+			return gone(), clean
 		}
 		if err != nil {
 			why += ": " + err.Error()
 		}
-		return deny(unix.EACCES, "supervisor: execve: "+why)
+		return deny(unix.EACCES, "supervisor: execve: "+why), clean
 	}
 	tgid, err := tgidOfCaller(tid)
 	if err != nil {
@@ -234,7 +251,7 @@ func (c *call) execHeld(ev *Event, rl *RunLog) reply {
 				if x == tid || held[x] != nil {
 					continue
 				}
-				t, err := hold(x)
+				t, err := hold(x, &clean)
 				if err != nil {
 					return 0, fmt.Errorf("task %d: %w", x, err)
 				}
@@ -309,11 +326,11 @@ func (c *call) execHeld(ev *Event, rl *RunLog) reply {
 	}
 	if !c.valid() {
 		detachAll()
-		return gone()
+		return gone(), clean
 	}
 	if err := send(uintptr(c.s.fd), seccompNotifResp{ID: c.n.ID, Flags: unix.SECCOMP_USER_NOTIF_FLAG_CONTINUE}); err != nil {
 		detachAll()
-		return gone()
+		return gone(), clean
 	}
 	unix.RawSyscall6(unix.SYS_PTRACE, unix.PTRACE_INTERRUPT, uintptr(tid), 0, 0, 0, 0)
 	// the caller's next stop (or its end) means the kernel has read the arguments:
@@ -353,7 +370,7 @@ func (c *call) execHeld(ev *Event, rl *RunLog) reply {
 		}
 	}
 	detachAll()
-	return gone() // answered above
+	return gone(), clean // answered above
 }
 
 // tgidOfCaller is the process of the thread tid, which sleeps in its trapped call
@@ -424,8 +441,9 @@ func dirNames(dir string) ([]string, error) {
 	return f.Readdirnames(-1)
 }
 
-// hold seizes and interrupts tid (nil: it is gone).
-func hold(tid int) (*tracee, error) {
+// hold seizes and interrupts tid (nil: it is gone); *clean is cleared when it
+// could not detach a task it seized.
+func hold(tid int, clean *bool) (*tracee, error) {
 	if _, _, e := unix.RawSyscall6(unix.SYS_PTRACE, unix.PTRACE_SEIZE, uintptr(tid), 0, 0, 0, 0); e != 0 {
 		if e == unix.ESRCH {
 			return nil, nil
@@ -434,7 +452,9 @@ func hold(tid int) (*tracee, error) {
 	}
 	t := &tracee{tid: tid}
 	if _, _, e := unix.RawSyscall6(unix.SYS_PTRACE, unix.PTRACE_INTERRUPT, uintptr(tid), 0, 0, 0, 0); e != 0 && e != unix.ESRCH {
-		t.detach()
+		if !t.detach() {
+			*clean = false
+		}
 		return nil, fmt.Errorf("PTRACE_INTERRUPT: %w", e)
 	}
 	return t, nil
@@ -533,8 +553,11 @@ func (t *tracee) noteStop(st unix.WaitStatus) {
 	}
 }
 
-func (t *tracee) detach() {
-	unix.RawSyscall6(unix.SYS_PTRACE, unix.PTRACE_DETACH, uintptr(t.tid), 0, uintptr(t.sig), 0, 0)
+// detach ends the trace of t (false: it could not, t may still be traced: a task
+// not in a ptrace stop cannot be detached, unless it is gone).
+func (t *tracee) detach() bool {
+	_, _, e := unix.RawSyscall6(unix.SYS_PTRACE, unix.PTRACE_DETACH, uintptr(t.tid), 0, uintptr(t.sig), 0, 0)
+	return e == 0
 }
 
 // pollExecEvent: a non-leader caller's exec is reported for its thread group's

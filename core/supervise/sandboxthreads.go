@@ -48,6 +48,9 @@ const (
 type sandboxJob struct {
 	fs *threadFS
 	f  func() (int, error)
+	// end (set by f): the thread must end after the job (it holds what it cannot
+	// give back: a tracer thread whose tracee could not be detached)
+	end bool
 	// fail (a job nobody waits for: goAsSandbox) is called instead of f when the
 	// thread cannot be given the job's state; nil: a requester waits (wait)
 	fail  func(error)
@@ -213,7 +216,7 @@ func (t *sandboxThreads) close() {
 // runAsSandbox performs f on a thread of kind (cr, fs): a waiting one, or a new one.
 func (s *Supervisor) runAsSandbox(cr *creds, fs *threadFS, f func() (int, error)) (int, error) {
 	j := &sandboxJob{fs: fs, f: f}
-	s.give(cr, j)
+	s.give(kindOf(cr, fs), cr, j)
 	return j.wait()
 }
 
@@ -221,12 +224,16 @@ func (s *Supervisor) runAsSandbox(cr *creds, fs *threadFS, f func() (int, error)
 // the call itself. fail is called instead (on that thread) when the thread cannot
 // take the kind's state.
 func (s *Supervisor) goAsSandbox(cr *creds, fs *threadFS, f func(), fail func(error)) {
-	s.give(cr, &sandboxJob{fs: fs, f: func() (int, error) { f(); return 0, nil }, fail: fail})
+	s.give(kindOf(cr, fs), cr, &sandboxJob{fs: fs, f: func() (int, error) { f(); return 0, nil }, fail: fail})
 }
 
-// give hands j to a waiting thread of its kind, or to a new one.
-func (s *Supervisor) give(cr *creds, j *sandboxJob) {
-	k := kindOf(cr, j.fs)
+// tracerKind is the kind of the threads that hold an execve's memory still
+// (hostexec.go): the supervisor's own state, no Landlock domain, kept as the
+// others are.
+const tracerKind = "tracer"
+
+// give hands j to a waiting thread of kind k, or to a new one.
+func (s *Supervisor) give(k string, cr *creds, j *sandboxJob) {
 	if kt := s.threads.take(k); kt != nil {
 		kt.give(j)
 	} else {
@@ -244,9 +251,11 @@ func (s *Supervisor) sandboxThread(k string, cr *creds, ownFS bool, first *sandb
 			unix.Close(startCwd)
 		}
 	}()
-	if err := s.setUpSandboxThread(cr, ownFS, &startCwd); err != nil {
-		first.failed(err)
-		return
+	if k != tracerKind {
+		if err := s.setUpSandboxThread(cr, ownFS, &startCwd); err != nil {
+			first.failed(err)
+			return
+		}
 	}
 	kt := &keptThread{}
 	for j := first; j != nil; j = kt.next() {
@@ -264,7 +273,7 @@ func (s *Supervisor) sandboxThread(k string, cr *creds, ownFS bool, first *sandb
 		v, err := j.f()
 		// parked before the requester is told: a job given to it from then on
 		// waits in its state until next() reads it
-		kept := s.threads.park(k, kt)
+		kept := !j.end && s.threads.park(k, kt)
 		j.finish(v, err)
 		if !kept {
 			break
