@@ -97,6 +97,7 @@ type hostEvent struct {
 	ev   *supervise.Event
 	idx  int                    // its judge's place in the chain
 	done func(supervise.Action) // the supervisor's: called once
+	at   time.Time              // when it was queued
 }
 
 var (
@@ -315,7 +316,7 @@ func (r *hostRun) askJudge(ev *supervise.Event, idx int, done func(supervise.Act
 		done(supervise.Action{Kind: supervise.ActContinue})
 		return
 	}
-	e := &hostEvent{id: r.eventSeq.Add(1), spec: chain[idx], ev: ev, idx: idx, done: done}
+	e := &hostEvent{id: r.eventSeq.Add(1), spec: chain[idx], ev: ev, idx: idx, done: done, at: time.Now()}
 	r.mu.Lock()
 	if r.ended {
 		r.mu.Unlock()
@@ -613,15 +614,19 @@ func category(sc string) string {
 // the supervisor's CPU, its call wakes the supervisor on its own: seccomp's
 // synchronous wake-ups); woken from the eventfd instead, this thread waits for
 // its idle CPU to wake — 30-50 µs on a VM whose idle vCPUs halt, most of a judged
-// call. A call that does not come within spinFor costs that much CPU once.
-// Never on a single CPU, where the spin would only delay the program.
+// call. The spin is adaptive: after the answer to a syscall whose last answer was
+// followed by the next call later than spinFor (an execve: the exec comes first),
+// the thread blocks at once, leaving the CPU to the program; every call measures
+// that gap again, spun for or slept. Never on a single CPU, where the spin would
+// only delay the program.
 const spinFor = 40 * time.Microsecond
 
 var spinCPUs = runtime.NumCPU() > 1
 
-// spinForCall: a call was queued for r within spinFor (or the run ended).
-func spinForCall(r *hostRun) bool {
-	if !spinCPUs {
+// spinForCall: a call was queued within spinFor (or the run ended).
+func (o *hostOp) spinForCall() bool {
+	r := o.r
+	if !spinCPUs || o.slow[o.answered] {
 		return false
 	}
 	deadline := time.Now().Add(spinFor)
@@ -640,6 +645,11 @@ type hostOp struct {
 	r      *hostRun
 	result chan *runs.Result
 	cur    *hostEvent
+	// answered is the syscall last answered, at answeredAt; slow: the syscalls
+	// whose answer was last followed by the next call later than spinFor
+	answered   string
+	answeredAt time.Time
+	slow       map[string]bool
 }
 
 func (o *hostOp) next() hostcall.Step {
@@ -654,6 +664,12 @@ func (o *hostOp) next() hostcall.Step {
 			r.outstanding[e.id] = e
 			r.mu.Unlock()
 			r.sleeping.Store(false)
+			if o.answered != "" {
+				// when the call came, not when this thread took it: a sleep's
+				// wake-up is not the program's gap
+				o.slow[o.answered] = e.at.Sub(o.answeredAt) > spinFor
+				o.answered = ""
+			}
 			o.cur = e
 			return hostcall.Ask(r.call(e), o)
 		}
@@ -664,7 +680,7 @@ func (o *hostOp) next() hostcall.Step {
 			return o.final(<-o.result)
 		}
 		if !r.sleeping.Load() {
-			if spinForCall(r) {
+			if o.spinForCall() {
 				continue
 			}
 			// announced, then the queue looked at again: a call queued in between
@@ -707,6 +723,7 @@ func (o *hostOp) Resume(a hostcall.Answer) hostcall.Step {
 		return o.final(<-o.result)
 	}
 	o.r.settle(o.cur, a)
+	o.answered, o.answeredAt = o.cur.ev.Syscall, time.Now()
 	return o.next()
 }
 
@@ -750,7 +767,7 @@ func RunOp(s Sandbox, b []byte) ([]byte, string) {
 	hostRunsMu.Lock()
 	hostRuns[r.token] = r
 	hostRunsMu.Unlock()
-	o := &hostOp{r: r, result: make(chan *runs.Result, 1)}
+	o := &hostOp{r: r, result: make(chan *runs.Result, 1), slow: map[string]bool{}}
 	go func() { o.result <- s.Run(req) }()
 	return hostcall.Deliver(s, o.next())
 }

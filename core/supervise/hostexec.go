@@ -606,14 +606,21 @@ func consistent(rs []memRegion) error {
 // writeBack writes the judged copy over the caller's memory (FOLL_FORCE: also on
 // read-only private mappings, which it turns into the caller's own copy).
 func (c *call) writeBack(rs []memRegion) error {
-	f, err := os.OpenFile(c.proc("mem"), os.O_RDWR, 0)
+	fd, err := unix.Open(c.proc("mem"), unix.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
+	defer unix.Close(fd)
 	for _, r := range rs {
-		if _, err := f.WriteAt(r.data, int64(r.addr)); err != nil {
-			return err
+		for done := 0; done < len(r.data); {
+			n, err := unix.Pwrite(fd, r.data[done:], int64(r.addr)+int64(done))
+			if err != nil {
+				return err
+			}
+			if n == 0 {
+				return unix.EIO
+			}
+			done += n
 		}
 	}
 	return nil
@@ -622,11 +629,11 @@ func (c *call) writeBack(rs []memRegion) error {
 // privatePages: every page under rs is private anonymous memory of the caller
 // (pagemap: present or swapped, not a file page nor shared anonymous memory).
 func (c *call) privatePages(rs []memRegion) error {
-	f, err := os.Open(c.proc("pagemap"))
+	fd, err := unix.Open(c.proc("pagemap"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
+	defer unix.Close(fd)
 	const page = 4096
 	// the pages under all regions as spans of page numbers, merged: one pagemap
 	// read per span (argv's strings usually lie on one or two stack pages)
@@ -645,7 +652,10 @@ func (c *call) privatePages(rs []memRegion) error {
 			hi = max(hi, spans[i].hi)
 		}
 		e = slices.Grow(e[:0], int(hi-lo+1)*8)[:int(hi-lo+1)*8]
-		if _, err := f.ReadAt(e, int64(lo*8)); err != nil {
+		if n, err := unix.Pread(fd, e, int64(lo*8)); err != nil || n != len(e) {
+			if err == nil {
+				err = fmt.Errorf("pagemap: %d of %d bytes", n, len(e))
+			}
 			return err
 		}
 		for p := lo; p <= hi; p++ {
