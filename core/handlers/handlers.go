@@ -17,8 +17,6 @@ import (
 	"syscall"
 	"time"
 
-	"runtime"
-
 	"github.com/sandtrap/sandtrap/core/cgroup"
 	"github.com/sandtrap/sandtrap/core/hostcall"
 	"github.com/sandtrap/sandtrap/core/plan"
@@ -70,12 +68,15 @@ type hostRun struct {
 	// a read in the kernel, woken directly by the supervisor's loop, rather than a
 	// channel, whose hand-off to a cgo thread takes the Go scheduler two wake-ups
 	wakefd   int
-	sleeping atomic.Bool  // the operation's thread is (about to be) blocked on wakefd
-	queued   atomic.Int32 // len(queue), for the operation's thread's spin (spinForCall)
-	over     atomic.Bool  // ended, likewise
-	done     chan struct{}
-	doneOnce sync.Once
-	eventSeq atomic.Uint64
+	sleeping atomic.Bool // the operation's thread is (about to be) blocked on wakefd
+	// listener, serve: the supervisor's listener lent to the operation's thread
+	// while it waits (UseReceiver; nil serve: not lent, or no longer)
+	listener      int
+	serve         func() supervise.ServeResult
+	otherReceives bool // the operation's thread found the loop receiving (wait)
+	done          chan struct{}
+	doneOnce      sync.Once
+	eventSeq      atomic.Uint64
 
 	mu          sync.Mutex
 	cancel      func()
@@ -97,7 +98,6 @@ type hostEvent struct {
 	ev   *supervise.Event
 	idx  int                    // its judge's place in the chain
 	done func(supervise.Action) // the supervisor's: called once
-	at   time.Time              // when it was queued
 }
 
 var (
@@ -236,13 +236,11 @@ func (r *hostRun) end() {
 	r.doneOnce.Do(func() {
 		r.mu.Lock()
 		r.ended = true
-		r.over.Store(true)
 		left := r.queue
 		for _, e := range r.outstanding {
 			left = append(left, e)
 		}
 		r.queue, r.outstanding = nil, map[uint64]*hostEvent{}
-		r.queued.Store(0)
 		r.wakeUpLocked()
 		undo := r.undo
 		r.undo = nil
@@ -316,7 +314,7 @@ func (r *hostRun) askJudge(ev *supervise.Event, idx int, done func(supervise.Act
 		done(supervise.Action{Kind: supervise.ActContinue})
 		return
 	}
-	e := &hostEvent{id: r.eventSeq.Add(1), spec: chain[idx], ev: ev, idx: idx, done: done, at: time.Now()}
+	e := &hostEvent{id: r.eventSeq.Add(1), spec: chain[idx], ev: ev, idx: idx, done: done}
 	r.mu.Lock()
 	if r.ended {
 		r.mu.Unlock()
@@ -324,7 +322,6 @@ func (r *hostRun) askJudge(ev *supervise.Event, idx int, done func(supervise.Act
 		return
 	}
 	r.queue = append(r.queue, e)
-	r.queued.Add(1)
 	r.wakeUpLocked()
 	r.mu.Unlock()
 }
@@ -608,48 +605,11 @@ func category(sc string) string {
 	return "file"
 }
 
-// spinFor is how long the operation's thread looks for the run's next call before
-// it blocks on the eventfd. A program making judged calls in a row makes the next
-// one a few microseconds after the answer to the last (the answer wakes it on
-// the supervisor's CPU, its call wakes the supervisor on its own: seccomp's
-// synchronous wake-ups); woken from the eventfd instead, this thread waits for
-// its idle CPU to wake — 30-50 µs on a VM whose idle vCPUs halt, most of a judged
-// call. The spin is adaptive: after the answer to a syscall whose last answer was
-// followed by the next call later than spinFor (an execve: the exec comes first),
-// the thread blocks at once, leaving the CPU to the program; every call measures
-// that gap again, spun for or slept. Never on a single CPU, where the spin would
-// only delay the program.
-const spinFor = 40 * time.Microsecond
-
-var spinCPUs = runtime.NumCPU() > 1
-
-// spinForCall: a call was queued within spinFor (or the run ended).
-func (o *hostOp) spinForCall() bool {
-	r := o.r
-	if !spinCPUs || o.slow[o.answered] {
-		return false
-	}
-	deadline := time.Now().Add(spinFor)
-	for i := 0; ; i++ {
-		if r.queued.Load() > 0 || r.over.Load() {
-			return true
-		}
-		if i%64 == 63 && time.Now().After(deadline) {
-			return false
-		}
-	}
-}
-
 // hostOp is the operation of one run_handlers request.
 type hostOp struct {
 	r      *hostRun
 	result chan *runs.Result
 	cur    *hostEvent
-	// answered is the syscall last answered, at answeredAt; slow: the syscalls
-	// whose answer was last followed by the next call later than spinFor
-	answered   string
-	answeredAt time.Time
-	slow       map[string]bool
 }
 
 func (o *hostOp) next() hostcall.Step {
@@ -660,16 +620,9 @@ func (o *hostOp) next() hostcall.Step {
 			e := r.queue[0]
 			r.queue[0] = nil
 			r.queue = r.queue[1:]
-			r.queued.Add(-1)
 			r.outstanding[e.id] = e
 			r.mu.Unlock()
 			r.sleeping.Store(false)
-			if o.answered != "" {
-				// when the call came, not when this thread took it: a sleep's
-				// wake-up is not the program's gap
-				o.slow[o.answered] = e.at.Sub(o.answeredAt) > spinFor
-				o.answered = ""
-			}
 			o.cur = e
 			return hostcall.Ask(r.call(e), o)
 		}
@@ -680,19 +633,76 @@ func (o *hostOp) next() hostcall.Step {
 			return o.final(<-o.result)
 		}
 		if !r.sleeping.Load() {
-			if o.spinForCall() {
-				continue
-			}
 			// announced, then the queue looked at again: a call queued in between
 			// writes the eventfd
 			r.sleeping.Store(true)
 			continue
 		}
-		var b [8]byte
+		r.wait()
+	}
+}
+
+// wait blocks the operation's thread until its eventfd is written, receiving the
+// sandbox's notifications meanwhile when the supervisor lends its listener
+// (supervise.Receive): the run's next trapped call then wakes this thread itself,
+// on the CPU of the thread that made it, and is queued by this thread.
+func (r *hostRun) wait() {
+	var b [8]byte
+	r.mu.Lock()
+	lfd, serve := r.listener, r.serve
+	r.mu.Unlock()
+	if serve == nil {
 		if _, err := unix.Read(r.wakefd, b[:]); err != nil && err != unix.EINTR {
 			time.Sleep(time.Millisecond) // not expected (a blocking eventfd): poll instead
 		}
+		return
 	}
+	fds := []unix.PollFd{{Fd: int32(r.wakefd), Events: unix.POLLIN}, {Fd: int32(lfd), Events: unix.POLLIN}}
+	timeout := -1
+	if r.otherReceives {
+		// the supervisor's loop was receiving: it wakes this thread for the run's
+		// call; the listener again once that is done
+		fds, timeout = fds[:1], 1
+	}
+	if _, err := unix.Poll(fds, timeout); err != nil && err != unix.EINTR {
+		r.dropListener()
+		return
+	}
+	r.otherReceives = false
+	if fds[0].Revents != 0 {
+		unix.Read(r.wakefd, b[:])
+	}
+	if len(fds) < 2 {
+		return
+	}
+	switch {
+	case fds[1].Revents&unix.POLLIN != 0:
+		switch serve() {
+		case supervise.Closing:
+			r.dropListener()
+		case supervise.Receiving:
+			r.otherReceives = true
+		}
+	case fds[1].Revents != 0: // the loop reports it
+		r.dropListener()
+	}
+}
+
+// UseReceiver: the supervisor lends its listener to the operation's thread, or
+// takes it back (serve nil: the thread, woken, stops polling it).
+func (r *hostRun) UseReceiver(fd int, serve func() supervise.ServeResult) {
+	r.mu.Lock()
+	r.listener, r.serve = fd, serve
+	if serve == nil {
+		r.wakeUpLocked()
+	}
+	r.mu.Unlock()
+}
+
+func (r *hostRun) dropListener() {
+	r.mu.Lock()
+	r.serve = nil
+	r.mu.Unlock()
 }
 
 func (o *hostOp) final(res *runs.Result) hostcall.Step {
@@ -723,7 +733,6 @@ func (o *hostOp) Resume(a hostcall.Answer) hostcall.Step {
 		return o.final(<-o.result)
 	}
 	o.r.settle(o.cur, a)
-	o.answered, o.answeredAt = o.cur.ev.Syscall, time.Now()
 	return o.next()
 }
 
@@ -767,7 +776,7 @@ func RunOp(s Sandbox, b []byte) ([]byte, string) {
 	hostRunsMu.Lock()
 	hostRuns[r.token] = r
 	hostRunsMu.Unlock()
-	o := &hostOp{r: r, result: make(chan *runs.Result, 1), slow: map[string]bool{}}
+	o := &hostOp{r: r, result: make(chan *runs.Result, 1)}
 	go func() { o.result <- s.Run(req) }()
 	return hostcall.Deliver(s, o.next())
 }

@@ -145,6 +145,9 @@ func (s *Supervisor) Attach(pidfd, pid int) (*RunLog, error) {
 // Attach, with its pid namespace opened at once, since each of its trapped calls is
 // routed to h by the caller's namespace (host.go). Call it within Starting.
 func (s *Supervisor) AttachHost(pidfd, pid int, h HostRun) (*RunLog, error) {
+	if u, ok := h.(ReceiverUser); ok {
+		u.UseReceiver(s.Receive())
+	}
 	return s.attachHost(&RunLog{nsfd: -1, pidfd: pidfd, pid: pid, host: h})
 }
 
@@ -269,7 +272,16 @@ func (s *Supervisor) Detach(r *RunLog) DenialList {
 		r.nsfd = -1
 	}
 	s.runs.mu.Unlock()
+	r.takeReceiverBack()
 	return r.Snapshot()
+}
+
+// takeReceiverBack: the run's operation thread stops receiving the sandbox's
+// notifications (Receive), and is woken to see it.
+func (r *RunLog) takeReceiverBack() {
+	if u, ok := r.host.(ReceiverUser); ok {
+		u.UseReceiver(-1, nil)
+	}
 }
 
 // Snapshot is what r was refused so far (a run still going: a cooperative worker
@@ -301,6 +313,7 @@ func (s *Supervisor) closeRuns() {
 		unix.Close(r.nsfd)
 		r.nsfd = -1
 		delete(s.runs.attached, ino)
+		r.takeReceiverBack()
 	}
 	clear(s.runs.unresolved)
 	for ino, r := range s.runs.pending {

@@ -65,6 +65,14 @@ type HostRun interface {
 	Done() <-chan struct{}
 }
 
+// ReceiverUser is a HostRun whose operation's thread receives the sandbox's
+// notifications itself while it waits for the run's next call (Supervisor.Receive):
+// UseReceiver lends it the listener at AttachHost, and takes it back (fd -1, serve
+// nil: the thread stops polling it) at Detach and Close.
+type ReceiverUser interface {
+	UseReceiver(fd int, serve func() ServeResult)
+}
+
 // Event is a trapped call as the host sees it: the registers, and what the
 // supervisor copied from the caller's memory once (never read again for the
 // decision).
@@ -411,7 +419,8 @@ func (h *hostCall) ask(run HostRun) reply {
 // timer slack of 50 µs) — most of a judged call. Only what may wait long goes on
 // on a goroutine of its own (waits): the thread it came on serves the run's other
 // calls. A connect or send on a blocking socket, and a built-in handler that must
-// wait, hand themselves over as they do on the loop (net.go, locks.go).
+// wait, hand themselves over as they do on the loop (net.go, locks.go); an open
+// and a held execve go to the thread that performs or holds them, which answers.
 func (h *hostCall) done(act Action) {
 	if h.waits(act) {
 		go func() {
@@ -424,9 +433,9 @@ func (h *hostCall) done(act Action) {
 	h.c.deliver(h.act(act))
 }
 
-// waits: act's reply may wait without bound — a hold. An open (of a FIFO: until
-// its other end is opened) and a held execve (until the caller's exec) are handed
-// to the thread that performs or holds them, which answers (hostopen.go, hostexec.go).
+// waits: act's reply may wait without bound and nothing else hands it over — a
+// hold (an open of a FIFO waits on its sandbox thread: hostopen.go; a held execve
+// on its tracer thread: hostexec.go).
 func (h *hostCall) waits(act Action) bool { return act.Kind == ActHold }
 
 // performedAsCaller: a continue performs ev with the caller's credentials (a path

@@ -21,7 +21,9 @@ import (
 // caller's credentials (when the supervisor has more) and no capability, resolving
 // in the caller's root (RESOLVE_IN_ROOT through /proc/<tid>/root: its view, with
 // the view's read-only and nodev mounts) and cwd, and answers with the descriptor
-// (SECCOMP_IOCTL_NOTIF_ADDFD with SEND). What differs from the kernel's own open:
+// (SECCOMP_IOCTL_NOTIF_ADDFD with SEND) from that thread (openOnThread: found with
+// O_PATH, then opened through that descriptor; a FIFO's wait ended when nobody
+// waits for the answer any more). What differs from the kernel's own open:
 //
 //   - magic links (/proc/self/fd/…, /proc/<pid>/root, …) are refused (ELOOP): they
 //     would name the supervisor's; /proc/self names no process of the sandbox;

@@ -28,8 +28,13 @@ import (
 //     time (the caller's umask; its directory, or the cwd the thread had when it
 //     was made): nothing of one call's fs_struct reaches the next;
 //   - a job changes no other state of its thread (the performed calls are
-//     openat2, *at calls on descriptors, stat, readlink, truncate, mknod, rename,
-//     link, symlink, chmod, chown, utimensat);
+//     openat2, *at calls on descriptors, access, truncate, mknod, rename, link,
+//     symlink, chmod, chown, utimensat; an open's job also answers its call:
+//     SECCOMP_IOCTL_NOTIF_ADDFD, the supervisor's bookkeeping, no denial — a
+//     denial is recorded from a goroutine, hostopen.go);
+//   - the tracer threads of held execves (tracerKind, hostexec.go) hold nothing
+//     of a sandbox's: they are kept the same way, unless a job leaves a task
+//     traced (sandboxJob.end);
 //   - at most maxIdlePerKind threads wait per kind, maxKinds kinds are kept; a
 //     thread beyond them ends after its call (its goroutine returns locked, so the
 //     runtime ends the thread). Close ends every waiting one.

@@ -100,14 +100,17 @@ type Supervisor struct {
 
 	closing   atomic.Bool
 	closeOnce sync.Once
-	failMu    sync.Mutex
-	onFail    []func()
-	loopDone  chan struct{}
-	handling  sync.WaitGroup // detached calls
-	waiting   atomic.Int64   // detached calls waiting for a lock (locks.go: maxWaiting)
-	inflight  atomic.Int64   // calls being handled (tests wait for 0)
-	received  atomic.Int64   // notifications received
-	blocked   atomic.Int64   // calls performed on blocking sockets (net.go: maxBlocked)
+	// recvMu is held by the thread receiving and handling a notification: the
+	// loop, or a host run's operation thread waiting for its next call (Receive)
+	recvMu   sync.Mutex
+	failMu   sync.Mutex
+	onFail   []func()
+	loopDone chan struct{}
+	handling sync.WaitGroup // detached calls
+	waiting  atomic.Int64   // detached calls waiting for a lock (locks.go: maxWaiting)
+	inflight atomic.Int64   // calls being handled (tests wait for 0)
+	received atomic.Int64   // notifications received
+	blocked  atomic.Int64   // calls performed on blocking sockets (net.go: maxBlocked)
 
 	privileged bool // calls performed for the caller take its credentials (unix.go)
 	// groupsFixed: the runs' pid 1 drops every capability (creds.go)
@@ -202,6 +205,10 @@ func (s *Supervisor) Close() {
 		one := [8]byte{1}
 		unix.Write(s.wake, one[:]) // wakes the loop
 		<-s.loopDone
+		// a host run's operation thread receiving now (Receive) finishes first; none
+		// receives after (closing): the loop's state is Close's from here
+		s.recvMu.Lock()
+		defer s.recvMu.Unlock()
 		s.sockMu.Lock()
 		for fd := range s.socks {
 			unix.Shutdown(fd, unix.SHUT_RDWR) // a blocked connect or send returns
@@ -214,7 +221,8 @@ func (s *Supervisor) Close() {
 		s.dropPidfds()
 		s.closeRuns()
 		// no call can answer any more: the kernel fails the calls still waiting,
-		// and every later trapped call, with ENOSYS
+		// and every later trapped call, with ENOSYS (once no thread polls it any
+		// more: closeRuns woke the operation threads that did)
 		unix.Close(s.fd)
 		s.failMu.Lock()
 		unix.Close(s.wake)
@@ -280,17 +288,77 @@ func (s *Supervisor) loop() {
 		default:
 			continue
 		}
-		n, err := recv(uintptr(s.fd))
+		if !s.recvMu.TryLock() {
+			// a host run's operation thread is receiving (Receive): it may share
+			// this CPU (both were woken on the trapping thread's), let it run
+			unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+			continue
+		}
+		n, err := s.recvReady()
+		if err == nil {
+			s.handle(n)
+		}
+		s.recvMu.Unlock()
 		switch err {
 		case nil:
-			s.handle(n)
 		case unix.ENOENT, unix.EINTR, unix.EAGAIN:
-			// the caller died (or was interrupted) between poll and RECV
+			// the caller died (or was interrupted) between poll and RECV, or another
+			// thread received it (Receive)
 		default:
 			s.denials.add("supervisor", "notification loop: "+err.Error(), unix.ENOSYS)
 			return
 		}
 	}
+}
+
+// Receive lets a thread that waits for a host run's next call receive the
+// sandbox's notifications itself (host.go: a HostRun that is a ReceiverUser gets
+// it at AttachHost). It polls the listener FD with its own wake-up; when FD is
+// readable, serve receives and handles one notification as the loop would (one
+// thread at a time: recvMu). A trapped call wakes every thread polling the
+// listener on the trapping thread's CPU (synchronous wake-ups): the operation's
+// thread is then woken directly, not by the loop through an eventfd, whose wake-up
+// of an idle CPU cost 30-50 µs here. serve answers false once the supervisor is
+// closing: FD is not to be polled any more. The two threads never wait for each
+// other (a Go mutex that parks a locked thread costs the scheduler's hand-offs): a
+// thread that finds the other receiving lets it.
+func (s *Supervisor) Receive() (fd int, serve func() ServeResult) {
+	return s.fd, s.serveOne
+}
+
+// ServeResult is what Receive's serve did.
+type ServeResult int
+
+const (
+	Served    ServeResult = iota // received and handled a notification, or found none
+	Receiving                    // another thread is receiving: wait for the run's own wake-up a while
+	Closing                      // the supervisor is closing: stop polling its listener
+)
+
+func (s *Supervisor) serveOne() ServeResult {
+	if !s.recvMu.TryLock() {
+		return Receiving
+	}
+	defer s.recvMu.Unlock()
+	if s.closing.Load() {
+		return Closing
+	}
+	if n, err := s.recvReady(); err == nil {
+		s.handle(n)
+	}
+	return Served // an error is the loop's to report: it polls the same listener
+}
+
+// recvReady receives a notification if one waits (recvMu held): RECV itself
+// blocks until one comes, whatever O_NONBLOCK says, and the one a thread polled
+// for may have been received by the other meanwhile — it would then wait for a
+// call that may only come once that thread has answered. EAGAIN: none.
+func (s *Supervisor) recvReady() (seccompNotif, error) {
+	fds := []unix.PollFd{{Fd: int32(s.fd), Events: unix.POLLIN}}
+	if n, err := unix.Poll(fds, 0); err != nil || n == 0 || fds[0].Revents&unix.POLLIN == 0 {
+		return seccompNotif{}, unix.EAGAIN // (the loop's own poll reports a listener gone bad)
+	}
+	return recv(uintptr(s.fd))
 }
 
 // abortIfNotClosing: a loop that stops on an error (or Abort) tells the OnFail

@@ -499,7 +499,8 @@ class _Run:
         if is_async is None:
             is_async = self._async[hid] = inspect.iscoroutinefunction(h.handle)
         if is_async:
-            fut = asyncio.run_coroutine_threadsafe(h.handle(hctx), self.loop())
+            coro: Any = h.handle(hctx)  # a coroutine (iscoroutinefunction, asked once above)
+            fut = asyncio.run_coroutine_threadsafe(coro, self.loop())
             fut.add_done_callback(functools.partial(self._decided, call))
             return {"value": {"action": "defer"}}
         try:
