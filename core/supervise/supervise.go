@@ -267,9 +267,17 @@ func (s *Supervisor) loop() {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	fds := []unix.PollFd{{Fd: int32(s.fd), Events: unix.POLLIN}, {Fd: int32(s.wake), Events: unix.POLLIN}}
+	busy := 0 // the times in a row another thread was receiving
 	for {
 		fds[0].Revents, fds[1].Revents = 0, 0
-		if _, err := unix.Poll(fds, -1); err != nil {
+		timeout := -1
+		fds[0].Events = unix.POLLIN
+		if busy >= 16 {
+			// it handles a call that takes a while: look again in a millisecond
+			// rather than spin (Close's wake-up still ends the wait)
+			fds[0].Events, timeout, busy = 0, 1, 0
+		}
+		if _, err := unix.Poll(fds, timeout); err != nil {
 			if err == unix.EINTR {
 				continue
 			}
@@ -291,9 +299,11 @@ func (s *Supervisor) loop() {
 		if !s.recvMu.TryLock() {
 			// a host run's operation thread is receiving (Receive): it may share
 			// this CPU (both were woken on the trapping thread's), let it run
+			busy++
 			unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 			continue
 		}
+		busy = 0
 		n, err := s.recvReady()
 		if err == nil {
 			s.handle(n)
