@@ -102,15 +102,16 @@ type Supervisor struct {
 	closeOnce sync.Once
 	// recvMu is held by the thread receiving and handling a notification: the
 	// loop, or a host run's operation thread waiting for its next call (Receive)
-	recvMu   sync.Mutex
-	failMu   sync.Mutex
-	onFail   []func()
-	loopDone chan struct{}
-	handling sync.WaitGroup // detached calls
-	waiting  atomic.Int64   // detached calls waiting for a lock (locks.go: maxWaiting)
-	inflight atomic.Int64   // calls being handled (tests wait for 0)
-	received atomic.Int64   // notifications received
-	blocked  atomic.Int64   // calls performed on blocking sockets (net.go: maxBlocked)
+	recvMu    sync.Mutex
+	lentRecvs atomic.Uint64 // RECVs made by those threads (the loop's poll may be stale after one)
+	failMu    sync.Mutex
+	onFail    []func()
+	loopDone  chan struct{}
+	handling  sync.WaitGroup // detached calls
+	waiting   atomic.Int64   // detached calls waiting for a lock (locks.go: maxWaiting)
+	inflight  atomic.Int64   // calls being handled (tests wait for 0)
+	received  atomic.Int64   // notifications received
+	blocked   atomic.Int64   // calls performed on blocking sockets (net.go: maxBlocked)
 
 	privileged bool // calls performed for the caller take its credentials (unix.go)
 	// groupsFixed: the runs' pid 1 drops every capability (creds.go)
@@ -270,6 +271,7 @@ func (s *Supervisor) loop() {
 	busy := 0 // the times in a row another thread was receiving
 	for {
 		fds[0].Revents, fds[1].Revents = 0, 0
+		lent := s.lentRecvs.Load()
 		timeout := -1
 		fds[0].Events = unix.POLLIN
 		if busy >= 16 {
@@ -304,7 +306,13 @@ func (s *Supervisor) loop() {
 			continue
 		}
 		busy = 0
-		n, err := s.recvReady()
+		var n seccompNotif
+		var err error
+		if s.lentRecvs.Load() == lent {
+			n, err = recv(uintptr(s.fd)) // nobody else received since the poll: one waits
+		} else {
+			n, err = s.recvReady()
+		}
 		if err == nil {
 			s.handle(n)
 		}
@@ -353,7 +361,11 @@ func (s *Supervisor) serveOne() ServeResult {
 	if s.closing.Load() {
 		return Closing
 	}
-	if n, err := s.recvReady(); err == nil {
+	n, err := s.recvReady()
+	if err != unix.EAGAIN {
+		s.lentRecvs.Add(1)
+	}
+	if err == nil {
 		s.handle(n)
 	}
 	return Served // an error is the loop's to report: it polls the same listener
