@@ -129,7 +129,9 @@ def main() -> None:
         # the marginal cost above leaves out that sandlock supervises every stat even
         # without a handler (its "untrapped" loop is trapped): per stat in all, too
         a, b = med["sandtrap stat, handler on newfstatat"], med["sandlock stat, handler on newfstatat"]
-        print(f"judged stat, all of it: sandtrap {a / NS * 1e6:.1f} µs, sandlock {b / NS * 1e6:.1f} µs, ratio {a / b:.2f}")
+        print(
+            f"judged stat, all of it: sandtrap {a / NS * 1e6:.1f} µs, sandlock {b / NS * 1e6:.1f} µs, ratio {a / b:.2f}"
+        )
         print(f"/bin/true ratio sandtrap/sandlock: {med['sandtrap true'] / med['sandlock true']:.2f}")
 
 
