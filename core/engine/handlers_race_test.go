@@ -314,10 +314,10 @@ static void flips(long n) {
 		for (i = 0; i < 3000; i++) ;
 	}
 }
-/* the clone(CLONE_VM) child: flips for a while, then ends (it outlives the exec) */
+/* the clone(CLONE_VM) child: flips for a while (~20 ms: longer than the exec), then ends (it outlives the exec) */
 static int flipper(void *a) {
 	(void)a;
-	flips(20000);
+	flips(5000);
 	syscall(SYS_exit, 0);
 	return 0;
 }

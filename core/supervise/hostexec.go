@@ -187,9 +187,11 @@ func (c *call) execJudged(ev *Event, initPid int, rl *RunLog) reply {
 	j := &sandboxJob{}
 	j.f = func() (int, error) {
 		defer c.s.handling.Done()
-		r, clean := c.execHeld(ev, rl)
-		j.end = !clean
+		r, release := c.execHeld(ev, rl)
 		c.deliver(r)
+		// after the answer: a vfork parent held while its child (the caller) is
+		// refused leaves its vfork wait, and stops, only once the child has it
+		j.end = !release()
 		return 0, nil
 	}
 	j.fail = func(err error) {
@@ -207,28 +209,30 @@ type tracee struct {
 	sig     int  // the signal of its signal-delivery stop, re-delivered at detach
 }
 
-// execHeld holds the caller's memory still for its exec (above); clean: every task
-// it seized was detached.
-func (c *call) execHeld(ev *Event, rl *RunLog) (_ reply, clean bool) {
+// execHeld holds the caller's memory still for its exec (above) and answers it,
+// or says what to answer; release, called once that answer is delivered, lets go
+// of every task it seized (false: one may still be traced by this thread).
+func (c *call) execHeld(ev *Event, rl *RunLog) (_ reply, release func() bool) {
 	tid := int(c.n.Pid)
 	held := map[int]*tracee{}
-	clean = true
-	detachAll := func() {
+	detachAll := func() bool {
+		clean := true
+		deadline := time.Now().Add(time.Second)
 		for _, t := range held {
-			if !t.detach() {
+			if !t.release(deadline) {
 				clean = false
 			}
 		}
+		return clean
 	}
-	refuse := func(why string, err error) (reply, bool) {
-		detachAll()
+	refuse := func(why string, err error) (reply, func() bool) {
 		if !c.valid() {
-			return gone(), clean
+			return gone(), detachAll
 		}
 		if err != nil {
 			why += ": " + err.Error()
 		}
-		return deny(unix.EACCES, "supervisor: execve: "+why), clean
+		return deny(unix.EACCES, "supervisor: execve: "+why), detachAll
 	}
 	tgid, err := tgidOfCaller(tid)
 	if err != nil {
@@ -251,13 +255,13 @@ func (c *call) execHeld(ev *Event, rl *RunLog) (_ reply, clean bool) {
 				if x == tid || held[x] != nil {
 					continue
 				}
-				t, err := hold(x, &clean)
+				t, err := hold(x)
+				if t != nil {
+					held[x] = t // released with the others, whatever comes next
+					n++
+				}
 				if err != nil {
 					return 0, fmt.Errorf("task %d: %w", x, err)
-				}
-				if t != nil {
-					held[x] = t
-					n++
 				}
 			}
 			if n == 0 {
@@ -309,12 +313,7 @@ func (c *call) execHeld(ev *Event, rl *RunLog) (_ reply, clean bool) {
 			return refuse("the processes sharing its memory keep growing", nil)
 		}
 	}
-	// the caller: traced for its exec event (not interrupted before it is answered)
-	if _, _, e := unix.RawSyscall6(unix.SYS_PTRACE, unix.PTRACE_SEIZE, uintptr(tid), 0, unix.PTRACE_O_TRACEEXEC, 0, 0); e != 0 {
-		return refuse("trace the caller", e)
-	}
-	me := &tracee{tid: tid}
-	held[tid] = me
+	// (the caller itself sleeps in its call: it writes nothing until answered)
 	if err := consistent(ev.judged); err != nil {
 		return refuse("the arguments changed while they were copied", err)
 	}
@@ -324,13 +323,18 @@ func (c *call) execHeld(ev *Event, rl *RunLog) (_ reply, clean bool) {
 	if err := c.privatePages(ev.judged); err != nil {
 		return refuse("arguments in memory another process can write", err)
 	}
+	// the caller: traced for its exec event (not interrupted before it is answered),
+	// last, so that no refusal leaves it seized outside a stop
+	if _, _, e := unix.RawSyscall6(unix.SYS_PTRACE, unix.PTRACE_SEIZE, uintptr(tid), 0, unix.PTRACE_O_TRACEEXEC, 0, 0); e != 0 {
+		return refuse("trace the caller", e)
+	}
+	me := &tracee{tid: tid}
+	held[tid] = me
 	if !c.valid() {
-		detachAll()
-		return gone(), clean
+		return gone(), detachAll
 	}
 	if err := send(uintptr(c.s.fd), seccompNotifResp{ID: c.n.ID, Flags: unix.SECCOMP_USER_NOTIF_FLAG_CONTINUE}); err != nil {
-		detachAll()
-		return gone(), clean
+		return gone(), detachAll
 	}
 	unix.RawSyscall6(unix.SYS_PTRACE, unix.PTRACE_INTERRUPT, uintptr(tid), 0, 0, 0, 0)
 	// the caller's next stop (or its end) means the kernel has read the arguments:
@@ -369,8 +373,8 @@ func (c *call) execHeld(ev *Event, rl *RunLog) (_ reply, clean bool) {
 			t.waitStopped(time.Now().Add(100 * time.Millisecond))
 		}
 	}
-	detachAll()
-	return gone(), clean // answered above
+	clean := detachAll()
+	return gone(), func() bool { return clean } // answered above
 }
 
 // tgidOfCaller is the process of the thread tid, which sleeps in its trapped call
@@ -441,9 +445,8 @@ func dirNames(dir string) ([]string, error) {
 	return f.Readdirnames(-1)
 }
 
-// hold seizes and interrupts tid (nil: it is gone); *clean is cleared when it
-// could not detach a task it seized.
-func hold(tid int, clean *bool) (*tracee, error) {
+// hold seizes and interrupts tid (nil: it is gone, or was not seized).
+func hold(tid int) (*tracee, error) {
 	if _, _, e := unix.RawSyscall6(unix.SYS_PTRACE, unix.PTRACE_SEIZE, uintptr(tid), 0, 0, 0, 0); e != 0 {
 		if e == unix.ESRCH {
 			return nil, nil
@@ -452,10 +455,7 @@ func hold(tid int, clean *bool) (*tracee, error) {
 	}
 	t := &tracee{tid: tid}
 	if _, _, e := unix.RawSyscall6(unix.SYS_PTRACE, unix.PTRACE_INTERRUPT, uintptr(tid), 0, 0, 0, 0); e != 0 && e != unix.ESRCH {
-		if !t.detach() {
-			*clean = false
-		}
-		return nil, fmt.Errorf("PTRACE_INTERRUPT: %w", e)
+		return t, fmt.Errorf("PTRACE_INTERRUPT: %w", e) // seized: to be released
 	}
 	return t, nil
 }
@@ -550,6 +550,32 @@ func (t *tracee) noteStop(st unix.WaitStatus) {
 	t.stopped = true
 	if uint32(st)>>16 == 0 {
 		t.sig = int(st.StopSignal())
+	}
+}
+
+// release ends the trace of t for good: detached where it is in a ptrace stop;
+// else interrupted and, once in its stop, detached, or, dead, reaped as its
+// tracer's (its real parent then reaps it), until deadline. False: t may still
+// be traced by this thread (whose end then detaches it: sandboxJob.end).
+func (t *tracee) release(deadline time.Time) bool {
+	if t.detach() {
+		return true
+	}
+	// not in a stop (a caller whose call was answered meanwhile, a task that
+	// left its stop) or gone: stop it, or see it gone
+	unix.RawSyscall6(unix.SYS_PTRACE, unix.PTRACE_INTERRUPT, uintptr(t.tid), 0, 0, 0, 0)
+	t.stopped = false
+	for wait := 10 * time.Microsecond; ; wait = min(2*wait, time.Millisecond) {
+		_, ok := t.poll()
+		switch {
+		case ok && t.stopped:
+			return t.detach()
+		case ok:
+			return true // exited and reaped, or no longer ours
+		case time.Now().After(deadline):
+			return false
+		}
+		time.Sleep(wait)
 	}
 }
 

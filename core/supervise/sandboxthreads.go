@@ -147,6 +147,11 @@ type sandboxThreads struct {
 	closed bool
 }
 
+// mainThread is the runtime's first thread (package initialization runs on it,
+// locked: in a program its main thread, in the c-shared library the thread the
+// runtime started on).
+var mainThread = unix.Gettid()
+
 // kindOf names the state a thread holds for cr and fs.
 func kindOf(cr *creds, fs *threadFS) string {
 	if cr == nil {
@@ -250,6 +255,21 @@ func (s *Supervisor) give(k string, cr *creds, j *sandboxJob) {
 // it is given while it is kept. It never unlocks its thread.
 func (s *Supervisor) sandboxThread(k string, cr *creds, ownFS bool, first *sandboxJob) {
 	runtime.LockOSThread()
+	if unix.Gettid() == mainThread {
+		// the runtime's first thread: Go never ends it, so a goroutine that ends
+		// locked to it wedges it instead of ending it, and what it holds (a tracee,
+		// the sandbox's domain) stays. Move to another thread: the new goroutine
+		// cannot run here while this one holds it.
+		moved := make(chan struct{})
+		go func() {
+			runtime.LockOSThread()
+			close(moved)
+			s.sandboxThread(k, cr, ownFS, first)
+		}()
+		<-moved
+		runtime.UnlockOSThread()
+		return
+	}
 	startCwd := -1
 	defer func() {
 		if startCwd >= 0 {

@@ -336,10 +336,10 @@ func (s *Supervisor) loop() {
 // thread at a time: recvMu). A trapped call wakes every thread polling the
 // listener on the trapping thread's CPU (synchronous wake-ups): the operation's
 // thread is then woken directly, not by the loop through an eventfd, whose wake-up
-// of an idle CPU cost 30-50 µs here. serve answers false once the supervisor is
-// closing: FD is not to be polled any more. The two threads never wait for each
-// other (a Go mutex that parks a locked thread costs the scheduler's hand-offs): a
-// thread that finds the other receiving lets it.
+// of an idle CPU cost 30-50 µs here. serve answers Closing once the supervisor is
+// closing: FD is not to be polled any more. The threads never wait for each other
+// (a Go mutex that parks a locked thread costs the scheduler's hand-offs): a
+// thread that finds another receiving lets it.
 func (s *Supervisor) Receive() (fd int, serve func() ServeResult) {
 	return s.fd, s.serveOne
 }
