@@ -150,7 +150,9 @@ type sandboxThreads struct {
 // mainThread is the runtime's first thread (package initialization runs on it,
 // locked: in a program its main thread, in the c-shared library the thread the
 // runtime started on).
-var mainThread = unix.Gettid()
+var mainThread atomic.Int64
+
+func init() { mainThread.Store(int64(unix.Gettid())) }
 
 // kindOf names the state a thread holds for cr and fs.
 func kindOf(cr *creds, fs *threadFS) string {
@@ -255,7 +257,7 @@ func (s *Supervisor) give(k string, cr *creds, j *sandboxJob) {
 // it is given while it is kept. It never unlocks its thread.
 func (s *Supervisor) sandboxThread(k string, cr *creds, ownFS bool, first *sandboxJob) {
 	runtime.LockOSThread()
-	if unix.Gettid() == mainThread {
+	if int64(unix.Gettid()) == mainThread.Load() {
 		// the runtime's first thread: Go never ends it, so a goroutine that ends
 		// locked to it wedges it instead of ending it, and what it holds (a tracee,
 		// the sandbox's domain) stays. Move to another thread: the new goroutine

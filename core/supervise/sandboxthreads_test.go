@@ -5,6 +5,7 @@ package supervise
 import (
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -101,5 +102,37 @@ func TestSandboxThreadsKeptByKind(t *testing.T) {
 	}
 	if tid(nil, nil) == first {
 		t.Fatalf("a call after close ran on the closed thread")
+	}
+}
+
+// TestSandboxThreadNeverOnTheFirstThread: a performing or tracer thread that
+// starts on the runtime's first thread moves to another (Go never ends the first
+// thread: a tracer ending there would keep its tracees traced). The first thread
+// is played by a thread of the test's, locked.
+func TestSandboxThreadNeverOnTheFirstThread(t *testing.T) {
+	s := &Supervisor{}
+	defer s.threads.close()
+	done := make(chan [2]int, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		me := unix.Gettid()
+		saved := mainThread.Load()
+		mainThread.Store(int64(me))
+		defer mainThread.Store(saved)
+		j := &sandboxJob{f: func() (int, error) { return unix.Gettid(), nil }}
+		go func() { v, _ := j.wait(); done <- [2]int{me, v} }()
+		s.sandboxThread(tracerKind, nil, false, j) // returns once moved
+		if unix.Gettid() != me {
+			t.Errorf("the locked goroutine left its thread")
+		}
+	}()
+	select {
+	case r := <-done:
+		if r[1] == r[0] || r[1] <= 0 {
+			t.Fatalf("the job ran on thread %d, the 'first' thread being %d", r[1], r[0])
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the job did not run")
 	}
 }
