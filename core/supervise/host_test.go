@@ -4,6 +4,7 @@ package supervise
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -203,5 +204,97 @@ func TestHostOpenFIFOWaitEnds(t *testing.T) {
 	case <-closed:
 	case <-time.After(5 * time.Second):
 		t.Fatal("Close waits for the opens of FIFOs performed for the sandbox")
+	}
+}
+
+// TestHostOpenPerformed: an open a judge allowed, performed for the caller (found
+// O_PATH, then opened through that descriptor: hostopen.go), answers as the
+// kernel's own open of the same path with the same flags, in the same child, and
+// leaves the same tree: each case run continued (naive) and performed.
+func TestHostOpenPerformed(t *testing.T) {
+	run := &fakeRun{deny: "/no/", done: make(chan struct{})}
+	sb := hostSandbox(t, run, "openat")
+	rw, ro := sb.rw, sb.ro
+	must(t, os.Symlink("new", rw+"/dangling"))
+	must(t, os.Symlink("sub/made", rw+"/danglingsub"))
+	must(t, os.Mkdir(rw+"/sub", 0o755))
+	must(t, os.Symlink("loop2", rw+"/loop1"))
+	must(t, os.Symlink("loop1", rw+"/loop2"))
+	if r := sb.do(t, req{Op: "chdir", Path: rw + "/d"}); r.Errno != 0 {
+		t.Fatalf("chdir: %v", r.Errno)
+	}
+	reset := func() {
+		for _, p := range []string{"new", "sub/made", "c", "d/rel"} {
+			os.Remove(filepath.Join(rw, p))
+		}
+		os.WriteFile(rw+"/t", []byte("0123456789"), 0o644)
+	}
+	state := func() string {
+		var b strings.Builder
+		for _, p := range []string{"new", "sub/made", "c", "d/rel", "t", "f"} {
+			if st, err := os.Lstat(filepath.Join(rw, p)); err == nil {
+				fmt.Fprintf(&b, "%s %v %d; ", p, st.Mode(), st.Size())
+			} else {
+				fmt.Fprintf(&b, "%s absent; ", p)
+			}
+		}
+		return b.String()
+	}
+	const (
+		rd, wr, cr, ex = unix.O_RDONLY, unix.O_WRONLY, unix.O_CREAT, unix.O_EXCL
+	)
+	for _, tc := range []struct {
+		name  string
+		path  string
+		flags int
+		want  unix.Errno
+	}{
+		{"read a file", rw + "/f", rd, 0},
+		{"read through a link", rw + "/flink", rd, 0},
+		{"O_NOFOLLOW on a link", rw + "/flink", rd | unix.O_NOFOLLOW, unix.ELOOP},
+		{"O_PATH|O_NOFOLLOW on a link", rw + "/flink", unix.O_PATH | unix.O_NOFOLLOW, 0},
+		{"O_DIRECTORY on a file", rw + "/f", rd | unix.O_DIRECTORY, unix.ENOTDIR},
+		{"a directory", rw + "/d", rd | unix.O_DIRECTORY, 0},
+		{"a directory for writing", rw + "/d", wr, unix.EISDIR},
+		{"a file with a slash", rw + "/f/", rd, unix.ENOTDIR},
+		{"missing", rw + "/missing", rd, unix.ENOENT},
+		{"a loop", rw + "/loop1", rd, unix.ELOOP},
+		{"create", rw + "/c", wr | cr, 0},
+		{"create existing", rw + "/f", wr | cr, 0},
+		{"create exclusive, existing", rw + "/f", wr | cr | ex, unix.EEXIST},
+		{"create exclusive", rw + "/c", wr | cr | ex, 0},
+		{"create through a dangling link", rw + "/dangling", wr | cr, 0},
+		{"create through a dangling link into a directory", rw + "/danglingsub", wr | cr, 0},
+		{"create exclusive through a dangling link", rw + "/dangling", wr | cr | ex, unix.EEXIST},
+		{"create O_NOFOLLOW through a dangling link", rw + "/dangling", wr | cr | unix.O_NOFOLLOW, unix.ELOOP},
+		{"create in a missing directory", rw + "/nodir/c", wr | cr, unix.ENOENT},
+		{"create relative to the cwd", "rel", wr | cr, 0},
+		{"truncate", rw + "/t", wr | unix.O_TRUNC, 0},
+		{"write on the read-only mount", ro + "/f", wr, unix.EROFS},
+		{"create on the read-only mount", ro + "/c", wr | cr, unix.EROFS},
+		{"O_TMPFILE", rw + "/d", unix.O_TMPFILE | unix.O_RDWR, 0},
+		{"read a FIFO without waiting", rw + "/p", rd | unix.O_NONBLOCK, 0},
+	} {
+		must(t, unix.Mkfifo(rw+"/p", 0o644))
+		var got [2]resp
+		var after [2]string
+		for i, naive := range []bool{true, false} {
+			reset()
+			naiveContinue = naive
+			got[i] = sb.do(t, req{Op: "open_mode", Path: tc.path, Arg: int64(tc.flags), Arg2: 0o644})
+			naiveContinue = false
+			after[i] = state()
+			got[i].ID = 0
+		}
+		os.Remove(rw + "/p")
+		if got[0].Errno != tc.want {
+			t.Errorf("%s: the kernel answers %v, the test expects %v", tc.name, errnoName(got[0].Errno), errnoName(tc.want))
+		}
+		if got[0].Errno != got[1].Errno || after[0] != after[1] {
+			t.Errorf("%s:\n kernel    %s %s\n performed %s %s", tc.name, errnoName(got[0].Errno), after[0], errnoName(got[1].Errno), after[1])
+		}
+	}
+	if run.asked.Load() < 2*25 {
+		t.Errorf("the judge was asked %d times: the calls were not trapped", run.asked.Load())
 	}
 }

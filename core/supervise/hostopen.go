@@ -65,6 +65,17 @@ func (c *call) openForCaller(ev *Event) reply {
 	if flags&^uint64(openFlags) != 0 {
 		flags &= openFlags
 	}
+	if flags&unix.O_PATH != 0 {
+		// an O_PATH descriptor cannot be handed over (SECCOMP_IOCTL_NOTIF_ADDFD
+		// takes no O_PATH file): continued, the kernel opens what the path names
+		// then (docs/security.md: the calls continued after the judge). It reads and
+		// writes nothing; an open through it is an open of its path, which Landlock
+		// checks, and the calls made relative to it are judged again.
+		if !c.valid() {
+			return gone()
+		}
+		return cont()
+	}
 	how := unix.OpenHow{Flags: flags | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_MAGICLINKS}
 	if flags&unix.O_CREAT != 0 || flags&unix.O_TMPFILE == unix.O_TMPFILE {
 		how.Mode = mode & 07777 &^ uint64(c.umask())
@@ -133,6 +144,9 @@ func (c *call) openOnThread(base int, path string, how unix.OpenHow) (int, error
 			mk.Flags |= unix.O_EXCL
 			fd, err := unix.Openat2(base, path, &mk)
 			if err == unix.EEXIST && how.Flags&unix.O_EXCL == 0 {
+				if finalLink(base, path, how.Resolve) {
+					return createThroughLink(base, path, how)
+				}
 				continue // made in between: open the one there
 			}
 			return fd, err
@@ -159,6 +173,34 @@ func (c *call) openOnThread(base int, path string, how unix.OpenHow) (int, error
 		}
 		return unix.Openat2(unix.AT_FDCWD, "/proc/thread-self/fd/"+strconv.Itoa(pfd), &re)
 	}
+}
+
+// finalLink: path names a symlink (not followed).
+func finalLink(base int, path string, resolve uint64) bool {
+	fd, err := unix.Openat2(base, path, &unix.OpenHow{Flags: unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC, Resolve: resolve})
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	return unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK
+}
+
+// createThroughLink creates a file through a dangling symlink, as the kernel's
+// O_CREAT follows one: opened with O_NONBLOCK, so that a FIFO put at the link's
+// target meanwhile does not make the open wait (it does not wait for its other end:
+// the one difference from the kernel's own call), which is taken off again when
+// the caller did not ask for it.
+func createThroughLink(base int, path string, how unix.OpenHow) (int, error) {
+	nb := how
+	nb.Flags |= unix.O_NONBLOCK
+	fd, err := unix.Openat2(base, path, &nb)
+	if err == nil && how.Flags&unix.O_NONBLOCK == 0 {
+		if fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0); err == nil {
+			unix.FcntlInt(uintptr(fd), unix.F_SETFL, fl&^unix.O_NONBLOCK)
+		}
+	}
+	return fd, err
 }
 
 // unblockFIFO ends the wait of an open of the FIFO pfd for access (O_RDONLY or
