@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -51,6 +52,30 @@ func (c *call) release() {
 		unix.Close(c.closes[i])
 	}
 	c.closes = nil
+}
+
+// whileGone runs f at every period once the call is no longer valid (its caller
+// died or was interrupted, or the supervisor closes: idValid), until stop is
+// closed; f ends what the call's performer still waits for. The channel it
+// returns is closed once it has stopped.
+func (c *call) whileGone(period time.Duration, stop <-chan struct{}, f func()) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(period)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				if !c.valid() {
+					f()
+				}
+			}
+		}
+	}()
+	return done
 }
 
 // valid: the notification is still pending, so the task that made it is alive and

@@ -151,6 +151,17 @@ func setfsid(nr uintptr, id uint32) uint32 {
 	return uint32(old)
 }
 
+// switchFSID sets the calling thread's filesystem uid or gid (nr: SYS_SETFSUID,
+// SYS_SETFSGID) to id: the one it had, and whether it now has id. setfs[ug]id
+// answer the previous id and change nothing when not allowed (-1 changes nothing):
+// asked again to know.
+func switchFSID(nr uintptr, id uint32) (old uint32, ok bool) {
+	if old = setfsid(nr, id); old == id {
+		return old, true
+	}
+	return old, setfsid(nr, ^uint32(0)) == id
+}
+
 func rawSetgroups(g []uint32) error {
 	var p uintptr
 	if len(g) > 0 {
@@ -194,25 +205,18 @@ func (t *threadCreds) switchTo(cr *creds) error {
 		}
 	}
 	t.switched = 1
-	// setfs[ug]id answer the previous id (-1 changes nothing) and change nothing
-	// when not allowed: asked again to know
-	t.fsgid = setfsid(unix.SYS_SETFSGID, ^uint32(0))
+	var ok bool
+	t.fsgid, ok = switchFSID(unix.SYS_SETFSGID, cr.gid[3])
 	t.switched = 2
-	if t.fsgid != cr.gid[3] {
-		setfsid(unix.SYS_SETFSGID, cr.gid[3])
-		if setfsid(unix.SYS_SETFSGID, ^uint32(0)) != cr.gid[3] {
-			t.restore()
-			return unix.EPERM
-		}
+	if !ok {
+		t.restore()
+		return unix.EPERM
 	}
-	t.fsuid = setfsid(unix.SYS_SETFSUID, ^uint32(0))
+	t.fsuid, ok = switchFSID(unix.SYS_SETFSUID, cr.uid[3])
 	t.switched = 3
-	if t.fsuid != cr.uid[3] {
-		setfsid(unix.SYS_SETFSUID, cr.uid[3])
-		if setfsid(unix.SYS_SETFSUID, ^uint32(0)) != cr.uid[3] {
-			t.restore()
-			return unix.EPERM
-		}
+	if !ok {
+		t.restore()
+		return unix.EPERM
 	}
 	none := t.caps
 	none[0].Effective, none[1].Effective = 0, 0
@@ -234,15 +238,14 @@ func (t *threadCreds) restore() error {
 	}
 	uidChanged := false
 	if t.switched >= 3 {
-		if old := setfsid(unix.SYS_SETFSUID, t.fsuid); old != t.fsuid {
-			uidChanged = true
-			if setfsid(unix.SYS_SETFSUID, ^uint32(0)) != t.fsuid {
-				bad = unix.EPERM
-			}
+		was, ok := switchFSID(unix.SYS_SETFSUID, t.fsuid)
+		uidChanged = was != t.fsuid
+		if !ok {
+			bad = unix.EPERM
 		}
 	}
 	if t.switched >= 2 {
-		if old := setfsid(unix.SYS_SETFSGID, t.fsgid); old != t.fsgid && setfsid(unix.SYS_SETFSGID, ^uint32(0)) != t.fsgid {
+		if _, ok := switchFSID(unix.SYS_SETFSGID, t.fsgid); !ok {
 			bad = unix.EPERM
 		}
 	}

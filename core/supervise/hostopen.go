@@ -167,8 +167,8 @@ func (c *call) openOnThread(base int, path string, how unix.OpenHow) (int, error
 		}
 		re := unix.OpenHow{Flags: how.Flags &^ (unix.O_CREAT | unix.O_EXCL | unix.O_NOFOLLOW)}
 		if st.Mode&unix.S_IFMT == unix.S_IFIFO && how.Flags&unix.O_NONBLOCK == 0 && how.Flags&unix.O_ACCMODE != unix.O_RDWR {
-			stop, done := make(chan struct{}), make(chan struct{})
-			go c.unblockFIFO(pfd, how.Flags&unix.O_ACCMODE, stop, done)
+			stop := make(chan struct{})
+			done := c.whileGone(100*time.Millisecond, stop, func() { unblockFIFO(pfd, how.Flags&unix.O_ACCMODE) })
 			defer func() { close(stop); <-done }()
 		}
 		return unix.Openat2(unix.AT_FDCWD, "/proc/thread-self/fd/"+strconv.Itoa(pfd), &re)
@@ -204,29 +204,15 @@ func createThroughLink(base int, path string, how unix.OpenHow) (int, error) {
 }
 
 // unblockFIFO ends the wait of an open of the FIFO pfd for access (O_RDONLY or
-// O_WRONLY) once its call is no longer valid or the supervisor closes: it opens
-// the other end, without waiting, and closes it again (the open returns a
-// descriptor nobody is given: the answer no longer reaches anyone).
-func (c *call) unblockFIFO(pfd int, access uint64, stop <-chan struct{}, done chan<- struct{}) {
-	defer close(done)
-	t := time.NewTicker(100 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-		}
-		if !c.s.closing.Load() && c.valid() {
-			continue
-		}
-		other := unix.O_WRONLY
-		if access == unix.O_WRONLY {
-			other = unix.O_RDONLY
-		}
-		if fd, err := unix.Open("/proc/self/fd/"+strconv.Itoa(pfd), other|unix.O_NONBLOCK|unix.O_CLOEXEC, 0); err == nil {
-			unix.Close(fd)
-		}
+// O_WRONLY) whose call nobody waits for any more: it opens the other end, without
+// waiting, and closes it again (the open returns a descriptor nobody is given).
+func unblockFIFO(pfd int, access uint64) {
+	other := unix.O_WRONLY
+	if access == unix.O_WRONLY {
+		other = unix.O_RDONLY
+	}
+	if fd, err := unix.Open("/proc/self/fd/"+strconv.Itoa(pfd), other|unix.O_NONBLOCK|unix.O_CLOEXEC, 0); err == nil {
+		unix.Close(fd)
 	}
 }
 

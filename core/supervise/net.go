@@ -408,21 +408,8 @@ func (c *call) performSend(k sock, wouldBlock bool, isConnect bool, f func(extra
 		if isConnect {
 			stop := make(chan struct{})
 			defer close(stop)
-			go func() {
-				t := time.NewTicker(250 * time.Millisecond)
-				defer t.Stop()
-				for {
-					select {
-					case <-stop:
-						return
-					case <-t.C:
-						if !c.valid() {
-							unix.Shutdown(k.fd, unix.SHUT_RDWR) // the caller died: its connect ends
-							return
-						}
-					}
-				}
-			}()
+			// the caller died (or the supervisor closes): its connect ends
+			c.whileGone(250*time.Millisecond, stop, func() { unix.Shutdown(k.fd, unix.SHUT_RDWR) })
 		}
 		return f(0)
 	})
