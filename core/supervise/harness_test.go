@@ -575,6 +575,19 @@ func execute(r req) (resp, []int) {
 		return resp{Val: int64(fd), Errno: errnoOf(err)}, nil
 	case "close":
 		return resp{Errno: errnoOf(unix.Close(r.FD))}, nil
+	case "open_check": // open(path) N times: how many gave no descriptor of the file with inode Arg
+		bad := int64(0)
+		for i := 0; i < r.N; i++ {
+			fd, err := unix.Open(r.Path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			var st unix.Stat_t
+			if err != nil || unix.Fstat(fd, &st) != nil || st.Ino != uint64(r.Arg) {
+				bad++
+			}
+			if err == nil && fd > 2 {
+				unix.Close(fd)
+			}
+		}
+		return resp{Val: bad}, nil
 	case "open_mode": // open(path, Arg, Arg2) with the mode as given
 		fd, err := unix.Open(r.Path, int(r.Arg)|unix.O_CLOEXEC, uint32(r.Arg2))
 		if err == nil {

@@ -636,7 +636,7 @@ func (c *call) injectFD(fd int, flags uint32) reply {
 		return deny(unix.EBADF, "handler: inject_fd without a descriptor")
 	}
 	a := seccompNotifAddfd{ID: c.n.ID, Flags: unix.SECCOMP_ADDFD_FLAG_SEND, Srcfd: uint32(fd), NewfdFlags: flags & unix.O_CLOEXEC}
-	if err := ioctlPtr(uintptr(c.s.fd), unix.SECCOMP_IOCTL_NOTIF_ADDFD, unsafe.Pointer(&a)); err != nil {
+	if err := addfdSend(uintptr(c.s.fd), &a); err != nil {
 		if !c.valid() {
 			return gone()
 		}

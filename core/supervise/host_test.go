@@ -298,3 +298,43 @@ func TestHostOpenPerformed(t *testing.T) {
 		t.Errorf("the judge was asked %d times: the calls were not trapped", run.asked.Load())
 	}
 }
+
+// An open performed for the caller answers with the descriptor it installs
+// (SECCOMP_ADDFD_FLAG_SEND) while signals keep coming to the supervisor's threads
+// (a ptrace stop's SIGCHLD, the Go runtime's preemption, the host program's own):
+// every open the child makes gets the file it named. A signal that interrupted
+// the ioctl before the child took the descriptor left the call answered 0 with no
+// descriptor installed (the kernel marks it replied when the request is queued),
+// so the child's open "returned" its stdin.
+func TestHostInjectFDUnderSignals(t *testing.T) {
+	run := &fakeRun{done: make(chan struct{})}
+	sb := hostSandbox(t, run, "openat")
+	var st unix.Stat_t
+	must(t, unix.Stat(sb.ro+"/f", &st))
+	stop := make(chan struct{})
+	sent := make(chan int)
+	go func() {
+		n := 0
+		defer func() { sent <- n }()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			ts, _ := threadsOf(os.Getpid())
+			for _, tid := range ts {
+				if unix.Tgkill(os.Getpid(), tid, unix.SIGURG) == nil {
+					n++
+				}
+			}
+		}
+	}()
+	r := sb.do(t, req{Op: "open_check", Path: sb.ro + "/f", Arg: int64(st.Ino), N: 3000})
+	close(stop)
+	n := <-sent
+	t.Logf("%d opens, %d of them wrong, %d signals sent", 3000, r.Val, n)
+	if r.Errno != 0 || r.Val != 0 {
+		t.Fatalf("%d of 3000 opens did not give the caller the file it opened (%v)", r.Val, r)
+	}
+}

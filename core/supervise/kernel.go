@@ -76,6 +76,28 @@ func ioctlPtr(fd uintptr, req uint, p unsafe.Pointer) error {
 	return nil
 }
 
+// addfdSend installs a descriptor in the caller and answers its call with the
+// number (SECCOMP_ADDFD_FLAG_SEND), with every signal blocked on this thread for
+// the ioctl: the kernel marks the call replied when it queues the request, and an
+// ioctl a signal interrupts before the caller took the descriptor withdraws the
+// request, leaving the caller to return 0 — its stdin — with nothing installed
+// (seen on 6.18: 414 of 3,000 opens under a stream of signals,
+// TestHostInjectFDUnderSignals). Signals come to any thread of the process: a
+// ptrace stop's SIGCHLD, the Go runtime's preemption, the host program's own.
+func addfdSend(fd uintptr, a *seccompNotifAddfd) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	all, old := unix.Sigset_t{}, unix.Sigset_t{}
+	for i := range all.Val {
+		all.Val[i] = ^uint64(0)
+	}
+	if err := unix.PthreadSigmask(unix.SIG_SETMASK, &all, &old); err != nil {
+		return err
+	}
+	defer unix.PthreadSigmask(unix.SIG_SETMASK, &old, nil)
+	return ioctlPtr(fd, unix.SECCOMP_IOCTL_NOTIF_ADDFD, unsafe.Pointer(a))
+}
+
 // recv reads one notification (the caller knows one is pending: RECV would block).
 func recv(fd uintptr) (seccompNotif, error) {
 	var buf [bufSize]byte
