@@ -9,8 +9,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandtrap/sandtrap/core/supervise"
+	"golang.org/x/sys/unix"
 )
 
 // A second thread flips the path execve reads between an allowed and a refused
@@ -365,3 +367,135 @@ int main(int argc, char **argv) {
 	return 0;
 }
 `
+
+// A thread rewrites the path execve reads after the host copied it, then ends
+// before the host answers: the caller is then its process's only thread, and its
+// execve is continued without a ptrace hold (hostexec.go: execAlone), after the
+// judged copy is written back. The program the host judged runs, never the one the
+// thread left behind; without the write-back (supervise.SkipWriteBack) the
+// rewritten path runs.
+func TestHandlerExecThreadEndedBeforeTheAnswer(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "ok"), []byte("#!/bin/sh\nexit 0\n"), 0o755)
+	os.WriteFile(filepath.Join(dir, "no"), []byte("#!/bin/sh\nexit 3\n"), 0o755)
+	src := filepath.Join(dir, "ended.c")
+	os.WriteFile(src, []byte(execEndedC), 0o644)
+	bin := filepath.Join(dir, "ended")
+	if out, err := exec.Command("gcc", "-O2", "-pthread", "-o", bin, src).CombinedOutput(); err != nil {
+		t.Skipf("gcc: %v %s", err, out)
+	}
+	os.Chmod(dir, 0o755)
+	for _, skip := range []bool{false, true} {
+		mode := "written back"
+		if skip {
+			mode = "not written back"
+		}
+		t.Run(mode, func(t *testing.T) {
+			supervise.SkipWriteBack(skip)
+			defer supervise.SkipWriteBack(false)
+			sb := newSB(t, map[string]any{"fs_readable": []any{"/usr", "/lib", "/lib64", "/bin", dir}})
+			res := drive(t, sb, map[string]any{"argv": []any{bin, dir, "10"}, "policy_fn": map[string]any{}},
+				func(c map[string]any) map[string]any {
+					if c["syscall"] == "execve" {
+						p, _ := c["path"].(string)
+						if strings.HasSuffix(p, "/no") {
+							return map[string]any{"action": "errno", "errno": 13}
+						}
+						if strings.HasSuffix(p, "/ok") {
+							time.Sleep(20 * time.Millisecond) // the thread rewrites the path and ends meanwhile
+						}
+					}
+					return map[string]any{"action": "continue"}
+				})
+			out := strings.TrimSpace(string(res["stdout"].([]byte)))
+			t.Logf("%s: %s", mode, out)
+			var ok, no, refused, other int
+			if _, err := fmt.Sscanf(out, "ok=%d no=%d refused=%d other=%d", &ok, &no, &refused, &other); err != nil {
+				t.Fatalf("output %q: %v (%v)", out, err, res)
+			}
+			if !skip && (no != 0 || ok == 0) {
+				t.Fatalf("the judged program must run, the rewritten one never: %s", out)
+			}
+			if skip && no == 0 {
+				t.Fatalf("without the write-back the rewritten path never ran: the test does not attack (%s)", out)
+			}
+		})
+	}
+}
+
+const execEndedC = `
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+extern char **environ;
+static char path[4096];
+static size_t off;
+static void *rewrite(void *a) {
+	(void)a;
+	usleep(2000);
+	path[off] = 'n'; path[off+1] = 'o';
+	return 0;
+}
+int main(int argc, char **argv) {
+	int n = atoi(argv[2]), i, ok = 0, no = 0, refused = 0, other = 0;
+	for (i = 0; i < n; i++) {
+		pid_t pid = fork();
+		if (pid == 0) {
+			pthread_t t;
+			char *av[2];
+			snprintf(path, sizeof path, "%s/ok", argv[1]);
+			off = strlen(path) - 2;
+			av[0] = path; av[1] = 0;
+			pthread_create(&t, 0, rewrite, 0);
+			pthread_detach(t);
+			execve(path, av, environ);
+			_exit(errno == EACCES ? 126 : 127);
+		}
+		int st = 0;
+		waitpid(pid, &st, 0);
+		int c = WIFEXITED(st) ? WEXITSTATUS(st) : 200;
+		if (c == 0) ok++; else if (c == 3) no++; else if (c == 126) refused++; else other++;
+	}
+	printf("ok=%d no=%d refused=%d other=%d\n", ok, no, refused, other);
+	return 0;
+}
+`
+
+// Linux AIO is refused where execve is judged (a read submitted with io_submit
+// completes into the caller's memory after the call returned, past a held execve's
+// checks): io_setup answers EPERM and the run's denials say why; in a sandbox
+// whose execve is not judged it makes a context.
+func TestHandlerAIORefusedWhereExecJudged(t *testing.T) {
+	script := fmt.Sprintf(`
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+ctx = ctypes.c_ulong(0)
+r = libc.syscall(%d, 8, ctypes.byref(ctx))
+print(r, ctypes.get_errno() if r else 0)
+`, unix.SYS_IO_SETUP)
+	sb := newSB(t, map[string]any{"fs_readable": []any{"/usr", "/lib", "/lib64", "/bin", "/etc"}})
+	for _, judged := range []bool{true, false} {
+		req := map[string]any{"argv": []any{"/usr/bin/python3", "-c", script}}
+		if judged {
+			req["policy_fn"] = map[string]any{}
+		} else {
+			req["handlers"] = []any{map[string]any{"syscall": "getppid", "id": 1}}
+		}
+		res := drive(t, sb, req, func(map[string]any) map[string]any { return map[string]any{"action": "continue"} })
+		out := strings.TrimSpace(string(res["stdout"].([]byte)))
+		want := "0 0"
+		if judged {
+			want = fmt.Sprintf("-1 %d", int(unix.EPERM))
+		}
+		if out != want {
+			t.Fatalf("execve judged %v: io_setup said %q, want %q (%v)", judged, out, want, res)
+		}
+		if judged && !strings.Contains(fmt.Sprint(res["denials"]), "io_setup") {
+			t.Fatalf("the refusal is not in the run's denials: %v", res["denials"])
+		}
+	}
+}

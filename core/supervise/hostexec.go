@@ -50,7 +50,9 @@ import (
 //     it still traced.
 //
 // Nothing else can write the caller's memory: process_vm_writev, ptrace,
-// userfaultfd and io_uring are refused by the filter, /proc is mounted read-only
+// userfaultfd and io_uring are refused by the filter, Linux AIO (whose reads
+// complete into memory after io_submit returned) by the supervisor while execve is
+// judged (handleAIOSetup), /proc is mounted read-only
 // in every run (no /proc/<pid>/mem opens for writing). Anything that cannot be
 // established is a refusal (EACCES, with the reason), never a plain continue.
 
@@ -92,10 +94,20 @@ func init() {
 	if nr, ok := seccomp.Nr("vfork"); ok {
 		handlers = append(handlers, handler{name: "vfork", nr: nr, fn: handleCloneVM})
 	}
+	handlers = append(handlers, handler{name: "io_setup", nr: unix.SYS_IO_SETUP, fn: handleAIOSetup})
+}
+
+// handleAIOSetup refuses a Linux AIO context where execve is judged: a read
+// submitted with io_submit on an O_DIRECT file completes after the call returned,
+// the kernel writing the caller's memory while nothing of it runs — after a held
+// execve's checks, over the arguments it held (no ptrace stop holds a transfer in
+// flight). io_uring is refused by the filter for the same reason and more.
+func handleAIOSetup(c *call) reply {
+	return deny(unix.EPERM, "supervisor: io_setup: Linux AIO writes memory while no thread runs, after a judged execve's checks")
 }
 
 // cloneVMTraps: with execve judged by the host, the calls that make a process
-// sharing the caller's memory.
+// sharing the caller's memory, and io_setup (refused).
 func cloneVMTraps(cfg Config) []Trap {
 	if cfg.Host == nil || !slices.Contains(cfg.Host.Syscalls, "execve") {
 		return nil
@@ -104,7 +116,7 @@ func cloneVMTraps(cfg Config) []Trap {
 	if _, ok := seccomp.Nr("vfork"); ok {
 		ts = append(ts, Trap{Syscall: "vfork", Arg: -1})
 	}
-	return ts
+	return append(ts, Trap{Syscall: "io_setup", Arg: -1})
 }
 
 // handleCloneVM marks the caller's run as having made a process sharing its memory
@@ -148,6 +160,9 @@ func handleCloneVM(c *call) reply {
 // skipSharerScan (tests only): every scan is skipped.
 var skipSharerScan bool
 
+// skipWriteBack (tests only): the judged copy is not written back.
+var skipWriteBack bool
+
 // mayShareVM: a process other than the caller's may share its memory: a mark
 // above, no run to read one of, or clone or vfork judged by the host too (its
 // answer, not handleCloneVM, would then continue them).
@@ -177,6 +192,9 @@ func (c *call) execJudged(ev *Event, initPid int, rl *RunLog) reply {
 			return cont()
 		}
 	}
+	if r, ok := c.execAlone(ev, rl); ok {
+		return r
+	}
 	// held on a tracer thread (the tasks it seizes are its tracees until it
 	// detaches them: every ptrace call must come from it), which answers the call;
 	// this thread goes on. A tracer thread that could not detach every task it
@@ -200,6 +218,48 @@ func (c *call) execJudged(ev *Event, initPid int, rl *RunLog) reply {
 	}
 	c.s.give(tracerKind, nil, j)
 	return reply{kind: replyPending}
+}
+
+// execAlone continues an execve no other task can race (false: one may, or it
+// could not be established: execHeld decides): the caller is its process's only
+// thread — no thread of another process shares its memory (mayShareVM), and no
+// thread can be added to its group but by one of the group, whose only thread
+// sleeps in this call — so nothing but the kernel writes its memory from here on
+// (docs above: the filter refuses every other way). What a thread that has ended
+// since wrote while the arguments were copied is undone by the write-back, and the
+// pages must be private anonymous memory, as for a held execve. Nothing is seized:
+// there is no task to release once the kernel has read them, the caller's exec is
+// not reported to a tracer, and this thread answers it.
+func (c *call) execAlone(ev *Event, rl *RunLog) (reply, bool) {
+	tid := int(c.n.Pid)
+	if c.mayShareVM(rl) {
+		return reply{}, false
+	}
+	if tgid, err := tgidOfCaller(tid); err != nil || tgid != tid {
+		return reply{}, false
+	}
+	if ts, err := threadsOf(tid); err != nil || len(ts) != 1 || ts[0] != tid {
+		return reply{}, false
+	}
+	refuse := func(why string, err error) (reply, bool) {
+		if !c.valid() {
+			return gone(), true
+		}
+		return deny(unix.EACCES, "supervisor: execve: "+why+": "+err.Error()), true
+	}
+	if err := consistent(ev.judged); err != nil {
+		return refuse("the arguments changed while they were copied", err)
+	}
+	if err := c.writeBack(ev.judged); err != nil {
+		return refuse("write the judged arguments back", err)
+	}
+	if err := c.privatePages(ev.judged); err != nil {
+		return refuse("arguments in memory another process can write", err)
+	}
+	if !c.valid() {
+		return gone(), true
+	}
+	return cont(), true
 }
 
 // tracee is a task held by execHeld.
@@ -632,6 +692,9 @@ func consistent(rs []memRegion) error {
 // writeBack writes the judged copy over the caller's memory (FOLL_FORCE: also on
 // read-only private mappings, which it turns into the caller's own copy).
 func (c *call) writeBack(rs []memRegion) error {
+	if skipWriteBack {
+		return nil
+	}
 	fd, err := unix.Open(c.proc("mem"), unix.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return err

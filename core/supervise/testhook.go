@@ -10,3 +10,8 @@ func NaiveContinue(on bool) { naiveContinue = on }
 // SkipSharerScan (tests) makes every held execve skip its /proc scan, as if no
 // process could share the caller's memory: the attack tests show what it misses.
 func SkipSharerScan(on bool) { skipSharerScan = on }
+
+// SkipWriteBack (tests) makes a judged execve skip writing the judged copy back
+// over the caller's memory: the attack tests show what a thread that wrote it and
+// ended since then gets.
+func SkipWriteBack(on bool) { skipWriteBack = on }
