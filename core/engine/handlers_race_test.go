@@ -499,3 +499,145 @@ print(r, ctypes.get_errno() if r else 0)
 		}
 	}
 }
+
+// An open the host allows from a process with one thread is continued (the caller's
+// own open: supervise openContinued) once nothing but the kernel can change the
+// path: a thread that rewrote the path and ended before the answer is undone by the
+// write-back ("thread ended": the judged file is read every time; without the
+// write-back, supervise.SkipWriteBack, the rewritten one), and a path in memory
+// another process writes (MAP_SHARED, a forked process flipping it) is not
+// continued but performed with the copy the host judged ("shared": the refused
+// file is never read; continued as a naive supervisor would,
+// supervise.NaiveContinue, it is).
+func TestHandlerOpenContinuedAlone(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "ok"), []byte("ok"), 0o644)
+	os.WriteFile(filepath.Join(dir, "no"), []byte("no"), 0o644)
+	src := filepath.Join(dir, "open.c")
+	os.WriteFile(src, []byte(openAloneC), 0o644)
+	bin := filepath.Join(dir, "open")
+	if out, err := exec.Command("gcc", "-O2", "-pthread", "-o", bin, src).CombinedOutput(); err != nil {
+		t.Skipf("gcc: %v %s", err, out)
+	}
+	os.Chmod(dir, 0o755)
+	for _, tc := range []struct {
+		how     string
+		n       string
+		skip    bool // the write-back skipped
+		naive   bool
+		wantRan bool // the refused file's contents read at least once
+	}{
+		{"ended", "10", false, false, false},
+		{"ended", "10", true, false, true},
+		{"shared", "200", false, false, false},
+		{"shared", "200", false, true, true},
+	} {
+		mode := tc.how
+		switch {
+		case tc.skip:
+			mode += "/not written back"
+		case tc.naive:
+			mode += "/continued"
+		}
+		t.Run(mode, func(t *testing.T) {
+			supervise.SkipWriteBack(tc.skip)
+			supervise.NaiveContinue(tc.naive)
+			defer supervise.SkipWriteBack(false)
+			defer supervise.NaiveContinue(false)
+			sb := newSB(t, map[string]any{"fs_readable": []any{"/usr", "/lib", "/lib64", "/bin", dir}})
+			res := drive(t, sb, map[string]any{"argv": []any{bin, dir, tc.n, tc.how}, "policy_fn": map[string]any{}},
+				func(c map[string]any) map[string]any {
+					p, _ := c["path"].(string)
+					if c["syscall"] == "openat" && strings.HasPrefix(p, dir) {
+						if strings.HasSuffix(p, "/no") {
+							return map[string]any{"action": "errno", "errno": 13}
+						}
+						if tc.how == "ended" {
+							time.Sleep(20 * time.Millisecond) // the thread rewrites the path and ends meanwhile
+						}
+					}
+					return map[string]any{"action": "continue"}
+				})
+			out := strings.TrimSpace(string(res["stdout"].([]byte)))
+			t.Logf("%s: %s", mode, out)
+			var ok, no, refused, other int
+			if _, err := fmt.Sscanf(out, "ok=%d no=%d refused=%d other=%d", &ok, &no, &refused, &other); err != nil {
+				t.Fatalf("output %q: %v (%v)", out, err, res)
+			}
+			if !tc.wantRan && no != 0 {
+				t.Fatalf("the refused file was read %d times", no)
+			}
+			if tc.wantRan && no == 0 {
+				t.Fatalf("without the protection the refused file was never read: the test does not attack (%s)", out)
+			}
+			if !tc.wantRan && ok == 0 {
+				t.Fatalf("the allowed file was never read: %s", out)
+			}
+		})
+	}
+}
+
+const openAloneC = `
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+static char *path;
+static size_t off;
+static void *rewrite(void *a) {
+	(void)a;
+	usleep(2000);
+	path[off] = 'n'; path[off+1] = 'o';
+	return 0;
+}
+int main(int argc, char **argv) {
+	int n = atoi(argv[2]), shared = strcmp(argv[3], "shared") == 0, i;
+	int ok = 0, no = 0, refused = 0, other = 0;
+	path = mmap(0, 4096, PROT_READ|PROT_WRITE, (shared ? MAP_SHARED : MAP_PRIVATE)|MAP_ANONYMOUS, -1, 0);
+	snprintf(path, 4096, "%s/ok", argv[1]);
+	off = strlen(path) - 2;
+	pid_t flipper = 0;
+	if (shared) {
+		flipper = fork();
+		if (flipper == 0) {
+			volatile char *p = path;
+			volatile int k;
+			for (;;) {
+				p[off] = 'n'; p[off+1] = 'o';
+				for (k = 0; k < 3000; k++) ;
+				p[off] = 'o'; p[off+1] = 'k';
+				for (k = 0; k < 3000; k++) ;
+			}
+		}
+	}
+	for (i = 0; i < n; i++) {
+		pid_t pid = fork();
+		if (pid == 0) {
+			if (!shared) {
+				pthread_t t;
+				path[off] = 'o'; path[off+1] = 'k';
+				pthread_create(&t, 0, rewrite, 0);
+				pthread_detach(t);
+			}
+			int fd = open(path, O_RDONLY);
+			if (fd < 0) _exit(errno == EACCES ? 126 : 127);
+			char b[2] = {0, 0};
+			if (read(fd, b, 2) != 2) _exit(125);
+			_exit(b[0] == 'o' ? 0 : b[0] == 'n' ? 3 : 124);
+		}
+		int st = 0;
+		waitpid(pid, &st, 0);
+		int c = WIFEXITED(st) ? WEXITSTATUS(st) : 200;
+		if (c == 0) ok++; else if (c == 3) no++; else if (c == 126) refused++; else other++;
+	}
+	if (flipper) { kill(flipper, SIGKILL); waitpid(flipper, 0, 0); }
+	printf("ok=%d no=%d refused=%d other=%d\n", ok, no, refused, other);
+	return 0;
+}
+`

@@ -102,7 +102,7 @@ type Event struct {
 
 	c      *call
 	adr    *addr
-	judged []memRegion // execve: the caller's memory the copy was made from
+	judged []memRegion // the caller's memory the paths (and execve's argv) were copied from
 	run    HostRun
 }
 
@@ -471,6 +471,9 @@ func (h *hostCall) act(act Action) reply {
 		case h.builtinTraps:
 			return h.builtin(c)
 		case openTarget(ev):
+			if r, ok := c.openContinued(ev, h.rl); ok {
+				return r // nothing but the kernel can change the path the host judged: the caller's own open
+			}
 			return c.openForCaller(ev) // the path the host judged, opened here
 		case name == "bind":
 			return c.bindForCaller(ev.adr) // the address the host judged, bound here (hostperform.go)
@@ -550,10 +553,15 @@ func (c *call) copyEvent(ev *Event) *reply {
 			ev.Path2, ev.HasPath2 = p, true
 		}
 	}
+	// the memory each path was copied from, with its NUL: what a call continued
+	// without a hold must read (hostexec.go: alone)
+	if ev.HasPath {
+		ev.judged = append(ev.judged, memRegion{c.arg(PathArg[ev.Syscall]), append([]byte(ev.Path), 0)})
+	}
+	if ev.HasPath2 {
+		ev.judged = append(ev.judged, memRegion{c.arg(PathArg2[ev.Syscall]), append([]byte(ev.Path2), 0)})
+	}
 	if ev.Syscall == "execve" {
-		if ev.HasPath {
-			ev.judged = append(ev.judged, memRegion{c.arg(0), append([]byte(ev.Path), 0)})
-		}
 		ev.Argv, ev.ArgvTruncated = c.readArgv(c.arg(1), &ev.judged)
 	}
 	var ap, an uint64

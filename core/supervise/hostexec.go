@@ -220,46 +220,57 @@ func (c *call) execJudged(ev *Event, initPid int, rl *RunLog) reply {
 	return reply{kind: replyPending}
 }
 
-// execAlone continues an execve no other task can race (false: one may, or it
-// could not be established: execHeld decides): the caller is its process's only
-// thread — no thread of another process shares its memory (mayShareVM), and no
-// thread can be added to its group but by one of the group, whose only thread
-// sleeps in this call — so nothing but the kernel writes its memory from here on
-// (docs above: the filter refuses every other way). What a thread that has ended
-// since wrote while the arguments were copied is undone by the write-back, and the
-// pages must be private anonymous memory, as for a held execve. Nothing is seized:
-// there is no task to release once the kernel has read them, the caller's exec is
-// not reported to a tracer, and this thread answers it.
+// execAlone continues an execve no other task can race (false: one may: execHeld
+// decides), or refuses it when its judged copy cannot be made what the kernel
+// reads (alone, below).
 func (c *call) execAlone(ev *Event, rl *RunLog) (reply, bool) {
-	tid := int(c.n.Pid)
-	if c.mayShareVM(rl) {
+	alone, why, err := c.alone(ev, rl)
+	if !alone {
 		return reply{}, false
 	}
-	if tgid, err := tgidOfCaller(tid); err != nil || tgid != tid {
-		return reply{}, false
-	}
-	if ts, err := threadsOf(tid); err != nil || len(ts) != 1 || ts[0] != tid {
-		return reply{}, false
-	}
-	refuse := func(why string, err error) (reply, bool) {
+	if err != nil {
 		if !c.valid() {
 			return gone(), true
 		}
 		return deny(unix.EACCES, "supervisor: execve: "+why+": "+err.Error()), true
 	}
-	if err := consistent(ev.judged); err != nil {
-		return refuse("the arguments changed while they were copied", err)
-	}
-	if err := c.writeBack(ev.judged); err != nil {
-		return refuse("write the judged arguments back", err)
-	}
-	if err := c.privatePages(ev.judged); err != nil {
-		return refuse("arguments in memory another process can write", err)
-	}
 	if !c.valid() {
 		return gone(), true
 	}
 	return cont(), true
+}
+
+// alone: no task but the kernel can write the caller's memory from here on, so a
+// call continued now reads what the host judged, once the judged copy is written
+// back — the caller is its process's only thread, no thread of another process
+// shares its memory (mayShareVM), and no thread can be added to its group but by
+// one of the group, whose only thread sleeps in this call (the filter refuses every
+// other way to write another process's memory: above). What a thread that has
+// ended since wrote while the copy was made is undone by the write-back, and every
+// page under it must be private anonymous memory, as for a held execve; err (with
+// why): the caller is alone, but that could not be established. Nothing is
+// seized: there is no task to release once the kernel has read the arguments.
+func (c *call) alone(ev *Event, rl *RunLog) (alone bool, why string, err error) {
+	tid := int(c.n.Pid)
+	if c.mayShareVM(rl) {
+		return false, "", nil
+	}
+	if tgid, err := tgidOfCaller(tid); err != nil || tgid != tid {
+		return false, "", nil
+	}
+	if ts, err := threadsOf(tid); err != nil || len(ts) != 1 || ts[0] != tid {
+		return false, "", nil
+	}
+	if err := consistent(ev.judged); err != nil {
+		return true, "the arguments changed while they were copied", err
+	}
+	if err := c.writeBack(ev.judged); err != nil {
+		return true, "write the judged arguments back", err
+	}
+	if err := c.privatePages(ev.judged); err != nil {
+		return true, "arguments in memory another process can write", err
+	}
+	return true, "", nil
 }
 
 // tracee is a task held by execHeld.
