@@ -252,13 +252,7 @@ func (c *call) execAlone(ev *Event, rl *RunLog) (reply, bool) {
 // seized: there is no task to release once the kernel has read the arguments.
 func (c *call) alone(ev *Event, rl *RunLog) (alone bool, why string, err error) {
 	tid := int(c.n.Pid)
-	if c.mayShareVM(rl) {
-		return false, "", nil
-	}
-	if tgid, err := tgidOfCaller(tid); err != nil || tgid != tid {
-		return false, "", nil
-	}
-	if ts, err := threadsOf(tid); err != nil || len(ts) != 1 || ts[0] != tid {
+	if c.mayShareVM(rl) || !onlyThread(tid) {
 		return false, "", nil
 	}
 	if err := consistent(ev.judged); err != nil {
@@ -489,6 +483,46 @@ func sharingProcesses(tid, tgid int) ([]int, error) {
 		}
 	}
 	return procs, nil
+}
+
+// onlyThread: tid is its process's only thread (/proc/<tid>/task lists the
+// threads of tid's process, whichever thread tid is), read with one getdents.
+func onlyThread(tid int) bool {
+	fd, err := unix.Open("/proc/"+strconv.Itoa(tid)+"/task", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	var buf [512]byte
+	name := strconv.Itoa(tid)
+	seen := false
+	for {
+		n, err := unix.Getdents(fd, buf[:])
+		if err != nil {
+			return false
+		}
+		if n == 0 {
+			return seen
+		}
+		for b := buf[:n]; len(b) > 0; {
+			reclen := int(*(*uint16)(unsafe.Pointer(&b[16])))
+			if reclen < 19 || reclen > len(b) {
+				return false
+			}
+			d := b[19:reclen]
+			if i := bytes.IndexByte(d, 0); i >= 0 {
+				d = d[:i]
+			}
+			switch string(d) {
+			case ".", "..":
+			case name:
+				seen = true
+			default:
+				return false // another thread
+			}
+			b = b[reclen:]
+		}
+	}
 }
 
 // threadsOf are the thread ids of process p.
