@@ -501,7 +501,7 @@ print(r, ctypes.get_errno() if r else 0)
 }
 
 // An open the host allows from a process with one thread is continued (the caller's
-// own open: supervise openContinued) once nothing but the kernel can change the
+// own open: supervise pathContinued) once nothing but the kernel can change the
 // path: a thread that rewrote the path and ended before the answer is undone by the
 // write-back ("thread ended": the judged file is read every time; without the
 // write-back, supervise.SkipWriteBack, the rewritten one), and a path in memory
@@ -638,6 +638,97 @@ int main(int argc, char **argv) {
 	}
 	if (flipper) { kill(flipper, SIGKILL); waitpid(flipper, 0, 0); }
 	printf("ok=%d no=%d refused=%d other=%d\n", ok, no, refused, other);
+	return 0;
+}
+`
+
+// The same for a two-path call: a rename allowed from a process with one thread is
+// continued as its own once its two judged paths are written back; a thread that
+// rewrote the second path (the new name) and ended before the answer is undone —
+// the file is renamed to the name the host allowed every time, and without the
+// write-back (supervise.SkipWriteBack) to the name it refused.
+func TestHandlerRenameContinuedAlone(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "rename.c")
+	os.WriteFile(src, []byte(renameAloneC), 0o644)
+	bin := filepath.Join(dir, "rename")
+	if out, err := exec.Command("gcc", "-O2", "-pthread", "-o", bin, src).CombinedOutput(); err != nil {
+		t.Skipf("gcc: %v %s", err, out)
+	}
+	work := filepath.Join(dir, "w")
+	os.Mkdir(work, 0o777)
+	os.Chmod(work, 0o777)
+	os.Chmod(dir, 0o755)
+	for _, skip := range []bool{false, true} {
+		t.Run(fmt.Sprint("skip write-back ", skip), func(t *testing.T) {
+			supervise.SkipWriteBack(skip)
+			defer supervise.SkipWriteBack(false)
+			sb := newSB(t, map[string]any{"fs_readable": []any{"/usr", "/lib", "/lib64", "/bin", dir}, "fs_writable": []any{work}})
+			res := drive(t, sb, map[string]any{"argv": []any{bin, work, "5"},
+				"handlers": []any{map[string]any{"syscall": "rename", "id": 1}}},
+				func(c map[string]any) map[string]any {
+					p2, _ := c["path2"].(string)
+					if strings.HasSuffix(p2, "/no") {
+						return map[string]any{"action": "errno", "errno": 13}
+					}
+					time.Sleep(20 * time.Millisecond) // the thread rewrites the new name and ends meanwhile
+					return map[string]any{"action": "continue"}
+				})
+			out := strings.TrimSpace(string(res["stdout"].([]byte)))
+			t.Logf("skip %v: %s", skip, out)
+			var ok, no, other int
+			if _, err := fmt.Sscanf(out, "ok=%d no=%d other=%d", &ok, &no, &other); err != nil {
+				t.Fatalf("output %q: %v (%v)", out, err, res)
+			}
+			if !skip && (no != 0 || ok == 0) {
+				t.Fatalf("renamed to the refused name %d times: %s", no, out)
+			}
+			if skip && no == 0 {
+				t.Fatalf("without the write-back the rewritten name was never used: the test does not attack (%s)", out)
+			}
+		})
+	}
+}
+
+const renameAloneC = `
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+static char from[4096], to[4096];
+static size_t off;
+static void *rewrite(void *a) {
+	(void)a;
+	usleep(2000);
+	to[off] = 'n'; to[off+1] = 'o';
+	return 0;
+}
+int main(int argc, char **argv) {
+	int n = atoi(argv[2]), i, ok = 0, no = 0, other = 0;
+	for (i = 0; i < n; i++) {
+		snprintf(from, sizeof from, "%s/src", argv[1]);
+		snprintf(to, sizeof to, "%s/ok", argv[1]);
+		off = strlen(to) - 2;
+		char okp[4096], nop[4096];
+		snprintf(okp, sizeof okp, "%s/ok", argv[1]);
+		snprintf(nop, sizeof nop, "%s/no", argv[1]);
+		unlink(okp); unlink(nop);
+		close(open(from, O_CREAT|O_WRONLY, 0644));
+		pid_t pid = fork();
+		if (pid == 0) {
+			pthread_t t;
+			pthread_create(&t, 0, rewrite, 0);
+			pthread_detach(t);
+			_exit(rename(from, to) == 0 ? 0 : 1);
+		}
+		int st = 0;
+		waitpid(pid, &st, 0);
+		if (access(nop, F_OK) == 0) no++; else if (access(okp, F_OK) == 0) ok++; else other++;
+	}
+	printf("ok=%d no=%d other=%d\n", ok, no, other);
 	return 0;
 }
 `

@@ -596,7 +596,8 @@ func TestHandlerPerformedCallsKeepLandlock(t *testing.T) {
 	allowed, refused := freeTCPPort(t), freeTCPPort(t)
 	sb := newSB(t, map[string]any{"fs_readable": []any{"/usr", "/lib", "/lib64", "/bin", "/etc"}, "fs_writable": []any{top}, "fs_denied": []any{ro},
 		"net_allow_bind": []any{int64(allowed)}})
-	script := fmt.Sprintf(`
+	for _, prefix := range []string{"", threaded} { // continued as the caller's own, performed for it
+		script := prefix + fmt.Sprintf(`
 import os, socket
 def try_(f):
     try:
@@ -607,19 +608,22 @@ print(try_(lambda: os.unlink(%[1]q + "/f")), try_(lambda: os.unlink(%[2]q + "/f"
       try_(lambda: os.mkdir(%[1]q + "/d")), try_(lambda: os.mkdir(%[2]q + "/d")),
       try_(lambda: socket.socket().bind(("127.0.0.1", %[3]d))), try_(lambda: socket.socket().bind(("127.0.0.1", %[4]d))))
 `, ro, rw, refused, allowed)
-	res := drive(t, sb, map[string]any{"argv": []any{"/usr/bin/python3", "-c", script},
-		"handlers": []any{map[string]any{"syscall": "unlinkat", "id": 1}, map[string]any{"syscall": "mkdir", "id": 2},
-			map[string]any{"syscall": "bind", "id": 3}}},
-		func(c map[string]any) map[string]any { return map[string]any{"action": "continue"} })
-	out := strings.TrimSpace(string(res["stdout"].([]byte)))
-	if out != "errno13 ok errno13 ok errno13 ok" {
-		t.Fatalf("want Landlock's EACCES on the readable tree and the port not allowed, got %q (%v)", out, res)
-	}
-	if _, err := os.Stat(filepath.Join(ro, "f")); err != nil {
-		t.Fatalf("the readable-only file went: %v", err)
-	}
-	if _, err := os.Stat(filepath.Join(rw, "d")); err != nil {
-		t.Fatalf("the writable tree's mkdir: %v", err)
+		os.Remove(filepath.Join(rw, "d"))
+		os.WriteFile(filepath.Join(rw, "f"), []byte("x"), 0o644)
+		res := drive(t, sb, map[string]any{"argv": []any{"/usr/bin/python3", "-c", script},
+			"handlers": []any{map[string]any{"syscall": "unlinkat", "id": 1}, map[string]any{"syscall": "mkdir", "id": 2},
+				map[string]any{"syscall": "bind", "id": 3}}},
+			func(c map[string]any) map[string]any { return map[string]any{"action": "continue"} })
+		out := strings.TrimSpace(string(res["stdout"].([]byte)))
+		if out != "errno13 ok errno13 ok errno13 ok" {
+			t.Fatalf("threaded %v: want Landlock's EACCES on the readable tree and the port not allowed, got %q (%v)", prefix != "", out, res)
+		}
+		if _, err := os.Stat(filepath.Join(ro, "f")); err != nil {
+			t.Fatalf("the readable-only file went: %v", err)
+		}
+		if _, err := os.Stat(filepath.Join(rw, "d")); err != nil {
+			t.Fatalf("the writable tree's mkdir: %v", err)
+		}
 	}
 }
 
@@ -890,16 +894,33 @@ func TestHandlerPerformedOpenTakesTheCallersGroups(t *testing.T) {
 			m[k] = v
 		}
 		sb := newSB(t, m)
-		opens := 0
-		res := drive(t, sb, map[string]any{"argv": []any{"/bin/sh", "-c", script},
-			"handlers": []any{map[string]any{"syscall": "openat", "id": 1}}},
-			func(c map[string]any) map[string]any { opens++; return map[string]any{"action": "continue"} })
-		got := strings.Join(strings.Fields(string(res["stdout"].([]byte))), " ")
-		if want := tc.want + " " + tc.want; got != want {
-			t.Fatalf("%s: got %q, want %q (%v)", tc.name, got, want, res)
-		}
-		if opens < 6 {
-			t.Fatalf("%s: %d opens judged", tc.name, opens)
+		// cat, its process's only thread: each allowed open continued as its own
+		// (supervise pathContinued); a Python program with a second thread: each
+		// performed for it
+		for _, argv := range [][]any{{"/bin/sh", "-c", script}, {"/usr/bin/python3", "-c", threaded + fmt.Sprintf(`
+for i in (1, 2):
+    for f in ("g4242", "g4243", "gnobody"):
+        try:
+            print(open(%q + "/" + f).read().strip())
+        except OSError:
+            print("no-" + f)
+`, top)}} {
+			opens := 0
+			res := drive(t, sb, map[string]any{"argv": argv,
+				"handlers": []any{map[string]any{"syscall": "openat", "id": 1}}},
+				func(c map[string]any) map[string]any { opens++; return map[string]any{"action": "continue"} })
+			got := strings.Join(strings.Fields(string(res["stdout"].([]byte))), " ")
+			if want := tc.want + " " + tc.want; got != want {
+				t.Fatalf("%s, %s: got %q, want %q (%v)", tc.name, argv[0], got, want, res)
+			}
+			if opens < 6 {
+				t.Fatalf("%s, %s: %d opens judged", tc.name, argv[0], opens)
+			}
 		}
 	}
 }
+
+// threaded starts a Python program's second thread: its allowed path calls are then
+// performed for it, not continued as its own (supervise pathContinued needs the
+// caller to be its process's only thread).
+const threaded = "import threading, time\nthreading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"

@@ -470,10 +470,12 @@ func (h *hostCall) act(act Action) reply {
 			return sendtoCopy(c, ev.adr)
 		case h.builtinTraps:
 			return h.builtin(c)
+		}
+		if r, ok := c.pathContinued(ev, h.rl); ok {
+			return r // nothing but the kernel can change the paths the host judged: the caller's own call (hostpath.go)
+		}
+		switch {
 		case openTarget(ev):
-			if r, ok := c.openContinued(ev, h.rl); ok {
-				return r // nothing but the kernel can change the path the host judged: the caller's own open
-			}
 			return c.openForCaller(ev) // the path the host judged, opened here
 		case name == "bind":
 			return c.bindForCaller(ev.adr) // the address the host judged, bound here (hostperform.go)

@@ -42,37 +42,6 @@ const openFlags = unix.O_ACCMODE | unix.O_CREAT | unix.O_EXCL | unix.O_NOCTTY | 
 	unix.O_NONBLOCK | unix.O_DSYNC | unix.O_DIRECT | unix.O_LARGEFILE | unix.O_DIRECTORY | unix.O_NOFOLLOW |
 	unix.O_NOATIME | unix.O_CLOEXEC | unix.O_SYNC | unix.O_PATH | unix.O_TMPFILE | unix.O_ASYNC
 
-// openContinued continues an open the host allowed, as the caller's own open,
-// when nothing but the kernel can change the path it judged (hostexec.go: alone:
-// the caller is its process's only thread and shares its memory with no other
-// process; the judged copy written back, its pages private), so the kernel opens
-// with the caller's credentials, Landlock domain, umask and FIFO waits exactly what
-// the host saw. Not when the run denies paths (ctx.deny_path: an open is also
-// denied by the identity of the file it reaches, which only a performed open
-// learns), nor for a path relative to a directory descriptor (a performed one
-// stays beneath it: RESOLVE_BENEATH); false: performed instead (openForCaller).
-func (c *call) openContinued(ev *Event, rl *RunLog) (reply, bool) {
-	if noOpenContinue || !ev.HasPath {
-		return reply{}, false
-	}
-	if ev.Syscall == "openat" && !strings.HasPrefix(ev.Path, "/") && c.argInt(0) != unix.AT_FDCWD {
-		return reply{}, false
-	}
-	if pd, ok := ev.run.(PathDenier); ok && pd.HasDenied() {
-		return reply{}, false
-	}
-	if alone, _, err := c.alone(ev, rl); !alone || err != nil {
-		return reply{}, false
-	}
-	if !c.valid() {
-		return gone(), true
-	}
-	return cont(), true
-}
-
-// noOpenContinue (tests only): every open the host allows is performed.
-var noOpenContinue bool
-
 func (c *call) openForCaller(ev *Event) reply {
 	dirfd := int32(unix.AT_FDCWD)
 	var flags, mode uint64

@@ -485,3 +485,59 @@ func (m *idMaps) gid(id uint32) uint32 {
 	}
 	return mapID(m.gids, id, m.overGID)
 }
+
+// continuedDirfds are the path calls an allowed call of may be continued as the
+// caller's own (pathContinued), with the argument holding the directory each of
+// its paths (Path, Path2) is resolved from: -1 the cwd, -2 not resolved (a
+// symlink's target: its contents). utimensat stays performed (its times are a
+// second pointer the kernel would read again).
+var continuedDirfds = map[string][2]int{
+	"openat": {0, -2}, "open": {-1, -2}, "creat": {-1, -2},
+	"unlinkat": {0, -2}, "unlink": {-1, -2}, "rmdir": {-1, -2}, "mkdirat": {0, -2}, "mkdir": {-1, -2},
+	"renameat": {0, 2}, "renameat2": {0, 2}, "rename": {-1, -1}, "linkat": {0, 2}, "link": {-1, -1},
+	"symlinkat": {-2, 1}, "symlink": {-2, -1},
+	"chmod": {-1, -2}, "fchmodat": {0, -2}, "fchmodat2": {0, -2}, "chown": {-1, -2}, "lchown": {-1, -2},
+	"fchownat": {0, -2},
+}
+
+// pathContinued continues a path call the host allowed as the caller's own call
+// when nothing but the kernel can change the paths it judged (hostexec.go: alone:
+// the caller is its process's only thread and shares its memory with no other
+// process; the judged copies written back, their pages private): the kernel then
+// runs it with the caller's credentials, Landlock domain and umask on exactly what
+// the host saw, where a performed call differs from the kernel's own in the ways
+// docs/security.md lists. Not when the run denies paths (ctx.deny_path also denies
+// by the identity of the file reached, which only a performed call learns), nor
+// for a path relative to a directory descriptor (a performed one stays beneath
+// it: RESOLVE_BENEATH); false: performed instead.
+func (c *call) pathContinued(ev *Event, rl *RunLog) (reply, bool) {
+	dirfds, ok := continuedDirfds[ev.Syscall]
+	if !ok {
+		return reply{}, false
+	}
+	_, two := PathArg2[ev.Syscall]
+	for i, p := range []struct {
+		named, has bool
+		path       string
+	}{{true, ev.HasPath, ev.Path}, {two, ev.HasPath2, ev.Path2}} {
+		if !p.named {
+			continue
+		}
+		if !p.has {
+			return reply{}, false // not copied: the performed call answers the kernel's error
+		}
+		if dirfds[i] >= 0 && !strings.HasPrefix(p.path, "/") && c.argInt(dirfds[i]) != unix.AT_FDCWD {
+			return reply{}, false
+		}
+	}
+	if pd, ok := ev.run.(PathDenier); ok && pd.HasDenied() {
+		return reply{}, false
+	}
+	if alone, _, err := c.alone(ev, rl); !alone || err != nil {
+		return reply{}, false
+	}
+	if !c.valid() {
+		return gone(), true
+	}
+	return cont(), true
+}

@@ -15,7 +15,3 @@ func SkipSharerScan(on bool) { skipSharerScan = on }
 // over the caller's memory: the attack tests show what a thread that wrote it and
 // ended since then gets.
 func SkipWriteBack(on bool) { skipWriteBack = on }
-
-// NoOpenContinue (tests) makes every open the host allows performed for the caller,
-// also where it could be continued (openContinued): the tests of performed opens.
-func NoOpenContinue(on bool) { noOpenContinue = on }
