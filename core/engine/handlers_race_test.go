@@ -732,3 +732,106 @@ int main(int argc, char **argv) {
 	return 0;
 }
 `
+
+// A process sharing the caller's memory without being its thread (a
+// clone(CLONE_VM) child) flips the path of the caller's opens, judged by a handler
+// on openat alone (no execve judged): the clone is trapped and marks the run, so
+// the opens of its single-threaded caller are performed with the judged copy, not
+// continued ("marked": the refused file is never read). With the mark ignored
+// (supervise.SkipSharerScan) they are continued as the caller's own, and the
+// flipper gets the refused file read.
+func TestHandlerOpenRaceSharedMemory(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "ok"), []byte("ok"), 0o644)
+	os.WriteFile(filepath.Join(dir, "no"), []byte("no"), 0o644)
+	src := filepath.Join(dir, "openvm.c")
+	os.WriteFile(src, []byte(openSharedVMC), 0o644)
+	bin := filepath.Join(dir, "openvm")
+	if out, err := exec.Command("gcc", "-O2", "-o", bin, src).CombinedOutput(); err != nil {
+		t.Skipf("gcc: %v %s", err, out)
+	}
+	os.Chmod(dir, 0o755)
+	for _, skip := range []bool{false, true} {
+		mode := "marked"
+		if skip {
+			mode = "mark ignored"
+		}
+		t.Run(mode, func(t *testing.T) {
+			supervise.SkipSharerScan(skip)
+			defer supervise.SkipSharerScan(false)
+			sb := newSB(t, map[string]any{"fs_readable": []any{"/usr", "/lib", "/lib64", "/bin", dir}})
+			res := drive(t, sb, map[string]any{"argv": []any{bin, dir, "3000"},
+				"handlers": []any{map[string]any{"syscall": "openat", "id": 1}}},
+				func(c map[string]any) map[string]any {
+					if p, _ := c["path"].(string); strings.HasPrefix(p, dir) && strings.HasSuffix(p, "/no") {
+						return map[string]any{"action": "errno", "errno": 13}
+					}
+					return map[string]any{"action": "continue"}
+				})
+			out := strings.TrimSpace(string(res["stdout"].([]byte)))
+			t.Logf("%s: %s", mode, out)
+			var ok, no, refused, other int
+			if _, err := fmt.Sscanf(out, "ok=%d no=%d refused=%d other=%d", &ok, &no, &refused, &other); err != nil {
+				t.Fatalf("output %q: %v (%v)", out, err, res)
+			}
+			if ok == 0 || refused == 0 {
+				t.Fatalf("the race did not happen: %s", out)
+			}
+			if !skip && no != 0 {
+				t.Fatalf("the refused file was read %d times", no)
+			}
+			if skip && no == 0 {
+				t.Fatalf("continued, the refused file was never read: the test does not attack (%s)", out)
+			}
+		})
+	}
+}
+
+const openSharedVMC = `
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+static char path[4096];
+static size_t off;
+static char stack[65536];
+static int flip(void *a) {
+	(void)a;
+	volatile char *p = path;
+	volatile int k;
+	for (;;) {
+		p[off] = 'n'; p[off+1] = 'o';
+		for (k = 0; k < 2000; k++) ;
+		p[off] = 'o'; p[off+1] = 'k';
+		for (k = 0; k < 2000; k++) ;
+	}
+	return 0;
+}
+int main(int argc, char **argv) {
+	int n = atoi(argv[2]), i, ok = 0, no = 0, refused = 0, other = 0;
+	snprintf(path, sizeof path, "%s/ok", argv[1]);
+	off = strlen(path) - 2;
+	pid_t f = clone(flip, stack + sizeof stack, CLONE_VM | SIGCHLD, 0);
+	if (f < 0) { perror("clone"); return 1; }
+	for (i = 0; i < n; i++) {
+		int fd = open(path, O_RDONLY);
+		if (fd < 0) { if (errno == EACCES) refused++; else other++; continue; }
+		char b[2] = {0, 0};
+		if (read(fd, b, 2) != 2) other++;
+		else if (b[0] == 'o') ok++;
+		else if (b[0] == 'n') no++;
+		else other++;
+		close(fd);
+	}
+	kill(f, SIGKILL);
+	waitpid(f, 0, 0);
+	printf("ok=%d no=%d refused=%d other=%d\n", ok, no, refused, other);
+	return 0;
+}
+`

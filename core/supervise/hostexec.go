@@ -62,7 +62,8 @@ import (
 // task it descends from by such calls, was made by clone with CLONE_VM and without
 // CLONE_THREAD, or by vfork (clone3 is refused, and so are io_uring, whose workers
 // share it, unshare and setns), by a task of that address space. In a sandbox whose
-// execve the host judges, every such call traps to handleCloneVM, which marks the
+// execve the host judges (or a path call that alone may continue: cloneVMTraps),
+// every such call traps to handleCloneVM, which marks the
 // caller's run (found by its pid namespace, as a host call's is; a task of no run
 // found marks the sandbox) before it continues the call: a process sharing memory
 // exists only after its run was marked. The caller's pid namespace is its run's,
@@ -97,7 +98,8 @@ func init() {
 	handlers = append(handlers, handler{name: "io_setup", nr: unix.SYS_IO_SETUP, fn: handleAIOSetup})
 }
 
-// handleAIOSetup refuses a Linux AIO context where execve is judged: a read
+// handleAIOSetup refuses a Linux AIO context where execve (or a path call alone
+// may continue) is judged: a read
 // submitted with io_submit on an O_DIRECT file completes after the call returned,
 // the kernel writing the caller's memory while nothing of it runs — after a held
 // execve's checks, over the arguments it held (no ptrace stop holds a transfer in
@@ -106,10 +108,14 @@ func handleAIOSetup(c *call) reply {
 	return deny(unix.EPERM, "supervisor: io_setup: Linux AIO writes memory while no thread runs, after a judged execve's checks")
 }
 
-// cloneVMTraps: with execve judged by the host, the calls that make a process
-// sharing the caller's memory, and io_setup (refused).
+// cloneVMTraps: with a call judged by the host that may be continued once its
+// arguments are held or alone (execve; the path calls of pathContinued), the calls
+// that make a process sharing the caller's memory, and io_setup (refused).
 func cloneVMTraps(cfg Config) []Trap {
-	if cfg.Host == nil || !slices.Contains(cfg.Host.Syscalls, "execve") {
+	if cfg.Host == nil || !slices.ContainsFunc(cfg.Host.Syscalls, func(n string) bool {
+		_, path := continuedDirfds[n]
+		return n == "execve" || path
+	}) {
 		return nil
 	}
 	ts := []Trap{{Syscall: "clone", Arg: 0, Mask: unix.CLONE_VM | unix.CLONE_THREAD, Values: []uint64{unix.CLONE_VM}}}
