@@ -11,7 +11,7 @@ func NaiveContinue(on bool) { naiveContinue = on }
 // process could share the caller's memory: the attack tests show what it misses.
 func SkipSharerScan(on bool) { skipSharerScan = on }
 
-// SkipWriteBack (tests) makes a judged execve skip writing the judged copy back
-// over the caller's memory: the attack tests show what a thread that wrote it and
-// ended since then gets.
+// SkipWriteBack (tests) makes a call continued without a hold (an execve, a path
+// call: alone) skip writing the judged copy back over the caller's memory: the
+// attack tests show what a thread that wrote it and ended since then gets.
 func SkipWriteBack(on bool) { skipWriteBack = on }
