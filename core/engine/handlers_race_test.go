@@ -5,7 +5,6 @@ package engine
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -22,13 +21,7 @@ func TestHandlerExecRace(t *testing.T) {
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "ok"), []byte("#!/bin/sh\nexit 0\n"), 0o755)
 	os.WriteFile(filepath.Join(dir, "no"), []byte("#!/bin/sh\nexit 3\n"), 0o755)
-	src := filepath.Join(dir, "race.c")
-	os.WriteFile(src, []byte(execRaceC), 0o644)
-	bin := filepath.Join(dir, "race")
-	if out, err := exec.Command("gcc", "-O2", "-pthread", "-o", bin, src).CombinedOutput(); err != nil {
-		t.Skipf("gcc: %v %s", err, out)
-	}
-	os.Chmod(dir, 0o755)
+	bin := cProgram(t, dir, "race", execRaceC)
 	for _, naive := range []bool{false, true} {
 		mode := "held"
 		if naive {
@@ -45,12 +38,8 @@ func TestHandlerExecRace(t *testing.T) {
 					}
 					return map[string]any{"action": "continue"}
 				})
-			out := strings.TrimSpace(string(res["stdout"].([]byte)))
+			ok, no, refused, _, out := raceCounts(t, res)
 			t.Logf("%s: %s", mode, out)
-			var ok, no, refused, other int
-			if _, err := fmt.Sscanf(out, "ok=%d no=%d refused=%d other=%d", &ok, &no, &refused, &other); err != nil {
-				t.Fatalf("output %q: %v (%v)", out, err, res)
-			}
 			if ok == 0 || refused == 0 {
 				t.Fatalf("the race did not happen: %s", out)
 			}
@@ -126,12 +115,7 @@ func TestHandlerPathCallRace(t *testing.T) {
 		os.Chmod(filepath.Join(dir, d), 0o777)
 		os.WriteFile(filepath.Join(dir, d, "f"), []byte(d), 0o666)
 	}
-	src := filepath.Join(dir, "race.c")
-	os.WriteFile(src, []byte(pathRaceC), 0o644)
-	bin := filepath.Join(dir, "race")
-	if out, err := exec.Command("gcc", "-O2", "-pthread", "-o", bin, src).CombinedOutput(); err != nil {
-		t.Skipf("gcc: %v %s", err, out)
-	}
+	bin := cProgram(t, dir, "race", pathRaceC)
 	os.Chmod(dir, 0o777)
 	for _, naive := range []bool{false, true} {
 		mode := "performed"
@@ -247,13 +231,7 @@ func TestHandlerExecRaceSharedMemory(t *testing.T) {
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "ok"), []byte("#!/bin/sh\nexit 0\n"), 0o755)
 	os.WriteFile(filepath.Join(dir, "no"), []byte("#!/bin/sh\nexit 3\n"), 0o755)
-	src := filepath.Join(dir, "race.c")
-	os.WriteFile(src, []byte(execSharedRaceC), 0o644)
-	bin := filepath.Join(dir, "race")
-	if out, err := exec.Command("gcc", "-O2", "-pthread", "-o", bin, src).CombinedOutput(); err != nil {
-		t.Skipf("gcc: %v %s", err, out)
-	}
-	os.Chmod(dir, 0o755)
+	bin := cProgram(t, dir, "race", execSharedRaceC)
 	for _, how := range []string{"clone", "vfork"} {
 		for _, skip := range []bool{false, true} {
 			mode := how + "/held"
@@ -271,12 +249,8 @@ func TestHandlerExecRaceSharedMemory(t *testing.T) {
 						}
 						return map[string]any{"action": "continue"}
 					})
-				out := strings.TrimSpace(string(res["stdout"].([]byte)))
+				ok, no, refused, _, out := raceCounts(t, res)
 				t.Logf("%s: %s", mode, out)
-				var ok, no, refused, other int
-				if _, err := fmt.Sscanf(out, "ok=%d no=%d refused=%d other=%d", &ok, &no, &refused, &other); err != nil {
-					t.Fatalf("output %q: %v (%v)", out, err, res)
-				}
 				if ok == 0 || refused == 0 {
 					t.Fatalf("the race did not happen: %s", out)
 				}
@@ -378,13 +352,7 @@ func TestHandlerExecThreadEndedBeforeTheAnswer(t *testing.T) {
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "ok"), []byte("#!/bin/sh\nexit 0\n"), 0o755)
 	os.WriteFile(filepath.Join(dir, "no"), []byte("#!/bin/sh\nexit 3\n"), 0o755)
-	src := filepath.Join(dir, "ended.c")
-	os.WriteFile(src, []byte(execEndedC), 0o644)
-	bin := filepath.Join(dir, "ended")
-	if out, err := exec.Command("gcc", "-O2", "-pthread", "-o", bin, src).CombinedOutput(); err != nil {
-		t.Skipf("gcc: %v %s", err, out)
-	}
-	os.Chmod(dir, 0o755)
+	bin := cProgram(t, dir, "ended", execEndedC)
 	for _, skip := range []bool{false, true} {
 		mode := "written back"
 		if skip {
@@ -407,12 +375,8 @@ func TestHandlerExecThreadEndedBeforeTheAnswer(t *testing.T) {
 					}
 					return map[string]any{"action": "continue"}
 				})
-			out := strings.TrimSpace(string(res["stdout"].([]byte)))
+			ok, no, _, _, out := raceCounts(t, res)
 			t.Logf("%s: %s", mode, out)
-			var ok, no, refused, other int
-			if _, err := fmt.Sscanf(out, "ok=%d no=%d refused=%d other=%d", &ok, &no, &refused, &other); err != nil {
-				t.Fatalf("output %q: %v (%v)", out, err, res)
-			}
 			if !skip && (no != 0 || ok == 0) {
 				t.Fatalf("the judged program must run, the rewritten one never: %s", out)
 			}
@@ -513,13 +477,7 @@ func TestHandlerOpenContinuedAlone(t *testing.T) {
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "ok"), []byte("ok"), 0o644)
 	os.WriteFile(filepath.Join(dir, "no"), []byte("no"), 0o644)
-	src := filepath.Join(dir, "open.c")
-	os.WriteFile(src, []byte(openAloneC), 0o644)
-	bin := filepath.Join(dir, "open")
-	if out, err := exec.Command("gcc", "-O2", "-pthread", "-o", bin, src).CombinedOutput(); err != nil {
-		t.Skipf("gcc: %v %s", err, out)
-	}
-	os.Chmod(dir, 0o755)
+	bin := cProgram(t, dir, "open", openAloneC)
 	for _, tc := range []struct {
 		how     string
 		n       string
@@ -558,12 +516,8 @@ func TestHandlerOpenContinuedAlone(t *testing.T) {
 					}
 					return map[string]any{"action": "continue"}
 				})
-			out := strings.TrimSpace(string(res["stdout"].([]byte)))
+			ok, no, _, _, out := raceCounts(t, res)
 			t.Logf("%s: %s", mode, out)
-			var ok, no, refused, other int
-			if _, err := fmt.Sscanf(out, "ok=%d no=%d refused=%d other=%d", &ok, &no, &refused, &other); err != nil {
-				t.Fatalf("output %q: %v (%v)", out, err, res)
-			}
 			if !tc.wantRan && no != 0 {
 				t.Fatalf("the refused file was read %d times", no)
 			}
@@ -649,12 +603,7 @@ int main(int argc, char **argv) {
 // write-back (supervise.SkipWriteBack) to the name it refused.
 func TestHandlerRenameContinuedAlone(t *testing.T) {
 	dir := t.TempDir()
-	src := filepath.Join(dir, "rename.c")
-	os.WriteFile(src, []byte(renameAloneC), 0o644)
-	bin := filepath.Join(dir, "rename")
-	if out, err := exec.Command("gcc", "-O2", "-pthread", "-o", bin, src).CombinedOutput(); err != nil {
-		t.Skipf("gcc: %v %s", err, out)
-	}
+	bin := cProgram(t, dir, "rename", renameAloneC)
 	work := filepath.Join(dir, "w")
 	os.Mkdir(work, 0o777)
 	os.Chmod(work, 0o777)
@@ -744,13 +693,7 @@ func TestHandlerOpenRaceSharedMemory(t *testing.T) {
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "ok"), []byte("ok"), 0o644)
 	os.WriteFile(filepath.Join(dir, "no"), []byte("no"), 0o644)
-	src := filepath.Join(dir, "openvm.c")
-	os.WriteFile(src, []byte(openSharedVMC), 0o644)
-	bin := filepath.Join(dir, "openvm")
-	if out, err := exec.Command("gcc", "-O2", "-o", bin, src).CombinedOutput(); err != nil {
-		t.Skipf("gcc: %v %s", err, out)
-	}
-	os.Chmod(dir, 0o755)
+	bin := cProgram(t, dir, "openvm", openSharedVMC)
 	for _, skip := range []bool{false, true} {
 		mode := "marked"
 		if skip {
@@ -768,12 +711,8 @@ func TestHandlerOpenRaceSharedMemory(t *testing.T) {
 					}
 					return map[string]any{"action": "continue"}
 				})
-			out := strings.TrimSpace(string(res["stdout"].([]byte)))
+			ok, no, refused, _, out := raceCounts(t, res)
 			t.Logf("%s: %s", mode, out)
-			var ok, no, refused, other int
-			if _, err := fmt.Sscanf(out, "ok=%d no=%d refused=%d other=%d", &ok, &no, &refused, &other); err != nil {
-				t.Fatalf("output %q: %v (%v)", out, err, res)
-			}
 			if ok == 0 || refused == 0 {
 				t.Fatalf("the race did not happen: %s", out)
 			}
@@ -835,3 +774,13 @@ int main(int argc, char **argv) {
 	return 0;
 }
 `
+
+// raceCounts parses a race program's "ok=N no=N refused=N other=N" line (out).
+func raceCounts(t *testing.T, res map[string]any) (ok, no, refused, other int, out string) {
+	t.Helper()
+	out = strings.TrimSpace(string(res["stdout"].([]byte)))
+	if _, err := fmt.Sscanf(out, "ok=%d no=%d refused=%d other=%d", &ok, &no, &refused, &other); err != nil {
+		t.Fatalf("output %q: %v (%v)", out, err, res)
+	}
+	return
+}

@@ -274,12 +274,7 @@ func TestHandlerPathRace(t *testing.T) {
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "ok"), []byte("ok"), 0o644)
 	os.WriteFile(filepath.Join(dir, "no"), []byte("SECRET"), 0o644)
-	src := filepath.Join(dir, "race.c")
-	os.WriteFile(src, []byte(raceC), 0o644)
-	bin := filepath.Join(dir, "race")
-	if out, err := exec.Command("gcc", "-O2", "-pthread", "-o", bin, src).CombinedOutput(); err != nil {
-		t.Skipf("gcc: %v %s", err, out)
-	}
+	bin := cProgram(t, dir, "race", raceC)
 	sb := newSB(t, map[string]any{"fs_readable": []any{"/usr", "/lib", "/bin", dir}})
 	res := drive(t, sb, map[string]any{"argv": []any{bin, dir},
 		"handlers": []any{map[string]any{"syscall": "openat", "id": 1}}},
@@ -370,13 +365,7 @@ func TestHandlerConnectRace(t *testing.T) {
 		}()
 	}
 	dir := t.TempDir()
-	src := filepath.Join(dir, "c.c")
-	os.WriteFile(src, []byte(connectRaceC), 0o644)
-	bin := filepath.Join(dir, "c")
-	if out, err := exec.Command("gcc", "-O2", "-pthread", "-o", bin, src).CombinedOutput(); err != nil {
-		t.Skipf("gcc: %v %s", err, out)
-	}
-	os.Chmod(dir, 0o755)
+	bin := cProgram(t, dir, "c", connectRaceC)
 	sb := newSB(t, map[string]any{"fs_readable": []any{"/usr", "/lib", "/bin", dir}, "net_allow": []any{fmt.Sprintf(":%d", port)}})
 	res := drive(t, sb, map[string]any{"argv": []any{bin, strconv.Itoa(port)}, "policy_fn": map[string]any{}},
 		func(c map[string]any) map[string]any {
@@ -924,3 +913,19 @@ for i in (1, 2):
 // performed for it, not continued as its own (supervise pathContinued needs the
 // caller to be its process's only thread).
 const threaded = "import threading, time\nthreading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+
+// cProgram writes src to dir/name.c and builds dir/name with gcc (-O2 -pthread),
+// skipping the test where gcc is missing; dir is made searchable for the sandbox.
+func cProgram(t *testing.T, dir, name, src string) string {
+	t.Helper()
+	c := filepath.Join(dir, name+".c")
+	if err := os.WriteFile(c, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, name)
+	if out, err := exec.Command("gcc", "-O2", "-pthread", "-o", bin, c).CombinedOutput(); err != nil {
+		t.Skipf("gcc: %v %s", err, out)
+	}
+	os.Chmod(dir, 0o755)
+	return bin
+}
